@@ -1,0 +1,460 @@
+//! Strict decoders for the three messages, one function per element.
+//!
+//! Each function reads its element's attributes, then its children in schema order
+//! (see `cursor`), and builds the typed model. Every error carries the element path,
+//! line and column, and a reason code.
+
+use super::body::{Limits, body_text};
+use super::cursor::{Child, Cursor};
+use super::error::DecodeError;
+use super::model::*;
+use super::values::*;
+
+fn token(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
+    move |t: &str| {
+        let n = t.trim().chars().count();
+        if n == 0 {
+            Err("is empty")
+        } else if n > max {
+            Err("is too long")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn text_max(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
+    move |t: &str| {
+        if t.chars().count() > max {
+            Err("is too long")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn trimmed(s: String) -> String {
+    if s.trim().len() == s.len() {
+        s
+    } else {
+        s.trim().to_owned()
+    }
+}
+
+fn with_doc<T>(
+    bytes: &[u8],
+    limits: &Limits,
+    f: impl FnOnce(&mut Cursor<'_>) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    let text = body_text(bytes, limits)?;
+    let mut cur = Cursor::new(&text, limits.max_depth);
+    let v = f(&mut cur)?;
+    cur.finish()?;
+    Ok(v)
+}
+
+/// Decodes a LoonfactorBerekeningVraag body.
+pub fn decode_vraag(bytes: &[u8], limits: &Limits) -> Result<Vraag, DecodeError> {
+    with_doc(bytes, limits, vraag)
+}
+
+/// Decodes a LoonfactorBerekeningAntwoord body.
+pub fn decode_antwoord(bytes: &[u8], limits: &Limits) -> Result<Antwoord, DecodeError> {
+    with_doc(bytes, limits, antwoord)
+}
+
+/// Decodes a RekenserverFout body.
+pub fn decode_fout(bytes: &[u8], limits: &Limits) -> Result<RekenserverFout, DecodeError> {
+    with_doc(bytes, limits, fout)
+}
+
+fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
+    let (start, pos) = cur.open_root("LoonfactorBerekeningVraag")?;
+    let [id, ts, versie] = cur.attrs(&start, ["Id", "Timestamp", "Versie"], pos)?;
+    let id = cur.req(id, "Id", pos, parse_uuid)?;
+    cur.message_id = Some(id);
+    let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
+    let versie = cur.req(versie, "Versie", pos, parse_version)?;
+    const C: &[Child] = &[
+        ("Dienstverband", false),
+        ("Periode", false),
+        ("Diensten", false),
+    ];
+    let (mut dv, mut periode, mut diensten) = (None, None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        match open.which {
+            0 => dv = Some(dienstverband(cur, &open.start, open.pos)?),
+            1 => periode = Some(periode_el(cur, &open.start, open.pos)?),
+            _ => diensten = Some(diensten_el(cur)?),
+        }
+    }
+    let v = Vraag {
+        id,
+        timestamp,
+        versie,
+        dienstverband: dv.ok_or_else(|| cur.missing("Dienstverband"))?,
+        periode: periode.ok_or_else(|| cur.missing("Periode"))?,
+        diensten: diensten.ok_or_else(|| cur.missing("Diensten"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn dienstverband(
+    cur: &mut Cursor<'_>,
+    start: &quick_xml::events::BytesStart<'_>,
+    pos: u64,
+) -> Result<Dienstverband, DecodeError> {
+    let [id] = cur.attrs(start, ["Id"], pos)?;
+    let id = cur.req(id, "Id", pos, parse_int)?;
+    const C: &[Child] = &[
+        ("Cao", false),
+        ("DagenPerWeek", false),
+        ("DatumInDienst", false),
+        ("DatumUitDienst", false),
+        ("ParttimeUren", false),
+        ("Salaris", false),
+        ("Soort", false),
+        ("Functiegroep", false),
+    ];
+    let (
+        mut cao_v,
+        mut dagen,
+        mut in_dienst,
+        mut uit_dienst,
+        mut pt,
+        mut salaris_v,
+        mut soort,
+        mut fg,
+    ) = (None, None, None, None, None, None, None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        match open.which {
+            0 => cao_v = Some(cao(cur, &open.start, open.pos)?),
+            1 => dagen = Some(cur.value(parse_decimal)?),
+            2 => in_dienst = Some(cur.value(parse_date)?),
+            3 => uit_dienst = Some(cur.value(parse_date)?),
+            4 => pt = Some(cur.value(parse_decimal)?),
+            5 => salaris_v = Some(salaris(cur, &open.start, open.pos)?),
+            6 => soort = Some(trimmed(cur.string(token(20))?)),
+            _ => fg = Some(cur.value(parse_int)?),
+        }
+    }
+    let v = Dienstverband {
+        id,
+        cao: cao_v.ok_or_else(|| cur.missing("Cao"))?,
+        dagen_per_week: dagen.ok_or_else(|| cur.missing("DagenPerWeek"))?,
+        datum_in_dienst: in_dienst.ok_or_else(|| cur.missing("DatumInDienst"))?,
+        datum_uit_dienst: uit_dienst,
+        parttime_uren: pt.ok_or_else(|| cur.missing("ParttimeUren"))?,
+        salaris: salaris_v,
+        soort: soort.ok_or_else(|| cur.missing("Soort"))?,
+        functiegroep: fg.ok_or_else(|| cur.missing("Functiegroep"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn cao(
+    cur: &mut Cursor<'_>,
+    start: &quick_xml::events::BytesStart<'_>,
+    pos: u64,
+) -> Result<Cao, DecodeError> {
+    let [id] = cur.attrs(start, ["Id"], pos)?;
+    let id = cur.req(id, "Id", pos, parse_int)?;
+    const C: &[Child] = &[
+        ("Code", false),
+        ("IsVierWeken", false),
+        ("Naam", false),
+        ("WerkweekUren", false),
+    ];
+    let (mut code, mut vier, mut naam, mut uren) = (None, None, None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        match open.which {
+            0 => code = Some(trimmed(cur.string(token(20))?)),
+            1 => vier = Some(cur.value(parse_bit)?),
+            2 => naam = Some(cur.string(text_max(100))?),
+            _ => uren = Some(cur.value(parse_decimal)?),
+        }
+    }
+    let v = Cao {
+        id,
+        code: code.ok_or_else(|| cur.missing("Code"))?,
+        is_vier_weken: vier.ok_or_else(|| cur.missing("IsVierWeken"))?,
+        naam: naam.ok_or_else(|| cur.missing("Naam"))?,
+        werkweek_uren: uren.ok_or_else(|| cur.missing("WerkweekUren"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn salaris(
+    cur: &mut Cursor<'_>,
+    start: &quick_xml::events::BytesStart<'_>,
+    pos: u64,
+) -> Result<Salaris, DecodeError> {
+    let [gt, gtb, lt] = cur.attrs(
+        start,
+        ["GarantieToeslag", "GarantieTredeBedrag", "LoonToeslag"],
+        pos,
+    )?;
+    let garantie_toeslag = cur.opt(gt, "GarantieToeslag", pos, parse_decimal)?;
+    let garantie_trede_bedrag = cur.opt(gtb, "GarantieTredeBedrag", pos, parse_decimal)?;
+    let loon_toeslag = cur.opt(lt, "LoonToeslag", pos, parse_decimal)?;
+    const C: &[Child] = &[("NominaalSalaris", false)];
+    let mut nominaal = None;
+    let mut last = None;
+    while cur.next_child(C, &mut last)?.is_some() {
+        nominaal = Some(cur.value(parse_decimal)?);
+    }
+    let v = Salaris {
+        garantie_toeslag,
+        garantie_trede_bedrag,
+        loon_toeslag,
+        nominaal_salaris: nominaal.ok_or_else(|| cur.missing("NominaalSalaris"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn periode_el(
+    cur: &mut Cursor<'_>,
+    start: &quick_xml::events::BytesStart<'_>,
+    pos: u64,
+) -> Result<Periode, DecodeError> {
+    let [id] = cur.attrs(start, ["Id"], pos)?;
+    let id = cur.req(id, "Id", pos, parse_int)?;
+    const C: &[Child] = &[("Begin", false), ("Einde", false)];
+    let (mut begin, mut einde) = (None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        let d = cur.value(parse_date)?;
+        if open.which == 0 {
+            begin = Some(d)
+        } else {
+            einde = Some(d)
+        }
+    }
+    let v = Periode {
+        id,
+        begin: begin.ok_or_else(|| cur.missing("Begin"))?,
+        einde: einde.ok_or_else(|| cur.missing("Einde"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn diensten_el(cur: &mut Cursor<'_>) -> Result<Diensten, DecodeError> {
+    const C: &[Child] = &[("Dienst", true)];
+    let mut dienst = Vec::new();
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        let [datum] = cur.attrs(&open.start, ["Datum"], open.pos)?;
+        let datum = cur.req(datum, "Datum", open.pos, parse_date)?;
+        const B: &[Child] = &[("Tijdblok", true)];
+        let mut tijdblokken = Vec::with_capacity(2);
+        let mut last_b = None;
+        while let Some(b) = cur.next_child(B, &mut last_b)? {
+            tijdblokken.push(tijdblok(cur, &b.start, b.pos)?);
+        }
+        if tijdblokken.is_empty() {
+            return Err(cur.missing("Tijdblok"));
+        }
+        cur.close();
+        dienst.push(Dienst { datum, tijdblokken });
+    }
+    cur.close();
+    Ok(Diensten { dienst })
+}
+
+fn tijdblok(
+    cur: &mut Cursor<'_>,
+    start: &quick_xml::events::BytesStart<'_>,
+    pos: u64,
+) -> Result<Tijdblok, DecodeError> {
+    let [b, e, z] = cur.attrs(start, ["Begin", "Einde", "IsZiek"], pos)?;
+    let begin = cur.req(b, "Begin", pos, parse_clock)?;
+    let einde = cur.req(e, "Einde", pos, parse_clock)?;
+    let is_ziek = cur.req(z, "IsZiek", pos, parse_bit)?;
+    const C: &[Child] = &[("DienstType", false)];
+    let mut dt = None;
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        let [code, telt] = cur.attrs(&open.start, ["Code", "TeltMeeInGewerkteUren"], open.pos)?;
+        let code = cur.req(code, "Code", open.pos, |t| {
+            token(20)(t).map(|()| t.trim().to_owned())
+        })?;
+        let telt = cur.req(telt, "TeltMeeInGewerkteUren", open.pos, parse_bit)?;
+        cur.expect_end()?;
+        dt = Some(DienstType {
+            code,
+            telt_mee_in_gewerkte_uren: telt,
+        });
+    }
+    let v = Tijdblok {
+        begin,
+        einde,
+        is_ziek,
+        dienst_type: dt.ok_or_else(|| cur.missing("DienstType"))?,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
+    let (start, pos) = cur.open_root("LoonfactorBerekeningAntwoord")?;
+    let [id, ts, versie, dv, per] = cur.attrs(
+        &start,
+        ["Id", "Timestamp", "Versie", "DienstverbandId", "PeriodeId"],
+        pos,
+    )?;
+    let id = cur.req(id, "Id", pos, parse_uuid)?;
+    cur.message_id = Some(id);
+    let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
+    let versie = cur.req(versie, "Versie", pos, parse_version)?;
+    let dienstverband_id = cur.req(dv, "DienstverbandId", pos, parse_int)?;
+    let periode_id = cur.req(per, "PeriodeId", pos, parse_int)?;
+    const C: &[Child] = &[("VariabeleMutatie", true), ("Waarschuwing", true)];
+    let (mut mutaties, mut waarschuwingen) = (Vec::new(), Vec::new());
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        if open.which == 0 {
+            mutaties.push(mutatie(cur)?);
+        } else {
+            let [code, datum] = cur.attrs(&open.start, ["Code", "Datum"], open.pos)?;
+            let code = cur.req(code, "Code", open.pos, parse_warning_code)?;
+            let datum = cur.opt(datum, "Datum", open.pos, parse_date)?;
+            let tekst = cur.string(|_| Ok(()))?;
+            waarschuwingen.push(Waarschuwing { code, datum, tekst });
+        }
+    }
+    cur.close();
+    Ok(Antwoord {
+        id,
+        timestamp,
+        versie,
+        dienstverband_id,
+        periode_id,
+        mutaties,
+        waarschuwingen,
+    })
+}
+
+fn parse_warning_code(t: &str) -> Result<String, &'static str> {
+    let t = t.trim();
+    let ok = t.len() <= 64
+        && t.starts_with(|c: char| c.is_ascii_lowercase())
+        && t.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if ok {
+        Ok(t.to_owned())
+    } else {
+        Err("is not a warning code (lower case letters, digits, dashes)")
+    }
+}
+
+fn parse_loonfactor_code(t: &str) -> Result<String, &'static str> {
+    if t.len() == 3 && t.bytes().all(|c| c.is_ascii_digit()) {
+        Ok(t.to_owned())
+    } else {
+        Err("is not a wage factor code (three digits)")
+    }
+}
+
+fn parse_waarde(t: &str) -> Result<rust_decimal::Decimal, &'static str> {
+    let d = parse_decimal(t)?;
+    let d = d.normalize();
+    if d.scale() > 2 {
+        return Err("has more than 2 decimals");
+    }
+    if d.abs() >= rust_decimal::Decimal::new(10_000_000, 0) {
+        return Err("has more than 9 digits");
+    }
+    parse_decimal(t)
+}
+
+fn mutatie(cur: &mut Cursor<'_>) -> Result<VariabeleMutatie, DecodeError> {
+    const C: &[Child] = &[
+        ("DienstverbandId", false),
+        ("KaartSoort", false),
+        ("LoonfactorCode", false),
+        ("PeriodeId", false),
+        ("Waarde", false),
+        ("KostenPlaatsId", false),
+        ("KostenSoortId", false),
+    ];
+    let (mut dv, mut ks, mut code, mut per, mut waarde, mut kp, mut ksoort) =
+        (None, None, None, None, None, None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        match open.which {
+            0 => dv = Some(cur.value(parse_int)?),
+            1 => ks = Some(cur.value(parse_int)?),
+            2 => code = Some(cur.value(parse_loonfactor_code)?),
+            3 => per = Some(cur.value(parse_int)?),
+            4 => waarde = Some(cur.value(parse_waarde)?),
+            5 => kp = Some(cur.value(parse_int)?),
+            _ => ksoort = Some(cur.value(parse_int)?),
+        }
+    }
+    let v = VariabeleMutatie {
+        dienstverband_id: dv.ok_or_else(|| cur.missing("DienstverbandId"))?,
+        kaart_soort: ks.ok_or_else(|| cur.missing("KaartSoort"))?,
+        loonfactor_code: code.ok_or_else(|| cur.missing("LoonfactorCode"))?,
+        periode_id: per.ok_or_else(|| cur.missing("PeriodeId"))?,
+        waarde: waarde.ok_or_else(|| cur.missing("Waarde"))?,
+        kosten_plaats_id: kp,
+        kosten_soort_id: ksoort,
+    };
+    cur.close();
+    Ok(v)
+}
+
+fn fout(cur: &mut Cursor<'_>) -> Result<RekenserverFout, DecodeError> {
+    let (start, pos) = cur.open_root("RekenserverFout")?;
+    cur.attrs(&start, [], pos)?;
+    const C: &[Child] = &[
+        ("ErrorNumber", false),
+        ("ErrorSeverity", false),
+        ("ErrorState", false),
+        ("ErrorProcedure", false),
+        ("ErrorLine", false),
+        ("ErrorMessage", false),
+        ("VraagId", false),
+        ("Reden", false),
+    ];
+    let (mut num, mut sev, mut state, mut proc_, mut line, mut msg, mut vid, mut reden) =
+        (None, None, None, None, None, None, None, None);
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        match open.which {
+            0 => num = Some(cur.value(parse_int)?),
+            1 => sev = Some(cur.value(parse_int)?),
+            2 => state = Some(cur.value(parse_int)?),
+            3 => proc_ = Some(cur.string(|_| Ok(()))?),
+            4 => line = Some(cur.value(parse_int)?),
+            5 => msg = Some(cur.string(|_| Ok(()))?),
+            6 => vid = Some(cur.value(parse_uuid)?),
+            _ => {
+                reden =
+                    Some(cur.value(|t| {
+                        Reden::from_code(t.trim()).ok_or("is not a known reason code")
+                    })?)
+            }
+        }
+    }
+    let v = RekenserverFout {
+        error_number: num.ok_or_else(|| cur.missing("ErrorNumber"))?,
+        error_severity: sev.ok_or_else(|| cur.missing("ErrorSeverity"))?,
+        error_state: state.ok_or_else(|| cur.missing("ErrorState"))?,
+        error_procedure: proc_.ok_or_else(|| cur.missing("ErrorProcedure"))?,
+        error_line: line.ok_or_else(|| cur.missing("ErrorLine"))?,
+        error_message: msg.ok_or_else(|| cur.missing("ErrorMessage"))?,
+        vraag_id: vid,
+        reden: reden.ok_or_else(|| cur.missing("Reden"))?,
+    };
+    cur.close();
+    Ok(v)
+}

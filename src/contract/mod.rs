@@ -1,0 +1,31 @@
+//! The message contract: the XSDs in `schemas/` as Rust types, a strict decoder and
+//! an encoder, and the Fout built from any decoding or calculation error.
+
+mod body;
+mod cursor;
+mod decode;
+mod encode;
+mod error;
+mod fout;
+pub mod model;
+pub mod values;
+
+pub use body::{Limits, body_text};
+pub use decode::{decode_antwoord, decode_fout, decode_vraag};
+pub use encode::{
+    EncodeError, encode_antwoord, encode_antwoord_into, encode_fout, encode_fout_into,
+    encode_vraag, encode_vraag_into,
+};
+pub use error::DecodeError;
+pub use fout::fout_for;
+pub use model::*;
+
+/// The XML namespace of every message.
+pub const NAMESPACE: &str = "http://www.sdbgroep.nl/MPlus/Rekenserver/2008";
+
+/// Service Broker message type names of the calculation contract.
+pub mod message_types {
+    pub const VRAAG: &str = "/Rekenserver/LoonfactorBerekening/Vraag";
+    pub const ANTWOORD: &str = "/Rekenserver/LoonfactorBerekening/Antwoord";
+    pub const FOUT: &str = "/Rekenserver/Fout";
+}

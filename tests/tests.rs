@@ -1,0 +1,6 @@
+//! The one integration-test binary (style.md: one binary links once). Each module is a
+//! topic; shared helpers live in `common`.
+
+mod common;
+mod contract_examples;
+mod contract_props;
