@@ -20,10 +20,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_body_bytes: 1024 * 1024,
-            max_depth: 16,
-        }
+        Self { max_body_bytes: 1024 * 1024, max_depth: 16 }
     }
 }
 
@@ -34,11 +31,7 @@ pub fn body_text<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Cow<'a, str>, D
         return Err(DecodeError::new(
             Reden::BodyTooLarge,
             "",
-            format!(
-                "the body is {} bytes, more than the limit of {} bytes",
-                bytes.len(),
-                limits.max_body_bytes
-            ),
+            format!("the body is {} bytes, more than the limit of {} bytes", bytes.len(), limits.max_body_bytes),
         ));
     }
     match bytes {
@@ -56,35 +49,23 @@ fn utf8(bytes: &[u8]) -> Result<Cow<'_, str>, DecodeError> {
         DecodeError::new(
             Reden::BadEncoding,
             "",
-            format!(
-                "the body is not valid UTF-8 (bad byte at offset {})",
-                e.valid_up_to()
-            ),
+            format!("the body is not valid UTF-8 (bad byte at offset {})", e.valid_up_to()),
         )
     })
 }
 
 fn utf16(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Result<String, DecodeError> {
     if bytes.len() % 2 != 0 {
-        return Err(DecodeError::new(
-            Reden::BadEncoding,
-            "",
-            "a UTF-16 body has an odd number of bytes",
-        ));
+        return Err(DecodeError::new(Reden::BadEncoding, "", "a UTF-16 body has an odd number of bytes"));
     }
     let units = bytes.chunks_exact(2).map(|c| unit([c[0], c[1]]));
-    char::decode_utf16(units)
-        .collect::<Result<String, _>>()
-        .map_err(|e| {
-            DecodeError::new(
-                Reden::BadEncoding,
-                "",
-                format!(
-                    "the body is not valid UTF-16 (unpaired surrogate {:#06x})",
-                    e.unpaired_surrogate()
-                ),
-            )
-        })
+    char::decode_utf16(units).collect::<Result<String, _>>().map_err(|e| {
+        DecodeError::new(
+            Reden::BadEncoding,
+            "",
+            format!("the body is not valid UTF-16 (unpaired surrogate {:#06x})", e.unpaired_surrogate()),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -107,41 +88,19 @@ mod tests {
         let s = "<a>é€</a>";
         let l = Limits::default();
         assert_eq!(body_text(s.as_bytes(), &l).unwrap(), s);
-        assert_eq!(
-            body_text(&[b"\xEF\xBB\xBF".as_slice(), s.as_bytes()].concat(), &l).unwrap(),
-            s
-        );
+        assert_eq!(body_text(&[b"\xEF\xBB\xBF".as_slice(), s.as_bytes()].concat(), &l).unwrap(), s);
         for (bom, le) in [(true, true), (true, false), (false, true), (false, false)] {
-            assert_eq!(
-                body_text(&enc16(s, bom, le), &l).unwrap(),
-                s,
-                "bom={bom} le={le}"
-            );
+            assert_eq!(body_text(&enc16(s, bom, le), &l).unwrap(), s, "bom={bom} le={le}");
         }
     }
 
     #[test]
     fn rejects_bad_bytes_and_size() {
-        let l = Limits {
-            max_body_bytes: 4,
-            ..Limits::default()
-        };
-        assert_eq!(
-            body_text(b"12345", &l).unwrap_err().reden,
-            Reden::BodyTooLarge
-        );
+        let l = Limits { max_body_bytes: 4, ..Limits::default() };
+        assert_eq!(body_text(b"12345", &l).unwrap_err().reden, Reden::BodyTooLarge);
         let l = Limits::default();
-        assert_eq!(
-            body_text(b"<a>\xFF</a>", &l).unwrap_err().reden,
-            Reden::BadEncoding
-        );
-        assert_eq!(
-            body_text(&[0xFF, 0xFE, 0x3C], &l).unwrap_err().reden,
-            Reden::BadEncoding
-        );
-        assert_eq!(
-            body_text(&[0xFF, 0xFE, 0x00, 0xD8], &l).unwrap_err().reden,
-            Reden::BadEncoding
-        );
+        assert_eq!(body_text(b"<a>\xFF</a>", &l).unwrap_err().reden, Reden::BadEncoding);
+        assert_eq!(body_text(&[0xFF, 0xFE, 0x3C], &l).unwrap_err().reden, Reden::BadEncoding);
+        assert_eq!(body_text(&[0xFF, 0xFE, 0x00, 0xD8], &l).unwrap_err().reden, Reden::BadEncoding);
     }
 }

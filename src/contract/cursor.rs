@@ -8,8 +8,7 @@
 use std::borrow::Cow;
 
 use quick_xml::events::{BytesStart, Event};
-use quick_xml::name::{Namespace, ResolveResult};
-use quick_xml::reader::NsReader;
+use quick_xml::reader::Reader;
 
 use super::NAMESPACE;
 use super::error::DecodeError;
@@ -17,8 +16,30 @@ use super::model::Reden;
 
 const XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
 
-/// One child of a sequence: its name and whether it may repeat.
-pub(crate) type Child = (&'static str, bool);
+/// One child of a sequence: its name, whether it may repeat, whether it has attributes.
+#[derive(Clone, Copy)]
+pub(crate) struct Child {
+    pub name: &'static str,
+    pub repeats: bool,
+    pub attrs: bool,
+}
+
+/// A child that appears at most once.
+pub(crate) const fn one(name: &'static str) -> Child {
+    Child { name, repeats: false, attrs: false }
+}
+
+/// A child that may repeat.
+pub(crate) const fn many(name: &'static str) -> Child {
+    Child { name, repeats: true, attrs: false }
+}
+
+impl Child {
+    /// The child has attributes (read with [`Cursor::attrs`]); others may have none.
+    pub(crate) const fn with_attrs(self) -> Self {
+        Child { attrs: true, ..self }
+    }
+}
 
 #[derive(Clone, Copy)]
 struct Seg {
@@ -37,24 +58,44 @@ pub(crate) struct Open<'i> {
     pub pos: u64,
 }
 
+/// A namespace declaration in scope: prefix (`None`: the default namespace), the
+/// namespace name, and the depth of the element that declared it.
+struct Binding {
+    prefix: Option<String>,
+    uri: String,
+    /// `uri` is the message namespace (compared once, at declaration).
+    ours: bool,
+    depth: usize,
+}
+
 pub(crate) struct Cursor<'i> {
     src: &'i str,
-    reader: NsReader<&'i [u8]>,
+    reader: Reader<&'i [u8]>,
     path: Vec<Seg>,
+    /// Declarations in scope, innermost last. Kept by hand rather than with quick-xml's
+    /// `NsReader`, which parses every start tag's attributes a second time.
+    bindings: Vec<Binding>,
+    /// Whether unprefixed elements are in the message namespace here (cached lookup).
+    default_ours: bool,
+    /// The element just entered was written `<x/>`: its end has been read already.
+    empty: bool,
     max_depth: usize,
     pub(crate) message_id: Option<uuid::Uuid>,
 }
 
 impl<'i> Cursor<'i> {
     pub(crate) fn new(src: &'i str, max_depth: usize) -> Self {
-        let mut reader = NsReader::from_str(src);
+        let mut reader = Reader::from_str(src);
         let cfg = reader.config_mut();
-        cfg.expand_empty_elements = true;
+        cfg.expand_empty_elements = false;
         cfg.check_end_names = true;
         Self {
             src,
             reader,
             path: Vec::with_capacity(8),
+            bindings: Vec::new(),
+            default_ours: false,
+            empty: false,
             max_depth,
             message_id: None,
         }
@@ -100,46 +141,66 @@ impl<'i> Cursor<'i> {
 
     fn xml_err(&self, e: quick_xml::Error) -> DecodeError {
         let pos = self.reader.error_position();
-        self.err(
-            Reden::MalformedXml,
-            None,
-            format!("not well-formed XML: {e}"),
-            pos,
-        )
+        self.err(Reden::MalformedXml, None, format!("not well-formed XML: {e}"), pos)
     }
 
-    /// Classifies a resolved element namespace without keeping the reader borrowed.
-    fn ns_of(ns: &ResolveResult<'_>) -> NsCheck {
-        match ns {
-            ResolveResult::Bound(Namespace(n)) if *n == NAMESPACE => NsCheck::Ours,
-            ResolveResult::Bound(Namespace(n)) => NsCheck::Other((*n).to_owned()),
-            _ => NsCheck::NoNamespace,
+    /// Records the namespace declarations of an element entered at `depth`.
+    fn declare(&mut self, start: &BytesStart<'_>, depth: usize, pos: u64) -> Result<(), DecodeError> {
+        if !has_xmlns(start.attributes_raw()) {
+            return Ok(());
         }
+        let raw = start.attributes_raw();
+        let mut at = 0;
+        while let Some((key, value)) =
+            next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
+        {
+            let prefix = match key.strip_prefix("xmlns") {
+                Some("") => None,
+                Some(p) if p.starts_with(':') => Some(p[1..].to_owned()),
+                _ => continue,
+            };
+            let uri = normalize(key, value)
+                .map_err(|e| self.err(Reden::MalformedXml, None, format!("bad namespace declaration: {e}"), pos))?;
+            let ours = uri == NAMESPACE;
+            self.bindings.push(Binding { prefix, uri: uri.into_owned(), ours, depth });
+        }
+        self.default_ours = self.lookup(None).is_some_and(|b| b.ours);
+        Ok(())
     }
 
-    fn check_ns(&self, ns: NsCheck, local: &str, pos: u64) -> Result<(), DecodeError> {
-        let detail = match ns {
-            NsCheck::Ours => return Ok(()),
-            NsCheck::Other(n) => format!("element is in namespace '{n}', expected '{NAMESPACE}'"),
-            NsCheck::NoNamespace => format!("element has no namespace, expected '{NAMESPACE}'"),
+    /// The namespace a prefix (or, for `None`, the default) stands for here.
+    fn lookup(&self, prefix: Option<&str>) -> Option<&Binding> {
+        self.bindings.iter().rev().find(|b| b.prefix.as_deref() == prefix).filter(|b| !b.uri.is_empty())
+    }
+
+    /// Checks that an element is in the message namespace.
+    fn check_ns(&self, start: &BytesStart<'_>, local: &str, pos: u64) -> Result<(), DecodeError> {
+        let qname = start.name().into_inner();
+        let prefix = qname.bytes().position(|c| c == b':').map(|i| &qname[..i]);
+        if prefix.is_none() && self.default_ours {
+            return Ok(());
+        }
+        let detail = match self.lookup(prefix) {
+            Some(b) if b.ours => return Ok(()),
+            Some(b) => format!("element is in namespace '{}', expected '{NAMESPACE}'", b.uri),
+            None if prefix.is_some() => format!("element has an undeclared prefix '{}'", prefix.unwrap_or_default()),
+            None => format!("element has no namespace, expected '{NAMESPACE}'"),
         };
         Err(self.err(Reden::WrongNamespace, Some((local, false)), detail, pos))
     }
 
     /// Reads the prolog and enters the root element, which must be `root`.
-    pub(crate) fn open_root(
-        &mut self,
-        root: &'static str,
-    ) -> Result<(BytesStart<'i>, u64), DecodeError> {
+    pub(crate) fn open_root(&mut self, root: &'static str) -> Result<(BytesStart<'i>, u64), DecodeError> {
         loop {
             let pos = self.reader.buffer_position();
-            let (ns, ev) = match self.reader.read_resolved_event() {
-                Ok((ns, ev)) => (Self::ns_of(&ns), ev),
+            let ev = match self.reader.read_event() {
+                Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            let is_empty = matches!(ev, Event::Empty(_));
             match ev {
                 Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
-                Event::Text(t) if t.trim().is_empty() => {}
+                Event::Text(t) if is_xml_space(&t) => {}
                 Event::DocType(_) => {
                     return Err(self.err(
                         Reden::DoctypeForbidden,
@@ -148,7 +209,7 @@ impl<'i> Cursor<'i> {
                         pos,
                     ));
                 }
-                Event::Start(start) => {
+                Event::Start(start) | Event::Empty(start) => {
                     let local = start.local_name().into_inner().to_owned();
                     if local != root {
                         return Err(DecodeError::new(
@@ -158,33 +219,20 @@ impl<'i> Cursor<'i> {
                         )
                         .at(self.src, pos));
                     }
-                    self.path.push(Seg {
-                        name: root,
-                        index: 0,
-                        attr: false,
-                    });
-                    if !matches!(ns, NsCheck::Ours) {
-                        let mut e = self.check_ns(ns, root, pos).expect_err("namespace differs");
+                    self.path.push(Seg { name: root, index: 0, attr: false });
+                    self.declare(&start, 1, pos)?;
+                    if let Err(mut e) = self.check_ns(&start, root, pos) {
                         e.path = root.to_owned();
                         return Err(e);
                     }
+                    self.empty = is_empty;
                     return Ok((start, pos));
                 }
                 Event::Eof => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "the body holds no root element",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "the body holds no root element", pos));
                 }
                 _ => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "content before the root element",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "content before the root element", pos));
                 }
             }
         }
@@ -197,14 +245,9 @@ impl<'i> Cursor<'i> {
             match self.reader.read_event().map_err(|e| self.xml_err(e))? {
                 Event::Eof => return Ok(()),
                 Event::Comment(_) | Event::PI(_) => {}
-                Event::Text(t) if t.trim().is_empty() => {}
+                Event::Text(t) if is_xml_space(&t) => {}
                 _ => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "content after the root element",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "content after the root element", pos));
                 }
             }
         }
@@ -218,26 +261,24 @@ impl<'i> Cursor<'i> {
         names: [&'static str; N],
         pos: u64,
     ) -> Result<[Option<Cow<'s, str>>; N], DecodeError> {
+        let mut seen = 0usize;
         let mut out: [Option<Cow<'s, str>>; N] = std::array::from_fn(|_| None);
-        for a in start.attributes() {
-            let a = a.map_err(|e| {
-                self.err(
-                    Reden::MalformedXml,
-                    None,
-                    format!("bad attribute: {e}"),
-                    pos,
-                )
-            })?;
-            let key = a.key;
-            if key.as_namespace_binding().is_some() {
-                continue;
-            }
-            let (ns, local) = self.reader.resolver().resolve_attribute(key);
-            let local = local.into_inner();
-            match ns {
-                ResolveResult::Unbound => {}
-                ResolveResult::Bound(Namespace(n)) if n == XSI => continue,
-                _ => {
+        if is_xml_space(start.attributes_raw()) {
+            return Ok(out);
+        }
+        let raw = start.attributes_raw();
+        let mut at = 0;
+        while let Some((key, value)) =
+            next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
+        {
+            let local = match key.bytes().position(|c| c == b':').map(|i| (&key[..i], &key[i + 1..])) {
+                None if key == "xmlns" => continue,
+                None => key,
+                Some(("xmlns", _)) => continue,
+                Some((prefix, local)) => {
+                    if self.lookup(Some(prefix)).is_some_and(|b| b.uri == XSI) {
+                        continue;
+                    }
                     return Err(self.err(
                         Reden::UnexpectedAttribute,
                         Some((local, true)),
@@ -245,8 +286,13 @@ impl<'i> Cursor<'i> {
                         pos,
                     ));
                 }
-            }
-            let Some(i) = names.iter().position(|n| *n == local) else {
+            };
+            // Attributes usually come in schema order: try the next expected name first.
+            let guess = seen.min(N.saturating_sub(1));
+            let found =
+                if N > 0 && names[guess] == local { Some(guess) } else { names.iter().position(|n| *n == local) };
+            seen += 1;
+            let Some(i) = found else {
                 return Err(self.err(
                     Reden::UnexpectedAttribute,
                     Some((local, true)),
@@ -254,16 +300,12 @@ impl<'i> Cursor<'i> {
                     pos,
                 ));
             };
-            let value = a
-                .normalized_value(quick_xml::XmlVersion::Implicit1_0)
-                .map_err(|e| {
-                    self.err(
-                        Reden::MalformedXml,
-                        Some((names[i], true)),
-                        format!("bad attribute value: {e}"),
-                        pos,
-                    )
-                })?;
+            if out[i].is_some() {
+                return Err(self.err(Reden::MalformedXml, Some((names[i], true)), "attribute appears twice", pos));
+            }
+            let value = normalize(names[i], value).map_err(|e| {
+                self.err(Reden::MalformedXml, Some((names[i], true)), format!("bad attribute value: {e}"), pos)
+            })?;
             out[i] = Some(value);
         }
         Ok(out)
@@ -278,12 +320,7 @@ impl<'i> Cursor<'i> {
         parse: impl FnOnce(&str) -> Result<T, &'static str>,
     ) -> Result<T, DecodeError> {
         let v = value.ok_or_else(|| {
-            self.err(
-                Reden::MissingAttribute,
-                Some((name, true)),
-                "required attribute is missing",
-                pos,
-            )
+            self.err(Reden::MissingAttribute, Some((name, true)), "required attribute is missing", pos)
         })?;
         self.parse(&v, Some((name, true)), pos, parse)
     }
@@ -296,9 +333,7 @@ impl<'i> Cursor<'i> {
         pos: u64,
         parse: impl FnOnce(&str) -> Result<T, &'static str>,
     ) -> Result<Option<T>, DecodeError> {
-        value
-            .map(|v| self.parse(&v, Some((name, true)), pos, parse))
-            .transpose()
+        value.map(|v| self.parse(&v, Some((name, true)), pos, parse)).transpose()
     }
 
     /// Runs a value parser; on failure names the value and the path.
@@ -309,14 +344,7 @@ impl<'i> Cursor<'i> {
         pos: u64,
         parse: impl FnOnce(&str) -> Result<T, &'static str>,
     ) -> Result<T, DecodeError> {
-        parse(v).map_err(|why| {
-            self.err(
-                Reden::InvalidValue,
-                extra,
-                format!("'{}' {why}", clip(v)),
-                pos,
-            )
-        })
+        parse(v).map_err(|why| self.err(Reden::InvalidValue, extra, format!("'{}' {why}", clip(v)), pos))
     }
 
     /// Reads the next child element of the current element, or `None` at its end.
@@ -327,18 +355,32 @@ impl<'i> Cursor<'i> {
         children: &[Child],
         last: &mut Option<(usize, u32)>,
     ) -> Result<Option<Open<'i>>, DecodeError> {
+        if self.empty {
+            // `<x/>`: no children, and its end is already read.
+            self.empty = false;
+            return Ok(None);
+        }
         loop {
             let pos = self.reader.buffer_position();
-            let (ns, ev) = match self.reader.read_resolved_event() {
-                Ok((ns, ev)) => (Self::ns_of(&ns), ev),
+            let ev = match self.reader.read_event() {
+                Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            let is_empty = matches!(ev, Event::Empty(_));
             match ev {
-                Event::Start(start) => {
-                    let local_raw = start.local_name();
-                    let local = local_raw.into_inner();
-                    let Some(which) = children.iter().position(|(n, _)| *n == local) else {
-                        let allowed: Vec<&str> = children.iter().map(|c| c.0).collect();
+                Event::Start(start) | Event::Empty(start) => {
+                    let local = start.local_name().into_inner();
+                    // In schema order the next child is usually the last one again or the
+                    // one after it: look there first.
+                    let from = last.map_or(0, |(w, _)| w);
+                    let which = children[from.min(children.len())..]
+                        .iter()
+                        .take(2)
+                        .position(|c| c.name == local)
+                        .map(|i| from + i)
+                        .or_else(|| children.iter().position(|c| c.name == local));
+                    let Some(which) = which else {
+                        let allowed: Vec<&str> = children.iter().map(|c| c.name).collect();
                         return Err(self.err(
                             Reden::UnexpectedElement,
                             Some((local, false)),
@@ -350,14 +392,18 @@ impl<'i> Cursor<'i> {
                             pos,
                         ));
                     };
-                    self.check_ns(ns, children[which].0, pos)?;
-                    let (name, repeats) = children[which];
+                    let child = children[which];
+                    let has_attrs = !is_xml_space(start.attributes_raw());
+                    if has_attrs {
+                        self.declare(&start, self.path.len() + 1, pos)?;
+                    }
+                    self.check_ns(&start, child.name, pos)?;
                     let index = match *last {
                         Some((prev, n)) if prev == which => {
-                            if !repeats {
+                            if !child.repeats {
                                 return Err(self.err(
                                     Reden::UnexpectedElement,
-                                    Some((name, false)),
+                                    Some((child.name, false)),
                                     "element may appear only once",
                                     pos,
                                 ));
@@ -367,11 +413,8 @@ impl<'i> Cursor<'i> {
                         Some((prev, _)) if prev > which => {
                             return Err(self.err(
                                 Reden::UnexpectedElement,
-                                Some((name, false)),
-                                format!(
-                                    "element is out of order: it must come before {}",
-                                    children[prev].0
-                                ),
+                                Some((child.name, false)),
+                                format!("element is out of order: it must come before {}", children[prev].name),
                                 pos,
                             ));
                         }
@@ -381,37 +424,28 @@ impl<'i> Cursor<'i> {
                     if self.path.len() >= self.max_depth {
                         return Err(self.err(
                             Reden::TooDeep,
-                            Some((name, false)),
+                            Some((child.name, false)),
                             format!("elements nest deeper than {} levels", self.max_depth),
                             pos,
                         ));
                     }
-                    self.path.push(Seg {
-                        name,
-                        index: if repeats { index } else { 0 },
-                        attr: false,
-                    });
+                    self.path.push(Seg { name: child.name, index: if child.repeats { index } else { 0 }, attr: false });
+                    if has_attrs && !child.attrs {
+                        // Only namespace declarations (and xsi:) may stand here.
+                        self.attrs(&start, [], pos)?;
+                    }
+                    self.empty = is_empty;
                     return Ok(Some(Open { which, start, pos }));
                 }
                 // The caller checks for missing children, then calls `close`.
                 Event::End(_) => return Ok(None),
-                Event::Text(t) if t.trim().is_empty() => {}
+                Event::Text(t) if is_xml_space(&t) => {}
                 Event::Comment(_) | Event::PI(_) => {}
                 Event::DocType(_) => {
-                    return Err(self.err(
-                        Reden::DoctypeForbidden,
-                        None,
-                        "a DOCTYPE is not allowed",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::DoctypeForbidden, None, "a DOCTYPE is not allowed", pos));
                 }
                 Event::Eof => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "the document ends inside this element",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "the document ends inside this element", pos));
                 }
                 _ => {
                     return Err(self.err(
@@ -427,6 +461,10 @@ impl<'i> Cursor<'i> {
 
     /// Reads the text content of the element just entered and leaves it.
     pub(crate) fn text(&mut self) -> Result<(Cow<'i, str>, u64), DecodeError> {
+        if self.empty {
+            self.empty = false;
+            return Ok((Cow::Borrowed(""), self.reader.buffer_position()));
+        }
         let mut acc: Option<Cow<'i, str>> = None;
         let text_pos = self.reader.buffer_position();
         loop {
@@ -452,17 +490,12 @@ impl<'i> Cursor<'i> {
                         }
                     },
                     Err(e) => {
-                        return Err(self.err(
-                            Reden::MalformedXml,
-                            None,
-                            format!("bad character reference: {e}"),
-                            pos,
-                        ));
+                        return Err(self.err(Reden::MalformedXml, None, format!("bad character reference: {e}"), pos));
                     }
                 },
                 Event::Comment(_) | Event::PI(_) => continue,
                 Event::End(_) => return Ok((acc.unwrap_or(Cow::Borrowed("")), text_pos)),
-                Event::Start(s) => {
+                Event::Start(s) | Event::Empty(s) => {
                     let local = s.local_name().into_inner().to_owned();
                     return Err(self.err(
                         Reden::UnexpectedElement,
@@ -472,20 +505,10 @@ impl<'i> Cursor<'i> {
                     ));
                 }
                 Event::Eof => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "the document ends inside this element",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "the document ends inside this element", pos));
                 }
                 _ => {
-                    return Err(self.err(
-                        Reden::MalformedXml,
-                        None,
-                        "unexpected markup in text",
-                        pos,
-                    ));
+                    return Err(self.err(Reden::MalformedXml, None, "unexpected markup in text", pos));
                 }
             };
             acc = Some(match acc {
@@ -496,10 +519,7 @@ impl<'i> Cursor<'i> {
     }
 
     /// Reads a text-only element, parses it and leaves it; errors name the element.
-    pub(crate) fn value<T>(
-        &mut self,
-        parse: impl FnOnce(&str) -> Result<T, &'static str>,
-    ) -> Result<T, DecodeError> {
+    pub(crate) fn value<T>(&mut self, parse: impl FnOnce(&str) -> Result<T, &'static str>) -> Result<T, DecodeError> {
         let (t, pos) = self.text()?;
         let r = self.parse(&t, None, pos, parse);
         self.close();
@@ -523,12 +543,7 @@ impl<'i> Cursor<'i> {
                 Ok(())
             }
             // An empty child list matches no element: `next_child` has already failed.
-            Some(open) => Err(self.err(
-                Reden::UnexpectedElement,
-                None,
-                "no child elements are allowed here",
-                open.pos,
-            )),
+            Some(open) => Err(self.err(Reden::UnexpectedElement, None, "no child elements are allowed here", open.pos)),
         }
     }
 
@@ -544,22 +559,87 @@ impl<'i> Cursor<'i> {
 
     /// Leaves the current element after its end tag was read.
     pub(crate) fn close(&mut self) {
+        let depth = self.path.len();
+        if self.bindings.last().is_some_and(|b| b.depth >= depth) {
+            while self.bindings.last().is_some_and(|b| b.depth >= depth) {
+                self.bindings.pop();
+            }
+            self.default_ours = self.lookup(None).is_some_and(|b| b.ours);
+        }
         self.path.pop();
     }
 }
 
-enum NsCheck {
-    Ours,
-    Other(String),
-    NoNamespace,
+/// Reads the next `name="value"` of raw attribute text from `*at`, strictly: white
+/// space before each attribute, `=`, a quoted value without `<`.
+fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<(&'a str, &'a str)>, &'static str> {
+    let b = raw.as_bytes();
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    let mut p = *at;
+    while p < b.len() && ws(b[p]) {
+        p += 1;
+    }
+    if p == b.len() {
+        *at = p;
+        return Ok(None);
+    }
+    if p == *at {
+        return Err("attributes must be separated by white space");
+    }
+    let start = p;
+    while p < b.len() && !ws(b[p]) && b[p] != b'=' {
+        p += 1;
+    }
+    let name = &raw[start..p];
+    while p < b.len() && ws(b[p]) {
+        p += 1;
+    }
+    if name.is_empty() || p == b.len() || b[p] != b'=' {
+        return Err("an attribute must be written name=\"value\"");
+    }
+    p += 1;
+    while p < b.len() && ws(b[p]) {
+        p += 1;
+    }
+    let quote = match b.get(p) {
+        Some(&q @ (b'"' | b'\'')) => q,
+        _ => return Err("an attribute value must be quoted"),
+    };
+    let Some(len) = b[p + 1..].iter().position(|&c| c == quote) else {
+        return Err("an attribute value is not closed");
+    };
+    let value = &raw[p + 1..p + 1 + len];
+    if value.bytes().any(|c| c == b'<') {
+        return Err("'<' is not allowed in an attribute value");
+    }
+    *at = p + 2 + len;
+    Ok(Some((name, value)))
+}
+
+/// An attribute value with entities resolved and white space normalized (XML 1.0
+/// section 3.3.3); borrowed when there is nothing to change.
+fn normalize<'a>(key: &'a str, value: &'a str) -> Result<Cow<'a, str>, quick_xml::Error> {
+    if !value.bytes().any(|c| matches!(c, b'&' | b'\t' | b'\r' | b'\n')) {
+        return Ok(Cow::Borrowed(value));
+    }
+    let a = quick_xml::events::attributes::Attribute { key: quick_xml::name::QName(key), value: Cow::Borrowed(value) };
+    a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+}
+
+/// Whether text is only XML white space (space, tab, CR, LF; not other Unicode spaces).
+fn is_xml_space(t: &str) -> bool {
+    t.bytes().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
+/// Whether raw attribute text may declare a namespace (cheap test first: most start
+/// tags have no `x` in their attributes at all).
+fn has_xmlns(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| c == b'x' && b[i..].starts_with(b"xmlns"))
 }
 
 fn list(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("@{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    names.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// A value shortened for an error message.

@@ -5,14 +5,14 @@
 //! line and column, and a reason code.
 
 use super::body::{Limits, body_text};
-use super::cursor::{Child, Cursor};
+use super::cursor::{Child, Cursor, many, one};
 use super::error::DecodeError;
 use super::model::*;
 use super::values::*;
 
 fn token(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
     move |t: &str| {
-        let n = t.trim().chars().count();
+        let n = xml_trim(t).chars().count();
         if n == 0 {
             Err("is empty")
         } else if n > max {
@@ -25,20 +25,12 @@ fn token(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
 
 fn text_max(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
     move |t: &str| {
-        if t.chars().count() > max {
-            Err("is too long")
-        } else {
-            Ok(())
-        }
+        if t.chars().count() > max { Err("is too long") } else { Ok(()) }
     }
 }
 
-fn trimmed(s: String) -> String {
-    if s.trim().len() == s.len() {
-        s
-    } else {
-        s.trim().to_owned()
-    }
+fn compact(t: &str) -> compact_str::CompactString {
+    compact_str::CompactString::new(xml_trim(t))
 }
 
 fn with_doc<T>(
@@ -75,11 +67,7 @@ fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
     cur.message_id = Some(id);
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
     let versie = cur.req(versie, "Versie", pos, parse_version)?;
-    const C: &[Child] = &[
-        ("Dienstverband", false),
-        ("Periode", false),
-        ("Diensten", false),
-    ];
+    const C: &[Child] = &[one("Dienstverband").with_attrs(), one("Periode").with_attrs(), one("Diensten")];
     let (mut dv, mut periode, mut diensten) = (None, None, None);
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
@@ -109,25 +97,17 @@ fn dienstverband(
     let [id] = cur.attrs(start, ["Id"], pos)?;
     let id = cur.req(id, "Id", pos, parse_int)?;
     const C: &[Child] = &[
-        ("Cao", false),
-        ("DagenPerWeek", false),
-        ("DatumInDienst", false),
-        ("DatumUitDienst", false),
-        ("ParttimeUren", false),
-        ("Salaris", false),
-        ("Soort", false),
-        ("Functiegroep", false),
+        one("Cao").with_attrs(),
+        one("DagenPerWeek"),
+        one("DatumInDienst"),
+        one("DatumUitDienst"),
+        one("ParttimeUren"),
+        one("Salaris").with_attrs(),
+        one("Soort"),
+        one("Functiegroep"),
     ];
-    let (
-        mut cao_v,
-        mut dagen,
-        mut in_dienst,
-        mut uit_dienst,
-        mut pt,
-        mut salaris_v,
-        mut soort,
-        mut fg,
-    ) = (None, None, None, None, None, None, None, None);
+    let (mut cao_v, mut dagen, mut in_dienst, mut uit_dienst, mut pt, mut salaris_v, mut soort, mut fg) =
+        (None, None, None, None, None, None, None, None);
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         match open.which {
@@ -137,7 +117,7 @@ fn dienstverband(
             3 => uit_dienst = Some(cur.value(parse_date)?),
             4 => pt = Some(cur.value(parse_decimal)?),
             5 => salaris_v = Some(salaris(cur, &open.start, open.pos)?),
-            6 => soort = Some(trimmed(cur.string(token(20))?)),
+            6 => soort = Some(cur.value(|t| token(20)(t).map(|()| compact(t)))?),
             _ => fg = Some(cur.value(parse_int)?),
         }
     }
@@ -156,24 +136,15 @@ fn dienstverband(
     Ok(v)
 }
 
-fn cao(
-    cur: &mut Cursor<'_>,
-    start: &quick_xml::events::BytesStart<'_>,
-    pos: u64,
-) -> Result<Cao, DecodeError> {
+fn cao(cur: &mut Cursor<'_>, start: &quick_xml::events::BytesStart<'_>, pos: u64) -> Result<Cao, DecodeError> {
     let [id] = cur.attrs(start, ["Id"], pos)?;
     let id = cur.req(id, "Id", pos, parse_int)?;
-    const C: &[Child] = &[
-        ("Code", false),
-        ("IsVierWeken", false),
-        ("Naam", false),
-        ("WerkweekUren", false),
-    ];
+    const C: &[Child] = &[one("Code"), one("IsVierWeken"), one("Naam"), one("WerkweekUren")];
     let (mut code, mut vier, mut naam, mut uren) = (None, None, None, None);
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         match open.which {
-            0 => code = Some(trimmed(cur.string(token(20))?)),
+            0 => code = Some(cur.value(|t| token(20)(t).map(|()| compact(t)))?),
             1 => vier = Some(cur.value(parse_bit)?),
             2 => naam = Some(cur.string(text_max(100))?),
             _ => uren = Some(cur.value(parse_decimal)?),
@@ -190,20 +161,12 @@ fn cao(
     Ok(v)
 }
 
-fn salaris(
-    cur: &mut Cursor<'_>,
-    start: &quick_xml::events::BytesStart<'_>,
-    pos: u64,
-) -> Result<Salaris, DecodeError> {
-    let [gt, gtb, lt] = cur.attrs(
-        start,
-        ["GarantieToeslag", "GarantieTredeBedrag", "LoonToeslag"],
-        pos,
-    )?;
+fn salaris(cur: &mut Cursor<'_>, start: &quick_xml::events::BytesStart<'_>, pos: u64) -> Result<Salaris, DecodeError> {
+    let [gt, gtb, lt] = cur.attrs(start, ["GarantieToeslag", "GarantieTredeBedrag", "LoonToeslag"], pos)?;
     let garantie_toeslag = cur.opt(gt, "GarantieToeslag", pos, parse_decimal)?;
     let garantie_trede_bedrag = cur.opt(gtb, "GarantieTredeBedrag", pos, parse_decimal)?;
     let loon_toeslag = cur.opt(lt, "LoonToeslag", pos, parse_decimal)?;
-    const C: &[Child] = &[("NominaalSalaris", false)];
+    const C: &[Child] = &[one("NominaalSalaris")];
     let mut nominaal = None;
     let mut last = None;
     while cur.next_child(C, &mut last)?.is_some() {
@@ -226,16 +189,12 @@ fn periode_el(
 ) -> Result<Periode, DecodeError> {
     let [id] = cur.attrs(start, ["Id"], pos)?;
     let id = cur.req(id, "Id", pos, parse_int)?;
-    const C: &[Child] = &[("Begin", false), ("Einde", false)];
+    const C: &[Child] = &[one("Begin"), one("Einde")];
     let (mut begin, mut einde) = (None, None);
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         let d = cur.value(parse_date)?;
-        if open.which == 0 {
-            begin = Some(d)
-        } else {
-            einde = Some(d)
-        }
+        if open.which == 0 { begin = Some(d) } else { einde = Some(d) }
     }
     let v = Periode {
         id,
@@ -247,13 +206,13 @@ fn periode_el(
 }
 
 fn diensten_el(cur: &mut Cursor<'_>) -> Result<Diensten, DecodeError> {
-    const C: &[Child] = &[("Dienst", true)];
-    let mut dienst = Vec::new();
+    const C: &[Child] = &[many("Dienst").with_attrs()];
+    let mut dienst = Vec::with_capacity(32);
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         let [datum] = cur.attrs(&open.start, ["Datum"], open.pos)?;
         let datum = cur.req(datum, "Datum", open.pos, parse_date)?;
-        const B: &[Child] = &[("Tijdblok", true)];
+        const B: &[Child] = &[many("Tijdblok").with_attrs()];
         let mut tijdblokken = Vec::with_capacity(2);
         let mut last_b = None;
         while let Some(b) = cur.next_child(B, &mut last_b)? {
@@ -278,45 +237,32 @@ fn tijdblok(
     let begin = cur.req(b, "Begin", pos, parse_clock)?;
     let einde = cur.req(e, "Einde", pos, parse_clock)?;
     let is_ziek = cur.req(z, "IsZiek", pos, parse_bit)?;
-    const C: &[Child] = &[("DienstType", false)];
+    const C: &[Child] = &[one("DienstType").with_attrs()];
     let mut dt = None;
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         let [code, telt] = cur.attrs(&open.start, ["Code", "TeltMeeInGewerkteUren"], open.pos)?;
-        let code = cur.req(code, "Code", open.pos, |t| {
-            token(20)(t).map(|()| t.trim().to_owned())
-        })?;
+        let code = cur.req(code, "Code", open.pos, |t| token(20)(t).map(|()| compact(t)))?;
         let telt = cur.req(telt, "TeltMeeInGewerkteUren", open.pos, parse_bit)?;
         cur.expect_end()?;
-        dt = Some(DienstType {
-            code,
-            telt_mee_in_gewerkte_uren: telt,
-        });
+        dt = Some(DienstType { code, telt_mee_in_gewerkte_uren: telt });
     }
-    let v = Tijdblok {
-        begin,
-        einde,
-        is_ziek,
-        dienst_type: dt.ok_or_else(|| cur.missing("DienstType"))?,
-    };
+    let v = Tijdblok { begin, einde, is_ziek, dienst_type: dt.ok_or_else(|| cur.missing("DienstType"))? };
     cur.close();
     Ok(v)
 }
 
 fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
     let (start, pos) = cur.open_root("LoonfactorBerekeningAntwoord")?;
-    let [id, ts, versie, dv, per] = cur.attrs(
-        &start,
-        ["Id", "Timestamp", "Versie", "DienstverbandId", "PeriodeId"],
-        pos,
-    )?;
+    let [id, ts, versie, dv, per] =
+        cur.attrs(&start, ["Id", "Timestamp", "Versie", "DienstverbandId", "PeriodeId"], pos)?;
     let id = cur.req(id, "Id", pos, parse_uuid)?;
     cur.message_id = Some(id);
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
     let versie = cur.req(versie, "Versie", pos, parse_version)?;
     let dienstverband_id = cur.req(dv, "DienstverbandId", pos, parse_int)?;
     let periode_id = cur.req(per, "PeriodeId", pos, parse_int)?;
-    const C: &[Child] = &[("VariabeleMutatie", true), ("Waarschuwing", true)];
+    const C: &[Child] = &[many("VariabeleMutatie"), many("Waarschuwing").with_attrs()];
     let (mut mutaties, mut waarschuwingen) = (Vec::new(), Vec::new());
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
@@ -331,28 +277,15 @@ fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
         }
     }
     cur.close();
-    Ok(Antwoord {
-        id,
-        timestamp,
-        versie,
-        dienstverband_id,
-        periode_id,
-        mutaties,
-        waarschuwingen,
-    })
+    Ok(Antwoord { id, timestamp, versie, dienstverband_id, periode_id, mutaties, waarschuwingen })
 }
 
-fn parse_warning_code(t: &str) -> Result<String, &'static str> {
-    let t = t.trim();
+fn parse_warning_code(t: &str) -> Result<compact_str::CompactString, &'static str> {
+    let t = xml_trim(t);
     let ok = t.len() <= 64
         && t.starts_with(|c: char| c.is_ascii_lowercase())
-        && t.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
-    if ok {
-        Ok(t.to_owned())
-    } else {
-        Err("is not a warning code (lower case letters, digits, dashes)")
-    }
+        && t.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if ok { Ok(compact(t)) } else { Err("is not a warning code (lower case letters, digits, dashes)") }
 }
 
 fn parse_loonfactor_code(t: &str) -> Result<String, &'static str> {
@@ -377,13 +310,13 @@ fn parse_waarde(t: &str) -> Result<rust_decimal::Decimal, &'static str> {
 
 fn mutatie(cur: &mut Cursor<'_>) -> Result<VariabeleMutatie, DecodeError> {
     const C: &[Child] = &[
-        ("DienstverbandId", false),
-        ("KaartSoort", false),
-        ("LoonfactorCode", false),
-        ("PeriodeId", false),
-        ("Waarde", false),
-        ("KostenPlaatsId", false),
-        ("KostenSoortId", false),
+        one("DienstverbandId"),
+        one("KaartSoort"),
+        one("LoonfactorCode"),
+        one("PeriodeId"),
+        one("Waarde"),
+        one("KostenPlaatsId"),
+        one("KostenSoortId"),
     ];
     let (mut dv, mut ks, mut code, mut per, mut waarde, mut kp, mut ksoort) =
         (None, None, None, None, None, None, None);
@@ -416,14 +349,14 @@ fn fout(cur: &mut Cursor<'_>) -> Result<RekenserverFout, DecodeError> {
     let (start, pos) = cur.open_root("RekenserverFout")?;
     cur.attrs(&start, [], pos)?;
     const C: &[Child] = &[
-        ("ErrorNumber", false),
-        ("ErrorSeverity", false),
-        ("ErrorState", false),
-        ("ErrorProcedure", false),
-        ("ErrorLine", false),
-        ("ErrorMessage", false),
-        ("VraagId", false),
-        ("Reden", false),
+        one("ErrorNumber"),
+        one("ErrorSeverity"),
+        one("ErrorState"),
+        one("ErrorProcedure"),
+        one("ErrorLine"),
+        one("ErrorMessage"),
+        one("VraagId"),
+        one("Reden"),
     ];
     let (mut num, mut sev, mut state, mut proc_, mut line, mut msg, mut vid, mut reden) =
         (None, None, None, None, None, None, None, None);
@@ -437,12 +370,7 @@ fn fout(cur: &mut Cursor<'_>) -> Result<RekenserverFout, DecodeError> {
             4 => line = Some(cur.value(parse_int)?),
             5 => msg = Some(cur.string(|_| Ok(()))?),
             6 => vid = Some(cur.value(parse_uuid)?),
-            _ => {
-                reden =
-                    Some(cur.value(|t| {
-                        Reden::from_code(t.trim()).ok_or("is not a known reason code")
-                    })?)
-            }
+            _ => reden = Some(cur.value(|t| Reden::from_code(xml_trim(t)).ok_or("is not a known reason code"))?),
         }
     }
     let v = RekenserverFout {

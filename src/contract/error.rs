@@ -5,10 +5,15 @@ use uuid::Uuid;
 
 use super::model::Reden;
 
-/// Why a message body could not be decoded.
+/// Why a message body could not be decoded. The details are boxed so that the
+/// decoder's `Result`s stay small on the success path; read them through `Deref`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}", self.render())]
-pub struct DecodeError {
+pub struct DecodeError(Box<Details>);
+
+/// What a [`DecodeError`] holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Details {
     pub reden: Reden,
     /// Path from the root, e.g. `Diensten/Dienst[3]/Tijdblok[1]/@Einde`; empty for the
     /// document as a whole, the root's name for the root itself.
@@ -22,16 +27,29 @@ pub struct DecodeError {
     pub message_id: Option<Uuid>,
 }
 
+impl std::ops::Deref for DecodeError {
+    type Target = Details;
+    fn deref(&self) -> &Details {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for DecodeError {
+    fn deref_mut(&mut self) -> &mut Details {
+        &mut self.0
+    }
+}
+
 impl DecodeError {
     pub(crate) fn new(reden: Reden, path: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(Details {
             reden,
             path: path.into(),
             detail: detail.into(),
             line: None,
             column: None,
             message_id: None,
-        }
+        }))
     }
 
     /// Sets line and column from a byte offset into `src`.

@@ -13,10 +13,9 @@ pub mod values;
 pub use body::{Limits, body_text};
 pub use decode::{decode_antwoord, decode_fout, decode_vraag};
 pub use encode::{
-    EncodeError, encode_antwoord, encode_antwoord_into, encode_fout, encode_fout_into,
-    encode_vraag, encode_vraag_into,
+    encode_antwoord, encode_antwoord_into, encode_fout, encode_fout_into, encode_vraag, encode_vraag_into,
 };
-pub use error::DecodeError;
+pub use error::{DecodeError, Details as DecodeErrorDetails};
 pub use fout::fout_for;
 pub use model::*;
 

@@ -9,7 +9,6 @@ use std::str::FromStr;
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
-use serde::{Serialize, Serializer};
 
 /// A local wall-clock time `hh:mm` (00:00 to 23:59), minutes since midnight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,12 +40,6 @@ impl fmt::Display for ClockTime {
     }
 }
 
-impl Serialize for ClockTime {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 /// An `xs:dateTime` kept exactly as sent, so an answer echoes it byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Timestamp(String);
@@ -60,7 +53,7 @@ impl Timestamp {
 impl FromStr for Timestamp {
     type Err = &'static str;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_timestamp(s.trim()).map(|()| Self(s.trim().to_owned()))
+        parse_timestamp(xml_trim(s)).map(|()| Self(xml_trim(s).to_owned()))
     }
 }
 
@@ -70,10 +63,14 @@ impl fmt::Display for Timestamp {
     }
 }
 
-impl Serialize for Timestamp {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
+/// Trims XML white space (space, tab, CR, LF) as XSD's whitespace facet does; other
+/// Unicode spaces are kept, so a value padded with them is rejected.
+pub fn xml_trim(s: &str) -> &str {
+    let b = s.as_bytes();
+    let ws = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    let start = b.iter().position(|c| !ws(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !ws(c)).map_or(start, |i| i + 1);
+    &s[start..end]
 }
 
 fn digits(b: &[u8]) -> Option<u32> {
@@ -121,15 +118,13 @@ fn parse_timestamp(s: &str) -> Result<(), &'static str> {
 /// `yyyy-mm-dd`, a real calendar date.
 pub fn parse_date(s: &str) -> Result<NaiveDate, &'static str> {
     const WHY: &str = "is not a date yyyy-mm-dd";
-    let b = s.trim().as_bytes();
+    let b = xml_trim(s).as_bytes();
     if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
         return Err(WHY);
     }
     let (y, m, d) = (digits(&b[..4]), digits(&b[5..7]), digits(&b[8..]));
     match (y, m, d) {
-        (Some(y), Some(m), Some(d)) => {
-            NaiveDate::from_ymd_opt(y as i32, m, d).ok_or("is not a real calendar date")
-        }
+        (Some(y), Some(m), Some(d)) => NaiveDate::from_ymd_opt(y as i32, m, d).ok_or("is not a real calendar date"),
         _ => Err(WHY),
     }
 }
@@ -137,7 +132,7 @@ pub fn parse_date(s: &str) -> Result<NaiveDate, &'static str> {
 /// `hh:mm`, 00:00 to 23:59.
 pub fn parse_clock(s: &str) -> Result<ClockTime, &'static str> {
     const WHY: &str = "is not a time hh:mm";
-    let b = s.trim().as_bytes();
+    let b = xml_trim(s).as_bytes();
     if b.len() != 5 || b[2] != b':' {
         return Err(WHY);
     }
@@ -149,7 +144,7 @@ pub fn parse_clock(s: &str) -> Result<ClockTime, &'static str> {
 
 /// `xs:boolean`: 0, 1, true or false.
 pub fn parse_bit(s: &str) -> Result<bool, &'static str> {
-    match s.trim() {
+    match xml_trim(s) {
         "1" | "true" => Ok(true),
         "0" | "false" => Ok(false),
         _ => Err("is not a boolean (0, 1, true or false)"),
@@ -158,7 +153,7 @@ pub fn parse_bit(s: &str) -> Result<bool, &'static str> {
 
 /// `xs:int`.
 pub fn parse_int(s: &str) -> Result<i32, &'static str> {
-    let t = s.trim();
+    let t = xml_trim(s);
     let body = t.strip_prefix(['+', '-']).unwrap_or(t);
     if body.is_empty() || !body.bytes().all(|c| c.is_ascii_digit()) {
         return Err("is not a whole number");
@@ -168,19 +163,18 @@ pub fn parse_int(s: &str) -> Result<i32, &'static str> {
 
 /// `xs:long` restricted to 0 or more (a roster version).
 pub fn parse_version(s: &str) -> Result<i64, &'static str> {
-    let t = s.trim();
+    let t = xml_trim(s);
     let body = t.strip_prefix('+').unwrap_or(t);
     if body.is_empty() || !body.bytes().all(|c| c.is_ascii_digit()) {
         return Err("is not a version (a whole number, 0 or more)");
     }
-    body.parse()
-        .map_err(|_| "is out of range for a version (at most 2^63-1)")
+    body.parse().map_err(|_| "is out of range for a version (at most 2^63-1)")
 }
 
 /// `xs:decimal`: optional sign, digits, optional fraction; no exponent, no separators.
 pub fn parse_decimal(s: &str) -> Result<Decimal, &'static str> {
     const WHY: &str = "is not a decimal number";
-    let t = s.trim();
+    let t = xml_trim(s);
     let body = t.strip_prefix(['+', '-']).unwrap_or(t);
     let (int, frac) = body.split_once('.').unwrap_or((body, ""));
     let all_digits = |p: &str| p.bytes().all(|c| c.is_ascii_digit());
@@ -193,14 +187,9 @@ pub fn parse_decimal(s: &str) -> Result<Decimal, &'static str> {
     Decimal::from_str(t.strip_prefix('+').unwrap_or(t)).map_err(|_| "is out of range for a decimal")
 }
 
-/// Writes a decimal as `xs:decimal` text (never an exponent).
-pub fn fmt_decimal(d: &Decimal) -> String {
-    d.to_string()
-}
-
 /// A `uuid` as the XSD pattern writes it (8-4-4-4-12 hex digits).
 pub fn parse_uuid(s: &str) -> Result<uuid::Uuid, &'static str> {
-    let t = s.trim();
+    let t = xml_trim(s);
     if t.len() != 36 {
         return Err("is not a uuid 8-4-4-4-12");
     }
@@ -215,9 +204,7 @@ mod tests {
     fn clock_times() {
         assert_eq!(parse_clock("07:15").unwrap().minutes(), 435);
         assert_eq!(parse_clock("23:59").unwrap().to_string(), "23:59");
-        for bad in [
-            "24:00", "25:00", "7:15", "07:60", "07-15", "", "0715", "07:1a",
-        ] {
+        for bad in ["24:00", "25:00", "7:15", "07:60", "07-15", "", "0715", "07:1a"] {
             assert!(parse_clock(bad).is_err(), "{bad}");
         }
     }
@@ -227,19 +214,10 @@ mod tests {
         assert!(parse_date("2026-03-11").is_ok());
         assert!(parse_date("2026-02-29").is_err());
         assert!(parse_date("2026-3-11").is_err());
-        for ok in [
-            "2008-07-22T14:31:05.487",
-            "2026-03-11T10:00:00Z",
-            "2026-03-11T10:00:00+01:00",
-        ] {
+        for ok in ["2008-07-22T14:31:05.487", "2026-03-11T10:00:00Z", "2026-03-11T10:00:00+01:00"] {
             assert!(ok.parse::<Timestamp>().is_ok(), "{ok}");
         }
-        for bad in [
-            "2026-03-11",
-            "2026-03-11T25:00:00",
-            "2026-03-11T10:00:00.",
-            "x",
-        ] {
+        for bad in ["2026-03-11", "2026-03-11T25:00:00", "2026-03-11T10:00:00.", "x"] {
             assert!(bad.parse::<Timestamp>().is_err(), "{bad}");
         }
     }

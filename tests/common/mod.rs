@@ -51,9 +51,82 @@ pub fn xmllint(xsd: &Path, xml: &[u8]) -> Result<(), String> {
         .expect("xmllint must be installed (Debian package libxml2-utils)");
     child.stdin.take().unwrap().write_all(xml).unwrap();
     let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+}
+
+/// Builds Vraag values for engine tests without going through XML.
+pub mod build {
+    use chrono::NaiveDate;
+    use rust_decimal::Decimal;
+    use sbworker::contract::values::{ClockTime, Timestamp};
+    use sbworker::contract::*;
+
+    pub fn d(s: &str) -> NaiveDate {
+        sbworker::contract::values::parse_date(s).unwrap()
+    }
+
+    pub fn t(s: &str) -> ClockTime {
+        sbworker::contract::values::parse_clock(s).unwrap()
+    }
+
+    /// A worked block.
+    pub fn w(b: &str, e: &str) -> Tijdblok {
+        blok(b, e, false, true)
+    }
+
+    /// A sick block.
+    pub fn z(b: &str, e: &str) -> Tijdblok {
+        blok(b, e, true, true)
+    }
+
+    pub fn blok(b: &str, e: &str, ziek: bool, telt: bool) -> Tijdblok {
+        Tijdblok {
+            begin: t(b),
+            einde: t(e),
+            is_ziek: ziek,
+            dienst_type: DienstType { code: if ziek { "Z" } else { "D" }.into(), telt_mee_in_gewerkte_uren: telt },
+        }
+    }
+
+    pub fn dienst(date: &str, blocks: Vec<Tijdblok>) -> Dienst {
+        Dienst { datum: d(date), tijdblokken: blocks }
+    }
+
+    /// A full-timer (36 of 36 hours, salary 3900: €25.00 an hour) in a period.
+    pub fn vraag(begin: &str, einde: &str, vier_weken: bool, diensten: Vec<Dienst>) -> Vraag {
+        Vraag {
+            id: uuid::Uuid::from_u128(0x1234),
+            timestamp: "2026-03-12T09:15:02".parse::<Timestamp>().unwrap(),
+            versie: 1,
+            dienstverband: Dienstverband {
+                id: 1,
+                cao: Cao {
+                    id: 100,
+                    code: "ZKH".into(),
+                    is_vier_weken: vier_weken,
+                    naam: "CAO Ziekenhuizen".into(),
+                    werkweek_uren: Decimal::from(36),
+                },
+                dagen_per_week: Decimal::from(5),
+                datum_in_dienst: d("2015-01-01"),
+                datum_uit_dienst: None,
+                parttime_uren: Decimal::from(36),
+                salaris: Some(Salaris {
+                    garantie_toeslag: None,
+                    garantie_trede_bedrag: None,
+                    loon_toeslag: None,
+                    nominaal_salaris: Decimal::from(3900),
+                }),
+                soort: "FT".into(),
+                functiegroep: 45,
+            },
+            periode: Periode { id: 7, begin: d(begin), einde: d(einde) },
+            diensten: Diensten { dienst: diensten },
+        }
+    }
+
+    /// A March 2026 monthly Vraag.
+    pub fn maart(diensten: Vec<Dienst>) -> Vraag {
+        vraag("2026-03-01", "2026-03-31", false, diensten)
     }
 }
