@@ -4,6 +4,10 @@
 //! receives it, computes the wage factors and sends back an *Antwoord* or a *Fout*.
 //!
 //! # Layout
+//! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
+//! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 
+pub mod cli;
 pub mod contract;
+pub mod engine;

@@ -1,6 +1,9 @@
 //! The one integration-test binary (style.md: one binary links once). Each module is a
 //! topic; shared helpers live in `common`.
 
+mod cli_calc;
 mod common;
 mod contract_examples;
 mod contract_props;
+mod engine_cases;
+mod engine_props;

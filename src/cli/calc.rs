@@ -1,0 +1,67 @@
+//! `sbworker calc`: a Vraag in, the Antwoord (or a RekenserverFout) out.
+
+use std::io::{Read, Write};
+
+use crate::contract::{self, Limits};
+use crate::engine::{self, Tables};
+
+/// What `calc` printed, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Antwoord,
+    Fout,
+}
+
+/// Reads a Vraag from `input` and writes the Antwoord XML to `out`, or the
+/// RekenserverFout XML to `out` and its reason to `err`. With `explain`, the
+/// explanation goes to `err` as well, so `out` stays one XML document.
+pub fn run(
+    input: &[u8],
+    limits: &Limits,
+    tables: &Tables,
+    explain: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> std::io::Result<Outcome> {
+    let (fout, reason) = match contract::decode_vraag(input, limits) {
+        Ok(v) => match engine::calculate(&v, tables, explain) {
+            Ok(calc) => {
+                if let Some(e) = &calc.explanation {
+                    write!(err, "{e}")?;
+                }
+                let xml = contract::encode_antwoord(&calc.antwoord);
+                writeln!(out, "{xml}")?;
+                return Ok(Outcome::Antwoord);
+            }
+            Err(e) => (e.to_fout(Some(v.id)), format!("{e} ({})", e.reden)),
+        },
+        Err(e) => (e.to_fout(), format!("{e} ({})", e.reden)),
+    };
+    writeln!(out, "{}", contract::encode_fout(&fout))?;
+    writeln!(err, "sbworker calc: {reason}")?;
+    Ok(Outcome::Fout)
+}
+
+/// Reads all of FILE, or standard input for `-`.
+pub fn read_input(path: &str) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if path == "-" {
+        std::io::stdin().read_to_end(&mut buf)?;
+    } else {
+        buf = std::fs::read(path)?;
+    }
+    Ok(buf)
+}
+
+/// Loads the rate tables: the built-in ones, or those in `path`.
+pub fn load_tables(path: Option<&std::path::Path>) -> anyhow::Result<Tables> {
+    use anyhow::Context;
+    match path {
+        None => Ok(Tables::built_in()?),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("cannot read rate tables {}", p.display()))?;
+            Tables::from_toml(&text).with_context(|| format!("rate tables {} are not usable", p.display()))
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! The command line: one module per subcommand, each a thin door to the library.
+
+pub mod calc;

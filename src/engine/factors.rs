@@ -1,0 +1,147 @@
+//! Totals to wage factor rows (VariabeleMutatie): the code table, rounding, the ORT
+//! amount and the extra-hours/overtime rule for monthly and 4-week periods.
+
+use chrono::{Datelike, Days};
+use rust_decimal::{Decimal, RoundingStrategy};
+
+use super::explain::Explanation;
+use super::ort::Sums;
+use super::tables::{Cao, Tables};
+use super::{EngineError, Reden, Totals, hours_from_minutes};
+use crate::contract::{Antwoord, VariabeleMutatie, Vraag, Waarschuwing};
+
+/// The wage factor codes (ours: no public standard exists).
+pub mod codes {
+    pub const WORKED_HOURS: &str = "100";
+    pub const DAYS_WORKED: &str = "101";
+    pub const TRAVEL_DAYS: &str = "110";
+    pub const SICK_HOURS: &str = "120";
+    pub const ORT_AMOUNT: &str = "230";
+    pub const EXTRA_HOURS: &str = "300";
+    pub const OVERTIME_HOURS: &str = "310";
+}
+
+fn money(d: Decimal) -> Decimal {
+    let mut r = d.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
+    r.rescale(2);
+    r
+}
+
+/// Weeks in the period for the norm: 4 (5 when it holds ISO week 53) for a 4-week
+/// period, 52/12 for a month. Returned as (numerator, denominator).
+fn weeks(v: &Vraag) -> (i64, i64) {
+    let p = &v.periode;
+    if v.dienstverband.cao.is_vier_weken {
+        let mut d = p.begin;
+        while d <= p.einde {
+            if d.iso_week().week() == 53 {
+                return (5, 1);
+            }
+            d = d + Days::new(1);
+        }
+        (4, 1)
+    } else {
+        (52, 12)
+    }
+}
+
+pub fn answer(
+    v: &Vraag,
+    tables: &Tables,
+    cao: &Cao,
+    totals: &mut Totals,
+    sums: &Sums,
+    mut warnings: Vec<Waarschuwing>,
+    ex: Option<&mut Explanation>,
+) -> Result<Antwoord, EngineError> {
+    let dv = &v.dienstverband;
+    let werkweek = dv.cao.werkweek_uren;
+    if werkweek <= Decimal::ZERO {
+        return Err(EngineError::new(
+            Reden::InvalidValue,
+            "Dienstverband/Cao/WerkweekUren",
+            "must be more than 0 hours",
+        ));
+    }
+    totals.ort_entitled = dv.functiegroep <= cao.ort_max_functiegroep;
+    let ort_due = totals.ort_entitled && sums.total() > 0;
+    // ORT amount: Σ over caps of (Σ minutes × pct) × min(hourly wage, cap) / 6000, where
+    // hourly wage = salary × 12 / (werkweek × 52); rounded to cents once, at the end.
+    let mut amount = Decimal::ZERO;
+    let mut wage_note = None;
+    if ort_due {
+        let salary = dv.salaris.as_ref().map(|s| s.nominaal_salaris).ok_or_else(|| {
+            EngineError::new(Reden::SalaryMissing, "Dienstverband/Salaris", "ORT is due but the Vraag holds no salary")
+        })?;
+        let annual_hours = werkweek * Decimal::from(52);
+        for (cap, s) in &sums.per_cap {
+            let s = Decimal::from(*s);
+            let capped = cap.map(|i| cao.caps[i].1).filter(|c| salary * Decimal::from(12) > *c * annual_hours);
+            amount += match capped {
+                Some(c) => s * c / Decimal::from(6000),
+                None => s * salary * Decimal::from(12) / (Decimal::from(6000) * annual_hours),
+            };
+            wage_note = Some((salary * Decimal::from(12) / annual_hours, capped));
+        }
+    }
+    let amount = money(amount);
+    // Extra hours and overtime, in 1/720 hour units to stay exact (720 = 60 × 12).
+    let (wn, wd) = weeks(v);
+    if dv.cao.is_vier_weken {
+        let days = (v.periode.einde - v.periode.begin).num_days() + 1;
+        if days != wn * 7 {
+            warnings.push(Waarschuwing {
+                code: "periode-lengte".into(),
+                datum: Some(v.periode.begin),
+                tekst: format!("a 4-week period of {days} days (expected {}): the norm uses {wn} weeks", wn * 7),
+            });
+        }
+    }
+    let unit = |hours: Decimal| hours * Decimal::from(720 * wn) / Decimal::from(wd);
+    let total = Decimal::from((totals.worked_minutes + totals.sick_minutes) * 12);
+    let norm = unit(dv.parttime_uren);
+    let full = unit(werkweek);
+    let extra = (total - norm).min(full - norm).max(Decimal::ZERO);
+    let over = (total - full).max(Decimal::ZERO);
+    let to_hours = |u: Decimal| money(u / Decimal::from(720));
+
+    let ort_hours: Vec<Decimal> = totals
+        .ort_minutes
+        .iter()
+        .map(|m| if totals.ort_entitled { hours_from_minutes(*m) } else { Decimal::new(0, 2) })
+        .collect();
+    let mut rows: Vec<(&str, Decimal)> = vec![
+        (codes::WORKED_HOURS, hours_from_minutes(totals.worked_minutes)),
+        (codes::DAYS_WORKED, Decimal::from(totals.days_worked)),
+        (codes::TRAVEL_DAYS, Decimal::from(totals.days_worked)),
+        (codes::SICK_HOURS, hours_from_minutes(totals.sick_minutes)),
+    ];
+    rows.extend(cao.rates.iter().zip(&ort_hours).map(|(r, h)| (r.code.as_str(), *h)));
+    rows.push((codes::ORT_AMOUNT, amount));
+    rows.push((codes::EXTRA_HOURS, to_hours(extra)));
+    rows.push((codes::OVERTIME_HOURS, to_hours(over)));
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    if let Some(e) = ex {
+        e.wage(wage_note, totals.ort_entitled, cao, (wn, wd), dv.parttime_uren, werkweek);
+    }
+    Ok(Antwoord {
+        id: v.id,
+        timestamp: v.timestamp.clone(),
+        versie: v.versie,
+        dienstverband_id: dv.id,
+        periode_id: v.periode.id,
+        mutaties: rows
+            .into_iter()
+            .map(|(code, waarde)| VariabeleMutatie {
+                dienstverband_id: dv.id,
+                kaart_soort: tables.kaart_soort,
+                loonfactor_code: code.to_owned(),
+                periode_id: v.periode.id,
+                waarde,
+                kosten_plaats_id: None,
+                kosten_soort_id: None,
+            })
+            .collect(),
+        waarschuwingen: warnings,
+    })
+}

@@ -1,0 +1,111 @@
+//! Worked minutes to ORT rates: each worked stretch is cut at clock changes, local
+//! midnights and window edges; each cut is paid at the highest rate whose window holds
+//! it on that local day (weekday, holiday or calendar day), under the table in force
+//! on that day.
+
+use chrono::Datelike;
+
+use super::clock::split_local;
+use super::explain::Explanation;
+use super::tables::{Cao, Window};
+use super::timeline::{Kind, Line};
+use super::{EngineError, Reden, Totals};
+
+/// Σ minutes × rate percentage, per ORT wage cap in force (index into `Cao::caps`,
+/// `None` where no cap was configured on the day).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sums {
+    pub per_cap: Vec<(Option<usize>, i64)>,
+}
+
+impl Sums {
+    fn add(&mut self, cap: Option<usize>, minute_pct: i64) {
+        match self.per_cap.iter_mut().find(|(c, _)| *c == cap) {
+            Some((_, s)) => *s += minute_pct,
+            None => self.per_cap.push((cap, minute_pct)),
+        }
+    }
+
+    pub fn total(&self) -> i64 {
+        self.per_cap.iter().map(|(_, s)| s).sum()
+    }
+}
+
+pub fn split(
+    line: &Line,
+    cao: &Cao,
+    totals: &mut Totals,
+    mut ex: Option<&mut Explanation>,
+) -> Result<Sums, EngineError> {
+    let mut sums = Sums::default();
+    totals.days_worked = line.days_worked;
+    let (first, last) = match (line.pieces.first(), line.pieces.last()) {
+        (Some(f), Some(l)) => (split_local(line.clock.to_local(f.start)).0, split_local(line.clock.to_local(l.end)).0),
+        _ => return Ok(sums),
+    };
+    let holidays = cao.holidays_in(first.year(), last.year());
+    for piece in &line.pieces {
+        let len = piece.end - piece.start;
+        match piece.kind {
+            Kind::Sick => totals.sick_minutes += len,
+            Kind::Other => totals.other_minutes += len,
+            Kind::Worked => totals.worked_minutes += len,
+        }
+        // Cut at clock changes: within each cut the offset is constant.
+        let mut a = piece.start;
+        let changes =
+            line.clock.changes_within(piece.start, piece.end).map(|(t, _)| t).chain(std::iter::once(piece.end));
+        for b in changes {
+            let off = line.clock.offset(a);
+            let (mut t, lb) = (a + off, b + off);
+            while t < lb {
+                let (date, m0) = split_local(t);
+                let day_start = t - i64::from(m0);
+                let m1 = (lb - day_start).min(1440) as u16;
+                if piece.kind != Kind::Worked {
+                    if let Some(e) = ex.as_deref_mut() {
+                        e.line(piece, date, m0, m1, None, None);
+                    }
+                    t = day_start + i64::from(m1);
+                    continue;
+                }
+                let version = cao.version_on(date).ok_or_else(|| {
+                    EngineError::new(
+                        Reden::UnknownCao,
+                        format!("Diensten/Dienst[{}]/Tijdblok[{}]", piece.dienst + 1, piece.block + 1),
+                        format!("CAO '{}' has no ORT table in force on {date}", cao.code),
+                    )
+                })?;
+                let cap = cao.cap_on(date).map(|(i, _)| i);
+                let info = cao.day_info(date, &holidays);
+                let mut m = m0;
+                for &edge in version.edges.iter().filter(|&&e| e > m0) {
+                    let end = edge.min(m1);
+                    let best: Option<&Window> = version
+                        .windows
+                        .iter()
+                        .filter(|w| w.from <= m && w.to >= end && w.days.matches(&info))
+                        .max_by_key(|w| w.pct);
+                    let minutes = i64::from(end - m);
+                    match best {
+                        Some(w) => {
+                            totals.ort_minutes[w.rate] += minutes;
+                            sums.add(cap, minutes * i64::from(w.pct));
+                        }
+                        None => totals.no_ort_minutes += minutes,
+                    }
+                    if let Some(e) = ex.as_deref_mut() {
+                        e.line(piece, date, m, end, best, Some(&info));
+                    }
+                    m = end;
+                    if m >= m1 {
+                        break;
+                    }
+                }
+                t = day_start + i64::from(m1);
+            }
+            a = b;
+        }
+    }
+    Ok(sums)
+}

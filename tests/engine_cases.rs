@@ -1,0 +1,343 @@
+//! The engine against the worked examples and each edge case of
+//! `design/payroll-engine.md`, with figures worked out by hand.
+
+use std::collections::BTreeMap;
+
+use sbworker::contract::{self, Limits, Reden};
+use sbworker::engine::{self, Calculation, Tables};
+
+use crate::common::build::*;
+use crate::common::root;
+
+fn tables() -> Tables {
+    Tables::built_in().unwrap()
+}
+
+fn calc(v: &sbworker::contract::Vraag) -> Calculation {
+    engine::calculate(v, &tables(), true).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The answer's factors as code → text, e.g. "212" → "6.00".
+fn rows(c: &Calculation) -> BTreeMap<String, String> {
+    c.antwoord.mutaties.iter().map(|m| (m.loonfactor_code.clone(), m.waarde.to_string())).collect()
+}
+
+/// Checks the named factors; every other hours factor must be zero.
+fn expect(c: &Calculation, want: &[(&str, &str)]) {
+    let got = rows(c);
+    for (code, value) in want {
+        assert_eq!(
+            got.get(*code).map(String::as_str),
+            Some(*value),
+            "factor {code}\n{}",
+            c.explanation.as_ref().unwrap()
+        );
+    }
+    for (code, value) in &got {
+        if !want.iter().any(|(c, _)| c == code) && !["101", "110"].contains(&code.as_str()) {
+            assert!(value == "0.00", "factor {code} = {value}, expected 0.00\n{}", c.explanation.as_ref().unwrap());
+        }
+    }
+}
+
+fn warnings(c: &Calculation) -> Vec<&str> {
+    c.antwoord.waarschuwingen.iter().map(|w| w.code.as_str()).collect()
+}
+
+fn example(name: &str) -> sbworker::contract::Vraag {
+    let bytes = std::fs::read(root().join("schemas/examples/valid").join(name)).unwrap();
+    contract::decode_vraag(&bytes, &Limits::default()).unwrap()
+}
+
+#[test]
+fn worked_example_1_late_shift_on_a_wednesday() {
+    let c = calc(&example("vraag-voorbeeld1.xml"));
+    expect(&c, &[("100", "8.50"), ("210", "2.00"), ("212", "1.50"), ("230", "28.63")]);
+    assert_eq!(rows(&c)["101"], "1");
+}
+
+#[test]
+fn worked_example_2_part_timer_in_a_four_week_period() {
+    let c = calc(&example("vraag-voorbeeld2.xml"));
+    expect(
+        &c,
+        &[
+            ("100", "112.50"),
+            ("120", "8.00"),
+            ("210", "1.00"),
+            ("212", "6.00"),
+            ("214", "1.25"),
+            ("230", "94.75"),
+            ("300", "24.50"),
+        ],
+    );
+    assert_eq!((rows(&c)["101"].as_str(), rows(&c)["110"].as_str()), ("14", "14"));
+    assert_eq!(c.totals.no_ort_minutes, 104 * 60 + 15, "13 day shifts and the last quarter hour of the night");
+    assert!(c.antwoord.waarschuwingen.is_empty());
+}
+
+#[test]
+fn the_answer_echoes_the_vraag_and_validates() {
+    let v = example("vraag-voorbeeld2.xml");
+    let c = calc(&v);
+    assert_eq!((c.antwoord.id, &c.antwoord.timestamp, c.antwoord.versie), (v.id, &v.timestamp, v.versie));
+    let xml = contract::encode_antwoord(&c.antwoord);
+    crate::common::xmllint(&crate::common::xsd("LoonfactorBerekeningAntwoord"), xml.as_bytes()).unwrap();
+}
+
+#[test]
+fn across_midnight() {
+    let c = calc(&maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00")])]));
+    expect(&c, &[("100", "4.00"), ("212", "4.00"), ("230", "47.00")]);
+    assert_eq!(rows(&c)["101"], "1");
+}
+
+#[test]
+fn into_a_holiday() {
+    // Wednesday night into Ascension Day (Thursday 14 May 2026).
+    let v = vraag("2026-05-01", "2026-05-31", false, vec![dienst("2026-05-13", vec![w("22:00", "07:00")])]);
+    let c = calc(&v);
+    expect(&c, &[("100", "9.00"), ("212", "2.00"), ("214", "7.00"), ("230", "128.50")]);
+    assert!(c.explanation.unwrap().to_string().contains("public holiday: Hemelvaartsdag"));
+}
+
+#[test]
+fn kings_day_2025_is_a_saturday_holiday() {
+    // 27 April 2025 is a Sunday, so King's Day is Saturday the 26th: 60%, not 38%.
+    let v = vraag("2025-04-01", "2025-04-30", false, vec![dienst("2025-04-26", vec![w("08:00", "12:00")])]);
+    expect(&calc(&v), &[("100", "4.00"), ("214", "4.00"), ("230", "60.00")]);
+}
+
+#[test]
+fn across_the_period_end_the_dienst_stays_in_its_period() {
+    let v =
+        maart(vec![dienst("2026-03-31", vec![w("22:00", "06:00")]), dienst("2026-04-01", vec![w("07:00", "15:00")])]);
+    let c = calc(&v);
+    expect(&c, &[("100", "8.00"), ("212", "8.00"), ("230", "94.00")]);
+    assert_eq!(warnings(&c), ["dienst-buiten-periode"]);
+    assert_eq!(c.antwoord.waarschuwingen[0].datum, Some(d("2026-04-01")));
+}
+
+#[test]
+fn a_block_partly_over_two_windows() {
+    let c = calc(&maart(vec![dienst("2026-03-09", vec![w("05:00", "08:00")])]));
+    expect(&c, &[("100", "3.00"), ("210", "1.00"), ("212", "1.00"), ("230", "17.25")]);
+    assert_eq!(c.totals.no_ort_minutes, 60);
+}
+
+#[test]
+fn spring_forward_night_is_an_hour_shorter() {
+    // Saturday 28 March 2026 22:00 to Sunday 07:00: 9 hours on the clock, 8 real.
+    let c = calc(&maart(vec![dienst("2026-03-28", vec![w("22:00", "07:00")])]));
+    expect(&c, &[("100", "8.00"), ("213", "2.00"), ("214", "6.00"), ("230", "116.00")]);
+    assert!(c.explanation.unwrap().to_string().contains("summer time begins"));
+}
+
+#[test]
+fn fall_back_night_is_an_hour_longer() {
+    // Saturday 24 October 2026 22:00 to Sunday 07:00: 9 hours on the clock, 10 real.
+    let v = vraag("2026-10-01", "2026-10-31", false, vec![dienst("2026-10-24", vec![w("22:00", "07:00")])]);
+    let c = calc(&v);
+    expect(&c, &[("100", "10.00"), ("213", "2.00"), ("214", "8.00"), ("230", "146.00")]);
+    assert!(c.explanation.unwrap().to_string().contains("summer time ends"));
+}
+
+#[test]
+fn local_times_in_the_clock_gap_or_overlap_are_placed_and_reported() {
+    // 02:30 does not exist on 29 March 2026: the block starts at 03:00.
+    let c = calc(&maart(vec![dienst("2026-03-29", vec![w("02:30", "06:00")])]));
+    expect(&c, &[("100", "3.00"), ("214", "3.00"), ("230", "45.00")]);
+    assert_eq!(warnings(&c), ["tijd-bestaat-niet"]);
+    // 02:30 occurs twice on 25 October 2026: the first occurrence, so 02:30-03:00 is 90 minutes.
+    let v = vraag("2026-10-01", "2026-10-31", false, vec![dienst("2026-10-25", vec![w("02:30", "03:00")])]);
+    let c = calc(&v);
+    expect(&c, &[("100", "1.50"), ("214", "1.50"), ("230", "22.50")]);
+    assert_eq!(warnings(&c), ["tijd-dubbelzinnig"]);
+}
+
+#[test]
+fn overlapping_blocks_count_once_and_are_reported() {
+    let c = calc(&maart(vec![dienst("2026-03-11", vec![w("08:00", "12:00"), w("11:00", "13:00")])]));
+    expect(&c, &[("100", "5.00")]);
+    assert_eq!(warnings(&c), ["blokken-overlappen"]);
+    // Worked time wins over sick time where they overlap.
+    let c = calc(&maart(vec![dienst("2026-03-11", vec![w("08:00", "12:00"), z("10:00", "14:00")])]));
+    expect(&c, &[("100", "4.00"), ("120", "2.00")]);
+    // Across Diensten too: a night running into the next morning's shift.
+    let c = calc(&maart(vec![
+        dienst("2026-03-11", vec![w("23:00", "08:00")]),
+        dienst("2026-03-12", vec![w("07:00", "15:00")]),
+    ]));
+    expect(&c, &[("100", "16.00"), ("210", "1.00"), ("212", "7.00"), ("230", "87.75")]);
+    assert_eq!(warnings(&c), ["blokken-overlappen"]);
+}
+
+#[test]
+fn a_night_with_a_break_after_midnight() {
+    // The second block begins before the first: it is the next day's 02:30.
+    let c = calc(&maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00"), w("02:30", "07:00")])]));
+    expect(&c, &[("100", "8.50"), ("210", "1.00"), ("212", "7.50"), ("230", "93.63")]);
+    assert_eq!(rows(&c)["101"], "1");
+}
+
+#[test]
+fn blocks_outside_the_employment_are_dropped_with_a_warning() {
+    let mut v = maart(vec![
+        dienst("2026-03-09", vec![w("07:00", "15:00")]),
+        dienst("2026-03-10", vec![w("07:00", "15:00")]),
+        dienst("2026-03-20", vec![w("07:00", "15:00")]),
+        dienst("2026-03-21", vec![w("07:00", "15:00")]),
+    ]);
+    v.dienstverband.datum_in_dienst = d("2026-03-10");
+    v.dienstverband.datum_uit_dienst = Some(d("2026-03-20"));
+    let c = calc(&v);
+    expect(&c, &[("100", "16.00"), ("211", "0.00")]);
+    assert_eq!(warnings(&c), ["blok-buiten-dienstverband", "blok-buiten-dienstverband"]);
+    assert_eq!(rows(&c)["101"], "2");
+}
+
+#[test]
+fn christmas_eve_and_new_years_eve_evenings() {
+    let v = vraag(
+        "2026-12-01",
+        "2026-12-31",
+        false,
+        vec![
+            dienst("2026-12-24", vec![w("15:00", "23:00")]),
+            dienst("2026-12-31", vec![w("15:00", "23:00")]),
+            dienst("2026-12-23", vec![w("15:00", "23:00")]),
+        ],
+    );
+    let c = calc(&v);
+    // 24th and 31st: 18:00-23:00 at 60% (over 22% and 47%); the 23rd: 20-22 at 22%, 22-23 at 47%.
+    expect(&c, &[("100", "24.00"), ("210", "2.00"), ("212", "1.00"), ("214", "10.00"), ("230", "172.75")]);
+}
+
+#[test]
+fn saturday_morning_before_and_after_2025_05_01() {
+    let before = vraag("2025-04-01", "2025-04-30", false, vec![dienst("2025-04-19", vec![w("06:00", "14:00")])]);
+    // 06-08 and 12-14 at 38%, 08-12 without ORT.
+    expect(&calc(&before), &[("100", "8.00"), ("211", "4.00"), ("230", "38.00")]);
+    let after = vraag("2025-05-01", "2025-05-31", false, vec![dienst("2025-05-03", vec![w("06:00", "14:00")])]);
+    expect(&calc(&after), &[("100", "8.00"), ("211", "8.00"), ("230", "76.00")]);
+}
+
+#[test]
+fn four_week_period_with_iso_week_53_has_a_five_week_norm() {
+    // Period 13 of 2026: 2026-11-30 to 2027-01-03 holds ISO week 53 of 2026.
+    let mut days = Vec::new();
+    let mut date = d("2026-11-30");
+    while date <= d("2027-01-03") {
+        let wd = chrono::Datelike::weekday(&date).num_days_from_monday();
+        if wd < 5 && date != d("2026-12-25") && date != d("2027-01-01") {
+            days.push(sbworker::contract::Dienst { datum: date, tijdblokken: vec![w("07:00", "15:00")] });
+        }
+        date = date.succ_opt().unwrap();
+    }
+    assert_eq!(days.len(), 23);
+    let mut v = vraag("2026-11-30", "2027-01-03", true, days);
+    v.dienstverband.parttime_uren = 24.into();
+    let c = calc(&v);
+    // 184 h against a norm of 24 x 5 = 120 and a full-time norm of 36 x 5 = 180.
+    expect(&c, &[("100", "184.00"), ("300", "60.00"), ("310", "4.00")]);
+    assert!(c.antwoord.waarschuwingen.is_empty(), "{:?}", c.antwoord.waarschuwingen);
+    // The same hours in a plain 4-week period: norm 96, full time 144.
+    let mut v4 = v.clone();
+    v4.periode.einde = d("2026-12-27");
+    v4.diensten.dienst.retain(|x| x.datum <= d("2026-12-27"));
+    let hours: i64 = v4.diensten.dienst.len() as i64 * 8;
+    let c4 = calc(&v4);
+    assert_eq!(rows(&c4)["300"], "48.00");
+    assert_eq!(rows(&c4)["310"], format!("{}.00", hours - 144));
+}
+
+#[test]
+fn monthly_norm_uses_52_over_12_weeks() {
+    // 20 day shifts of 8 h = 160 h; a 32-hour part-timer: norm 138.67, full time 156.
+    let days: Vec<_> = (2..=27)
+        .map(|n| d(&format!("2026-03-{n:02}")))
+        .filter(|x| chrono::Datelike::weekday(x).num_days_from_monday() < 5)
+        .take(20)
+        .map(|datum| sbworker::contract::Dienst { datum, tijdblokken: vec![w("07:00", "15:00")] })
+        .collect();
+    let mut v = maart(days);
+    v.dienstverband.parttime_uren = 32.into();
+    let c = calc(&v);
+    expect(&c, &[("100", "160.00"), ("300", "17.33"), ("310", "4.00")]);
+}
+
+#[test]
+fn no_ort_above_job_group_70_and_sick_hours_carry_none() {
+    let mut v =
+        maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00")]), dienst("2026-03-12", vec![z("22:00", "02:00")])]);
+    v.dienstverband.functiegroep = 75;
+    v.dienstverband.salaris = None;
+    let c = calc(&v);
+    expect(&c, &[("100", "4.00"), ("120", "4.00")]);
+    assert!(!c.totals.ort_entitled);
+}
+
+#[test]
+fn the_ort_cap_limits_the_hourly_wage() {
+    // Salary 6240: 40.00 an hour; the cap from 2026-01-01 is 31.00 (data/cao.toml).
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00")])]);
+    v.dienstverband.salaris.as_mut().unwrap().nominaal_salaris = 6240.into();
+    // 4 h x 47% x 31.00 = 58.28
+    expect(&calc(&v), &[("100", "4.00"), ("212", "4.00"), ("230", "58.28")]);
+}
+
+#[test]
+fn a_second_cao_is_only_data() {
+    let mut v =
+        maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00")]), dienst("2026-03-14", vec![w("22:00", "23:00")])]);
+    v.dienstverband.cao.code = "GGZ".into();
+    // Weekday night at 44% (factor 212), Saturday night at 49% (factor 213).
+    expect(&calc(&v), &[("100", "5.00"), ("212", "4.00"), ("213", "1.00"), ("230", "56.25")]);
+}
+
+fn fout(v: &sbworker::contract::Vraag) -> engine::EngineError {
+    engine::calculate(v, &tables(), false).expect_err("a Fout")
+}
+
+#[test]
+fn inputs_the_engine_cannot_honour_yield_a_fout() {
+    // A 24-hour clock span across the autumn change is 25 real hours.
+    let v = vraag("2026-10-01", "2026-10-31", false, vec![dienst("2026-10-24", vec![w("07:00", "07:00")])]);
+    let e = fout(&v);
+    assert_eq!((e.reden, e.path.as_str()), (Reden::BlockTooLong, "Diensten/Dienst[1]/Tijdblok[1]"));
+    // The same span on an ordinary day is exactly 24 hours: allowed.
+    assert_eq!(rows(&calc(&maart(vec![dienst("2026-03-10", vec![w("07:00", "07:00")])])))["100"], "24.00");
+
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("22:00", "02:00")])]);
+    v.dienstverband.salaris = None;
+    assert_eq!(fout(&v).reden, Reden::SalaryMissing);
+    // Without ORT due, no salary is needed.
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("08:00", "16:00")])]);
+    v.dienstverband.salaris = None;
+    assert_eq!(rows(&calc(&v))["100"], "8.00");
+
+    let mut v = maart(vec![]);
+    v.periode.einde = d("2026-02-27");
+    let e = fout(&v);
+    assert_eq!(e.reden, Reden::PeriodInverted);
+    let f = e.to_fout(Some(v.id));
+    assert!(f.error_message.starts_with("Periode: "), "{}", f.error_message);
+    let xml = contract::encode_fout(&f);
+    crate::common::xmllint(&crate::common::xsd("RekenserverFout"), xml.as_bytes()).unwrap();
+
+    let mut v = maart(vec![]);
+    v.dienstverband.cao.code = "HORECA".into();
+    assert_eq!(fout(&v).reden, Reden::UnknownCao);
+    let v = vraag("2024-03-01", "2024-03-31", false, vec![dienst("2024-03-11", vec![w("22:00", "23:00")])]);
+    assert_eq!(fout(&v).reden, Reden::UnknownCao, "no ZKH table before 2025-02-01");
+    let mut v = maart(vec![]);
+    v.dienstverband.cao.werkweek_uren = 0.into();
+    assert_eq!(fout(&v).reden, Reden::InvalidValue);
+}
+
+#[test]
+fn an_empty_roster_still_answers_every_factor() {
+    let c = calc(&example("vraag-geen-diensten.xml"));
+    assert_eq!(c.antwoord.mutaties.len(), 12);
+    assert!(c.antwoord.mutaties.iter().all(|m| m.waarde.is_zero()));
+}
