@@ -1,4 +1,5 @@
-//! Writing the messages as XML: a small direct writer over a `String`.
+//! Writing the messages as XML: a small direct writer over a `String`, with
+//! quick-xml's escaping.
 //!
 //! Element and attribute names are the XSDs' (fixed strings here), so nothing needs
 //! validating at run time. No XML declaration is written: a body goes into SQL Server
@@ -31,7 +32,7 @@ impl Out<'_> {
         self.0.push(' ');
         self.0.push_str(name);
         self.0.push_str("=\"");
-        escape(self.0, value, true);
+        self.0.push_str(&quick_xml::escape::escape(value));
         self.0.push('"');
     }
 
@@ -61,7 +62,7 @@ impl Out<'_> {
     fn text(&mut self, name: &str, text: &str) {
         self.open(name);
         self.gt();
-        escape(self.0, text, false);
+        self.0.push_str(&quick_xml::escape::partial_escape(text));
         self.close(name);
     }
 
@@ -72,31 +73,6 @@ impl Out<'_> {
         write(self.0);
         self.close(name);
     }
-}
-
-/// Escapes text so that it reads back exactly: `&`, `<`, `>` always; CR always (a
-/// parser turns a raw CR into LF); in attributes also `"`, tab and LF (which attribute
-/// normalization would turn into spaces).
-fn escape(out: &mut String, s: &str, attr: bool) {
-    let special = |c: u8| matches!(c, b'&' | b'<' | b'>' | b'\r') || (attr && matches!(c, b'"' | b'\t' | b'\n'));
-    let mut from = 0;
-    for (i, c) in s.bytes().enumerate() {
-        if !special(c) {
-            continue;
-        }
-        out.push_str(&s[from..i]);
-        out.push_str(match c {
-            b'&' => "&amp;",
-            b'<' => "&lt;",
-            b'>' => "&gt;",
-            b'"' => "&quot;",
-            b'\r' => "&#13;",
-            b'\t' => "&#9;",
-            _ => "&#10;",
-        });
-        from = i + 1;
-    }
-    out.push_str(&s[from..]);
 }
 
 fn int(out: &mut String, v: i64) {
@@ -287,7 +263,7 @@ pub fn encode_antwoord_into(out: &mut String, a: &Antwoord) {
             o.attr_with("Datum", |s| date(s, d));
         }
         o.gt();
-        escape(o.0, &w.tekst, false);
+        o.0.push_str(&quick_xml::escape::partial_escape(&w.tekst));
         o.close("Waarschuwing");
     }
     o.close("LoonfactorBerekeningAntwoord");
