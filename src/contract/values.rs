@@ -181,9 +181,6 @@ pub fn parse_decimal(s: &str) -> Result<Decimal, &'static str> {
     if (int.is_empty() && frac.is_empty()) || !all_digits(int) || !all_digits(frac) {
         return Err(WHY);
     }
-    if body.ends_with('.') && frac.is_empty() && int.is_empty() {
-        return Err(WHY);
-    }
     Decimal::from_str(t.strip_prefix('+').unwrap_or(t)).map_err(|_| "is out of range for a decimal")
 }
 
