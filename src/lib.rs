@@ -4,10 +4,12 @@
 //! receives it, computes the wage factors and sends back an *Antwoord* or a *Fout*.
 //!
 //! # Layout
+//! - [`broker`]: the Service Broker back ends (PostgreSQL broker and its session).
 //! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 
+pub mod broker;
 pub mod cli;
 pub mod contract;
 pub mod engine;

@@ -35,11 +35,30 @@ enum Command {
         #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
         max_body_bytes: usize,
     },
+    /// Install the broker scripts into a database (idempotent: re-running changes nothing).
+    #[command(after_help = "Examples:\n  \
+        sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
+        sbworker install --postgres postgresql://payroll@db.example/roster")]
+    Install {
+        /// A PostgreSQL connection string (URL or key=value form).
+        #[arg(long, value_name = "URL")]
+        postgres: String,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
+        Command::Install { postgres } => match cli::install::postgres(&postgres) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sbworker install: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Command::Calc { file, explain, tables, max_body_bytes } => {
             let tables = match cli::calc::load_tables(tables.as_deref()) {
                 Ok(t) => t,

@@ -1,3 +1,4 @@
 //! The command line: one module per subcommand, each a thin door to the library.
 
 pub mod calc;
+pub mod install;

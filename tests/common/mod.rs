@@ -1,4 +1,7 @@
-//! Helpers shared by the test modules: paths and the xmllint validator.
+//! Helpers shared by the test modules: paths, the xmllint validator, the PostgreSQL
+//! cluster (`pg`) and Vraag builders (`build`).
+
+pub mod pg;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,526 @@
+-- sbworker PostgreSQL broker, version 1: Service Broker semantics in SQL.
+--
+-- Idempotent: running this script again changes nothing (IF NOT EXISTS, CREATE OR
+-- REPLACE). Everything lives in schema "sb". Installed by `sbworker install --postgres
+-- URL` and by the tests.
+--
+-- Errors raised for the caller carry SQLSTATEs of class "SB" whose digits are the SQL
+-- Server error number they stand for (SB617 = 9617 queue disabled, SB426 = 8426
+-- conversation not found, ...); the transport maps them back.
+
+CREATE SCHEMA IF NOT EXISTS sb;
+
+CREATE TABLE IF NOT EXISTS sb.migration (
+    version    int PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Catalogue -----------------------------------------------------------------------
+
+CREATE TABLE IF NOT EXISTS sb.message_type (
+    name       text PRIMARY KEY,
+    validation text NOT NULL DEFAULT 'NONE'
+               CHECK (validation IN ('NONE', 'EMPTY', 'WELL_FORMED_XML'))
+);
+
+CREATE TABLE IF NOT EXISTS sb.contract (
+    name text PRIMARY KEY
+);
+
+CREATE TABLE IF NOT EXISTS sb.contract_message (
+    contract     text NOT NULL REFERENCES sb.contract ON DELETE CASCADE,
+    message_type text NOT NULL REFERENCES sb.message_type,
+    sent_by      text NOT NULL CHECK (sent_by IN ('INITIATOR', 'TARGET', 'ANY')),
+    PRIMARY KEY (contract, message_type)
+);
+
+CREATE TABLE IF NOT EXISTS sb.queue (
+    id              serial UNIQUE,
+    name            text PRIMARY KEY,
+    enabled         boolean NOT NULL DEFAULT true,
+    poison_handling boolean NOT NULL DEFAULT true,
+    -- Advice for the worker, like MAX_QUEUE_READERS.
+    max_readers     int NOT NULL DEFAULT 1 CHECK (max_readers >= 0)
+);
+
+CREATE TABLE IF NOT EXISTS sb.service (
+    name  text PRIMARY KEY,
+    queue text NOT NULL REFERENCES sb.queue
+);
+
+CREATE TABLE IF NOT EXISTS sb.service_contract (
+    service  text NOT NULL REFERENCES sb.service ON DELETE CASCADE,
+    contract text NOT NULL REFERENCES sb.contract,
+    PRIMARY KEY (service, contract)
+);
+
+-- The system message types every contract allows (Service Broker's own).
+INSERT INTO sb.message_type (name, validation) VALUES
+    ('http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog', 'EMPTY'),
+    ('http://schemas.microsoft.com/SQL/ServiceBroker/Error', 'WELL_FORMED_XML'),
+    ('http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer', 'EMPTY')
+ON CONFLICT (name) DO NOTHING;
+
+-- Conversations ---------------------------------------------------------------------
+
+-- A conversation group is local to one side: it belongs to one queue.
+CREATE TABLE IF NOT EXISTS sb.conversation_group (
+    id    uuid PRIMARY KEY,
+    queue text NOT NULL REFERENCES sb.queue
+);
+
+-- One row per side of a dialog. States as sys.conversation_endpoints: SO, SI, CO, DI,
+-- DO, ER, CD.
+CREATE TABLE IF NOT EXISTS sb.endpoint (
+    handle          uuid PRIMARY KEY,
+    conversation_id uuid NOT NULL,
+    is_initiator    boolean NOT NULL,
+    service         text NOT NULL REFERENCES sb.service,
+    far_service     text NOT NULL REFERENCES sb.service,
+    contract        text NOT NULL REFERENCES sb.contract,
+    group_id        uuid NOT NULL REFERENCES sb.conversation_group,
+    far_handle      uuid,
+    state           text NOT NULL CHECK (state IN ('SO', 'SI', 'CO', 'DI', 'DO', 'ER', 'CD')),
+    send_seq        bigint NOT NULL DEFAULT 0,
+    expires_at      timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 80);
+CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+
+-- Messages waiting on a queue. Delivered messages are deleted (RETENTION OFF): the
+-- table only ever holds the backlog. Vacuumed eagerly: dead rows at the head of a
+-- DELETE-heavy queue are what slows such queues down.
+CREATE SEQUENCE IF NOT EXISTS sb.message_id;
+CREATE TABLE IF NOT EXISTS sb.message (
+    id           bigint PRIMARY KEY DEFAULT nextval('sb.message_id'),
+    queue        text NOT NULL,
+    group_id     uuid NOT NULL,
+    handle       uuid NOT NULL,   -- the receiving endpoint
+    seq          bigint NOT NULL, -- order within the conversation
+    message_type text NOT NULL,
+    body         bytea,
+    -- Rolled-back receives of this message in a row (see sb.note_rollback).
+    rollbacks    int NOT NULL DEFAULT 0,
+    enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_cost_delay = 0);
+CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
+CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+
+-- One row per conversation group that has messages waiting: the row a receiver locks
+-- (FOR UPDATE SKIP LOCKED) to hold the group until its transaction ends, and the
+-- order in which groups are served (oldest waiting message first).
+CREATE TABLE IF NOT EXISTS sb.group_ready (
+    group_id uuid PRIMARY KEY,
+    queue    text NOT NULL,
+    first_id bigint NOT NULL
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
+        autovacuum_vacuum_cost_delay = 0);
+CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
+
+-- Helpers ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sb.fail(code text, message text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+END $$;
+
+-- Locks both endpoints of a conversation, always in handle order (so that two sides
+-- acting at once wait for each other instead of deadlocking), and returns this side.
+CREATE OR REPLACE FUNCTION sb.lock_endpoint(p_handle uuid) RETURNS sb.endpoint
+LANGUAGE plpgsql AS $$
+DECLARE
+    e sb.endpoint;
+BEGIN
+    SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
+    PERFORM 1 FROM sb.endpoint WHERE handle IN (p_handle, e.far_handle) ORDER BY handle FOR UPDATE;
+    SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
+    RETURN e;
+END $$;
+
+-- The NOTIFY channel of a queue (a wake-up for waiting receivers).
+CREATE OR REPLACE FUNCTION sb.channel(p_queue text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT 'sb_queue_' || id FROM sb.queue WHERE name = p_queue
+$$;
+
+-- Catalogue definitions (idempotent) ---------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sb.create_message_type(p_name text, p_validation text DEFAULT 'NONE')
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO sb.message_type (name, validation) VALUES (p_name, p_validation)
+    ON CONFLICT (name) DO UPDATE SET validation = excluded.validation
+$$;
+
+-- p_messages: {{message_type, sent_by}, ...}
+CREATE OR REPLACE FUNCTION sb.create_contract(p_name text, p_messages text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sb.contract (name) VALUES (p_name) ON CONFLICT DO NOTHING;
+    INSERT INTO sb.contract_message (contract, message_type, sent_by)
+    SELECT p_name, p_messages[i][1], p_messages[i][2]
+      FROM generate_subscripts(p_messages, 1) AS i
+    ON CONFLICT (contract, message_type) DO UPDATE SET sent_by = excluded.sent_by;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.create_queue(p_name text, p_enabled boolean DEFAULT true,
+    p_poison_handling boolean DEFAULT true, p_max_readers int DEFAULT 1)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO sb.queue (name, enabled, poison_handling, max_readers)
+    VALUES (p_name, p_enabled, p_poison_handling, p_max_readers)
+    ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled,
+        poison_handling = excluded.poison_handling, max_readers = excluded.max_readers
+$$;
+
+CREATE OR REPLACE FUNCTION sb.alter_queue(p_name text, p_enabled boolean DEFAULT NULL,
+    p_poison_handling boolean DEFAULT NULL, p_max_readers int DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE sb.queue SET enabled = coalesce(p_enabled, enabled),
+        poison_handling = coalesce(p_poison_handling, poison_handling),
+        max_readers = coalesce(p_max_readers, max_readers)
+     WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB404', format('queue %s is not found', p_name));
+    END IF;
+    IF p_enabled THEN
+        PERFORM pg_notify(sb.channel(p_name), '');
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.create_service(p_name text, p_queue text, p_contracts text[] DEFAULT '{}')
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sb.service (name, queue) VALUES (p_name, p_queue)
+    ON CONFLICT (name) DO UPDATE SET queue = excluded.queue;
+    INSERT INTO sb.service_contract (service, contract)
+    SELECT p_name, c FROM unnest(p_contracts) AS c ON CONFLICT DO NOTHING;
+END $$;
+
+-- Dialogs -----------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sb.begin_dialog(p_from_service text, p_to_service text, p_contract text,
+    p_related_group uuid DEFAULT NULL, p_lifetime_seconds int DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue  text;
+    v_group  uuid := coalesce(p_related_group, gen_random_uuid());
+    v_handle uuid := gen_random_uuid();
+    v_gqueue text;
+BEGIN
+    SELECT queue INTO v_queue FROM sb.service WHERE name = p_from_service;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB424', format('service %s is not found', p_from_service));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_to_service) THEN
+        PERFORM sb.fail('SB424', format('target service %s is not found', p_to_service));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM sb.contract WHERE name = p_contract) THEN
+        PERFORM sb.fail('SB425', format('contract %s is not found', p_contract));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM sb.service_contract WHERE service = p_to_service AND contract = p_contract) THEN
+        PERFORM sb.fail('SB425', format('service %s does not accept contract %s', p_to_service, p_contract));
+    END IF;
+    INSERT INTO sb.conversation_group (id, queue) VALUES (v_group, v_queue) ON CONFLICT (id) DO NOTHING;
+    SELECT queue INTO v_gqueue FROM sb.conversation_group WHERE id = v_group;
+    IF v_gqueue <> v_queue THEN
+        PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', v_group, v_gqueue, v_queue));
+    END IF;
+    INSERT INTO sb.endpoint (handle, conversation_id, is_initiator, service, far_service, contract,
+                             group_id, state, expires_at)
+    VALUES (v_handle, gen_random_uuid(), true, p_from_service, p_to_service, p_contract, v_group, 'SO',
+            CASE WHEN p_lifetime_seconds IS NOT NULL THEN now() + make_interval(secs => p_lifetime_seconds) END);
+    RETURN v_handle;
+END $$;
+
+-- Puts one message on the far side of endpoint `e` (no contract checks: callers do).
+CREATE OR REPLACE FUNCTION sb.enqueue(e sb.endpoint, p_message_type text, p_body bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_far    sb.endpoint;
+    v_queue  text;
+    v_id     bigint;
+BEGIN
+    -- The caller holds both endpoints (sb.lock_endpoint).
+    SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
+    SELECT queue INTO v_queue FROM sb.service WHERE name = e.far_service;
+    UPDATE sb.endpoint SET send_seq = send_seq + 1 WHERE handle = e.handle;
+    INSERT INTO sb.message (queue, group_id, handle, seq, message_type, body)
+    VALUES (v_queue, v_far.group_id, v_far.handle, e.send_seq + 1, p_message_type, p_body)
+    RETURNING id INTO v_id;
+    INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (v_far.group_id, v_queue, v_id)
+    ON CONFLICT (group_id) DO NOTHING;
+    PERFORM pg_notify('sb_queue_' || (SELECT id FROM sb.queue WHERE name = v_queue), '');
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.send(p_handle uuid, p_message_type text, p_body bytea DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e          sb.endpoint;
+    v_sent_by  text;
+    v_valid    text;
+    v_far      uuid;
+    v_group    uuid;
+    v_queue    text;
+BEGIN
+    e := sb.lock_endpoint(p_handle);
+    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
+        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', p_handle, e.state));
+    END IF;
+    SELECT sent_by INTO v_sent_by FROM sb.contract_message WHERE contract = e.contract AND message_type = p_message_type;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
+    END IF;
+    IF v_sent_by <> 'ANY' AND v_sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
+        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
+            p_message_type, lower(v_sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
+    END IF;
+    SELECT validation INTO v_valid FROM sb.message_type WHERE name = p_message_type;
+    IF v_valid = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
+        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
+    ELSIF v_valid = 'WELL_FORMED_XML' THEN
+        BEGIN
+            PERFORM xmlparse(DOCUMENT convert_from(coalesce(p_body, ''), 'UTF8'));
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM sb.fail('SB615', format('a message of type %s failed XML validation: %s', p_message_type, SQLERRM));
+        END;
+    END IF;
+    IF e.far_handle IS NULL THEN
+        -- First message of the dialog: the target endpoint appears, in a new group of
+        -- the target's own (groups are local to each side).
+        v_far := gen_random_uuid();
+        v_group := gen_random_uuid();
+        SELECT queue INTO v_queue FROM sb.service WHERE name = e.far_service;
+        INSERT INTO sb.conversation_group (id, queue) VALUES (v_group, v_queue);
+        INSERT INTO sb.endpoint (handle, conversation_id, is_initiator, service, far_service, contract,
+                                 group_id, far_handle, state, expires_at)
+        VALUES (v_far, e.conversation_id, NOT e.is_initiator, e.far_service, e.service, e.contract,
+                v_group, e.handle, 'SI', e.expires_at);
+        UPDATE sb.endpoint SET far_handle = v_far, state = 'CO' WHERE handle = e.handle;
+        e.far_handle := v_far;
+    ELSIF e.state = 'SO' THEN
+        UPDATE sb.endpoint SET state = 'CO' WHERE handle = e.handle;
+    END IF;
+    PERFORM sb.enqueue(e, p_message_type, p_body);
+END $$;
+
+-- Receiving -------------------------------------------------------------------------------
+
+-- Locks the next available conversation group of a queue (or the given one) until the
+-- end of the transaction; NULL when none is available.
+CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_enabled boolean;
+    v_group   uuid;
+BEGIN
+    SELECT enabled INTO v_enabled FROM sb.queue WHERE name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB404', format('queue %s is not found', p_queue));
+    END IF;
+    IF NOT v_enabled THEN
+        PERFORM sb.fail('SB617', format('the service queue %s is currently disabled', p_queue));
+    END IF;
+    IF p_group IS NULL THEN
+        SELECT group_id INTO v_group FROM sb.group_ready
+         WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT group_id INTO v_group FROM sb.group_ready
+         WHERE group_id = p_group AND queue = p_queue FOR UPDATE SKIP LOCKED;
+    END IF;
+    RETURN v_group;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
+RETURNS uuid LANGUAGE sql AS $$
+    SELECT sb.lock_group(p_queue)
+$$;
+
+-- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
+-- order, at most p_max. The group stays locked to the end of the transaction.
+CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL)
+RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handle uuid,
+               message_sequence_number bigint, message_type_name text, message_body bytea,
+               service_name text, service_contract_name text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_group uuid := sb.lock_group(p_queue, p_group);
+    v_next  bigint;
+BEGIN
+    IF v_group IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH picked AS (
+        SELECT m.id FROM sb.message m
+         WHERE m.group_id = v_group
+         ORDER BY min(m.id) OVER (PARTITION BY m.handle), m.handle, m.seq
+         LIMIT p_max
+    ), gone AS (
+        DELETE FROM sb.message m USING picked WHERE m.id = picked.id
+        RETURNING m.id, m.group_id, m.handle, m.seq, m.message_type, m.body
+    )
+    SELECT g.id, g.group_id, g.handle, g.seq, g.message_type, g.body, e.service, e.contract
+      FROM gone g JOIN sb.endpoint e ON e.handle = g.handle
+     ORDER BY min(g.id) OVER (PARTITION BY g.handle), g.handle, g.seq;
+    -- A target endpoint that has received its first message is conversing.
+    UPDATE sb.endpoint SET state = 'CO' WHERE group_id = v_group AND state = 'SI';
+    SELECT min(id) INTO v_next FROM sb.message WHERE group_id = v_group;
+    IF v_next IS NULL THEN
+        DELETE FROM sb.group_ready WHERE group_id = v_group;
+    ELSE
+        UPDATE sb.group_ready SET first_id = v_next WHERE group_id = v_group;
+        -- Messages are left: wake another reader once this transaction ends.
+        PERFORM pg_notify(sb.channel(p_queue), '');
+    END IF;
+END $$;
+
+-- Poison detection. PostgreSQL has no autonomous transactions, so a count written by
+-- the receiving transaction would roll back with it: the transport calls this, in a
+-- transaction of its own, after rolling back a transaction that had received these
+-- messages. Five rollbacks in a row of one message disable its queue when the queue's
+-- poison-message handling is on (SQL Server's rule). Returns true when it disabled it.
+CREATE OR REPLACE FUNCTION sb.note_rollback(p_message_ids bigint[])
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+    v_disabled boolean := false;
+BEGIN
+    FOR v_queue IN
+        WITH bumped AS (
+            UPDATE sb.message SET rollbacks = rollbacks + 1 WHERE id = ANY (p_message_ids)
+            RETURNING queue, rollbacks
+        )
+        SELECT DISTINCT b.queue FROM bumped b WHERE b.rollbacks >= 5
+    LOOP
+        UPDATE sb.queue SET enabled = false WHERE name = v_queue AND poison_handling AND enabled;
+        v_disabled := v_disabled OR FOUND;
+    END LOOP;
+    -- The messages are available again: wake waiting readers.
+    PERFORM pg_notify(sb.channel(q), '') FROM (SELECT DISTINCT queue AS q FROM sb.message WHERE id = ANY (p_message_ids)) s;
+    RETURN v_disabled;
+END $$;
+
+-- Ending ----------------------------------------------------------------------------------
+
+-- Removes both endpoints of a conversation that both sides have ended, and their
+-- groups when nothing else uses them.
+CREATE OR REPLACE FUNCTION sb.cleanup(p_conversation uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_groups uuid[];
+BEGIN
+    WITH gone AS (DELETE FROM sb.endpoint WHERE conversation_id = p_conversation RETURNING group_id)
+    SELECT array_agg(DISTINCT group_id) INTO v_groups FROM gone;
+    DELETE FROM sb.conversation_group g
+     WHERE g.id = ANY (v_groups)
+       AND NOT EXISTS (SELECT 1 FROM sb.endpoint e WHERE e.group_id = g.id)
+       AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = g.id);
+END $$;
+
+-- END CONVERSATION [WITH ERROR = code DESCRIPTION = description].
+CREATE OR REPLACE FUNCTION sb.end_conversation(p_handle uuid, p_error_code int DEFAULT NULL,
+    p_description text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e     sb.endpoint;
+    v_far sb.endpoint;
+    v_body bytea;
+BEGIN
+    e := sb.lock_endpoint(p_handle);
+    IF e.state IN ('DO', 'CD') THEN
+        PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
+    END IF;
+    IF e.far_handle IS NOT NULL THEN
+        SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
+    END IF;
+    -- Messages of this conversation not yet received here are discarded.
+    DELETE FROM sb.message WHERE handle = p_handle;
+    IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
+        DELETE FROM sb.group_ready WHERE group_id = e.group_id;
+    END IF;
+    IF e.far_handle IS NULL OR v_far.state IN ('DI', 'ER', 'DO', 'CD') AND e.state IN ('DI', 'ER') THEN
+        -- The far side has ended already (or never existed): the conversation is over.
+        UPDATE sb.endpoint SET state = 'CD' WHERE handle = e.handle;
+        IF e.far_handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
+            PERFORM sb.cleanup(e.conversation_id);
+        END IF;
+        RETURN;
+    END IF;
+    IF p_error_code IS NULL THEN
+        UPDATE sb.endpoint SET state = 'DO' WHERE handle = e.handle;
+        UPDATE sb.endpoint SET state = 'DI' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
+        PERFORM sb.enqueue(e, 'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog', NULL);
+    ELSE
+        v_body := convert_to(
+            '<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>'
+            || p_error_code || '</Code><Description>'
+            || replace(replace(replace(coalesce(p_description, ''), '&', '&amp;'), '<', '&lt;'), '>', '&gt;')
+            || '</Description></Error>', 'UTF8');
+        UPDATE sb.endpoint SET state = 'DO' WHERE handle = e.handle;
+        UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
+        PERFORM sb.enqueue(e, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
+    END IF;
+END $$;
+
+-- MOVE CONVERSATION handle TO group (a group of the same queue; created if new).
+CREATE OR REPLACE FUNCTION sb.move_conversation(p_handle uuid, p_group uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e       sb.endpoint;
+    v_queue text;
+    v_gqueue text;
+    v_first bigint;
+BEGIN
+    SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
+    SELECT queue INTO v_queue FROM sb.service WHERE name = e.service;
+    INSERT INTO sb.conversation_group (id, queue) VALUES (p_group, v_queue) ON CONFLICT (id) DO NOTHING;
+    SELECT queue INTO v_gqueue FROM sb.conversation_group WHERE id = p_group;
+    IF v_gqueue <> v_queue THEN
+        PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', p_group, v_gqueue, v_queue));
+    END IF;
+    UPDATE sb.endpoint SET group_id = p_group WHERE handle = p_handle;
+    UPDATE sb.message SET group_id = p_group WHERE handle = p_handle;
+    -- Keep the ready rows of both groups right.
+    SELECT min(id) INTO v_first FROM sb.message WHERE group_id = e.group_id;
+    IF v_first IS NULL THEN
+        DELETE FROM sb.group_ready WHERE group_id = e.group_id;
+    ELSE
+        UPDATE sb.group_ready SET first_id = v_first WHERE group_id = e.group_id;
+    END IF;
+    SELECT min(id) INTO v_first FROM sb.message WHERE group_id = p_group;
+    IF v_first IS NOT NULL THEN
+        INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (p_group, v_queue, v_first)
+        ON CONFLICT (group_id) DO UPDATE SET first_id = excluded.first_id;
+    END IF;
+    DELETE FROM sb.conversation_group g WHERE g.id = e.group_id
+       AND NOT EXISTS (SELECT 1 FROM sb.endpoint x WHERE x.group_id = g.id);
+END $$;
+
+-- Views -------------------------------------------------------------------------------------
+
+CREATE OR REPLACE VIEW sb.queue_depth AS
+SELECT q.name AS queue, q.enabled, q.max_readers,
+       count(m.id) AS messages,
+       count(DISTINCT m.group_id) AS groups,
+       min(m.enqueued_at) AS oldest_enqueued_at
+  FROM sb.queue q LEFT JOIN sb.message m ON m.queue = q.name
+ GROUP BY q.name, q.enabled, q.max_readers;
+
+CREATE OR REPLACE VIEW sb.endpoints_by_state AS
+SELECT service, state, count(*) AS endpoints FROM sb.endpoint GROUP BY service, state;
+
+CREATE OR REPLACE VIEW sb.disabled_queues AS
+SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled;
+
+INSERT INTO sb.migration (version) VALUES (1) ON CONFLICT DO NOTHING;

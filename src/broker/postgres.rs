@@ -1,0 +1,275 @@
+//! The PostgreSQL broker: its install scripts and a session over tokio-postgres.
+//!
+//! A session has two connections: one for the work (begin, receive, send, end, commit)
+//! and one that only LISTENs, so that a waiting receive wakes as soon as a send to its
+//! queue commits (notifications are delivered to a session, so the listener must be a
+//! connection of its own that nothing else uses).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::watch;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+use uuid::Uuid;
+
+use super::{BrokerError, ErrorKind, Message};
+
+/// The install scripts, in order: (version, SQL).
+pub const SCRIPTS: &[(i32, &str)] = &[(1, include_str!("../../broker/postgres/001_broker.sql"))];
+
+/// The statements this transport sends, by name (`broker/postgres/session.sql`).
+const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
+
+/// The statement named `name` in `session.sql` (a bug if missing: a unit test reads
+/// every name used here).
+fn stmt(name: &str) -> &'static str {
+    static STATEMENTS: std::sync::OnceLock<Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
+    let all = STATEMENTS.get_or_init(|| {
+        SESSION_SQL
+            .split("-- name: ")
+            .skip(1)
+            .filter_map(|section| {
+                let (name, body) = section.split_once('\n')?;
+                Some((name.trim(), body.trim().trim_end_matches(';')))
+            })
+            .collect()
+    });
+    all.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .unwrap_or_else(|| panic!("no statement '{name}' in session.sql"))
+}
+
+fn error_of(e: tokio_postgres::Error) -> BrokerError {
+    let Some(db) = e.as_db_error() else {
+        return BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() };
+    };
+    let code = db.code().code();
+    let (kind, number) = match code {
+        "40P01" => (ErrorKind::Retryable, 1205),
+        "40001" => (ErrorKind::Retryable, 1205),
+        "55P03" => (ErrorKind::Retryable, 1222),
+        "SB617" => (ErrorKind::QueueDisabled, 9617),
+        "SB426" => (ErrorKind::ConversationNotFound, 8426),
+        "SB429" => (ErrorKind::InvalidState, 8429),
+        "SB431" => (ErrorKind::ContractViolation, 8431),
+        "SB432" => (ErrorKind::ContractViolation, 8432),
+        "SB615" => (ErrorKind::Validation, 9615),
+        "SB404" | "SB424" | "SB425" | "SB409" => (ErrorKind::NotFound, 0),
+        c if c.starts_with("08") || c.starts_with("57P") => (ErrorKind::Connection, 0),
+        _ => (ErrorKind::Other, 0),
+    };
+    BrokerError { kind, number, message: db.message().to_owned() }
+}
+
+/// Connects, driving the connection on a task; notifications go to `notify`.
+async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
+    let (client, mut conn) = tokio_postgres::connect(url, NoTls).await.map_err(error_of)?;
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(msg)) = stream.next().await {
+            if let (AsyncMessage::Notification(_), Some(tx)) = (msg, notify.as_ref()) {
+                tx.send_modify(|n| *n += 1);
+            }
+        }
+    });
+    Ok(client)
+}
+
+/// Installs (or brings up to date) the broker in the database at `url`. Each script is
+/// idempotent and runs in a transaction of its own.
+pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
+    let client = connect(url, None).await?;
+    let mut applied = Vec::new();
+    for (version, sql) in SCRIPTS {
+        client
+            .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))
+            .await
+            .map_err(error_of)?;
+        applied.push(*version);
+    }
+    Ok(applied)
+}
+
+/// One broker session: a working connection and its listener.
+pub struct Session {
+    client: Client,
+    listener: Client,
+    wakeups: watch::Receiver<u64>,
+    listening: Vec<String>,
+    /// Ids of messages received in the open transaction (for poison counting).
+    received: Vec<i64>,
+}
+
+impl Session {
+    /// Opens a session on the database at `url` (a libpq-style URL or key=value string).
+    pub async fn open(url: &str) -> Result<Self, BrokerError> {
+        let (tx, rx) = watch::channel(0u64);
+        let listener = connect(url, Some(tx)).await?;
+        let client = connect(url, None).await?;
+        Ok(Self { client, listener, wakeups: rx, listening: Vec::new(), received: Vec::new() })
+    }
+
+    /// The working connection, for the caller's own statements in the same transaction.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub async fn begin(&mut self) -> Result<(), BrokerError> {
+        self.received.clear();
+        self.client.batch_execute("BEGIN").await.map_err(error_of)
+    }
+
+    pub async fn commit(&mut self) -> Result<(), BrokerError> {
+        self.received.clear();
+        self.client.batch_execute("COMMIT").await.map_err(error_of)
+    }
+
+    /// Rolls back; when the transaction had received messages, reports the rollback to
+    /// the broker in a transaction of its own (poison detection). Returns whether that
+    /// disabled the queue.
+    pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
+        self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
+        let ids = std::mem::take(&mut self.received);
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        let row = self.client.query_one(stmt("note_rollback"), &[&ids]).await.map_err(error_of)?;
+        Ok(row.get(0))
+    }
+
+    async fn listen(&mut self, queue: &str) -> Result<(), BrokerError> {
+        if self.listening.iter().any(|q| q == queue) {
+            return Ok(());
+        }
+        let row = self.client.query_opt(stmt("channel"), &[&queue]).await.map_err(error_of)?;
+        let Some(channel) = row.and_then(|r| r.get::<_, Option<String>>(0)) else {
+            return Err(BrokerError {
+                kind: ErrorKind::NotFound,
+                number: 0,
+                message: format!("queue {queue} is not found"),
+            });
+        };
+        // The channel name is ours (sb_queue_<id>), never user text.
+        self.listener.batch_execute(&format!("LISTEN {channel}")).await.map_err(error_of)?;
+        self.listening.push(queue.to_owned());
+        Ok(())
+    }
+
+    /// `WAITFOR (RECEIVE TOP (max) … FROM queue [WHERE conversation_group_id = group]),
+    /// TIMEOUT wait`: the messages of one conversation group, waiting up to `wait` for
+    /// one to become available; empty on timeout. Call inside a transaction: the group
+    /// stays locked until it ends.
+    pub async fn receive(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        wait: Duration,
+    ) -> Result<Vec<Message>, BrokerError> {
+        self.listen(queue).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Taken before the attempt, so a send that commits during it still wakes us.
+            self.wakeups.borrow_and_update();
+            let rows = self.client.query(stmt("receive"), &[&queue, &max, &group]).await.map_err(error_of)?;
+            if !rows.is_empty() {
+                let msgs: Vec<Message> = rows
+                    .iter()
+                    .map(|r| Message {
+                        id: r.get(0),
+                        conversation_group_id: r.get(1),
+                        conversation_handle: r.get(2),
+                        sequence: r.get(3),
+                        message_type: r.get(4),
+                        body: r.get::<_, Option<Vec<u8>>>(5).unwrap_or_default(),
+                        service: r.get(6),
+                        contract: r.get(7),
+                    })
+                    .collect();
+                self.received.extend(msgs.iter().map(|m| m.id));
+                return Ok(msgs);
+            }
+            match tokio::time::timeout_at(deadline, self.wakeups.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => {
+                    return Err(BrokerError {
+                        kind: ErrorKind::Connection,
+                        number: 0,
+                        message: "the listener connection closed".into(),
+                    });
+                }
+                Err(_) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
+    pub async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
+        self.listen(queue).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            self.wakeups.borrow_and_update();
+            let row = self.client.query_one(stmt("get_conversation_group"), &[&queue]).await.map_err(error_of)?;
+            if let Some(g) = row.get::<_, Option<Uuid>>(0) {
+                return Ok(Some(g));
+            }
+            match tokio::time::timeout_at(deadline, self.wakeups.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// `BEGIN DIALOG @h FROM SERVICE from TO SERVICE 'to' ON CONTRACT contract [WITH
+    /// RELATED_CONVERSATION_GROUP = g, LIFETIME = s]`.
+    pub async fn begin_dialog(
+        &mut self,
+        from: &str,
+        to: &str,
+        contract: &str,
+        related_group: Option<Uuid>,
+        lifetime_seconds: Option<i32>,
+    ) -> Result<Uuid, BrokerError> {
+        let row = self
+            .client
+            .query_one(stmt("begin_dialog"), &[&from, &to, &contract, &related_group, &lifetime_seconds])
+            .await
+            .map_err(error_of)?;
+        Ok(row.get(0))
+    }
+
+    /// `SEND ON CONVERSATION handle MESSAGE TYPE t (body)`.
+    pub async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
+        self.client.execute(stmt("send"), &[&handle, &message_type, &body]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    /// `END CONVERSATION handle [WITH ERROR = code DESCRIPTION = text]`.
+    pub async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
+        let (code, text) = error.map_or((None, None), |(c, t)| (Some(c), Some(t)));
+        self.client.execute(stmt("end_conversation"), &[&handle, &code, &text]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    /// `MOVE CONVERSATION handle TO group`.
+    pub async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
+        self.client.execute(stmt("move_conversation"), &[&handle, &group]).await.map_err(error_of)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stmt;
+
+    #[test]
+    fn every_statement_used_is_in_session_sql() {
+        let code = include_str!("postgres.rs");
+        let used: Vec<&str> = code.split("stmt(\"").skip(1).filter_map(|r| r.split('"').next()).collect();
+        assert!(used.len() >= 8, "{used:?}");
+        for name in used {
+            assert!(stmt(name).starts_with("SELECT"), "{name}");
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The PostgreSQL broker's Service Broker semantics, against a real server the tests
+//! start themselves (`common::pg`), one test per rule.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sbworker::broker::postgres::{Session, install};
+use sbworker::broker::{ErrorKind, Message, system};
+use uuid::Uuid;
+
+use crate::common::pg::fresh_db;
+
+const VRAAG: &str = "/t/Vraag";
+const ANTWOORD: &str = "/t/Antwoord";
+const LEEG: &str = "/t/Leeg";
+const VRIJ: &str = "/t/Vrij";
+const NOW: Duration = Duration::ZERO;
+
+/// A database with two queues (iq: initiator, tq: target) and a contract between them.
+async fn world() -> (String, Session) {
+    let url = fresh_db().await;
+    let s = Session::open(&url).await.unwrap();
+    s.client()
+        .batch_execute(
+            "SELECT sb.create_message_type('/t/Vraag', 'WELL_FORMED_XML');
+             SELECT sb.create_message_type('/t/Antwoord', 'WELL_FORMED_XML');
+             SELECT sb.create_message_type('/t/Leeg', 'EMPTY');
+             SELECT sb.create_message_type('/t/Vrij', 'NONE');
+             SELECT sb.create_contract('/t/C', ARRAY[['/t/Vraag','INITIATOR'],['/t/Antwoord','TARGET'],
+                                                     ['/t/Leeg','ANY'],['/t/Vrij','ANY']]);
+             SELECT sb.create_queue('iq');
+             SELECT sb.create_queue('tq');
+             SELECT sb.create_service('/t/I', 'iq');
+             SELECT sb.create_service('/t/T', 'tq', ARRAY['/t/C']);",
+        )
+        .await
+        .unwrap();
+    (url, s)
+}
+
+/// Begins a dialog and sends bodies on it, committed; returns the initiator handle.
+async fn dialog(s: &mut Session, bodies: &[&str]) -> Uuid {
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    for b in bodies {
+        s.send(h, VRAAG, Some(b.as_bytes())).await.unwrap();
+    }
+    s.commit().await.unwrap();
+    h
+}
+
+async fn state(s: &Session, handle: Uuid) -> Option<String> {
+    s.client().query_opt("SELECT state FROM sb.endpoint WHERE handle = $1", &[&handle]).await.unwrap().map(|r| r.get(0))
+}
+
+fn bodies(msgs: &[Message]) -> Vec<String> {
+    msgs.iter().map(|m| String::from_utf8(m.body.clone()).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn install_is_idempotent() {
+    let (url, s) = world().await;
+    let count = "SELECT (SELECT count(*) FROM sb.message_type) + (SELECT count(*) FROM sb.queue) + \
+                 (SELECT count(*) FROM pg_proc WHERE pronamespace = 'sb'::regnamespace) + (SELECT count(*) FROM sb.migration)";
+    let before: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(install(&url).await.unwrap(), [1]);
+    let after: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn the_contract_decides_which_side_sends_what() {
+    let (_url, mut s) = world().await;
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    let e = s.send(h, ANTWOORD, Some(b"<a/>")).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::ContractViolation, 8432), "{e}");
+    s.rollback().await.unwrap();
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    let e = s.send(h, system::DIALOG_TIMER, None).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::ContractViolation, 8431), "{e}");
+    s.rollback().await.unwrap();
+    // Unknown services and contracts are refused at BEGIN DIALOG.
+    s.begin().await.unwrap();
+    let e = s.begin_dialog("/t/I", "/t/Nergens", "/t/C", None, None).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    s.rollback().await.unwrap();
+    // The target may answer with its own message type.
+    dialog(&mut s, &["<v/>"]).await;
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.send(got[0].conversation_handle, ANTWOORD, Some(b"<a/>")).await.unwrap();
+    let e = s.send(got[0].conversation_handle, VRAAG, Some(b"<v/>")).await.unwrap_err();
+    assert_eq!(e.number, 8432);
+}
+
+#[tokio::test]
+async fn bodies_are_validated_as_the_message_type_says() {
+    let (_url, mut s) = world().await;
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    s.client().batch_execute("SAVEPOINT a").await.unwrap();
+    let e = s.send(h, VRAAG, Some(b"<niet-gesloten>")).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::Validation, 9615), "{e}");
+    s.client().batch_execute("ROLLBACK TO SAVEPOINT a").await.unwrap();
+    let e = s.send(h, LEEG, Some(b"x")).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Validation);
+    s.client().batch_execute("ROLLBACK TO SAVEPOINT a").await.unwrap();
+    s.send(h, LEEG, None).await.unwrap();
+    s.send(h, VRIJ, Some(b"\xFF\x00 anything")).await.unwrap();
+    s.send(h, VRAAG, Some(b"<ok/>")).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    let types: Vec<&str> = got.iter().map(|m| m.message_type.as_str()).collect();
+    assert_eq!(types, [LEEG, VRIJ, VRAAG]);
+    assert_eq!(got[1].body, b"\xFF\x00 anything");
+}
+
+#[tokio::test]
+async fn messages_come_in_order_within_a_conversation() {
+    let (_url, mut s) = world().await;
+    dialog(&mut s, &["<m n='1'/>", "<m n='2'/>", "<m n='3'/>", "<m n='4'/>", "<m n='5'/>"]).await;
+    s.begin().await.unwrap();
+    let first = s.receive("tq", 2, None, NOW).await.unwrap();
+    let rest = s.receive("tq", 10, Some(first[0].conversation_group_id), NOW).await.unwrap();
+    s.commit().await.unwrap();
+    let all: Vec<String> = bodies(&first).into_iter().chain(bodies(&rest)).collect();
+    assert_eq!(all, ["<m n='1'/>", "<m n='2'/>", "<m n='3'/>", "<m n='4'/>", "<m n='5'/>"]);
+    let seqs: Vec<i64> = first.iter().chain(&rest).map(|m| m.sequence).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn one_receive_returns_one_group_and_locks_it_until_commit() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    dialog(&mut a, &["<eerste/>", "<eerste2/>"]).await;
+    dialog(&mut a, &["<tweede/>"]).await;
+    a.begin().await.unwrap();
+    let got_a = a.receive("tq", 100, None, NOW).await.unwrap();
+    assert_eq!(bodies(&got_a), ["<eerste/>", "<eerste2/>"], "only the oldest group");
+    let group_a = got_a[0].conversation_group_id;
+    // More for A's group while A holds it: B may not have them, and gets the other group.
+    let mut c = Session::open(&url).await.unwrap();
+    c.begin().await.unwrap();
+    let h = c.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    c.send(h, VRAAG, Some(b"<derde/>")).await.unwrap();
+    c.commit().await.unwrap();
+    b.begin().await.unwrap();
+    let got_b = b.receive("tq", 100, None, NOW).await.unwrap();
+    assert_eq!(bodies(&got_b), ["<tweede/>"]);
+    assert_ne!(got_b[0].conversation_group_id, group_a);
+    assert!(b.receive("tq", 100, Some(group_a), NOW).await.unwrap().is_empty(), "A's group is locked");
+    b.commit().await.unwrap();
+    a.commit().await.unwrap();
+    b.begin().await.unwrap();
+    assert_eq!(bodies(&b.receive("tq", 100, None, NOW).await.unwrap()), ["<derde/>"]);
+    b.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn rollback_returns_the_messages() {
+    let (_url, mut s) = world().await;
+    dialog(&mut s, &["<a/>", "<b/>"]).await;
+    s.begin().await.unwrap();
+    let first = s.receive("tq", 100, None, NOW).await.unwrap();
+    assert!(!s.rollback().await.unwrap());
+    s.begin().await.unwrap();
+    let again = s.receive("tq", 100, None, NOW).await.unwrap();
+    assert_eq!(bodies(&again), bodies(&first));
+    assert_eq!(again.iter().map(|m| m.id).collect::<Vec<_>>(), first.iter().map(|m| m.id).collect::<Vec<_>>());
+    s.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_send_is_invisible_until_commit() {
+    let (url, mut sender) = world().await;
+    let mut receiver = Session::open(&url).await.unwrap();
+    sender.begin().await.unwrap();
+    let h = sender.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    sender.send(h, VRAAG, Some(b"<v/>")).await.unwrap();
+    receiver.begin().await.unwrap();
+    assert!(receiver.receive("tq", 10, None, NOW).await.unwrap().is_empty());
+    sender.commit().await.unwrap();
+    assert_eq!(bodies(&receiver.receive("tq", 10, None, NOW).await.unwrap()), ["<v/>"]);
+    receiver.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn end_dialog_and_error_reach_the_far_side_and_endpoints_move_through_their_states() {
+    let (_url, mut s) = world().await;
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    assert_eq!(state(&s, h).await.as_deref(), Some("SO"));
+    s.send(h, VRAAG, Some(b"<v/>")).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(state(&s, h).await.as_deref(), Some("CO"));
+    let target: Uuid =
+        s.client().query_one("SELECT far_handle FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0);
+    assert_eq!(state(&s, target).await.as_deref(), Some("SI"));
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    assert_eq!(got[0].conversation_handle, target);
+    assert_eq!(state(&s, target).await.as_deref(), Some("CO"));
+    s.send(target, ANTWOORD, Some(b"<a/>")).await.unwrap();
+    s.end_conversation(target, None).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!((state(&s, target).await.as_deref(), state(&s, h).await.as_deref()), (Some("DO"), Some("DI")));
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, None, NOW).await.unwrap();
+    let types: Vec<&str> = back.iter().map(|m| m.message_type.as_str()).collect();
+    assert_eq!(types, [ANTWOORD, system::END_DIALOG]);
+    s.end_conversation(h, None).await.unwrap();
+    s.commit().await.unwrap();
+    // Both sides ended: the conversation is cleaned up.
+    assert_eq!((state(&s, target).await, state(&s, h).await), (None, None));
+    let left: i64 = s.client().query_one("SELECT count(*) FROM sb.conversation_group", &[]).await.unwrap().get(0);
+    assert_eq!(left, 0);
+
+    // With an error: the far side gets an Error message with Code and Description.
+    let h = dialog(&mut s, &["<v/>"]).await;
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.end_conversation(got[0].conversation_handle, Some((50012, "Tijdblok <1>: & kapot"))).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(state(&s, h).await.as_deref(), Some("ER"));
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, None, NOW).await.unwrap();
+    assert_eq!(back[0].message_type, system::ERROR);
+    let xml = String::from_utf8(back[0].body.clone()).unwrap();
+    assert!(xml.contains("<Code>50012</Code><Description>Tijdblok &lt;1&gt;: &amp; kapot</Description>"), "{xml}");
+    s.end_conversation(h, None).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(state(&s, h).await, None);
+    // Ending twice is an error of state; an unknown handle is not found.
+    let e = s.end_conversation(h, None).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::ConversationNotFound, 8426));
+}
+
+#[tokio::test]
+async fn move_conversation_puts_a_dialog_in_another_group() {
+    let (_url, mut s) = world().await;
+    dialog(&mut s, &["<een/>"]).await;
+    dialog(&mut s, &["<twee/>"]).await;
+    s.begin().await.unwrap();
+    let first = s.receive("tq", 10, None, NOW).await.unwrap();
+    let g = first[0].conversation_group_id;
+    s.commit().await.unwrap();
+    // Move the second dialog's target side into the first one's group.
+    let second: Uuid =
+        s.client().query_one("SELECT handle FROM sb.message WHERE queue = 'tq'", &[]).await.unwrap().get(0);
+    s.begin().await.unwrap();
+    s.move_conversation(second, g).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<twee/>"]);
+    assert_eq!(got[0].conversation_group_id, g);
+    s.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn five_rolled_back_receives_disable_the_queue_unless_handling_is_off() {
+    let (_url, mut s) = world().await;
+    dialog(&mut s, &["<gif/>"]).await;
+    for attempt in 1..=5 {
+        s.begin().await.unwrap();
+        assert_eq!(s.receive("tq", 10, None, NOW).await.unwrap().len(), 1);
+        assert_eq!(s.rollback().await.unwrap(), attempt == 5, "attempt {attempt}");
+    }
+    s.begin().await.unwrap();
+    let e = s.receive("tq", 10, None, NOW).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::QueueDisabled, 9617));
+    s.rollback().await.unwrap();
+    let disabled: Vec<String> =
+        s.client().query("SELECT queue FROM sb.disabled_queues", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(disabled, ["tq"]);
+
+    // With poison-message handling off the queue stays on, however often it rolls back.
+    s.client()
+        .batch_execute("SELECT sb.alter_queue('tq', p_enabled => true, p_poison_handling => false)")
+        .await
+        .unwrap();
+    for _ in 0..7 {
+        s.begin().await.unwrap();
+        assert_eq!(s.receive("tq", 10, None, NOW).await.unwrap().len(), 1);
+        assert!(!s.rollback().await.unwrap());
+    }
+    s.begin().await.unwrap();
+    assert_eq!(s.receive("tq", 10, None, NOW).await.unwrap().len(), 1);
+    s.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_receive_returns_as_soon_as_a_send_commits() {
+    let (url, mut sender) = world().await;
+    let mut receiver = Session::open(&url).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        receiver.begin().await.unwrap();
+        // A long timeout: were the wake-up lost, this would come back empty.
+        let got = receiver.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
+        receiver.commit().await.unwrap();
+        got
+    });
+    // Wait until the receiver has made its first (empty) attempt and is waiting.
+    loop {
+        let waiting: i64 = sender
+            .client()
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%sb.receive%'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    dialog(&mut sender, &["<wakker/>"]).await;
+    let got = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the receive returned").unwrap();
+    assert_eq!(bodies(&got), ["<wakker/>"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_sessions_share_a_queue_without_overlap_or_loss() {
+    const GROUPS: i64 = 1000;
+    const PER_GROUP: i64 = 5;
+    let (url, s) = world().await;
+    s.client()
+        .batch_execute(&format!(
+            "DO $$ DECLARE h uuid; BEGIN
+               FOR g IN 1..{GROUPS} LOOP
+                 h := sb.begin_dialog('/t/I', '/t/T', '/t/C');
+                 FOR n IN 1..{PER_GROUP} LOOP
+                   PERFORM sb.send(h, '/t/Vrij', convert_to(g || ':' || n, 'UTF8'));
+                 END LOOP;
+               END LOOP;
+             END $$"
+        ))
+        .await
+        .unwrap();
+    let held: Arc<Mutex<HashSet<Uuid>>> = Arc::default();
+    let seen: Arc<Mutex<HashMap<Uuid, Vec<i64>>>> = Arc::default();
+    let total: Arc<Mutex<i64>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (url, held, seen, total) = (url.clone(), held.clone(), seen.clone(), total.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = Session::open(&url).await.unwrap();
+            loop {
+                s.begin().await.unwrap();
+                let got = s.receive("tq", 3, None, Duration::from_millis(200)).await.unwrap();
+                if got.is_empty() {
+                    s.commit().await.unwrap();
+                    if *total.lock().unwrap() == GROUPS * PER_GROUP {
+                        return;
+                    }
+                    continue;
+                }
+                let g = got[0].conversation_group_id;
+                assert!(got.iter().all(|m| m.conversation_group_id == g), "one group per receive");
+                assert!(held.lock().unwrap().insert(g), "group {g} held by two sessions at once");
+                {
+                    let mut seen = seen.lock().unwrap();
+                    for m in &got {
+                        seen.entry(m.conversation_handle).or_default().push(m.sequence);
+                    }
+                }
+                *total.lock().unwrap() += got.len() as i64;
+                held.lock().unwrap().remove(&g);
+                s.commit().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(300), t).await.expect("drained in time").unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as i64, GROUPS);
+    for (h, seqs) in seen.iter() {
+        assert_eq!(seqs, &(1..=PER_GROUP).collect::<Vec<_>>(), "conversation {h}: each once, in order");
+    }
+    assert_eq!(*total.lock().unwrap(), GROUPS * PER_GROUP);
+}
+
+#[tokio::test]
+async fn sbworker_install_puts_the_broker_in_and_again_changes_nothing() {
+    let url = fresh_db().await;
+    for _ in 0..2 {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(["install", "--postgres", &url])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("PostgreSQL broker installed"));
+    }
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["install", "--postgres", "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("installing the PostgreSQL broker"));
+}
