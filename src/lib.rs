@@ -8,8 +8,10 @@
 //! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
+//! - [`pg_cluster`]: a throwaway PostgreSQL cluster (tests, benchmarks, demo).
 
 pub mod broker;
 pub mod cli;
 pub mod contract;
 pub mod engine;
+pub mod pg_cluster;

@@ -405,3 +405,20 @@ async fn sbworker_install_puts_the_broker_in_and_again_changes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("installing the PostgreSQL broker"));
 }
+
+#[tokio::test]
+async fn a_throwaway_cluster_is_gone_once_dropped() {
+    let c = sbworker::pg_cluster::Cluster::start(&[]).unwrap();
+    let url = c.create_database("probe").await.unwrap();
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    let (pid, dir) = c.pid_and_dir();
+    let dir = dir.to_owned();
+    drop(client);
+    drop(c);
+    assert!(!dir.exists(), "{} removed", dir.display());
+    // SAFETY: signal 0 only asks whether the process exists.
+    assert_ne!(unsafe { libc::kill(pid as i32, 0) }, 0, "server {pid} stopped");
+}
