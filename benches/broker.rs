@@ -1,7 +1,8 @@
 //! Raw PostgreSQL broker throughput: send (BEGIN DIALOG + SEND, one commit per dialog)
 //! and drain (RECEIVE + END CONVERSATION, one commit per group) with 4 sessions each,
 //! at a backlog of N and of 10 x N, so that the cost per message can be compared as the
-//! queue grows; then N again right after the big drain, while its dead rows are fresh.
+//! queue grows; then N again right after the big drain, while its dead rows are fresh;
+//! then twice more while another transaction pins xmin (no dead row can be vacuumed).
 //!
 //! Run: `cargo bench --bench broker` (N = 10,000; `-- --quick` for N = 2,000). It starts
 //! its own throwaway cluster (fsync on, synchronous_commit off: the broker's CPU and
@@ -127,6 +128,25 @@ fn main() {
         let _ =
             writeln!(report, "{:<44} {:>12.0}", format!("send {n} after the big drain ({dead} dead rows)"), s_again);
         let _ = writeln!(report, "{:<44} {:>12.0}", format!("receive + end {n} after the big drain"), d_again);
+        // The classic killer: a transaction that pins xmin, so no dead row can be vacuumed.
+        let pin = Session::open(&big).await.expect("session");
+        pin.client()
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM sb.queue;")
+            .await
+            .expect("pin");
+        for round in 1..=2 {
+            let s = send(&big, n).await;
+            let d = drain(&big, n).await;
+            let dead = dead_rows(&big).await;
+            let _ = writeln!(report, "{:<44} {:>12.0}", format!("send {n}, xmin pinned, round {round}"), s);
+            let _ = writeln!(
+                report,
+                "{:<44} {:>12.0}",
+                format!("receive + end {n}, xmin pinned, round {round} ({dead} dead)"),
+                d
+            );
+        }
+        pin.client().batch_execute("COMMIT").await.expect("unpin");
         let _ = writeln!(report, "cost per message at 10x backlog vs 1x (drain): {:.2}x", d1 / d10_first);
     });
     print!("{report}");
