@@ -422,3 +422,63 @@ async fn a_throwaway_cluster_is_gone_once_dropped() {
     // SAFETY: signal 0 only asks whether the process exists.
     assert_ne!(unsafe { libc::kill(pid as i32, 0) }, 0, "server {pid} stopped");
 }
+
+#[tokio::test]
+async fn a_group_left_below_the_search_floor_is_still_served() {
+    let (url, mut s) = world().await;
+    // A dialog whose send takes a low message id but commits late.
+    let mut late = Session::open(&url).await.unwrap();
+    late.begin().await.unwrap();
+    let h = late.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    late.send(h, VRIJ, Some(b"laat")).await.unwrap();
+    // Many later messages, committed first; receiving one raises the floor past it.
+    s.client()
+        .batch_execute("DO $$ DECLARE h uuid; BEGIN FOR i IN 1..150 LOOP h := sb.begin_dialog('/t/I', '/t/T', '/t/C'); PERFORM sb.send(h, '/t/Vrij', convert_to('vroeg', 'UTF8')); END LOOP; END $$")
+        .await
+        .unwrap();
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("tq", 1, None, NOW).await.unwrap()), ["vroeg"]);
+    s.commit().await.unwrap();
+    late.commit().await.unwrap();
+    // The late group is found by the periodic search from the start (one in 64),
+    // long before the 149 other groups are used up.
+    let mut receives = 0;
+    loop {
+        s.begin().await.unwrap();
+        let got = s.receive("tq", 1, None, NOW).await.unwrap();
+        s.commit().await.unwrap();
+        receives += 1;
+        if bodies(&got) == ["laat"] {
+            break;
+        }
+        assert!(receives <= 70, "the late group waited more than 70 receives");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_lifetime_ends_the_dialog_with_an_error_on_both_sides() {
+    let (_url, mut s) = world().await;
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, Some(3600)).await.unwrap();
+    s.send(h, VRIJ, Some(b"v")).await.unwrap();
+    s.commit().await.unwrap();
+    let expired: i32 = s.client().query_one("SELECT sb.expire_dialogs()", &[]).await.unwrap().get(0);
+    assert_eq!(expired, 0, "not yet expired");
+    s.client().execute("UPDATE sb.endpoint SET expires_at = now() - interval '1 second'", &[]).await.unwrap();
+    let expired: i32 = s.client().query_one("SELECT sb.expire_dialogs()", &[]).await.unwrap().get(0);
+    assert_eq!(expired, 1);
+    assert_eq!(state(&s, h).await.as_deref(), Some("ER"));
+    // Each side finds an Error -8489 after what was already waiting for it.
+    s.begin().await.unwrap();
+    let target_side = s.receive("tq", 10, None, NOW).await.unwrap();
+    let initiator_side = s.receive("iq", 10, None, NOW).await.unwrap();
+    let types: Vec<&str> = target_side.iter().map(|m| m.message_type.as_str()).collect();
+    assert_eq!(types, [VRIJ, system::ERROR]);
+    assert_eq!(initiator_side[0].message_type, system::ERROR);
+    assert!(String::from_utf8_lossy(&initiator_side[0].body).contains("<Code>-8489</Code>"));
+    s.end_conversation(target_side[0].conversation_handle, None).await.unwrap();
+    s.end_conversation(h, None).await.unwrap();
+    s.commit().await.unwrap();
+    let left: i64 = s.client().query_one("SELECT count(*) FROM sb.endpoint", &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "both sides ended: cleaned up");
+}

@@ -172,12 +172,17 @@ END $$;
 
 CREATE OR REPLACE FUNCTION sb.create_queue(p_name text, p_enabled boolean DEFAULT true,
     p_poison_handling boolean DEFAULT true, p_max_readers int DEFAULT 1)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_id int;
+BEGIN
     INSERT INTO sb.queue (name, enabled, poison_handling, max_readers)
     VALUES (p_name, p_enabled, p_poison_handling, p_max_readers)
     ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled,
         poison_handling = excluded.poison_handling, max_readers = excluded.max_readers
-$$;
+    RETURNING id INTO v_id;
+    PERFORM sb.create_floor_seq(v_id);
+END $$;
 
 CREATE OR REPLACE FUNCTION sb.alter_queue(p_name text, p_enabled boolean DEFAULT NULL,
     p_poison_handling boolean DEFAULT NULL, p_max_readers int DEFAULT NULL)
@@ -313,27 +318,66 @@ END $$;
 
 -- Receiving -------------------------------------------------------------------------------
 
+-- A hint per queue of where its oldest ready group lies, kept in a sequence (setval is
+-- not transactional and leaves no dead rows). With another transaction pinning xmin,
+-- the dead index entries at the head of group_ready cannot be removed, and a search
+-- from the start would walk them all on every receive; searching from the floor skips
+-- them. A row can still appear below the floor (a send that commits late with a lower
+-- id, a rolled-back receive, a move): one search in 64, and every search that finds
+-- nothing, starts from the beginning, so no group waits long.
+CREATE SEQUENCE IF NOT EXISTS sb.floor_tick CYCLE;
+
+-- Creates the floor sequence of a queue (at CREATE QUEUE time: never inside a receive,
+-- where DDL would make concurrent receivers wait on each other's transactions).
+CREATE OR REPLACE FUNCTION sb.create_floor_seq(p_queue_id int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS sb.queue_floor_%s MINVALUE 0 START 0', p_queue_id);
+END $$;
+
 -- Locks the next available conversation group of a queue (or the given one) until the
 -- end of the transaction; NULL when none is available.
 CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_enabled boolean;
+    v_qid     int;
     v_group   uuid;
+    v_seq     regclass;
+    v_floor   bigint := 0;
+    v_min     bigint;
 BEGIN
-    SELECT enabled INTO v_enabled FROM sb.queue WHERE name = p_queue;
+    SELECT enabled, id INTO v_enabled, v_qid FROM sb.queue WHERE name = p_queue;
     IF NOT FOUND THEN
         PERFORM sb.fail('SB404', format('queue %s is not found', p_queue));
     END IF;
     IF NOT v_enabled THEN
         PERFORM sb.fail('SB617', format('the service queue %s is currently disabled', p_queue));
     END IF;
-    IF p_group IS NULL THEN
-        SELECT group_id INTO v_group FROM sb.group_ready
-         WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    ELSE
+    IF p_group IS NOT NULL THEN
         SELECT group_id INTO v_group FROM sb.group_ready
          WHERE group_id = p_group AND queue = p_queue FOR UPDATE SKIP LOCKED;
+        RETURN v_group;
+    END IF;
+    v_seq := to_regclass('sb.queue_floor_' || v_qid);
+    IF v_seq IS NOT NULL AND nextval('sb.floor_tick') % 64 <> 0 THEN
+        v_floor := coalesce(pg_sequence_last_value(v_seq), 0);
+        -- The oldest visible ready row from the floor on, locked or not: raise the floor.
+        SELECT first_id INTO v_min FROM sb.group_ready
+         WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1;
+        IF v_min > v_floor THEN
+            PERFORM setval(v_seq, v_min);
+            v_floor := v_min;
+        END IF;
+    END IF;
+    SELECT group_id INTO v_group FROM sb.group_ready
+     WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF v_group IS NULL AND v_floor > 0 THEN
+        SELECT group_id INTO v_group FROM sb.group_ready
+         WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
+            PERFORM setval(v_seq, 0);
+        END IF;
     END IF;
     RETURN v_group;
 END $$;
@@ -447,6 +491,8 @@ BEGIN
         DELETE FROM sb.group_ready WHERE group_id = e.group_id;
     END IF;
     IF e.far_handle IS NULL OR v_far.state IN ('DI', 'ER', 'DO', 'CD') AND e.state IN ('DI', 'ER') THEN
+        -- (Both sides in ER after an expired LIFETIME end the same way: the first to end
+        -- goes to CD, the second finds it there and removes the conversation.)
         -- The far side has ended already (or never existed): the conversation is over.
         UPDATE sb.endpoint SET state = 'CD' WHERE handle = e.handle;
         IF e.far_handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
@@ -468,6 +514,42 @@ BEGIN
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
         PERFORM sb.enqueue(e, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
     END IF;
+END $$;
+
+-- Dialogs past their LIFETIME: as in Service Broker, both sides get an Error message
+-- (code -8489) and their endpoints go to ER; each side then ends its conversation.
+-- Called by the worker's housekeeping; returns how many dialogs it expired.
+CREATE OR REPLACE FUNCTION sb.expire_dialogs() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_handle uuid;
+    e        sb.endpoint;
+    v_far    sb.endpoint;
+    v_n      int := 0;
+    v_body   bytea := convert_to('<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>-8489</Code>'
+                        || '<Description>The dialog has exceeded the specified LIFETIME.</Description></Error>', 'UTF8');
+BEGIN
+    FOR v_handle IN
+        SELECT handle FROM sb.endpoint
+         WHERE is_initiator AND expires_at < now() AND state IN ('SO', 'SI', 'CO', 'DI')
+         FOR UPDATE SKIP LOCKED
+    LOOP
+        e := sb.lock_endpoint(v_handle);
+        IF e.far_handle IS NOT NULL THEN
+            SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
+            IF v_far.state IN ('SO', 'SI', 'CO', 'DI') THEN
+                -- The target hears it from the initiator's side, the initiator from the target's.
+                PERFORM sb.enqueue(e, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
+                PERFORM sb.enqueue(v_far, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
+                UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_far.handle;
+            ELSE
+                PERFORM sb.enqueue(v_far, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
+            END IF;
+        END IF;
+        UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.handle;
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
 END $$;
 
 -- MOVE CONVERSATION handle TO group (a group of the same queue; created if new).

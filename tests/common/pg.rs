@@ -36,10 +36,12 @@ pub fn cluster() -> &'static Cluster {
     })
 }
 
-/// A fresh database with the broker installed; returns its connection string.
+/// A fresh database with the broker installed; returns its connection string. Its
+/// sessions give up on a lock after 60 s and on a statement after 120 s, so a locking
+/// bug fails a test instead of hanging the run.
 pub async fn fresh_db() -> String {
     let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::SeqCst));
     let url = cluster().create_database(&name).await.expect("create database");
     sbworker::broker::postgres::install(&url).await.expect("broker installs");
-    url
+    format!("{url} options='-c lock_timeout=60s -c statement_timeout=120s'")
 }
