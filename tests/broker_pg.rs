@@ -482,3 +482,51 @@ async fn an_expired_lifetime_ends_the_dialog_with_an_error_on_both_sides() {
     let left: i64 = s.client().query_one("SELECT count(*) FROM sb.endpoint", &[]).await.unwrap().get(0);
     assert_eq!(left, 0, "both sides ended: cleaned up");
 }
+
+#[tokio::test]
+async fn get_conversation_group_locks_a_group_and_the_views_show_the_queue() {
+    let (url, mut a) = world().await;
+    dialog(&mut a, &["<een/>", "<twee/>"]).await;
+    let depth =
+        a.client().query_one("SELECT messages, groups FROM sb.queue_depth WHERE queue = 'tq'", &[]).await.unwrap();
+    assert_eq!((depth.get::<_, i64>(0), depth.get::<_, i64>(1)), (2, 1));
+    let states: Vec<(String, i64)> = a
+        .client()
+        .query("SELECT state, endpoints FROM sb.endpoints_by_state ORDER BY state", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(states, [("CO".to_owned(), 1), ("SI".to_owned(), 1)]);
+    a.begin().await.unwrap();
+    let g = a.get_conversation_group("tq", NOW).await.unwrap().expect("a group");
+    let mut b = Session::open(&url).await.unwrap();
+    b.begin().await.unwrap();
+    assert_eq!(b.get_conversation_group("tq", NOW).await.unwrap(), None, "the only group is locked by A");
+    b.commit().await.unwrap();
+    let got = a.receive("tq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<een/>", "<twee/>"]);
+    a.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_surfaces_as_retryable_1205() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    let (x, y) = (dialog(&mut a, &[]).await, dialog(&mut a, &[]).await);
+    a.begin().await.unwrap();
+    b.begin().await.unwrap();
+    a.send(x, VRIJ, None).await.unwrap();
+    b.send(y, VRIJ, None).await.unwrap();
+    // Each now sends on the other's dialog: one of them is the deadlock victim.
+    let (ra, rb) = tokio::join!(a.send(y, VRIJ, None), b.send(x, VRIJ, None));
+    let victim = match (ra, rb) {
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => e,
+        other => panic!("expected exactly one deadlock victim, got {other:?}"),
+    };
+    assert_eq!((victim.kind, victim.number), (ErrorKind::Retryable, 1205), "{victim}");
+    assert!(victim.is_retryable() && victim.is_deadlock());
+    a.rollback().await.unwrap();
+    b.rollback().await.unwrap();
+}
