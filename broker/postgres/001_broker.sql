@@ -262,7 +262,7 @@ BEGIN
     RETURNING id INTO v_id;
     INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (v_far.group_id, v_queue, v_id)
     ON CONFLICT (group_id) DO NOTHING;
-    PERFORM pg_notify('sb_queue_' || (SELECT id FROM sb.queue WHERE name = v_queue), '');
+    PERFORM pg_notify(sb.channel(v_queue), '');
 END $$;
 
 CREATE OR REPLACE FUNCTION sb.send(p_handle uuid, p_message_type text, p_body bytea DEFAULT NULL)

@@ -1,9 +1,10 @@
-//! A strict cursor over quick-xml's namespace-aware pull reader.
+//! A strict cursor over quick-xml's pull reader.
 //!
 //! It walks one document the way an XSD `sequence` reads it: child elements in the
 //! message namespace, in schema order, no unknown elements or attributes, no text in
-//! element-only content, no DOCTYPE, a bounded depth. It keeps the element path so that
-//! every error names where it happened, with line and column.
+//! element-only content, no DOCTYPE, a bounded depth. It tracks namespace declarations
+//! itself and keeps the element path, so that every error names where it happened,
+//! with line and column.
 
 use std::borrow::Cow;
 
@@ -46,7 +47,6 @@ struct Seg {
     name: &'static str,
     /// 1-based position among repeated siblings; 0 for a non-repeating element.
     index: u32,
-    attr: bool,
 }
 
 /// An element the cursor has entered.
@@ -119,7 +119,7 @@ impl<'i> Cursor<'i> {
         // The root is named only when it is the whole path.
         let skip = usize::from(self.path.len() > 1 || extra.is_some());
         for seg in self.path.iter().skip(skip) {
-            push(seg.name, seg.index, seg.attr);
+            push(seg.name, seg.index, false);
         }
         if let Some((name, attr)) = extra {
             push(name, 0, attr);
@@ -146,10 +146,10 @@ impl<'i> Cursor<'i> {
 
     /// Records the namespace declarations of an element entered at `depth`.
     fn declare(&mut self, start: &BytesStart<'_>, depth: usize, pos: u64) -> Result<(), DecodeError> {
-        if !has_xmlns(start.attributes_raw()) {
+        let raw = start.attributes_raw();
+        if !has_xmlns(raw) {
             return Ok(());
         }
-        let raw = start.attributes_raw();
         let mut at = 0;
         while let Some((key, value)) =
             next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
@@ -219,7 +219,7 @@ impl<'i> Cursor<'i> {
                         )
                         .at(self.src, pos));
                     }
-                    self.path.push(Seg { name: root, index: 0, attr: false });
+                    self.path.push(Seg { name: root, index: 0 });
                     self.declare(&start, 1, pos)?;
                     if let Err(mut e) = self.check_ns(&start, root, pos) {
                         e.path = root.to_owned();
@@ -263,10 +263,10 @@ impl<'i> Cursor<'i> {
     ) -> Result<[Option<Cow<'s, str>>; N], DecodeError> {
         let mut seen = 0usize;
         let mut out: [Option<Cow<'s, str>>; N] = std::array::from_fn(|_| None);
-        if is_xml_space(start.attributes_raw()) {
+        let raw = start.attributes_raw();
+        if is_xml_space(raw) {
             return Ok(out);
         }
-        let raw = start.attributes_raw();
         let mut at = 0;
         while let Some((key, value)) =
             next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
@@ -429,7 +429,7 @@ impl<'i> Cursor<'i> {
                             pos,
                         ));
                     }
-                    self.path.push(Seg { name: child.name, index: if child.repeats { index } else { 0 }, attr: false });
+                    self.path.push(Seg { name: child.name, index: if child.repeats { index } else { 0 } });
                     if has_attrs && !child.attrs {
                         // Only namespace declarations (and xsi:) may stand here.
                         self.attrs(&start, [], pos)?;

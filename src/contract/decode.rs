@@ -33,6 +33,11 @@ fn compact(t: &str) -> compact_str::CompactString {
     compact_str::CompactString::new(xml_trim(t))
 }
 
+/// A code (xs:token, 1 to 20 characters), kept inline.
+fn parse_code(t: &str) -> Result<compact_str::CompactString, &'static str> {
+    token(20)(t).map(|()| compact(t))
+}
+
 fn with_doc<T>(
     bytes: &[u8],
     limits: &Limits,
@@ -117,7 +122,7 @@ fn dienstverband(
             3 => uit_dienst = Some(cur.value(parse_date)?),
             4 => pt = Some(cur.value(parse_decimal)?),
             5 => salaris_v = Some(salaris(cur, &open.start, open.pos)?),
-            6 => soort = Some(cur.value(|t| token(20)(t).map(|()| compact(t)))?),
+            6 => soort = Some(cur.value(parse_code)?),
             _ => fg = Some(cur.value(parse_int)?),
         }
     }
@@ -144,7 +149,7 @@ fn cao(cur: &mut Cursor<'_>, start: &quick_xml::events::BytesStart<'_>, pos: u64
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         match open.which {
-            0 => code = Some(cur.value(|t| token(20)(t).map(|()| compact(t)))?),
+            0 => code = Some(cur.value(parse_code)?),
             1 => vier = Some(cur.value(parse_bit)?),
             2 => naam = Some(cur.string(text_max(100))?),
             _ => uren = Some(cur.value(parse_decimal)?),
@@ -242,7 +247,7 @@ fn tijdblok(
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         let [code, telt] = cur.attrs(&open.start, ["Code", "TeltMeeInGewerkteUren"], open.pos)?;
-        let code = cur.req(code, "Code", open.pos, |t| token(20)(t).map(|()| compact(t)))?;
+        let code = cur.req(code, "Code", open.pos, parse_code)?;
         let telt = cur.req(telt, "TeltMeeInGewerkteUren", open.pos, parse_bit)?;
         cur.expect_end()?;
         dt = Some(DienstType { code, telt_mee_in_gewerkte_uren: telt });
@@ -298,14 +303,13 @@ fn parse_loonfactor_code(t: &str) -> Result<String, &'static str> {
 
 fn parse_waarde(t: &str) -> Result<rust_decimal::Decimal, &'static str> {
     let d = parse_decimal(t)?;
-    let d = d.normalize();
-    if d.scale() > 2 {
+    if d.normalize().scale() > 2 {
         return Err("has more than 2 decimals");
     }
     if d.abs() >= rust_decimal::Decimal::new(10_000_000, 0) {
         return Err("has more than 9 digits");
     }
-    parse_decimal(t)
+    Ok(d)
 }
 
 fn mutatie(cur: &mut Cursor<'_>) -> Result<VariabeleMutatie, DecodeError> {

@@ -74,14 +74,15 @@ pub fn answer(
             EngineError::new(Reden::SalaryMissing, "Dienstverband/Salaris", "ORT is due but the Vraag holds no salary")
         })?;
         let annual_hours = werkweek * Decimal::from(52);
+        let annual_salary = salary * Decimal::from(12);
         for (cap, s) in &sums.per_cap {
             let s = Decimal::from(*s);
-            let capped = cap.map(|i| cao.caps[i].1).filter(|c| salary * Decimal::from(12) > *c * annual_hours);
+            let capped = cap.map(|i| cao.caps[i].1).filter(|c| annual_salary > *c * annual_hours);
             amount += match capped {
                 Some(c) => s * c / Decimal::from(6000),
-                None => s * salary * Decimal::from(12) / (Decimal::from(6000) * annual_hours),
+                None => s * annual_salary / (Decimal::from(6000) * annual_hours),
             };
-            wage_note = Some((salary * Decimal::from(12) / annual_hours, capped));
+            wage_note = Some((annual_salary / annual_hours, capped));
         }
     }
     let amount = money(amount);

@@ -96,7 +96,8 @@ pub fn calculate(vraag: &Vraag, tables: &Tables, explain: bool) -> Result<Calcul
     })?;
     let mut ex = explain.then(|| Explanation::new(vraag, cao));
     let line = timeline::build(vraag, ex.as_mut())?;
-    let mut totals = Totals { ort_minutes: vec![0; cao.rates.len()], ..Totals::default() };
+    let mut totals =
+        Totals { ort_minutes: vec![0; cao.rates.len()], days_worked: line.days_worked, ..Totals::default() };
     let sums = ort::split(&line, cao, &mut totals, ex.as_mut())?;
     let antwoord = factors::answer(vraag, tables, cao, &mut totals, &sums, line.warnings, ex.as_mut())?;
     if let Some(e) = ex.as_mut() {

@@ -38,7 +38,6 @@ pub fn split(
     mut ex: Option<&mut Explanation>,
 ) -> Result<Sums, EngineError> {
     let mut sums = Sums::default();
-    totals.days_worked = line.days_worked;
     let (first, last) = match (line.pieces.first(), line.pieces.last()) {
         (Some(f), Some(l)) => (split_local(line.clock.to_local(f.start)).0, split_local(line.clock.to_local(l.end)).0),
         _ => return Ok(sums),
