@@ -12,6 +12,9 @@
 
 pub mod broker;
 pub mod cli;
+pub mod config;
 pub mod contract;
 pub mod engine;
 pub mod pg_cluster;
+pub mod transport;
+pub mod worker;

@@ -35,6 +35,29 @@ enum Command {
         #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
         max_body_bytes: usize,
     },
+    /// Run the worker: serve the configured queues until SIGTERM or SIGINT (a second
+    /// signal, or the grace period running out, aborts and rolls back what is in flight).
+    #[command(after_help = "Every key of the file can be overridden from the environment, with __ between\n\
+        levels: SBWORKER__BROKER__CONNECTION, SBWORKER__QUEUES__<QUEUE>__MAX_READERS, ...\n\
+        Flags override both.\n\n\
+        Examples:\n  \
+        sbworker run --config sbworker.toml\n  \
+        SBWORKER__LOG__FORMAT=json sbworker run --config sbworker.toml --metrics-listen 0.0.0.0:9187\n\n\
+        Exit status: 0 after a clean drain, 1 on an error or an aborted drain, 78 for a bad configuration.")]
+    Run {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// Check a configuration and print the effective one (file, environment, flags) with
+    /// secrets masked.
+    #[command(after_help = "Examples:\n  \
+        sbworker check-config --config sbworker.toml\n  \
+        SBWORKER__QUEUES__BEREKENING__MAX_READERS=8 sbworker check-config --config sbworker.toml\n\n\
+        Exit status: 0 when valid, 78 with the key that is wrong otherwise.")]
+    CheckConfig {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
@@ -46,9 +69,78 @@ enum Command {
     },
 }
 
+/// The configuration file and the flags for its common keys.
+#[derive(clap::Args)]
+struct ConfigFlags {
+    /// The TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The broker's connection string (broker.connection).
+    #[arg(long, value_name = "CONN")]
+    connection: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address (http.listen).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// text or json (log.format).
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// A tracing filter such as info or sbworker=debug (log.level).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+impl ConfigFlags {
+    fn load(self) -> Result<sbworker::config::Config, ExitCode> {
+        let flags = cli::run::Flags {
+            config: self.config,
+            connection: self.connection,
+            metrics_listen: self.metrics_listen,
+            log_format: self.log_format,
+            log_level: self.log_level,
+        };
+        flags.load().map_err(|e| {
+            eprintln!("sbworker: configuration error: {e}");
+            ExitCode::from(cli::run::EXIT_CONFIG)
+        })
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
+        Command::Run { flags } => {
+            let config = match flags.load() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match cli::run::run(config) {
+                Ok(sbworker::worker::RunOutcome::Drained) => ExitCode::SUCCESS,
+                Ok(sbworker::worker::RunOutcome::Aborted { reason }) => {
+                    eprintln!("sbworker run: aborted ({reason}); uncommitted groups were rolled back");
+                    ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("sbworker run: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::CheckConfig { flags } => {
+            let config = match flags.load() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match cli::run::check(&config) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sbworker: configuration error: {e:#}");
+                    ExitCode::from(cli::run::EXIT_CONFIG)
+                }
+            }
+        }
         Command::Install { postgres } => match cli::install::postgres(&postgres) {
             Ok(line) => {
                 println!("{line}");

@@ -8,3 +8,4 @@ mod contract_examples;
 mod contract_props;
 mod engine_cases;
 mod engine_props;
+mod worker_pg;

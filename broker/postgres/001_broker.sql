@@ -388,23 +388,33 @@ RETURNS uuid LANGUAGE sql AS $$
 $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
--- order, at most p_max. The group stays locked to the end of the transaction.
-CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL)
+-- order, at most p_max. The group stays locked to the end of the transaction. With
+-- p_handle (WHERE conversation_handle = h), only that conversation's messages.
+DROP FUNCTION IF EXISTS sb.receive(text, int, uuid);
+CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL,
+    p_handle uuid DEFAULT NULL)
 RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handle uuid,
                message_sequence_number bigint, message_type_name text, message_body bytea,
                service_name text, service_contract_name text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_group uuid := sb.lock_group(p_queue, p_group);
+    v_group uuid := p_group;
     v_next  bigint;
 BEGIN
+    IF p_handle IS NOT NULL THEN
+        SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = p_handle;
+        IF NOT FOUND THEN
+            PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+        END IF;
+    END IF;
+    v_group := sb.lock_group(p_queue, v_group);
     IF v_group IS NULL THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH picked AS (
         SELECT m.id FROM sb.message m
-         WHERE m.group_id = v_group
+         WHERE m.group_id = v_group AND (p_handle IS NULL OR m.handle = p_handle)
          ORDER BY min(m.id) OVER (PARTITION BY m.handle), m.handle, m.seq
          LIMIT p_max
     ), gone AS (

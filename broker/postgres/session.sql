@@ -7,7 +7,7 @@ SELECT sb.channel($1);
 -- name: receive
 SELECT message_id, conversation_group_id, conversation_handle, message_sequence_number,
        message_type_name, message_body, service_name, service_contract_name
-  FROM sb.receive($1, $2, $3);
+  FROM sb.receive($1, $2, $3, $4);
 
 -- name: get_conversation_group
 SELECT sb.get_conversation_group($1);
@@ -26,3 +26,37 @@ SELECT sb.move_conversation($1, $2);
 
 -- name: note_rollback
 SELECT sb.note_rollback($1);
+
+-- The worker's bookkeeping (broker/postgres/002_worker.sql). ---------------------------
+
+-- Counts one more attempt of each message ($2 handles, $3 sequence numbers, pairwise),
+-- on a connection outside the receiving transaction (autocommit).
+-- name: count_attempts
+INSERT INTO sbworker.message_attempt AS a (conversation_handle, message_sequence_number, queue, attempts)
+SELECT k.h, k.s, $1, 1 FROM unnest($2::uuid[], $3::bigint[]) AS k(h, s)
+    ON CONFLICT (conversation_handle, message_sequence_number)
+    DO UPDATE SET attempts = a.attempts + 1, last_attempt_at = clock_timestamp()
+RETURNING conversation_handle, message_sequence_number, attempts, last_error;
+
+-- Records why the last attempt of these messages failed (autocommit).
+-- name: note_failure
+UPDATE sbworker.message_attempt a SET last_error = $3
+  FROM unnest($1::uuid[], $2::bigint[]) AS k(h, s)
+ WHERE a.conversation_handle = k.h AND a.message_sequence_number = k.s;
+
+-- Inside the receiving transaction: the messages are done, forget their attempts.
+-- name: forget_attempts
+DELETE FROM sbworker.message_attempt a
+ USING unnest($1::uuid[], $2::bigint[]) AS k(h, s)
+ WHERE a.conversation_handle = k.h AND a.message_sequence_number = k.s;
+
+-- Inside the receiving transaction: keep a diverted message.
+-- name: dead_letter
+INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+    conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- Whether a queue is enabled, and how many messages wait on it (NULL: no such queue).
+-- name: queue_state
+SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name)
+  FROM sb.queue q WHERE q.name = $1;

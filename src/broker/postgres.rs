@@ -13,9 +13,13 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
+use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transport};
 
 /// The install scripts, in order: (version, SQL).
-pub const SCRIPTS: &[(i32, &str)] = &[(1, include_str!("../../broker/postgres/001_broker.sql"))];
+pub const SCRIPTS: &[(i32, &str)] = &[
+    (1, include_str!("../../broker/postgres/001_broker.sql")),
+    (2, include_str!("../../broker/postgres/002_worker.sql")),
+];
 
 /// The statements this transport sends, by name (`broker/postgres/session.sql`).
 const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
@@ -29,8 +33,10 @@ fn stmt(name: &str) -> &'static str {
             .split("-- name: ")
             .skip(1)
             .filter_map(|section| {
+                // The statement runs to its first semicolon; comments after it belong
+                // to the next section.
                 let (name, body) = section.split_once('\n')?;
-                Some((name.trim(), body.trim().trim_end_matches(';')))
+                Some((name.trim(), body.split(';').next()?.trim()))
             })
             .collect()
     });
@@ -172,22 +178,8 @@ impl Session {
         loop {
             // Taken before the attempt, so a send that commits during it still wakes us.
             self.wakeups.borrow_and_update();
-            let rows = self.client.query(stmt("receive"), &[&queue, &max, &group]).await.map_err(error_of)?;
-            if !rows.is_empty() {
-                let msgs: Vec<Message> = rows
-                    .iter()
-                    .map(|r| Message {
-                        id: r.get(0),
-                        conversation_group_id: r.get(1),
-                        conversation_handle: r.get(2),
-                        sequence: r.get(3),
-                        message_type: r.get(4),
-                        body: r.get::<_, Option<Vec<u8>>>(5).unwrap_or_default(),
-                        service: r.get(6),
-                        contract: r.get(7),
-                    })
-                    .collect();
-                self.received.extend(msgs.iter().map(|m| m.id));
+            let msgs = self.receive_now(queue, max, group, None).await?;
+            if !msgs.is_empty() {
                 return Ok(msgs);
             }
             match tokio::time::timeout_at(deadline, self.wakeups.changed()).await {
@@ -202,6 +194,38 @@ impl Session {
                 Err(_) => return Ok(Vec::new()),
             }
         }
+    }
+
+    /// One RECEIVE attempt, without waiting.
+    async fn receive_now(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        handle: Option<Uuid>,
+    ) -> Result<Vec<Message>, BrokerError> {
+        let rows = self.client.query(stmt("receive"), &[&queue, &max, &group, &handle]).await.map_err(error_of)?;
+        let msgs: Vec<Message> = rows
+            .iter()
+            .map(|r| Message {
+                id: r.get(0),
+                conversation_group_id: r.get(1),
+                conversation_handle: r.get(2),
+                sequence: r.get(3),
+                message_type: r.get(4),
+                body: r.get::<_, Option<Vec<u8>>>(5).unwrap_or_default(),
+                service: r.get(6),
+                contract: r.get(7),
+            })
+            .collect();
+        self.received.extend(msgs.iter().map(|m| m.id));
+        Ok(msgs)
+    }
+
+    /// `RECEIVE … FROM queue WHERE conversation_handle = handle`: what is left of one
+    /// conversation, without waiting.
+    pub async fn receive_conversation(&mut self, queue: &str, handle: Uuid) -> Result<Vec<Message>, BrokerError> {
+        self.receive_now(queue, i32::MAX, None, Some(handle)).await
     }
 
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
@@ -259,6 +283,138 @@ impl Session {
     }
 }
 
+/// Opens PostgreSQL broker sessions on one database.
+#[derive(Debug, Clone)]
+pub struct PostgresTransport {
+    url: String,
+}
+
+impl PostgresTransport {
+    /// `url`: a libpq-style URL or key=value connection string.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self { url: url.into() }
+    }
+}
+
+fn key_arrays(keys: &[MessageKey]) -> (Vec<Uuid>, Vec<i64>) {
+    keys.iter().map(|k| (k.conversation_handle, k.sequence)).unzip()
+}
+
+impl Transport for PostgresTransport {
+    type Session = Session;
+
+    async fn open(&self) -> Result<Session, BrokerError> {
+        Session::open(&self.url).await
+    }
+
+    fn describe(&self) -> String {
+        format!("postgres {}", crate::config::mask_secrets(&self.url))
+    }
+}
+
+impl transport::Session for Session {
+    async fn begin(&mut self) -> Result<(), BrokerError> {
+        Session::begin(self).await
+    }
+
+    async fn commit(&mut self) -> Result<(), BrokerError> {
+        Session::commit(self).await
+    }
+
+    async fn rollback(&mut self) -> Result<bool, BrokerError> {
+        Session::rollback(self).await
+    }
+
+    async fn receive(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        wait: Duration,
+    ) -> Result<Vec<Message>, BrokerError> {
+        Session::receive(self, queue, max, group, wait).await
+    }
+
+    async fn receive_conversation(&mut self, queue: &str, handle: Uuid) -> Result<Vec<Message>, BrokerError> {
+        Session::receive_conversation(self, queue, handle).await
+    }
+
+    async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
+        Session::send(self, handle, message_type, body).await
+    }
+
+    async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
+        Session::end_conversation(self, handle, error).await
+    }
+
+    async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
+        Session::move_conversation(self, handle, group).await
+    }
+
+    async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
+        let (handles, seqs) = key_arrays(keys);
+        // On the listener connection: it is never inside a transaction, so the count
+        // commits at once and survives whatever happens to the receiving transaction.
+        let rows = self.listener.query(stmt("count_attempts"), &[&queue, &handles, &seqs]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| Attempt {
+                key: MessageKey { conversation_handle: r.get(0), sequence: r.get(1) },
+                attempts: r.get(2),
+                last_error: r.get(3),
+            })
+            .collect())
+    }
+
+    async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
+        let (handles, seqs) = key_arrays(keys);
+        self.listener.execute(stmt("note_failure"), &[&handles, &seqs, &error]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
+        let (handles, seqs) = key_arrays(keys);
+        self.client.execute(stmt("forget_attempts"), &[&handles, &seqs]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn dead_letter(&mut self, l: DeadLetter<'_>) -> Result<(), BrokerError> {
+        let m = l.message;
+        let body = (!m.body.is_empty()).then_some(m.body.as_slice());
+        self.client
+            .execute(
+                stmt("dead_letter"),
+                &[
+                    &l.queue,
+                    &m.service,
+                    &m.contract,
+                    &m.conversation_group_id,
+                    &m.conversation_handle,
+                    &m.sequence,
+                    &m.message_type,
+                    &body,
+                    &l.attempts,
+                    &l.reason,
+                ],
+            )
+            .await
+            .map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
+        let row = self.listener.query_opt(stmt("queue_state"), &[&queue]).await.map_err(error_of)?;
+        let Some(row) = row else {
+            return Err(BrokerError {
+                kind: ErrorKind::NotFound,
+                number: 0,
+                message: format!("queue {queue} is not found"),
+            });
+        };
+        Ok(QueueState { enabled: row.get(0), messages: row.get(1) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::stmt;
@@ -269,7 +425,9 @@ mod tests {
         let used: Vec<&str> = code.split("stmt(\"").skip(1).filter_map(|r| r.split('"').next()).collect();
         assert!(used.len() >= 8, "{used:?}");
         for name in used {
-            assert!(stmt(name).starts_with("SELECT"), "{name}");
+            let sql = stmt(name);
+            assert!(["SELECT", "INSERT", "UPDATE", "DELETE"].iter().any(|k| sql.starts_with(k)), "{name}: {sql}");
+            assert!(!sql.contains("-- name"), "{name}");
         }
     }
 }

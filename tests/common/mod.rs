@@ -1,6 +1,7 @@
 //! Helpers shared by the test modules: paths, the xmllint validator, the PostgreSQL
 //! cluster (`pg`) and Vraag builders (`build`).
 
+pub mod calc;
 pub mod pg;
 
 use std::io::Write;

@@ -1,0 +1,43 @@
+-- sbworker PostgreSQL broker, version 2: the worker's own bookkeeping.
+--
+-- Idempotent, like 001. Schema "sbworker" holds what the worker keeps beside the
+-- broker: how often each message has been attempted, and the messages it set aside.
+
+CREATE SCHEMA IF NOT EXISTS sbworker;
+
+-- Attempts per message, keyed as Service Broker identifies a received message: the
+-- receiving conversation handle and the message's sequence number in it. A row is
+-- written (and committed) by the worker *before* its handler runs, on a connection
+-- outside the receiving transaction, so the count survives both a rollback and a crash
+-- of the worker. The receiving transaction deletes the row when it commits.
+CREATE TABLE IF NOT EXISTS sbworker.message_attempt (
+    conversation_handle     uuid NOT NULL,
+    message_sequence_number bigint NOT NULL,
+    queue                   text NOT NULL,
+    attempts                int NOT NULL,
+    last_error              text,
+    first_attempt_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_attempt_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (conversation_handle, message_sequence_number)
+);
+
+-- Messages the worker diverted after too many failed attempts, with the reason. The
+-- conversation was answered with a Fout (where the contract allows one) and ended with
+-- an error; the message itself is kept here, byte for byte.
+CREATE TABLE IF NOT EXISTS sbworker.dead_letter (
+    id                      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue                   text NOT NULL,
+    service_name            text NOT NULL,
+    service_contract_name   text NOT NULL,
+    conversation_group_id   uuid NOT NULL,
+    conversation_handle     uuid NOT NULL,
+    message_sequence_number bigint NOT NULL,
+    message_type_name       text NOT NULL,
+    message_body            bytea,
+    attempts                int NOT NULL,
+    reason                  text NOT NULL,
+    dead_lettered_at        timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS dead_letter_at ON sbworker.dead_letter (dead_lettered_at);
+
+INSERT INTO sb.migration (version) VALUES (2) ON CONFLICT DO NOTHING;

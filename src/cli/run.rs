@@ -1,0 +1,109 @@
+//! `sbworker run` and `sbworker check-config`: read the configuration (file, then
+//! `SBWORKER__…` environment, then flags), set up logging, and run the worker until
+//! SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::mpsc;
+use tracing::info;
+
+use crate::broker::postgres::PostgresTransport;
+use crate::config::{self, Config, ConfigError, LogFormat, Overrides};
+use crate::contract::Limits;
+use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation};
+
+/// Exit code of a configuration that cannot be used (sysexits' EX_CONFIG).
+pub const EXIT_CONFIG: u8 = 78;
+
+/// The flags that override common configuration keys.
+#[derive(Debug, Default, Clone)]
+pub struct Flags {
+    pub config: Option<PathBuf>,
+    pub connection: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub log_format: Option<String>,
+    pub log_level: Option<String>,
+}
+
+impl Flags {
+    fn overrides(&self) -> Overrides {
+        let mut o = config::env_overrides(std::env::vars());
+        let quoted = |v: &str| toml::Value::String(v.to_owned()).to_string();
+        for (key, v) in [
+            ("broker.connection", &self.connection),
+            ("http.listen", &self.metrics_listen),
+            ("log.format", &self.log_format),
+            ("log.level", &self.log_level),
+        ] {
+            if let Some(v) = v {
+                o.push((key.to_owned(), quoted(v)));
+            }
+        }
+        o
+    }
+
+    /// The effective configuration.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let config = config::load(self.config.as_deref(), &self.overrides())?;
+        config.check_handlers(config::HANDLERS)?;
+        Ok(config)
+    }
+}
+
+/// `check-config`: the effective configuration with secrets masked, after checking it
+/// and its rate tables.
+pub fn check(config: &Config) -> anyhow::Result<String> {
+    super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?;
+    Ok(format!("# sbworker: configuration is valid (secrets masked)\n{}", config.to_masked_toml()))
+}
+
+fn init_logging(config: &Config) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
+        .with_context(|| format!("log.level: \"{}\" is not a tracing filter", config.log.level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let result = match config.log.format {
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    result.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// Runs the worker until SIGTERM/SIGINT (twice, or past the grace period: abort).
+/// Returns whether every group in flight was committed.
+pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
+    init_logging(&config)?;
+    let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
+    let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let transport = PostgresTransport::new(config.broker.connection.clone());
+        worker::preflight(&transport, &config).await?;
+        let handlers =
+            Handlers::default().with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)));
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(forward_signals(tx));
+        let outcome = worker::run(transport, &config, &handlers, Arc::new(Metrics::new()), rx).await?;
+        Ok(outcome)
+    })
+}
+
+/// Each SIGTERM or SIGINT becomes one message (the first stops, the second aborts).
+async fn forward_signals(tx: mpsc::Sender<()>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!(signal = name, "stop requested");
+        if tx.send(()).await.is_err() {
+            return;
+        }
+    }
+}

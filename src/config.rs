@@ -1,0 +1,426 @@
+//! The worker's configuration: a TOML file, every key overridable from the environment
+//! (`SBWORKER__SECTION__KEY=value`, `__` between levels) and the common ones by flags;
+//! checked at start-up so that a mistake stops the worker with the key that is wrong.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of environment overrides.
+pub const ENV_PREFIX: &str = "SBWORKER__";
+
+/// The handlers the worker knows, by the name a queue's `handler` key uses.
+pub const HANDLERS: &[&str] = &[crate::worker::calculation::NAME];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub broker: BrokerConfig,
+    #[serde(default)]
+    pub worker: WorkerSettings,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    /// The queues to serve, by queue name.
+    #[serde(default)]
+    pub queues: BTreeMap<String, QueueConfig>,
+    #[serde(default)]
+    pub hooks: Hooks,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerKind {
+    Postgres,
+    Mssql,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub kind: BrokerKind,
+    /// PostgreSQL: a libpq URL or key=value string. SQL Server: an ADO.NET string.
+    pub connection: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSettings {
+    /// Failed attempts of a message before it is diverted (1 to 3: the broker disables
+    /// a queue at 5 rolled-back receives, and diverting may need two tries).
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt, with jitter, up to the maximum.
+    pub retry_min_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+    /// Longest wait between attempts to reconnect.
+    pub reconnect_max_delay_ms: u64,
+    /// After a stop signal, how long groups in flight may take to finish.
+    pub shutdown_grace_ms: u64,
+    /// How often a disabled queue is checked again.
+    pub disabled_recheck_ms: u64,
+    /// At most one reader is added per this interval.
+    pub scale_interval_ms: u64,
+    /// A reader that received nothing for this long exits (down to the minimum).
+    pub idle_exit_ms: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            retry_min_delay_ms: 100,
+            retry_max_delay_ms: 10_000,
+            reconnect_max_delay_ms: 30_000,
+            shutdown_grace_ms: 30_000,
+            disabled_recheck_ms: 30_000,
+            scale_interval_ms: 1_000,
+            idle_exit_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; off when absent.
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter: `info`, `sbworker=debug`, …
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Rate tables (TOML) instead of the built-in ones.
+    pub tables: Option<PathBuf>,
+    /// Largest Vraag accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { tables: None, max_body_bytes: crate::contract::Limits::default().max_body_bytes }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// What to do with the messages: `loonfactor-berekening`, …
+    pub handler: String,
+    #[serde(default = "one")]
+    pub min_readers: u32,
+    #[serde(default = "four")]
+    pub max_readers: u32,
+    /// Most messages taken by one RECEIVE.
+    #[serde(default = "hundred")]
+    pub batch: u32,
+    /// How long one WAITFOR (RECEIVE) waits.
+    #[serde(default = "five_seconds")]
+    pub wait_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn four() -> u32 {
+    4
+}
+fn hundred() -> u32 {
+    100
+}
+fn five_seconds() -> u64 {
+    5_000
+}
+
+/// Test hooks: they do nothing unless set, and exist so that tests can wait for a
+/// state instead of sleeping. Never set them in production.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hooks {
+    /// The first N groups pause after their sends, before COMMIT, until shutdown is
+    /// requested (logging "test hook: paused before commit").
+    pub pause_before_commit: u32,
+}
+
+/// A configuration that cannot be used: the key, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{key}: {problem}")]
+    Key { key: String, problem: String },
+}
+
+fn key_error(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Key { key: key.into(), problem: problem.into() }
+}
+
+/// Overrides from flags and the environment, as (dotted key, raw value).
+pub type Overrides = Vec<(String, String)>;
+
+/// The `SBWORKER__…` variables of `vars`, as dotted keys (lower case).
+pub fn env_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Overrides {
+    vars.into_iter()
+        .filter_map(|(k, v)| {
+            let rest = k.strip_prefix(ENV_PREFIX)?;
+            Some((rest.split("__").map(str::to_lowercase).collect::<Vec<_>>().join("."), v))
+        })
+        .collect()
+}
+
+/// A raw override value as TOML: a number, boolean, array or quoted string if it reads
+/// as one, otherwise the text itself.
+fn override_value(raw: &str) -> toml::Value {
+    match format!("v = {raw}").parse::<toml::Table>() {
+        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(raw.to_owned())),
+        Err(_) => toml::Value::String(raw.to_owned()),
+    }
+}
+
+fn apply(table: &mut toml::Table, key: &str, raw: &str) -> Result<(), ConfigError> {
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(key_error(key, "is not a key (empty part)"));
+    }
+    let mut t = table;
+    for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+        let entry = t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = match entry {
+            toml::Value::Table(inner) => inner,
+            _ => return Err(key_error(parts[..=i].join("."), "is a value, not a section")),
+        };
+    }
+    // A queue's name may hold characters an environment variable cannot; the key
+    // itself is what the user typed.
+    t.insert(parts[parts.len() - 1].to_owned(), override_value(raw));
+    Ok(())
+}
+
+/// Reads the configuration: the file (if any), then `overrides` in order (environment
+/// first, flags last, so flags win), then checks it.
+pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let table = match file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+            text.parse::<toml::Table>()
+                .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })?
+        }
+        None => toml::Table::new(),
+    };
+    from_table(table, overrides)
+}
+
+/// The configuration in `text` (TOML) with `overrides`, checked.
+pub fn from_str(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let table = text
+        .parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax { path: PathBuf::from("(text)"), message: e.to_string() })?;
+    from_table(table, overrides)
+}
+
+fn from_table(mut table: toml::Table, overrides: &Overrides) -> Result<Config, ConfigError> {
+    for (key, raw) in overrides {
+        apply(&mut table, key, raw)?;
+    }
+    let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let key = e.path().to_string();
+        key_error(if key == "." { "config".into() } else { key }, e.into_inner().to_string())
+    })?;
+    config.check()?;
+    Ok(config)
+}
+
+impl Config {
+    /// The rules serde cannot express.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.broker.connection.trim().is_empty() {
+            return Err(key_error("broker.connection", "is empty: give the database to connect to"));
+        }
+        if self.broker.kind == BrokerKind::Mssql {
+            return Err(key_error(
+                "broker.kind",
+                "\"mssql\": the SQL Server transport is not available in this build yet; use \"postgres\"",
+            ));
+        }
+        let w = &self.worker;
+        if !(1..=3).contains(&w.max_attempts) {
+            return Err(key_error(
+                "worker.max_attempts",
+                format!(
+                    "is {}, must be 1 to 3 (the broker disables a queue after 5 rolled-back receives; \
+                     diverting needs up to two more)",
+                    w.max_attempts
+                ),
+            ));
+        }
+        if w.retry_min_delay_ms == 0 || w.retry_min_delay_ms > w.retry_max_delay_ms {
+            return Err(key_error(
+                "worker.retry_min_delay_ms",
+                format!("is {}, must be at least 1 and at most worker.retry_max_delay_ms", w.retry_min_delay_ms),
+            ));
+        }
+        for (key, v) in [
+            ("worker.reconnect_max_delay_ms", w.reconnect_max_delay_ms),
+            ("worker.disabled_recheck_ms", w.disabled_recheck_ms),
+            ("worker.scale_interval_ms", w.scale_interval_ms),
+            ("worker.idle_exit_ms", w.idle_exit_ms),
+        ] {
+            if v == 0 {
+                return Err(key_error(key, "must be above 0"));
+            }
+        }
+        if self.queues.is_empty() {
+            return Err(key_error("queues", "no queue is configured: add a [queues.NAME] section with a handler"));
+        }
+        for (name, q) in &self.queues {
+            let key = |k: &str| format!("queues.{name}.{k}");
+            if q.max_readers == 0 || q.max_readers > 256 {
+                return Err(key_error(key("max_readers"), format!("is {}, must be 1 to 256", q.max_readers)));
+            }
+            if q.min_readers > q.max_readers {
+                return Err(key_error(
+                    key("min_readers"),
+                    format!("is {}, above max_readers ({})", q.min_readers, q.max_readers),
+                ));
+            }
+            if q.batch == 0 || q.batch > 10_000 {
+                return Err(key_error(key("batch"), format!("is {}, must be 1 to 10000", q.batch)));
+            }
+            if q.wait_ms == 0 || q.wait_ms > 20_000 {
+                return Err(key_error(
+                    key("wait_ms"),
+                    format!("is {}, must be 1 to 20000 (keep waits below command timeouts)", q.wait_ms),
+                ));
+            }
+        }
+        if self.engine.max_body_bytes == 0 {
+            return Err(key_error("engine.max_body_bytes", "must be above 0"));
+        }
+        Ok(())
+    }
+
+    /// Every queue names one of `known` handlers.
+    pub fn check_handlers(&self, known: &[&str]) -> Result<(), ConfigError> {
+        for (name, q) in &self.queues {
+            if !known.contains(&q.handler.as_str()) {
+                return Err(key_error(
+                    format!("queues.{name}.handler"),
+                    format!("\"{}\" is not a handler; known: {}", q.handler, known.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, with secrets masked.
+    pub fn to_masked_toml(&self) -> String {
+        let mut shown = self.clone();
+        shown.broker.connection = mask_secrets(&shown.broker.connection);
+        toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
+    }
+}
+
+/// A connection string with its password replaced by `***`: URL user info
+/// (`scheme://user:secret@host`), and `password=` / `pwd=` keys in libpq key=value,
+/// URL query and ADO.NET forms.
+pub fn mask_secrets(conn: &str) -> String {
+    let mut out = conn.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let auth_start = scheme_end + 3;
+        let auth_end = out[auth_start..].find(['/', '?']).map_or(out.len(), |i| auth_start + i);
+        if let Some(at) = out[auth_start..auth_end].rfind('@')
+            && let Some(colon) = out[auth_start..auth_start + at].find(':')
+        {
+            out.replace_range(auth_start + colon + 1..auth_start + at, "***");
+        }
+    }
+    let lower = out.to_ascii_lowercase();
+    let mut spans = Vec::new();
+    for key in ["password", "pwd"] {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(key) {
+            let start = from + i;
+            from = start + key.len();
+            let before_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b' ' | b';' | b'?' | b'&' | b'\t');
+            let rest = &lower[from..];
+            let eq = rest.len() - rest.trim_start().len();
+            if !before_ok || !rest[eq..].starts_with('=') {
+                continue;
+            }
+            let mut v = from + eq + 1;
+            while lower.as_bytes().get(v) == Some(&b' ') {
+                v += 1;
+            }
+            let end = match out.as_bytes().get(v) {
+                Some(&q @ (b'\'' | b'"')) => out[v + 1..].find(q as char).map_or(out.len(), |j| v + 1 + j + 1),
+                _ => out[v..].find([';', '&', ' ']).map_or(out.len(), |j| v + j),
+            };
+            spans.push((v, end));
+        }
+    }
+    spans.sort();
+    for (s, e) in spans.into_iter().rev() {
+        out.replace_range(s..e, "***");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_passwords_in_every_form() {
+        assert_eq!(mask_secrets("postgresql://pay:s3cret@db/roster"), "postgresql://pay:***@db/roster");
+        assert_eq!(mask_secrets("host=db user=pay password=s3cret dbname=x"), "host=db user=pay password=*** dbname=x");
+        assert_eq!(mask_secrets("host=db password = 'a b' dbname=x"), "host=db password = *** dbname=x");
+        assert_eq!(
+            mask_secrets("Server=tcp:db,1433;User Id=pay;Password=s3;cret;Encrypt=true"),
+            "Server=tcp:db,1433;User Id=pay;Password=***;cret;Encrypt=true"
+        );
+        assert_eq!(mask_secrets("Server=db;PWD=x"), "Server=db;PWD=***");
+        assert_eq!(mask_secrets("postgresql://db/x?user=a&password=b"), "postgresql://db/x?user=a&password=***");
+        assert_eq!(mask_secrets("host=db user=pay"), "host=db user=pay");
+    }
+
+    #[test]
+    fn env_keys_become_dotted_paths() {
+        let o = env_overrides([
+            ("SBWORKER__QUEUES__BEREKENING__MAX_READERS".to_owned(), "8".to_owned()),
+            ("PATH".to_owned(), "/bin".to_owned()),
+        ]);
+        assert_eq!(o, vec![("queues.berekening.max_readers".to_owned(), "8".to_owned())]);
+        assert_eq!(override_value("8"), toml::Value::Integer(8));
+        assert_eq!(override_value("host=db user=x"), toml::Value::String("host=db user=x".into()));
+        assert_eq!(override_value("true"), toml::Value::Boolean(true));
+    }
+}

@@ -1,0 +1,133 @@
+//! The seam between the worker and a broker: a [`Transport`] opens [`Session`]s, and a
+//! session speaks Service Broker (begin, receive one group, send, end, move, commit,
+//! rollback) plus the worker's own bookkeeping (attempt counts, dead letters, queue
+//! state). The worker is written once against these traits; each back end implements
+//! them (PostgreSQL broker now, SQL Server over TDS later), and maps its errors to
+//! [`BrokerError`] in exactly one function.
+
+use std::future::Future;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::broker::{BrokerError, Message};
+
+/// How Service Broker identifies a received message: the receiving conversation handle
+/// and the message's sequence number in that conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageKey {
+    pub conversation_handle: Uuid,
+    pub sequence: i64,
+}
+
+impl MessageKey {
+    pub fn of(m: &Message) -> Self {
+        Self { conversation_handle: m.conversation_handle, sequence: m.sequence }
+    }
+}
+
+/// A message's attempt count after counting the current one, and why the last failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub key: MessageKey,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+/// What the worker learns about a queue outside any transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueState {
+    pub enabled: bool,
+    /// Messages waiting (a backlog when above zero).
+    pub messages: i64,
+}
+
+/// A message set aside, with why.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetter<'a> {
+    pub queue: &'a str,
+    pub message: &'a Message,
+    pub attempts: i32,
+    pub reason: &'a str,
+}
+
+/// Opens sessions on one broker (one database).
+pub trait Transport: Send + Sync + 'static {
+    type Session: Session;
+
+    /// Opens a session. Errors of kind `Connection` are worth retrying.
+    fn open(&self) -> impl Future<Output = Result<Self::Session, BrokerError>> + Send;
+
+    /// Where this transport connects, with secrets masked (for logs).
+    fn describe(&self) -> String;
+}
+
+/// One broker session: one transaction at a time. Every failure leaves the transaction
+/// to be rolled back by the caller (`SET XACT_ABORT ON` behaviour); a session whose
+/// connection broke is dropped, which rolls back on the server.
+pub trait Session: Send + 'static {
+    fn begin(&mut self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn commit(&mut self) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// Rolls back. Returns true when the broker's poison-message detection disabled a
+    /// queue because of this rollback.
+    fn rollback(&mut self) -> impl Future<Output = Result<bool, BrokerError>> + Send;
+
+    /// `WAITFOR (RECEIVE TOP (max) … FROM queue [WHERE conversation_group_id = group]),
+    /// TIMEOUT wait`: messages of one conversation group, empty on timeout.
+    fn receive(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<Message>, BrokerError>> + Send;
+
+    /// `RECEIVE … FROM queue WHERE conversation_handle = handle` (no wait): what is left
+    /// of one conversation, in order.
+    fn receive_conversation(
+        &mut self,
+        queue: &str,
+        handle: Uuid,
+    ) -> impl Future<Output = Result<Vec<Message>, BrokerError>> + Send;
+
+    fn send(
+        &mut self,
+        handle: Uuid,
+        message_type: &str,
+        body: Option<&[u8]>,
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// `END CONVERSATION handle [WITH ERROR = code DESCRIPTION = text]`.
+    fn end_conversation(
+        &mut self,
+        handle: Uuid,
+        error: Option<(i32, &str)>,
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// Counts one more attempt of each message, durably and outside the transaction
+    /// (it must survive a rollback and a crash). Returns the counts after this one.
+    fn count_attempts(
+        &mut self,
+        queue: &str,
+        keys: &[MessageKey],
+    ) -> impl Future<Output = Result<Vec<Attempt>, BrokerError>> + Send;
+
+    /// Records why the last attempt failed, outside the transaction.
+    fn note_failure(
+        &mut self,
+        keys: &[MessageKey],
+        error: &str,
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// Inside the transaction: these messages are done; forget their counts.
+    fn forget_attempts(&mut self, keys: &[MessageKey]) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// Inside the transaction: keep a diverted message.
+    fn dead_letter(&mut self, letter: DeadLetter<'_>) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// Outside any transaction: is the queue enabled, and how deep is it? `NotFound`
+    /// error when there is no such queue.
+    fn queue_state(&mut self, queue: &str) -> impl Future<Output = Result<QueueState, BrokerError>> + Send;
+}

@@ -1,0 +1,227 @@
+//! The worker runtime: per queue a supervisor that keeps between `min_readers` and
+//! `max_readers` readers (like `MAX_QUEUE_READERS`); each reader loops begin → RECEIVE
+//! one group → handle → COMMIT, with retries, durable attempt counts and diversion of
+//! messages that keep failing; graceful shutdown in two stages; metrics and health over
+//! HTTP.
+//!
+//! Layout: [`handler`] (the handler trait and registry), [`calculation`] (the
+//! calculation service's handler), `queue` (the supervisor: scaling, disabled queues),
+//! `reader` (one reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`],
+//! `http` (`/metrics`, `/healthz`, `/readyz`).
+
+pub mod calculation;
+pub mod handler;
+mod http;
+pub mod metrics;
+mod queue;
+mod reader;
+pub mod retry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, QueueConfig, WorkerSettings};
+use crate::transport::Transport;
+pub use handler::{Handled, Handler, HandlerError, Handlers};
+pub use metrics::Metrics;
+use retry::RetryPolicy;
+
+/// The stop signal every task listens to (the first stage of shutdown).
+#[derive(Clone)]
+pub struct Stop(watch::Receiver<bool>);
+
+impl Stop {
+    /// A stop signal and the sender that fires it.
+    pub fn new() -> (watch::Sender<bool>, Stop) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Stop(rx))
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once stop is requested (or its sender is gone).
+    pub async fn stopped(&mut self) {
+        let _ = self.0.wait_for(|s| *s).await;
+    }
+}
+
+/// Why the worker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("queues.{queue}.handler: no handler named \"{handler}\" is registered")]
+    NoHandler { queue: String, handler: String },
+    #[error("http.listen: cannot listen on {addr}: {source}")]
+    Http { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("cannot reach the broker ({broker}): {source}")]
+    Broker { broker: String, source: crate::broker::BrokerError },
+    #[error("queues.{queue}: {source}")]
+    Queue { queue: String, source: crate::broker::BrokerError },
+}
+
+/// How the worker ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every group in flight finished and committed.
+    Drained,
+    /// Stopped before groups in flight finished (their transactions rolled back): after
+    /// the grace period, or on a second signal.
+    Aborted { reason: String },
+}
+
+/// What the test hooks still have to do (see [`crate::config::Hooks`]).
+#[derive(Debug, Default)]
+pub struct HookState {
+    pauses_left: AtomicU32,
+}
+
+impl HookState {
+    /// Takes one pause, if any are left.
+    fn take_pause(&self) -> bool {
+        self.pauses_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+}
+
+/// Everything a queue's supervisor and readers share.
+pub(crate) struct QueueCtx<T: Transport> {
+    pub name: String,
+    pub cfg: QueueConfig,
+    pub settings: WorkerSettings,
+    pub transport: Arc<T>,
+    pub handler: Arc<dyn Handler<T::Session>>,
+    pub metrics: Arc<Metrics>,
+    pub label: metrics::QueueLabel,
+    pub retry: RetryPolicy,
+    pub reconnect: RetryPolicy,
+    /// Readers running.
+    pub readers: AtomicU32,
+    /// Readers holding a group.
+    pub busy: AtomicU32,
+    pub hooks: Arc<HookState>,
+}
+
+impl<T: Transport> QueueCtx<T> {
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    pub fn wait(&self) -> Duration {
+        Self::ms(self.cfg.wait_ms)
+    }
+
+    /// A reader that has been idle may leave if more than the minimum are running.
+    pub fn try_leave(&self) -> bool {
+        let min = self.cfg.min_readers;
+        let left = self.readers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > min).then(|| n - 1)).is_ok();
+        if left {
+            self.metrics.readers.get_or_create(&self.label).set(self.readers.load(Ordering::SeqCst) as i64);
+        }
+        left
+    }
+}
+
+/// Checks that the broker can be reached and every configured queue exists, before
+/// any reader starts (a bad connection string or queue name stops start-up).
+pub async fn preflight<T: Transport>(transport: &T, config: &Config) -> Result<(), WorkerError> {
+    use crate::transport::Session;
+    let mut s =
+        transport.open().await.map_err(|source| WorkerError::Broker { broker: transport.describe(), source })?;
+    for queue in config.queues.keys() {
+        let state = s.queue_state(queue).await.map_err(|source| WorkerError::Queue { queue: queue.clone(), source })?;
+        if !state.enabled {
+            warn!(queue, "queue is disabled in the broker; its readers wait until it is enabled again");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the worker until the first message on `signals` (stop receiving, finish the
+/// groups in flight, up to `worker.shutdown_grace_ms`), then a second message or the
+/// deadline aborts what is left (rolled back: nothing is lost).
+pub async fn run<T: Transport>(
+    transport: T,
+    config: &Config,
+    handlers: &Handlers<T::Session>,
+    metrics: Arc<Metrics>,
+    mut signals: mpsc::Receiver<()>,
+) -> Result<RunOutcome, WorkerError> {
+    let transport = Arc::new(transport);
+    let settings = &config.worker;
+    let hooks = Arc::new(HookState { pauses_left: AtomicU32::new(config.hooks.pause_before_commit) });
+    let mut queues = Vec::new();
+    for (name, q) in &config.queues {
+        let handler = handlers
+            .get(&q.handler)
+            .ok_or_else(|| WorkerError::NoHandler { queue: name.clone(), handler: q.handler.clone() })?;
+        queues.push(Arc::new(QueueCtx {
+            name: name.clone(),
+            cfg: q.clone(),
+            settings: settings.clone(),
+            transport: transport.clone(),
+            handler,
+            metrics: metrics.clone(),
+            label: Metrics::label(name),
+            retry: RetryPolicy {
+                min_delay: Duration::from_millis(settings.retry_min_delay_ms),
+                max_delay: Duration::from_millis(settings.retry_max_delay_ms),
+            },
+            reconnect: RetryPolicy {
+                min_delay: Duration::from_millis(settings.retry_min_delay_ms),
+                max_delay: Duration::from_millis(settings.reconnect_max_delay_ms),
+            },
+            readers: AtomicU32::new(0),
+            busy: AtomicU32::new(0),
+            hooks: hooks.clone(),
+        }));
+    }
+    let (stop_tx, stop) = Stop::new();
+    let (http_stop_tx, http_stop) = Stop::new();
+    let http = match config.http.listen {
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| WorkerError::Http { addr, source })?;
+            info!(addr = %listener.local_addr().map_or(addr, |a| a), "serving /metrics, /healthz and /readyz");
+            Some(tokio::spawn(http::serve(listener, metrics.clone(), http_stop)))
+        }
+        None => None,
+    };
+    info!(broker = %transport.describe(), queues = queues.len(), "worker started");
+    let mut supervisors = JoinSet::new();
+    for ctx in &queues {
+        supervisors.spawn(queue::supervise(ctx.clone(), stop.clone()));
+    }
+
+    tokio::select! {
+        _ = signals.recv() => {}
+        _ = async { while supervisors.join_next().await.is_some() {} } => {
+            warn!("every queue supervisor ended on its own");
+        }
+    }
+    let grace = Duration::from_millis(settings.shutdown_grace_ms);
+    info!(grace_ms = settings.shutdown_grace_ms, "stopping: no new receives; finishing groups in flight");
+    let _ = stop_tx.send(true);
+    let outcome = tokio::select! {
+        _ = async { while supervisors.join_next().await.is_some() {} } => RunOutcome::Drained,
+        _ = tokio::time::sleep(grace) => RunOutcome::Aborted { reason: format!("groups still in flight after {} ms", settings.shutdown_grace_ms) },
+        _ = signals.recv() => RunOutcome::Aborted { reason: "a second stop signal".into() },
+    };
+    if let RunOutcome::Aborted { reason } = &outcome {
+        let in_flight: u32 = queues.iter().map(|q| q.busy.load(Ordering::SeqCst)).sum();
+        error!(reason = %reason, in_flight, "aborting: open transactions roll back, their messages stay queued");
+        supervisors.abort_all();
+        while supervisors.join_next().await.is_some() {}
+    } else {
+        info!("stopped: every group in flight was committed");
+    }
+    let _ = http_stop_tx.send(true);
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,154 @@
+//! One queue's supervisor: starts `min_readers` readers, adds one per scale interval
+//! while the queue has a backlog and every reader is busy (up to `max_readers`),
+//! replaces readers that died, and stops every reader of a queue the broker disabled
+//! (error 9617), checking it again periodically while other queues go on.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use super::metrics::QueueStatus;
+use super::reader::{self, ReaderExit};
+use super::{QueueCtx, Stop};
+use crate::transport::{QueueState, Session, Transport};
+
+pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Stop) {
+    let span = info_span!("queue", queue = %ctx.name, handler = %ctx.cfg.handler);
+    async move {
+        let m = &ctx.metrics;
+        m.set_status(&ctx.name, QueueStatus::Starting);
+        let mut readers = JoinSet::new();
+        let mut next_id = 0u32;
+        let reader_stop = stop.clone();
+        let mut spawn = |readers: &mut JoinSet<ReaderExit>| {
+            next_id += 1;
+            ctx.readers.fetch_add(1, Ordering::SeqCst);
+            readers.spawn(reader::read(ctx.clone(), next_id, reader_stop.clone()));
+            m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
+        };
+        for _ in 0..ctx.cfg.min_readers {
+            spawn(&mut readers);
+        }
+        let mut monitor: Option<T::Session> = None;
+        let mut disabled = false;
+        let mut recheck_at = Instant::now();
+        let recheck = Duration::from_millis(ctx.settings.disabled_recheck_ms);
+        let mut tick = tokio::time::interval(Duration::from_millis(ctx.settings.scale_interval_ms));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.stopped() => break,
+                Some(done) = readers.join_next() => {
+                    match done {
+                        Ok(ReaderExit::Idle) => debug!("an idle reader left"),
+                        Ok(exit) => {
+                            ctx.readers.fetch_sub(1, Ordering::SeqCst);
+                            match exit {
+                                ReaderExit::Disabled if !disabled => {
+                                    disabled = true;
+                                    recheck_at = Instant::now() + recheck;
+                                    error!("QUEUE DISABLED by the broker (error 9617): its readers stop; \
+                                            re-enable it (ALTER QUEUE … WITH STATUS = ON) after finding the cause");
+                                    m.set_status(&ctx.name, QueueStatus::Disabled);
+                                    m.enabled.get_or_create(&ctx.label).set(0);
+                                }
+                                _ => {}
+                            }
+                        }
+                        Err(e) => {
+                            ctx.readers.fetch_sub(1, Ordering::SeqCst);
+                            error!("a reader panicked: {e}");
+                        }
+                    }
+                    m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
+                }
+                _ = tick.tick() => {
+                    let state = observe(&ctx, &mut monitor).await;
+                    if disabled {
+                        if Instant::now() < recheck_at {
+                            continue;
+                        }
+                        recheck_at = Instant::now() + recheck;
+                        match state {
+                            Some(s) if s.enabled => {
+                                info!("queue enabled again: readers start");
+                                disabled = false;
+                                m.enabled.get_or_create(&ctx.label).set(1);
+                            }
+                            _ => {
+                                error!(recheck_ms = ctx.settings.disabled_recheck_ms, "queue is still disabled");
+                                continue;
+                            }
+                        }
+                    }
+                    let Some(state) = state else { continue };
+                    if !state.enabled {
+                        // Readers find out at their next receive; stop adding them now.
+                        if !disabled {
+                            disabled = true;
+                            recheck_at = Instant::now() + recheck;
+                            error!("QUEUE DISABLED in the broker: its readers stop; re-enable it after finding the cause");
+                            m.set_status(&ctx.name, QueueStatus::Disabled);
+                            m.enabled.get_or_create(&ctx.label).set(0);
+                        }
+                        continue;
+                    }
+                    let running = ctx.readers.load(Ordering::SeqCst);
+                    if running < ctx.cfg.min_readers {
+                        spawn(&mut readers);
+                    } else if running < ctx.cfg.max_readers
+                        && state.messages > 0
+                        && ctx.busy.load(Ordering::SeqCst) >= running
+                    {
+                        info!(readers = running + 1, backlog = state.messages, "backlog with every reader busy: adding a reader");
+                        spawn(&mut readers);
+                    }
+                    m.set_status(&ctx.name, QueueStatus::Serving);
+                }
+            }
+        }
+        m.set_status(&ctx.name, QueueStatus::Stopping);
+        while let Some(done) = readers.join_next().await {
+            if let Err(e) = done {
+                error!("a reader panicked while stopping: {e}");
+            }
+        }
+        ctx.readers.store(0, Ordering::SeqCst);
+        m.readers.get_or_create(&ctx.label).set(0);
+    }
+    .instrument(span)
+    .await
+}
+
+/// The queue's state through the supervisor's own session (reopened when lost); None
+/// when the broker cannot be reached.
+async fn observe<T: Transport>(ctx: &QueueCtx<T>, monitor: &mut Option<T::Session>) -> Option<QueueState> {
+    if monitor.is_none() {
+        match ctx.transport.open().await {
+            Ok(s) => *monitor = Some(s),
+            Err(e) => {
+                warn!("cannot reach the broker: {e}");
+                ctx.metrics.set_status(&ctx.name, QueueStatus::Unreachable);
+                return None;
+            }
+        }
+    }
+    let s = monitor.as_mut()?;
+    match s.queue_state(&ctx.name).await {
+        Ok(state) => {
+            ctx.metrics.depth.get_or_create(&ctx.label).set(state.messages);
+            ctx.metrics.enabled.get_or_create(&ctx.label).set(i64::from(state.enabled));
+            Some(state)
+        }
+        Err(e) => {
+            warn!("cannot read the queue's state: {e}");
+            *monitor = None;
+            ctx.metrics.set_status(&ctx.name, QueueStatus::Unreachable);
+            None
+        }
+    }
+}

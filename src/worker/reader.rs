@@ -1,0 +1,314 @@
+//! One reader: a session of its own and the loop begin → WAITFOR (RECEIVE) one group →
+//! count the attempt (durably, outside the transaction) → handle, or divert a message
+//! that failed too often → COMMIT. Any failure rolls the whole transaction back; the
+//! group is tried again after a backoff, alone and one message at a time, so a bad
+//! message is isolated from the rest of its group.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{Instrument, Span, debug, error, field, info, info_span, warn};
+use uuid::Uuid;
+
+use super::handler::{Handled, HandlerError};
+use super::{QueueCtx, Stop};
+use crate::broker::{ErrorKind, Message, system};
+use crate::transport::{Attempt, DeadLetter, MessageKey, Session, Transport};
+
+/// `END CONVERSATION WITH ERROR` code of a conversation whose message was diverted.
+pub const DIVERTED: i32 = 50901;
+
+/// Why a reader ended.
+#[derive(Debug)]
+pub(crate) enum ReaderExit {
+    /// Stop was requested.
+    Stopped,
+    /// Idle for `idle_exit_ms` with more than the minimum running (already counted off).
+    Idle,
+    /// The queue is disabled.
+    Disabled,
+}
+
+/// A group's transaction failed.
+struct Failure {
+    /// The attempt that failed (highest count among the group's messages).
+    attempt: i32,
+    keys: Vec<MessageKey>,
+    error: HandlerError,
+}
+
+/// What a committed group did.
+enum Done {
+    Handled(Handled),
+    Diverted(u32),
+}
+
+/// Sleeps for `d`; true if stop was requested meanwhile.
+async fn sleep_or_stop(d: Duration, stop: &mut Stop) -> bool {
+    tokio::select! {
+        _ = stop.stopped() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+/// Opens a session, retrying with backoff until it works or stop is requested.
+async fn connect<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> Option<T::Session> {
+    let mut delays = ctx.reconnect.reconnects();
+    loop {
+        let opened = tokio::select! {
+            _ = stop.stopped() => return None,
+            s = ctx.transport.open() => s,
+        };
+        match opened {
+            Ok(s) => return Some(s),
+            Err(e) => {
+                let d = delays.next().unwrap_or(ctx.reconnect.max_delay);
+                warn!(retry_in_ms = d.as_millis() as u64, "cannot open a broker session: {e}");
+                if sleep_or_stop(d, stop).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop: Stop) -> ReaderExit {
+    let span = info_span!("reader", reader = id);
+    read_loop(&ctx, &mut stop).instrument(span).await
+}
+
+async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderExit {
+    let idle_exit = Duration::from_millis(ctx.settings.idle_exit_ms);
+    let mut session: Option<T::Session> = None;
+    // After a failure: the group to try again, when, and how many messages to take
+    // (one at a time isolates a bad message from the rest of its group).
+    let mut retry: Option<(Uuid, Duration, i32)> = None;
+    let mut last_work = Instant::now();
+    debug!("reader started");
+    loop {
+        if stop.is_stopped() {
+            return ReaderExit::Stopped;
+        }
+        if session.is_none() {
+            match connect(ctx, stop).await {
+                Some(s) => session = Some(s),
+                None => return ReaderExit::Stopped,
+            }
+        }
+        let Some(s) = session.as_mut() else { continue };
+        let (max, group, wait) = match retry.take() {
+            Some((g, delay, max)) => {
+                if sleep_or_stop(delay, stop).await {
+                    return ReaderExit::Stopped;
+                }
+                (max, Some(g), Duration::ZERO)
+            }
+            None => (ctx.cfg.batch as i32, None, ctx.wait()),
+        };
+        if let Err(e) = s.begin().await {
+            warn!("BEGIN failed; reconnecting: {e}");
+            session = None;
+            continue;
+        }
+        let received = tokio::select! {
+            biased;
+            // Dropping the session closes it: the server rolls the transaction back.
+            _ = stop.stopped() => return ReaderExit::Stopped,
+            r = s.receive(&ctx.name, max, group, wait) => r,
+        };
+        let msgs = match received {
+            Ok(m) => m,
+            Err(e) if e.kind == ErrorKind::QueueDisabled => {
+                let _ = s.rollback().await;
+                return ReaderExit::Disabled;
+            }
+            Err(e) => {
+                warn!("RECEIVE failed: {e}");
+                if e.kind == ErrorKind::Connection || s.rollback().await.is_err() {
+                    session = None;
+                }
+                if sleep_or_stop(ctx.retry.delay(1), stop).await {
+                    return ReaderExit::Stopped;
+                }
+                continue;
+            }
+        };
+        if msgs.is_empty() {
+            if s.commit().await.is_err() {
+                session = None;
+            }
+            if group.is_none() && last_work.elapsed() >= idle_exit && ctx.try_leave() {
+                debug!("idle: reader leaves");
+                return ReaderExit::Idle;
+            }
+            continue;
+        }
+        last_work = Instant::now();
+        let group_id = msgs[0].conversation_group_id;
+        let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
+        ctx.metrics.busy.get_or_create(&ctx.label).set(busy as i64);
+        ctx.metrics.received.get_or_create(&ctx.label).inc_by(msgs.len() as u64);
+        let started = Instant::now();
+        let span = info_span!("group", group = %group_id, messages = msgs.len(), attempt = field::Empty);
+        let result = process_group(ctx, s, &msgs, stop).instrument(span.clone()).await;
+        let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
+        ctx.metrics.busy.get_or_create(&ctx.label).set(busy as i64);
+        let _enter = span.enter();
+        match result {
+            Ok(done) => {
+                ctx.metrics.processing.get_or_create(&ctx.label).observe(started.elapsed().as_secs_f64());
+                let m = &ctx.metrics;
+                match done {
+                    Done::Handled(h) => {
+                        m.answered.get_or_create(&ctx.label).inc_by(u64::from(h.answered));
+                        m.faulted.get_or_create(&ctx.label).inc_by(u64::from(h.faulted));
+                        m.ended.get_or_create(&ctx.label).inc_by(u64::from(h.ended));
+                        debug!(answered = h.answered, faulted = h.faulted, ended = h.ended, "group committed");
+                    }
+                    Done::Diverted(n) => {
+                        m.dead_lettered.get_or_create(&ctx.label).inc_by(u64::from(n));
+                    }
+                }
+            }
+            Err(f) => {
+                ctx.metrics.retried.get_or_create(&ctx.label).inc();
+                let broken = f.error.is_connection();
+                let disabled = if broken {
+                    false
+                } else {
+                    match s.rollback().await {
+                        Ok(d) => d,
+                        Err(e) => {
+                            warn!("ROLLBACK failed: {e}");
+                            session = None;
+                            false
+                        }
+                    }
+                };
+                if broken {
+                    // Closing the session rolls back on the server.
+                    session = None;
+                } else if let Some(s) = session.as_mut()
+                    && let Err(e) = s.note_failure(&f.keys, &truncate(&f.error.to_string(), 3000)).await
+                {
+                    warn!("cannot record the failure: {e}");
+                }
+                // A conversation ended by the other side meanwhile: take the whole group
+                // again at once, so its EndDialog or Error comes along and is handled.
+                let (delay, max) = if f.error.is_closed_conversation() {
+                    (Duration::ZERO, ctx.cfg.batch as i32)
+                } else {
+                    (ctx.retry.delay(f.attempt.max(1) as u32), 1)
+                };
+                warn!(
+                    attempt = f.attempt,
+                    retryable = f.error.is_retryable(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "group rolled back: {}",
+                    f.error
+                );
+                if disabled || f.error.is_queue_disabled() {
+                    return ReaderExit::Disabled;
+                }
+                retry = Some((group_id, delay, max));
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max_chars: usize) -> String {
+    s.chars().take(max_chars).collect()
+}
+
+/// Inside the open transaction: count the attempt, handle or divert, commit.
+async fn process_group<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    stop: &mut Stop,
+) -> Result<Done, Failure> {
+    let keys: Vec<MessageKey> = msgs.iter().map(MessageKey::of).collect();
+    let fail = |attempt: i32, keys: &[MessageKey]| {
+        let keys = keys.to_vec();
+        move |error: HandlerError| Failure { attempt, keys, error }
+    };
+    let attempts = s.count_attempts(&ctx.name, &keys).await.map_err(|e| fail(1, &keys)(e.into()))?;
+    let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
+    Span::current().record("attempt", attempt);
+    let max = ctx.settings.max_attempts as i32;
+    let done = if attempt > max {
+        let n = divert(ctx, s, msgs, &attempts, attempt > max + 1).await.map_err(fail(attempt, &keys))?;
+        Done::Diverted(n)
+    } else {
+        let handled = ctx.handler.handle(s, msgs).await.map_err(fail(attempt, &keys))?;
+        s.forget_attempts(&keys).await.map_err(|e| fail(attempt, &keys)(e.into()))?;
+        Done::Handled(handled)
+    };
+    if ctx.hooks.take_pause() {
+        info!("test hook: paused before commit");
+        stop.stopped().await;
+        info!("test hook: resumed");
+    }
+    s.commit().await.map_err(|e| fail(attempt, &keys)(e.into()))?;
+    Ok(done)
+}
+
+/// Sets aside the messages of a group that failed too often: each conversation of the
+/// group gets the handler's reply (a Fout, where the contract has one) and an error end;
+/// every message, including those of these conversations not yet received (an END
+/// would discard them), goes to the dead-letter table with the reason. With `minimal`
+/// (an earlier diversion of this group failed), only the received messages are kept
+/// aside, with no sends or ends that could fail again.
+async fn divert<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    attempts: &[Attempt],
+    minimal: bool,
+) -> Result<u32, HandlerError> {
+    let counts: HashMap<MessageKey, &Attempt> = attempts.iter().map(|a| (a.key, a)).collect();
+    let worst = attempts.iter().max_by_key(|a| a.attempts);
+    let failed = worst.map_or(0, |a| a.attempts - 1);
+    let last = worst
+        .and_then(|a| a.last_error.clone())
+        .unwrap_or_else(|| "no error recorded (the worker stopped while handling it)".into());
+    let reason = truncate(&format!("diverted after {failed} failed attempts: {last}"), 3000);
+    let mut handles: Vec<Uuid> = Vec::new();
+    for m in msgs {
+        if !handles.contains(&m.conversation_handle) {
+            handles.push(m.conversation_handle);
+        }
+    }
+    let mut letters: Vec<Message> = msgs.to_vec();
+    if !minimal {
+        for h in &handles {
+            letters.extend(s.receive_conversation(&ctx.name, *h).await?);
+        }
+    }
+    for m in &letters {
+        let n = counts.get(&MessageKey::of(m)).map_or(0, |a| a.attempts - 1);
+        s.dead_letter(DeadLetter { queue: &ctx.name, message: m, attempts: n, reason: &reason }).await?;
+    }
+    if minimal {
+        error!(messages = letters.len(), reason = %reason, "diverting failed before: messages kept aside without a reply; their conversations stay open");
+    } else {
+        for h in &handles {
+            let first = letters.iter().find(|m| m.conversation_handle == *h);
+            // The other side has ended already: nothing can be sent on it any more.
+            let closed = letters.iter().any(|m| {
+                m.conversation_handle == *h && [system::END_DIALOG, system::ERROR].contains(&m.message_type.as_str())
+            });
+            if !closed && let Some((message_type, body)) = first.and_then(|m| ctx.handler.divert_reply(m, &reason)) {
+                s.send(*h, message_type, Some(&body)).await?;
+            }
+            s.end_conversation(*h, Some((DIVERTED, &reason))).await?;
+        }
+        error!(messages = letters.len(), conversations = handles.len(), reason = %reason, "messages diverted to the dead-letter table");
+    }
+    let keys: Vec<MessageKey> = letters.iter().map(MessageKey::of).collect();
+    s.forget_attempts(&keys).await?;
+    Ok(letters.len() as u32)
+}

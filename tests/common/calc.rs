@@ -1,0 +1,188 @@
+//! The calculation dialog in a fresh database (message types, contract, the answer and
+//! calculation queues and services), requests to send, answers to collect, and a
+//! worker to run in this process or as a real `sbworker run` process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sbworker::broker::Message;
+use sbworker::broker::postgres::{PostgresTransport, Session};
+use sbworker::config::{self, Config};
+use sbworker::contract::{Limits, encode_vraag, message_types};
+use sbworker::engine::Tables;
+use sbworker::worker::{self, Handlers, Metrics, RunOutcome, calculation};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::build::{dienst, maart, w};
+use super::pg::fresh_db;
+
+pub const REKEN_Q: &str = "reken_q";
+pub const ANTWOORD_Q: &str = "antwoord_q";
+pub const DATA_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/DataService";
+pub const REKEN_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/RekenService";
+pub const CONTRACT: &str = "/Rekenserver/LoonfactorBerekening/DataContract";
+
+/// A fresh database with the calculation dialog defined; its URL and a session.
+pub async fn calc_world() -> (String, Session) {
+    let url = fresh_db().await;
+    let s = Session::open(&url).await.unwrap();
+    s.client()
+        .batch_execute(&format!(
+            "SELECT sb.create_message_type('{v}', 'WELL_FORMED_XML');
+             SELECT sb.create_message_type('{a}', 'WELL_FORMED_XML');
+             SELECT sb.create_message_type('{f}', 'WELL_FORMED_XML');
+             SELECT sb.create_contract('{CONTRACT}', ARRAY[['{v}','INITIATOR'],['{a}','TARGET'],['{f}','TARGET']]);
+             SELECT sb.create_queue('{ANTWOORD_Q}');
+             SELECT sb.create_queue('{REKEN_Q}');
+             SELECT sb.create_service('{DATA_SERVICE}', '{ANTWOORD_Q}');
+             SELECT sb.create_service('{REKEN_SERVICE}', '{REKEN_Q}', ARRAY['{CONTRACT}']);",
+            v = message_types::VRAAG,
+            a = message_types::ANTWOORD,
+            f = message_types::FOUT,
+        ))
+        .await
+        .unwrap();
+    (url, s)
+}
+
+/// A valid Vraag (one day shift in March 2026) with this Id.
+pub fn vraag_body(id: Uuid) -> Vec<u8> {
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("07:00", "15:30")])]);
+    v.id = id;
+    encode_vraag(&v).into_bytes()
+}
+
+/// Begins a dialog, sends `body` as a Vraag and commits; the initiator's handle.
+pub async fn ask(s: &mut Session, body: &[u8]) -> Uuid {
+    s.begin().await.unwrap();
+    let h = s.begin_dialog(DATA_SERVICE, REKEN_SERVICE, CONTRACT, None, None).await.unwrap();
+    s.send(h, message_types::VRAAG, Some(body)).await.unwrap();
+    s.commit().await.unwrap();
+    h
+}
+
+/// Receives from the answer queue until `n` messages have come (each receive waits for
+/// the next commit), committing as it goes. Panics after 60 s without progress.
+pub async fn collect(s: &mut Session, n: usize) -> Vec<Message> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        s.begin().await.unwrap();
+        let batch = s.receive(ANTWOORD_Q, 1000, None, Duration::from_secs(60)).await.unwrap();
+        s.commit().await.unwrap();
+        assert!(!batch.is_empty(), "no answer within 60 s; have {} of {n}", got.len());
+        got.extend(batch);
+    }
+    got
+}
+
+/// Ends the initiator's side of each conversation (as the collector does).
+pub async fn end_all(s: &mut Session, handles: impl IntoIterator<Item = Uuid>) {
+    s.begin().await.unwrap();
+    for h in handles {
+        s.end_conversation(h, None).await.unwrap();
+    }
+    s.commit().await.unwrap();
+}
+
+/// Checks `cond` every 20 ms until it holds; panics with `what` after 60 s. For states
+/// that no message announces (an endpoint removed, a gauge lowered).
+pub async fn wait_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !cond().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn count(s: &Session, sql: &str) -> i64 {
+    s.client().query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// A worker configuration for the calculation queue (plus `extra` TOML).
+pub fn config_text(url: &str, extra: &str) -> String {
+    let url = toml::Value::String(url.to_owned());
+    format!(
+        "[broker]\nkind = \"postgres\"\nconnection = {url}\n\n\
+         [worker]\nretry_min_delay_ms = 10\nretry_max_delay_ms = 200\n\n\
+         {extra}\n\n\
+         [queues.{REKEN_Q}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 2000\n"
+    )
+}
+
+pub fn config(url: &str, extra: &str) -> Config {
+    config::from_str(&config_text(url, extra), &Vec::new()).unwrap()
+}
+
+pub fn calculation_handler() -> Arc<calculation::Calculation> {
+    Arc::new(calculation::Calculation::new(Arc::new(Tables::built_in().unwrap()), Limits::default()))
+}
+
+/// A worker running in this process.
+pub struct InProcess {
+    pub stop: mpsc::Sender<()>,
+    pub done: JoinHandle<RunOutcome>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl InProcess {
+    pub fn start(url: &str, config: Config, handlers: Handlers<Session>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let (stop, rx) = mpsc::channel(4);
+        let m = metrics.clone();
+        let transport = PostgresTransport::new(url);
+        let done = tokio::spawn(async move { worker::run(transport, &config, &handlers, m, rx).await.unwrap() });
+        Self { stop, done, metrics }
+    }
+
+    /// Stops it and waits for the outcome.
+    pub async fn shutdown(self) -> RunOutcome {
+        self.stop.send(()).await.unwrap();
+        self.done.await.unwrap()
+    }
+
+    /// Stops it (asserting a clean drain) and returns its final metrics text: every
+    /// counter has moved by then.
+    pub async fn finish(self) -> String {
+        let metrics = self.metrics.clone();
+        assert_eq!(self.shutdown().await, RunOutcome::Drained);
+        metrics.encode()
+    }
+
+    /// The value of a metric line (`name{queue="q"}`), 0 when absent.
+    pub fn metric(&self, name_and_labels: &str) -> f64 {
+        metric_in(&self.metrics.encode(), name_and_labels)
+    }
+}
+
+pub fn metric_in(text: &str, name_and_labels: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name_and_labels).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// The calculation handler under its configured name.
+pub fn calc_handlers() -> Handlers<Session> {
+    Handlers::default().with(calculation::NAME, calculation_handler())
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("sbworker-{tag}-{}-{}", std::process::id(), Uuid::new_v4()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
