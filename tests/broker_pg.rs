@@ -64,7 +64,7 @@ async fn install_is_idempotent() {
     let count = "SELECT (SELECT count(*) FROM sb.message_type) + (SELECT count(*) FROM sb.queue) + \
                  (SELECT count(*) FROM pg_proc WHERE pronamespace = 'sb'::regnamespace) + (SELECT count(*) FROM sb.migration)";
     let before: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
-    assert_eq!(install(&url).await.unwrap(), [1]);
+    assert_eq!(install(&url).await.unwrap(), [1, 2]);
     let after: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
     assert_eq!(before, after);
 }

@@ -9,3 +9,4 @@ mod contract_props;
 mod engine_cases;
 mod engine_props;
 mod worker_pg;
+mod worker_process;

@@ -5,11 +5,12 @@
 //! queue commits (notifications are delivered to a session, so the listener must be a
 //! connection of its own that nothing else uses).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
@@ -68,6 +69,20 @@ fn error_of(e: tokio_postgres::Error) -> BrokerError {
     BrokerError { kind, number, message: db.message().to_owned() }
 }
 
+/// The statement `name` of `session.sql`, prepared once per connection.
+async fn prepared(
+    client: &Client,
+    cache: &mut HashMap<&'static str, Statement>,
+    name: &'static str,
+) -> Result<Statement, BrokerError> {
+    if let Some(s) = cache.get(name) {
+        return Ok(s.clone());
+    }
+    let s = client.prepare(stmt(name)).await.map_err(error_of)?;
+    cache.insert(name, s.clone());
+    Ok(s)
+}
+
 /// Connects, driving the connection on a task; notifications go to `notify`.
 async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
     let (client, mut conn) = tokio_postgres::connect(url, NoTls).await.map_err(error_of)?;
@@ -105,6 +120,9 @@ pub struct Session {
     listening: Vec<String>,
     /// Ids of messages received in the open transaction (for poison counting).
     received: Vec<i64>,
+    /// Prepared statements of each connection.
+    client_stmts: HashMap<&'static str, Statement>,
+    listener_stmts: HashMap<&'static str, Statement>,
 }
 
 impl Session {
@@ -113,7 +131,15 @@ impl Session {
         let (tx, rx) = watch::channel(0u64);
         let listener = connect(url, Some(tx)).await?;
         let client = connect(url, None).await?;
-        Ok(Self { client, listener, wakeups: rx, listening: Vec::new(), received: Vec::new() })
+        Ok(Self {
+            client,
+            listener,
+            wakeups: rx,
+            listening: Vec::new(),
+            received: Vec::new(),
+            client_stmts: HashMap::new(),
+            listener_stmts: HashMap::new(),
+        })
     }
 
     /// The working connection, for the caller's own statements in the same transaction.
@@ -140,7 +166,11 @@ impl Session {
         if ids.is_empty() {
             return Ok(false);
         }
-        let row = self.client.query_one(stmt("note_rollback"), &[&ids]).await.map_err(error_of)?;
+        let row = self
+            .client
+            .query_one(&prepared(&self.client, &mut self.client_stmts, "note_rollback").await?, &[&ids])
+            .await
+            .map_err(error_of)?;
         Ok(row.get(0))
     }
 
@@ -148,7 +178,11 @@ impl Session {
         if self.listening.iter().any(|q| q == queue) {
             return Ok(());
         }
-        let row = self.client.query_opt(stmt("channel"), &[&queue]).await.map_err(error_of)?;
+        let row = self
+            .client
+            .query_opt(&prepared(&self.client, &mut self.client_stmts, "channel").await?, &[&queue])
+            .await
+            .map_err(error_of)?;
         let Some(channel) = row.and_then(|r| r.get::<_, Option<String>>(0)) else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
@@ -204,7 +238,11 @@ impl Session {
         group: Option<Uuid>,
         handle: Option<Uuid>,
     ) -> Result<Vec<Message>, BrokerError> {
-        let rows = self.client.query(stmt("receive"), &[&queue, &max, &group, &handle]).await.map_err(error_of)?;
+        let rows = self
+            .client
+            .query(&prepared(&self.client, &mut self.client_stmts, "receive").await?, &[&queue, &max, &group, &handle])
+            .await
+            .map_err(error_of)?;
         let msgs: Vec<Message> = rows
             .iter()
             .map(|r| Message {
@@ -234,7 +272,11 @@ impl Session {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             self.wakeups.borrow_and_update();
-            let row = self.client.query_one(stmt("get_conversation_group"), &[&queue]).await.map_err(error_of)?;
+            let row = self
+                .client
+                .query_one(&prepared(&self.client, &mut self.client_stmts, "get_conversation_group").await?, &[&queue])
+                .await
+                .map_err(error_of)?;
             if let Some(g) = row.get::<_, Option<Uuid>>(0) {
                 return Ok(Some(g));
             }
@@ -257,7 +299,10 @@ impl Session {
     ) -> Result<Uuid, BrokerError> {
         let row = self
             .client
-            .query_one(stmt("begin_dialog"), &[&from, &to, &contract, &related_group, &lifetime_seconds])
+            .query_one(
+                &prepared(&self.client, &mut self.client_stmts, "begin_dialog").await?,
+                &[&from, &to, &contract, &related_group, &lifetime_seconds],
+            )
             .await
             .map_err(error_of)?;
         Ok(row.get(0))
@@ -265,20 +310,32 @@ impl Session {
 
     /// `SEND ON CONVERSATION handle MESSAGE TYPE t (body)`.
     pub async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
-        self.client.execute(stmt("send"), &[&handle, &message_type, &body]).await.map_err(error_of)?;
+        self.client
+            .execute(&prepared(&self.client, &mut self.client_stmts, "send").await?, &[&handle, &message_type, &body])
+            .await
+            .map_err(error_of)?;
         Ok(())
     }
 
     /// `END CONVERSATION handle [WITH ERROR = code DESCRIPTION = text]`.
     pub async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
         let (code, text) = error.map_or((None, None), |(c, t)| (Some(c), Some(t)));
-        self.client.execute(stmt("end_conversation"), &[&handle, &code, &text]).await.map_err(error_of)?;
+        self.client
+            .execute(
+                &prepared(&self.client, &mut self.client_stmts, "end_conversation").await?,
+                &[&handle, &code, &text],
+            )
+            .await
+            .map_err(error_of)?;
         Ok(())
     }
 
     /// `MOVE CONVERSATION handle TO group`.
     pub async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
-        self.client.execute(stmt("move_conversation"), &[&handle, &group]).await.map_err(error_of)?;
+        self.client
+            .execute(&prepared(&self.client, &mut self.client_stmts, "move_conversation").await?, &[&handle, &group])
+            .await
+            .map_err(error_of)?;
         Ok(())
     }
 }
@@ -355,7 +412,14 @@ impl transport::Session for Session {
         let (handles, seqs) = key_arrays(keys);
         // On the listener connection: it is never inside a transaction, so the count
         // commits at once and survives whatever happens to the receiving transaction.
-        let rows = self.listener.query(stmt("count_attempts"), &[&queue, &handles, &seqs]).await.map_err(error_of)?;
+        let rows = self
+            .listener
+            .query(
+                &prepared(&self.listener, &mut self.listener_stmts, "count_attempts").await?,
+                &[&queue, &handles, &seqs],
+            )
+            .await
+            .map_err(error_of)?;
         Ok(rows
             .iter()
             .map(|r| Attempt {
@@ -368,13 +432,22 @@ impl transport::Session for Session {
 
     async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.listener.execute(stmt("note_failure"), &[&handles, &seqs, &error]).await.map_err(error_of)?;
+        self.listener
+            .execute(
+                &prepared(&self.listener, &mut self.listener_stmts, "note_failure").await?,
+                &[&handles, &seqs, &error],
+            )
+            .await
+            .map_err(error_of)?;
         Ok(())
     }
 
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.client.execute(stmt("forget_attempts"), &[&handles, &seqs]).await.map_err(error_of)?;
+        self.client
+            .execute(&prepared(&self.client, &mut self.client_stmts, "forget_attempts").await?, &[&handles, &seqs])
+            .await
+            .map_err(error_of)?;
         Ok(())
     }
 
@@ -383,7 +456,7 @@ impl transport::Session for Session {
         let body = (!m.body.is_empty()).then_some(m.body.as_slice());
         self.client
             .execute(
-                stmt("dead_letter"),
+                &prepared(&self.client, &mut self.client_stmts, "dead_letter").await?,
                 &[
                     &l.queue,
                     &m.service,
@@ -403,7 +476,11 @@ impl transport::Session for Session {
     }
 
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
-        let row = self.listener.query_opt(stmt("queue_state"), &[&queue]).await.map_err(error_of)?;
+        let row = self
+            .listener
+            .query_opt(&prepared(&self.listener, &mut self.listener_stmts, "queue_state").await?, &[&queue])
+            .await
+            .map_err(error_of)?;
         let Some(row) = row else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
@@ -422,7 +499,7 @@ mod tests {
     #[test]
     fn every_statement_used_is_in_session_sql() {
         let code = include_str!("postgres.rs");
-        let used: Vec<&str> = code.split("stmt(\"").skip(1).filter_map(|r| r.split('"').next()).collect();
+        let used: Vec<&str> = code.split("_stmts, \"").skip(1).filter_map(|r| r.split('"').next()).collect();
         assert!(used.len() >= 8, "{used:?}");
         for name in used {
             let sql = stmt(name);

@@ -76,7 +76,8 @@ async fn connect<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> Option<T::
 }
 
 pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop: Stop) -> ReaderExit {
-    let span = info_span!("reader", reader = id);
+    // A task of its own: the supervisor's span does not carry over, so name the queue.
+    let span = info_span!("reader", queue = %ctx.name, reader = id);
     read_loop(&ctx, &mut stop).instrument(span).await
 }
 
