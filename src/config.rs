@@ -413,6 +413,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_is_valid_and_complete() {
+        let text = include_str!("../examples/sbworker.toml");
+        let c = from_str(text, &Vec::new()).expect("examples/sbworker.toml is valid");
+        c.check_handlers(HANDLERS).unwrap();
+        // It shows every default: reading it gives what an empty section gives.
+        let d = WorkerSettings::default();
+        assert_eq!((c.worker.max_attempts, c.worker.shutdown_grace_ms), (d.max_attempts, d.shutdown_grace_ms));
+        assert_eq!(c.engine.max_body_bytes, EngineConfig::default().max_body_bytes);
+    }
+
+    #[test]
     fn env_keys_become_dotted_paths() {
         let o = env_overrides([
             ("SBWORKER__QUEUES__BEREKENING__MAX_READERS".to_owned(), "8".to_owned()),

@@ -376,3 +376,46 @@ async fn http_get(port: u16, path: &str) -> String {
     c.read_to_string(&mut out).await.unwrap();
     out
 }
+
+/// Fails every group, and its diversion reply is a message type the contract does not
+/// have, so the first diversion fails too.
+struct PoisonedTwice;
+
+impl Handler<Session> for PoisonedTwice {
+    fn handle<'a>(&'a self, _: &'a mut Session, _: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+        Box::pin(async { Err(HandlerError::Failed("always fails".into())) })
+    }
+
+    fn divert_reply(&self, _: &Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
+        Some(("/not/in/the/contract", b"<x/>".to_vec()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_diverting_fails_too_the_message_is_still_set_aside_before_the_broker_disables_the_queue() {
+    let (url, mut s) = calc_world().await;
+    let w = InProcess::start(
+        &url,
+        config(&url, ""),
+        Handlers::default().with("loonfactor-berekening", Arc::new(PoisonedTwice)),
+    );
+    let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    wait_until("the message is set aside", || async {
+        count(&s, "SELECT count(*) FROM sbworker.dead_letter").await == 1
+    })
+    .await;
+    let m = w.finish().await;
+    // Three failures, one failed diversion, then the minimal one: four rollbacks, one
+    // below the broker's limit.
+    let attempts: i32 = s.client().query_one("SELECT attempts FROM sbworker.dead_letter", &[]).await.unwrap().get(0);
+    assert_eq!(attempts, 4);
+    let enabled: bool =
+        s.client().query_one("SELECT enabled FROM sb.queue WHERE name = $1", &[&REKEN_Q]).await.unwrap().get(0);
+    assert!(enabled, "the queue must stay enabled");
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0);
+    // No reply could be sent: the conversation stays open for an operator.
+    let state: String =
+        s.client().query_one("SELECT state FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0);
+    assert_eq!(state, "CO");
+    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"reken_q\"}"), 4.0);
+}
