@@ -419,3 +419,29 @@ async fn when_diverting_fails_too_the_message_is_still_set_aside_before_the_brok
     assert_eq!(state, "CO");
     assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"reken_q\"}"), 4.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_are_reopened_and_work_goes_on() {
+    let (url, mut s) = calc_world().await;
+    let w = InProcess::start(&url, config(&url, ""), calc_handlers());
+    ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    collect(&mut s, 1).await;
+    // Cut every other connection to the database: the worker's readers (waiting in
+    // RECEIVE), their listeners, the supervisor's monitor, and this test's listener.
+    let killed: i64 = s
+        .client()
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed >= 3, "killed {killed}");
+    let mut s = Session::open(&url).await.unwrap();
+    let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    let got = collect(&mut s, 1).await;
+    assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, message_types::ANTWOORD));
+    w.finish().await;
+}
