@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub const ENV_PREFIX: &str = "SBWORKER__";
 
 /// The handlers the worker knows, by the name a queue's `handler` key uses.
-pub const HANDLERS: &[&str] = &[crate::worker::calculation::NAME];
+pub const HANDLERS: &[&str] = &[crate::worker::calculation::NAME, crate::worker::collector::NAME];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -61,10 +61,15 @@ fn bodies(msgs: &[Message]) -> Vec<String> {
 #[tokio::test]
 async fn install_is_idempotent() {
     let (url, s) = world().await;
-    let count = "SELECT (SELECT count(*) FROM sb.message_type) + (SELECT count(*) FROM sb.queue) + \
-                 (SELECT count(*) FROM pg_proc WHERE pronamespace = 'sb'::regnamespace) + (SELECT count(*) FROM sb.migration)";
+    sbworker::broker::postgres::install_with(&url, true).await.unwrap();
+    let count = "SELECT (SELECT count(*) FROM sb.message_type) + (SELECT count(*) FROM sb.queue) \
+                 + (SELECT count(*) FROM sb.service) + (SELECT count(*) FROM sb.migration) \
+                 + (SELECT count(*) FROM pg_proc WHERE pronamespace::regnamespace::text IN ('sb', 'rooster', 'rekenserver')) \
+                 + (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal) \
+                 + (SELECT count(*) FROM pg_class WHERE relnamespace::regnamespace::text IN ('sb', 'sbworker', 'rooster', 'rekenserver'))";
     let before: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
-    assert_eq!(install(&url).await.unwrap(), [1, 2]);
+    assert_eq!(install(&url).await.unwrap(), [1, 2, 3]);
+    assert_eq!(sbworker::broker::postgres::install_with(&url, true).await.unwrap(), [1, 2, 3, 4]);
     let after: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
     assert_eq!(before, after);
 }

@@ -41,8 +41,8 @@ async fn answers_requests_and_ends_on_end_dialog() {
     wait_until("every endpoint is gone", || async { count(&s, "SELECT count(*) FROM sb.endpoint").await == 0 }).await;
     assert_eq!(count(&s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
     let m = w.finish().await;
-    assert_eq!(metric_in(&m, "sbworker_requests_answered_total{queue=\"reken_q\"}"), 10.0);
-    assert_eq!(metric_in(&m, "sbworker_conversations_ended_total{queue=\"reken_q\"}"), 10.0);
+    assert_eq!(metric_in(&m, "sbworker_requests_answered_total{queue=\"loonfactorberekening_reken\"}"), 10.0);
+    assert_eq!(metric_in(&m, "sbworker_conversations_ended_total{queue=\"loonfactorberekening_reken\"}"), 10.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +64,7 @@ async fn malformed_vraag_gets_a_fout_naming_the_problem_and_an_error_end() {
     end_all(&mut s, [h]).await;
     assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0);
     let m = w.finish().await;
-    assert_eq!(metric_in(&m, "sbworker_requests_faulted_total{queue=\"reken_q\"}"), 1.0);
+    assert_eq!(metric_in(&m, "sbworker_requests_faulted_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,8 +80,8 @@ async fn an_error_from_the_initiator_ends_our_side_without_an_answer() {
         .await;
     assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0, "no answer on an ended conversation");
     let m = w.finish().await;
-    assert_eq!(metric_in(&m, "sbworker_conversations_ended_total{queue=\"reken_q\"}"), 1.0);
-    assert_eq!(metric_in(&m, "sbworker_requests_answered_total{queue=\"reken_q\"}"), 0.0);
+    assert_eq!(metric_in(&m, "sbworker_conversations_ended_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
+    assert_eq!(metric_in(&m, "sbworker_requests_answered_total{queue=\"loonfactorberekening_reken\"}"), 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +190,7 @@ async fn a_deadlock_inside_the_handler_is_retried_and_then_answered() {
     assert_eq!(count(&s, "SELECT sum(n)::bigint FROM lockpair").await, 20);
     assert_eq!(count(&s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
     let m = w.finish().await;
-    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"reken_q\"}"), 1.0);
+    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
 }
 
 /// Fails every Vraag whose body contains "poison"; the rest goes to the calculation.
@@ -245,8 +245,8 @@ async fn a_message_that_keeps_failing_is_diverted_and_the_queue_stays_enabled() 
         s.client().query_one("SELECT enabled FROM sb.queue WHERE name = $1", &[&REKEN_Q]).await.unwrap().get(0);
     assert!(enabled, "the queue must stay enabled");
     let m = w.finish().await;
-    assert_eq!(metric_in(&m, "sbworker_messages_dead_lettered_total{queue=\"reken_q\"}"), 1.0);
-    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"reken_q\"}"), 3.0);
+    assert_eq!(metric_in(&m, "sbworker_messages_dead_lettered_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
+    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"loonfactorberekening_reken\"}"), 3.0);
 }
 
 /// Holds every group until the test lets it go.
@@ -288,16 +288,16 @@ async fn readers_scale_up_under_a_backlog_and_back_down_when_idle() {
     for _ in 0..3 {
         entered.recv().await.unwrap();
     }
-    assert_eq!(w.metric("sbworker_readers{queue=\"reken_q\"}"), 3.0);
-    assert_eq!(w.metric("sbworker_readers_busy{queue=\"reken_q\"}"), 3.0);
+    assert_eq!(w.metric("sbworker_readers{queue=\"loonfactorberekening_reken\"}"), 3.0);
+    assert_eq!(w.metric("sbworker_readers_busy{queue=\"loonfactorberekening_reken\"}"), 3.0);
     release.add_permits(100);
     collect(&mut s, 12).await;
     wait_until("idle readers leave down to the minimum", || async {
-        w.metric("sbworker_readers{queue=\"reken_q\"}") == 1.0
+        w.metric("sbworker_readers{queue=\"loonfactorberekening_reken\"}") == 1.0
     })
     .await;
     // Never below the minimum, and never above the maximum on the way.
-    assert_eq!(w.metric("sbworker_readers{queue=\"reken_q\"}"), 1.0);
+    assert_eq!(w.metric("sbworker_readers{queue=\"loonfactorberekening_reken\"}"), 1.0);
     assert_eq!(w.shutdown().await, RunOutcome::Drained);
 }
 
@@ -327,11 +327,11 @@ async fn a_disabled_queue_stops_its_readers_while_other_queues_go_on() {
     let got = collect(&mut s, 1).await;
     assert_eq!(got[0].conversation_handle, h2, "the enabled queue is served");
     wait_until("the disabled queue shows as such", || async {
-        w.metric("sbworker_queue_enabled{queue=\"reken_q\"}") == 0.0
-            && w.metrics.readiness().is_err_and(|e| e.contains("reken_q: Disabled"))
+        w.metric("sbworker_queue_enabled{queue=\"loonfactorberekening_reken\"}") == 0.0
+            && w.metrics.readiness().is_err_and(|e| e.contains(&format!("{REKEN_Q}: Disabled")))
     })
     .await;
-    assert_eq!(count(&s, "SELECT count(*) FROM sb.message WHERE queue = 'reken_q'").await, 1);
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message WHERE queue = 'loonfactorberekening_reken'").await, 1);
     // Enabled again: the re-check notices and readers serve it.
     s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', true)")).await.unwrap();
     let got = collect(&mut s, 1).await;
@@ -349,17 +349,17 @@ async fn metrics_and_health_are_served_over_http() {
     collect(&mut s, 1).await;
     // The counters move just after the commit the test has seen.
     wait_until("the group is counted", || async {
-        w.metric("sbworker_group_processing_seconds_count{queue=\"reken_q\"}") == 1.0
+        w.metric("sbworker_group_processing_seconds_count{queue=\"loonfactorberekening_reken\"}") == 1.0
     })
     .await;
     let metrics = http_get(port, "/metrics").await;
     assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
-    assert_eq!(metric_in(&metrics, "sbworker_requests_answered_total{queue=\"reken_q\"}"), 1.0);
-    assert_eq!(metric_in(&metrics, "sbworker_messages_received_total{queue=\"reken_q\"}"), 1.0);
-    assert_eq!(metric_in(&metrics, "sbworker_group_processing_seconds_count{queue=\"reken_q\"}"), 1.0);
+    assert_eq!(metric_in(&metrics, "sbworker_requests_answered_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
+    assert_eq!(metric_in(&metrics, "sbworker_messages_received_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
+    assert_eq!(metric_in(&metrics, "sbworker_group_processing_seconds_count{queue=\"loonfactorberekening_reken\"}"), 1.0);
     assert!(
-        metrics.contains("sbworker_group_processing_seconds_bucket{le=\"0.016\",queue=\"reken_q\"}")
-            || metrics.contains("sbworker_group_processing_seconds_bucket{queue=\"reken_q\",le=\"0.016\"}"),
+        metrics.contains("sbworker_group_processing_seconds_bucket{le=\"0.016\",queue=\"loonfactorberekening_reken\"}")
+            || metrics.contains("sbworker_group_processing_seconds_bucket{queue=\"loonfactorberekening_reken\",le=\"0.016\"}"),
         "{metrics}"
     );
     assert!(http_get(port, "/healthz").await.starts_with("HTTP/1.1 200 OK"));
@@ -417,7 +417,7 @@ async fn when_diverting_fails_too_the_message_is_still_set_aside_before_the_brok
     let state: String =
         s.client().query_one("SELECT state FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0);
     assert_eq!(state, "CO");
-    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"reken_q\"}"), 4.0);
+    assert_eq!(metric_in(&m, "sbworker_groups_retried_total{queue=\"loonfactorberekening_reken\"}"), 4.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,7 +113,7 @@ async fn sigterm_lets_the_group_in_flight_commit_and_exits_zero() {
     // Group spans carry the queue, group and attempt.
     assert!(
         log.lines().any(|l| l.contains("\"message\":\"group committed\"")
-            && l.contains("\"queue\":\"reken_q\"")
+            && l.contains("\"queue\":\"loonfactorberekening_reken\"")
             && l.contains("\"attempt\":1")),
         "{log}"
     );
@@ -166,10 +166,10 @@ async fn a_bad_config_stops_start_up_naming_the_key() {
     };
     let good = config_text("postgresql://pay:s3cret@127.0.0.1:9/roster", "");
     let cases = [
-        (good.replace("wait_ms = 2000", "wait_ms = 2000\nmax_readerz = 4"), "queues.reken_q", "max_readerz"),
-        (good.replace("wait_ms = 2000", "max_readers = \"many\""), "queues.reken_q.max_readers", "invalid type"),
-        (good.replace("wait_ms = 2000", "min_readers = 5\nmax_readers = 2"), "queues.reken_q.min_readers", "above"),
-        (good.replace("loonfactor-berekening", "loonfactor"), "queues.reken_q.handler", "known: loonfactor-berekening"),
+        (good.replace("wait_ms = 2000", "wait_ms = 2000\nmax_readerz = 4"), "queues.loonfactorberekening_reken", "max_readerz"),
+        (good.replace("wait_ms = 2000", "max_readers = \"many\""), "queues.loonfactorberekening_reken.max_readers", "invalid type"),
+        (good.replace("wait_ms = 2000", "min_readers = 5\nmax_readers = 2"), "queues.loonfactorberekening_reken.min_readers", "above"),
+        (good.replace("loonfactor-berekening", "loonfactor"), "queues.loonfactorberekening_reken.handler", "known: loonfactor-berekening"),
         (good.replace("kind = \"postgres\"", "kind = \"oracle\""), "broker.kind", "oracle"),
         (good.replace("[worker]", "[worker]\nmax_attempts = 5"), "worker.max_attempts", "1 to 3"),
     ];
@@ -193,7 +193,7 @@ async fn a_bad_config_stops_start_up_naming_the_key() {
     // A valid one is printed as in effect (environment and flags applied), secret masked.
     let (code, out, err) = sbworker(
         &["check-config", "--config", &path, "--log-format", "json"],
-        &[("SBWORKER__QUEUES__REKEN_Q__MAX_READERS", "8")],
+        &[("SBWORKER__QUEUES__LOONFACTORBEREKENING_REKEN__MAX_READERS", "8")],
     )
     .await;
     assert_eq!(code, Some(0), "{err}");

@@ -60,3 +60,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- name: queue_state
 SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name)
   FROM sb.queue q WHERE q.name = $1;
+
+-- Inside the calculation's transaction: claims a roster version of a key; a row comes
+-- back only when it is newer than every version answered before. The conflicting row
+-- is locked either way, until the transaction ends.
+-- name: claim_version
+INSERT INTO sbworker.answered_version AS a (dienstverband_id, periode_id, versie) VALUES ($1, $2, $3)
+    ON CONFLICT (dienstverband_id, periode_id)
+    DO UPDATE SET versie = EXCLUDED.versie, answered_at = clock_timestamp() WHERE a.versie < EXCLUDED.versie
+RETURNING versie;
+
+-- The collector (broker/postgres/003_calculation.sql). --------------------------------
+
+-- name: store_antwoord
+SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[]);
+
+-- name: record_fout
+SELECT rekenserver.noteer_fout($1, $2);

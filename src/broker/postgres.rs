@@ -20,7 +20,12 @@ use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transp
 pub const SCRIPTS: &[(i32, &str)] = &[
     (1, include_str!("../../broker/postgres/001_broker.sql")),
     (2, include_str!("../../broker/postgres/002_worker.sql")),
+    (3, include_str!("../../broker/postgres/003_calculation.sql")),
 ];
+
+/// The roster schema and its triggers (the sending side of the pipeline): installed on
+/// request, for databases that hold the roster itself (the demo, the tests).
+pub const ROSTER_SCRIPT: (i32, &str) = (4, include_str!("../../broker/postgres/004_roster.sql"));
 
 /// The statements this transport sends, by name (`broker/postgres/session.sql`).
 const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
@@ -100,9 +105,15 @@ async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client
 /// Installs (or brings up to date) the broker in the database at `url`. Each script is
 /// idempotent and runs in a transaction of its own.
 pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
+    install_with(url, false).await
+}
+
+/// [`install`], plus the roster schema when `roster` is set.
+pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
     let client = connect(url, None).await?;
     let mut applied = Vec::new();
-    for (version, sql) in SCRIPTS {
+    let extra = roster.then_some(&ROSTER_SCRIPT);
+    for (version, sql) in SCRIPTS.iter().chain(extra) {
         client
             .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))
             .await
@@ -475,6 +486,18 @@ impl transport::Session for Session {
         Ok(())
     }
 
+    async fn claim_version(&mut self, dienstverband_id: i32, periode_id: i32, versie: i64) -> Result<bool, BrokerError> {
+        let row = self
+            .client
+            .query_opt(
+                &prepared(&self.client, &mut self.client_stmts, "claim_version").await?,
+                &[&dienstverband_id, &periode_id, &versie],
+            )
+            .await
+            .map_err(error_of)?;
+        Ok(row.is_some())
+    }
+
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
         let row = self
             .listener
@@ -489,6 +512,41 @@ impl transport::Session for Session {
             });
         };
         Ok(QueueState { enabled: row.get(0), messages: row.get(1) })
+    }
+}
+
+impl crate::worker::collector::ResultStore for Session {
+    async fn store_antwoord(
+        &mut self,
+        handle: Uuid,
+        a: &crate::contract::Antwoord,
+        superseded: bool,
+    ) -> Result<crate::worker::collector::Stored, BrokerError> {
+        use crate::worker::collector::Stored;
+        let kaart: Vec<i32> = a.mutaties.iter().map(|m| m.kaart_soort).collect();
+        let codes: Vec<&str> = a.mutaties.iter().map(|m| m.loonfactor_code.as_str()).collect();
+        let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();
+        let row = self
+            .client
+            .query_one(
+                &prepared(&self.client, &mut self.client_stmts, "store_antwoord").await?,
+                &[&handle, &a.id, &a.dienstverband_id, &a.periode_id, &a.versie, &superseded, &kaart, &codes, &waarden],
+            )
+            .await
+            .map_err(error_of)?;
+        Ok(match row.get::<_, &str>(0) {
+            "opgeslagen" => Stored::Stored,
+            "verouderd" => Stored::Older,
+            _ => Stored::Superseded,
+        })
+    }
+
+    async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
+        self.client
+            .execute(&prepared(&self.client, &mut self.client_stmts, "record_fout").await?, &[&handle, &message])
+            .await
+            .map_err(error_of)?;
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use tracing::info;
 use crate::broker::postgres::PostgresTransport;
 use crate::config::{self, Config, ConfigError, LogFormat, Overrides};
 use crate::contract::Limits;
-use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation};
+use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation, collector};
 
 /// Exit code of a configuration that cannot be used (sysexits' EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -80,8 +80,9 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
     rt.block_on(async move {
         let transport = PostgresTransport::new(config.broker.connection.clone());
         worker::preflight(&transport, &config).await?;
-        let handlers =
-            Handlers::default().with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)));
+        let handlers = Handlers::default()
+            .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
+            .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(forward_signals(tx));
         let outcome = worker::run(transport, &config, &handlers, Arc::new(Metrics::new()), rx).await?;

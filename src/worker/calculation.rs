@@ -1,6 +1,8 @@
 //! The `loonfactor-berekening` handler: the calculation service's side of the dialog.
 //! A Vraag gets an Antwoord (the conversation stays open for the initiator to end), or,
-//! when it cannot be answered, a Fout and END CONVERSATION WITH ERROR. EndDialog ends
+//! when it cannot be answered, a Fout and END CONVERSATION WITH ERROR. A Vraag older
+//! than a version already answered for its (dienstverband, periode) is answered as
+//! superseded, without computing. EndDialog ends
 //! our side; an Error is logged and ends our side; any other message type breaks the
 //! contract and ends the conversation with an error.
 
@@ -12,7 +14,7 @@ use uuid::Uuid;
 
 use super::handler::{BoxFuture, Handled, Handler, HandlerError};
 use crate::broker::{Message, system};
-use crate::contract::{self, Limits, Reden, RekenserverFout, message_types};
+use crate::contract::{self, Antwoord, Limits, Reden, RekenserverFout, Vraag, Waarschuwing, message_types};
 use crate::engine::{self, Tables};
 use crate::transport::Session;
 
@@ -32,12 +34,29 @@ impl Calculation {
         Self { tables, limits }
     }
 
-    /// The reply to a Vraag body: the Antwoord XML, or the Fout and its reason.
+    /// The reply to a Vraag body when nothing has superseded it: the Antwoord XML, or
+    /// the Fout and its reason.
     pub fn answer(&self, body: &[u8]) -> Result<String, (RekenserverFout, String)> {
-        let vraag = contract::decode_vraag(body, &self.limits).map_err(|e| (e.to_fout(), e.to_string()))?;
-        let calc =
-            engine::calculate(&vraag, &self.tables, false).map_err(|e| (e.to_fout(Some(vraag.id)), e.to_string()))?;
+        let vraag = self.decode(body)?;
+        self.compute(&vraag)
+    }
+
+    fn decode(&self, body: &[u8]) -> Result<Vraag, (RekenserverFout, String)> {
+        contract::decode_vraag(body, &self.limits).map_err(|e| (e.to_fout(), e.to_string()))
+    }
+
+    fn compute(&self, vraag: &Vraag) -> Result<String, (RekenserverFout, String)> {
+        let calc = engine::calculate(vraag, &self.tables, false).map_err(|e| (e.to_fout(Some(vraag.id)), e.to_string()))?;
         Ok(contract::encode_antwoord(&calc.antwoord))
+    }
+
+    /// Answers a Vraag with a Fout and ends the conversation with its error.
+    async fn fault<S: Session>(&self, s: &mut S, h: Uuid, fout: RekenserverFout, reason: &str) -> Result<(), HandlerError> {
+        warn!(reason = %reason, "Vraag answered with a Fout");
+        let xml = contract::encode_fout(&fout);
+        s.send(h, message_types::FOUT, Some(xml.as_bytes())).await?;
+        s.end_conversation(h, Some((fout.error_number, &fout.error_message))).await?;
+        Ok(())
     }
 
     async fn handle_all<S: Session>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
@@ -65,20 +84,36 @@ impl Calculation {
                         debug!("the initiator has ended the conversation: Vraag not answered");
                         done.skipped += 1;
                     }
-                    message_types::VRAAG => match self.answer(&m.body) {
-                        Ok(xml) => {
+                    message_types::VRAAG => {
+                        let vraag = match self.decode(&m.body) {
+                            Ok(v) => v,
+                            Err((fout, reason)) => {
+                                self.fault(s, h, fout, &reason).await?;
+                                ended.insert(h);
+                                done.faulted += 1;
+                                return Ok(());
+                            }
+                        };
+                        let (dv, periode) = (vraag.dienstverband.id, vraag.periode.id);
+                        if !s.claim_version(dv, periode, vraag.versie).await? {
+                            debug!(dienstverband = dv, periode, versie = vraag.versie, "superseded: answered without computing");
+                            let xml = contract::encode_antwoord(&superseded(&vraag));
                             s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
-                            done.answered += 1;
+                            done.superseded += 1;
+                            return Ok(());
                         }
-                        Err((fout, reason)) => {
-                            warn!(reason = %reason, "Vraag answered with a Fout");
-                            let xml = contract::encode_fout(&fout);
-                            s.send(h, message_types::FOUT, Some(xml.as_bytes())).await?;
-                            s.end_conversation(h, Some((fout.error_number, &fout.error_message))).await?;
-                            ended.insert(h);
-                            done.faulted += 1;
+                        match self.compute(&vraag) {
+                            Ok(xml) => {
+                                s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
+                                done.answered += 1;
+                            }
+                            Err((fout, reason)) => {
+                                self.fault(s, h, fout, &reason).await?;
+                                ended.insert(h);
+                                done.faulted += 1;
+                            }
                         }
-                    },
+                    }
                     system::END_DIALOG => {
                         s.end_conversation(h, None).await?;
                         ended.insert(h);
@@ -131,6 +166,27 @@ impl<S: Session> Handler<S> for Calculation {
         let id = contract::decode_vraag(&message.body, &self.limits).ok().map(|v| v.id);
         let fout = contract::fout_for(Reden::Internal, reason, None, id);
         Some((message_types::FOUT, contract::encode_fout(&fout).into_bytes()))
+    }
+}
+
+/// The Waarschuwing code of an Antwoord that answers a superseded Vraag: it carries no
+/// factors, and the collector stores nothing for it.
+pub const VERVANGEN: &str = "vervangen";
+
+/// The answer to a Vraag older than one already answered for its key.
+pub fn superseded(vraag: &Vraag) -> Antwoord {
+    Antwoord {
+        id: vraag.id,
+        timestamp: vraag.timestamp.clone(),
+        versie: vraag.versie,
+        dienstverband_id: vraag.dienstverband.id,
+        periode_id: vraag.periode.id,
+        mutaties: Vec::new(),
+        waarschuwingen: vec![Waarschuwing {
+            code: VERVANGEN.into(),
+            datum: None,
+            tekst: format!("roster version {} is superseded: a newer version was answered already", vraag.versie),
+        }],
     }
 }
 

@@ -22,7 +22,10 @@ pub struct Handled {
     pub faulted: u32,
     /// Conversations ended on EndDialog or Error.
     pub ended: u32,
-    /// Messages that needed no work (a timer, a superseded request).
+    /// Requests answered as superseded by a newer roster version, without computing
+    /// (or, at the collector, answers older than the stored result).
+    pub superseded: u32,
+    /// Messages that needed no work (a timer, a message of a conversation already ended).
     pub skipped: u32,
 }
 
@@ -31,6 +34,7 @@ impl std::ops::AddAssign for Handled {
         self.answered += o.answered;
         self.faulted += o.faulted;
         self.ended += o.ended;
+        self.superseded += o.superseded;
         self.skipped += o.skipped;
     }
 }

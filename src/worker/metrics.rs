@@ -36,6 +36,7 @@ pub struct Metrics {
     pub answered: Counters,
     pub faulted: Counters,
     pub ended: Counters,
+    pub superseded: Counters,
     pub retried: Counters,
     pub dead_lettered: Counters,
     pub processing: Family<QueueLabel, Histogram, fn() -> Histogram>,
@@ -65,6 +66,7 @@ impl Metrics {
             answered: Counters::default(),
             faulted: Counters::default(),
             ended: Counters::default(),
+            superseded: Counters::default(),
             retried: Counters::default(),
             dead_lettered: Counters::default(),
             processing: Family::new_with_constructor(processing_histogram as fn() -> Histogram),
@@ -78,6 +80,11 @@ impl Metrics {
         registry.register("messages_received", "Messages received", m.received.clone());
         registry.register("requests_answered", "Requests answered", m.answered.clone());
         registry.register("requests_faulted", "Requests answered with a Fout or an error end", m.faulted.clone());
+        registry.register(
+            "requests_superseded",
+            "Requests answered without computing, a newer roster version being answered",
+            m.superseded.clone(),
+        );
         registry.register("conversations_ended", "Conversations ended on EndDialog or Error", m.ended.clone());
         registry.register("groups_retried", "Group transactions rolled back and tried again", m.retried.clone());
         registry.register(

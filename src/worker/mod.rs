@@ -5,11 +5,12 @@
 //! HTTP.
 //!
 //! Layout: [`handler`] (the handler trait and registry), [`calculation`] (the
-//! calculation service's handler), `queue` (the supervisor: scaling, disabled queues),
+//! calculation service's handler), [`collector`] (the initiator's: stores results), `queue` (the supervisor: scaling, disabled queues),
 //! `reader` (one reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`],
 //! `http` (`/metrics`, `/healthz`, `/readyz`).
 
 pub mod calculation;
+pub mod collector;
 pub mod handler;
 mod http;
 pub mod metrics;

@@ -167,6 +167,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
                         m.answered.get_or_create(&ctx.label).inc_by(u64::from(h.answered));
                         m.faulted.get_or_create(&ctx.label).inc_by(u64::from(h.faulted));
                         m.ended.get_or_create(&ctx.label).inc_by(u64::from(h.ended));
+                        m.superseded.get_or_create(&ctx.label).inc_by(u64::from(h.superseded));
                         debug!(answered = h.answered, faulted = h.faulted, ended = h.ended, "group committed");
                     }
                     Done::Diverted(n) => {

@@ -19,39 +19,27 @@ use uuid::Uuid;
 use super::build::{dienst, maart, w};
 use super::pg::fresh_db;
 
-pub const REKEN_Q: &str = "reken_q";
-pub const ANTWOORD_Q: &str = "antwoord_q";
+pub const REKEN_Q: &str = "loonfactorberekening_reken";
+pub const ANTWOORD_Q: &str = "loonfactorberekening_data";
 pub const DATA_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/DataService";
 pub const REKEN_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/RekenService";
 pub const CONTRACT: &str = "/Rekenserver/LoonfactorBerekening/DataContract";
 
-/// A fresh database with the calculation dialog defined; its URL and a session.
+/// A fresh database with the broker installed (the calculation dialog comes with it:
+/// `003_calculation.sql`); its URL and a session.
 pub async fn calc_world() -> (String, Session) {
     let url = fresh_db().await;
     let s = Session::open(&url).await.unwrap();
-    s.client()
-        .batch_execute(&format!(
-            "SELECT sb.create_message_type('{v}', 'WELL_FORMED_XML');
-             SELECT sb.create_message_type('{a}', 'WELL_FORMED_XML');
-             SELECT sb.create_message_type('{f}', 'WELL_FORMED_XML');
-             SELECT sb.create_contract('{CONTRACT}', ARRAY[['{v}','INITIATOR'],['{a}','TARGET'],['{f}','TARGET']]);
-             SELECT sb.create_queue('{ANTWOORD_Q}');
-             SELECT sb.create_queue('{REKEN_Q}');
-             SELECT sb.create_service('{DATA_SERVICE}', '{ANTWOORD_Q}');
-             SELECT sb.create_service('{REKEN_SERVICE}', '{REKEN_Q}', ARRAY['{CONTRACT}']);",
-            v = message_types::VRAAG,
-            a = message_types::ANTWOORD,
-            f = message_types::FOUT,
-        ))
-        .await
-        .unwrap();
     (url, s)
 }
 
-/// A valid Vraag (one day shift in March 2026) with this Id.
+/// A valid Vraag (one day shift in March 2026) with this Id, for a dienstverband of its
+/// own (so no two are versions of one key).
 pub fn vraag_body(id: Uuid) -> Vec<u8> {
+    static NEXT_DV: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
     let mut v = maart(vec![dienst("2026-03-10", vec![w("07:00", "15:30")])]);
     v.id = id;
+    v.dienstverband.id = NEXT_DV.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     encode_vraag(&v).into_bytes()
 }
 

@@ -1,0 +1,312 @@
+-- sbworker PostgreSQL broker, version 4: a roster schema and its triggers (the sending
+-- side of the pipeline, after seed 004 listings 8 and 10).
+--
+-- Idempotent. Installed by `sbworker install --postgres URL --roster` and by the demo.
+-- A planner's committed change sends one Vraag per (dienstverband, periode) it
+-- touched, built here from the roster with PostgreSQL's XML functions, carrying a
+-- roster version that only grows per key.
+--
+-- How "one Vraag per key per transaction" works: statement-level triggers (with
+-- transition tables, so a 10,000-row statement is one trigger call) note the keys a
+-- statement touched in rekenserver.te_berekenen, one row per key and transaction; a
+-- deferred constraint trigger on that table runs once per row at COMMIT, when the
+-- transaction's roster changes are complete: it raises the key's version (the row lock
+-- orders concurrent transactions on one key), builds the Vraag from the roster as
+-- committed so far plus this transaction's changes, and sends it.
+--
+-- Bulk imports: `SET rekenserver.vragen_uit = on` (per session or transaction) still
+-- raises the versions but sends nothing; `sbworker sweep` sends the keys whose version
+-- is newer than their stored result.
+
+CREATE SCHEMA IF NOT EXISTS rooster;
+
+CREATE TABLE IF NOT EXISTS rooster.cao (
+    id            int PRIMARY KEY,
+    code          text NOT NULL,
+    is_vier_weken boolean NOT NULL,
+    naam          text NOT NULL,
+    werkweek_uren numeric(8,4) NOT NULL
+);
+
+-- Pay periods: months, or four-week periods for a CAO that counts in four weeks.
+CREATE TABLE IF NOT EXISTS rooster.periode (
+    id            int PRIMARY KEY,
+    is_vier_weken boolean NOT NULL,
+    begin_datum   date NOT NULL,
+    eind_datum    date NOT NULL,
+    CHECK (eind_datum >= begin_datum)
+);
+
+CREATE TABLE IF NOT EXISTS rooster.dienstverband (
+    id                    int PRIMARY KEY,
+    cao_id                int NOT NULL REFERENCES rooster.cao,
+    dagen_per_week        numeric(8,4) NOT NULL,
+    datum_in_dienst       date NOT NULL,
+    datum_uit_dienst      date,
+    parttime_uren         numeric(8,4),      -- NULL or 0: full time (the CAO's week)
+    salaris               numeric(14,4),     -- full-time monthly salary
+    garantie_toeslag      numeric(14,4),
+    garantie_trede_bedrag numeric(14,4),
+    loon_toeslag          numeric(14,4),
+    soort                 text NOT NULL,     -- FT, PT, ...
+    functiegroep          int NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS rooster.dienst_type (
+    code                      text PRIMARY KEY,
+    omschrijving              text NOT NULL,
+    telt_mee_in_gewerkte_uren boolean NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS rooster.dienst (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dienstverband_id int NOT NULL REFERENCES rooster.dienstverband,
+    datum            date NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dienst_dv_datum ON rooster.dienst (dienstverband_id, datum);
+
+-- A block ends on the next day when its end is not after its begin.
+CREATE TABLE IF NOT EXISTS rooster.tijdblok (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dienst_id   bigint NOT NULL REFERENCES rooster.dienst ON DELETE CASCADE,
+    begin_tijd  time NOT NULL,
+    eind_tijd   time NOT NULL,
+    dienst_type text NOT NULL REFERENCES rooster.dienst_type,
+    is_ziek     boolean NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+
+-- Per key: the roster version (only grows) and the initiator's conversation group for
+-- its dialogs (RELATED_CONVERSATION_GROUP, seed 004 listing 8: the answers of one key
+-- are received together, in order).
+CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
+    dienstverband_id int NOT NULL,
+    periode_id       int NOT NULL,
+    versie           bigint NOT NULL,
+    group_id         uuid NOT NULL,
+    gewijzigd_op     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (dienstverband_id, periode_id)
+);
+
+-- Keys touched by the open transaction (rows live only until its COMMIT).
+CREATE TABLE IF NOT EXISTS rekenserver.te_berekenen (
+    xid              xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    dienstverband_id int NOT NULL,
+    periode_id       int NOT NULL,
+    PRIMARY KEY (xid, dienstverband_id, periode_id)
+);
+
+-- The periods of a dienstverband that hold `datum` (months or four-week periods, as
+-- its CAO counts).
+CREATE OR REPLACE FUNCTION rooster.perioden(p_dv int, p_datum date)
+RETURNS SETOF int LANGUAGE sql STABLE AS $$
+    SELECT p.id FROM rooster.dienstverband dv
+      JOIN rooster.cao c ON c.id = dv.cao_id
+      JOIN rooster.periode p ON p.is_vier_weken = c.is_vier_weken AND p_datum BETWEEN p.begin_datum AND p.eind_datum
+     WHERE dv.id = p_dv
+$$;
+
+-- The Vraag of one key at roster version p_versie (NULL when the key has no
+-- dienstverband or period). Listing 10's FOR XML PATH, in SQL/XML.
+CREATE OR REPLACE FUNCTION rekenserver.vraag(p_dv int, p_periode int, p_versie bigint, p_id uuid)
+RETURNS xml LANGUAGE sql STABLE AS $$
+    SELECT xmlelement(name "LoonfactorBerekeningVraag",
+        xmlattributes('http://www.sdbgroep.nl/MPlus/Rekenserver/2008' AS xmlns, upper(p_id::text) AS "Id",
+            to_char(clock_timestamp() AT TIME ZONE 'Europe/Amsterdam', 'YYYY-MM-DD"T"HH24:MI:SS.MS') AS "Timestamp",
+            p_versie AS "Versie"),
+        xmlelement(name "Dienstverband", xmlattributes(dv.id AS "Id"),
+            xmlelement(name "Cao", xmlattributes(c.id AS "Id"),
+                xmlelement(name "Code", c.code),
+                xmlelement(name "IsVierWeken", CASE WHEN c.is_vier_weken THEN 1 ELSE 0 END),
+                xmlelement(name "Naam", c.naam),
+                xmlelement(name "WerkweekUren", c.werkweek_uren)),
+            xmlelement(name "DagenPerWeek", dv.dagen_per_week),
+            xmlelement(name "DatumInDienst", to_char(dv.datum_in_dienst, 'YYYY-MM-DD')),
+            CASE WHEN dv.datum_uit_dienst IS NOT NULL THEN
+                xmlelement(name "DatumUitDienst", to_char(dv.datum_uit_dienst, 'YYYY-MM-DD')) END,
+            xmlelement(name "ParttimeUren", coalesce(nullif(dv.parttime_uren, 0), c.werkweek_uren)),
+            CASE WHEN dv.salaris IS NOT NULL THEN
+                xmlelement(name "Salaris",
+                    xmlattributes(dv.garantie_toeslag AS "GarantieToeslag",
+                                  dv.garantie_trede_bedrag AS "GarantieTredeBedrag",
+                                  dv.loon_toeslag AS "LoonToeslag"),
+                    xmlelement(name "NominaalSalaris", dv.salaris)) END,
+            xmlelement(name "Soort", dv.soort),
+            xmlelement(name "Functiegroep", dv.functiegroep)),
+        xmlelement(name "Periode", xmlattributes(p.id AS "Id"),
+            xmlelement(name "Begin", to_char(p.begin_datum, 'YYYY-MM-DD')),
+            xmlelement(name "Einde", to_char(p.eind_datum, 'YYYY-MM-DD'))),
+        xmlelement(name "Diensten",
+            (SELECT xmlagg(xmlelement(name "Dienst", xmlattributes(to_char(d.datum, 'YYYY-MM-DD') AS "Datum"),
+                        (SELECT xmlagg(xmlelement(name "Tijdblok",
+                                    xmlattributes(to_char(t.begin_tijd, 'HH24:MI') AS "Begin",
+                                                  to_char(t.eind_tijd, 'HH24:MI') AS "Einde",
+                                                  CASE WHEN t.is_ziek THEN 1 ELSE 0 END AS "IsZiek"),
+                                    xmlelement(name "DienstType",
+                                        xmlattributes(dt.code AS "Code",
+                                            CASE WHEN dt.telt_mee_in_gewerkte_uren THEN 1 ELSE 0 END
+                                                AS "TeltMeeInGewerkteUren")))
+                                ORDER BY t.begin_tijd, t.id)
+                           FROM rooster.tijdblok t JOIN rooster.dienst_type dt ON dt.code = t.dienst_type
+                          WHERE t.dienst_id = d.id))
+                    ORDER BY d.datum, d.id)
+               FROM rooster.dienst d
+              WHERE d.dienstverband_id = dv.id AND d.datum BETWEEN p.begin_datum AND p.eind_datum
+                AND EXISTS (SELECT 1 FROM rooster.tijdblok t WHERE t.dienst_id = d.id))))
+      FROM rooster.dienstverband dv
+      JOIN rooster.cao c ON c.id = dv.cao_id
+      JOIN rooster.periode p ON p.id = p_periode
+     WHERE dv.id = p_dv
+$$;
+
+-- Sends the Vraag of one key: raises its version, begins a dialog in the key's group,
+-- sends, and logs it. Returns the initiator's dialog handle (NULL when nothing was
+-- sent: the key no longer exists, or sending is switched off).
+CREATE OR REPLACE FUNCTION rekenserver.verstuur_vraag(p_dv int, p_periode int)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_versie bigint;
+    v_group  uuid;
+    v_id     uuid := gen_random_uuid();
+    v_vraag  xml;
+    v_handle uuid;
+BEGIN
+    INSERT INTO rekenserver.sleutel AS s (dienstverband_id, periode_id, versie, group_id)
+    VALUES (p_dv, p_periode, 1, gen_random_uuid())
+    ON CONFLICT (dienstverband_id, periode_id)
+    DO UPDATE SET versie = s.versie + 1, gewijzigd_op = clock_timestamp()
+    RETURNING versie, group_id INTO v_versie, v_group;
+    IF coalesce(current_setting('rekenserver.vragen_uit', true), '') IN ('on', 'true', '1') THEN
+        RETURN NULL;
+    END IF;
+    -- A new statement, so a transaction that waited for the key's row above sees what
+    -- the one before it committed.
+    v_vraag := rekenserver.vraag(p_dv, p_periode, v_versie, v_id);
+    IF v_vraag IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
+                                '/Rekenserver/LoonfactorBerekening/RekenService',
+                                '/Rekenserver/LoonfactorBerekening/DataContract', v_group, NULL);
+    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_vraag::text, 'UTF8'));
+    INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
+    VALUES (v_handle, v_id, p_dv, p_periode, v_versie);
+    RETURN v_handle;
+END $$;
+
+-- The deferred trigger: at COMMIT, once per key the transaction touched.
+CREATE OR REPLACE FUNCTION rekenserver.bij_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM rekenserver.te_berekenen
+     WHERE xid = NEW.xid AND dienstverband_id = NEW.dienstverband_id AND periode_id = NEW.periode_id;
+    PERFORM rekenserver.verstuur_vraag(NEW.dienstverband_id, NEW.periode_id);
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS verstuur_bij_commit ON rekenserver.te_berekenen;
+CREATE CONSTRAINT TRIGGER verstuur_bij_commit AFTER INSERT ON rekenserver.te_berekenen
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rekenserver.bij_commit();
+
+-- Statement triggers: note the keys a statement touched (old and new rows).
+CREATE OR REPLACE FUNCTION rooster.noteer_dienst() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id
+      FROM (SELECT dienstverband_id, datum FROM nieuw UNION SELECT dienstverband_id, datum FROM oud) d
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION rooster.noteer_tijdblok() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id
+      FROM (SELECT dienst_id FROM nieuw UNION SELECT dienst_id FROM oud) t
+      JOIN rooster.dienst d ON d.id = t.dienst_id
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+-- A change to the employment (salary, hours, ...) touches every period it has duties in.
+CREATE OR REPLACE FUNCTION rooster.noteer_dienstverband() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id
+      FROM nieuw n
+      JOIN rooster.dienst d ON d.dienstverband_id = n.id
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+-- One trigger per event, each reading the transition tables its event has.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['dienst', 'tijdblok'] LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS noteer_ins ON rooster.%I', t);
+        EXECUTE format('DROP TRIGGER IF EXISTS noteer_upd ON rooster.%I', t);
+        EXECUTE format('DROP TRIGGER IF EXISTS noteer_del ON rooster.%I', t);
+    END LOOP;
+    DROP TRIGGER IF EXISTS noteer_upd ON rooster.dienstverband;
+END $$;
+
+-- INSERT and DELETE have one transition table; these wrappers give the other as empty.
+CREATE OR REPLACE FUNCTION rooster.noteer_dienst_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id FROM nieuw d
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION rooster.noteer_dienst_del() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id FROM oud d
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION rooster.noteer_tijdblok_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id
+      FROM (SELECT DISTINCT dienst_id FROM nieuw) t JOIN rooster.dienst d ON d.id = t.dienst_id
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION rooster.noteer_tijdblok_del() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- Blocks deleted with their Dienst find no Dienst here; the Dienst's trigger notes them.
+    INSERT INTO rekenserver.te_berekenen (dienstverband_id, periode_id)
+    SELECT DISTINCT d.dienstverband_id, p.id
+      FROM (SELECT DISTINCT dienst_id FROM oud) t JOIN rooster.dienst d ON d.id = t.dienst_id
+     CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.dienst REFERENCING NEW TABLE AS nieuw
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_ins();
+CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienst REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst();
+CREATE TRIGGER noteer_del AFTER DELETE ON rooster.dienst REFERENCING OLD TABLE AS oud
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_del();
+CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.tijdblok REFERENCING NEW TABLE AS nieuw
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_ins();
+CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.tijdblok REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok();
+CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE AS oud
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del();
+CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband();
+
+INSERT INTO sb.migration (version) VALUES (4) ON CONFLICT DO NOTHING;
