@@ -8,13 +8,20 @@
 //! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
+//! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
+//! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
 //! - [`pg_cluster`]: a throwaway PostgreSQL cluster (tests, benchmarks, demo).
+//! - [`sql`]: named statements in `.sql` files.
+//! - [`transport`]: the seam between the worker and a broker (traits).
+//! - [`worker`]: the worker runtime: readers, retries, scaling, shutdown, metrics.
 
 pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod contract;
+pub mod demo;
 pub mod engine;
 pub mod pg_cluster;
+pub mod sql;
 pub mod transport;
 pub mod worker;

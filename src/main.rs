@@ -58,6 +58,32 @@ enum Command {
         #[command(flatten)]
         flags: ConfigFlags,
     },
+    /// The whole pipeline, end to end, on a throwaway PostgreSQL cluster: roster, triggers,
+    /// calculation and collector workers, a burst of planner edits, results, figures, and
+    /// a check that every key holds its latest version.
+    #[command(after_help = "Examples:\n  \
+        sbworker demo\n  \
+        sbworker demo --size 1000 --readers 8\n  \
+        sbworker demo --postgres 'host=localhost user=payroll dbname=empty_demo'\n\n\
+        Exit status: 0 when every key holds its latest result; 1 otherwise, with the reason.")]
+    Demo {
+        /// Employees (one key each; the edits scale with it).
+        #[arg(long, default_value_t = 200)]
+        size: usize,
+        /// Planner edits in the burst (default: three per employee).
+        #[arg(long)]
+        edits: Option<usize>,
+        /// Most readers of the calculation queue.
+        #[arg(long, default_value_t = 4)]
+        readers: u32,
+        /// Use this empty database (the broker and roster schema are installed into it)
+        /// instead of a throwaway cluster.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// Seed of the generated roster and edits.
+        #[arg(long, default_value_t = 2026)]
+        seed: u64,
+    },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
@@ -66,6 +92,9 @@ enum Command {
         /// A PostgreSQL connection string (URL or key=value form).
         #[arg(long, value_name = "URL")]
         postgres: String,
+        /// Also install the roster schema and its triggers (broker/postgres/004_roster.sql).
+        #[arg(long)]
+        roster: bool,
     },
 }
 
@@ -141,7 +170,29 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Install { postgres } => match cli::install::postgres(&postgres) {
+        Command::Demo { size, edits, readers, postgres, seed } => {
+            let opts = sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed };
+            let run = || -> anyhow::Result<()> {
+                // The workers log errors only (the demo prints its own progress); set
+                // SBWORKER_LOG (a tracing filter) to see more.
+                let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
+                    .with_writer(std::io::stderr)
+                    .try_init();
+                let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+                rt.block_on(sbworker::demo::run(&opts, &mut std::io::stdout()))?;
+                Ok(())
+            };
+            match run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sbworker demo: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Install { postgres, roster } => match cli::install::postgres(&postgres, roster) {
             Ok(line) => {
                 println!("{line}");
                 ExitCode::SUCCESS

@@ -535,3 +535,74 @@ async fn a_deadlock_surfaces_as_retryable_1205() {
     a.rollback().await.unwrap();
     b.rollback().await.unwrap();
 }
+
+/// A reply sent into a group while a receiver holds that group, committing after the
+/// receiver has taken the group's last visible message, must still be received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
+    let (url, mut s) = world().await;
+    // Two dialogs in one initiator group (RELATED_CONVERSATION_GROUP).
+    let g = Uuid::from_u128(0x5eed);
+    s.begin().await.unwrap();
+    let a = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(a, VRAAG, Some(b"<a/>")).await.unwrap();
+    let b = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(b, VRAAG, Some(b"<b/>")).await.unwrap();
+    s.commit().await.unwrap();
+    let mut target = Session::open(&url).await.unwrap();
+    let mut handles = HashMap::new();
+    for _ in 0..2 {
+        target.begin().await.unwrap();
+        let m = target.receive("tq", 10, None, NOW).await.unwrap();
+        target.commit().await.unwrap();
+        handles.insert(String::from_utf8(m[0].body.clone()).unwrap(), m[0].conversation_handle);
+    }
+    // The answer on dialog a arrives; a receiver takes it and holds the group.
+    target.begin().await.unwrap();
+    target.send(handles["<a/>"], ANTWOORD, Some(b"<ra/>")).await.unwrap();
+    target.commit().await.unwrap();
+    // A receiver holds the group (GET CONVERSATION GROUP: locked, not yet received).
+    let mut receiver = Session::open(&url).await.unwrap();
+    receiver.begin().await.unwrap();
+    assert_eq!(receiver.get_conversation_group("iq", NOW).await.unwrap(), Some(g));
+    // Meanwhile the answer on dialog b is sent into the held group.
+    let hb = handles["<b/>"];
+    let sender_pid: i32 = target.client().query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let (go, gone) = tokio::sync::oneshot::channel::<()>();
+    let sender = tokio::spawn(async move {
+        target.begin().await.unwrap();
+        target.send(hb, ANTWOORD, Some(b"<rb/>")).await.unwrap();
+        gone.await.unwrap();
+        target.commit().await.unwrap();
+    });
+    // Until that send has either been written or waits for the receiver's lock.
+    let watcher = Session::open(&url).await.unwrap();
+    loop {
+        let (waiting, idle): (bool, bool) = watcher
+            .client()
+            .query_one(
+                "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false), \
+                        coalesce(bool_or(state = 'idle in transaction'), false) \
+                   FROM pg_stat_activity WHERE pid = $1",
+                &[&sender_pid],
+            )
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        if waiting || idle {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The receiver takes what it can see (the answer on a) and commits; then the send
+    // commits.
+    let got = receiver.receive("iq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<ra/>"]);
+    receiver.commit().await.unwrap();
+    go.send(()).unwrap();
+    sender.await.unwrap();
+    receiver.begin().await.unwrap();
+    let got = receiver.receive("iq", 10, None, Duration::from_secs(5)).await.unwrap();
+    receiver.commit().await.unwrap();
+    assert_eq!(bodies(&got), ["<rb/>"], "the second answer must not be stranded");
+}

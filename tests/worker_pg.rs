@@ -356,10 +356,15 @@ async fn metrics_and_health_are_served_over_http() {
     assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
     assert_eq!(metric_in(&metrics, "sbworker_requests_answered_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
     assert_eq!(metric_in(&metrics, "sbworker_messages_received_total{queue=\"loonfactorberekening_reken\"}"), 1.0);
-    assert_eq!(metric_in(&metrics, "sbworker_group_processing_seconds_count{queue=\"loonfactorberekening_reken\"}"), 1.0);
+    assert_eq!(
+        metric_in(&metrics, "sbworker_group_processing_seconds_count{queue=\"loonfactorberekening_reken\"}"),
+        1.0
+    );
     assert!(
         metrics.contains("sbworker_group_processing_seconds_bucket{le=\"0.016\",queue=\"loonfactorberekening_reken\"}")
-            || metrics.contains("sbworker_group_processing_seconds_bucket{queue=\"loonfactorberekening_reken\",le=\"0.016\"}"),
+            || metrics.contains(
+                "sbworker_group_processing_seconds_bucket{queue=\"loonfactorberekening_reken\",le=\"0.016\"}"
+            ),
         "{metrics}"
     );
     assert!(http_get(port, "/healthz").await.starts_with("HTTP/1.1 200 OK"));

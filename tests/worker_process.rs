@@ -166,10 +166,26 @@ async fn a_bad_config_stops_start_up_naming_the_key() {
     };
     let good = config_text("postgresql://pay:s3cret@127.0.0.1:9/roster", "");
     let cases = [
-        (good.replace("wait_ms = 2000", "wait_ms = 2000\nmax_readerz = 4"), "queues.loonfactorberekening_reken", "max_readerz"),
-        (good.replace("wait_ms = 2000", "max_readers = \"many\""), "queues.loonfactorberekening_reken.max_readers", "invalid type"),
-        (good.replace("wait_ms = 2000", "min_readers = 5\nmax_readers = 2"), "queues.loonfactorberekening_reken.min_readers", "above"),
-        (good.replace("loonfactor-berekening", "loonfactor"), "queues.loonfactorberekening_reken.handler", "known: loonfactor-berekening"),
+        (
+            good.replace("wait_ms = 2000", "wait_ms = 2000\nmax_readerz = 4"),
+            "queues.loonfactorberekening_reken",
+            "max_readerz",
+        ),
+        (
+            good.replace("wait_ms = 2000", "max_readers = \"many\""),
+            "queues.loonfactorberekening_reken.max_readers",
+            "invalid type",
+        ),
+        (
+            good.replace("wait_ms = 2000", "min_readers = 5\nmax_readers = 2"),
+            "queues.loonfactorberekening_reken.min_readers",
+            "above",
+        ),
+        (
+            good.replace("loonfactor-berekening", "loonfactor"),
+            "queues.loonfactorberekening_reken.handler",
+            "known: loonfactor-berekening",
+        ),
         (good.replace("kind = \"postgres\"", "kind = \"oracle\""), "broker.kind", "oracle"),
         (good.replace("[worker]", "[worker]\nmax_attempts = 5"), "worker.max_attempts", "1 to 3"),
     ];

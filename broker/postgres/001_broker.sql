@@ -260,8 +260,13 @@ BEGIN
     INSERT INTO sb.message (queue, group_id, handle, seq, message_type, body)
     VALUES (v_queue, v_far.group_id, v_far.handle, e.send_seq + 1, p_message_type, p_body)
     RETURNING id INTO v_id;
+    -- DO UPDATE, not DO NOTHING: when a receiver holds the group's row, this waits for
+    -- it. The receiver cannot see this uncommitted message and deletes the row when it
+    -- has taken the group's last visible one; waiting, this insert then finds the row
+    -- gone and inserts it again. With DO NOTHING the message would be left with no
+    -- ready row, never to be received.
     INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (v_far.group_id, v_queue, v_id)
-    ON CONFLICT (group_id) DO NOTHING;
+    ON CONFLICT (group_id) DO UPDATE SET first_id = least(sb.group_ready.first_id, excluded.first_id);
     PERFORM pg_notify(sb.channel(v_queue), '');
 END $$;
 

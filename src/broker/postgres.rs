@@ -14,6 +14,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
+use crate::sql::SqlFile;
 use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transport};
 
 /// The install scripts, in order: (version, SQL).
@@ -33,23 +34,8 @@ const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
 /// The statement named `name` in `session.sql` (a bug if missing: a unit test reads
 /// every name used here).
 fn stmt(name: &str) -> &'static str {
-    static STATEMENTS: std::sync::OnceLock<Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
-    let all = STATEMENTS.get_or_init(|| {
-        SESSION_SQL
-            .split("-- name: ")
-            .skip(1)
-            .filter_map(|section| {
-                // The statement runs to its first semicolon; comments after it belong
-                // to the next section.
-                let (name, body) = section.split_once('\n')?;
-                Some((name.trim(), body.split(';').next()?.trim()))
-            })
-            .collect()
-    });
-    all.iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or_else(|| panic!("no statement '{name}' in session.sql"))
+    static FILE: SqlFile = SqlFile::new("broker/postgres/session.sql", SESSION_SQL);
+    FILE.get(name)
 }
 
 fn error_of(e: tokio_postgres::Error) -> BrokerError {
@@ -486,7 +472,12 @@ impl transport::Session for Session {
         Ok(())
     }
 
-    async fn claim_version(&mut self, dienstverband_id: i32, periode_id: i32, versie: i64) -> Result<bool, BrokerError> {
+    async fn claim_version(
+        &mut self,
+        dienstverband_id: i32,
+        periode_id: i32,
+        versie: i64,
+    ) -> Result<bool, BrokerError> {
         let row = self
             .client
             .query_opt(

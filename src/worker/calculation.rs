@@ -46,12 +46,19 @@ impl Calculation {
     }
 
     fn compute(&self, vraag: &Vraag) -> Result<String, (RekenserverFout, String)> {
-        let calc = engine::calculate(vraag, &self.tables, false).map_err(|e| (e.to_fout(Some(vraag.id)), e.to_string()))?;
+        let calc =
+            engine::calculate(vraag, &self.tables, false).map_err(|e| (e.to_fout(Some(vraag.id)), e.to_string()))?;
         Ok(contract::encode_antwoord(&calc.antwoord))
     }
 
     /// Answers a Vraag with a Fout and ends the conversation with its error.
-    async fn fault<S: Session>(&self, s: &mut S, h: Uuid, fout: RekenserverFout, reason: &str) -> Result<(), HandlerError> {
+    async fn fault<S: Session>(
+        &self,
+        s: &mut S,
+        h: Uuid,
+        fout: RekenserverFout,
+        reason: &str,
+    ) -> Result<(), HandlerError> {
         warn!(reason = %reason, "Vraag answered with a Fout");
         let xml = contract::encode_fout(&fout);
         s.send(h, message_types::FOUT, Some(xml.as_bytes())).await?;
@@ -96,7 +103,12 @@ impl Calculation {
                         };
                         let (dv, periode) = (vraag.dienstverband.id, vraag.periode.id);
                         if !s.claim_version(dv, periode, vraag.versie).await? {
-                            debug!(dienstverband = dv, periode, versie = vraag.versie, "superseded: answered without computing");
+                            debug!(
+                                dienstverband = dv,
+                                periode,
+                                versie = vraag.versie,
+                                "superseded: answered without computing"
+                            );
                             let xml = contract::encode_antwoord(&superseded(&vraag));
                             s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
                             done.superseded += 1;

@@ -113,7 +113,10 @@ impl Collector {
                         return Ok(());
                     }
                     other => {
-                        warn!(message_type = other, "message type outside the contract; conversation ended with an error");
+                        warn!(
+                            message_type = other,
+                            "message type outside the contract; conversation ended with an error"
+                        );
                         let text = format!("message type {other} is not part of the calculation contract");
                         s.record_fout(h, &text).await?;
                         s.end_conversation(h, Some((CONTRACT_BREACH, &text))).await?;
@@ -131,7 +134,11 @@ impl Collector {
 }
 
 impl<S: ResultStore> Handler<S> for Collector {
-    fn handle<'a>(&'a self, session: &'a mut S, messages: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+    fn handle<'a>(
+        &'a self,
+        session: &'a mut S,
+        messages: &'a [Message],
+    ) -> BoxFuture<'a, Result<Handled, HandlerError>> {
         Box::pin(self.handle_all(session, messages))
     }
 

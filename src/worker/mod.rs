@@ -142,9 +142,9 @@ pub async fn preflight<T: Transport>(transport: &T, config: &Config) -> Result<(
     Ok(())
 }
 
-/// Runs the worker until the first message on `signals` (stop receiving, finish the
-/// groups in flight, up to `worker.shutdown_grace_ms`), then a second message or the
-/// deadline aborts what is left (rolled back: nothing is lost).
+/// Runs the worker until the first message on `signals` or its closing (stop receiving,
+/// finish the groups in flight, up to `worker.shutdown_grace_ms`); then a second
+/// message or the deadline aborts what is left (rolled back: nothing is lost).
 pub async fn run<T: Transport>(
     transport: T,
     config: &Config,
@@ -210,7 +210,7 @@ pub async fn run<T: Transport>(
     let outcome = tokio::select! {
         _ = async { while supervisors.join_next().await.is_some() {} } => RunOutcome::Drained,
         _ = tokio::time::sleep(grace) => RunOutcome::Aborted { reason: format!("groups still in flight after {} ms", settings.shutdown_grace_ms) },
-        _ = signals.recv() => RunOutcome::Aborted { reason: "a second stop signal".into() },
+        Some(()) = signals.recv() => RunOutcome::Aborted { reason: "a second stop signal".into() },
     };
     if let RunOutcome::Aborted { reason } = &outcome {
         let in_flight: u32 = queues.iter().map(|q| q.busy.load(Ordering::SeqCst)).sum();
