@@ -424,6 +424,13 @@ mod tests {
     }
 
     #[test]
+    fn the_pipeline_example_is_valid() {
+        let c = from_str(include_str!("../examples/pipeline.toml"), &Vec::new()).expect("examples/pipeline.toml");
+        c.check_handlers(HANDLERS).unwrap();
+        assert_eq!(c.queues.len(), 2);
+    }
+
+    #[test]
     fn env_keys_become_dotted_paths() {
         let o = env_overrides([
             ("SBWORKER__QUEUES__BEREKENING__MAX_READERS".to_owned(), "8".to_owned()),

@@ -8,5 +8,6 @@ mod contract_examples;
 mod contract_props;
 mod engine_cases;
 mod engine_props;
+mod pipeline_pg;
 mod worker_pg;
 mod worker_process;

@@ -71,9 +71,10 @@ pub struct Report {
     pub verdict: check::Verdict,
 }
 
-/// The worker configuration the demo runs in process.
-pub fn worker_config(url: &str, readers: u32) -> Config {
-    let text = format!(
+/// The worker configuration of the pipeline (TOML): the calculation queue with up to
+/// `readers` readers, and the collector on the answer queue.
+pub fn worker_config_text(url: &str, readers: u32) -> String {
+    format!(
         "[broker]\nkind = \"postgres\"\nconnection = {}\n\n\
          [worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\nscale_interval_ms = 250\n\n\
          [queues.{REKEN_QUEUE}]\nhandler = \"{}\"\nmin_readers = 1\nmax_readers = {readers}\nbatch = 10\nwait_ms = 1000\n\n\
@@ -81,8 +82,12 @@ pub fn worker_config(url: &str, readers: u32) -> Config {
         toml::Value::String(url.to_owned()),
         calculation::NAME,
         collector::NAME,
-    );
-    config::from_str(&text, &Vec::new()).expect("the demo's configuration is valid")
+    )
+}
+
+/// [`worker_config_text`], read.
+pub fn worker_config(url: &str, readers: u32) -> Config {
+    config::from_str(&worker_config_text(url, readers), &Vec::new()).expect("the demo's configuration is valid")
 }
 
 /// Writes the progress line (rewritten in place on a terminal, every 2 s otherwise).
