@@ -30,7 +30,50 @@ pub struct Config {
     #[serde(default)]
     pub queues: BTreeMap<String, QueueConfig>,
     #[serde(default)]
+    pub sweep: SweepConfig,
+    #[serde(default)]
     pub hooks: Hooks,
+}
+
+/// `sbworker sweep` run by the worker on an interval (PostgreSQL, with the roster
+/// schema installed); off unless `interval_ms` is set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepConfig {
+    /// How often; 0 turns it off (run `sbworker sweep` from a scheduler instead).
+    pub interval_ms: u64,
+    /// Most keys sent per run.
+    pub fuse: i64,
+    /// Keys per committed transaction.
+    pub batch: u32,
+    /// Run-log rows and dead letters older than this are deleted.
+    pub retention_days: i32,
+    /// Rows deleted per statement.
+    pub delete_batch: i64,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        let d = crate::handoff::sweep::Options::default();
+        Self {
+            interval_ms: 0,
+            fuse: d.fuse,
+            batch: d.batch as u32,
+            retention_days: d.retention_days,
+            delete_batch: d.delete_batch,
+        }
+    }
+}
+
+impl SweepConfig {
+    pub fn options(&self) -> crate::handoff::sweep::Options {
+        crate::handoff::sweep::Options {
+            fuse: self.fuse,
+            batch: self.batch as usize,
+            retention_days: self.retention_days,
+            delete_batch: self.delete_batch,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,6 +363,17 @@ impl Config {
                     key("wait_ms"),
                     format!("is {}, must be 1 to 20000 (keep waits below command timeouts)", q.wait_ms),
                 ));
+            }
+        }
+        let sw = &self.sweep;
+        for (key, v) in [
+            ("sweep.fuse", sw.fuse),
+            ("sweep.batch", i64::from(sw.batch)),
+            ("sweep.retention_days", i64::from(sw.retention_days)),
+            ("sweep.delete_batch", sw.delete_batch),
+        ] {
+            if v < 1 {
+                return Err(key_error(key, format!("is {v}, must be at least 1")));
             }
         }
         if self.engine.max_body_bytes == 0 {

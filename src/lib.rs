@@ -10,6 +10,7 @@
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 //! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
 //! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
+//! - [`handoff`]: the payroll export and the sweep (PostgreSQL).
 //! - [`pg_cluster`]: a throwaway PostgreSQL cluster (tests, benchmarks, demo).
 //! - [`sql`]: named statements in `.sql` files.
 //! - [`transport`]: the seam between the worker and a broker (traits).
@@ -21,6 +22,7 @@ pub mod config;
 pub mod contract;
 pub mod demo;
 pub mod engine;
+pub mod handoff;
 pub mod pg_cluster;
 pub mod sql;
 pub mod transport;

@@ -84,6 +84,61 @@ enum Command {
         #[arg(long, default_value_t = 2026)]
         seed: u64,
     },
+    /// Hand a period's results to payroll: claim the unexported ones in one statement and
+    /// write them (CSV: one row per factor; JSON: factors nested per employee).
+    #[command(after_help = "Modes:\n  \
+        once   marked exported when claimed (at-most-once)\n  \
+        lease  claimed for --lease-minutes; confirm with --ack BATCH (at-least-once: an\n         \
+        unconfirmed claim comes back after the lease)\n\n\
+        Examples:\n  \
+        sbworker export --postgres URL --periode 202604 --format csv --out april.csv\n  \
+        sbworker export --postgres URL --periode 202604 --mode lease --format json\n  \
+        sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77")]
+    Export {
+        /// PostgreSQL connection string.
+        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
+        postgres: String,
+        /// The period whose results to claim.
+        #[arg(long, value_name = "ID", required_unless_present = "ack")]
+        periode: Option<i32>,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: FormatArg,
+        #[arg(long, value_enum, default_value = "once")]
+        mode: ModeArg,
+        /// Lease of mode lease, in minutes.
+        #[arg(long, default_value_t = 15.0)]
+        lease_minutes: f64,
+        /// Write here (atomically) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Confirm a leased batch instead of claiming.
+        #[arg(long, value_name = "BATCH_ID", conflicts_with = "periode")]
+        ack: Option<uuid::Uuid>,
+    },
+    /// Send a Vraag for every key whose roster is newer than its stored result (and has
+    /// none in flight), under a lock, a fuse and a run log with retention.
+    #[command(after_help = "An overlapping run exits at once and logs itself as skipped. After a bulk import with\n\
+        SET rekenserver.vragen_uit = on, repeated sweeps send each stale key once, at most --fuse\n\
+        per run. The run log is rekenserver.run_log.\n\n\
+        Examples:\n  \
+        sbworker sweep --postgres URL\n  \
+        sbworker sweep --postgres URL --fuse 2000 --retention-days 90")]
+    Sweep {
+        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
+        postgres: String,
+        /// Most keys sent per run (oldest change first).
+        #[arg(long, default_value_t = 500)]
+        fuse: i64,
+        /// Keys per committed transaction.
+        #[arg(long, default_value_t = 2000)]
+        batch: usize,
+        /// Run-log rows and dead letters older than this are deleted.
+        #[arg(long, default_value_t = 60)]
+        retention_days: i32,
+        /// Rows deleted per statement.
+        #[arg(long, default_value_t = 5000)]
+        delete_batch: i64,
+    },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
@@ -96,6 +151,18 @@ enum Command {
         #[arg(long)]
         roster: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Csv,
+    Json,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ModeArg {
+    Once,
+    Lease,
 }
 
 /// The configuration file and the flags for its common keys.
@@ -188,6 +255,46 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sbworker demo: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Export { postgres, periode, format, mode, lease_minutes, out, ack } => {
+            let result = match (ack, periode) {
+                (Some(batch), _) => cli::handoff::ack(&postgres, batch),
+                (None, Some(periode)) => {
+                    let format = match format {
+                        FormatArg::Csv => cli::handoff::Format::Csv,
+                        FormatArg::Json => cli::handoff::Format::Json,
+                    };
+                    let mode = match mode {
+                        ModeArg::Once => sbworker::handoff::export::Mode::Once,
+                        ModeArg::Lease => sbworker::handoff::export::Mode::Lease { seconds: lease_minutes * 60.0 },
+                    };
+                    cli::handoff::export(&postgres, periode, format, mode, out.as_deref())
+                }
+                (None, None) => Err(anyhow::anyhow!("give --periode ID or --ack BATCH_ID")),
+            };
+            match result {
+                Ok(line) => {
+                    eprintln!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sbworker export: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Sweep { postgres, fuse, batch, retention_days, delete_batch } => {
+            let opts = sbworker::handoff::sweep::Options { fuse, batch, retention_days, delete_batch };
+            match cli::handoff::sweep(&postgres, opts) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sbworker sweep: {e:#}");
                     ExitCode::from(1)
                 }
             }

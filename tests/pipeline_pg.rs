@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rust_decimal::Decimal;
 use sbworker::broker::Message;
-use sbworker::broker::postgres::{Session, install_with};
+use sbworker::broker::postgres::Session;
 use sbworker::contract::{Limits, decode_antwoord};
 use sbworker::demo::check::{self, wait_drained};
 use sbworker::demo::edits::Edit;
@@ -22,17 +22,12 @@ use tokio::process::Command;
 use tokio_postgres::Client;
 
 use crate::common::calc::{InProcess, TempDir, calculation_handler};
-use crate::common::pg::fresh_db;
+use crate::common::pg::fresh_roster_db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
 
-/// A fresh database with the broker and the roster schema, and a plain client.
 async fn pipeline_world() -> (String, Client) {
-    let url = fresh_db().await;
-    install_with(&url, true).await.unwrap();
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    (url, client)
+    fresh_roster_db().await
 }
 
 async fn count(c: &Client, sql: &str) -> i64 {

@@ -8,6 +8,7 @@ mod contract_examples;
 mod contract_props;
 mod engine_cases;
 mod engine_props;
+mod handoff_pg;
 mod pipeline_pg;
 mod worker_pg;
 mod worker_process;

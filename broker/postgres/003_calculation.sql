@@ -44,8 +44,16 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat (
     vraag_id         uuid NOT NULL,
     dialog_handle    uuid NOT NULL,
     opgeslagen_op    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The hand-off to payroll (sbworker export): 0 waiting, 1 claimed under a lease,
+    -- 2 exported (confirmed, or claimed in mode once). A newer version starts at 0.
+    export_status    smallint NOT NULL DEFAULT 0 CHECK (export_status IN (0, 1, 2)),
+    export_batch     uuid,
+    geclaimd_op      timestamptz,
+    geexporteerd_op  timestamptz,
     PRIMARY KEY (dienstverband_id, periode_id)
 );
+CREATE INDEX IF NOT EXISTS resultaat_export ON rekenserver.resultaat (periode_id, export_status);
+CREATE INDEX IF NOT EXISTS resultaat_batch ON rekenserver.resultaat (export_batch) WHERE export_batch IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS rekenserver.resultaat_factor (
     dienstverband_id int NOT NULL,
@@ -100,7 +108,8 @@ BEGIN
         VALUES (p_dv, p_periode, p_versie, p_vraag_id, p_handle)
         ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
             SET versie = EXCLUDED.versie, vraag_id = EXCLUDED.vraag_id, dialog_handle = EXCLUDED.dialog_handle,
-                opgeslagen_op = clock_timestamp()
+                opgeslagen_op = clock_timestamp(),
+                export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
             WHERE r.versie < EXCLUDED.versie;
         IF FOUND THEN
             v_uitkomst := 'opgeslagen';

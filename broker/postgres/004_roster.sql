@@ -159,10 +159,10 @@ RETURNS xml LANGUAGE sql STABLE AS $$
      WHERE dv.id = p_dv
 $$;
 
--- Sends the Vraag of one key: raises its version, begins a dialog in the key's group,
--- sends, and logs it. Returns the initiator's dialog handle (NULL when nothing was
--- sent: the key no longer exists, or sending is switched off).
-CREATE OR REPLACE FUNCTION rekenserver.verstuur_vraag(p_dv int, p_periode int)
+-- Sends the Vraag of one key at its current roster version, in the key's group, and
+-- logs it. Returns the initiator's dialog handle (NULL when the key no longer exists).
+-- Used by the commit trigger (after raising the version) and by the sweep.
+CREATE OR REPLACE FUNCTION rekenserver.stuur_vraag(p_dv int, p_periode int)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_versie bigint;
@@ -171,16 +171,11 @@ DECLARE
     v_vraag  xml;
     v_handle uuid;
 BEGIN
-    INSERT INTO rekenserver.sleutel AS s (dienstverband_id, periode_id, versie, group_id)
-    VALUES (p_dv, p_periode, 1, gen_random_uuid())
-    ON CONFLICT (dienstverband_id, periode_id)
-    DO UPDATE SET versie = s.versie + 1, gewijzigd_op = clock_timestamp()
-    RETURNING versie, group_id INTO v_versie, v_group;
-    IF coalesce(current_setting('rekenserver.vragen_uit', true), '') IN ('on', 'true', '1') THEN
+    SELECT versie, group_id INTO v_versie, v_group FROM rekenserver.sleutel
+     WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    -- A new statement, so a transaction that waited for the key's row above sees what
-    -- the one before it committed.
     v_vraag := rekenserver.vraag(p_dv, p_periode, v_versie, v_id);
     IF v_vraag IS NULL THEN
         RETURN NULL;
@@ -192,6 +187,24 @@ BEGIN
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie);
     RETURN v_handle;
+END $$;
+
+-- A committed change to one key: raises its version and sends its Vraag, unless
+-- sending is switched off for a bulk import (`SET rekenserver.vragen_uit = on`: the
+-- version still rises, and the sweep sends the key later).
+CREATE OR REPLACE FUNCTION rekenserver.verstuur_vraag(p_dv int, p_periode int)
+RETURNS uuid LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO rekenserver.sleutel AS s (dienstverband_id, periode_id, versie, group_id)
+    VALUES (p_dv, p_periode, 1, gen_random_uuid())
+    ON CONFLICT (dienstverband_id, periode_id)
+    DO UPDATE SET versie = s.versie + 1, gewijzigd_op = clock_timestamp();
+    IF coalesce(current_setting('rekenserver.vragen_uit', true), '') IN ('on', 'true', '1') THEN
+        RETURN NULL;
+    END IF;
+    -- stuur_vraag reads the roster in statements of its own, so a transaction that
+    -- waited for the key's row above sees what the one before it committed.
+    RETURN rekenserver.stuur_vraag(p_dv, p_periode);
 END $$;
 
 -- The deferred trigger: at COMMIT, once per key the transaction touched.

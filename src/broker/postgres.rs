@@ -24,9 +24,13 @@ pub const SCRIPTS: &[(i32, &str)] = &[
     (3, include_str!("../../broker/postgres/003_calculation.sql")),
 ];
 
-/// The roster schema and its triggers (the sending side of the pipeline): installed on
-/// request, for databases that hold the roster itself (the demo, the tests).
-pub const ROSTER_SCRIPT: (i32, &str) = (4, include_str!("../../broker/postgres/004_roster.sql"));
+/// The roster schema and its triggers (the sending side of the pipeline) and the
+/// housekeeping that goes with it: installed on request, for databases that hold the
+/// roster itself (the demo, the tests).
+pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
+    (4, include_str!("../../broker/postgres/004_roster.sql")),
+    (5, include_str!("../../broker/postgres/005_housekeeping.sql")),
+];
 
 /// The statements this transport sends, by name (`broker/postgres/session.sql`).
 const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
@@ -98,7 +102,7 @@ pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
 pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
     let client = connect(url, None).await?;
     let mut applied = Vec::new();
-    let extra = roster.then_some(&ROSTER_SCRIPT);
+    let extra = if roster { ROSTER_SCRIPTS } else { &[] };
     for (version, sql) in SCRIPTS.iter().chain(extra) {
         client
             .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))

@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, each a thin door to the library.
 
 pub mod calc;
+pub mod handoff;
 pub mod install;
 pub mod run;

@@ -85,9 +85,41 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
             .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(forward_signals(tx));
-        let outcome = worker::run(transport, &config, &handlers, Arc::new(Metrics::new()), rx).await?;
-        Ok(outcome)
+        let sweeper = (config.sweep.interval_ms > 0).then(|| {
+            tokio::spawn(sweep_every(
+                config.broker.connection.clone(),
+                std::time::Duration::from_millis(config.sweep.interval_ms),
+                config.sweep.options(),
+            ))
+        });
+        let outcome = worker::run(transport, &config, &handlers, Arc::new(Metrics::new()), rx).await;
+        if let Some(s) = sweeper {
+            // A sweep cut short rolls back its open batch and releases its lock with
+            // its connection; the next run picks up what is left.
+            s.abort();
+        }
+        Ok(outcome?)
     })
+}
+
+/// Runs `sbworker sweep` every `interval` on a connection of its own.
+async fn sweep_every(url: String, interval: std::time::Duration, opts: crate::handoff::sweep::Options) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let result = async {
+            let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            Ok::<_, anyhow::Error>(crate::handoff::sweep::run(&mut client, opts).await?)
+        }
+        .await;
+        match result {
+            Ok(o) => info!(target: "sbworker::sweep", "{}", super::handoff::describe(&o, opts)),
+            Err(e) => tracing::warn!(target: "sbworker::sweep", "sweep failed: {e:#}"),
+        }
+    }
 }
 
 /// Each SIGTERM or SIGINT becomes one message (the first stops, the second aborts).

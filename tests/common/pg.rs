@@ -45,3 +45,13 @@ pub async fn fresh_db() -> String {
     sbworker::broker::postgres::install(&url).await.expect("broker installs");
     format!("{url} options='-c lock_timeout=60s -c statement_timeout=120s'")
 }
+
+/// A fresh database with the broker, the roster schema and housekeeping, and a plain
+/// client on it.
+pub async fn fresh_roster_db() -> (String, tokio_postgres::Client) {
+    let url = fresh_db().await;
+    sbworker::broker::postgres::install_with(&url, true).await.expect("roster installs");
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    (url, client)
+}

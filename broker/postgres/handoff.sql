@@ -1,0 +1,89 @@
+-- The statements of the payroll hand-off (sbworker export) and the housekeeping
+-- (sbworker sweep), src/handoff/. Parameters are $1, $2, ... as in the Rust calls.
+
+-- Mode once: claims and marks exported in one statement (at-most-once). Only results
+-- with factor rows are claimed: a result with nothing to export is never marked.
+-- $1 periode, $2 batch id.
+-- name: claim_once
+WITH claimed AS (
+    UPDATE rekenserver.resultaat r
+       SET export_status = 2, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerd_op = clock_timestamp()
+     WHERE r.periode_id = $1 AND r.export_status = 0
+       AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
+                    WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
+    RETURNING r.dienstverband_id, r.periode_id, r.versie
+)
+SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text
+  FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
+ ORDER BY c.dienstverband_id, f.loonfactor_code;
+
+-- Mode lease: claims what waits, and claims older than the lease ($3 seconds), for
+-- confirmation by batch (at-least-once). $1 periode, $2 batch id.
+-- name: claim_lease
+WITH claimed AS (
+    UPDATE rekenserver.resultaat r
+       SET export_status = 1, export_batch = $2, geclaimd_op = clock_timestamp()
+     WHERE r.periode_id = $1
+       AND (r.export_status = 0
+            OR (r.export_status = 1 AND r.geclaimd_op < clock_timestamp() - make_interval(secs => $3::float8)))
+       AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
+                    WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
+    RETURNING r.dienstverband_id, r.periode_id, r.versie
+)
+SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text
+  FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
+ ORDER BY c.dienstverband_id, f.loonfactor_code;
+
+-- Confirms a leased batch: its results are exported. Returns how many.
+-- name: ack
+WITH done AS (
+    UPDATE rekenserver.resultaat SET export_status = 2, geexporteerd_op = clock_timestamp()
+     WHERE export_batch = $1 AND export_status = 1
+    RETURNING 1
+)
+SELECT count(*) FROM done;
+
+-- The sweep's lock: a session-level advisory lock, taken without waiting.
+-- name: try_lock
+SELECT pg_try_advisory_lock(hashtext('rekenserver.sweep'));
+
+-- name: unlock
+SELECT pg_advisory_unlock(hashtext('rekenserver.sweep'));
+
+-- A run or step row; returns its id. $1 run id (NULL for a run row), $2 step.
+-- name: log_start
+INSERT INTO rekenserver.run_log (run_id, stap) VALUES ($1, $2) RETURNING id;
+
+-- Completes a row: $2 candidates, $3 sent, $4 deleted, $5 error or warning text.
+-- name: log_end
+UPDATE rekenserver.run_log
+   SET eind = clock_timestamp(), ms = (extract(epoch FROM clock_timestamp() - start) * 1000)::int,
+       kandidaten = $2, verzonden = $3, verwijderd = $4, fout = $5
+ WHERE id = $1;
+
+-- Up to $1 stale keys, oldest change first.
+-- name: candidates
+SELECT dienstverband_id, periode_id FROM rekenserver.verouderde_sleutel ORDER BY gewijzigd_op, dienstverband_id, periode_id
+ LIMIT $1;
+
+-- Sends the Vraag of each key ($1 dienstverbanden, $2 periods, pairwise); how many went.
+-- name: send_keys
+SELECT count(rekenserver.stuur_vraag(k.dv, k.p)) FROM unnest($1::int[], $2::int[]) AS k(dv, p);
+
+-- Retention, one batch at a time: $1 days, $2 batch size; returns the rows deleted.
+-- name: delete_run_log
+WITH gone AS (
+    DELETE FROM rekenserver.run_log WHERE id IN (
+        SELECT id FROM rekenserver.run_log WHERE start < clock_timestamp() - make_interval(days => $1) ORDER BY id LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: delete_dead_letters
+WITH gone AS (
+    DELETE FROM sbworker.dead_letter WHERE id IN (
+        SELECT id FROM sbworker.dead_letter WHERE dead_lettered_at < clock_timestamp() - make_interval(days => $1)
+         ORDER BY id LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;

@@ -1,0 +1,121 @@
+//! `sbworker export` and `sbworker sweep`: connect, call the library, print.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use tokio_postgres::NoTls;
+use uuid::Uuid;
+
+use crate::handoff::export::{self, Mode};
+use crate::handoff::sweep;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Json,
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .with_context(|| format!("cannot connect to {}", crate::config::mask_secrets(url)))?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// Claims the period's results and writes them to `out` (or standard output); returns
+/// the summary line. With a file, the output is written to `FILE.partial-BATCH` and
+/// synced before the claim commits, then renamed: a failure before the commit marks
+/// nothing; a crash between commit and rename leaves the data in the partial file.
+pub fn export(url: &str, periode: i32, format: Format, mode: Mode, out: Option<&Path>) -> anyhow::Result<String> {
+    runtime()?.block_on(async {
+        let mut client = connect(url).await?;
+        let tx = client.transaction().await?;
+        let batch = export::claim(&tx, periode, mode).await.context("claiming the results")?;
+        let write = |w: &mut dyn Write| match format {
+            Format::Csv => batch.write_csv(w),
+            Format::Json => batch.write_json(w),
+        };
+        match out {
+            Some(path) => {
+                let partial = PathBuf::from(format!("{}.partial-{}", path.display(), batch.id));
+                let written = (|| -> std::io::Result<()> {
+                    let mut f = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+                    write(&mut f)?;
+                    f.into_inner().map_err(|e| e.into_error())?.sync_all()
+                })();
+                if let Err(e) = written {
+                    let _ = std::fs::remove_file(&partial);
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("cannot write {}; nothing was marked", partial.display())));
+                }
+                if let Err(e) = tx.commit().await {
+                    let _ = std::fs::remove_file(&partial);
+                    return Err(anyhow::Error::new(e).context("the claim did not commit; nothing was marked"));
+                }
+                std::fs::rename(&partial, path).with_context(|| {
+                    format!("claimed and written to {}, but cannot rename it to {}", partial.display(), path.display())
+                })?;
+            }
+            None => {
+                let mut stdout = std::io::stdout().lock();
+                write(&mut stdout).context("cannot write to standard output; nothing was marked")?;
+                stdout.flush()?;
+                tx.commit().await.context("the claim did not commit; nothing was marked")?;
+            }
+        }
+        Ok(format!(
+            "exported {} results ({} factor rows) of period {periode}, batch {}, mode {}{}",
+            batch.results(),
+            batch.rows.len(),
+            batch.id,
+            mode.name(),
+            if matches!(mode, Mode::Lease { .. }) && !batch.rows.is_empty() {
+                format!("; confirm with: sbworker export --ack {}", batch.id)
+            } else {
+                String::new()
+            }
+        ))
+    })
+}
+
+/// Confirms a leased batch.
+pub fn ack(url: &str, batch: Uuid) -> anyhow::Result<String> {
+    runtime()?.block_on(async {
+        let client = connect(url).await?;
+        let n = export::ack(&client, batch).await?;
+        anyhow::ensure!(
+            n > 0,
+            "batch {batch}: nothing to confirm (unknown, already confirmed, or claimed again after its lease passed)"
+        );
+        Ok(format!("batch {batch}: {n} results confirmed as exported"))
+    })
+}
+
+/// One sweep run; the summary line.
+pub fn sweep(url: &str, opts: sweep::Options) -> anyhow::Result<String> {
+    runtime()?.block_on(async {
+        let mut client = connect(url).await?;
+        Ok(describe(&sweep::run(&mut client, opts).await?, opts))
+    })
+}
+
+pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
+    match o {
+        sweep::Outcome::Skipped => "skipped: a previous sweep still holds the lock (logged)".into(),
+        sweep::Outcome::Ran { candidates, sent, fuse_reached, deleted_log_rows, deleted_dead_letters } => format!(
+            "{candidates} stale keys, {sent} Vraags sent{}; retention deleted {deleted_log_rows} run-log rows and \
+             {deleted_dead_letters} dead letters",
+            if *fuse_reached {
+                format!(" (fuse of {} reached: more wait for the next run)", opts.fuse)
+            } else {
+                String::new()
+            }
+        ),
+    }
+}

@@ -1,0 +1,217 @@
+//! `sbworker export`: claims the unexported results of a period in one statement
+//! (`UPDATE … RETURNING`), only those with factor rows (a result with nothing to
+//! export is never marked), and writes them as CSV (flat, one row per factor) or JSON
+//! (factors nested under each employee). Each result carries a stable key
+//! `dienstverband-periode-versie`, so a receiver can spot a repeat.
+
+use std::io::Write;
+
+use tokio_postgres::Transaction;
+use uuid::Uuid;
+
+use super::stmt;
+
+/// How a claim marks what it takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Marked exported when claimed: at-most-once.
+    Once,
+    /// Claimed under a lease; confirmed with [`ack`]; taken again once the lease has
+    /// passed unconfirmed: at-least-once.
+    Lease { seconds: f64 },
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Once => "once",
+            Mode::Lease { .. } => "lease",
+        }
+    }
+}
+
+/// One exported factor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub dienstverband_id: i32,
+    pub periode_id: i32,
+    pub versie: i64,
+    pub kaart_soort: i32,
+    pub loonfactor_code: String,
+    /// Exact decimal, as stored.
+    pub waarde: String,
+}
+
+impl Row {
+    /// The result's stable key: the same figures always carry the same key.
+    pub fn key(&self) -> String {
+        format!("{}-{}-{}", self.dienstverband_id, self.periode_id, self.versie)
+    }
+}
+
+/// What one claim took.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub id: Uuid,
+    pub periode_id: i32,
+    pub mode: Mode,
+    pub rows: Vec<Row>,
+}
+
+impl Batch {
+    /// Results (employees) in the batch.
+    pub fn results(&self) -> usize {
+        let mut keys: Vec<(i32, i32)> = self.rows.iter().map(|r| (r.dienstverband_id, r.periode_id)).collect();
+        keys.dedup();
+        keys.len()
+    }
+
+    /// Flat: a header, then one line per factor.
+    pub fn write_csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(w, "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde")?;
+        for r in &self.rows {
+            writeln!(
+                w,
+                "{},{},{},{},{},{},{},{}",
+                self.id,
+                r.key(),
+                r.dienstverband_id,
+                r.periode_id,
+                r.versie,
+                r.kaart_soort,
+                r.loonfactor_code,
+                r.waarde
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Nested: the batch, then each employee's result with its factors. Amounts are
+    /// JSON strings, so no decimal is rounded through a float.
+    pub fn write_json(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        write!(
+            w,
+            "{{\"batch\":\"{}\",\"periode_id\":{},\"mode\":\"{}\",\"results\":[",
+            self.id,
+            self.periode_id,
+            self.mode.name()
+        )?;
+        let mut i = 0;
+        let mut first = true;
+        while i < self.rows.len() {
+            let head = &self.rows[i];
+            if !first {
+                write!(w, ",")?;
+            }
+            first = false;
+            write!(
+                w,
+                "\n  {{\"sleutel\":\"{}\",\"dienstverband_id\":{},\"periode_id\":{},\"versie\":{},\"factors\":[",
+                head.key(),
+                head.dienstverband_id,
+                head.periode_id,
+                head.versie
+            )?;
+            let mut j = i;
+            while j < self.rows.len()
+                && (self.rows[j].dienstverband_id, self.rows[j].periode_id) == (head.dienstverband_id, head.periode_id)
+            {
+                let r = &self.rows[j];
+                if j > i {
+                    write!(w, ",")?;
+                }
+                write!(
+                    w,
+                    "{{\"kaart_soort\":{},\"loonfactor_code\":\"{}\",\"waarde\":\"{}\"}}",
+                    r.kaart_soort,
+                    json_text(&r.loonfactor_code),
+                    json_text(&r.waarde)
+                )?;
+                j += 1;
+            }
+            write!(w, "]}}")?;
+            i = j;
+        }
+        writeln!(w, "\n]}}")
+    }
+}
+
+/// Escapes what JSON requires in a string.
+fn json_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Claims the period's results inside `tx` (the caller commits once the output is
+/// safely written, or rolls back and nothing is marked).
+pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<Batch, tokio_postgres::Error> {
+    let id = Uuid::new_v4();
+    let rows = match mode {
+        Mode::Once => tx.query(stmt("claim_once"), &[&periode_id, &id]).await?,
+        Mode::Lease { seconds } => tx.query(stmt("claim_lease"), &[&periode_id, &id, &seconds]).await?,
+    };
+    let rows = rows
+        .iter()
+        .map(|r| Row {
+            dienstverband_id: r.get(0),
+            periode_id: r.get(1),
+            versie: r.get(2),
+            kaart_soort: r.get(3),
+            loonfactor_code: r.get(4),
+            waarde: r.get(5),
+        })
+        .collect();
+    Ok(Batch { id, periode_id, mode, rows })
+}
+
+/// Confirms a leased batch; how many results it confirmed (0: unknown batch, already
+/// confirmed, or taken again by a later claim after its lease passed).
+pub async fn ack(client: &tokio_postgres::Client, batch: Uuid) -> Result<i64, tokio_postgres::Error> {
+    Ok(client.query_one(stmt("ack"), &[&batch]).await?.get(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(dv: i32, code: &str, w: &str) -> Row {
+        Row {
+            dienstverband_id: dv,
+            periode_id: 7,
+            versie: 3,
+            kaart_soort: 5,
+            loonfactor_code: code.into(),
+            waarde: w.into(),
+        }
+    }
+
+    #[test]
+    fn csv_is_flat_and_json_nests_factors_per_employee() {
+        let b = Batch {
+            id: Uuid::nil(),
+            periode_id: 7,
+            mode: Mode::Once,
+            rows: vec![row(1, "100", "8.50"), row(1, "230", "12.34"), row(2, "100", "0")],
+        };
+        assert_eq!(b.results(), 2);
+        let mut csv = Vec::new();
+        b.write_csv(&mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        assert_eq!(csv.lines().count(), 4);
+        assert!(csv.contains("\n00000000-0000-0000-0000-000000000000,1-7-3,1,7,3,5,230,12.34\n"), "{csv}");
+        let mut json = Vec::new();
+        b.write_json(&mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert_eq!(json.matches("\"sleutel\"").count(), 2);
+        assert!(json.contains("\"sleutel\":\"1-7-3\",\"dienstverband_id\":1,\"periode_id\":7,\"versie\":3,\"factors\":[{\"kaart_soort\":5,\"loonfactor_code\":\"100\",\"waarde\":\"8.50\"},{\"kaart_soort\":5,\"loonfactor_code\":\"230\",\"waarde\":\"12.34\"}]}"), "{json}");
+        assert_eq!(json_text("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
+    }
+}

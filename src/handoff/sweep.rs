@@ -1,0 +1,170 @@
+//! `sbworker sweep`: sends a Vraag for every key whose roster version is newer than its
+//! stored result and that has no calculation in flight (after a bulk import with
+//! sending switched off, or a lost request), oldest change first. Guarded like seed
+//! 000's run: a session advisory lock taken without waiting (an overlapping run logs
+//! itself as skipped and exits), a fuse on the keys per run (a warning when reached),
+//! sends committed in batches, and a run log with retention applied in batches, to the
+//! worker's dead letters as well.
+
+use tokio_postgres::Client;
+
+use super::stmt;
+
+/// Limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Most keys sent per run.
+    pub fuse: i64,
+    /// Keys per committed transaction.
+    pub batch: usize,
+    /// Run-log rows and dead letters older than this are deleted.
+    pub retention_days: i32,
+    /// Rows deleted per statement.
+    pub delete_batch: i64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { fuse: 500, batch: 2000, retention_days: 60, delete_batch: 5000 }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Another run held the lock: nothing was done.
+    Skipped,
+    Ran {
+        candidates: i64,
+        sent: i64,
+        /// The fuse stopped the run short: more keys wait for the next one.
+        fuse_reached: bool,
+        deleted_log_rows: i64,
+        deleted_dead_letters: i64,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("sweep step {step} failed: {source}")]
+pub struct SweepError {
+    pub step: &'static str,
+    #[source]
+    pub source: tokio_postgres::Error,
+}
+
+fn at(step: &'static str) -> impl Fn(tokio_postgres::Error) -> SweepError {
+    move |source| SweepError { step, source }
+}
+
+async fn log_start(c: &Client, run: Option<i64>, step: &str) -> Result<i64, tokio_postgres::Error> {
+    Ok(c.query_one(stmt("log_start"), &[&run, &step]).await?.get(0))
+}
+
+async fn log_end(
+    c: &Client,
+    id: i64,
+    counts: (Option<i32>, Option<i32>, Option<i32>),
+    text: Option<&str>,
+) -> Result<(), tokio_postgres::Error> {
+    c.execute(stmt("log_end"), &[&id, &counts.0, &counts.1, &counts.2, &text]).await?;
+    Ok(())
+}
+
+fn clamp(n: i64) -> Option<i32> {
+    Some(i32::try_from(n).unwrap_or(i32::MAX))
+}
+
+/// One run. Use a connection of its own: the lock belongs to the session, and it is
+/// released at the end (or when the connection closes).
+pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepError> {
+    let run_id = log_start(client, None, "run").await.map_err(at("log"))?;
+    let locked: bool = client.query_one(stmt("try_lock"), &[]).await.map_err(at("lock"))?.get(0);
+    if !locked {
+        log_end(client, run_id, (None, None, None), Some("skipped: a previous run still holds the lock"))
+            .await
+            .map_err(at("log"))?;
+        return Ok(Outcome::Skipped);
+    }
+    let result = steps(client, run_id, opts).await;
+    let text = match &result {
+        Ok(Outcome::Ran { fuse_reached: true, .. }) => Some(format!("warning: fuse of {} keys reached", opts.fuse)),
+        Ok(_) => None,
+        Err(e) => {
+            Some(format!("error: {e}: {}", e.source.as_db_error().map_or(String::new(), |d| d.message().to_owned())))
+        }
+    };
+    let counts = match &result {
+        Ok(Outcome::Ran { candidates, sent, deleted_log_rows, deleted_dead_letters, .. }) => {
+            (clamp(*candidates), clamp(*sent), clamp(deleted_log_rows + deleted_dead_letters))
+        }
+        _ => (None, None, None),
+    };
+    // Whatever happened, the run row is completed and the lock released.
+    let logged = log_end(client, run_id, counts, text.as_deref()).await;
+    let unlocked = client.query_one(stmt("unlock"), &[]).await;
+    let outcome = result?;
+    logged.map_err(at("log"))?;
+    unlocked.map_err(at("unlock"))?;
+    Ok(outcome)
+}
+
+async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcome, SweepError> {
+    // Sweep: stale keys, oldest first, at most the fuse; sent in committed batches.
+    let step = log_start(client, Some(run_id), "sweep").await.map_err(at("log"))?;
+    let found = client.query(stmt("candidates"), &[&(opts.fuse + 1)]).await.map_err(at("sweep"))?;
+    let fuse_reached = found.len() as i64 > opts.fuse;
+    let keys: Vec<(i32, i32)> = found.iter().take(opts.fuse.max(0) as usize).map(|r| (r.get(0), r.get(1))).collect();
+    let mut sent = 0i64;
+    let mut failure = None;
+    for chunk in keys.chunks(opts.batch.max(1)) {
+        let (dvs, periods): (Vec<i32>, Vec<i32>) = chunk.iter().copied().unzip();
+        let attempt = async {
+            let tx = client.transaction().await?;
+            let n: i64 = tx.query_one(stmt("send_keys"), &[&dvs, &periods]).await?.get(0);
+            tx.commit().await?;
+            Ok::<i64, tokio_postgres::Error>(n)
+        };
+        match attempt.await {
+            Ok(n) => sent += n,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let warning =
+        fuse_reached.then(|| format!("warning: fuse of {} keys reached; the rest waits for the next run", opts.fuse));
+    let text = match &failure {
+        Some(e) => Some(format!("error: {}", e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned()))),
+        None => warning,
+    };
+    log_end(client, step, (clamp(keys.len() as i64), clamp(sent), None), text.as_deref()).await.map_err(at("log"))?;
+    if let Some(e) = failure {
+        return Err(SweepError { step: "sweep", source: e });
+    }
+
+    // Retention: the run log and the dead letters, in batches.
+    let step = log_start(client, Some(run_id), "retentie").await.map_err(at("log"))?;
+    let mut deleted = [0i64; 2];
+    for (i, name) in ["delete_run_log", "delete_dead_letters"].into_iter().enumerate() {
+        loop {
+            let n: i64 = client
+                .query_one(stmt(name), &[&opts.retention_days, &opts.delete_batch])
+                .await
+                .map_err(at("retentie"))?
+                .get(0);
+            deleted[i] += n;
+            if n < opts.delete_batch {
+                break;
+            }
+        }
+    }
+    log_end(client, step, (None, None, clamp(deleted[0] + deleted[1])), None).await.map_err(at("log"))?;
+    Ok(Outcome::Ran {
+        candidates: keys.len() as i64,
+        sent,
+        fuse_reached,
+        deleted_log_rows: deleted[0],
+        deleted_dead_letters: deleted[1],
+    })
+}

@@ -1,0 +1,315 @@
+//! The payroll hand-off and the housekeeping on PostgreSQL: exports that never share a
+//! row, at-most-once and leased at-least-once claims, the guard against marking what
+//! has nothing to export; the sweep's lock, fuse, run log and retention.
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+
+use sbworker::demo::roster::Roster;
+use sbworker::handoff::export::{self, Mode};
+use sbworker::handoff::sweep::{self, Outcome};
+use tokio::process::Command;
+use tokio_postgres::Client;
+
+use crate::common::calc::TempDir;
+use crate::common::pg::fresh_roster_db;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
+const P: i32 = 202604;
+const LEASE: Mode = Mode::Lease { seconds: 900.0 };
+
+async fn count(c: &Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// `n` stored results in period P (dienstverband 1..=n), three factors each, version 1.
+async fn results(c: &Client, n: i32) {
+    c.execute(
+        "INSERT INTO rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
+         SELECT g, $2, 1, gen_random_uuid(), gen_random_uuid() FROM generate_series(1, $1) g",
+        &[&n, &P],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
+         SELECT g, $2, 5, code, g * 1.25 FROM generate_series(1, $1) g, unnest(ARRAY['100', '120', '230']) code",
+        &[&n, &P],
+    )
+    .await
+    .unwrap();
+}
+
+async fn connect(url: &str) -> Client {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c
+}
+
+/// Claims and commits; the dienstverband ids taken.
+async fn claim(c: &mut Client, mode: Mode) -> (uuid::Uuid, BTreeSet<i32>) {
+    let tx = c.transaction().await.unwrap();
+    let b = export::claim(&tx, P, mode).await.unwrap();
+    tx.commit().await.unwrap();
+    (b.id, b.rows.iter().map(|r| r.dienstverband_id).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_exports_at_the_same_moment_never_get_the_same_row() {
+    let (url, c) = fresh_roster_db().await;
+    results(&c, 200).await;
+    let (mut a, mut b) = (connect(&url).await, connect(&url).await);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let run = |mut c: Client, barrier: std::sync::Arc<tokio::sync::Barrier>| async move {
+        let tx = c.transaction().await.unwrap();
+        barrier.wait().await;
+        let batch = export::claim(&tx, P, Mode::Once).await.unwrap();
+        tx.commit().await.unwrap();
+        batch.rows.iter().map(|r| r.dienstverband_id).collect::<BTreeSet<i32>>()
+    };
+    let (x, y) = tokio::join!(
+        tokio::spawn(run(std::mem::replace(&mut a, connect(&url).await), barrier.clone())),
+        tokio::spawn(run(std::mem::replace(&mut b, connect(&url).await), barrier.clone()))
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert!(x.is_disjoint(&y), "both took {:?}", x.intersection(&y).collect::<Vec<_>>());
+    assert_eq!(x.len() + y.len(), 200);
+    // Everything is marked: a second export of the period gets nothing.
+    assert!(claim(&mut a, Mode::Once).await.1.is_empty());
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE export_status = 2").await, 200);
+}
+
+#[tokio::test]
+async fn a_lease_comes_back_unless_confirmed() {
+    let (url, c) = fresh_roster_db().await;
+    results(&c, 10).await;
+    let mut e = connect(&url).await;
+    let (first, got) = claim(&mut e, LEASE).await;
+    assert_eq!(got.len(), 10);
+    // Within the lease nothing comes back.
+    assert!(claim(&mut e, LEASE).await.1.is_empty());
+    // The lease passes unconfirmed (the claim made 20 minutes older, as seed 003 does).
+    c.batch_execute("UPDATE rekenserver.resultaat SET geclaimd_op = geclaimd_op - interval '20 minutes'")
+        .await
+        .unwrap();
+    let (second, again) = claim(&mut e, LEASE).await;
+    assert_eq!(again, got, "the unconfirmed claim comes back");
+    // The first batch was taken again: confirming it confirms nothing.
+    assert_eq!(export::ack(&e, first).await.unwrap(), 0);
+    assert_eq!(export::ack(&e, second).await.unwrap(), 10);
+    assert_eq!(export::ack(&e, second).await.unwrap(), 0, "a batch is confirmed once");
+    // Confirmed results never come back, however old their claim.
+    c.batch_execute("UPDATE rekenserver.resultaat SET geclaimd_op = geclaimd_op - interval '1 day'").await.unwrap();
+    assert!(claim(&mut e, LEASE).await.1.is_empty());
+    assert!(claim(&mut e, Mode::Once).await.1.is_empty());
+}
+
+#[tokio::test]
+async fn nothing_is_marked_for_an_employee_without_rows_and_a_newer_version_goes_again() {
+    let (url, c) = fresh_roster_db().await;
+    results(&c, 5).await;
+    c.batch_execute(&format!(
+        "DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = 3 AND periode_id = {P}"
+    ))
+    .await
+    .unwrap();
+    let mut e = connect(&url).await;
+    let (_, got) = claim(&mut e, Mode::Once).await;
+    assert_eq!(got, BTreeSet::from([1, 2, 4, 5]));
+    let status: i16 = c
+        .query_one("SELECT export_status FROM rekenserver.resultaat WHERE dienstverband_id = 3", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, 0, "a result with nothing to export is not marked");
+    // A newer version of an exported result is stored: it is exported again, with a
+    // new stable key.
+    c.execute(
+        "SELECT rekenserver.sla_antwoord_op(gen_random_uuid(), gen_random_uuid(), 2, $1, 2, false, \
+         ARRAY[5], ARRAY['100'], ARRAY['9.75']::numeric[])",
+        &[&P],
+    )
+    .await
+    .unwrap();
+    let tx = e.transaction().await.unwrap();
+    let batch = export::claim(&tx, P, Mode::Once).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(batch.rows.len(), 1);
+    assert_eq!(batch.rows[0].key(), format!("2-{P}-2"));
+    assert_eq!(batch.rows[0].waarde, "9.7500");
+}
+
+#[tokio::test]
+async fn the_export_command_writes_csv_and_json_and_confirms_leases() {
+    let (url, c) = fresh_roster_db().await;
+    results(&c, 4).await;
+    let dir = TempDir::new("export");
+    let csv = dir.0.join("april.csv");
+    let out = Command::new(BIN)
+        .args(["export", "--postgres", &url, "--periode", &P.to_string(), "--mode", "lease", "--out"])
+        .arg(&csv)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("exported 4 results (12 factor rows)"), "{stderr}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 13);
+    assert!(text.lines().nth(1).unwrap().contains(&format!(",1-{P}-1,1,{P},1,5,100,1.2500")), "{text}");
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1, "no partial file is left");
+    let batch = stderr.split("--ack ").nth(1).unwrap().trim().to_owned();
+    let out = Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output().await.unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 results confirmed"));
+    let out = Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "a second confirmation says there is nothing to confirm");
+    // JSON, to standard output: factors nested under each employee.
+    c.batch_execute("UPDATE rekenserver.resultaat SET export_status = 0").await.unwrap();
+    let out = Command::new(BIN)
+        .args(["export", "--periode", &P.to_string(), "--format", "json"])
+        .env("SBWORKER__BROKER__CONNECTION", &url)
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert_eq!(json.matches("\"sleutel\":").count(), 4);
+    assert_eq!(json.matches("\"loonfactor_code\":").count(), 12);
+    assert!(json.contains(&format!("\"sleutel\":\"4-{P}-1\",\"dienstverband_id\":4")), "{json}");
+}
+
+async fn log_steps(c: &Client) -> Vec<(String, Option<i32>, Option<i32>, Option<String>)> {
+    c.query(
+        "SELECT stap, kandidaten, verzonden, fout FROM rekenserver.run_log WHERE stap <> 'retentie' ORDER BY id",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+#[tokio::test]
+async fn an_overlapping_sweep_is_skipped_and_logged() {
+    let (url, c) = fresh_roster_db().await;
+    c.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    let mut loader = connect(&url).await;
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(3, 1, false).load(&mut loader).await.unwrap();
+    // Another run holds the lock.
+    let holder = connect(&url).await;
+    holder.batch_execute("SELECT pg_advisory_lock(hashtext('rekenserver.sweep'))").await.unwrap();
+    let mut s = connect(&url).await;
+    assert_eq!(sweep::run(&mut s, sweep::Options::default()).await.unwrap(), Outcome::Skipped);
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, 0, "a skipped run sends nothing");
+    let steps = log_steps(&c).await;
+    assert_eq!(steps.len(), 1);
+    assert!(steps[0].3.as_deref().unwrap().starts_with("skipped"), "{steps:?}");
+    // Released: the next run does the work.
+    holder.batch_execute("SELECT pg_advisory_unlock(hashtext('rekenserver.sweep'))").await.unwrap();
+    let o = sweep::run(&mut s, sweep::Options::default()).await.unwrap();
+    assert!(matches!(o, Outcome::Ran { sent: 3, .. }), "{o:?}");
+}
+
+#[tokio::test]
+async fn after_a_bulk_import_with_sending_off_sweeps_send_each_stale_key_once_under_the_fuse() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    // The documented switch for bulk imports: versions rise, nothing is sent.
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(25, 2, false).load(&mut loader).await.unwrap();
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, 0);
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.sleutel").await, 25);
+    let opts = sweep::Options { fuse: 10, batch: 4, ..sweep::Options::default() };
+    let mut s = connect(&url).await;
+    let mut sent = Vec::new();
+    for _ in 0..4 {
+        match sweep::run(&mut s, opts).await.unwrap() {
+            Outcome::Ran { candidates, sent: n, fuse_reached, .. } => {
+                assert_eq!(candidates, n);
+                sent.push((n, fuse_reached));
+            }
+            Outcome::Skipped => panic!("nothing else holds the lock"),
+        }
+    }
+    // At most the fuse per run; the keys in flight are not sent again.
+    assert_eq!(sent, [(10, true), (10, true), (5, false), (0, false)]);
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, 25);
+    assert_eq!(
+        count(&c, "SELECT count(DISTINCT (dienstverband_id, periode_id)) FROM rekenserver.berekening_log").await,
+        25
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM sb.message").await, 25);
+    // The run log: one row per run and per step; the fuse is a warning; an idle run
+    // logs zero candidates with no text.
+    let steps: Vec<_> = log_steps(&c).await.into_iter().filter(|s| s.0 == "sweep").collect();
+    assert_eq!(steps.iter().map(|s| s.1.unwrap()).collect::<Vec<_>>(), [10, 10, 5, 0]);
+    assert!(steps[0].3.as_deref().unwrap().contains("fuse of 10 keys reached"));
+    assert_eq!((steps[3].2, steps[3].3.as_deref()), (Some(0), None));
+    let runs = count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE stap = 'run' AND eind IS NOT NULL").await;
+    assert_eq!(runs, 4);
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE stap = 'retentie' AND fout IS NULL").await, 4);
+}
+
+#[tokio::test]
+async fn old_log_rows_and_dead_letters_are_deleted_in_batches() {
+    let (url, c) = fresh_roster_db().await;
+    c.batch_execute(
+        "INSERT INTO rekenserver.run_log (stap, start) SELECT 'run', clock_timestamp() - interval '70 days' FROM generate_series(1, 12);
+         INSERT INTO rekenserver.run_log (stap, start) SELECT 'run', clock_timestamp() - interval '10 days' FROM generate_series(1, 2);
+         INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+             conversation_handle, message_sequence_number, message_type_name, attempts, reason, dead_lettered_at)
+         SELECT 'q', 's', 'c', gen_random_uuid(), gen_random_uuid(), 1, 't', 3, 'r', clock_timestamp() - (g || ' days')::interval
+           FROM unnest(ARRAY[50, 55, 59, 61, 62, 63, 64]) g;",
+    )
+    .await
+    .unwrap();
+    let mut s = connect(&url).await;
+    let o = sweep::run(&mut s, sweep::Options { delete_batch: 5, ..sweep::Options::default() }).await.unwrap();
+    match o {
+        Outcome::Ran { deleted_log_rows, deleted_dead_letters, .. } => {
+            assert_eq!((deleted_log_rows, deleted_dead_letters), (12, 4));
+        }
+        Outcome::Skipped => panic!("not skipped"),
+    }
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE start < now() - interval '60 days'").await, 0);
+    assert_eq!(count(&c, "SELECT count(*) FROM sbworker.dead_letter").await, 3);
+    let deleted: i32 =
+        c.query_one("SELECT verwijderd FROM rekenserver.run_log WHERE stap = 'retentie'", &[]).await.unwrap().get(0);
+    assert_eq!(deleted, 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_sweeps_on_an_interval() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(8, 4, false).load(&mut loader).await.unwrap();
+    let dir = TempDir::new("sweeper");
+    let config = dir.0.join("sbworker.toml");
+    std::fs::write(
+        &config,
+        format!("{}\n[sweep]\ninterval_ms = 100\nfuse = 3\n", sbworker::demo::worker_config_text(&url, 2)),
+    )
+    .unwrap();
+    let mut worker = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    crate::common::calc::wait_until("every key is calculated through the sweeps", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 1").await == 8
+    })
+    .await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(worker.id().unwrap() as i32, libc::SIGTERM) };
+    assert_eq!(worker.wait().await.unwrap().code(), Some(0));
+    assert!(count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE fout LIKE '%fuse of 3%'").await >= 2);
+}
