@@ -309,10 +309,26 @@ impl Config {
             return Err(key_error("broker.connection", "is empty: give the database to connect to"));
         }
         if self.broker.kind == BrokerKind::Mssql {
-            return Err(key_error(
-                "broker.kind",
-                "\"mssql\": the SQL Server transport is not available in this build yet; use \"postgres\"",
-            ));
+            let c = crate::broker::mssql::Connection::parse(&self.broker.connection)
+                .map_err(|e| key_error("broker.connection", e.to_string()))?;
+            let limit = c.command_timeout.as_millis() as u64;
+            for (name, q) in &self.queues {
+                if q.wait_ms + 2_000 > limit {
+                    return Err(key_error(
+                        format!("queues.{name}.wait_ms"),
+                        format!(
+                            "is {} ms; a WAITFOR must end at least 2 s before the connection's Command Timeout ({limit} ms)",
+                            q.wait_ms
+                        ),
+                    ));
+                }
+            }
+            if self.sweep.interval_ms > 0 {
+                return Err(key_error(
+                    "sweep.interval_ms",
+                    "the worker sweeps PostgreSQL only; on SQL Server schedule EXEC Rekenserver.sweep (SQL Agent)",
+                ));
+            }
         }
         let w = &self.worker;
         if !(1..=3).contains(&w.max_attempts) {

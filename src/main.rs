@@ -145,11 +145,17 @@ enum Command {
         sbworker install --postgres postgresql://payroll@db.example/roster")]
     Install {
         /// A PostgreSQL connection string (URL or key=value form).
-        #[arg(long, value_name = "URL")]
-        postgres: String,
-        /// Also install the roster schema and its triggers (broker/postgres/004_roster.sql).
+        #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
+        postgres: Option<String>,
+        /// Also install the roster schema and its triggers (PostgreSQL: 004 and 005).
         #[arg(long)]
         roster: bool,
+        /// A SQL Server ADO.NET connection string: runs broker/mssql/00..06 in order.
+        #[arg(long, value_name = "CONN")]
+        mssql: Option<String>,
+        /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
     },
 }
 
@@ -299,16 +305,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Install { postgres, roster } => match cli::install::postgres(&postgres, roster) {
-            Ok(line) => {
-                println!("{line}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("sbworker install: {e:#}");
-                ExitCode::from(1)
-            }
-        },
         Command::Calc { file, explain, tables, max_body_bytes } => {
             let tables = match cli::calc::load_tables(tables.as_deref()) {
                 Ok(t) => t,
@@ -334,6 +330,28 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        Command::Install { postgres, roster, mssql, vars } => match (postgres, mssql) {
+            (Some(url), _) => report_install(cli::install::postgres(&url, roster)),
+            (None, Some(conn)) => report_install(cli::install::mssql(&conn, &vars)),
+            (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
+        },
+    }
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(n, v)| (n.to_owned(), v.to_owned())).ok_or_else(|| format!("'{s}' is not NAME=VALUE"))
+}
+
+fn report_install(r: anyhow::Result<String>) -> ExitCode {
+    match r {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sbworker install: {e:#}");
+            ExitCode::from(1)
         }
     }
 }

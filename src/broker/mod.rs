@@ -1,6 +1,7 @@
 //! Service Broker back ends: the message and error types every transport shares, and
 //! the PostgreSQL broker ([`postgres`]: SQL in `broker/postgres/`, and its session).
 
+pub mod mssql;
 pub mod postgres;
 
 use uuid::Uuid;

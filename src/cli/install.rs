@@ -13,3 +13,14 @@ pub fn postgres(url: &str, roster: bool) -> anyhow::Result<String> {
         if roster { ", rooster" } else { "" }
     ))
 }
+
+/// Runs the SQL Server scripts (`broker/mssql/`, in order) with sqlcmd-style
+/// variables; returns a line to print.
+pub fn mssql(connection_string: &str, vars: &[(String, String)]) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let n = rt
+        .block_on(crate::broker::mssql::install(connection_string, vars))
+        .context("installing the SQL Server scripts")?;
+    Ok(format!("SQL Server scripts installed ({n} batches of broker/mssql/00..06); running them again changes nothing"))
+}

@@ -9,9 +9,11 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 use tracing::info;
 
+use crate::broker::mssql::MssqlTransport;
 use crate::broker::postgres::PostgresTransport;
-use crate::config::{self, Config, ConfigError, LogFormat, Overrides};
+use crate::config::{self, BrokerKind, Config, ConfigError, LogFormat, Overrides};
 use crate::contract::Limits;
+use crate::transport::Transport;
 use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation, collector};
 
 /// Exit code of a configuration that cannot be used (sysexits' EX_CONFIG).
@@ -78,28 +80,48 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
-        let transport = PostgresTransport::new(config.broker.connection.clone());
-        worker::preflight(&transport, &config).await?;
-        let handlers = Handlers::default()
-            .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
-            .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
-        let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(forward_signals(tx));
-        let sweeper = (config.sweep.interval_ms > 0).then(|| {
-            tokio::spawn(sweep_every(
-                config.broker.connection.clone(),
-                std::time::Duration::from_millis(config.sweep.interval_ms),
-                config.sweep.options(),
-            ))
-        });
-        let outcome = worker::run(transport, &config, &handlers, Arc::new(Metrics::new()), rx).await;
-        if let Some(s) = sweeper {
-            // A sweep cut short rolls back its open batch and releases its lock with
-            // its connection; the next run picks up what is left.
-            s.abort();
+        match config.broker.kind {
+            BrokerKind::Postgres => {
+                let transport = PostgresTransport::new(config.broker.connection.clone());
+                serve(transport, &config, tables, limits).await
+            }
+            BrokerKind::Mssql => {
+                let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
+                serve(transport, &config, tables, limits).await
+            }
         }
-        Ok(outcome?)
     })
+}
+
+async fn serve<T: Transport>(
+    transport: T,
+    config: &Config,
+    tables: Arc<crate::engine::Tables>,
+    limits: Limits,
+) -> anyhow::Result<RunOutcome>
+where
+    T::Session: collector::ResultStore,
+{
+    worker::preflight(&transport, config).await?;
+    let handlers = Handlers::default()
+        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
+        .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(forward_signals(tx));
+    let sweeper = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| {
+        tokio::spawn(sweep_every(
+            config.broker.connection.clone(),
+            std::time::Duration::from_millis(config.sweep.interval_ms),
+            config.sweep.options(),
+        ))
+    });
+    let outcome = worker::run(transport, config, &handlers, Arc::new(Metrics::new()), rx).await;
+    if let Some(s) = sweeper {
+        // A sweep cut short rolls back its open batch and releases its lock with its
+        // connection; the next run picks up what is left.
+        s.abort();
+    }
+    Ok(outcome?)
 }
 
 /// Runs `sbworker sweep` every `interval` on a connection of its own.

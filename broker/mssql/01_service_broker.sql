@@ -1,0 +1,46 @@
+-- sbworker on SQL Server, script 01: message types, contract, queues and services of
+-- the calculation dialog (seed 004, listing 5). Poison-message handling stays ON: the
+-- worker diverts a failing message after 3 attempts, before the broker's 5.
+
+:setvar Database Payroll
+:setvar WorkerUser sbworker
+:on error exit
+USE [$(Database)];
+GO
+
+IF NOT EXISTS (SELECT 1 FROM sys.service_message_types WHERE name = N'/Rekenserver/LoonfactorBerekening/Vraag')
+    CREATE MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = WELL_FORMED_XML;
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.service_message_types WHERE name = N'/Rekenserver/LoonfactorBerekening/Antwoord')
+    CREATE MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.service_message_types WHERE name = N'/Rekenserver/Fout')
+    CREATE MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
+GO
+
+IF NOT EXISTS (SELECT 1 FROM sys.service_contracts WHERE name = N'/Rekenserver/LoonfactorBerekening/DataContract')
+    CREATE CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] (
+        [/Rekenserver/LoonfactorBerekening/Vraag] SENT BY INITIATOR,
+        [/Rekenserver/LoonfactorBerekening/Antwoord] SENT BY TARGET,
+        [/Rekenserver/Fout] SENT BY TARGET);
+GO
+
+-- The calculation's queue (target side) and the answers' queue (initiator side).
+IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_reken' AND schema_id = SCHEMA_ID(N'dbo'))
+    CREATE QUEUE dbo.loonfactorberekening_reken
+        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = ON);
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_data' AND schema_id = SCHEMA_ID(N'dbo'))
+    CREATE QUEUE dbo.loonfactorberekening_data
+        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = ON);
+GO
+
+-- Owned by the worker's user: it owns the conversations it receives and can end them.
+IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/LoonfactorBerekening/RekenService')
+    CREATE SERVICE [/Rekenserver/LoonfactorBerekening/RekenService] AUTHORIZATION [$(WorkerUser)]
+        ON QUEUE dbo.loonfactorberekening_reken ([/Rekenserver/LoonfactorBerekening/DataContract]);
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/LoonfactorBerekening/DataService')
+    CREATE SERVICE [/Rekenserver/LoonfactorBerekening/DataService] AUTHORIZATION [$(WorkerUser)]
+        ON QUEUE dbo.loonfactorberekening_data;
+GO

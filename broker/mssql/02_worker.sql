@@ -1,0 +1,134 @@
+-- sbworker on SQL Server, script 02: the worker's bookkeeping (as 002_worker.sql and
+-- sbworker.answered_version on PostgreSQL), behind procedures the worker EXECUTEs.
+-- Keys of messages travel as JSON: [{"h":"<conversation_handle>","s":<sequence>}, ...].
+
+:setvar Database Payroll
+:on error exit
+USE [$(Database)];
+GO
+
+IF OBJECT_ID(N'sbworker.message_attempt', N'U') IS NULL
+    CREATE TABLE sbworker.message_attempt (
+        conversation_handle     uniqueidentifier NOT NULL,
+        message_sequence_number bigint NOT NULL,
+        queue                   sysname NOT NULL,
+        attempts                int NOT NULL,
+        last_error              nvarchar(3000) NULL,
+        first_attempt_at        datetime2(3) NOT NULL CONSTRAINT df_attempt_first DEFAULT SYSUTCDATETIME(),
+        last_attempt_at         datetime2(3) NOT NULL CONSTRAINT df_attempt_last DEFAULT SYSUTCDATETIME(),
+        CONSTRAINT pk_message_attempt PRIMARY KEY (conversation_handle, message_sequence_number));
+GO
+
+IF OBJECT_ID(N'sbworker.dead_letter', N'U') IS NULL
+    CREATE TABLE sbworker.dead_letter (
+        id                      bigint IDENTITY PRIMARY KEY,
+        queue                   sysname NOT NULL,
+        service_name            nvarchar(512) NOT NULL,
+        service_contract_name   nvarchar(256) NOT NULL,
+        conversation_group_id   uniqueidentifier NOT NULL,
+        conversation_handle     uniqueidentifier NOT NULL,
+        message_sequence_number bigint NOT NULL,
+        message_type_name       nvarchar(256) NOT NULL,
+        message_body            varbinary(max) NULL,
+        attempts                int NOT NULL,
+        reason                  nvarchar(3000) NOT NULL,
+        dead_lettered_at        datetime2(3) NOT NULL CONSTRAINT df_dead_letter_at DEFAULT SYSUTCDATETIME(),
+        INDEX ix_dead_letter_at (dead_lettered_at));
+GO
+
+IF OBJECT_ID(N'sbworker.answered_version', N'U') IS NULL
+    CREATE TABLE sbworker.answered_version (
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        answered_at      datetime2(3) NOT NULL CONSTRAINT df_answered_at DEFAULT SYSUTCDATETIME(),
+        CONSTRAINT pk_answered_version PRIMARY KEY (dienstverband_id, periode_id));
+GO
+
+-- Counts one more attempt of each message (called on a connection outside the
+-- receiving transaction, so it commits at once); returns the counts after this one.
+CREATE OR ALTER PROCEDURE sbworker.tel_pogingen @queue sysname, @sleutels nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @k TABLE (h uniqueidentifier NOT NULL, s bigint NOT NULL, PRIMARY KEY (h, s));
+    INSERT @k (h, s) SELECT DISTINCT h, s FROM OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s');
+    MERGE sbworker.message_attempt WITH (HOLDLOCK) AS a
+    USING @k AS k ON a.conversation_handle = k.h AND a.message_sequence_number = k.s
+    WHEN MATCHED THEN UPDATE SET attempts = a.attempts + 1, last_attempt_at = SYSUTCDATETIME()
+    WHEN NOT MATCHED THEN INSERT (conversation_handle, message_sequence_number, queue, attempts)
+                          VALUES (k.h, k.s, @queue, 1)
+    OUTPUT inserted.conversation_handle, inserted.message_sequence_number, inserted.attempts, inserted.last_error;
+END;
+GO
+
+CREATE OR ALTER PROCEDURE sbworker.noteer_mislukking @sleutels nvarchar(max), @fout nvarchar(3000)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    UPDATE a SET last_error = @fout
+      FROM sbworker.message_attempt a
+      JOIN OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
+        ON a.conversation_handle = k.h AND a.message_sequence_number = k.s;
+END;
+GO
+
+-- Inside the receiving transaction: the messages are done.
+CREATE OR ALTER PROCEDURE sbworker.vergeet_pogingen @sleutels nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DELETE a FROM sbworker.message_attempt a
+      JOIN OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
+        ON a.conversation_handle = k.h AND a.message_sequence_number = k.s;
+END;
+GO
+
+-- Inside the receiving transaction: keeps a diverted message.
+CREATE OR ALTER PROCEDURE sbworker.zet_apart
+    @queue sysname, @service nvarchar(512), @contract nvarchar(256), @group uniqueidentifier,
+    @handle uniqueidentifier, @seq bigint, @type nvarchar(256), @body varbinary(max), @attempts int,
+    @reason nvarchar(3000)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    INSERT sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+        conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason)
+    VALUES (@queue, @service, @contract, @group, @handle, @seq, @type, @body, @attempts, @reason);
+END;
+GO
+
+-- Inside the calculation's transaction: claims a roster version of a key; 1 when it is
+-- newer than every version answered before, else 0 (superseded). The key stays locked
+-- (UPDLOCK, HOLDLOCK) to the end of the transaction.
+CREATE OR ALTER PROCEDURE sbworker.claim_versie @dv int, @periode int, @versie bigint
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @stored bigint;
+    SELECT @stored = versie FROM sbworker.answered_version WITH (UPDLOCK, HOLDLOCK)
+     WHERE dienstverband_id = @dv AND periode_id = @periode;
+    IF @stored IS NULL
+        INSERT sbworker.answered_version (dienstverband_id, periode_id, versie) VALUES (@dv, @periode, @versie);
+    ELSE IF @stored < @versie
+        UPDATE sbworker.answered_version SET versie = @versie, answered_at = SYSUTCDATETIME()
+         WHERE dienstverband_id = @dv AND periode_id = @periode;
+    SELECT CAST(CASE WHEN @stored IS NULL OR @stored < @versie THEN 1 ELSE 0 END AS bit) AS claimed;
+END;
+GO
+
+-- Outside any transaction: whether the queue is enabled, and about how many messages
+-- wait (row counts of its internal table: no locks taken). No rows: no such queue.
+CREATE OR ALTER PROCEDURE sbworker.wachtrij_status @queue sysname
+WITH EXECUTE AS OWNER   -- the catalog views show the owner everything, the caller little
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT q.is_receive_enabled,
+           CAST(ISNULL((SELECT SUM(p.rows) FROM sys.internal_tables it
+                          JOIN sys.partitions p ON p.object_id = it.object_id AND p.index_id IN (0, 1)
+                         WHERE it.parent_object_id = q.object_id), 0) AS bigint) AS messages
+      FROM sys.service_queues q
+     WHERE q.object_id = OBJECT_ID(@queue);
+END;
+GO

@@ -1,0 +1,171 @@
+-- sbworker on SQL Server, script 03: the initiator's side of the pipeline: stored
+-- results (latest version wins), the log of stored versions, the calculation log (seed
+-- 004's LoonfactorBerekeningLog), the store procedure the Rust collector calls, and,
+-- as an option, an internal activation procedure doing the same inside the database.
+
+:setvar Database Payroll
+:on error exit
+USE [$(Database)];
+GO
+
+IF OBJECT_ID(N'Rekenserver.resultaat', N'U') IS NULL
+    CREATE TABLE Rekenserver.resultaat (
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        vraag_id         uniqueidentifier NOT NULL,
+        dialog_handle    uniqueidentifier NOT NULL,
+        opgeslagen_op    datetime2(3) NOT NULL CONSTRAINT df_resultaat_op DEFAULT SYSUTCDATETIME(),
+        export_status    tinyint NOT NULL CONSTRAINT df_resultaat_export DEFAULT 0
+                         CONSTRAINT ck_resultaat_export CHECK (export_status IN (0, 1, 2)),
+        export_batch     uniqueidentifier NULL,
+        geclaimd_op      datetime2(3) NULL,
+        geexporteerd_op  datetime2(3) NULL,
+        CONSTRAINT pk_resultaat PRIMARY KEY (dienstverband_id, periode_id),
+        INDEX ix_resultaat_export (periode_id, export_status),
+        INDEX ix_resultaat_batch (export_batch));
+GO
+
+IF OBJECT_ID(N'Rekenserver.resultaat_factor', N'U') IS NULL
+    CREATE TABLE Rekenserver.resultaat_factor (
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        kaart_soort      int NOT NULL,
+        loonfactor_code  varchar(3) NOT NULL,
+        waarde           decimal(18, 4) NOT NULL,
+        CONSTRAINT pk_resultaat_factor PRIMARY KEY (dienstverband_id, periode_id, loonfactor_code),
+        CONSTRAINT fk_resultaat_factor FOREIGN KEY (dienstverband_id, periode_id)
+            REFERENCES Rekenserver.resultaat ON DELETE CASCADE);
+GO
+
+IF OBJECT_ID(N'Rekenserver.resultaat_historie', N'U') IS NULL
+    CREATE TABLE Rekenserver.resultaat_historie (
+        id               bigint IDENTITY PRIMARY KEY,
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        opgeslagen_op    datetime2(3) NOT NULL CONSTRAINT df_historie_op DEFAULT SYSUTCDATETIME(),
+        INDEX ix_resultaat_historie_key (dienstverband_id, periode_id, id));
+GO
+
+IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
+    CREATE TABLE Rekenserver.berekening_log (
+        dialog_handle    uniqueidentifier NOT NULL CONSTRAINT pk_berekening_log PRIMARY KEY,
+        vraag_id         uniqueidentifier NOT NULL,
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        verzonden_op     datetime2(3) NOT NULL CONSTRAINT df_log_verzonden DEFAULT SYSUTCDATETIME(),
+        beantwoord_op    datetime2(3) NULL,
+        uitkomst         varchar(10) NULL
+                         CONSTRAINT ck_log_uitkomst CHECK (uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')),
+        foutmelding      nvarchar(3000) NULL,
+        INDEX ix_berekening_log_key (dienstverband_id, periode_id, versie));
+GO
+
+-- Stores an Antwoord (seed 004 listing 12: nodes() and value()): replaces the key's
+-- factors only when its version is newer than the stored one, logs the version, and
+-- completes the calculation log. One result row per outcome: opgeslagen, verouderd
+-- (older than the stored result) or vervangen (answered as superseded).
+CREATE OR ALTER PROCEDURE Rekenserver.sla_antwoord_op @handle uniqueidentifier, @antwoord xml
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @dv int, @periode int, @versie bigint, @vraag uniqueidentifier, @vervangen bit, @uitkomst varchar(10);
+    WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+    SELECT @dv = @antwoord.value('(/LoonfactorBerekeningAntwoord/@DienstverbandId)[1]', 'int'),
+           @periode = @antwoord.value('(/LoonfactorBerekeningAntwoord/@PeriodeId)[1]', 'int'),
+           @versie = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Versie)[1]', 'bigint'),
+           @vraag = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Id)[1]', 'uniqueidentifier'),
+           @vervangen = @antwoord.exist('/LoonfactorBerekeningAntwoord/Waarschuwing[@Code = "vervangen"]');
+    IF @vervangen = 1
+        SET @uitkomst = 'vervangen';
+    ELSE
+    BEGIN
+        UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
+           SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
+               export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
+         WHERE dienstverband_id = @dv AND periode_id = @periode AND versie < @versie;
+        IF @@ROWCOUNT = 0 AND NOT EXISTS (SELECT 1 FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
+                                           WHERE dienstverband_id = @dv AND periode_id = @periode)
+            INSERT Rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
+            VALUES (@dv, @periode, @versie, @vraag, @handle);
+        IF EXISTS (SELECT 1 FROM Rekenserver.resultaat
+                    WHERE dienstverband_id = @dv AND periode_id = @periode AND versie = @versie AND dialog_handle = @handle)
+        BEGIN
+            SET @uitkomst = 'opgeslagen';
+            DELETE Rekenserver.resultaat_factor WHERE dienstverband_id = @dv AND periode_id = @periode;
+            WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+            INSERT Rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
+            SELECT @dv, @periode, m.value('(KaartSoort)[1]', 'int'), m.value('(LoonfactorCode)[1]', 'varchar(3)'),
+                   m.value('(Waarde)[1]', 'decimal(18, 4)')
+              FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m);
+            INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie) VALUES (@dv, @periode, @versie);
+        END
+        ELSE
+            SET @uitkomst = 'verouderd';
+    END
+    UPDATE Rekenserver.berekening_log SET beantwoord_op = SYSUTCDATETIME(), uitkomst = @uitkomst
+     WHERE dialog_handle = @handle;
+    SELECT @uitkomst AS uitkomst;
+END;
+GO
+
+-- Records why a dialog got no answer (a Fout's reason, an error end).
+CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    UPDATE Rekenserver.berekening_log
+       SET beantwoord_op = ISNULL(beantwoord_op, SYSUTCDATETIME()), uitkomst = 'fout',
+           foutmelding = ISNULL(foutmelding, @melding)
+     WHERE dialog_handle = @handle AND (uitkomst IS NULL OR uitkomst = 'fout');
+END;
+GO
+
+-- Optional, for shops that want the collector inside the database: an internal
+-- activation procedure for the answers' queue doing what the Rust collector does.
+-- Not activated by this script; to use it instead of sbworker's collector:
+--   ALTER QUEUE dbo.loonfactorberekening_data WITH ACTIVATION (STATUS = ON,
+--     PROCEDURE_NAME = Rekenserver.antwoorden_activatie, MAX_QUEUE_READERS = 2, EXECUTE AS OWNER);
+CREATE OR ALTER PROCEDURE Rekenserver.antwoorden_activatie
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @handle uniqueidentifier, @type sysname, @body varbinary(max), @tekst nvarchar(3000);
+    DECLARE @uit TABLE (uitkomst varchar(10));
+    WHILE 1 = 1
+    BEGIN
+        BEGIN TRANSACTION;
+        WAITFOR (RECEIVE TOP (1) @handle = conversation_handle, @type = message_type_name, @body = message_body
+                   FROM dbo.loonfactorberekening_data), TIMEOUT 1000;
+        IF @@ROWCOUNT = 0
+        BEGIN
+            ROLLBACK TRANSACTION;
+            BREAK;
+        END
+        IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
+        BEGIN
+            INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @body;
+            END CONVERSATION @handle;
+        END
+        ELSE IF @type = N'/Rekenserver/Fout'
+        BEGIN
+            WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+            SELECT @tekst = CAST(@body AS xml).value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
+            EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+            END CONVERSATION @handle;
+        END
+        ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
+        BEGIN
+            WITH XMLNAMESPACES (DEFAULT 'http://schemas.microsoft.com/SQL/ServiceBroker/Error')
+            SELECT @tekst = CAST(@body AS xml).value('(/Error/Description)[1]', 'nvarchar(3000)');
+            EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+            END CONVERSATION @handle;
+        END
+        ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'
+            END CONVERSATION @handle;
+        COMMIT TRANSACTION;
+    END
+END;
+GO

@@ -1,0 +1,208 @@
+-- sbworker on SQL Server, script 04: the roster schema and its triggers (the sending
+-- side of the pipeline, seed 004 listings 8 and 10).
+--
+-- Differs from PostgreSQL's 004_roster.sql in one respect: SQL Server has no trigger
+-- that runs at COMMIT, so a trigger sends one Vraag per key per *statement* (each with
+-- the next version), not per transaction. A statement touching 10,000 rows of one key
+-- still sends one Vraag; a transaction of several statements on one key sends several,
+-- the last carrying the final roster and the highest version, and latest-wins keeps
+-- the right result. For bulk imports set EXEC sp_set_session_context N'vragen_uit', 1
+-- (versions still rise, nothing is sent) and run the sweep.
+
+:setvar Database Payroll
+:setvar WorkerUser sbworker
+:on error exit
+USE [$(Database)];
+GO
+
+IF OBJECT_ID(N'Rooster.cao', N'U') IS NULL
+    CREATE TABLE Rooster.cao (
+        id int PRIMARY KEY, code varchar(10) NOT NULL, is_vier_weken bit NOT NULL,
+        naam nvarchar(100) NOT NULL, werkweek_uren decimal(8, 4) NOT NULL);
+GO
+IF OBJECT_ID(N'Rooster.periode', N'U') IS NULL
+    CREATE TABLE Rooster.periode (
+        id int PRIMARY KEY, is_vier_weken bit NOT NULL, begin_datum date NOT NULL, eind_datum date NOT NULL,
+        CONSTRAINT ck_periode CHECK (eind_datum >= begin_datum));
+GO
+IF OBJECT_ID(N'Rooster.dienstverband', N'U') IS NULL
+    CREATE TABLE Rooster.dienstverband (
+        id int PRIMARY KEY, cao_id int NOT NULL REFERENCES Rooster.cao, dagen_per_week decimal(8, 4) NOT NULL,
+        datum_in_dienst date NOT NULL, datum_uit_dienst date NULL, parttime_uren decimal(8, 4) NULL,
+        salaris decimal(14, 4) NULL, garantie_toeslag decimal(14, 4) NULL, garantie_trede_bedrag decimal(14, 4) NULL,
+        loon_toeslag decimal(14, 4) NULL, soort varchar(10) NOT NULL, functiegroep int NOT NULL);
+GO
+IF OBJECT_ID(N'Rooster.dienst_type', N'U') IS NULL
+    CREATE TABLE Rooster.dienst_type (
+        code varchar(10) PRIMARY KEY, omschrijving nvarchar(100) NOT NULL, telt_mee_in_gewerkte_uren bit NOT NULL);
+GO
+IF OBJECT_ID(N'Rooster.dienst', N'U') IS NULL
+    CREATE TABLE Rooster.dienst (
+        id bigint IDENTITY PRIMARY KEY, dienstverband_id int NOT NULL REFERENCES Rooster.dienstverband,
+        datum date NOT NULL, INDEX ix_dienst_dv_datum (dienstverband_id, datum));
+GO
+IF OBJECT_ID(N'Rooster.tijdblok', N'U') IS NULL
+    CREATE TABLE Rooster.tijdblok (
+        id bigint IDENTITY PRIMARY KEY, dienst_id bigint NOT NULL REFERENCES Rooster.dienst ON DELETE CASCADE,
+        begin_tijd time(0) NOT NULL, eind_tijd time(0) NOT NULL,
+        dienst_type varchar(10) NOT NULL REFERENCES Rooster.dienst_type, is_ziek bit NOT NULL DEFAULT 0,
+        INDEX ix_tijdblok_dienst (dienst_id));
+GO
+
+-- Per key: the roster version (only grows) and the initiator's conversation group of
+-- its dialogs (RELATED_CONVERSATION_GROUP, listing 8).
+IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NULL
+    CREATE TABLE Rekenserver.sleutel (
+        dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL,
+        group_id uniqueidentifier NOT NULL, gewijzigd_op datetime2(3) NOT NULL DEFAULT SYSUTCDATETIME(),
+        CONSTRAINT pk_sleutel PRIMARY KEY (dienstverband_id, periode_id));
+GO
+
+-- The Vraag of one key (listing 10: WITH XMLNAMESPACES … FOR XML PATH).
+CREATE OR ALTER FUNCTION Rekenserver.vraag (@dv int, @periode int, @versie bigint, @id uniqueidentifier)
+RETURNS xml
+AS
+BEGIN
+    DECLARE @vraag xml;
+    WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+    SELECT @vraag = (
+        SELECT @id AS '@Id', CONVERT(char(23), SYSDATETIME(), 126) AS '@Timestamp', @versie AS '@Versie',
+            (SELECT dv.id AS '@Id',
+                (SELECT c.id AS '@Id', c.code AS 'Code', CAST(c.is_vier_weken AS int) AS 'IsVierWeken', c.naam AS 'Naam',
+                        c.werkweek_uren AS 'WerkweekUren'
+                   FOR XML PATH ('Cao'), TYPE),
+                dv.dagen_per_week AS 'DagenPerWeek',
+                CONVERT(char(10), dv.datum_in_dienst, 126) AS 'DatumInDienst',
+                CONVERT(char(10), dv.datum_uit_dienst, 126) AS 'DatumUitDienst',
+                ISNULL(NULLIF(dv.parttime_uren, 0), c.werkweek_uren) AS 'ParttimeUren',
+                CASE WHEN dv.salaris IS NOT NULL THEN dv.garantie_toeslag END AS 'Salaris/@GarantieToeslag',
+                CASE WHEN dv.salaris IS NOT NULL THEN dv.garantie_trede_bedrag END AS 'Salaris/@GarantieTredeBedrag',
+                CASE WHEN dv.salaris IS NOT NULL THEN dv.loon_toeslag END AS 'Salaris/@LoonToeslag',
+                dv.salaris AS 'Salaris/NominaalSalaris',
+                dv.soort AS 'Soort', dv.functiegroep AS 'Functiegroep'
+               FOR XML PATH ('Dienstverband'), TYPE),
+            (SELECT p.id AS '@Id', CONVERT(char(10), p.begin_datum, 126) AS 'Begin',
+                    CONVERT(char(10), p.eind_datum, 126) AS 'Einde'
+               FOR XML PATH ('Periode'), TYPE),
+            (SELECT (SELECT CONVERT(char(10), d.datum, 126) AS '@Datum',
+                        (SELECT CONVERT(char(5), t.begin_tijd, 108) AS '@Begin', CONVERT(char(5), t.eind_tijd, 108) AS '@Einde',
+                                CAST(t.is_ziek AS int) AS '@IsZiek',
+                                dt.code AS 'DienstType/@Code',
+                                CAST(dt.telt_mee_in_gewerkte_uren AS int) AS 'DienstType/@TeltMeeInGewerkteUren'
+                           FROM Rooster.tijdblok t JOIN Rooster.dienst_type dt ON dt.code = t.dienst_type
+                          WHERE t.dienst_id = d.id
+                          ORDER BY t.begin_tijd, t.id
+                            FOR XML PATH ('Tijdblok'), TYPE)
+                       FROM Rooster.dienst d
+                      WHERE d.dienstverband_id = dv.id AND d.datum BETWEEN p.begin_datum AND p.eind_datum
+                        AND EXISTS (SELECT 1 FROM Rooster.tijdblok t WHERE t.dienst_id = d.id)
+                      ORDER BY d.datum, d.id
+                        FOR XML PATH ('Dienst'), TYPE)
+               FOR XML PATH ('Diensten'), TYPE)
+          FROM Rooster.dienstverband dv
+          JOIN Rooster.cao c ON c.id = dv.cao_id
+          JOIN Rooster.periode p ON p.id = @periode
+         WHERE dv.id = @dv
+           FOR XML PATH ('LoonfactorBerekeningVraag'), TYPE);
+    RETURN @vraag;
+END;
+GO
+
+-- Sends the Vraag of one key at its current version, in the key's group, and logs it.
+-- Runs as the worker's user, so the worker owns the dialogs and its collector can end
+-- them (END CONVERSATION requires the conversation's owner).
+CREATE OR ALTER PROCEDURE Rekenserver.stuur_vraag @dv int, @periode int
+WITH EXECUTE AS N'$(WorkerUser)'
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @versie bigint, @group uniqueidentifier, @id uniqueidentifier = NEWID(), @vraag xml, @handle uniqueidentifier;
+    SELECT @versie = versie, @group = group_id FROM Rekenserver.sleutel WITH (UPDLOCK)
+     WHERE dienstverband_id = @dv AND periode_id = @periode;
+    IF @versie IS NULL RETURN;
+    SET @vraag = Rekenserver.vraag(@dv, @periode, @versie, @id);
+    IF @vraag IS NULL RETURN;
+    BEGIN DIALOG CONVERSATION @handle
+        FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+        TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+        ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+        WITH RELATED_CONVERSATION_GROUP = @group, ENCRYPTION = OFF;
+    SEND ON CONVERSATION @handle MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@vraag);
+    INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
+    VALUES (@handle, @id, @dv, @periode, @versie);
+END;
+GO
+
+-- Raises the versions of the touched keys and sends their Vraags (unless switched off
+-- with sp_set_session_context N'vragen_uit', 1).
+CREATE OR ALTER PROCEDURE Rekenserver.verstuur_vragen @sleutels nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
+    INSERT @k SELECT DISTINCT dv, p FROM OPENJSON(@sleutels) WITH (dv int '$.dv', p int '$.p');
+    MERGE Rekenserver.sleutel WITH (HOLDLOCK) AS s
+    USING @k AS k ON s.dienstverband_id = k.dv AND s.periode_id = k.p
+    WHEN MATCHED THEN UPDATE SET versie = s.versie + 1, gewijzigd_op = SYSUTCDATETIME()
+    WHEN NOT MATCHED THEN INSERT (dienstverband_id, periode_id, versie, group_id) VALUES (k.dv, k.p, 1, NEWID());
+    IF CAST(SESSION_CONTEXT(N'vragen_uit') AS int) = 1 RETURN;
+    DECLARE @dv int, @p int;
+    DECLARE keys CURSOR LOCAL FAST_FORWARD FOR SELECT dv, p FROM @k ORDER BY dv, p;
+    OPEN keys;
+    FETCH NEXT FROM keys INTO @dv, @p;
+    WHILE @@FETCH_STATUS = 0
+    BEGIN
+        EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p;
+        FETCH NEXT FROM keys INTO @dv, @p;
+    END
+    CLOSE keys; DEALLOCATE keys;
+END;
+GO
+
+-- The keys (dienstverband, periode) of duties on dates, as JSON for verstuur_vragen.
+CREATE OR ALTER FUNCTION Rooster.sleutels_json (@duties nvarchar(max))
+RETURNS nvarchar(max)
+AS
+BEGIN
+    RETURN (SELECT DISTINCT d.dv, p.id AS p
+              FROM OPENJSON(@duties) WITH (dv int '$.dv', datum date '$.datum') d
+              JOIN Rooster.dienstverband x ON x.id = d.dv
+              JOIN Rooster.cao c ON c.id = x.cao_id
+              JOIN Rooster.periode p ON p.is_vier_weken = c.is_vier_weken AND d.datum BETWEEN p.begin_datum AND p.eind_datum
+               FOR JSON PATH);
+END;
+GO
+
+CREATE OR ALTER TRIGGER Rooster.dienst_gewijzigd ON Rooster.dienst AFTER INSERT, UPDATE, DELETE
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @duties nvarchar(max) = (SELECT dienstverband_id AS dv, datum FROM inserted
+                                     UNION SELECT dienstverband_id, datum FROM deleted FOR JSON PATH);
+    DECLARE @keys nvarchar(max) = Rooster.sleutels_json(@duties);
+    IF @keys IS NOT NULL EXEC Rekenserver.verstuur_vragen @sleutels = @keys;
+END;
+GO
+
+CREATE OR ALTER TRIGGER Rooster.tijdblok_gewijzigd ON Rooster.tijdblok AFTER INSERT, UPDATE, DELETE
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @duties nvarchar(max) = (SELECT d.dienstverband_id AS dv, d.datum
+                                       FROM (SELECT dienst_id FROM inserted UNION SELECT dienst_id FROM deleted) t
+                                       JOIN Rooster.dienst d ON d.id = t.dienst_id FOR JSON PATH);
+    DECLARE @keys nvarchar(max) = Rooster.sleutels_json(@duties);
+    IF @keys IS NOT NULL EXEC Rekenserver.verstuur_vragen @sleutels = @keys;
+END;
+GO
+
+CREATE OR ALTER TRIGGER Rooster.dienstverband_gewijzigd ON Rooster.dienstverband AFTER UPDATE
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @duties nvarchar(max) = (SELECT d.dienstverband_id AS dv, d.datum
+                                       FROM Rooster.dienst d JOIN inserted i ON i.id = d.dienstverband_id FOR JSON PATH);
+    DECLARE @keys nvarchar(max) = Rooster.sleutels_json(@duties);
+    IF @keys IS NOT NULL EXEC Rekenserver.verstuur_vragen @sleutels = @keys;
+END;
+GO

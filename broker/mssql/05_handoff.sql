@@ -1,0 +1,148 @@
+-- sbworker on SQL Server, script 05: the hand-off to payroll and the housekeeping,
+-- the same behaviour as `sbworker export` and `sbworker sweep` on PostgreSQL.
+-- Claims use UPDATE … OUTPUT … INTO a table variable: a plain OUTPUT fails on a table
+-- with triggers (error 334), and the result set is built from the claimed keys only.
+
+:setvar Database Payroll
+:on error exit
+USE [$(Database)];
+GO
+
+IF OBJECT_ID(N'Rekenserver.run_log', N'U') IS NULL
+    CREATE TABLE Rekenserver.run_log (
+        id bigint IDENTITY PRIMARY KEY, run_id bigint NULL, stap varchar(20) NOT NULL,
+        start datetime2(3) NOT NULL CONSTRAINT df_run_log_start DEFAULT SYSUTCDATETIME(), eind datetime2(3) NULL,
+        ms int NULL, kandidaten int NULL, verzonden int NULL, verwijderd int NULL, fout nvarchar(2000) NULL,
+        INDEX ix_run_log_start (start));
+GO
+
+-- @mode 'once' (marked exported when claimed: at-most-once) or 'lease' (claimed, and
+-- claims older than @lease_minutes taken again; confirm with Rekenserver.export_ack).
+-- Only results with factor rows are claimed.
+CREATE OR ALTER PROCEDURE Rekenserver.export_claim @periode int, @mode varchar(5), @lease_minutes int = 15,
+    @batch uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    IF @mode NOT IN ('once', 'lease') THROW 50101, 'mode must be once or lease', 1;
+    DECLARE @claimed TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL,
+                            PRIMARY KEY (dienstverband_id, periode_id));
+    UPDATE r
+       SET export_status = CASE @mode WHEN 'once' THEN 2 ELSE 1 END, export_batch = @batch,
+           geclaimd_op = SYSUTCDATETIME(), geexporteerd_op = CASE @mode WHEN 'once' THEN SYSUTCDATETIME() END
+    OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie INTO @claimed
+      FROM Rekenserver.resultaat r WITH (READPAST, UPDLOCK, ROWLOCK)
+     WHERE r.periode_id = @periode
+       AND (r.export_status = 0
+            OR (@mode = 'lease' AND r.export_status = 1 AND r.geclaimd_op < DATEADD(MINUTE, -@lease_minutes, SYSUTCDATETIME())))
+       AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_factor f
+                    WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id);
+    SELECT @batch AS batch, CONCAT(c.dienstverband_id, '-', c.periode_id, '-', c.versie) AS sleutel,
+           c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde
+      FROM @claimed c JOIN Rekenserver.resultaat_factor f
+        ON f.dienstverband_id = c.dienstverband_id AND f.periode_id = c.periode_id
+     ORDER BY c.dienstverband_id, f.loonfactor_code;
+END;
+GO
+
+CREATE OR ALTER PROCEDURE Rekenserver.export_ack @batch uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    UPDATE Rekenserver.resultaat SET export_status = 2, geexporteerd_op = SYSUTCDATETIME()
+     WHERE export_batch = @batch AND export_status = 1;
+    SELECT @@ROWCOUNT AS confirmed;
+END;
+GO
+
+-- The sweep (seed 000): an application lock taken without waiting, a fuse, sends in
+-- batches, one run-log row per run and per step, retention in batches.
+CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 2000, @retention_days int = 60,
+    @delete_batch int = 5000
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
+            @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0;
+    INSERT Rekenserver.run_log (stap) VALUES ('run');
+    SET @run = SCOPE_IDENTITY();
+    EXEC @lock = sp_getapplock @Resource = N'Rekenserver.sweep', @LockMode = 'Exclusive', @LockOwner = 'Session',
+                               @LockTimeout = 0;
+    IF @lock < 0
+    BEGIN
+        UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = 0,
+               fout = CONCAT(N'skipped: a previous run still holds the lock (code ', @lock, N')')
+         WHERE id = @run;
+        RETURN;
+    END
+    BEGIN TRY
+        INSERT Rekenserver.run_log (run_id, stap) VALUES (@run, 'sweep');
+        SET @step = SCOPE_IDENTITY();
+        DECLARE @kand TABLE (nr int IDENTITY PRIMARY KEY, dv int NOT NULL, p int NOT NULL);
+        INSERT @kand (dv, p)
+        SELECT TOP (@fuse + 1) s.dienstverband_id, s.periode_id
+          FROM Rekenserver.sleutel s
+          LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+         WHERE s.versie > ISNULL(r.versie, 0)
+           AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
+                            WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
+                              AND (l.uitkomst IS NULL OR (l.versie = s.versie AND l.uitkomst = 'fout')))
+         ORDER BY s.gewijzigd_op, s.dienstverband_id, s.periode_id;
+        SET @n = @@ROWCOUNT;
+        IF @n > @fuse
+        BEGIN
+            DELETE @kand WHERE nr > @fuse;
+            SET @fout = CONCAT(N'warning: fuse of ', @fuse, N' keys reached; the rest waits for the next run');
+            SET @n = @fuse;
+        END
+        WHILE @done < @n
+        BEGIN
+            BEGIN TRANSACTION;
+            DECLARE keys CURSOR LOCAL FAST_FORWARD FOR
+                SELECT dv, p FROM @kand WHERE nr > @done AND nr <= @done + @batch ORDER BY nr;
+            OPEN keys;
+            FETCH NEXT FROM keys INTO @dv, @p;
+            WHILE @@FETCH_STATUS = 0
+            BEGIN
+                EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p;
+                SET @sent += 1;
+                FETCH NEXT FROM keys INTO @dv, @p;
+            END
+            CLOSE keys; DEALLOCATE keys;
+            COMMIT TRANSACTION;
+            SET @done += @batch;
+        END
+        UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
+               kandidaten = @n, verzonden = @sent, fout = @fout
+         WHERE id = @step;
+
+        INSERT Rekenserver.run_log (run_id, stap) VALUES (@run, 'retentie');
+        SET @step = SCOPE_IDENTITY();
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (@delete_batch) FROM Rekenserver.run_log WHERE start < DATEADD(DAY, -@retention_days, SYSUTCDATETIME());
+            SET @n = @@ROWCOUNT; SET @deleted += @n;
+            IF @n < @delete_batch BREAK;
+        END
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (@delete_batch) FROM sbworker.dead_letter WHERE dead_lettered_at < DATEADD(DAY, -@retention_days, SYSUTCDATETIME());
+            SET @n = @@ROWCOUNT; SET @deleted += @n;
+            IF @n < @delete_batch BREAK;
+        END
+        UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
+               verwijderd = @deleted
+         WHERE id = @step;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+        SET @fout = CONVERT(nvarchar(2000), CONCAT(N'error ', ERROR_NUMBER(), N': ', ERROR_MESSAGE()));
+    END CATCH
+    IF APPLOCK_MODE('public', N'Rekenserver.sweep', 'Session') <> 'NoLock'
+        EXEC sp_releaseapplock @Resource = N'Rekenserver.sweep', @LockOwner = 'Session';
+    UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
+           kandidaten = (SELECT kandidaten FROM Rekenserver.run_log WHERE run_id = @run AND stap = 'sweep'),
+           verzonden = @sent, verwijderd = @deleted, fout = @fout
+     WHERE id = @run;
+END;
+GO

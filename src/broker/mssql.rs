@@ -1,0 +1,729 @@
+//! The SQL Server transport: Service Broker over TDS with tiberius. Configured with an
+//! ADO.NET connection string (TLS on by default); every session runs `SET XACT_ABORT
+//! ON` and `SET NOCOUNT ON`; transactions go through tiberius's transaction manager
+//! requests; the statements are in `mssql/session.sql`. A session has two connections:
+//! one for the work, and one outside its transactions for the durable attempt counts.
+//! Errors are classified by SQL Server error number in [`classify`].
+
+use std::time::Duration;
+
+use tiberius::{AuthMethod, Client, Config, EncryptionLevel};
+use tokio::net::TcpStream;
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
+use uuid::Uuid;
+
+use super::{BrokerError, ErrorKind, Message};
+use crate::sql::SqlFile;
+use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transport};
+
+const SESSION_SQL: &str = include_str!("mssql/session.sql");
+
+/// The statement named `name` in `mssql/session.sql`.
+pub fn stmt(name: &str) -> &'static str {
+    static FILE: SqlFile = SqlFile::new("src/broker/mssql/session.sql", SESSION_SQL);
+    FILE.get(name)
+}
+
+/// Every statement of `mssql/session.sql`, as sent (identifiers filled in with sample
+/// names): for the emulator's recogniser tests.
+pub fn statements_as_sent() -> Vec<(&'static str, String)> {
+    static FILE: SqlFile = SqlFile::new("src/broker/mssql/session.sql", SESSION_SQL);
+    FILE.all()
+        .iter()
+        .map(|(n, s)| {
+            let sent = s
+                .replace("{queue}", &quote_name("dbo.loonfactorberekening_reken").unwrap_or_default())
+                .replace("{message_type}", &quote_identifier("/Rekenserver/LoonfactorBerekening/Antwoord"));
+            (*n, sent)
+        })
+        .collect()
+}
+
+/// A sqlcmd script made ready to send: `:setvar` defaults, then `vars` (as `-v`
+/// gives them), substituted for `$(Name)`; split into batches at `GO` lines. `:on
+/// error exit` is what sbworker does anyway (the first failing batch stops it).
+pub fn sqlcmd_batches(script: &str, vars: &[(String, String)]) -> Result<Vec<String>, String> {
+    let mut values: Vec<(String, String)> = Vec::new();
+    let mut batches = Vec::new();
+    let mut current = String::new();
+    for line in script.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix(":setvar") {
+            let mut it = rest.split_whitespace();
+            let (Some(name), Some(value)) = (it.next(), it.next()) else {
+                return Err(format!("':setvar' needs a name and a value: {t}"));
+            };
+            values.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            values.push((name.to_owned(), value.trim_matches('"').to_owned()));
+            continue;
+        }
+        if t.eq_ignore_ascii_case(":on error exit") {
+            continue;
+        }
+        if t.starts_with(':') {
+            return Err(format!("sqlcmd command not supported: {t}"));
+        }
+        if t.eq_ignore_ascii_case("go") {
+            if !current.trim().is_empty() {
+                batches.push(std::mem::take(&mut current));
+            }
+            current.clear();
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    if !current.trim().is_empty() {
+        batches.push(current);
+    }
+    for (name, value) in vars {
+        values.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        values.push((name.clone(), value.clone()));
+    }
+    batches
+        .into_iter()
+        .map(|b| {
+            let mut out = b;
+            for (name, value) in &values {
+                out = out.replace(&format!("$({name})"), value);
+            }
+            match out.find("$(") {
+                Some(i) => {
+                    Err(format!("no value for {}", &out[i..out[i..].find(')').map_or(out.len(), |j| i + j + 1)]))
+                }
+                None => Ok(out),
+            }
+        })
+        .collect()
+}
+
+/// The scripts of `broker/mssql/`, in the order they run.
+pub const SCRIPTS: &[(&str, &str)] = &[
+    ("00_database.sql", include_str!("../../broker/mssql/00_database.sql")),
+    ("01_service_broker.sql", include_str!("../../broker/mssql/01_service_broker.sql")),
+    ("02_worker.sql", include_str!("../../broker/mssql/02_worker.sql")),
+    ("03_results.sql", include_str!("../../broker/mssql/03_results.sql")),
+    ("04_roster.sql", include_str!("../../broker/mssql/04_roster.sql")),
+    ("05_handoff.sql", include_str!("../../broker/mssql/05_handoff.sql")),
+    ("06_security.sql", include_str!("../../broker/mssql/06_security.sql")),
+];
+
+/// Runs the scripts against the server of `connection_string` (connected to
+/// `master` or the target database; script 00 switches with USE), batch by batch.
+pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Result<usize, BrokerError> {
+    let c = Connection::parse(connection_string).map_err(|e| BrokerError {
+        kind: ErrorKind::Other,
+        number: 0,
+        message: e.to_string(),
+    })?;
+    let mut client = connect(&c).await?;
+    let mut n = 0;
+    for (file, script) in SCRIPTS {
+        let batches = sqlcmd_batches(script, vars).map_err(|m| BrokerError {
+            kind: ErrorKind::Other,
+            number: 0,
+            message: format!("{file}: {m}"),
+        })?;
+        for b in batches {
+            client
+                .simple_query(b)
+                .await
+                .map_err(|e| {
+                    let mut be = error_of(e);
+                    be.message = format!("{file}: {}", be.message);
+                    be
+                })?
+                .into_results()
+                .await
+                .map_err(error_of)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The kind of a SQL Server error number.
+pub fn classify(number: u32) -> ErrorKind {
+    match number {
+        1205 | 1222 => ErrorKind::Retryable,
+        9617 => ErrorKind::QueueDisabled,
+        8426 => ErrorKind::ConversationNotFound,
+        8427 | 8429 => ErrorKind::InvalidState,
+        8431 | 8432 => ErrorKind::ContractViolation,
+        8430 | 9615 => ErrorKind::Validation,
+        // Login failed, database unavailable: not worth retrying as such.
+        18456 | 4060 => ErrorKind::Other,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// The one mapping from tiberius errors to broker errors.
+pub fn error_of(e: tiberius::error::Error) -> BrokerError {
+    match e {
+        tiberius::error::Error::Server(t) => {
+            BrokerError { kind: classify(t.code()), number: t.code() as i32, message: t.message().to_owned() }
+        }
+        // I/O (including a command timeout), TLS and protocol errors leave the
+        // connection unusable: drop it and open a new one.
+        other => BrokerError { kind: ErrorKind::Connection, number: 0, message: other.to_string() },
+    }
+}
+
+/// `[name]`, with `]` doubled: an identifier T-SQL cannot take as a parameter.
+pub fn quote_identifier(name: &str) -> String {
+    format!("[{}]", name.replace(']', "]]"))
+}
+
+/// A queue name (`queue`, `schema.queue` or `database.schema.queue`), each part quoted.
+pub fn quote_name(name: &str) -> Result<String, BrokerError> {
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.len() > 3 || parts.iter().any(|p| p.is_empty() || p.len() > 128) {
+        return Err(BrokerError {
+            kind: ErrorKind::NotFound,
+            number: 0,
+            message: format!("'{name}' is not a queue name (queue, schema.queue or database.schema.queue)"),
+        });
+    }
+    Ok(parts.iter().map(|p| quote_identifier(p)).collect::<Vec<_>>().join("."))
+}
+
+/// An ADO.NET connection string, read: what sbworker uses of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connection {
+    pub host: String,
+    pub port: u16,
+    pub database: Option<String>,
+    pub user: String,
+    pub password: String,
+    pub encrypt: EncryptionLevel,
+    pub trust_server_certificate: bool,
+    pub application_name: String,
+    pub command_timeout: Duration,
+}
+
+/// Why a connection string is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("connection string: {0}")]
+pub struct ConnectionStringError(pub String);
+
+/// Splits `key=value;…` as ADO.NET does: keys are case-insensitive and trimmed; a value
+/// may be quoted with `"` or `'` (the quote doubled inside) or wrapped in `{…}` (`}}`
+/// inside), which is how a password holding `;` is written.
+pub fn ado_pairs(s: &str) -> Result<Vec<(String, String)>, ConnectionStringError> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while matches!(chars.peek(), Some(c) if c.is_whitespace() || *c == ';') {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Ok(out);
+        }
+        let mut key = String::new();
+        for c in chars.by_ref() {
+            if c == '=' {
+                break;
+            }
+            key.push(c);
+        }
+        let key = key.trim().to_ascii_lowercase();
+        if key.is_empty() {
+            return Err(ConnectionStringError("a key is missing before '='".into()));
+        }
+        while matches!(chars.peek(), Some(c) if *c == ' ') {
+            chars.next();
+        }
+        let mut value = String::new();
+        match chars.peek().copied() {
+            Some(q @ ('"' | '\'' | '{')) => {
+                chars.next();
+                let close = if q == '{' { '}' } else { q };
+                loop {
+                    match chars.next() {
+                        Some(c) if c == close => {
+                            if chars.peek() == Some(&close) {
+                                chars.next();
+                                value.push(close);
+                            } else {
+                                break;
+                            }
+                        }
+                        Some(c) => value.push(c),
+                        None => return Err(ConnectionStringError(format!("the value of '{key}' is not closed"))),
+                    }
+                }
+                while matches!(chars.peek(), Some(c) if *c != ';') {
+                    if !chars.next().is_some_and(char::is_whitespace) {
+                        return Err(ConnectionStringError(format!("text after the quoted value of '{key}'")));
+                    }
+                }
+            }
+            _ => {
+                while let Some(c) = chars.peek().copied() {
+                    if c == ';' {
+                        break;
+                    }
+                    value.push(c);
+                    chars.next();
+                }
+                value = value.trim().to_owned();
+            }
+        }
+        out.push((key, value));
+    }
+}
+
+fn truthy(key: &str, v: &str) -> Result<bool, ConnectionStringError> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(ConnectionStringError(format!("'{key}' must be true or false, not '{v}'"))),
+    }
+}
+
+impl Connection {
+    /// Reads an ADO.NET connection string (`Server=tcp:host,1433;Database=…;User
+    /// Id=…;Password=…;Encrypt=true;TrustServerCertificate=false;Command Timeout=30`).
+    /// TLS is required unless `Encrypt=false` (or `optional`) says otherwise.
+    pub fn parse(s: &str) -> Result<Self, ConnectionStringError> {
+        let mut c = Connection {
+            host: String::new(),
+            port: 1433,
+            database: None,
+            user: String::new(),
+            password: String::new(),
+            encrypt: EncryptionLevel::Required,
+            trust_server_certificate: false,
+            application_name: "sbworker".into(),
+            command_timeout: Duration::from_secs(30),
+        };
+        for (key, value) in ado_pairs(s)? {
+            match key.as_str() {
+                "server" | "data source" | "address" | "addr" | "network address" => {
+                    let v = value.strip_prefix("tcp:").unwrap_or(&value);
+                    let (host, port) = match v.rsplit_once(',') {
+                        Some((h, p)) => {
+                            (h, p.trim().parse().map_err(|_| ConnectionStringError(format!("'{p}' is not a port")))?)
+                        }
+                        None => (v, 1433),
+                    };
+                    if host.contains('\\') {
+                        return Err(ConnectionStringError(
+                            "named instances (host\\instance) are not supported: give host,port".into(),
+                        ));
+                    }
+                    c.host = host.trim().to_owned();
+                    c.port = port;
+                }
+                "database" | "initial catalog" => c.database = Some(value),
+                "user id" | "uid" | "user" => c.user = value,
+                "password" | "pwd" => c.password = value,
+                "encrypt" => {
+                    c.encrypt = match value.to_ascii_lowercase().as_str() {
+                        "strict" => EncryptionLevel::Strict,
+                        "optional" => EncryptionLevel::On,
+                        _ if truthy(&key, &value)? => EncryptionLevel::Required,
+                        _ => EncryptionLevel::NotSupported,
+                    }
+                }
+                "trustservercertificate" | "trust server certificate" => {
+                    c.trust_server_certificate = truthy(&key, &value)?
+                }
+                "application name" | "app" => c.application_name = value,
+                "command timeout" => {
+                    let secs: u64 = value.parse().map_err(|_| {
+                        ConnectionStringError(format!("'Command Timeout' must be seconds, not '{value}'"))
+                    })?;
+                    c.command_timeout = Duration::from_secs(secs);
+                }
+                "integrated security" | "trusted_connection" if truthy(&key, &value)? => {
+                    return Err(ConnectionStringError(
+                        "integrated security is not supported: use SQL authentication (User Id, Password)".into(),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if c.host.is_empty() {
+            return Err(ConnectionStringError("'Server' is missing".into()));
+        }
+        if c.user.is_empty() {
+            return Err(ConnectionStringError("'User Id' is missing (SQL authentication)".into()));
+        }
+        Ok(c)
+    }
+
+    /// The tiberius configuration.
+    pub fn config(&self) -> Config {
+        let mut config = Config::new();
+        config.host(&self.host);
+        config.port(self.port);
+        if let Some(db) = &self.database {
+            config.database(db);
+        }
+        config.application_name(&self.application_name);
+        config.authentication(AuthMethod::sql_server(&self.user, &self.password));
+        config.encryption(self.encrypt);
+        if self.trust_server_certificate {
+            config.trust_cert();
+        }
+        config.command_timeout(Some(self.command_timeout));
+        config
+    }
+}
+
+type Tds = Client<Compat<TcpStream>>;
+
+async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
+    let config = c.config();
+    let tcp = TcpStream::connect(config.get_addr()).await.map_err(|e| BrokerError {
+        kind: ErrorKind::Connection,
+        number: 0,
+        message: format!("cannot reach {}:{}: {e}", c.host, c.port),
+    })?;
+    tcp.set_nodelay(true).ok();
+    let mut client = Client::connect(config, tcp.compat_write()).await.map_err(error_of)?;
+    client.simple_query(stmt("session_init")).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
+    Ok(client)
+}
+
+/// Opens SQL Server sessions.
+#[derive(Debug, Clone)]
+pub struct MssqlTransport {
+    connection: Connection,
+    masked: String,
+}
+
+impl MssqlTransport {
+    pub fn new(connection_string: &str) -> Result<Self, ConnectionStringError> {
+        Ok(Self {
+            connection: Connection::parse(connection_string)?,
+            masked: crate::config::mask_secrets(connection_string),
+        })
+    }
+
+    /// The longest a single statement may wait for the server (the receive's
+    /// WAITFOR must stay below it).
+    pub fn command_timeout(&self) -> Duration {
+        self.connection.command_timeout
+    }
+}
+
+impl Transport for MssqlTransport {
+    type Session = MssqlSession;
+
+    async fn open(&self) -> Result<MssqlSession, BrokerError> {
+        let work = connect(&self.connection).await?;
+        let side = connect(&self.connection).await?;
+        Ok(MssqlSession { work, side })
+    }
+
+    fn describe(&self) -> String {
+        format!("mssql {}", self.masked)
+    }
+}
+
+/// One SQL Server session: the working connection and the side connection.
+pub struct MssqlSession {
+    work: Tds,
+    side: Tds,
+}
+
+fn keys_json(keys: &[MessageKey]) -> String {
+    let items: Vec<String> =
+        keys.iter().map(|k| format!("{{\"h\":\"{}\",\"s\":{}}}", k.conversation_handle, k.sequence)).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn message_of(row: &tiberius::Row) -> Result<Message, BrokerError> {
+    let missing =
+        |col: &str| BrokerError { kind: ErrorKind::Other, number: 0, message: format!("RECEIVE returned no {col}") };
+    Ok(Message {
+        id: 0,
+        conversation_group_id: row.get::<Uuid, _>(0).ok_or_else(|| missing("conversation_group_id"))?,
+        conversation_handle: row.get::<Uuid, _>(1).ok_or_else(|| missing("conversation_handle"))?,
+        sequence: row.get::<i64, _>(2).ok_or_else(|| missing("message_sequence_number"))?,
+        message_type: row.get::<&str, _>(3).ok_or_else(|| missing("message_type_name"))?.to_owned(),
+        body: row.get::<&[u8], _>(4).map(<[u8]>::to_vec).unwrap_or_default(),
+        service: row.get::<&str, _>(5).unwrap_or_default().to_owned(),
+        contract: row.get::<&str, _>(6).unwrap_or_default().to_owned(),
+    })
+}
+
+impl MssqlSession {
+    async fn rows(
+        client: &mut Tds,
+        sql: &str,
+        params: &[&dyn tiberius::ToSql],
+    ) -> Result<Vec<tiberius::Row>, BrokerError> {
+        client.query(sql, params).await.map_err(error_of)?.into_first_result().await.map_err(error_of)
+    }
+
+    async fn exec(client: &mut Tds, sql: &str, params: &[&dyn tiberius::ToSql]) -> Result<(), BrokerError> {
+        client.execute(sql, params).await.map_err(error_of)?;
+        Ok(())
+    }
+}
+
+impl transport::Session for MssqlSession {
+    async fn begin(&mut self) -> Result<(), BrokerError> {
+        self.work.begin_transaction().await.map_err(error_of)
+    }
+
+    async fn commit(&mut self) -> Result<(), BrokerError> {
+        self.work.commit_transaction().await.map_err(error_of)
+    }
+
+    async fn rollback(&mut self) -> Result<bool, BrokerError> {
+        match self.work.rollback_transaction().await.map_err(error_of) {
+            // 3903: XACT_ABORT already rolled the transaction back.
+            Err(e) if e.number == 3903 => Ok(false),
+            Err(e) => Err(e),
+            // SQL Server counts rolled-back receives itself; a disabled queue shows
+            // as error 9617 at the next RECEIVE.
+            Ok(()) => Ok(false),
+        }
+    }
+
+    async fn receive(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        wait: Duration,
+    ) -> Result<Vec<Message>, BrokerError> {
+        let q = quote_name(queue)?;
+        let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        let rows = match group {
+            None => Self::rows(&mut self.work, &stmt("receive").replace("{queue}", &q), &[&max, &timeout]).await?,
+            Some(g) => {
+                Self::rows(&mut self.work, &stmt("receive_group").replace("{queue}", &q), &[&max, &timeout, &g]).await?
+            }
+        };
+        rows.iter().map(message_of).collect()
+    }
+
+    async fn receive_conversation(&mut self, queue: &str, handle: Uuid) -> Result<Vec<Message>, BrokerError> {
+        let q = quote_name(queue)?;
+        let rows = Self::rows(&mut self.work, &stmt("receive_conversation").replace("{queue}", &q), &[&handle]).await?;
+        rows.iter().map(message_of).collect()
+    }
+
+    async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
+        let t = quote_identifier(message_type);
+        match body {
+            Some(b) => Self::exec(&mut self.work, &stmt("send").replace("{message_type}", &t), &[&handle, &b]).await,
+            None => Self::exec(&mut self.work, &stmt("send_empty").replace("{message_type}", &t), &[&handle]).await,
+        }
+    }
+
+    async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
+        match error {
+            None => Self::exec(&mut self.work, stmt("end_conversation"), &[&handle]).await,
+            Some((code, text)) => {
+                let text: String = text.chars().take(3000).collect();
+                Self::exec(&mut self.work, stmt("end_conversation_with_error"), &[&handle, &code, &text.as_str()]).await
+            }
+        }
+    }
+
+    async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
+        Self::exec(&mut self.work, stmt("move_conversation"), &[&handle, &group]).await
+    }
+
+    async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
+        let json = keys_json(keys);
+        let rows = Self::rows(&mut self.side, stmt("count_attempts"), &[&queue, &json.as_str()]).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(Attempt {
+                    key: MessageKey { conversation_handle: r.get::<Uuid, _>(0)?, sequence: r.get::<i64, _>(1)? },
+                    attempts: r.get::<i32, _>(2)?,
+                    last_error: r.get::<&str, _>(3).map(str::to_owned),
+                })
+            })
+            .collect())
+    }
+
+    async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
+        let json = keys_json(keys);
+        Self::exec(&mut self.side, stmt("note_failure"), &[&json.as_str(), &error]).await
+    }
+
+    async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
+        let json = keys_json(keys);
+        Self::exec(&mut self.work, stmt("forget_attempts"), &[&json.as_str()]).await
+    }
+
+    async fn dead_letter(&mut self, l: DeadLetter<'_>) -> Result<(), BrokerError> {
+        let m = l.message;
+        let body = (!m.body.is_empty()).then_some(m.body.as_slice());
+        Self::exec(
+            &mut self.work,
+            stmt("dead_letter"),
+            &[
+                &l.queue,
+                &m.service.as_str(),
+                &m.contract.as_str(),
+                &m.conversation_group_id,
+                &m.conversation_handle,
+                &m.sequence,
+                &m.message_type.as_str(),
+                &body,
+                &l.attempts,
+                &l.reason,
+            ],
+        )
+        .await
+    }
+
+    async fn claim_version(
+        &mut self,
+        dienstverband_id: i32,
+        periode_id: i32,
+        versie: i64,
+    ) -> Result<bool, BrokerError> {
+        let rows =
+            Self::rows(&mut self.work, stmt("claim_version"), &[&dienstverband_id, &periode_id, &versie]).await?;
+        Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
+    }
+
+    async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
+        let rows = Self::rows(&mut self.side, stmt("queue_state"), &[&queue]).await?;
+        let Some(r) = rows.first() else {
+            return Err(BrokerError {
+                kind: ErrorKind::NotFound,
+                number: 0,
+                message: format!("queue {queue} is not found"),
+            });
+        };
+        Ok(QueueState { enabled: r.get::<bool, _>(0).unwrap_or(false), messages: r.get::<i64, _>(1).unwrap_or(0) })
+    }
+}
+
+impl crate::worker::collector::ResultStore for MssqlSession {
+    async fn store_antwoord(
+        &mut self,
+        handle: Uuid,
+        a: &crate::contract::Antwoord,
+        _superseded: bool,
+    ) -> Result<crate::worker::collector::Stored, BrokerError> {
+        use crate::worker::collector::Stored;
+        // The procedure reads the Antwoord itself (nodes()/value()), superseded marker
+        // included, so the in-database collector and this one store alike.
+        let xml = crate::contract::encode_antwoord(a);
+        let rows = Self::rows(&mut self.work, stmt("store_antwoord"), &[&handle, &xml.as_str()]).await?;
+        Ok(match rows.first().and_then(|r| r.get::<&str, _>(0)) {
+            Some("opgeslagen") => Stored::Stored,
+            Some("verouderd") => Stored::Older,
+            _ => Stored::Superseded,
+        })
+    }
+
+    async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
+        let text: String = message.chars().take(3000).collect();
+        Self::exec(&mut self.work, stmt("record_fout"), &[&handle, &text.as_str()]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_numbers_are_classified_as_the_design_says() {
+        assert_eq!(classify(1205), ErrorKind::Retryable);
+        assert_eq!(classify(1222), ErrorKind::Retryable);
+        assert_eq!(classify(9617), ErrorKind::QueueDisabled);
+        assert_eq!(classify(8426), ErrorKind::ConversationNotFound);
+        assert_eq!(classify(8429), ErrorKind::InvalidState);
+        assert_eq!(classify(8427), ErrorKind::InvalidState);
+        assert_eq!(classify(8431), ErrorKind::ContractViolation);
+        assert_eq!(classify(9615), ErrorKind::Validation);
+        assert_eq!(classify(18456), ErrorKind::Other);
+        let io =
+            error_of(tiberius::error::Error::Io { kind: std::io::ErrorKind::TimedOut, message: "timed out".into() });
+        assert_eq!(io.kind, ErrorKind::Connection);
+        assert!(io.is_retryable());
+    }
+
+    #[test]
+    fn connection_strings_are_read_as_ado_net_reads_them() {
+        let c = Connection::parse(
+            "Server=tcp:db.example,1533;Initial Catalog=Payroll;User Id=sbworker;Password=\"p;w\"\"d\";\
+             TrustServerCertificate=True;Command Timeout=45",
+        )
+        .unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("db.example", 1533));
+        assert_eq!(c.database.as_deref(), Some("Payroll"));
+        assert_eq!(c.password, "p;w\"d");
+        assert!(c.trust_server_certificate);
+        assert_eq!(c.encrypt, EncryptionLevel::Required, "TLS on by default");
+        assert_eq!(c.command_timeout, Duration::from_secs(45));
+        assert_eq!(Connection::parse("Server=h;UID=u;PWD={a;b}}c}").unwrap().password, "a;b}c");
+        assert_eq!(Connection::parse("Server=h;User Id=u;Password='x;y'").unwrap().password, "x;y");
+        assert_eq!(
+            Connection::parse("Server=h;User Id=u;Encrypt=false").unwrap().encrypt,
+            EncryptionLevel::NotSupported
+        );
+        assert!(Connection::parse("User Id=u").unwrap_err().0.contains("'Server'"));
+        assert!(Connection::parse("Server=h;User Id=u;Password=\"open").unwrap_err().0.contains("not closed"));
+        assert!(Connection::parse("Server=h\\SQLEXPRESS;User Id=u").unwrap_err().0.contains("named instances"));
+        assert!(Connection::parse("Server=h;Integrated Security=true").unwrap_err().0.contains("SQL authentication"));
+        assert!(Connection::parse("Server=h;User Id=u;Encrypt=maybe").is_err());
+    }
+
+    #[test]
+    fn sqlcmd_scripts_split_at_go_and_take_their_variables() {
+        let script = ":setvar Database Payroll\n:on error exit\nUSE [$(Database)];\nGO\nSELECT 1;\n  go  \nSELECT '$(WorkerUser)'\n";
+        let b = sqlcmd_batches(script, &[("WorkerUser".into(), "svc".into())]).unwrap();
+        assert_eq!(b, ["USE [Payroll];\n", "SELECT 1;\n", "SELECT 'svc'\n"]);
+        let b = sqlcmd_batches(script, &[("Database".into(), "Hr".into()), ("WorkerUser".into(), "x".into())]).unwrap();
+        assert_eq!(b[0], "USE [Hr];\n");
+        assert!(sqlcmd_batches(script, &[]).unwrap_err().contains("$(WorkerUser)"));
+        assert!(sqlcmd_batches(":r other.sql\n", &[]).is_err());
+        for (file, s) in SCRIPTS {
+            assert!(sqlcmd_batches(s, &[]).is_ok(), "{file}: every variable has a default");
+        }
+    }
+
+    #[test]
+    fn identifiers_are_bracket_quoted() {
+        assert_eq!(quote_name("dbo.loonfactorberekening_reken").unwrap(), "[dbo].[loonfactorberekening_reken]");
+        assert_eq!(quote_name("q]x").unwrap(), "[q]]x]");
+        assert!(quote_name("a..b").is_err());
+        assert_eq!(quote_identifier("/Rekenserver/Fout"), "[/Rekenserver/Fout]");
+    }
+
+    #[test]
+    fn a_utf16_body_as_a_trigger_sends_it_is_answered() {
+        // An `xml` value sent by a trigger arrives as UTF-16LE with a byte-order mark.
+        let xml = include_str!("../../schemas/examples/valid/vraag-voorbeeld2.xml");
+        let mut body = vec![0xFF, 0xFE];
+        body.extend(xml.encode_utf16().flat_map(u16::to_le_bytes));
+        let calc = crate::worker::calculation::Calculation::new(
+            std::sync::Arc::new(crate::engine::Tables::built_in().unwrap()),
+            crate::contract::Limits::default(),
+        );
+        let answer = calc.answer(&body).expect("answered");
+        assert!(answer.contains("Versie=\"17\""), "{answer}");
+        assert_eq!(
+            keys_json(&[MessageKey { conversation_handle: Uuid::nil(), sequence: 3 }]),
+            "[{\"h\":\"00000000-0000-0000-0000-000000000000\",\"s\":3}]"
+        );
+    }
+
+    #[test]
+    fn every_statement_is_in_session_sql_and_has_its_placeholders() {
+        let code = include_str!("mssql.rs");
+        let used: Vec<&str> = code.split("stmt(\"").skip(1).filter_map(|r| r.split('"').next()).collect();
+        assert!(used.len() >= 15, "{used:?}");
+        for name in used {
+            let _ = stmt(name);
+        }
+        for (name, sent) in statements_as_sent() {
+            assert!(!sent.contains('{'), "{name}: {sent}");
+        }
+    }
+}

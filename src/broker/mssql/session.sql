@@ -1,0 +1,64 @@
+-- The T-SQL statements the SQL Server transport (src/broker/mssql.rs) sends, one per
+-- "-- name:" section. Parameters are @P1, @P2, ... as tiberius binds them. {queue} and
+-- {message_type} are identifiers the transport bracket-quotes (T-SQL takes no
+-- parameters there); everything else is a parameter. Transactions go through
+-- tiberius's transaction manager requests, never through these statements.
+
+-- name: session_init
+SET XACT_ABORT ON
+SET NOCOUNT ON
+
+-- name: receive
+WAITFOR (RECEIVE TOP (@P1) conversation_group_id, conversation_handle, message_sequence_number,
+                 message_type_name, message_body, service_name, service_contract_name
+           FROM {queue}), TIMEOUT @P2
+
+-- name: receive_group
+WAITFOR (RECEIVE TOP (@P1) conversation_group_id, conversation_handle, message_sequence_number,
+                 message_type_name, message_body, service_name, service_contract_name
+           FROM {queue} WHERE conversation_group_id = @P3), TIMEOUT @P2
+
+-- name: receive_conversation
+RECEIVE conversation_group_id, conversation_handle, message_sequence_number,
+        message_type_name, message_body, service_name, service_contract_name
+   FROM {queue} WHERE conversation_handle = @P1
+
+-- name: send
+SEND ON CONVERSATION @P1 MESSAGE TYPE {message_type} (@P2)
+
+-- name: send_empty
+SEND ON CONVERSATION @P1 MESSAGE TYPE {message_type}
+
+-- name: end_conversation
+END CONVERSATION @P1
+
+-- name: end_conversation_with_error
+END CONVERSATION @P1 WITH ERROR = @P2 DESCRIPTION = @P3
+
+-- name: move_conversation
+MOVE CONVERSATION @P1 TO @P2
+
+-- name: count_attempts
+EXEC sbworker.tel_pogingen @queue = @P1, @sleutels = @P2
+
+-- name: note_failure
+EXEC sbworker.noteer_mislukking @sleutels = @P1, @fout = @P2
+
+-- name: forget_attempts
+EXEC sbworker.vergeet_pogingen @sleutels = @P1
+
+-- name: dead_letter
+EXEC sbworker.zet_apart @queue = @P1, @service = @P2, @contract = @P3, @group = @P4, @handle = @P5, @seq = @P6,
+     @type = @P7, @body = @P8, @attempts = @P9, @reason = @P10
+
+-- name: claim_version
+EXEC sbworker.claim_versie @dv = @P1, @periode = @P2, @versie = @P3
+
+-- name: queue_state
+EXEC sbworker.wachtrij_status @queue = @P1
+
+-- name: store_antwoord
+EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
+
+-- name: record_fout
+EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2
