@@ -9,6 +9,7 @@ mod contract_props;
 mod engine_cases;
 mod engine_props;
 mod handoff_pg;
+mod mssql_scripts;
 mod pipeline_pg;
 mod worker_pg;
 mod worker_process;

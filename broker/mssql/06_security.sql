@@ -12,6 +12,9 @@ GRANT RECEIVE ON OBJECT::dbo.loonfactorberekening_data TO sbworker_role;
 GO
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/RekenService] TO sbworker_role;
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO sbworker_role;
+-- Rekenserver.stuur_vraag begins dialogs as the worker's user (BEGIN DIALOG needs
+-- REFERENCES on the contract and RECEIVE on the FROM service's queue).
+GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/DataContract] TO sbworker_role;
 GO
 GRANT EXECUTE ON OBJECT::sbworker.tel_pogingen TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.noteer_mislukking TO sbworker_role;
