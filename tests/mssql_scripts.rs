@@ -30,7 +30,7 @@ fn words(s: &str) -> Vec<String> {
 }
 
 fn unquote(name: &str) -> String {
-    name.trim_matches(|c| c == '[' || c == ']' || c == '\'').replace("].[", ".").to_lowercase()
+    name.trim_matches(['[', ']', '\'']).replace("].[", ".").to_lowercase()
 }
 
 /// (kind, name) of everything each batch creates.
@@ -50,7 +50,7 @@ fn created() -> Vec<(&'static str, String, String)> {
                 [] => continue,
             };
             if let Some(name) = w.get(at) {
-                let name = name.trim_end_matches(|c| c == '\'' || c == ')');
+                let name = name.trim_end_matches(['\'', ')']);
                 out.push((file, kind, unquote(name)));
             }
         }
