@@ -11,7 +11,7 @@ use sbworker::handoff::sweep::{self, Outcome};
 use tokio::process::Command;
 use tokio_postgres::Client;
 
-use crate::common::calc::TempDir;
+use crate::common::calc::{TempDir, spawn_worker, stop_worker};
 use crate::common::pg::fresh_roster_db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
@@ -289,27 +289,14 @@ async fn the_worker_sweeps_on_an_interval() {
     loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
     Roster::generate(8, 4, false).load(&mut loader).await.unwrap();
     let dir = TempDir::new("sweeper");
-    let config = dir.0.join("sbworker.toml");
-    std::fs::write(
-        &config,
-        format!("{}\n[sweep]\ninterval_ms = 100\nfuse = 3\n", sbworker::demo::worker_config_text(&url, 2)),
-    )
-    .unwrap();
-    let mut worker = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let worker = spawn_worker(
+        &dir,
+        &format!("{}\n[sweep]\ninterval_ms = 100\nfuse = 3\n", sbworker::demo::worker_config_text(&url, 2)),
+    );
     crate::common::calc::wait_until("every key is calculated through the sweeps", || async {
         count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 1").await == 8
     })
     .await;
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(worker.id().unwrap() as i32, libc::SIGTERM) };
-    assert_eq!(worker.wait().await.unwrap().code(), Some(0));
+    assert_eq!(stop_worker(worker).await, Some(0));
     assert!(count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE fout LIKE '%fuse of 3%'").await >= 2);
 }

@@ -3,7 +3,6 @@
 //! key for a bulk import, and `sbworker demo` itself.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use sbworker::worker::{Handlers, calculation, collector};
 use tokio::process::Command;
 use tokio_postgres::Client;
 
-use crate::common::calc::{InProcess, TempDir, calculation_handler};
+use crate::common::calc::{InProcess, TempDir, calculation_handler, spawn_worker, stop_worker};
 use crate::common::pg::fresh_roster_db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
@@ -42,17 +41,7 @@ async fn drained(c: &Client) {
 async fn roster_edits_give_the_results_sbworker_calc_gives() {
     let (url, mut c) = pipeline_world().await;
     let dir = TempDir::new("e2e");
-    let config = dir.0.join("sbworker.toml");
-    std::fs::write(&config, demo::worker_config_text(&url, 2)).unwrap();
-    let mut worker = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let worker = spawn_worker(&dir, &demo::worker_config_text(&url, 2));
     let roster = Roster::generate(12, 7, true);
     roster.load(&mut c).await.unwrap();
     drained(&c).await;
@@ -101,9 +90,7 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
     }
     // Idle: nothing waiting, no conversation open on either side.
     assert_eq!(count(&c, "SELECT count(*) FROM sb.endpoint").await, 0);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(worker.id().unwrap() as i32, libc::SIGTERM) };
-    assert_eq!(worker.wait().await.unwrap().code(), Some(0));
+    assert_eq!(stop_worker(worker).await, Some(0));
 }
 
 /// The calculation, after a random pause of up to 3 ms: completions come out of order.

@@ -174,3 +174,25 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A quiet `sbworker run` with `config` (written into `dir`), killed when dropped.
+pub fn spawn_worker(dir: &TempDir, config: &str) -> tokio::process::Child {
+    let path = dir.0.join(format!("sbworker-{}.toml", Uuid::new_v4()));
+    std::fs::write(&path, config).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sbworker starts")
+}
+
+/// Sends SIGTERM and returns the exit code.
+pub async fn stop_worker(mut child: tokio::process::Child) -> Option<i32> {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id().expect("running") as i32, libc::SIGTERM) };
+    child.wait().await.unwrap().code()
+}
