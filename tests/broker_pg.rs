@@ -577,7 +577,7 @@ async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
     });
     // Until that send has either been written or waits for the receiver's lock.
     let watcher = Session::open(&url).await.unwrap();
-    loop {
+    crate::common::calc::wait_until("the send is written or waits for the receiver's lock", || async {
         let (waiting, idle): (bool, bool) = watcher
             .client()
             .query_one(
@@ -589,11 +589,9 @@ async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
             .await
             .map(|r| (r.get(0), r.get(1)))
             .unwrap();
-        if waiting || idle {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        waiting || idle
+    })
+    .await;
     // The receiver takes what it can see (the answer on a) and commits; then the send
     // commits.
     let got = receiver.receive("iq", 10, Some(g), NOW).await.unwrap();
