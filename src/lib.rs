@@ -7,6 +7,7 @@
 //! - [`broker`]: the Service Broker back ends (PostgreSQL broker and its session).
 //! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
+//! - [`emulator`]: the Service Broker emulator (so far its T-SQL recogniser).
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 //! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
 //! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod demo;
+pub mod emulator;
 pub mod engine;
 pub mod handoff;
 pub mod pg_cluster;
