@@ -6,6 +6,7 @@ mod cli_calc;
 mod common;
 mod contract_examples;
 mod contract_props;
+mod emulator_tds;
 mod engine_cases;
 mod engine_props;
 mod handoff_pg;

@@ -3,4 +3,6 @@
 //! set in the syntax of the Microsoft documentation, parsed into statements the
 //! emulator will run on the PostgreSQL broker. The TDS server itself is not written yet.
 
+pub mod codec;
+pub mod server;
 pub mod tsql;

@@ -1,0 +1,643 @@
+//! The emulator's server: one task per TDS connection, each with a PostgreSQL broker
+//! session of its own. PRELOGIN (no TLS: a client that requires it is refused), LOGIN7
+//! against the configured credentials (error 18456 otherwise), then SQL batches, RPC
+//! (`sp_executesql` with int, bigint, bit, nvarchar, varbinary and uniqueidentifier
+//! parameters) and transaction-manager requests, run on the PostgreSQL broker.
+//! Statements outside a transaction run in one of their own. An error rolls the
+//! transaction back (`XACT_ABORT ON` behaviour) and comes back as an ERROR token with
+//! SQL Server's number.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::codec::{self, ColType, Reader, Sql, Tokens, done, packet_type};
+use super::tsql::{self, Filter, Statement, Tran, Value};
+use crate::broker::postgres::Session;
+use crate::broker::{BrokerError, ErrorKind, Message};
+use crate::contract::{self, Limits};
+use crate::transport::{DeadLetter, MessageKey, Session as _};
+use crate::worker::Stop;
+use crate::worker::collector::{ResultStore, Stored};
+
+/// Who may log in.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+/// Serves TDS connections on `listener` until `stop`, each on a session of the
+/// PostgreSQL broker at `pg_url`.
+pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, mut stop: Stop) {
+    let pg_url = Arc::new(pg_url);
+    let creds = Arc::new(creds);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.stopped() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (pg_url, creds) = (pg_url.clone(), creds.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = connection(stream, &pg_url, &creds).await {
+                        debug!(%peer, "connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => warn!("accept failed: {e}"),
+        }
+    }
+}
+
+struct Conn {
+    session: Session,
+    in_tran: bool,
+    descriptor: u64,
+    packet_size: usize,
+}
+
+type Params = HashMap<String, Sql>;
+
+/// A statement's failure: SQL Server's number, class and text.
+struct Failure {
+    number: i32,
+    class: u8,
+    message: String,
+}
+
+impl From<BrokerError> for Failure {
+    fn from(e: BrokerError) -> Self {
+        let (number, class) = match (e.kind, e.number) {
+            (ErrorKind::Retryable, n) if n != 0 => (n, 13),
+            (_, 0) => (50000, 16),
+            (_, n) => (n, 16),
+        };
+        Failure { number, class, message: e.message }
+    }
+}
+
+impl From<tsql::TsqlError> for Failure {
+    fn from(e: tsql::TsqlError) -> Self {
+        Failure { number: e.number, class: if e.number == 102 { 15 } else { 16 }, message: e.message }
+    }
+}
+
+fn fail(message: impl Into<String>) -> Failure {
+    Failure { number: 50000, class: 16, message: message.into() }
+}
+
+async fn connection(mut stream: TcpStream, pg_url: &str, creds: &Credentials) -> std::io::Result<()> {
+    stream.set_nodelay(true).ok();
+    let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
+    if ty != packet_type::PRELOGIN {
+        return Ok(());
+    }
+    let tls = codec::prelogin_encryption(&payload);
+    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response(), 4096).await?;
+    if matches!(tls, Some(1) | Some(3)) {
+        warn!("refused a client that requires TLS: the emulator speaks TDS without encryption (Encrypt=false)");
+        return Ok(());
+    }
+    let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
+    if ty != packet_type::LOGIN7 {
+        return Ok(());
+    }
+    let mut t = Tokens::default();
+    let login = match codec::parse_login7(&payload) {
+        Ok(l) => l,
+        Err(e) => {
+            t.error(18456, 1, 14, &format!("Login failed: {e}"));
+            t.done(0xFD, done::ERROR, 0);
+            return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+        }
+    };
+    if login.user != creds.user || login.password != creds.password {
+        t.error(18456, 1, 14, &format!("Login failed for user '{}'.", login.user));
+        t.done(0xFD, done::ERROR, 0);
+        return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+    }
+    let session = match Session::open(pg_url).await {
+        Ok(s) => s,
+        Err(e) => {
+            t.error(4060, 1, 11, &format!("Cannot open the database: {}", e.message));
+            t.done(0xFD, done::ERROR, 0);
+            return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+        }
+    };
+    let packet_size = login.packet_size.clamp(512, 32767) as usize;
+    t.env_change_text(1, if login.database.is_empty() { "sbworker" } else { &login.database }, "master");
+    t.env_change_text(4, &packet_size.to_string(), "4096");
+    t.login_ack();
+    t.done(0xFD, 0, 0);
+    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, packet_size).await?;
+    let mut conn = Conn { session, in_tran: false, descriptor: 0, packet_size };
+    while let Some((ty, payload)) = codec::read_message(&mut stream).await? {
+        let mut t = Tokens::default();
+        match ty {
+            packet_type::SQL_BATCH => batch(&mut conn, &payload, &mut t).await,
+            packet_type::RPC => rpc(&mut conn, &payload, &mut t).await,
+            packet_type::TRANSACTION_MANAGER => tm(&mut conn, &payload, &mut t).await,
+            packet_type::ATTENTION => t.done(0xFD, 0x0020, 0),
+            other => {
+                t.error(50000, 1, 16, &format!("TDS message type {other} is not supported by the emulator"));
+                t.done(0xFD, done::ERROR, 0);
+            }
+        }
+        codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
+    }
+    Ok(())
+}
+
+async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    let mut r = Reader::new(payload);
+    let text = r.skip_all_headers().and_then(|_| codec::utf16_string(r.rest()));
+    match text {
+        Ok(sql) => run(conn, &sql, &Params::new(), t, 0xFD).await,
+        Err(e) => {
+            t.error(50000, 1, 16, &e.to_string());
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
+}
+
+async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    let parsed = (|| -> Result<(String, Params), codec::Malformed> {
+        let mut r = Reader::new(payload);
+        r.skip_all_headers()?;
+        let n = r.u16()?;
+        let procedure = if n == 0xFFFF {
+            match r.u16()? {
+                10 => "sp_executesql".to_owned(),
+                id => return Err(codec::Malformed(format!("procedure id {id} is not supported by the emulator"))),
+            }
+        } else {
+            r.utf16(n as usize)?
+        };
+        r.u16()?; // option flags
+        let mut params = Params::new();
+        let mut i = 0;
+        while !r.rest().is_empty() {
+            let name = r.b_varchar()?.to_lowercase();
+            r.u8()?; // status flags
+            let v = codec::read_value(&mut r)?;
+            params.insert(if name.is_empty() { format!("#{i}") } else { name }, v);
+            i += 1;
+        }
+        Ok((procedure, params))
+    })();
+    match parsed {
+        Ok((procedure, mut params)) if procedure.eq_ignore_ascii_case("sp_executesql") => {
+            let sql = match params.remove("@stmt").or_else(|| params.remove("stmt")).or_else(|| params.remove("#0")) {
+                Some(Sql::NVarChar(s)) => s,
+                _ => {
+                    t.error(50000, 1, 16, "sp_executesql without a statement");
+                    t.done(0xFE, done::ERROR, 0);
+                    return;
+                }
+            };
+            run(conn, &sql, &params, t, 0xFF).await;
+            t.done(0xFE, 0, 0);
+        }
+        Ok((procedure, _)) => {
+            t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
+            t.done(0xFE, done::ERROR, 0);
+        }
+        Err(e) => {
+            t.error(50000, 1, 16, &e.to_string());
+            t.done(0xFE, done::ERROR, 0);
+        }
+    }
+}
+
+async fn tm(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    let mut r = Reader::new(payload);
+    let kind = r.skip_all_headers().and_then(|_| r.u16());
+    let result = match kind {
+        Ok(5) => transaction(conn, Tran::Begin, t).await,
+        Ok(7) => transaction(conn, Tran::Commit, t).await,
+        Ok(8) => transaction(conn, Tran::Rollback, t).await,
+        Ok(k) => Err(fail(format!("transaction manager request {k} is not supported by the emulator"))),
+        Err(e) => Err(fail(e.to_string())),
+    };
+    match result {
+        Ok(()) => t.done(0xFD, 0, 0),
+        Err(f) => {
+            t.error(f.number, 1, f.class, &f.message);
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
+}
+
+async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), Failure> {
+    match what {
+        Tran::Begin => {
+            if conn.in_tran {
+                return Err(fail("nested transactions are not supported by the emulator"));
+            }
+            conn.session.begin().await?;
+            conn.in_tran = true;
+            conn.descriptor += 1;
+            t.env_change_tran(8, conn.descriptor);
+        }
+        Tran::Commit | Tran::Rollback => {
+            if !conn.in_tran {
+                let verb = if what == Tran::Commit { "COMMIT" } else { "ROLLBACK" };
+                return Err(Failure {
+                    number: if what == Tran::Commit { 3902 } else { 3903 },
+                    class: 16,
+                    message: format!("The {verb} TRANSACTION request has no corresponding BEGIN TRANSACTION."),
+                });
+            }
+            conn.in_tran = false;
+            if what == Tran::Commit {
+                conn.session.commit().await?;
+                t.env_change_tran(9, conn.descriptor);
+            } else {
+                conn.session.rollback().await?;
+                t.env_change_tran(10, conn.descriptor);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a batch's statements; `done_token` is DONE for a batch, DONEINPROC inside RPC.
+async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_token: u8) {
+    let statements = match tsql::parse_batch(sql) {
+        Ok(s) => s,
+        Err(e) => {
+            let f = Failure::from(e);
+            t.error(f.number, 1, f.class, &f.message);
+            t.done(done_token, done::ERROR, 0);
+            return;
+        }
+    };
+    let n = statements.len();
+    for (i, st) in statements.into_iter().enumerate() {
+        let more = if i + 1 < n { done::MORE } else { 0 };
+        let implicit = !conn.in_tran && needs_transaction(&st);
+        let result = async {
+            if implicit {
+                conn.session.begin().await?;
+            }
+            let r = execute(conn, st, params, t).await;
+            if implicit {
+                if r.is_ok() {
+                    conn.session.commit().await?;
+                } else {
+                    let _ = conn.session.rollback().await;
+                }
+            }
+            r
+        }
+        .await;
+        match result {
+            Ok(rows) => t.done(done_token, more | rows.map_or(0, |_| done::COUNT), rows.unwrap_or(0)),
+            Err(f) => {
+                // XACT_ABORT ON: the whole transaction rolls back.
+                if conn.in_tran {
+                    conn.in_tran = false;
+                    let _ = conn.session.rollback().await;
+                    t.env_change_tran(10, conn.descriptor);
+                }
+                t.error(f.number, 1, f.class, &f.message);
+                t.done(done_token, done::ERROR, 0);
+                return;
+            }
+        }
+    }
+}
+
+fn needs_transaction(st: &Statement) -> bool {
+    !matches!(
+        st,
+        Statement::Transaction(_) | Statement::SetOption { .. } | Statement::Declare { .. } | Statement::SetVar { .. }
+    )
+}
+
+fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure> {
+    Ok(match v {
+        Value::Var(name) => params.get(name).cloned().ok_or_else(|| Failure {
+            number: 137,
+            class: 15,
+            message: format!("Must declare the scalar variable \"{name}\"."),
+        })?,
+        Value::Int(i) => Sql::BigInt(*i),
+        Value::Str(s) => Sql::NVarChar(s.clone()),
+        Value::Null => Sql::Null,
+    })
+}
+
+fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
+    match v {
+        Sql::Guid(u) => Ok(u),
+        Sql::NVarChar(s) => s.parse().map_err(|_| fail(format!("'{s}' is not a uniqueidentifier"))),
+        other => Err(fail(format!("{other:?} is not a uniqueidentifier"))),
+    }
+}
+
+fn as_i64(v: Sql) -> Result<i64, Failure> {
+    match v {
+        Sql::Int(i) => Ok(i64::from(i)),
+        Sql::BigInt(i) => Ok(i),
+        other => Err(fail(format!("{other:?} is not an integer"))),
+    }
+}
+
+fn as_text(v: Sql) -> Result<String, Failure> {
+    match v {
+        Sql::NVarChar(s) => Ok(s),
+        Sql::VarBinary(b) => String::from_utf8(b).map_err(|_| fail("binary text is not UTF-8")),
+        other => Err(fail(format!("{other:?} is not text"))),
+    }
+}
+
+fn as_bytes(v: Sql) -> Result<Option<Vec<u8>>, Failure> {
+    match v {
+        Sql::Null => Ok(None),
+        Sql::VarBinary(b) => Ok(Some(b)),
+        // nvarchar converts to varbinary as UTF-16LE, as in SQL Server.
+        Sql::NVarChar(s) => Ok(Some(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
+        other => Err(fail(format!("{other:?} is not a message body"))),
+    }
+}
+
+/// The PostgreSQL broker's name of a queue: its last part (schemas are SQL Server's).
+fn queue_name(q: &str) -> &str {
+    q.rsplit('.').next().unwrap_or(q)
+}
+
+const RECEIVE_COLUMNS: [&str; 7] = [
+    "conversation_group_id",
+    "conversation_handle",
+    "message_sequence_number",
+    "service_name",
+    "service_contract_name",
+    "message_type_name",
+    "message_body",
+];
+
+fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> {
+    Some(match name {
+        "conversation_group_id" => (ColType::Guid, Sql::Guid(m.conversation_group_id)),
+        "conversation_handle" => (ColType::Guid, Sql::Guid(m.conversation_handle)),
+        "message_sequence_number" => (ColType::BigInt, Sql::BigInt(m.sequence)),
+        "service_name" => (ColType::NVarChar, Sql::NVarChar(m.service.clone())),
+        "service_contract_name" => (ColType::NVarChar, Sql::NVarChar(m.contract.clone())),
+        "message_type_name" => (ColType::NVarChar, Sql::NVarChar(m.message_type.clone())),
+        "message_body" => {
+            (ColType::VarBinaryMax, if m.body.is_empty() { Sql::Null } else { Sql::VarBinary(m.body.clone()) })
+        }
+        _ => return None,
+    })
+}
+
+/// A result set.
+fn result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<Sql>]) -> Option<u64> {
+    t.col_metadata(cols);
+    let types: Vec<ColType> = cols.iter().map(|(_, c)| *c).collect();
+    for r in rows {
+        t.row(&types, r);
+    }
+    Some(rows.len() as u64)
+}
+
+fn keys_of(json: &str) -> Result<Vec<MessageKey>, Failure> {
+    let mut keys = Vec::new();
+    for item in json.split('{').skip(1) {
+        let h =
+            item.split("\"h\":\"").nth(1).and_then(|r| r.split('"').next()).ok_or_else(|| fail("keys: no \"h\""))?;
+        let s = item
+            .split("\"s\":")
+            .nth(1)
+            .map(|r| r.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect::<String>())
+            .ok_or_else(|| fail("keys: no \"s\""))?;
+        keys.push(MessageKey {
+            conversation_handle: h.parse().map_err(|_| fail("keys: bad handle"))?,
+            sequence: s.parse().map_err(|_| fail("keys: bad sequence"))?,
+        });
+    }
+    Ok(keys)
+}
+
+/// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
+async fn execute(conn: &mut Conn, st: Statement, params: &Params, t: &mut Tokens) -> Result<Option<u64>, Failure> {
+    let s = &mut conn.session;
+    match st {
+        Statement::Transaction(what) => {
+            transaction(conn, what, t).await?;
+            Ok(None)
+        }
+        Statement::SetOption { .. } | Statement::Declare { .. } | Statement::SetVar { .. } => Ok(None),
+        Statement::Receive { waitfor, top, columns, queue, filter, timeout } => {
+            let max = match top {
+                Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
+                None => i32::MAX,
+            };
+            let wait = match (waitfor, timeout) {
+                (false, _) => Duration::ZERO,
+                (true, Some(v)) => match as_i64(value(&v, params)?)? {
+                    -1 => Duration::from_secs(3600),
+                    ms => Duration::from_millis(ms.max(0) as u64),
+                },
+                (true, None) => Duration::from_secs(3600),
+            };
+            let q = queue_name(&queue);
+            let msgs = match filter {
+                None => s.receive(q, max, None, wait).await?,
+                Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
+                Some(Filter::Handle(v)) => {
+                    let mut m = s.receive_conversation(q, as_uuid(value(&v, params)?)?).await?;
+                    m.truncate(max.max(0) as usize);
+                    m
+                }
+            };
+            let names: Vec<String> = if columns.iter().any(|c| c == "*") {
+                RECEIVE_COLUMNS.iter().map(|c| (*c).to_owned()).collect()
+            } else {
+                columns.iter().map(|c| c.to_lowercase()).collect()
+            };
+            let probe = Message {
+                id: 0,
+                conversation_group_id: Uuid::nil(),
+                conversation_handle: Uuid::nil(),
+                sequence: 0,
+                message_type: String::new(),
+                body: Vec::new(),
+                service: String::new(),
+                contract: String::new(),
+            };
+            let mut cols = Vec::new();
+            for n in &names {
+                let (ty, _) = receive_column(&probe, n)
+                    .ok_or_else(|| fail(format!("RECEIVE column {n} is not supported by the emulator")))?;
+                cols.push((n.as_str(), ty));
+            }
+            let rows: Vec<Vec<Sql>> = msgs
+                .iter()
+                .map(|m| names.iter().filter_map(|n| receive_column(m, n).map(|(_, v)| v)).collect())
+                .collect();
+            Ok(result_set(t, &cols, &rows))
+        }
+        Statement::GetConversationGroup { .. } => {
+            Err(fail("GET CONVERSATION GROUP into a variable is not supported by the emulator"))
+        }
+        Statement::BeginDialog { .. } => Err(fail("BEGIN DIALOG is not supported by the emulator yet")),
+        Statement::Send { handle, message_type, body } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            let ty = message_type.unwrap_or_else(|| "DEFAULT".into());
+            let body = match body {
+                Some(v) => as_bytes(value(&v, params)?)?,
+                None => None,
+            };
+            s.send(h, &ty, body.as_deref()).await?;
+            Ok(None)
+        }
+        Statement::EndConversation { handle, error, cleanup } => {
+            if cleanup {
+                return Err(fail("END CONVERSATION WITH CLEANUP is not supported by the emulator"));
+            }
+            let h = as_uuid(value(&handle, params)?)?;
+            match error {
+                None => s.end_conversation(h, None).await?,
+                Some((code, text)) => {
+                    let code =
+                        i32::try_from(as_i64(value(&code, params)?)?).map_err(|_| fail("error code out of range"))?;
+                    let text = as_text(value(&text, params)?)?;
+                    s.end_conversation(h, Some((code, &text))).await?
+                }
+            }
+            Ok(None)
+        }
+        Statement::MoveConversation { handle, group } => {
+            s.move_conversation(as_uuid(value(&handle, params)?)?, as_uuid(value(&group, params)?)?).await?;
+            Ok(None)
+        }
+        Statement::Exec { procedure, args } => {
+            let mut a: HashMap<String, Sql> = HashMap::new();
+            for (name, v) in args {
+                a.insert(name, value(&v, params)?);
+            }
+            let mut arg = |n: &str| a.remove(n).ok_or_else(|| fail(format!("{procedure}: argument {n} is missing")));
+            match procedure.to_lowercase().as_str() {
+                "sbworker.tel_pogingen" => {
+                    let queue = as_text(arg("@queue")?)?;
+                    let keys = keys_of(&as_text(arg("@sleutels")?)?)?;
+                    let attempts = s.count_attempts(queue_name(&queue), &keys).await?;
+                    let rows: Vec<Vec<Sql>> = attempts
+                        .into_iter()
+                        .map(|x| {
+                            vec![
+                                Sql::Guid(x.key.conversation_handle),
+                                Sql::BigInt(x.key.sequence),
+                                Sql::Int(x.attempts),
+                                x.last_error.map_or(Sql::Null, Sql::NVarChar),
+                            ]
+                        })
+                        .collect();
+                    let cols = [
+                        ("conversation_handle", ColType::Guid),
+                        ("message_sequence_number", ColType::BigInt),
+                        ("attempts", ColType::Int),
+                        ("last_error", ColType::NVarChar),
+                    ];
+                    Ok(result_set(t, &cols, &rows))
+                }
+                "sbworker.noteer_mislukking" => {
+                    let keys = keys_of(&as_text(arg("@sleutels")?)?)?;
+                    s.note_failure(&keys, &as_text(arg("@fout")?)?).await?;
+                    Ok(None)
+                }
+                "sbworker.vergeet_pogingen" => {
+                    s.forget_attempts(&keys_of(&as_text(arg("@sleutels")?)?)?).await?;
+                    Ok(None)
+                }
+                "sbworker.zet_apart" => {
+                    let queue = as_text(arg("@queue")?)?;
+                    let message = Message {
+                        id: 0,
+                        service: as_text(arg("@service")?)?,
+                        contract: as_text(arg("@contract")?)?,
+                        conversation_group_id: as_uuid(arg("@group")?)?,
+                        conversation_handle: as_uuid(arg("@handle")?)?,
+                        sequence: as_i64(arg("@seq")?)?,
+                        message_type: as_text(arg("@type")?)?,
+                        body: as_bytes(arg("@body")?)?.unwrap_or_default(),
+                    };
+                    let attempts = i32::try_from(as_i64(arg("@attempts")?)?).unwrap_or(i32::MAX);
+                    let reason = as_text(arg("@reason")?)?;
+                    s.dead_letter(DeadLetter {
+                        queue: queue_name(&queue),
+                        message: &message,
+                        attempts,
+                        reason: &reason,
+                    })
+                    .await?;
+                    Ok(None)
+                }
+                "sbworker.claim_versie" => {
+                    let dv = i32::try_from(as_i64(arg("@dv")?)?).map_err(|_| fail("@dv out of range"))?;
+                    let p = i32::try_from(as_i64(arg("@periode")?)?).map_err(|_| fail("@periode out of range"))?;
+                    let claimed = s.claim_version(dv, p, as_i64(arg("@versie")?)?).await?;
+                    Ok(result_set(t, &[("claimed", ColType::Bit)], &[vec![Sql::Bit(claimed)]]))
+                }
+                "sbworker.wachtrij_status" => {
+                    let queue = as_text(arg("@queue")?)?;
+                    let rows = match s.queue_state(queue_name(&queue)).await {
+                        Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages)]],
+                        Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
+                        Err(e) => return Err(e.into()),
+                    };
+                    Ok(result_set(t, &[("is_receive_enabled", ColType::Bit), ("messages", ColType::BigInt)], &rows))
+                }
+                "rekenserver.sla_antwoord_op" => {
+                    let handle = as_uuid(arg("@handle")?)?;
+                    let xml = as_text(arg("@antwoord")?)?;
+                    let a = contract::decode_antwoord(xml.as_bytes(), &Limits::default()).map_err(|e| Failure {
+                        number: 9400,
+                        class: 16,
+                        message: format!("XML parsing: {e}"),
+                    })?;
+                    let superseded = a.waarschuwingen.iter().any(|w| w.code == crate::worker::calculation::VERVANGEN);
+                    let outcome = match s.store_antwoord(handle, &a, superseded).await? {
+                        Stored::Stored => "opgeslagen",
+                        Stored::Older => "verouderd",
+                        Stored::Superseded => "vervangen",
+                    };
+                    Ok(result_set(t, &[("uitkomst", ColType::NVarChar)], &[vec![Sql::NVarChar(outcome.into())]]))
+                }
+                "rekenserver.noteer_fout" => {
+                    let handle = as_uuid(arg("@handle")?)?;
+                    s.record_fout(handle, &as_text(arg("@melding")?)?).await?;
+                    Ok(None)
+                }
+                other => Err(Failure {
+                    number: 2812,
+                    class: 16,
+                    message: format!(
+                        "Could not find stored procedure '{other}' (the emulator runs sbworker's procedures only)."
+                    ),
+                }),
+            }
+        }
+    }
+}
+
+/// Binds `addr` and serves until `stop`; the bound address (for port 0).
+pub async fn start(
+    addr: std::net::SocketAddr,
+    pg_url: String,
+    creds: Credentials,
+    stop: Stop,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)");
+    Ok((bound, tokio::spawn(serve(listener, pg_url, creds, stop))))
+}
