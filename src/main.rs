@@ -139,6 +139,27 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         delete_batch: i64,
     },
+    /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
+    /// statements the worker uses on the PostgreSQL broker, for developing and testing
+    /// against "SQL Server" where none can run.
+    #[command(after_help = "Examples:\n  \
+        sbworker emulator --listen 127.0.0.1:14330\n  \
+        sbworker emulator --listen 127.0.0.1:14330 --postgres 'host=localhost dbname=broker' --user sbworker\n\n\
+        Then: [broker] kind = \"mssql\", connection = \"Server=tcp:127.0.0.1,14330;User Id=sbworker;Password=...;Encrypt=false\"")]
+    Emulator {
+        /// Address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14330")]
+        listen: std::net::SocketAddr,
+        /// The PostgreSQL broker to run on (default: a throwaway cluster).
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// The login clients must use.
+        #[arg(long, default_value = "sbworker")]
+        user: String,
+        /// Its password.
+        #[arg(long, env = "SBWORKER_EMULATOR_PASSWORD", hide_env_values = true, default_value = "sbworker")]
+        password: String,
+    },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
@@ -327,6 +348,16 @@ fn main() -> ExitCode {
                 Ok(cli::calc::Outcome::Fout) => ExitCode::from(2),
                 Err(e) => {
                     eprintln!("sbworker calc: cannot write the answer: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Emulator { listen, postgres, user, password } => {
+            let creds = sbworker::emulator::server::Credentials { user, password };
+            match cli::emulator::run(listen, postgres, creds) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sbworker emulator: {e:#}");
                     ExitCode::from(1)
                 }
             }

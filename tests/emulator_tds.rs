@@ -79,3 +79,79 @@ async fn a_wrong_password_is_login_failed_18456() {
     };
     assert_eq!(e.number, 18456, "{e}");
 }
+
+/// Fails every group, on any transport.
+struct AlwaysFails;
+
+impl<S: sbworker::transport::Session> sbworker::worker::Handler<S> for AlwaysFails {
+    fn handle<'a>(
+        &'a self,
+        _: &'a mut S,
+        _: &'a [sbworker::broker::Message],
+    ) -> sbworker::worker::handler::BoxFuture<'a, Result<sbworker::worker::Handled, sbworker::worker::HandlerError>>
+    {
+        Box::pin(async { Err(sbworker::worker::HandlerError::Failed("always fails over TDS".into())) })
+    }
+
+    fn divert_reply(&self, _: &sbworker::broker::Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_failing_message_is_counted_and_diverted_and_the_queue_stays_enabled() {
+    let (url, mut s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let transport = MssqlTransport::new(&conn).unwrap();
+    let mut cfg = config(&url, "");
+    cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 1000;
+    let handlers = Handlers::default().with(calculation::NAME, Arc::new(AlwaysFails));
+    let (tx, rx) = mpsc::channel(2);
+    let run =
+        tokio::spawn(
+            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
+        );
+    let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    let got = collect(&mut s, 1).await;
+    assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, sbworker::broker::system::ERROR));
+    let (code, text) = sbworker::worker::calculation::error_body(&got[0].body);
+    assert_eq!(code, 50901);
+    assert!(text.contains("always fails over TDS"), "{text}");
+    let row = s.client().query_one("SELECT attempts, reason FROM sbworker.dead_letter", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 3);
+    let enabled: bool =
+        s.client().query_one("SELECT enabled FROM sb.queue WHERE name = $1", &[&REKEN_Q]).await.unwrap().get(0);
+    assert!(enabled);
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}
+
+#[tokio::test]
+async fn the_emulator_command_serves_a_throwaway_broker() {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["emulator", "--listen", "127.0.0.1:0", "--password", "pw"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut conn = None;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(c) = line.trim().strip_prefix("Server=") {
+            conn = Some(format!("Server={}", c.replace("Password=…", "Password=pw")));
+            break;
+        }
+    }
+    let conn = conn.expect("the emulator prints its connection string");
+    let transport = MssqlTransport::new(&conn).unwrap();
+    let mut session = sbworker::transport::Transport::open(&transport).await.unwrap();
+    let state =
+        sbworker::transport::Session::queue_state(&mut session, "dbo.loonfactorberekening_reken").await.unwrap();
+    assert!(state.enabled);
+    assert_eq!(state.messages, 0);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().await.unwrap().code(), Some(0));
+}

@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each a thin door to the library.
 
 pub mod calc;
+pub mod emulator;
 pub mod handoff;
 pub mod install;
 pub mod run;

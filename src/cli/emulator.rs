@@ -1,0 +1,44 @@
+//! `sbworker emulator`: the Service Broker emulator as a program: a TDS endpoint on
+//! `--listen`, backed by the PostgreSQL broker at `--postgres` (or a throwaway cluster
+//! with the broker, the calculation service and the roster installed), until SIGINT or
+//! SIGTERM.
+
+use anyhow::Context;
+
+use crate::emulator::server::{Credentials, start};
+use crate::pg_cluster::Cluster;
+use crate::worker::Stop;
+
+pub fn run(listen: std::net::SocketAddr, postgres: Option<String>, creds: Credentials) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let (_cluster, url) = match postgres {
+            Some(url) => (None, url),
+            None => {
+                eprintln!("starting a throwaway PostgreSQL cluster ...");
+                let cluster = Cluster::start(&["synchronous_commit=off"]).context("starting PostgreSQL")?;
+                let url = cluster.create_database("sbworker_emulator").await?;
+                crate::broker::postgres::install_with(&url, true).await.context("installing the broker")?;
+                (Some(cluster), url)
+            }
+        };
+        let (stop_tx, stop) = Stop::new();
+        let (addr, task) =
+            start(listen, url, creds.clone(), stop).await.with_context(|| format!("cannot listen on {listen}"))?;
+        println!(
+            "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=false",
+            addr.ip(),
+            addr.port(),
+            creds.user
+        );
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = stop_tx.send(true);
+        let _ = task.await;
+        Ok(())
+    })
+}
