@@ -155,3 +155,37 @@ async fn the_emulator_command_serves_a_throwaway_broker() {
     unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().await.unwrap().code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
+    use sbworker::demo::check::{verify, wait_drained};
+    use sbworker::demo::roster::Roster;
+    let (url, mut c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    let transport = MssqlTransport::new(&conn).unwrap();
+    let mut cfg = sbworker::demo::worker_config(&url, 3);
+    cfg.broker.kind = sbworker::config::BrokerKind::Mssql;
+    cfg.broker.connection = conn.clone();
+    cfg.check().unwrap();
+    let limits = Limits::default();
+    let handlers = Handlers::default()
+        .with(calculation::NAME, calculation_handler())
+        .with(sbworker::worker::collector::NAME, Arc::new(sbworker::worker::collector::Collector::new(limits)));
+    let (tx, rx) = mpsc::channel(2);
+    let run =
+        tokio::spawn(
+            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
+        );
+    let roster = Roster::generate(15, 5, true);
+    roster.load(&mut c).await.unwrap();
+    wait_drained(&c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 45, 5) {
+        e.apply(&c).await.unwrap();
+    }
+    wait_drained(&c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
+    let verdict = verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!((verdict.latest, verdict.faulted.len()), (14, 1));
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}
