@@ -10,6 +10,7 @@ mod emulator_tds;
 mod engine_cases;
 mod engine_props;
 mod handoff_pg;
+mod mssql_real;
 mod mssql_scripts;
 mod pipeline_pg;
 mod worker_pg;

@@ -1,0 +1,111 @@
+//! Against a real SQL Server, when one is given: `SBWORKER_MSSQL_URL` (an ADO.NET string
+//! of a login that may create a database), `SBWORKER_MSSQL_WORKER_LOGIN` and
+//! `SBWORKER_MSSQL_WORKER_PASSWORD` (an existing SQL login for the worker). Installs the
+//! scripts into a new database, sends a Vraag as a DBA would, lets the worker answer
+//! over the SQL Server transport and receives the Antwoord. Skipped, saying so, when
+//! the variables are not set (on the development machines no SQL Server can run).
+
+use std::sync::Arc;
+
+use sbworker::broker::mssql::{Connection, MssqlTransport, install};
+use sbworker::contract::message_types;
+use sbworker::worker::{self, Handlers, Metrics, RunOutcome, calculation};
+use tokio::net::TcpStream;
+use tokio_util::compat::TokioAsyncWriteCompatExt;
+use uuid::Uuid;
+
+use crate::common::calc::{calculation_handler, vraag_body};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_real_sql_server_when_one_is_given() {
+    let (Ok(admin), Ok(login), Ok(password)) = (
+        std::env::var("SBWORKER_MSSQL_URL"),
+        std::env::var("SBWORKER_MSSQL_WORKER_LOGIN"),
+        std::env::var("SBWORKER_MSSQL_WORKER_PASSWORD"),
+    ) else {
+        eprintln!(
+            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
+             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
+        );
+        return;
+    };
+    let db = format!("sbworker_test_{}", Uuid::new_v4().simple());
+    let vars = [
+        ("Database".to_owned(), db.clone()),
+        ("WorkerLogin".to_owned(), login.clone()),
+        ("WorkerUser".to_owned(), login.clone()),
+    ];
+    install(&admin, &vars).await.expect("the scripts install");
+    // A DBA's session in the new database sends a Vraag.
+    let mut c = Connection::parse(&admin).unwrap();
+    c.database = Some(db.clone());
+    let config = c.config();
+    let tcp = TcpStream::connect(config.get_addr()).await.unwrap();
+    let mut dba = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let body = String::from_utf8(vraag_body(Uuid::new_v4())).unwrap();
+    let row = dba
+        .query(
+            "DECLARE @h uniqueidentifier;
+             BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                 TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                 ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+             SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (CAST(@P1 AS xml));
+             SELECT @h;",
+            &[&body.as_str()],
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap();
+    let handle: Uuid = row.get(0).unwrap();
+    // The worker, as its own login, answers.
+    let worker_conn = format!(
+        "{};Database={db};User Id={login};Password=\"{}\"",
+        admin_server(&admin),
+        password.replace('"', "\"\"")
+    );
+    let transport = MssqlTransport::new(&worker_conn).unwrap();
+    let cfg = sbworker::config::from_str(
+        &format!(
+            "[broker]\nkind = \"mssql\"\nconnection = {}\n[queues.\"dbo.loonfactorberekening_reken\"]\nhandler = \"{}\"\nwait_ms = 2000\n",
+            toml::Value::String(worker_conn.clone()),
+            calculation::NAME
+        ),
+        &Vec::new(),
+    )
+    .unwrap();
+    let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let run =
+        tokio::spawn(
+            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
+        );
+    let rows = dba
+        .query(
+            "WAITFOR (RECEIVE conversation_handle, message_type_name FROM dbo.loonfactorberekening_data), TIMEOUT 30000",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_first_result()
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<Uuid, _>(0), Some(handle));
+    assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD));
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}
+
+/// The `Server=…` part of an ADO.NET string.
+fn admin_server(admin: &str) -> String {
+    sbworker::broker::mssql::ado_pairs(admin)
+        .unwrap()
+        .into_iter()
+        .filter(|(k, _)| ["server", "data source", "encrypt", "trustservercertificate"].contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
