@@ -189,3 +189,32 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
 }
+
+#[tokio::test]
+async fn error_tokens_from_the_wire_are_classified_by_number() {
+    use sbworker::broker::ErrorKind;
+    use sbworker::broker::mssql::{Connection, error_of};
+    use tokio_util::compat::TokioAsyncWriteCompatExt;
+    let (url, s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let config = Connection::parse(&conn).unwrap().config();
+    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
+    let mut c = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let mut fails = async |sql: &str, params: &[&dyn tiberius::ToSql]| {
+        let e = match c.query(sql, params).await {
+            Ok(stream) => stream.into_results().await.expect_err(sql),
+            Err(e) => e,
+        };
+        error_of(e)
+    };
+    let e = fails("END CONVERSATION @P1", &[&Uuid::new_v4()]).await;
+    assert_eq!((e.number, e.kind), (8426, ErrorKind::ConversationNotFound), "{e}");
+    let e = fails("SELECT name FROM sys.tables", &[]).await;
+    assert_eq!(e.number, 50100, "{e}");
+    assert!(e.message.contains("not supported by the emulator"), "{e}");
+    let e = fails("SEND ON", &[]).await;
+    assert_eq!(e.number, 102, "{e}");
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', false)")).await.unwrap();
+    let e = fails("RECEIVE * FROM dbo.loonfactorberekening_reken", &[]).await;
+    assert_eq!((e.number, e.kind), (9617, ErrorKind::QueueDisabled), "{e}");
+}
