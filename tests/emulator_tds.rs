@@ -218,3 +218,84 @@ async fn error_tokens_from_the_wire_are_classified_by_number() {
     let e = fails("RECEIVE * FROM dbo.loonfactorberekening_reken", &[]).await;
     assert_eq!((e.number, e.kind), (9617, ErrorKind::QueueDisabled), "{e}");
 }
+
+/// The worker on the SQL Server transport through the emulator, with `handlers`.
+fn tds_worker(
+    conn: &str,
+    url: &str,
+    tune: impl FnOnce(&mut sbworker::config::Config),
+) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
+    let transport = MssqlTransport::new(conn).unwrap();
+    let mut cfg = config(url, "");
+    cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 500;
+    tune(&mut cfg);
+    let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
+    let metrics = Arc::new(Metrics::new());
+    let (tx, rx) = mpsc::channel(2);
+    let m = metrics.clone();
+    (tx, tokio::spawn(async move { worker::run(transport, &cfg, &handlers, m, rx).await.unwrap() }), metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_real_deadlock_comes_back_as_1205_and_is_retried() {
+    let (url, mut s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    // The test holds the key's version row (an uncommitted insert) ...
+    let holder = sbworker::broker::postgres::Session::open(&url).await.unwrap();
+    let body = vraag_body(Uuid::new_v4());
+    let dv = sbworker::contract::decode_vraag(&body, &Limits::default()).unwrap().dienstverband.id;
+    holder
+        .client()
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL deadlock_timeout = '10s'; INSERT INTO sbworker.answered_version (dienstverband_id, periode_id, versie) VALUES ({dv}, 7, 0)"
+        ))
+        .await
+        .unwrap();
+    let (tx, run, metrics) = tds_worker(&conn, &url, |_| {});
+    let h = ask(&mut s, &body).await;
+    // ... so the worker's claim waits for it, holding the group it received.
+    wait_until("the worker waits for the key's row", || async {
+        count(
+            &s,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%answered_version%'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    // Now the test wants that group: a cycle. PostgreSQL picks the worker (its deadlock
+    // check comes first), the emulator sends error 1205, the worker retries.
+    holder
+        .client()
+        .batch_execute(&format!("SELECT 1 FROM sb.group_ready WHERE queue = '{REKEN_Q}' FOR UPDATE; COMMIT"))
+        .await
+        .unwrap();
+    let got = collect(&mut s, 1).await;
+    assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, message_types::ANTWOORD));
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    let text = metrics.encode();
+    assert_eq!(metric_in(&text, &format!("sbworker_groups_retried_total{{queue=\"{REKEN_Q}\"}}")), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_disabled_queue_stops_its_readers_until_enabled_again() {
+    let (url, mut s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', false)")).await.unwrap();
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| {
+        c.worker.disabled_recheck_ms = 100;
+        c.worker.scale_interval_ms = 50;
+    });
+    let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    wait_until("the queue shows as disabled", || async {
+        metrics.readiness().is_err_and(|e| e.contains(&format!("{REKEN_Q}: Disabled")))
+    })
+    .await;
+    assert_eq!(count(&s, &format!("SELECT count(*) FROM sb.message WHERE queue = '{REKEN_Q}'")).await, 1);
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', true)")).await.unwrap();
+    let got = collect(&mut s, 1).await;
+    assert_eq!(got[0].conversation_handle, h);
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}

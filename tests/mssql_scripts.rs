@@ -12,7 +12,7 @@ use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE};
 /// Every batch of every script, with its file, comments removed, upper-cased copy.
 fn batches() -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
-    for (file, script) in SCRIPTS {
+    for (file, script) in SCRIPTS.iter().chain(sbworker::broker::mssql::OPTIONAL_SCRIPTS) {
         for b in sqlcmd_batches(script, &[]).unwrap() {
             let code: String = b.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
             let upper = code.to_uppercase();
@@ -177,4 +177,23 @@ fn names_match_the_worker_its_configuration_and_the_postgresql_broker() {
             assert!(!code.to_lowercase().contains(forbidden), "{file} uses {forbidden}");
         }
     }
+}
+
+#[test]
+fn the_schema_collection_script_is_generated_from_the_xsds_and_current() {
+    let expected = sbworker::broker::mssql::schema_collection_script();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/07_schema_collection.sql");
+    if std::env::var("SBWORKER_WRITE_GENERATED").is_ok() {
+        std::fs::write(path, &expected).unwrap();
+    }
+    let actual = std::fs::read_to_string(path).unwrap();
+    assert!(
+        actual == expected,
+        "broker/mssql/07_schema_collection.sql is not current: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts"
+    );
+    let (_, script) = sbworker::broker::mssql::OPTIONAL_SCRIPTS[0];
+    let batches = sqlcmd_batches(script, &[]).unwrap();
+    assert_eq!(batches.len(), 5, "USE, the collection, three message types");
+    assert!(batches[1].contains("IF NOT EXISTS") && batches[1].matches("<xs:schema").count() == 3);
+    assert!(!script.contains("<?xml"), "an nvarchar literal cannot carry an encoding declaration");
 }

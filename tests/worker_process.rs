@@ -222,3 +222,55 @@ async fn a_bad_config_stops_start_up_naming_the_key() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("cannot reach the broker") && !err.contains("s3cret"), "{err}");
 }
+
+/// The same worker process on the SQL Server transport, through an emulator in this
+/// test process.
+async fn mssql_config(url: &str, extra: &str) -> (String, tokio::sync::watch::Sender<bool>) {
+    let (stop_tx, stop) = sbworker::worker::Stop::new();
+    let creds = sbworker::emulator::server::Credentials { user: "sbworker".into(), password: "pw".into() };
+    let (addr, _) =
+        sbworker::emulator::server::start("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, stop).await.unwrap();
+    let conn = format!("Server=tcp:127.0.0.1,{};User Id=sbworker;Password=pw;Encrypt=false", addr.port());
+    let text = format!(
+        "[broker]\nkind = \"mssql\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 10\nretry_max_delay_ms = 200\n\n\
+         [log]\nlevel = \"info\"\n\n{extra}\n\n[queues.{REKEN_Q}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 1000\n",
+        toml::Value::String(conn)
+    );
+    (text, stop_tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_sigterm_drains_and_sigkill_loses_nothing() {
+    let (url, mut s) = calc_world().await;
+    let dir = TempDir::new("tds-signals");
+    let (paused, _stop) = mssql_config(&url, "[hooks]\npause_before_commit = 1").await;
+    let (plain, _stop2) = mssql_config(&url, "").await;
+    // SIGTERM while a group waits before its commit: it commits, exit 0.
+    let mut w = Worker::start(&dir, &paused);
+    let first = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    w.wait_for("test hook: paused before commit").await;
+    w.signal(libc::SIGTERM);
+    let (code, log) = w.exit().await;
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(collect(&mut s, 1).await[0].conversation_handle, first);
+    // SIGKILL in the same place: after a restart every request has one answer.
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(ask(&mut s, &vraag_body(Uuid::new_v4())).await);
+    }
+    let mut w = Worker::start(&dir, &paused);
+    w.wait_for("test hook: paused before commit").await;
+    w.signal(libc::SIGKILL);
+    assert_eq!(w.exit().await.0, None);
+    let mut w = Worker::start(&dir, &plain);
+    let got = collect(&mut s, handles.len()).await;
+    let mut answered: Vec<Uuid> = got.iter().map(|m| m.conversation_handle).collect();
+    answered.sort();
+    handles.sort();
+    assert_eq!(answered, handles);
+    w.wait_for("worker started").await;
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.exit().await.0, Some(0));
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0);
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
+}

@@ -108,6 +108,51 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("06_security.sql", include_str!("../../broker/mssql/06_security.sql")),
 ];
 
+/// Optional scripts, run by hand: VALID_XML validation against `schemas/`.
+pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
+    &[("07_schema_collection.sql", include_str!("../../broker/mssql/07_schema_collection.sql"))];
+
+/// What `broker/mssql/07_schema_collection.sql` must hold: the three XSDs of `schemas/`
+/// (without their XML declarations, which an nvarchar literal cannot carry) in one XML
+/// SCHEMA COLLECTION, and the message types switched to VALID_XML against it.
+pub fn schema_collection_script() -> String {
+    let xsds = [
+        include_str!("../../schemas/LoonfactorBerekeningVraag.xsd"),
+        include_str!("../../schemas/LoonfactorBerekeningAntwoord.xsd"),
+        include_str!("../../schemas/RekenserverFout.xsd"),
+    ];
+    let body: Vec<String> = xsds
+        .iter()
+        .map(|x| {
+            let x = match x.find("?>") {
+                Some(i) if x.starts_with("<?xml") => &x[i + 2..],
+                _ => x,
+            };
+            x.trim().replace('\'', "''")
+        })
+        .collect();
+    let mut out = String::from(
+        "-- sbworker on SQL Server, script 07 (optional, run by hand after 01): message types\n\
+         -- validated as VALID_XML against the XSDs of schemas/, in one XML SCHEMA COLLECTION.\n\
+         -- Generated from schemas/ by sbworker::broker::mssql::schema_collection_script: do not\n\
+         -- edit; a test fails when it is not current (SBWORKER_WRITE_GENERATED=1 rewrites it).\n\n\
+         :setvar Database Payroll\n:on error exit\nUSE [$(Database)];\nGO\n\n\
+         IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections\n\
+         \x20              WHERE name = N'LoonfactorBerekening' AND schema_id = SCHEMA_ID(N'Rekenserver'))\n\
+         \x20   CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening AS N'",
+    );
+    out.push_str(&body.join("\n"));
+    out.push_str("';\nGO\n\n");
+    for t in
+        ["/Rekenserver/LoonfactorBerekening/Vraag", "/Rekenserver/LoonfactorBerekening/Antwoord", "/Rekenserver/Fout"]
+    {
+        out.push_str(&format!(
+            "ALTER MESSAGE TYPE [{t}] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening;\nGO\n"
+        ));
+    }
+    out
+}
+
 /// Runs the scripts against the server of `connection_string` (connected to
 /// `master` or the target database; script 00 switches with USE), batch by batch.
 pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Result<usize, BrokerError> {
