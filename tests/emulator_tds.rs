@@ -299,3 +299,54 @@ async fn over_tds_a_disabled_queue_stops_its_readers_until_enabled_again() {
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_tds() {
+    use sbworker::broker::mssql::Connection;
+    use tokio_util::compat::TokioAsyncWriteCompatExt;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
+    let config = Connection::parse(&conn).unwrap().config();
+    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
+    let mut c = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let body = vraag_body(Uuid::new_v4());
+    let row = c
+        .query(
+            "DECLARE @h uniqueidentifier;
+             BEGIN DIALOG CONVERSATION @h
+                 FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                 TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                 ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                 WITH ENCRYPTION = OFF;
+             SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);
+             SELECT @h;",
+            &[&body.as_slice()],
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .expect("the handle");
+    let handle: Uuid = row.get(0).unwrap();
+    let rows = c
+        .query(
+            "WAITFOR (RECEIVE TOP (10) conversation_handle, message_type_name, message_body
+                        FROM dbo.loonfactorberekening_data), TIMEOUT 30000",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_first_result()
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<Uuid, _>(0), Some(handle));
+    assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD));
+    let answer = decode_antwoord(rows[0].get::<&[u8], _>(2).unwrap(), &Limits::default()).unwrap();
+    assert!(!answer.mutaties.is_empty());
+    c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}

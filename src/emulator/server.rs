@@ -269,6 +269,8 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
 
 /// Runs a batch's statements; `done_token` is DONE for a batch, DONEINPROC inside RPC.
 async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_token: u8) {
+    // T-SQL variables live for the batch; parameters are variables set by the caller.
+    let mut vars = params.clone();
     let statements = match tsql::parse_batch(sql) {
         Ok(s) => s,
         Err(e) => {
@@ -286,7 +288,7 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             if implicit {
                 conn.session.begin().await?;
             }
-            let r = execute(conn, st, params, t).await;
+            let r = execute(conn, st, &mut vars, t).await;
             if implicit {
                 if r.is_ok() {
                     conn.session.commit().await?;
@@ -427,14 +429,53 @@ fn keys_of(json: &str) -> Result<Vec<MessageKey>, Failure> {
 }
 
 /// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
-async fn execute(conn: &mut Conn, st: Statement, params: &Params, t: &mut Tokens) -> Result<Option<u64>, Failure> {
+async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Tokens) -> Result<Option<u64>, Failure> {
+    let params = &*vars;
     let s = &mut conn.session;
     match st {
         Statement::Transaction(what) => {
             transaction(conn, what, t).await?;
             Ok(None)
         }
-        Statement::SetOption { .. } | Statement::Declare { .. } | Statement::SetVar { .. } => Ok(None),
+        Statement::SetOption { .. } => Ok(None),
+        Statement::Declare { var, value: v, .. } => {
+            let v = match v {
+                Some(v) => value(&v, params)?,
+                None => Sql::Null,
+            };
+            vars.insert(var, v);
+            Ok(None)
+        }
+        Statement::SetVar { var, value: v } => {
+            if !vars.contains_key(&var) {
+                return Err(Failure {
+                    number: 137,
+                    class: 15,
+                    message: format!("Must declare the scalar variable \"{var}\"."),
+                });
+            }
+            let v = value(&v, params)?;
+            vars.insert(var, v);
+            Ok(None)
+        }
+        Statement::SelectVars(names) => {
+            let mut cols = Vec::new();
+            let mut row = Vec::new();
+            for n in &names {
+                let v = value(&Value::Var(n.clone()), params)?;
+                let ty = match &v {
+                    Sql::Guid(_) => ColType::Guid,
+                    Sql::Int(_) => ColType::Int,
+                    Sql::BigInt(_) => ColType::BigInt,
+                    Sql::Bit(_) => ColType::Bit,
+                    Sql::VarBinary(_) => ColType::VarBinaryMax,
+                    Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
+                };
+                cols.push(("", ty));
+                row.push(v);
+            }
+            Ok(result_set(t, &cols, &[row]))
+        }
         Statement::Receive { waitfor, top, columns, queue, filter, timeout } => {
             let max = match top {
                 Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
@@ -485,10 +526,44 @@ async fn execute(conn: &mut Conn, st: Statement, params: &Params, t: &mut Tokens
                 .collect();
             Ok(result_set(t, &cols, &rows))
         }
-        Statement::GetConversationGroup { .. } => {
-            Err(fail("GET CONVERSATION GROUP into a variable is not supported by the emulator"))
+        Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
+            if !vars.contains_key(&var) {
+                return Err(Failure {
+                    number: 137,
+                    class: 15,
+                    message: format!("Must declare the scalar variable \"{var}\"."),
+                });
+            }
+            let wait = match (waitfor, timeout) {
+                (false, _) => Duration::ZERO,
+                (true, Some(v)) => Duration::from_millis(as_i64(value(&v, params)?)?.max(0) as u64),
+                (true, None) => Duration::from_secs(3600),
+            };
+            let g = s.get_conversation_group(queue_name(&queue), wait).await?;
+            vars.insert(var, g.map_or(Sql::Null, Sql::Guid));
+            Ok(None)
         }
-        Statement::BeginDialog { .. } => Err(fail("BEGIN DIALOG is not supported by the emulator yet")),
+        Statement::BeginDialog { handle_var, from_service, to_service, contract, related_group, lifetime, .. } => {
+            if !vars.contains_key(&handle_var) {
+                return Err(Failure {
+                    number: 137,
+                    class: 15,
+                    message: format!("Must declare the scalar variable \"{handle_var}\"."),
+                });
+            }
+            let to = as_text(value(&to_service, params)?)?;
+            let related = match related_group {
+                Some(v) => Some(as_uuid(value(&v, params)?)?),
+                None => None,
+            };
+            let lifetime = match lifetime {
+                Some(v) => Some(i32::try_from(as_i64(value(&v, params)?)?).map_err(|_| fail("LIFETIME out of range"))?),
+                None => None,
+            };
+            let h = s.begin_dialog(&from_service, &to, &contract, related, lifetime).await?;
+            vars.insert(handle_var, Sql::Guid(h));
+            Ok(None)
+        }
         Statement::Send { handle, message_type, body } => {
             let h = as_uuid(value(&handle, params)?)?;
             let ty = message_type.unwrap_or_else(|| "DEFAULT".into());

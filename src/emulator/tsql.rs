@@ -87,6 +87,8 @@ pub enum Statement {
         procedure: String,
         args: Vec<(String, Value)>,
     },
+    /// `SELECT @a, @b`: the variables' values as one row.
+    SelectVars(Vec<String>),
 }
 
 /// Why a batch is refused, as SQL Server would say it: the error number and text.
@@ -455,6 +457,17 @@ impl Parser {
             }
             let value = if self.eat_punct('=') { Some(self.value()?) } else { None };
             return Ok(Statement::Declare { var, ty: ty.to_lowercase(), value });
+        }
+        if self.is_kw("SELECT") && matches!(self.toks.get(self.at + 1), Some(Tok::Var(_))) {
+            self.at += 1;
+            let mut vars = vec![self.var()?];
+            while self.eat_punct(',') {
+                vars.push(self.var()?);
+            }
+            if self.is_kw("FROM") || self.peek() == Some(&Tok::Punct('=')) {
+                return Err(unsupported("SELECT beyond a list of variables"));
+            }
+            return Ok(Statement::SelectVars(vars));
         }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
