@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
@@ -40,6 +41,15 @@ const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
 fn stmt(name: &str) -> &'static str {
     static FILE: SqlFile = SqlFile::new("broker/postgres/session.sql", SESSION_SQL);
     FILE.get(name)
+}
+
+/// The one row a `SELECT function(…)` statement returns.
+fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
+    rows.into_iter().next().ok_or_else(|| BrokerError {
+        kind: ErrorKind::Other,
+        number: 0,
+        message: format!("statement {name} returned no row"),
+    })
 }
 
 fn error_of(e: tokio_postgres::Error) -> BrokerError {
@@ -143,6 +153,20 @@ impl Session {
         })
     }
 
+    /// Runs the statement `name` of `session.sql` on the working connection (in the
+    /// open transaction, if any); its rows.
+    async fn work(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
+        let st = prepared(&self.client, &mut self.client_stmts, name).await?;
+        self.client.query(&st, params).await.map_err(error_of)
+    }
+
+    /// The same on the listener connection, which is never in a transaction: what it
+    /// writes commits at once.
+    async fn side(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
+        let st = prepared(&self.listener, &mut self.listener_stmts, name).await?;
+        self.listener.query(&st, params).await.map_err(error_of)
+    }
+
     /// The working connection, for the caller's own statements in the same transaction.
     pub fn client(&self) -> &Client {
         &self.client
@@ -167,23 +191,14 @@ impl Session {
         if ids.is_empty() {
             return Ok(false);
         }
-        let row = self
-            .client
-            .query_one(&prepared(&self.client, &mut self.client_stmts, "note_rollback").await?, &[&ids])
-            .await
-            .map_err(error_of)?;
-        Ok(row.get(0))
+        Ok(single(self.work("note_rollback", &[&ids]).await?, "note_rollback")?.get(0))
     }
 
     async fn listen(&mut self, queue: &str) -> Result<(), BrokerError> {
         if self.listening.iter().any(|q| q == queue) {
             return Ok(());
         }
-        let row = self
-            .client
-            .query_opt(&prepared(&self.client, &mut self.client_stmts, "channel").await?, &[&queue])
-            .await
-            .map_err(error_of)?;
+        let row = self.work("channel", &[&queue]).await?.into_iter().next();
         let Some(channel) = row.and_then(|r| r.get::<_, Option<String>>(0)) else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
@@ -239,11 +254,7 @@ impl Session {
         group: Option<Uuid>,
         handle: Option<Uuid>,
     ) -> Result<Vec<Message>, BrokerError> {
-        let rows = self
-            .client
-            .query(&prepared(&self.client, &mut self.client_stmts, "receive").await?, &[&queue, &max, &group, &handle])
-            .await
-            .map_err(error_of)?;
+        let rows = self.work("receive", &[&queue, &max, &group, &handle]).await?;
         let msgs: Vec<Message> = rows
             .iter()
             .map(|r| Message {
@@ -273,11 +284,7 @@ impl Session {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             self.wakeups.borrow_and_update();
-            let row = self
-                .client
-                .query_one(&prepared(&self.client, &mut self.client_stmts, "get_conversation_group").await?, &[&queue])
-                .await
-                .map_err(error_of)?;
+            let row = single(self.work("get_conversation_group", &[&queue]).await?, "get_conversation_group")?;
             if let Some(g) = row.get::<_, Option<Uuid>>(0) {
                 return Ok(Some(g));
             }
@@ -298,45 +305,26 @@ impl Session {
         related_group: Option<Uuid>,
         lifetime_seconds: Option<i32>,
     ) -> Result<Uuid, BrokerError> {
-        let row = self
-            .client
-            .query_one(
-                &prepared(&self.client, &mut self.client_stmts, "begin_dialog").await?,
-                &[&from, &to, &contract, &related_group, &lifetime_seconds],
-            )
-            .await
-            .map_err(error_of)?;
-        Ok(row.get(0))
+        let rows = self.work("begin_dialog", &[&from, &to, &contract, &related_group, &lifetime_seconds]).await?;
+        Ok(single(rows, "begin_dialog")?.get(0))
     }
 
     /// `SEND ON CONVERSATION handle MESSAGE TYPE t (body)`.
     pub async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
-        self.client
-            .execute(&prepared(&self.client, &mut self.client_stmts, "send").await?, &[&handle, &message_type, &body])
-            .await
-            .map_err(error_of)?;
+        self.work("send", &[&handle, &message_type, &body]).await?;
         Ok(())
     }
 
     /// `END CONVERSATION handle [WITH ERROR = code DESCRIPTION = text]`.
     pub async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
         let (code, text) = error.map_or((None, None), |(c, t)| (Some(c), Some(t)));
-        self.client
-            .execute(
-                &prepared(&self.client, &mut self.client_stmts, "end_conversation").await?,
-                &[&handle, &code, &text],
-            )
-            .await
-            .map_err(error_of)?;
+        self.work("end_conversation", &[&handle, &code, &text]).await?;
         Ok(())
     }
 
     /// `MOVE CONVERSATION handle TO group`.
     pub async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
-        self.client
-            .execute(&prepared(&self.client, &mut self.client_stmts, "move_conversation").await?, &[&handle, &group])
-            .await
-            .map_err(error_of)?;
+        self.work("move_conversation", &[&handle, &group]).await?;
         Ok(())
     }
 }
@@ -413,14 +401,7 @@ impl transport::Session for Session {
         let (handles, seqs) = key_arrays(keys);
         // On the listener connection: it is never inside a transaction, so the count
         // commits at once and survives whatever happens to the receiving transaction.
-        let rows = self
-            .listener
-            .query(
-                &prepared(&self.listener, &mut self.listener_stmts, "count_attempts").await?,
-                &[&queue, &handles, &seqs],
-            )
-            .await
-            .map_err(error_of)?;
+        let rows = self.side("count_attempts", &[&queue, &handles, &seqs]).await?;
         Ok(rows
             .iter()
             .map(|r| Attempt {
@@ -433,46 +414,35 @@ impl transport::Session for Session {
 
     async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.listener
-            .execute(
-                &prepared(&self.listener, &mut self.listener_stmts, "note_failure").await?,
-                &[&handles, &seqs, &error],
-            )
-            .await
-            .map_err(error_of)?;
+        self.side("note_failure", &[&handles, &seqs, &error]).await?;
         Ok(())
     }
 
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.client
-            .execute(&prepared(&self.client, &mut self.client_stmts, "forget_attempts").await?, &[&handles, &seqs])
-            .await
-            .map_err(error_of)?;
+        self.work("forget_attempts", &[&handles, &seqs]).await?;
         Ok(())
     }
 
     async fn dead_letter(&mut self, l: DeadLetter<'_>) -> Result<(), BrokerError> {
         let m = l.message;
         let body = (!m.body.is_empty()).then_some(m.body.as_slice());
-        self.client
-            .execute(
-                &prepared(&self.client, &mut self.client_stmts, "dead_letter").await?,
-                &[
-                    &l.queue,
-                    &m.service,
-                    &m.contract,
-                    &m.conversation_group_id,
-                    &m.conversation_handle,
-                    &m.sequence,
-                    &m.message_type,
-                    &body,
-                    &l.attempts,
-                    &l.reason,
-                ],
-            )
-            .await
-            .map_err(error_of)?;
+        self.work(
+            "dead_letter",
+            &[
+                &l.queue,
+                &m.service,
+                &m.contract,
+                &m.conversation_group_id,
+                &m.conversation_handle,
+                &m.sequence,
+                &m.message_type,
+                &body,
+                &l.attempts,
+                &l.reason,
+            ],
+        )
+        .await?;
         Ok(())
     }
 
@@ -482,24 +452,11 @@ impl transport::Session for Session {
         periode_id: i32,
         versie: i64,
     ) -> Result<bool, BrokerError> {
-        let row = self
-            .client
-            .query_opt(
-                &prepared(&self.client, &mut self.client_stmts, "claim_version").await?,
-                &[&dienstverband_id, &periode_id, &versie],
-            )
-            .await
-            .map_err(error_of)?;
-        Ok(row.is_some())
+        Ok(!self.work("claim_version", &[&dienstverband_id, &periode_id, &versie]).await?.is_empty())
     }
 
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
-        let row = self
-            .listener
-            .query_opt(&prepared(&self.listener, &mut self.listener_stmts, "queue_state").await?, &[&queue])
-            .await
-            .map_err(error_of)?;
-        let Some(row) = row else {
+        let Some(row) = self.side("queue_state", &[&queue]).await?.into_iter().next() else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
                 number: 0,
@@ -521,14 +478,13 @@ impl crate::worker::collector::ResultStore for Session {
         let kaart: Vec<i32> = a.mutaties.iter().map(|m| m.kaart_soort).collect();
         let codes: Vec<&str> = a.mutaties.iter().map(|m| m.loonfactor_code.as_str()).collect();
         let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();
-        let row = self
-            .client
-            .query_one(
-                &prepared(&self.client, &mut self.client_stmts, "store_antwoord").await?,
+        let rows = self
+            .work(
+                "store_antwoord",
                 &[&handle, &a.id, &a.dienstverband_id, &a.periode_id, &a.versie, &superseded, &kaart, &codes, &waarden],
             )
-            .await
-            .map_err(error_of)?;
+            .await?;
+        let row = single(rows, "store_antwoord")?;
         Ok(match row.get::<_, &str>(0) {
             "opgeslagen" => Stored::Stored,
             "verouderd" => Stored::Older,
@@ -537,10 +493,7 @@ impl crate::worker::collector::ResultStore for Session {
     }
 
     async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
-        self.client
-            .execute(&prepared(&self.client, &mut self.client_stmts, "record_fout").await?, &[&handle, &message])
-            .await
-            .map_err(error_of)?;
+        self.work("record_fout", &[&handle, &message]).await?;
         Ok(())
     }
 }
@@ -552,7 +505,10 @@ mod tests {
     #[test]
     fn every_statement_used_is_in_session_sql() {
         let code = include_str!("postgres.rs");
-        let used: Vec<&str> = code.split("_stmts, \"").skip(1).filter_map(|r| r.split('"').next()).collect();
+        let used: Vec<&str> = ["work(\"", "side(\"", "single(rows, \""]
+            .iter()
+            .flat_map(|call| code.split(call).skip(1).filter_map(|r| r.split('"').next()))
+            .collect();
         assert!(used.len() >= 8, "{used:?}");
         for name in used {
             let sql = stmt(name);
