@@ -323,13 +323,19 @@ fn needs_transaction(st: &Statement) -> bool {
     )
 }
 
+/// SQL Server's error for a variable used or assigned before its DECLARE.
+fn undeclared(name: &str) -> Failure {
+    Failure { number: 137, class: 15, message: format!("Must declare the scalar variable \"{name}\".") }
+}
+
+/// A variable may be assigned only once declared.
+fn declared(vars: &Params, name: &str) -> Result<(), Failure> {
+    if vars.contains_key(name) { Ok(()) } else { Err(undeclared(name)) }
+}
+
 fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure> {
     Ok(match v {
-        Value::Var(name) => params.get(name).cloned().ok_or_else(|| Failure {
-            number: 137,
-            class: 15,
-            message: format!("Must declare the scalar variable \"{name}\"."),
-        })?,
+        Value::Var(name) => params.get(name).cloned().ok_or_else(|| undeclared(name))?,
         Value::Int(i) => Sql::BigInt(*i),
         Value::Str(s) => Sql::NVarChar(s.clone()),
         Value::Null => Sql::Null,
@@ -368,6 +374,19 @@ fn as_bytes(v: Sql) -> Result<Option<Vec<u8>>, Failure> {
         Sql::NVarChar(s) => Ok(Some(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
         other => Err(fail(format!("{other:?} is not a message body"))),
     }
+}
+
+/// How long a statement waits: nothing without WAITFOR; `TIMEOUT n` milliseconds; no
+/// TIMEOUT or -1 is "no limit", held to an hour here.
+fn wait_of(waitfor: bool, timeout: Option<Value>, params: &Params) -> Result<Duration, Failure> {
+    Ok(match (waitfor, timeout) {
+        (false, _) => Duration::ZERO,
+        (true, Some(v)) => match as_i64(value(&v, params)?)? {
+            -1 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms.max(0) as u64),
+        },
+        (true, None) => Duration::from_secs(3600),
+    })
 }
 
 /// The PostgreSQL broker's name of a queue: its last part (schemas are SQL Server's).
@@ -447,13 +466,7 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             Ok(None)
         }
         Statement::SetVar { var, value: v } => {
-            if !vars.contains_key(&var) {
-                return Err(Failure {
-                    number: 137,
-                    class: 15,
-                    message: format!("Must declare the scalar variable \"{var}\"."),
-                });
-            }
+            declared(vars, &var)?;
             let v = value(&v, params)?;
             vars.insert(var, v);
             Ok(None)
@@ -481,14 +494,7 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                 Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
                 None => i32::MAX,
             };
-            let wait = match (waitfor, timeout) {
-                (false, _) => Duration::ZERO,
-                (true, Some(v)) => match as_i64(value(&v, params)?)? {
-                    -1 => Duration::from_secs(3600),
-                    ms => Duration::from_millis(ms.max(0) as u64),
-                },
-                (true, None) => Duration::from_secs(3600),
-            };
+            let wait = wait_of(waitfor, timeout, params)?;
             let q = queue_name(&queue);
             let msgs = match filter {
                 None => s.receive(q, max, None, wait).await?,
@@ -527,30 +533,14 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             Ok(result_set(t, &cols, &rows))
         }
         Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
-            if !vars.contains_key(&var) {
-                return Err(Failure {
-                    number: 137,
-                    class: 15,
-                    message: format!("Must declare the scalar variable \"{var}\"."),
-                });
-            }
-            let wait = match (waitfor, timeout) {
-                (false, _) => Duration::ZERO,
-                (true, Some(v)) => Duration::from_millis(as_i64(value(&v, params)?)?.max(0) as u64),
-                (true, None) => Duration::from_secs(3600),
-            };
+            declared(vars, &var)?;
+            let wait = wait_of(waitfor, timeout, params)?;
             let g = s.get_conversation_group(queue_name(&queue), wait).await?;
             vars.insert(var, g.map_or(Sql::Null, Sql::Guid));
             Ok(None)
         }
         Statement::BeginDialog { handle_var, from_service, to_service, contract, related_group, lifetime, .. } => {
-            if !vars.contains_key(&handle_var) {
-                return Err(Failure {
-                    number: 137,
-                    class: 15,
-                    message: format!("Must declare the scalar variable \"{handle_var}\"."),
-                });
-            }
+            declared(vars, &handle_var)?;
             let to = as_text(value(&to_service, params)?)?;
             let related = match related_group {
                 Some(v) => Some(as_uuid(value(&v, params)?)?),
