@@ -144,7 +144,8 @@ enum Command {
     /// against "SQL Server" where none can run.
     #[command(after_help = "Examples:\n  \
         sbworker emulator --listen 127.0.0.1:14330\n  \
-        sbworker emulator --listen 127.0.0.1:14330 --postgres 'host=localhost dbname=broker' --user sbworker\n\n\
+        sbworker emulator --listen 127.0.0.1:14330 --postgres 'host=localhost dbname=broker' --user sbworker\n  \
+        sbworker emulator --fault-deadlock-every 10 --fault-delay-ms 5   (fault injection for tests)\n\n\
         Then: [broker] kind = \"mssql\", connection = \"Server=tcp:127.0.0.1,14330;User Id=sbworker;Password=...;Encrypt=false\"")]
     Emulator {
         /// Address to listen on.
@@ -159,6 +160,16 @@ enum Command {
         /// Its password.
         #[arg(long, env = "SBWORKER_EMULATOR_PASSWORD", hide_env_values = true, default_value = "sbworker")]
         password: String,
+        /// Fault injection: every Nth RECEIVE that takes messages fails with deadlock 1205.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_deadlock_every: Option<u64>,
+        /// Fault injection: every Nth RECEIVE that takes messages drops its connection
+        /// instead of answering (the transaction rolls back).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_drop_every: Option<u64>,
+        /// Fault injection: every response waits this many milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        fault_delay_ms: u64,
     },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
@@ -352,9 +363,22 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Emulator { listen, postgres, user, password } => {
+        Command::Emulator {
+            listen,
+            postgres,
+            user,
+            password,
+            fault_deadlock_every,
+            fault_drop_every,
+            fault_delay_ms,
+        } => {
             let creds = sbworker::emulator::server::Credentials { user, password };
-            match cli::emulator::run(listen, postgres, creds) {
+            let faults = sbworker::emulator::server::Faults::new(
+                fault_deadlock_every,
+                fault_drop_every,
+                std::time::Duration::from_millis(fault_delay_ms),
+            );
+            match cli::emulator::run(listen, postgres, creds, faults) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sbworker emulator: {e:#}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sbworker::broker::mssql::MssqlTransport;
 use sbworker::contract::{Limits, decode_antwoord, message_types};
-use sbworker::emulator::server::{Credentials, start};
+use sbworker::emulator::server::{Credentials, Faults, start_with};
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop, calculation};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -14,9 +14,14 @@ use uuid::Uuid;
 use crate::common::calc::*;
 
 async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
+    emulator_with(url, Arc::new(Faults::default())).await
+}
+
+/// An emulator that injects `faults`.
+async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
     let (stop_tx, stop) = Stop::new();
     let creds = Credentials { user: "sbworker".into(), password: "p;w\"d".into() };
-    let (addr, _task) = start("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, stop).await.unwrap();
+    let (addr, _task) = start_with("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, stop).await.unwrap();
     let conn = format!(
         "Server=tcp:127.0.0.1,{};Database=payroll;User Id=sbworker;Password=\"p;w\"\"d\";Encrypt=false;Command Timeout=30",
         addr.port()
@@ -349,4 +354,239 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
     c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}
+
+/// Asks `n` questions, collects the answers: each request answered exactly once.
+async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session, n: usize) {
+    let mut asked = Vec::new();
+    for _ in 0..n {
+        asked.push(ask(s, &vraag_body(Uuid::new_v4())).await);
+    }
+    let got = collect(s, n).await;
+    let mut answered: Vec<Uuid> =
+        got.iter().filter(|m| m.message_type == message_types::ANTWOORD).map(|m| m.conversation_handle).collect();
+    answered.sort();
+    asked.sort();
+    assert_eq!(answered, asked, "{got:?}");
+    assert_eq!(count(s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    end_all(s, asked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_deadlocks_1205_are_retried_and_every_request_is_answered_once() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::new(Some(2), None, std::time::Duration::from_millis(2)));
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    // One reader: receives come one after another, so no message meets two faults in a row.
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    every_request_answered_once(&mut s, 6).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    // Every other RECEIVE that took a message failed, its transaction rolled back, and the
+    // reader received the same message again after a backoff.
+    assert!(faults.injected() >= 5, "{}", faults.injected());
+    let text = metrics.encode();
+    assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_Q}\"}}")), 6.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_mid_transaction_is_reopened_and_nothing_is_lost() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::new(None, Some(2), std::time::Duration::ZERO));
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    every_request_answered_once(&mut s, 6).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert!(faults.injected() >= 3, "{}", faults.injected());
+}
+
+#[tokio::test]
+async fn a_client_that_requires_tls_is_refused() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let transport = MssqlTransport::new(&conn.replace("Encrypt=false", "Encrypt=true")).unwrap();
+    let e = match sbworker::transport::Transport::open(&transport).await {
+        Ok(_) => panic!("a TLS session with an emulator that has no TLS"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind, sbworker::broker::ErrorKind::Connection, "{e}");
+}
+
+/// python-tds, installed from PyPI into the test target directory when missing.
+fn python_tds() -> std::path::PathBuf {
+    use std::process::Command;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-tds");
+    let importable = || {
+        Command::new("python3").env("PYTHONPATH", &dir).args(["-c", "import pytds"]).status().is_ok_and(|s| s.success())
+    };
+    if !importable() {
+        let status = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
+            .arg("--target")
+            .arg(&dir)
+            .arg("python-tds==1.17.1")
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()) && importable(),
+            "this test needs python3 with pip and python-tds from PyPI (.ci/run installs them)"
+        );
+    }
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_and_cancels() {
+    let (url, s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .env("PYTHONPATH", python_tds())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_client.py"))
+        .args([port.as_str(), "sbworker", "p;w\"d"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Every queue column, in SQL Server's order, with its type as python-tds decoded it.
+    let columns: Vec<&str> = v["columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(
+        columns,
+        [
+            "status",
+            "priority",
+            "queuing_order",
+            "conversation_group_id",
+            "conversation_handle",
+            "message_sequence_number",
+            "service_name",
+            "service_id",
+            "service_contract_name",
+            "service_contract_id",
+            "message_type_name",
+            "message_type_id",
+            "validation",
+            "message_body"
+        ]
+    );
+    let row = &v["row"];
+    let types = &v["types"];
+    assert_eq!(row["message_type_name"], "/Rekenserver/LoonfactorBerekening/Vraag");
+    assert_eq!(row["service_name"], "/Rekenserver/LoonfactorBerekening/RekenService");
+    assert_eq!(row["service_contract_name"], "/Rekenserver/LoonfactorBerekening/DataContract");
+    assert_eq!(row["message_sequence_number"], "1");
+    assert_eq!(row["validation"], "X");
+    let body = hex_decode(row["message_body"].as_str().unwrap());
+    assert_eq!(body, br#"<Hallo xmlns="urn:test">wereld</Hallo>"#);
+    for (c, t) in [
+        ("conversation_group_id", "UUID"),
+        ("conversation_handle", "UUID"),
+        ("message_body", "bytes"),
+        ("status", "int"),
+        ("queuing_order", "int"),
+    ] {
+        assert_eq!(types[c], t, "{c}");
+    }
+    assert_ne!(row["conversation_handle"], v["initiator"], "the target has a handle of its own");
+    // Variables assigned by RECEIVE, the body read as XML.
+    assert_eq!(v["assigned"], serde_json::json!(["/Rekenserver/LoonfactorBerekening/Antwoord", "1"]));
+    assert_eq!(v["xml"], r#"<Hallo xmlns="urn:test">wereld</Hallo>"#);
+    // A waiting RECEIVE cancelled with an ATTENTION; the connection serves the next request.
+    assert_eq!(v["cancel"], "timed out", "{v}");
+    assert_eq!(v["after_cancel"], 42, "{v}");
+    // Both sides ended WITH CLEANUP: nothing left behind.
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0);
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0);
+}
+
+fn hex_decode(h: &str) -> Vec<u8> {
+    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+}
+
+/// Writes `payload` as one TDS message of type `ty`.
+async fn send_packet(w: &mut tokio::net::TcpStream, ty: u8, payload: &[u8]) -> std::io::Result<()> {
+    sbworker::emulator::codec::write_message(w, ty, payload, 4096).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_packets_and_garbage_bytes_never_panic_the_emulator() {
+    use sbworker::emulator::codec::{self, packet_type};
+    use tokio::io::AsyncWriteExt;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let addr = ("127.0.0.1", port);
+    let mut rng = sbworker::demo::rng::Rng::new(9);
+    let types = [
+        packet_type::SQL_BATCH,
+        packet_type::RPC,
+        packet_type::TRANSACTION_MANAGER,
+        packet_type::ATTENTION,
+        packet_type::LOGIN7,
+        packet_type::PRELOGIN,
+        0x00,
+        0xFF,
+    ];
+    for round in 0..150 {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let len = rng.below(600);
+        let mut junk: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        match round % 3 {
+            // Raw garbage on a fresh connection.
+            0 => {
+                let _ = tcp.write_all(&junk).await;
+            }
+            // A well-framed PRELOGIN/LOGIN7 with a random payload.
+            1 => {
+                let _ = send_packet(&mut tcp, packet_type::PRELOGIN, &codec::prelogin_request(2)).await;
+                let _ = codec::read_message(&mut tcp).await;
+                if rng.chance(0.5) {
+                    let good = codec::login7_request("sbworker", "p;w\"d", "payroll");
+                    let at = rng.below(good.len());
+                    junk = [&good[..at], &junk[..]].concat();
+                }
+                let _ = send_packet(&mut tcp, packet_type::LOGIN7, &junk).await;
+            }
+            // Logged in, then requests of every type with random payloads, some built on a
+            // valid ALL_HEADERS prefix so the parser gets past it.
+            _ => {
+                let _ = send_packet(&mut tcp, packet_type::PRELOGIN, &codec::prelogin_request(2)).await;
+                let _ = codec::read_message(&mut tcp).await;
+                let login = codec::login7_request("sbworker", "p;w\"d", "payroll");
+                send_packet(&mut tcp, packet_type::LOGIN7, &login).await.unwrap();
+                codec::read_message(&mut tcp).await.unwrap().expect("login answered");
+                for _ in 0..4 {
+                    let ty = types[rng.below(types.len())];
+                    let mut payload = if rng.chance(0.5) {
+                        let mut h = 22u32.to_le_bytes().to_vec();
+                        h.extend_from_slice(&18u32.to_le_bytes());
+                        h.extend_from_slice(&2u16.to_le_bytes());
+                        h.extend_from_slice(&[0; 12]);
+                        h
+                    } else {
+                        Vec::new()
+                    };
+                    payload.extend((0..rng.below(300)).map(|_| rng.next_u64() as u8));
+                    if send_packet(&mut tcp, ty, &payload).await.is_err() {
+                        break;
+                    }
+                    if ty != packet_type::ATTENTION
+                        && tokio::time::timeout(std::time::Duration::from_secs(10), codec::read_message(&mut tcp))
+                            .await
+                            .map_or(true, |r| r.is_err())
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(tcp);
+    }
+    // Still serving, and no connection task panicked.
+    let transport = MssqlTransport::new(&conn).unwrap();
+    let mut session = sbworker::transport::Transport::open(&transport).await.unwrap();
+    let state = sbworker::transport::Session::queue_state(&mut session, REKEN_Q).await.unwrap();
+    assert!(state.enabled);
+    assert_eq!(sbworker::emulator::server::connection_panics(), 0);
 }

@@ -255,6 +255,11 @@ DECLARE
 BEGIN
     -- The caller holds both endpoints (sb.lock_endpoint).
     SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
+    IF v_far.handle IS NULL THEN
+        -- The far side was removed WITH CLEANUP: nobody will receive this. (SQL Server
+        -- keeps such a message in sys.transmission_queue for ever; here it is dropped.)
+        RETURN;
+    END IF;
     SELECT queue INTO v_queue FROM sb.service WHERE name = e.far_service;
     UPDATE sb.endpoint SET send_seq = send_seq + 1 WHERE handle = e.handle;
     INSERT INTO sb.message (queue, group_id, handle, seq, message_type, body)
@@ -484,6 +489,24 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = g.id);
 END $$;
 
+-- END CONVERSATION … WITH CLEANUP: removes this side's endpoint and the messages waiting
+-- for it, and tells the other side nothing (it ends on its own, or by LIFETIME).
+CREATE OR REPLACE FUNCTION sb.end_conversation_cleanup(p_handle uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e sb.endpoint;
+BEGIN
+    e := sb.lock_endpoint(p_handle);
+    DELETE FROM sb.message WHERE handle = p_handle;
+    DELETE FROM sb.endpoint WHERE handle = p_handle;
+    IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
+        DELETE FROM sb.group_ready WHERE group_id = e.group_id;
+    END IF;
+    DELETE FROM sb.conversation_group g
+     WHERE g.id = e.group_id
+       AND NOT EXISTS (SELECT 1 FROM sb.endpoint x WHERE x.group_id = g.id);
+END $$;
+
 -- END CONVERSATION [WITH ERROR = code DESCRIPTION = description].
 CREATE OR REPLACE FUNCTION sb.end_conversation(p_handle uuid, p_error_code int DEFAULT NULL,
     p_description text DEFAULT NULL)
@@ -505,12 +528,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
         DELETE FROM sb.group_ready WHERE group_id = e.group_id;
     END IF;
-    IF e.far_handle IS NULL OR v_far.state IN ('DI', 'ER', 'DO', 'CD') AND e.state IN ('DI', 'ER') THEN
+    IF e.far_handle IS NULL OR v_far.handle IS NULL
+       OR v_far.state IN ('DI', 'ER', 'DO', 'CD') AND e.state IN ('DI', 'ER') THEN
         -- (Both sides in ER after an expired LIFETIME end the same way: the first to end
         -- goes to CD, the second finds it there and removes the conversation.)
         -- The far side has ended already (or never existed): the conversation is over.
         UPDATE sb.endpoint SET state = 'CD' WHERE handle = e.handle;
-        IF e.far_handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
+        IF e.far_handle IS NULL OR v_far.handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
             PERFORM sb.cleanup(e.conversation_id);
         END IF;
         RETURN;

@@ -21,6 +21,9 @@ SELECT sb.send($1, $2, $3);
 -- name: end_conversation
 SELECT sb.end_conversation($1, $2, $3);
 
+-- name: end_conversation_cleanup
+SELECT sb.end_conversation_cleanup($1);
+
 -- name: move_conversation
 SELECT sb.move_conversation($1, $2);
 

@@ -316,6 +316,13 @@ impl Session {
     }
 
     /// `END CONVERSATION handle [WITH ERROR = code DESCRIPTION = text]`.
+    /// END CONVERSATION … WITH CLEANUP: this side's endpoint and its messages go; the
+    /// other side is not told.
+    pub async fn end_conversation_cleanup(&mut self, handle: Uuid) -> Result<(), BrokerError> {
+        self.work("end_conversation_cleanup", &[&handle]).await?;
+        Ok(())
+    }
+
     pub async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
         let (code, text) = error.map_or((None, None), |(c, t)| (Some(c), Some(t)));
         self.work("end_conversation", &[&handle, &code, &text]).await?;

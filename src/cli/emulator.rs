@@ -5,11 +5,27 @@
 
 use anyhow::Context;
 
-use crate::emulator::server::{Credentials, start};
+use std::sync::Arc;
+
+use crate::emulator::server::{Credentials, Faults, start_with};
 use crate::pg_cluster::Cluster;
 use crate::worker::Stop;
 
-pub fn run(listen: std::net::SocketAddr, postgres: Option<String>, creds: Credentials) -> anyhow::Result<()> {
+pub fn run(
+    listen: std::net::SocketAddr,
+    postgres: Option<String>,
+    creds: Credentials,
+    faults: Faults,
+) -> anyhow::Result<()> {
+    // Log lines go to stderr: refused clients, injected faults; SBWORKER_LOG (a tracing
+    // filter, default `info`) shows more, e.g. `sbworker=debug` for refused batches.
+    let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&filter).with_context(|| format!("SBWORKER_LOG={filter}"))?,
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let (_cluster, url) = match postgres {
@@ -23,8 +39,9 @@ pub fn run(listen: std::net::SocketAddr, postgres: Option<String>, creds: Creden
             }
         };
         let (stop_tx, stop) = Stop::new();
-        let (addr, task) =
-            start(listen, url, creds.clone(), stop).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let (addr, task) = start_with(listen, url, creds.clone(), Arc::new(faults), stop)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
         println!(
             "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=false",
             addr.ip(),

@@ -9,7 +9,7 @@
 
 pub mod check;
 pub mod edits;
-mod rng;
+pub mod rng;
 pub mod roster;
 
 use std::io::{IsTerminal, Write};

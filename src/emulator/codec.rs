@@ -196,6 +196,61 @@ pub fn prelogin_response() -> Vec<u8> {
     out
 }
 
+/// A client's PRELOGIN (version and the encryption option): for tests and fuzzing of the
+/// server, which reads the other side.
+pub fn prelogin_request(encryption: u8) -> Vec<u8> {
+    let options: [(u8, Vec<u8>); 2] = [(0x00, vec![16, 0, 0x10, 0x00, 0, 0]), (0x01, vec![encryption])];
+    let header_len = options.len() * 5 + 1;
+    let (mut out, mut data) = (Vec::new(), Vec::new());
+    for (token, d) in &options {
+        out.push(*token);
+        out.extend_from_slice(&((header_len + data.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&(d.len() as u16).to_be_bytes());
+        data.extend_from_slice(d);
+    }
+    out.push(0xFF);
+    out.extend_from_slice(&data);
+    out
+}
+
+/// A client's LOGIN7 with SQL authentication (2.2.6.4): for tests and fuzzing.
+pub fn login7_request(user: &str, password: &str, database: &str) -> Vec<u8> {
+    const FIXED: usize = 94;
+    let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_le_bytes).collect() };
+    let scrambled: Vec<u8> = utf16(password).iter().map(|b| b.rotate_left(4) ^ 0xA5).collect();
+    // (offset of the pair in the fixed part, data): host, user, password, app, server,
+    // extension, library, language, database.
+    let fields: [(usize, Vec<u8>); 9] = [
+        (36, utf16("test")),
+        (40, utf16(user)),
+        (44, scrambled),
+        (48, utf16("sbworker-test")),
+        (52, utf16("emulator")),
+        (56, Vec::new()),
+        (60, utf16("sbworker")),
+        (64, Vec::new()),
+        (68, utf16(database)),
+    ];
+    let mut fixed = vec![0u8; FIXED];
+    fixed[4..8].copy_from_slice(&0x7400_0004u32.to_le_bytes());
+    fixed[8..12].copy_from_slice(&4096u32.to_le_bytes());
+    let mut data = Vec::new();
+    for (at, d) in &fields {
+        let off = (FIXED + data.len()) as u16;
+        fixed[*at..at + 2].copy_from_slice(&off.to_le_bytes());
+        fixed[at + 2..at + 4].copy_from_slice(&((d.len() / 2) as u16).to_le_bytes());
+        data.extend_from_slice(d);
+    }
+    // The remaining pairs (SSPI, attach file, change password) are empty, at the end.
+    for at in [78, 82, 86] {
+        fixed[at..at + 2].copy_from_slice(&((FIXED + data.len()) as u16).to_le_bytes());
+    }
+    fixed.extend_from_slice(&data);
+    let len = fixed.len() as u32;
+    fixed[0..4].copy_from_slice(&len.to_le_bytes());
+    fixed
+}
+
 /// What the emulator reads from LOGIN7 (2.2.6.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login {
@@ -248,12 +303,15 @@ pub enum Sql {
 /// Column types the emulator returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColType {
+    TinyInt,
     Int,
     BigInt,
     Bit,
     NVarChar,
     VarBinaryMax,
     Guid,
+    /// `xml` (untyped): text, sent as UTF-16 in PLP chunks.
+    Xml,
 }
 
 fn guid_wire(u: &Uuid) -> [u8; 16] {
@@ -322,6 +380,19 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
             };
             Ok(if ty == 0xE7 { Sql::NVarChar(utf16_string(&bytes)?) } else { Sql::VarBinary(bytes) })
         }
+        0xF1 => {
+            // XML_INFO: a schema collection may be named; the value is UTF-16 in PLP.
+            if r.u8()? == 1 {
+                r.b_varchar()?;
+                r.b_varchar()?;
+                let n = r.u16()?;
+                r.utf16(n as usize)?;
+            }
+            match read_plp(r)? {
+                None => Ok(Sql::Null),
+                Some(b) => Ok(Sql::NVarChar(utf16_string(b.strip_prefix(&[0xFF, 0xFE]).unwrap_or(&b))?)),
+            }
+        }
         other => Err(Malformed(format!("parameter type 0x{other:02X} is not supported by the emulator"))),
     }
 }
@@ -341,6 +412,16 @@ fn read_plp(r: &mut Reader<'_>) -> R<Option<Vec<u8>>> {
     }
 }
 
+/// A PLP value in one chunk (2.2.5.2.3).
+fn put_plp(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    if !b.is_empty() {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+}
+
 /// The token stream of a response, written in order.
 #[derive(Default)]
 pub struct Tokens {
@@ -351,6 +432,8 @@ pub mod done {
     pub const MORE: u16 = 0x0001;
     pub const ERROR: u16 = 0x0002;
     pub const COUNT: u16 = 0x0010;
+    /// The acknowledgement of an attention (cancel) request.
+    pub const ATTN: u16 = 0x0020;
 }
 
 impl Tokens {
@@ -401,6 +484,7 @@ impl Tokens {
             self.out.extend_from_slice(&0u32.to_le_bytes());
             self.out.extend_from_slice(&0x0001u16.to_le_bytes()); // nullable
             match ty {
+                ColType::TinyInt => self.out.extend_from_slice(&[0x26, 1]),
                 ColType::Int => self.out.extend_from_slice(&[0x26, 4]),
                 ColType::BigInt => self.out.extend_from_slice(&[0x26, 8]),
                 ColType::Bit => self.out.extend_from_slice(&[0x68, 1]),
@@ -414,6 +498,7 @@ impl Tokens {
                     self.out.push(0xA5);
                     self.out.extend_from_slice(&0xFFFFu16.to_le_bytes());
                 }
+                ColType::Xml => self.out.extend_from_slice(&[0xF1, 0x00]),
             }
             put_b_varchar(&mut self.out, name);
         }
@@ -423,9 +508,17 @@ impl Tokens {
         self.out.push(0xD1);
         for (ty, v) in cols.iter().zip(values) {
             match (ty, v) {
-                (ColType::VarBinaryMax, Sql::Null) => self.out.extend_from_slice(&u64::MAX.to_le_bytes()),
+                (ColType::VarBinaryMax | ColType::Xml, Sql::Null) => {
+                    self.out.extend_from_slice(&u64::MAX.to_le_bytes())
+                }
+                (ColType::Xml, Sql::NVarChar(s)) => {
+                    let mut b = Vec::new();
+                    put_utf16(&mut b, s);
+                    put_plp(&mut self.out, &b);
+                }
                 (ColType::NVarChar, Sql::Null) => self.out.extend_from_slice(&0xFFFFu16.to_le_bytes()),
                 (_, Sql::Null) => self.out.push(0),
+                (ColType::TinyInt, Sql::Int(i)) => self.out.extend_from_slice(&[1, *i as u8]),
                 (_, Sql::Int(i)) => {
                     self.out.push(4);
                     self.out.extend_from_slice(&i.to_le_bytes());
@@ -448,14 +541,7 @@ impl Tokens {
                     self.out.extend_from_slice(&(b.len() as u16).to_le_bytes());
                     self.out.extend_from_slice(&b);
                 }
-                (_, Sql::VarBinary(b)) => {
-                    self.out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-                    if !b.is_empty() {
-                        self.out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                        self.out.extend_from_slice(b);
-                    }
-                    self.out.extend_from_slice(&0u32.to_le_bytes());
-                }
+                (_, Sql::VarBinary(b)) => put_plp(&mut self.out, b),
             }
         }
     }
@@ -504,6 +590,13 @@ mod tests {
         assert_eq!(read_value(&mut r).unwrap(), Sql::VarBinary(b"abc".to_vec()));
         assert_eq!(read_value(&mut r).unwrap(), Sql::Null);
         assert!(r.rest().is_empty());
+    }
+
+    #[test]
+    fn a_login7_reads_back() {
+        let l = parse_login7(&login7_request("ik", "geheim;\"", "payroll")).unwrap();
+        assert_eq!((l.user.as_str(), l.password.as_str(), l.database.as_str()), ("ik", "geheim;\"", "payroll"));
+        assert_eq!(prelogin_encryption(&prelogin_request(3)), Some(3));
     }
 
     #[test]

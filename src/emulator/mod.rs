@@ -1,7 +1,6 @@
-//! The Service Broker emulator (issue 9): a TDS front end over the PostgreSQL broker.
-//! What exists so far is its T-SQL recogniser ([`tsql`]): the Service Broker statement
-//! set in the syntax of the Microsoft documentation, parsed into statements the
-//! emulator will run on the PostgreSQL broker. The TDS server itself is not written yet.
+//! The Service Broker emulator (issue 9): a TDS 7.4 front end ([`server`], over the wire
+//! format in [`codec`]) that runs the Service Broker statements it recognises ([`tsql`])
+//! on the PostgreSQL broker, so the SQL Server transport meets a real peer over TCP.
 
 pub mod codec;
 pub mod server;

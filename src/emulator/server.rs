@@ -5,18 +5,22 @@
 //! parameters) and transaction-manager requests, run on the PostgreSQL broker.
 //! Statements outside a transaction run in one of their own. An error rolls the
 //! transaction back (`XACT_ABORT ON` behaviour) and comes back as an ERROR token with
-//! SQL Server's number.
+//! SQL Server's number. An ATTENTION packet cancels the request in progress (a waiting
+//! RECEIVE, say): its transaction rolls back and the answer is DONE with the attention
+//! bit. [`Faults`] injects deadlocks, dropped connections and slow responses for tests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::codec::{self, ColType, Reader, Sql, Tokens, done, packet_type};
-use super::tsql::{self, Filter, Statement, Tran, Value};
+use super::tsql::{self, Column, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
 use crate::broker::{BrokerError, ErrorKind, Message};
 use crate::contract::{self, Limits};
@@ -31,9 +35,68 @@ pub struct Credentials {
     pub password: String,
 }
 
+/// Faults the emulator injects, for tests of what a client does about them (`sbworker
+/// emulator --fault-…`). Counted over all connections; only a RECEIVE that took messages
+/// counts, so each fault hits real work: its transaction rolls back and the messages
+/// return to the queue.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Every Nth such RECEIVE fails with deadlock 1205 instead of returning its rows.
+    pub deadlock_every: Option<u64>,
+    /// Every Nth such RECEIVE drops the connection instead of answering (mid-transaction).
+    pub drop_every: Option<u64>,
+    /// Every response waits this long before it is written.
+    pub delay: Duration,
+    receives: AtomicU64,
+    injected: AtomicU64,
+}
+
+/// What a RECEIVE meets.
+enum Fault {
+    Deadlock,
+    Drop,
+}
+
+impl Faults {
+    pub fn new(deadlock_every: Option<u64>, drop_every: Option<u64>, delay: Duration) -> Self {
+        Faults { deadlock_every, drop_every, delay, ..Faults::default() }
+    }
+
+    /// Counts a RECEIVE that took messages; the fault it meets, if any.
+    fn on_receive(&self) -> Option<Fault> {
+        let n = self.receives.fetch_add(1, Ordering::Relaxed) + 1;
+        let hit = |every: Option<u64>| every.is_some_and(|e| e > 0 && n % e == 0);
+        let fault = if hit(self.deadlock_every) {
+            Some(Fault::Deadlock)
+        } else if hit(self.drop_every) {
+            Some(Fault::Drop)
+        } else {
+            None
+        };
+        if fault.is_some() {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+        }
+        fault
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+}
+
+/// Connection tasks that panicked, over the life of the process (none, ever: the fuzz
+/// target and the random-packet test check that malformed input is an error, not a panic).
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// How many connection tasks panicked in this process.
+pub fn connection_panics() -> u64 {
+    PANICS.load(Ordering::Relaxed)
+}
+
 /// Serves TDS connections on `listener` until `stop`, each on a session of the
 /// PostgreSQL broker at `pg_url`.
-pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, mut stop: Stop) {
+pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, faults: Arc<Faults>, mut stop: Stop) {
     let pg_url = Arc::new(pg_url);
     let creds = Arc::new(creds);
     loop {
@@ -43,10 +106,18 @@ pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, mu
         };
         match accepted {
             Ok((stream, peer)) => {
-                let (pg_url, creds) = (pg_url.clone(), creds.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = connection(stream, &pg_url, &creds).await {
+                let (pg_url, creds, faults) = (pg_url.clone(), creds.clone(), faults.clone());
+                let task = tokio::spawn(async move {
+                    if let Err(e) = connection(stream, &pg_url, &creds, faults).await {
                         debug!(%peer, "connection ended: {e}");
+                    }
+                });
+                tokio::spawn(async move {
+                    if let Err(e) = task.await
+                        && e.is_panic()
+                    {
+                        PANICS.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%peer, "a connection task panicked: {e}");
                     }
                 });
             }
@@ -60,6 +131,11 @@ struct Conn {
     in_tran: bool,
     descriptor: u64,
     packet_size: usize,
+    faults: Arc<Faults>,
+    /// Set by an injected fault: close the connection without answering.
+    drop_now: bool,
+    /// `SET NOCOUNT ON`: DONE tokens carry no row count.
+    nocount: bool,
 }
 
 type Params = HashMap<String, Sql>;
@@ -71,14 +147,25 @@ struct Failure {
     message: String,
 }
 
+/// SQL Server's error 1205, as it writes it (severity 13).
+fn deadlock() -> Failure {
+    Failure {
+        number: 1205,
+        class: 13,
+        message: "Transaction (Process ID 57) was deadlocked on lock resources with another process and has been \
+                  chosen as the deadlock victim. Rerun the transaction."
+            .into(),
+    }
+}
+
 impl From<BrokerError> for Failure {
     fn from(e: BrokerError) -> Self {
-        let (number, class) = match (e.kind, e.number) {
-            (ErrorKind::Retryable, n) if n != 0 => (n, 13),
-            (_, 0) => (50000, 16),
-            (_, n) => (n, 16),
-        };
-        Failure { number, class, message: e.message }
+        match e.number {
+            1205 => deadlock(),
+            1222 => Failure { number: 1222, class: 16, message: "Lock request time out period exceeded.".into() },
+            0 => Failure { number: 50000, class: 16, message: e.message },
+            n => Failure { number: n, class: 16, message: e.message },
+        }
     }
 }
 
@@ -92,7 +179,12 @@ fn fail(message: impl Into<String>) -> Failure {
     Failure { number: 50000, class: 16, message: message.into() }
 }
 
-async fn connection(mut stream: TcpStream, pg_url: &str, creds: &Credentials) -> std::io::Result<()> {
+async fn connection(
+    mut stream: TcpStream,
+    pg_url: &str,
+    creds: &Credentials,
+    faults: Arc<Faults>,
+) -> std::io::Result<()> {
     stream.set_nodelay(true).ok();
     let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
     if ty != packet_type::PRELOGIN {
@@ -136,29 +228,93 @@ async fn connection(mut stream: TcpStream, pg_url: &str, creds: &Credentials) ->
     t.login_ack();
     t.done(0xFD, 0, 0);
     codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, packet_size).await?;
-    let mut conn = Conn { session, in_tran: false, descriptor: 0, packet_size };
-    while let Some((ty, payload)) = codec::read_message(&mut stream).await? {
-        let mut t = Tokens::default();
-        match ty {
-            packet_type::SQL_BATCH => batch(&mut conn, &payload, &mut t).await,
-            packet_type::RPC => rpc(&mut conn, &payload, &mut t).await,
-            packet_type::TRANSACTION_MANAGER => tm(&mut conn, &payload, &mut t).await,
-            packet_type::ATTENTION => t.done(0xFD, 0x0020, 0),
-            other => {
-                t.error(50000, 1, 16, &format!("TDS message type {other} is not supported by the emulator"));
-                t.done(0xFD, done::ERROR, 0);
+    let mut conn =
+        Conn { session, in_tran: false, descriptor: 0, packet_size, faults, drop_now: false, nocount: false };
+
+    // Requests are read on a task of their own, so that an ATTENTION can arrive while a
+    // request runs (a client cancels a waiting RECEIVE that way).
+    let (mut read, mut write) = stream.into_split();
+    let (tx, mut requests) = mpsc::channel::<(u8, Vec<u8>)>(4);
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = codec::read_message(&mut read).await {
+            if tx.send(m).await.is_err() {
+                break;
             }
         }
-        codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
+    });
+    let mut early: VecDeque<(u8, Vec<u8>)> = VecDeque::new();
+    while let Some((ty, payload)) = match early.pop_front() {
+        Some(m) => Some(m),
+        None => requests.recv().await,
+    } {
+        let mut t = Tokens::default();
+        if ty == packet_type::ATTENTION {
+            // Nothing runs: the request it meant to cancel has finished.
+            t.done(0xFD, done::ATTN, 0);
+        } else {
+            let mut cancelled = false;
+            {
+                let work = handle(&mut conn, ty, &payload, &mut t);
+                tokio::pin!(work);
+                loop {
+                    tokio::select! {
+                        () = &mut work => break,
+                        m = requests.recv() => match m {
+                            Some((packet_type::ATTENTION, _)) => {
+                                cancelled = true;
+                                break;
+                            }
+                            // A client waits for the answer before its next request;
+                            // one that does not is served in order.
+                            Some(m) => early.push_back(m),
+                            None => break,
+                        },
+                    }
+                }
+            }
+            if cancelled {
+                // What the request did is undone (XACT_ABORT ON), then acknowledged.
+                t = Tokens::default();
+                let _ = conn.session.rollback().await;
+                if conn.in_tran {
+                    conn.in_tran = false;
+                    t.env_change_tran(10, conn.descriptor);
+                }
+                t.done(0xFD, done::ATTN, 0);
+            }
+        }
+        if conn.drop_now {
+            warn!("fault injected: connection dropped mid-transaction");
+            break;
+        }
+        if !conn.faults.delay.is_zero() {
+            tokio::time::sleep(conn.faults.delay).await;
+        }
+        codec::write_message(&mut write, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
     }
+    reader.abort();
     Ok(())
+}
+
+async fn handle(conn: &mut Conn, ty: u8, payload: &[u8], t: &mut Tokens) {
+    match ty {
+        packet_type::SQL_BATCH => batch(conn, payload, t).await,
+        packet_type::RPC => rpc(conn, payload, t).await,
+        packet_type::TRANSACTION_MANAGER => tm(conn, payload, t).await,
+        other => {
+            t.error(50000, 1, 16, &format!("TDS message type {other} is not supported by the emulator"));
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
 }
 
 async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
     let mut r = Reader::new(payload);
     let text = r.skip_all_headers().and_then(|_| codec::utf16_string(r.rest()));
     match text {
-        Ok(sql) => run(conn, &sql, &Params::new(), t, 0xFD).await,
+        Ok(sql) => {
+            run(conn, &sql, &Params::new(), t, 0xFD).await;
+        }
         Err(e) => {
             t.error(50000, 1, 16, &e.to_string());
             t.done(0xFD, done::ERROR, 0);
@@ -201,8 +357,8 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
                     return;
                 }
             };
-            run(conn, &sql, &params, t, 0xFF).await;
-            t.done(0xFE, 0, 0);
+            let ok = run(conn, &sql, &params, t, 0xFF).await;
+            t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
         }
         Ok((procedure, _)) => {
             t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
@@ -218,10 +374,19 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
 async fn tm(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
     let mut r = Reader::new(payload);
     let kind = r.skip_all_headers().and_then(|_| r.u16());
+    // COMMIT and ROLLBACK requests may ask for a new transaction at once (fBeginXact):
+    // clients that never run outside a transaction use it.
+    let begin_again = |r: &mut Reader<'_>| -> bool { r.b_varchar().is_ok() && r.u8().is_ok_and(|b| b & 1 == 1) };
     let result = match kind {
         Ok(5) => transaction(conn, Tran::Begin, t).await,
-        Ok(7) => transaction(conn, Tran::Commit, t).await,
-        Ok(8) => transaction(conn, Tran::Rollback, t).await,
+        Ok(k @ (7 | 8)) => {
+            let again = begin_again(&mut r);
+            let what = if k == 7 { Tran::Commit } else { Tran::Rollback };
+            match transaction(conn, what, t).await {
+                Ok(()) if again => transaction(conn, Tran::Begin, t).await,
+                other => other,
+            }
+        }
         Ok(k) => Err(fail(format!("transaction manager request {k} is not supported by the emulator"))),
         Err(e) => Err(fail(e.to_string())),
     };
@@ -267,22 +432,26 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
     Ok(())
 }
 
-/// Runs a batch's statements; `done_token` is DONE for a batch, DONEINPROC inside RPC.
-async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_token: u8) {
+/// Runs a batch's statements; `done_token` is DONE for a batch, DONEINPROC inside RPC
+/// (where every one has the MORE bit: the DONEPROC that ends the call follows). False
+/// when a statement failed.
+async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_token: u8) -> bool {
+    let in_proc = if done_token == 0xFF { done::MORE } else { 0 };
     // T-SQL variables live for the batch; parameters are variables set by the caller.
     let mut vars = params.clone();
     let statements = match tsql::parse_batch(sql) {
         Ok(s) => s,
         Err(e) => {
+            debug!(batch = sql, "refused: {e}");
             let f = Failure::from(e);
             t.error(f.number, 1, f.class, &f.message);
-            t.done(done_token, done::ERROR, 0);
-            return;
+            t.done(done_token, done::ERROR | in_proc, 0);
+            return false;
         }
     };
     let n = statements.len();
     for (i, st) in statements.into_iter().enumerate() {
-        let more = if i + 1 < n { done::MORE } else { 0 };
+        let more = if i + 1 < n { done::MORE } else { in_proc };
         let implicit = !conn.in_tran && needs_transaction(&st);
         let result = async {
             if implicit {
@@ -300,7 +469,10 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
         }
         .await;
         match result {
-            Ok(rows) => t.done(done_token, more | rows.map_or(0, |_| done::COUNT), rows.unwrap_or(0)),
+            Ok(rows) => {
+                let counted = if rows.is_some() && !conn.nocount { done::COUNT } else { 0 };
+                t.done(done_token, more | counted, rows.unwrap_or(0))
+            }
             Err(f) => {
                 // XACT_ABORT ON: the whole transaction rolls back.
                 if conn.in_tran {
@@ -309,17 +481,23 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                     t.env_change_tran(10, conn.descriptor);
                 }
                 t.error(f.number, 1, f.class, &f.message);
-                t.done(done_token, done::ERROR, 0);
-                return;
+                t.done(done_token, done::ERROR | in_proc, 0);
+                return false;
             }
         }
     }
+    true
 }
 
 fn needs_transaction(st: &Statement) -> bool {
     !matches!(
         st,
-        Statement::Transaction(_) | Statement::SetOption { .. } | Statement::Declare { .. } | Statement::SetVar { .. }
+        Statement::Transaction(_)
+            | Statement::SetOption { .. }
+            | Statement::Declare(_)
+            | Statement::SetVar { .. }
+            | Statement::AssignVars(_)
+            | Statement::SelectVars(_)
     )
 }
 
@@ -394,30 +572,198 @@ fn queue_name(q: &str) -> &str {
     q.rsplit('.').next().unwrap_or(q)
 }
 
-const RECEIVE_COLUMNS: [&str; 7] = [
+/// The columns of a queue, as SQL Server names them, in `RECEIVE *` order.
+const RECEIVE_COLUMNS: [&str; 14] = [
+    "status",
+    "priority",
+    "queuing_order",
     "conversation_group_id",
     "conversation_handle",
     "message_sequence_number",
     "service_name",
+    "service_id",
     "service_contract_name",
+    "service_contract_id",
     "message_type_name",
+    "message_type_id",
+    "validation",
     "message_body",
 ];
 
+/// A queue column's type and value in a message (`None`: no such column).
 fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> {
     Some(match name {
+        // 1: received (RETENTION OFF keeps no other state in a result).
+        "status" => (ColType::TinyInt, Sql::Int(1)),
+        "priority" => (ColType::TinyInt, Sql::Int(5)),
+        "queuing_order" => (ColType::BigInt, Sql::BigInt(m.id)),
         "conversation_group_id" => (ColType::Guid, Sql::Guid(m.conversation_group_id)),
         "conversation_handle" => (ColType::Guid, Sql::Guid(m.conversation_handle)),
         "message_sequence_number" => (ColType::BigInt, Sql::BigInt(m.sequence)),
         "service_name" => (ColType::NVarChar, Sql::NVarChar(m.service.clone())),
         "service_contract_name" => (ColType::NVarChar, Sql::NVarChar(m.contract.clone())),
         "message_type_name" => (ColType::NVarChar, Sql::NVarChar(m.message_type.clone())),
+        "validation" => {
+            // E empty, X XML (system messages and bodies of XML message types), N none.
+            let v = if m.body.is_empty() {
+                "E"
+            } else if m.body.starts_with(b"<") || m.body.starts_with(&[0xFF, 0xFE]) {
+                "X"
+            } else {
+                "N"
+            };
+            (ColType::NVarChar, Sql::NVarChar(v.into()))
+        }
         "message_body" => {
             (ColType::VarBinaryMax, if m.body.is_empty() { Sql::Null } else { Sql::VarBinary(m.body.clone()) })
         }
+        // Ids of SQL Server's catalog: the PostgreSQL broker names things, it has no ids.
+        "message_type_id" | "service_id" | "service_contract_id" => (ColType::Int, Sql::Null),
         _ => return None,
     })
 }
+
+/// `CAST(value AS ty)` of a queue column, for the types the emulator converts to.
+fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
+    match (ty, v) {
+        ("xml", Sql::Null) => Ok((ColType::Xml, Sql::Null)),
+        ("xml", Sql::VarBinary(b)) => {
+            // SQL Server reads a binary XML body as UTF-16 with a byte-order mark, else as
+            // the encoding its declaration names (UTF-8 here).
+            let text = match b.strip_prefix(&[0xFF, 0xFE]) {
+                Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
+                None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
+            };
+            well_formed(&text)?;
+            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&text))))
+        }
+        ("xml", Sql::NVarChar(s)) => {
+            well_formed(&s)?;
+            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&s))))
+        }
+        ("varbinary(max)" | "varbinary", v @ (Sql::Null | Sql::VarBinary(_))) => Ok((ColType::VarBinaryMax, v)),
+        ("uniqueidentifier", v @ (Sql::Null | Sql::Guid(_))) => Ok((ColType::Guid, v)),
+        ("nvarchar(max)" | "nvarchar" | "sysname", v @ (Sql::Null | Sql::NVarChar(_))) => Ok((ColType::NVarChar, v)),
+        ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
+        ("int", v @ (Sql::Null | Sql::Int(_))) => Ok((ColType::Int, v)),
+        (ty, v) => Err(fail(format!("CAST of {v:?} AS {ty} is not supported by the emulator"))),
+    }
+}
+
+/// SQL Server keeps no XML declaration in an `xml` value.
+fn strip_declaration(s: &str) -> String {
+    let t = s.trim_start_matches('\u{feff}');
+    match t.strip_prefix("<?xml").and_then(|r| r.find("?>").map(|i| &r[i + 2..])) {
+        Some(rest) => rest.to_owned(),
+        None => t.to_owned(),
+    }
+}
+
+fn xml_error(why: &str) -> Failure {
+    Failure { number: 9420, class: 16, message: format!("XML parsing: {why}") }
+}
+
+/// Error 94xx unless `s` is one well-formed XML document (or fragment of elements).
+fn well_formed(s: &str) -> Result<(), Failure> {
+    let mut r = quick_xml::Reader::from_str(s);
+    r.config_mut().check_end_names = true;
+    loop {
+        match r.read_event() {
+            Ok(quick_xml::events::Event::Eof) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(xml_error(&e.to_string())),
+        }
+    }
+}
+
+/// What a RECEIVE returns: a result set of its columns, or (when it assigns to
+/// variables) nothing, the variables holding the last row's values.
+fn receive_result(
+    columns: &[Column],
+    msgs: &[Message],
+    vars: &mut Params,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    struct Out {
+        name: String,
+        source: String,
+        cast: Option<String>,
+        var: Option<String>,
+    }
+    let mut outs = Vec::new();
+    for c in columns {
+        match c {
+            Column::Star => outs.extend(RECEIVE_COLUMNS.iter().map(|n| Out {
+                name: (*n).to_owned(),
+                source: (*n).to_owned(),
+                cast: None,
+                var: None,
+            })),
+            Column::Item { source, cast, alias, var } => {
+                if receive_column(&PROBE, source).is_none() {
+                    return Err(Failure {
+                        number: 207,
+                        class: 16,
+                        message: format!("Invalid column name '{source}'."),
+                    });
+                }
+                if let Some(v) = var {
+                    declared(vars, v)?;
+                }
+                outs.push(Out {
+                    name: alias.clone().unwrap_or_else(|| if cast.is_some() { String::new() } else { source.clone() }),
+                    source: source.clone(),
+                    cast: cast.clone(),
+                    var: var.clone(),
+                });
+            }
+        }
+    }
+    let cell = |m: &Message, o: &Out| -> Result<(ColType, Sql), Failure> {
+        let (ty, v) = receive_column(m, &o.source).expect("checked above");
+        match &o.cast {
+            Some(to) => cast(to, v),
+            None => Ok((ty, v)),
+        }
+    };
+    if outs.iter().any(|o| o.var.is_some()) {
+        // SQL Server leaves the variables as they were when no row comes back.
+        if let Some(last) = msgs.last() {
+            for o in &outs {
+                let (_, v) = cell(last, o)?;
+                vars.insert(o.var.clone().expect("all assign"), v);
+            }
+        }
+        return Ok(Some(msgs.len() as u64));
+    }
+    let mut types: Vec<ColType> = Vec::new();
+    for o in &outs {
+        // The type of a column does not depend on its value, so an empty probe gives it.
+        let (ty, _) = match &o.cast {
+            Some(to) => cast(to, Sql::Null)?,
+            None => receive_column(&PROBE, &o.source).expect("checked above"),
+        };
+        types.push(ty);
+    }
+    let mut rows = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        rows.push(outs.iter().map(|o| cell(m, o).map(|(_, v)| v)).collect::<Result<Vec<_>, _>>()?);
+    }
+    let cols: Vec<(&str, ColType)> = outs.iter().map(|o| o.name.as_str()).zip(types).collect();
+    Ok(result_set(t, &cols, &rows))
+}
+
+/// A message with nothing in it: its columns' types are those of every message.
+static PROBE: Message = Message {
+    id: 0,
+    conversation_group_id: Uuid::nil(),
+    conversation_handle: Uuid::nil(),
+    sequence: 0,
+    message_type: String::new(),
+    body: Vec::new(),
+    service: String::new(),
+    contract: String::new(),
+};
 
 /// A result set.
 fn result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<Sql>]) -> Option<u64> {
@@ -456,19 +802,35 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             transaction(conn, what, t).await?;
             Ok(None)
         }
-        Statement::SetOption { .. } => Ok(None),
-        Statement::Declare { var, value: v, .. } => {
-            let v = match v {
-                Some(v) => value(&v, params)?,
-                None => Sql::Null,
-            };
-            vars.insert(var, v);
+        Statement::SetOption { option, on } => {
+            // XACT_ABORT: the emulator always behaves as ON (an error ends the transaction).
+            if option == "NOCOUNT" {
+                conn.nocount = on;
+            }
+            Ok(None)
+        }
+        Statement::Declare(declared) => {
+            for d in declared {
+                let v = match d.value {
+                    Some(v) => value(&v, vars)?,
+                    None => Sql::Null,
+                };
+                vars.insert(d.var, v);
+            }
             Ok(None)
         }
         Statement::SetVar { var, value: v } => {
             declared(vars, &var)?;
             let v = value(&v, params)?;
             vars.insert(var, v);
+            Ok(None)
+        }
+        Statement::AssignVars(assignments) => {
+            for (var, v) in assignments {
+                declared(vars, &var)?;
+                let v = value(&v, vars)?;
+                vars.insert(var, v);
+            }
             Ok(None)
         }
         Statement::SelectVars(names) => {
@@ -496,6 +858,7 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             };
             let wait = wait_of(waitfor, timeout, params)?;
             let q = queue_name(&queue);
+            let s = &mut conn.session;
             let msgs = match filter {
                 None => s.receive(q, max, None, wait).await?,
                 Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
@@ -505,32 +868,21 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     m
                 }
             };
-            let names: Vec<String> = if columns.iter().any(|c| c == "*") {
-                RECEIVE_COLUMNS.iter().map(|c| (*c).to_owned()).collect()
-            } else {
-                columns.iter().map(|c| c.to_lowercase()).collect()
-            };
-            let probe = Message {
-                id: 0,
-                conversation_group_id: Uuid::nil(),
-                conversation_handle: Uuid::nil(),
-                sequence: 0,
-                message_type: String::new(),
-                body: Vec::new(),
-                service: String::new(),
-                contract: String::new(),
-            };
-            let mut cols = Vec::new();
-            for n in &names {
-                let (ty, _) = receive_column(&probe, n)
-                    .ok_or_else(|| fail(format!("RECEIVE column {n} is not supported by the emulator")))?;
-                cols.push((n.as_str(), ty));
+            if !msgs.is_empty()
+                && let Some(f) = conn.faults.on_receive()
+            {
+                return match f {
+                    Fault::Deadlock => {
+                        warn!("fault injected: deadlock 1205 on a RECEIVE of {} messages", msgs.len());
+                        Err(deadlock())
+                    }
+                    Fault::Drop => {
+                        conn.drop_now = true;
+                        Ok(None)
+                    }
+                };
             }
-            let rows: Vec<Vec<Sql>> = msgs
-                .iter()
-                .map(|m| names.iter().filter_map(|n| receive_column(m, n).map(|(_, v)| v)).collect())
-                .collect();
-            Ok(result_set(t, &cols, &rows))
+            receive_result(&columns, &msgs, vars, t)
         }
         Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
             declared(vars, &var)?;
@@ -565,10 +917,11 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             Ok(None)
         }
         Statement::EndConversation { handle, error, cleanup } => {
-            if cleanup {
-                return Err(fail("END CONVERSATION WITH CLEANUP is not supported by the emulator"));
-            }
             let h = as_uuid(value(&handle, params)?)?;
+            if cleanup {
+                s.end_conversation_cleanup(h).await?;
+                return Ok(None);
+            }
             match error {
                 None => s.end_conversation(h, None).await?,
                 Some((code, text)) => {
@@ -701,8 +1054,19 @@ pub async fn start(
     creds: Credentials,
     stop: Stop,
 ) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    start_with(addr, pg_url, creds, Arc::new(Faults::default()), stop).await
+}
+
+/// [`start`], injecting `faults`.
+pub async fn start_with(
+    addr: std::net::SocketAddr,
+    pg_url: String,
+    creds: Credentials,
+    faults: Arc<Faults>,
+    stop: Stop,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)");
-    Ok((bound, tokio::spawn(serve(listener, pg_url, creds, stop))))
+    Ok((bound, tokio::spawn(serve(listener, pg_url, creds, faults, stop))))
 }

@@ -15,6 +15,24 @@ pub enum Value {
     Null,
 }
 
+/// One item of a RECEIVE's column list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Column {
+    /// `*`: every queue column.
+    Star,
+    /// A queue column, perhaps converted, renamed or read into a variable.
+    Item {
+        /// The queue column's name, lower case.
+        source: String,
+        /// `CAST(c AS t)` / `CONVERT(t, c)`: the target type, lower case (`xml`, `varbinary(max)`).
+        cast: Option<String>,
+        /// `c AS alias`, `c alias` or `alias = c`.
+        alias: Option<String>,
+        /// `@v = c`: the value goes into a variable (the last row's, as in SQL Server).
+        var: Option<String>,
+    },
+}
+
 /// `WHERE conversation_group_id = …` or `WHERE conversation_handle = …`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {
@@ -34,8 +52,7 @@ pub enum Statement {
     Receive {
         waitfor: bool,
         top: Option<Value>,
-        /// Column names as written (`*` is one entry `*`).
-        columns: Vec<String>,
+        columns: Vec<Column>,
         queue: String,
         filter: Option<Filter>,
         timeout: Option<Value>,
@@ -74,11 +91,8 @@ pub enum Statement {
         option: String,
         on: bool,
     },
-    Declare {
-        var: String,
-        ty: String,
-        value: Option<Value>,
-    },
+    /// `DECLARE @a type [= value], @b type …`.
+    Declare(Vec<Declared>),
     SetVar {
         var: String,
         value: Value,
@@ -89,6 +103,17 @@ pub enum Statement {
     },
     /// `SELECT @a, @b`: the variables' values as one row.
     SelectVars(Vec<String>),
+    /// `SELECT @a = value, @b = value`: assignments, no result set.
+    AssignVars(Vec<(String, Value)>),
+}
+
+/// One variable of a DECLARE.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declared {
+    pub var: String,
+    /// Lower case: `uniqueidentifier`, `nvarchar(256)`.
+    pub ty: String,
+    pub value: Option<Value>,
 }
 
 /// Why a batch is refused, as SQL Server would say it: the error number and text.
@@ -442,32 +467,41 @@ impl Parser {
             return Ok(Statement::SetOption { option, on });
         }
         if self.eat_kw("DECLARE") {
-            let var = self.var()?;
-            let _ = self.eat_kw("AS");
-            let mut ty = self.name()?;
-            if self.eat_punct('(') {
-                let size = match self.peek().cloned() {
-                    Some(Tok::Int(n)) => n.to_string(),
-                    Some(Tok::Word(w)) if w.eq_ignore_ascii_case("MAX") => "max".into(),
-                    _ => return Err(syntax(&self.near())),
-                };
-                self.at += 1;
-                self.punct(')')?;
-                ty = format!("{ty}({size})");
+            let mut declared = Vec::new();
+            loop {
+                let var = self.var()?;
+                let _ = self.eat_kw("AS");
+                if self.is_kw("TABLE") {
+                    return Err(unsupported("DECLARE of a table variable"));
+                }
+                let ty = self.type_name()?;
+                let value = if self.eat_punct('=') { Some(self.value()?) } else { None };
+                declared.push(Declared { var, ty, value });
+                if !self.eat_punct(',') {
+                    return Ok(Statement::Declare(declared));
+                }
             }
-            let value = if self.eat_punct('=') { Some(self.value()?) } else { None };
-            return Ok(Statement::Declare { var, ty: ty.to_lowercase(), value });
         }
         if self.is_kw("SELECT") && matches!(self.toks.get(self.at + 1), Some(Tok::Var(_))) {
             self.at += 1;
-            let mut vars = vec![self.var()?];
-            while self.eat_punct(',') {
-                vars.push(self.var()?);
+            let assigns = self.toks.get(self.at + 1) == Some(&Tok::Punct('='));
+            let (mut vars, mut assignments) = (Vec::new(), Vec::new());
+            loop {
+                let var = self.var()?;
+                if assigns {
+                    self.punct('=')?;
+                    assignments.push((var, self.value()?));
+                } else {
+                    vars.push(var);
+                }
+                if !self.eat_punct(',') {
+                    break;
+                }
             }
-            if self.is_kw("FROM") || self.peek() == Some(&Tok::Punct('=')) {
-                return Err(unsupported("SELECT beyond a list of variables"));
+            if self.is_kw("FROM") || self.is_kw("WHERE") || self.peek() == Some(&Tok::Punct('=')) {
+                return Err(unsupported("SELECT beyond variables and values"));
             }
-            return Ok(Statement::SelectVars(vars));
+            return Ok(if assigns { Statement::AssignVars(assignments) } else { Statement::SelectVars(vars) });
         }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
@@ -500,22 +534,18 @@ impl Parser {
         } else {
             None
         };
-        let mut columns = Vec::new();
-        loop {
-            if self.eat_punct('*') {
-                columns.push("*".into());
-            } else {
-                let c = self.name()?;
-                if self.eat_kw("AS") {
-                    let alias = self.name()?;
-                    columns.push(format!("{c} AS {alias}"));
-                } else {
-                    columns.push(c);
-                }
-            }
-            if !self.eat_punct(',') {
-                break;
-            }
+        let mut columns = vec![self.column()?];
+        while self.eat_punct(',') {
+            columns.push(self.column()?);
+        }
+        let assigned = columns.iter().filter(|c| matches!(c, Column::Item { var: Some(_), .. })).count();
+        if assigned > 0 && assigned < columns.len() {
+            return Err(TsqlError {
+                number: 141,
+                message: "A SELECT statement that assigns a value to a variable must not be combined with \
+                          data-retrieval operations."
+                    .into(),
+            });
         }
         self.kw("FROM")?;
         let queue = self.name()?;
@@ -535,6 +565,77 @@ impl Parser {
             None
         };
         Ok(Statement::Receive { waitfor, top, columns, queue, filter, timeout: None })
+    }
+
+    /// One item of a RECEIVE column list: `*`, `c`, `c [AS] alias`, `alias = c`, `@v = c`,
+    /// with `c` a queue column or `CAST(col AS type)` / `CONVERT(type, col)`.
+    fn column(&mut self) -> Result<Column, TsqlError> {
+        if self.eat_punct('*') {
+            return Ok(Column::Star);
+        }
+        let (mut alias, mut var) = (None, None);
+        if self.toks.get(self.at + 1) == Some(&Tok::Punct('=')) {
+            match self.peek().cloned() {
+                Some(Tok::Var(v)) => var = Some(v),
+                Some(Tok::Word(w)) | Some(Tok::Quoted(w)) | Some(Tok::Str(w)) => alias = Some(w),
+                _ => return Err(syntax(&self.near())),
+            }
+            self.at += 2;
+        }
+        let (source, cast) = if self.eat_kw("CAST") {
+            self.punct('(')?;
+            let c = self.name()?;
+            self.kw("AS")?;
+            let t = self.type_name()?;
+            self.punct(')')?;
+            (c, Some(t))
+        } else if self.eat_kw("CONVERT") {
+            self.punct('(')?;
+            let t = self.type_name()?;
+            self.punct(',')?;
+            let c = self.name()?;
+            if self.eat_punct(',') {
+                return Err(unsupported("CONVERT with a style"));
+            }
+            self.punct(')')?;
+            (c, Some(t))
+        } else {
+            (self.name()?, None)
+        };
+        if alias.is_none() && var.is_none() {
+            if self.eat_kw("AS") {
+                alias = Some(match self.peek().cloned() {
+                    Some(Tok::Str(s)) => {
+                        self.at += 1;
+                        s
+                    }
+                    _ => self.name()?,
+                });
+            } else if matches!(self.peek(), Some(Tok::Quoted(_)))
+                || matches!(self.peek(), Some(Tok::Word(w)) if !w.eq_ignore_ascii_case("FROM"))
+            {
+                alias = Some(self.name()?);
+            }
+        }
+        // A column of the queue may be written with its table: `q.message_body`.
+        let source = source.rsplit('.').next().unwrap_or(&source).to_lowercase();
+        Ok(Column::Item { source, cast, alias, var })
+    }
+
+    /// A type name: `xml`, `varbinary(max)`, `nvarchar(100)`, lower case.
+    fn type_name(&mut self) -> Result<String, TsqlError> {
+        let mut ty = self.name()?;
+        if self.eat_punct('(') {
+            let size = match self.peek().cloned() {
+                Some(Tok::Int(n)) => n.to_string(),
+                Some(Tok::Word(w)) if w.eq_ignore_ascii_case("MAX") => "max".into(),
+                _ => return Err(syntax(&self.near())),
+            };
+            self.at += 1;
+            self.punct(')')?;
+            ty = format!("{ty}({size})");
+        }
+        Ok(ty.to_lowercase())
     }
 
     fn get_group(&mut self, waitfor: bool) -> Result<Statement, TsqlError> {
@@ -631,7 +732,7 @@ mod tests {
             Statement::Receive {
                 waitfor: true,
                 top: Some(Value::Var("@p1".into())),
-                columns: vec!["conversation_handle".into(), "message_body".into()],
+                columns: vec![item("conversation_handle"), item("message_body")],
                 queue: "dbo.q".into(),
                 filter: None,
                 timeout: Some(Value::Int(500)),
@@ -639,17 +740,165 @@ mod tests {
         );
         match one("RECEIVE * FROM q WHERE conversation_group_id = @g") {
             Statement::Receive { waitfor: false, columns, filter: Some(Filter::Group(Value::Var(g))), .. } => {
-                assert_eq!((columns, g), (vec!["*".to_owned()], "@g".to_owned()));
+                assert_eq!((columns, g), (vec![Column::Star], "@g".to_owned()));
             }
             other => panic!("{other:?}"),
         }
-        // Comments anywhere; column aliases; but no column expressions (the worker reads
-        // message_body as it is).
-        assert!(matches!(
-            one("/* a */ WAITFOR (RECEIVE TOP (1) message_body AS b -- c\n FROM q)"),
-            Statement::Receive { .. }
-        ));
-        assert_eq!(parse_batch("RECEIVE CAST(message_body AS xml) FROM q").unwrap_err().number, 102);
+        // Comments anywhere; aliases in every documented form; conversions; variables.
+        match one("/* a */ WAITFOR (RECEIVE TOP (1) message_body AS b -- c\n FROM q)") {
+            Statement::Receive { columns, .. } => assert_eq!(columns, [aliased("message_body", "b")]),
+            other => panic!("{other:?}"),
+        }
+        match one(
+            "RECEIVE x = [message_type_name], q.conversation_handle h, CAST(message_body AS XML) AS body, CONVERT(xml, message_body) FROM q",
+        ) {
+            Statement::Receive { columns, .. } => assert_eq!(
+                columns,
+                [
+                    aliased("message_type_name", "x"),
+                    aliased("conversation_handle", "h"),
+                    Column::Item {
+                        source: "message_body".into(),
+                        cast: Some("xml".into()),
+                        alias: Some("body".into()),
+                        var: None
+                    },
+                    Column::Item { source: "message_body".into(), cast: Some("xml".into()), alias: None, var: None },
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        match one("RECEIVE TOP(1) @h = conversation_handle, @b = message_body FROM q") {
+            Statement::Receive { columns, .. } => {
+                assert!(columns.iter().all(|c| matches!(c, Column::Item { var: Some(_), .. })), "{columns:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_batch("RECEIVE @h = conversation_handle, message_body FROM q").unwrap_err().number, 141);
+        assert_eq!(parse_batch("RECEIVE message_body + 1 FROM q").unwrap_err().number, 102);
+    }
+
+    fn item(c: &str) -> Column {
+        Column::Item { source: c.into(), cast: None, alias: None, var: None }
+    }
+
+    fn aliased(c: &str, a: &str) -> Column {
+        Column::Item { source: c.into(), cast: None, alias: Some(a.into()), var: None }
+    }
+
+    /// Every combination of a statement's optional clauses, each written in several
+    /// spellings (case, brackets, comments, line breaks, semicolons), parses to the
+    /// same statement.
+    fn each_spelling(parts: &[&[&str]], check: impl Fn(&str, &Statement)) {
+        let mut texts = vec![String::new()];
+        for alternatives in parts {
+            texts = texts.iter().flat_map(|t| alternatives.iter().map(move |a| format!("{t} {a}"))).collect();
+        }
+        for t in &mut texts {
+            if t.trim_start().starts_with("WAITFOR") {
+                t.push_str(" )");
+            }
+        }
+        for t in &texts {
+            for shape in
+                [t.clone(), t.to_lowercase(), format!("/* x */{}\n;", t.replace(' ', "\n  ")), format!(";;{t} -- end")]
+            {
+                let s = parse_batch(&shape).unwrap_or_else(|e| panic!("{shape}: {e}"));
+                assert_eq!(s.len(), 1, "{shape}");
+                check(t, &s[0]);
+            }
+        }
+    }
+
+    #[test]
+    fn every_documented_form_with_and_without_each_clause() {
+        let mut seen = 0;
+        each_spelling(
+            &[
+                &["RECEIVE", "WAITFOR ( RECEIVE", "WAITFOR(RECEIVE"],
+                &["", "TOP (5)", "TOP(@n)"],
+                &["*", "conversation_handle, message_body", "[message_type_name] AS t"],
+                &["FROM q", "FROM [dbo].[q]", "FROM db.dbo.q"],
+                &["", "WHERE conversation_group_id = @g", "WHERE conversation_handle=@h"],
+            ],
+            |text, s| {
+                let Statement::Receive { waitfor, top, queue, filter, .. } = s else { panic!("{text}: {s:?}") };
+                assert_eq!(*waitfor, text.to_uppercase().contains("WAITFOR"), "{text}");
+                assert_eq!(top.is_some(), text.to_uppercase().contains("TOP"), "{text}");
+                assert!(queue.ends_with('q'), "{text}");
+                assert_eq!(filter.is_some(), text.to_uppercase().contains("WHERE"), "{text}");
+            },
+        );
+        // A WAITFOR needs its closing parenthesis, then an optional TIMEOUT.
+        for (tail, timeout) in [(")", false), ("), TIMEOUT 100", true), (") ,timeout @t", true)] {
+            for head in ["WAITFOR (RECEIVE * FROM q", "WAITFOR (GET CONVERSATION GROUP @g FROM [q]"] {
+                let sql = format!("{head}{tail}");
+                match one(&sql) {
+                    Statement::Receive { timeout: t, .. } | Statement::GetConversationGroup { timeout: t, .. } => {
+                        assert_eq!(t.is_some(), timeout, "{sql}")
+                    }
+                    other => panic!("{sql}: {other:?}"),
+                }
+                seen += 1;
+            }
+        }
+        each_spelling(&[&["GET CONVERSATION GROUP @g"], &["FROM q", "FROM [dbo].[q]"]], |text, s| {
+            assert!(matches!(s, Statement::GetConversationGroup { waitfor: false, .. }), "{text}")
+        });
+        each_spelling(
+            &[
+                &["BEGIN DIALOG @h", "BEGIN DIALOG CONVERSATION @h"],
+                &["FROM SERVICE [//a/b]", "FROM SERVICE a"],
+                &["TO SERVICE '//c/d'", "TO SERVICE N'//c/d'", "TO SERVICE @to"],
+                &["ON CONTRACT [//x/c]", "ON CONTRACT c"],
+                &[
+                    "",
+                    "WITH RELATED_CONVERSATION_GROUP = @g",
+                    "WITH LIFETIME = 600",
+                    "WITH ENCRYPTION = OFF",
+                    "WITH RELATED_CONVERSATION_GROUP = @g, LIFETIME = @l, ENCRYPTION = OFF",
+                ],
+            ],
+            |text, s| {
+                let Statement::BeginDialog { related_group, lifetime, encryption, .. } = s else { panic!("{text}") };
+                let up = text.to_uppercase();
+                assert_eq!(related_group.is_some(), up.contains("RELATED_CONVERSATION_GROUP"), "{text}");
+                assert_eq!(lifetime.is_some(), up.contains("LIFETIME"), "{text}");
+                assert_eq!(*encryption, up.contains("ENCRYPTION").then_some(false), "{text}");
+            },
+        );
+        each_spelling(
+            &[
+                &["SEND ON CONVERSATION @h", "SEND ON CONVERSATION (@h)"],
+                &["", "MESSAGE TYPE [//x/Vraag]", "MESSAGE TYPE t"],
+                &["", "(@body)", "( N'<a/>' )", "(NULL)"],
+            ],
+            |text, s| {
+                let Statement::Send { message_type, body, .. } = s else { panic!("{text}") };
+                assert_eq!(message_type.is_some(), text.to_uppercase().contains("MESSAGE TYPE"), "{text}");
+                assert_eq!(body.is_some(), text.matches('(').count() > usize::from(text.contains("(@h)")), "{text}");
+            },
+        );
+        each_spelling(
+            &[
+                &["END CONVERSATION @h"],
+                &["", "WITH CLEANUP", "WITH ERROR = 50001 DESCRIPTION = 'bad'", "WITH ERROR=@e DESCRIPTION=@d"],
+            ],
+            |text, s| {
+                let Statement::EndConversation { error, cleanup, .. } = s else { panic!("{text}") };
+                let up = text.to_uppercase();
+                assert_eq!(*cleanup, up.contains("CLEANUP"), "{text}");
+                assert_eq!(error.is_some(), up.contains("ERROR"), "{text}");
+            },
+        );
+        each_spelling(&[&["MOVE CONVERSATION @h", "MOVE CONVERSATION (@h)"], &["TO @g", "TO (@g)"]], |text, s| {
+            assert_eq!(
+                s,
+                &Statement::MoveConversation { handle: Value::Var("@h".into()), group: Value::Var("@g".into()) },
+                "{text}"
+            );
+        });
+        assert!(seen > 0);
     }
 
     #[test]
@@ -690,7 +939,21 @@ mod tests {
         assert_eq!(one("BEGIN TRAN"), Statement::Transaction(Tran::Begin));
         assert_eq!(one("commit transaction;"), Statement::Transaction(Tran::Commit));
         assert_eq!(parse_batch("SET XACT_ABORT ON\nSET NOCOUNT OFF;").unwrap().len(), 2);
-        assert!(matches!(one("DECLARE @h uniqueidentifier"), Statement::Declare { .. }));
+        assert!(matches!(one("DECLARE @h uniqueidentifier"), Statement::Declare(d) if d.len() == 1));
+        match one("DECLARE @t AS nvarchar(256), @n BIGINT = 5") {
+            Statement::Declare(d) => assert_eq!(
+                d,
+                [
+                    Declared { var: "@t".into(), ty: "nvarchar(256)".into(), value: None },
+                    Declared { var: "@n".into(), ty: "bigint".into(), value: Some(Value::Int(5)) },
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            one("SELECT @a = @b, @c = N'x'"),
+            Statement::AssignVars(vec![("@a".into(), Value::Var("@b".into())), ("@c".into(), Value::Str("x".into()))])
+        );
         assert!(
             matches!(one("EXEC sbworker.tel_pogingen @queue = @P1, @sleutels = N'[]'"), Statement::Exec { args, .. } if args.len() == 2)
         );

@@ -1,0 +1,103 @@
+"""A second TDS client, not ours: python-tds talks to the Service Broker emulator.
+
+Run by tests/emulator_tds.rs with: python3 pytds_client.py PORT USER PASSWORD.
+Logs in, begins a dialog, sends a message, receives it back with every queue column,
+reads it again as XML, cancels a waiting RECEIVE (an ATTENTION), ends with CLEANUP,
+and prints what it saw as one JSON object on stdout.
+"""
+
+import json
+import sys
+import uuid
+
+import pytds
+import pytds.tds_base
+
+port, user, password = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+out = {}
+BODY = pytds.Binary('<Hallo xmlns="urn:test">wereld</Hallo>'.encode("utf-8"))  # bytes alone would go as nvarchar
+
+with pytds.connect(
+    "127.0.0.1", database="payroll", user=user, password=password, port=port, autocommit=True, timeout=30
+) as conn:
+    with conn.cursor() as cur:
+        # As the worker does: no row counts, so each statement's DONE is not a result.
+        cur.execute("SET NOCOUNT ON; SET XACT_ABORT ON")
+        # A dialog from the data service to the calculation service, one message on it.
+        cur.execute(
+            """
+            DECLARE @h uniqueidentifier;
+            BEGIN DIALOG CONVERSATION @h
+                FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                WITH ENCRYPTION = OFF, LIFETIME = 600;
+            SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (%s);
+            SELECT @h;
+            """,
+            (BODY,),
+        )
+        initiator = cur.fetchone()[0]
+        out["initiator"] = str(initiator)
+
+        # Received back on the target's queue, every column.
+        cur.execute("WAITFOR (RECEIVE TOP (1) * FROM dbo.loonfactorberekening_reken), TIMEOUT 10000")
+        columns = [d[0] for d in cur.description]
+        row = cur.fetchone()
+        out["columns"] = columns
+        out["row"] = {
+            c: (v.hex() if isinstance(v, (bytes, bytearray)) else str(v) if v is not None else None)
+            for c, v in zip(columns, row)
+        }
+        out["types"] = {c: type(v).__name__ for c, v in zip(columns, row)}
+        target = row[columns.index("conversation_handle")]
+
+        # The target answers; the initiator reads the answer as XML and into variables.
+        cur.execute(
+            "SEND ON CONVERSATION %s MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] (%s)",
+            (target, BODY),
+        )
+        cur.execute(
+            """
+            DECLARE @type nvarchar(256), @seq bigint;
+            WAITFOR (RECEIVE TOP (1) @type = message_type_name, @seq = message_sequence_number
+                     FROM dbo.loonfactorberekening_data
+                     WHERE conversation_handle = %s), TIMEOUT 10000;
+            SELECT @type, @seq;
+            """,
+            (initiator,),
+        )
+        out["assigned"] = [str(v) for v in cur.fetchone()]
+        cur.execute(
+            "SEND ON CONVERSATION %s MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] (%s)",
+            (target, BODY),
+        )
+        cur.execute(
+            "WAITFOR (RECEIVE TOP (1) CAST(message_body AS XML) AS body FROM dbo.loonfactorberekening_data), TIMEOUT 10000"
+        )
+        out["xml"] = cur.fetchone()[0]
+
+        # Both sides go WITH CLEANUP.
+        cur.execute("END CONVERSATION %s WITH CLEANUP", (target,))
+        cur.execute("END CONVERSATION %s WITH CLEANUP", (initiator,))
+
+        # A RECEIVE waiting on an empty queue, cancelled by the client's timeout: python-tds
+        # sends an ATTENTION and waits for the server's acknowledgement.
+        try:
+            slow = pytds.connect(
+                "127.0.0.1", database="payroll", user=user, password=password, port=port, autocommit=True, timeout=1
+            )
+            with slow.cursor() as c2:
+                try:
+                    c2.execute("WAITFOR (RECEIVE * FROM dbo.loonfactorberekening_reken), TIMEOUT 60000")
+                    out["cancel"] = "not cancelled"
+                except pytds.tds_base.TimeoutError:
+                    out["cancel"] = "timed out"
+                # The same connection serves the next request after the cancel.
+                c2.execute("SET NOCOUNT ON; DECLARE @x int = 41; SELECT @x = 42; SELECT @x")
+                out["after_cancel"] = c2.fetchone()[0]
+            slow.close()
+        except Exception as e:  # noqa: BLE001 - reported to the test, which fails
+            out["cancel_error"] = repr(e)
+
+print(json.dumps(out))
