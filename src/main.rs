@@ -83,6 +83,10 @@ enum Command {
         /// Seed of the generated roster and edits.
         #[arg(long, default_value_t = 2026)]
         seed: u64,
+        /// Run the workers on the SQL Server transport (tiberius over TCP) through the
+        /// Service Broker emulator, started in this process on the same broker.
+        #[arg(long)]
+        mssql: bool,
     },
     /// Hand a period's results to payroll: claim the unexported ones in one statement and
     /// write them (CSV: one row per factor; JSON: factors nested per employee).
@@ -275,8 +279,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Demo { size, edits, readers, postgres, seed } => {
-            let opts = sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed };
+        Command::Demo { size, edits, readers, postgres, seed, mssql } => {
+            let opts = sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql };
             let run = || -> anyhow::Result<()> {
                 // The workers log errors only (the demo prints its own progress); set
                 // SBWORKER_LOG (a tracing filter) to see more.

@@ -422,6 +422,7 @@ fn python_tds() -> std::path::PathBuf {
     };
     if !importable() {
         let status = Command::new("python3")
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
             .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
             .arg("--target")
             .arg(&dir)

@@ -225,3 +225,12 @@ async fn sbworker_demo_runs_and_checks_itself() {
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
     assert!(stdout.contains("roster import"), "{stdout}");
 }
+
+#[tokio::test]
+async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
+    let out = Command::new(BIN).args(["demo", "--size", "15", "--mssql"]).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("workers on the SQL Server transport through the Service Broker emulator"), "{stdout}");
+    assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
+}

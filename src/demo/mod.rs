@@ -2,7 +2,9 @@
 //! (or a given empty database), the broker and roster schema, a realistic roster
 //! loaded in one transaction, the calculation and collector workers in this process, a
 //! burst of planner edits, then the results, the counts, throughput, latency from
-//! commit to stored result, and a check that every key holds its latest version.
+//! commit to stored result, and a check that every key holds its latest version. With
+//! `--mssql` the workers use the SQL Server transport (tiberius, over TCP) through the
+//! Service Broker emulator, started in this process on the same broker.
 //!
 //! Layout: [`roster`] (generated roster, bulk load), [`edits`] (the burst), [`check`]
 //! (drain and verify), `rng`.
@@ -19,12 +21,15 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::mpsc;
 
+use crate::broker::mssql::MssqlTransport;
 use crate::broker::postgres::{PostgresTransport, install_with};
 use crate::config::{self, Config};
 use crate::contract::Limits;
+use crate::emulator::server::{Credentials, start as start_emulator};
 use crate::engine::Tables;
 use crate::pg_cluster::Cluster;
 use crate::sql::SqlFile;
+use crate::transport::Transport;
 use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation, collector};
 use check::Progress;
 use roster::Roster;
@@ -50,6 +55,8 @@ pub struct Options {
     /// Most readers of the calculation queue.
     pub readers: u32,
     pub seed: u64,
+    /// Run the workers on the SQL Server transport through the emulator.
+    pub mssql: bool,
 }
 
 /// One phase's figures.
@@ -158,18 +165,30 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let existing: i64 = client.query_one("SELECT count(*) FROM rooster.dienstverband", &[]).await?.get(0);
     anyhow::ensure!(existing == 0, "the database already holds a roster ({existing} employees): give an empty one");
 
-    let config = worker_config(&url, opts.readers);
-    let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
-    let handlers = Handlers::default()
-        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables.clone(), limits)))
-        .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
+    let mut config = worker_config(&url, opts.readers);
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
-    let transport = PostgresTransport::new(url.clone());
-    worker::preflight(&transport, &config).await?;
-    let worker = {
-        let metrics = metrics.clone();
-        tokio::spawn(async move { worker::run(transport, &config, &handlers, metrics, signals).await })
+    let (_emulator_stop, worker) = if opts.mssql {
+        // The emulator on a free port, with a password made up for this run.
+        let (stop_tx, stop_rx) = worker::Stop::new();
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let creds = Credentials { user: "sbworker".into(), password: password.clone() };
+        let (addr, _task) = start_emulator("127.0.0.1:0".parse().expect("an address"), url.clone(), creds, stop_rx)
+            .await
+            .context("starting the Service Broker emulator")?;
+        eprintln!("workers on the SQL Server transport, through the emulator on {addr} ...");
+        config.broker.kind = config::BrokerKind::Mssql;
+        config.broker.connection = format!(
+            "Server=tcp:{},{};Database=sbworker_demo;User Id=sbworker;Password={password};Encrypt=false",
+            addr.ip(),
+            addr.port()
+        );
+        config.check().context("the demo's SQL Server configuration")?;
+        let transport = MssqlTransport::new(&config.broker.connection)?;
+        (Some(stop_tx), spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
+    } else {
+        let transport = PostgresTransport::new(url.clone());
+        (None, spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
     };
     let tty = std::io::stderr().is_terminal();
     let limit = Duration::from_secs(600);
@@ -219,6 +238,26 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     Ok(report)
 }
 
+/// Checks the queues, then runs the calculation and collector workers on `transport` on
+/// a task of their own, until `signals`.
+async fn spawn_workers<T: Transport + 'static>(
+    transport: T,
+    config: Config,
+    tables: Arc<Tables>,
+    metrics: Arc<Metrics>,
+    signals: mpsc::Receiver<()>,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<RunOutcome, worker::WorkerError>>>
+where
+    T::Session: collector::ResultStore,
+{
+    let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
+    let handlers = Handlers::default()
+        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
+        .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
+    worker::preflight(&transport, &config).await?;
+    Ok(tokio::spawn(async move { worker::run(transport, &config, &handlers, metrics, signals).await }))
+}
+
 async fn write_report(
     out: &mut (dyn Write + Send),
     client: &tokio_postgres::Client,
@@ -234,7 +273,13 @@ async fn write_report(
     {
         sample.push(hot);
     }
-    writeln!(out, "\nsbworker demo: {n} employees, April 2026, {} planner edits", r.burst.requests.max(0))?;
+    let transport =
+        if opts.mssql { "SQL Server transport through the Service Broker emulator" } else { "PostgreSQL broker" };
+    writeln!(
+        out,
+        "\nsbworker demo: {n} employees, April 2026, {} planner edits; workers on the {transport}",
+        r.burst.requests.max(0)
+    )?;
     writeln!(out, "\nResults (a few employees):")?;
     writeln!(
         out,

@@ -288,6 +288,48 @@ pub fn parse_login7(p: &[u8]) -> R<Login> {
     Ok(Login { user, password, database, packet_size })
 }
 
+/// An RPC request (2.2.6.6): the procedure's name (`sp_executesql` for its id 10) and
+/// the parameters, names lower case (`#i` for the i-th when unnamed).
+pub fn parse_rpc(payload: &[u8]) -> R<(String, Vec<(String, Sql)>)> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    let n = r.u16()?;
+    let procedure = if n == 0xFFFF {
+        match r.u16()? {
+            10 => "sp_executesql".to_owned(),
+            id => return Err(Malformed(format!("procedure id {id} is not supported by the emulator"))),
+        }
+    } else {
+        r.utf16(n as usize)?
+    };
+    r.u16()?; // option flags
+    let mut params = Vec::new();
+    while !r.rest().is_empty() {
+        let name = r.b_varchar()?.to_lowercase();
+        r.u8()?; // status flags
+        let v = read_value(&mut r)?;
+        params.push((if name.is_empty() { format!("#{}", params.len()) } else { name }, v));
+    }
+    Ok((procedure, params))
+}
+
+/// A SQL batch (2.2.6.7): its text.
+pub fn parse_sql_batch(payload: &[u8]) -> R<String> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    utf16_string(r.rest())
+}
+
+/// A transaction-manager request (2.2.6.9): its type (5 begin, 7 commit, 8 rollback)
+/// and, for commit and rollback, whether a new transaction begins at once (fBeginXact).
+pub fn parse_tm(payload: &[u8]) -> R<(u16, bool)> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    let kind = r.u16()?;
+    let again = matches!(kind, 7 | 8) && r.b_varchar().is_ok() && r.u8().is_ok_and(|b| b & 1 == 1);
+    Ok((kind, again))
+}
+
 /// A value of a column or parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sql {

@@ -3,5 +3,6 @@
 //! on the PostgreSQL broker, so the SQL Server transport meets a real peer over TCP.
 
 pub mod codec;
+pub mod fuzz;
 pub mod server;
 pub mod tsql;

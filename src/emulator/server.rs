@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use super::codec::{self, ColType, Reader, Sql, Tokens, done, packet_type};
+use super::codec::{self, ColType, Sql, Tokens, done, packet_type};
 use super::tsql::{self, Column, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
 use crate::broker::{BrokerError, ErrorKind, Message};
@@ -309,9 +309,7 @@ async fn handle(conn: &mut Conn, ty: u8, payload: &[u8], t: &mut Tokens) {
 }
 
 async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
-    let mut r = Reader::new(payload);
-    let text = r.skip_all_headers().and_then(|_| codec::utf16_string(r.rest()));
-    match text {
+    match codec::parse_sql_batch(payload) {
         Ok(sql) => {
             run(conn, &sql, &Params::new(), t, 0xFD).await;
         }
@@ -323,30 +321,8 @@ async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
 }
 
 async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
-    let parsed = (|| -> Result<(String, Params), codec::Malformed> {
-        let mut r = Reader::new(payload);
-        r.skip_all_headers()?;
-        let n = r.u16()?;
-        let procedure = if n == 0xFFFF {
-            match r.u16()? {
-                10 => "sp_executesql".to_owned(),
-                id => return Err(codec::Malformed(format!("procedure id {id} is not supported by the emulator"))),
-            }
-        } else {
-            r.utf16(n as usize)?
-        };
-        r.u16()?; // option flags
-        let mut params = Params::new();
-        let mut i = 0;
-        while !r.rest().is_empty() {
-            let name = r.b_varchar()?.to_lowercase();
-            r.u8()?; // status flags
-            let v = codec::read_value(&mut r)?;
-            params.insert(if name.is_empty() { format!("#{i}") } else { name }, v);
-            i += 1;
-        }
-        Ok((procedure, params))
-    })();
+    let parsed =
+        codec::parse_rpc(payload).map(|(procedure, params)| (procedure, params.into_iter().collect::<Params>()));
     match parsed {
         Ok((procedure, mut params)) if procedure.eq_ignore_ascii_case("sp_executesql") => {
             let sql = match params.remove("@stmt").or_else(|| params.remove("stmt")).or_else(|| params.remove("#0")) {
@@ -372,22 +348,18 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
 }
 
 async fn tm(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
-    let mut r = Reader::new(payload);
-    let kind = r.skip_all_headers().and_then(|_| r.u16());
     // COMMIT and ROLLBACK requests may ask for a new transaction at once (fBeginXact):
     // clients that never run outside a transaction use it.
-    let begin_again = |r: &mut Reader<'_>| -> bool { r.b_varchar().is_ok() && r.u8().is_ok_and(|b| b & 1 == 1) };
-    let result = match kind {
-        Ok(5) => transaction(conn, Tran::Begin, t).await,
-        Ok(k @ (7 | 8)) => {
-            let again = begin_again(&mut r);
+    let result = match codec::parse_tm(payload) {
+        Ok((5, _)) => transaction(conn, Tran::Begin, t).await,
+        Ok((k @ (7 | 8), again)) => {
             let what = if k == 7 { Tran::Commit } else { Tran::Rollback };
             match transaction(conn, what, t).await {
                 Ok(()) if again => transaction(conn, Tran::Begin, t).await,
                 other => other,
             }
         }
-        Ok(k) => Err(fail(format!("transaction manager request {k} is not supported by the emulator"))),
+        Ok((k, _)) => Err(fail(format!("transaction manager request {k} is not supported by the emulator"))),
         Err(e) => Err(fail(e.to_string())),
     };
     match result {
