@@ -179,13 +179,14 @@ pub fn prelogin_encryption(payload: &[u8]) -> Option<u8> {
 
 /// The server's PRELOGIN answer: version, encryption not supported, no instance, no MARS.
 pub fn prelogin_response() -> Vec<u8> {
-    // (token, data)
-    let options: [(u8, Vec<u8>); 4] =
-        [(0x00, vec![16, 0, 0x10, 0x00, 0, 0]), (0x01, vec![0x02]), (0x02, vec![0x00]), (0x04, vec![0x00])];
+    prelogin_options(&[(0x00, &[16, 0, 0x10, 0x00, 0, 0]), (0x01, &[0x02]), (0x02, &[0x00]), (0x04, &[0x00])])
+}
+
+/// A PRELOGIN payload (2.2.6.5): the option table (token, offset, length), then the data.
+fn prelogin_options(options: &[(u8, &[u8])]) -> Vec<u8> {
     let header_len = options.len() * 5 + 1;
-    let mut out = Vec::new();
-    let mut data = Vec::new();
-    for (token, d) in &options {
+    let (mut out, mut data) = (Vec::new(), Vec::new());
+    for (token, d) in options {
         out.push(*token);
         out.extend_from_slice(&((header_len + data.len()) as u16).to_be_bytes());
         out.extend_from_slice(&(d.len() as u16).to_be_bytes());
@@ -199,18 +200,7 @@ pub fn prelogin_response() -> Vec<u8> {
 /// A client's PRELOGIN (version and the encryption option): for tests and fuzzing of the
 /// server, which reads the other side.
 pub fn prelogin_request(encryption: u8) -> Vec<u8> {
-    let options: [(u8, Vec<u8>); 2] = [(0x00, vec![16, 0, 0x10, 0x00, 0, 0]), (0x01, vec![encryption])];
-    let header_len = options.len() * 5 + 1;
-    let (mut out, mut data) = (Vec::new(), Vec::new());
-    for (token, d) in &options {
-        out.push(*token);
-        out.extend_from_slice(&((header_len + data.len()) as u16).to_be_bytes());
-        out.extend_from_slice(&(d.len() as u16).to_be_bytes());
-        data.extend_from_slice(d);
-    }
-    out.push(0xFF);
-    out.extend_from_slice(&data);
-    out
+    prelogin_options(&[(0x00, &[16, 0, 0x10, 0x00, 0, 0]), (0x01, &[encryption])])
 }
 
 /// A client's LOGIN7 with SQL authentication (2.2.6.4): for tests and fuzzing.

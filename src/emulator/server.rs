@@ -252,7 +252,7 @@ async fn connection(
             // Nothing runs: the request it meant to cancel has finished.
             t.done(0xFD, done::ATTN, 0);
         } else {
-            let mut cancelled = false;
+            let (mut cancelled, mut gone) = (false, false);
             {
                 let work = handle(&mut conn, ty, &payload, &mut t);
                 tokio::pin!(work);
@@ -267,10 +267,17 @@ async fn connection(
                             // A client waits for the answer before its next request;
                             // one that does not is served in order.
                             Some(m) => early.push_back(m),
-                            None => break,
+                            // The client went away: what ran is dropped with the session.
+                            None => {
+                                gone = true;
+                                break;
+                            }
                         },
                     }
                 }
+            }
+            if gone {
+                break;
             }
             if cancelled {
                 // What the request did is undone (XACT_ABORT ON), then acknowledged.
@@ -430,7 +437,7 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 conn.session.begin().await?;
             }
             let r = execute(conn, st, &mut vars, t).await;
-            if implicit {
+            if implicit && !conn.drop_now {
                 if r.is_ok() {
                     conn.session.commit().await?;
                 } else {
@@ -440,6 +447,10 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             r
         }
         .await;
+        if conn.drop_now {
+            // An injected fault: nothing more runs, nothing commits; the connection closes.
+            return false;
+        }
         match result {
             Ok(rows) => {
                 let counted = if rows.is_some() && !conn.nocount { done::COUNT } else { 0 };
