@@ -12,7 +12,12 @@ use serde::{Deserialize, Serialize};
 pub const ENV_PREFIX: &str = "SBWORKER__";
 
 /// The handlers the worker knows, by the name a queue's `handler` key uses.
-pub const HANDLERS: &[&str] = &[crate::worker::calculation::NAME, crate::worker::collector::NAME];
+pub const HANDLERS: &[&str] = &[
+    crate::worker::calculation::NAME,
+    crate::worker::collector::NAME,
+    crate::bench::effect::NAME,
+    crate::bench::effect::NOOP_NAME,
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,10 +4,11 @@
 //! receives it, computes the wage factors and sends back an *Antwoord* or a *Fout*.
 //!
 //! # Layout
+//! - [`bench`]: `sbworker bench`, side-by-side measurements against the machine's limit.
 //! - [`broker`]: the Service Broker back ends (PostgreSQL broker and its session).
 //! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
 //! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
-//! - [`emulator`]: the Service Broker emulator (so far its T-SQL recogniser).
+//! - [`emulator`]: the Service Broker emulator: a TDS front end over the PostgreSQL broker.
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 //! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
 //! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
@@ -17,6 +18,7 @@
 //! - [`transport`]: the seam between the worker and a broker (traits).
 //! - [`worker`]: the worker runtime: readers, retries, scaling, shutdown, metrics.
 
+pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod config;

@@ -143,6 +143,29 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         delete_batch: i64,
     },
+    /// Measure sbworker side by side with the machine's limit (pgbench doing the same
+    /// commits and writes) on a throwaway cluster; writes report.md, results.json and plots.
+    #[command(after_help = "Examples:\n  \
+        cargo run --release -- bench --out bench-report            (the full bench: about an hour)\n  \
+        cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
+        cargo run --release -- bench --groups 200 --per-group 50 --reps 3")]
+    Bench {
+        /// Every part at a tiny size (a check that the bench works, not a measurement).
+        #[arg(long)]
+        quick: bool,
+        /// Where the report goes.
+        #[arg(long, value_name = "DIR", default_value = "bench-report")]
+        out: std::path::PathBuf,
+        /// Repetitions (default 3; 1 with --quick).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        reps: Option<u64>,
+        /// Conversation groups of the headline and the burn-down (default 1000).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        groups: Option<i32>,
+        /// In-order messages per group (default 100).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        per_group: Option<i32>,
+    },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
     /// against "SQL Server" where none can run.
@@ -280,7 +303,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Demo { size, edits, readers, postgres, seed, mssql } => {
-            let opts = sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql };
+            let opts =
+                sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql, progress: true };
             let run = || -> anyhow::Result<()> {
                 // The workers log errors only (the demo prints its own progress); set
                 // SBWORKER_LOG (a tracing filter) to see more.
@@ -363,6 +387,26 @@ fn main() -> ExitCode {
                 Ok(cli::calc::Outcome::Fout) => ExitCode::from(2),
                 Err(e) => {
                     eprintln!("sbworker calc: cannot write the answer: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Bench { quick, out, reps, groups, per_group } => {
+            let opts = sbworker::bench::Options { quick, out, reps: reps.map(|r| r as usize), groups, per_group };
+            let run = || -> anyhow::Result<()> {
+                let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
+                    .with_writer(std::io::stderr)
+                    .try_init();
+                let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+                rt.block_on(sbworker::bench::run(&opts))?;
+                Ok(())
+            };
+            match run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sbworker bench: {e:#}");
                     ExitCode::from(1)
                 }
             }

@@ -185,6 +185,11 @@ impl Cluster {
         format!("host=127.0.0.1 port={} user=postgres dbname={db}", self.port)
     }
 
+    /// A program of the PostgreSQL installation the cluster runs on (`pgbench`, say).
+    pub fn program(name: &str) -> Result<PathBuf, ClusterError> {
+        Ok(bin_dir()?.join(name))
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

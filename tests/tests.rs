@@ -1,6 +1,7 @@
 //! The one integration-test binary (style.md: one binary links once). Each module is a
 //! topic; shared helpers live in `common`.
 
+mod bench_quick;
 mod broker_pg;
 mod cli_calc;
 mod common;

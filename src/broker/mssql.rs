@@ -496,6 +496,12 @@ fn message_of(row: &tiberius::Row) -> Result<Message, BrokerError> {
 }
 
 impl MssqlSession {
+    /// Runs `sql` (a statement of a `.sql` file) on the working connection, inside the
+    /// session's transaction: for handlers with business effects of their own.
+    pub async fn execute(&mut self, sql: &str, params: &[&dyn tiberius::ToSql]) -> Result<(), BrokerError> {
+        Self::exec(&mut self.work, sql, params).await
+    }
+
     async fn rows(
         client: &mut Tds,
         sql: &str,

@@ -52,7 +52,8 @@ fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
     })
 }
 
-fn error_of(e: tokio_postgres::Error) -> BrokerError {
+/// A PostgreSQL error as the broker sees it: its kind and SQL Server's number.
+pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
     let Some(db) = e.as_db_error() else {
         return BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() };
     };

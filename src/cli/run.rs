@@ -100,12 +100,15 @@ async fn serve<T: Transport>(
     limits: Limits,
 ) -> anyhow::Result<RunOutcome>
 where
-    T::Session: collector::ResultStore,
+    T::Session: collector::ResultStore + crate::bench::effect::EffectStore,
 {
+    use crate::bench::effect::{self, Effect};
     worker::preflight(&transport, config).await?;
     let handlers = Handlers::default()
         .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
-        .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
+        .with(collector::NAME, Arc::new(collector::Collector::new(limits)))
+        .with(effect::NAME, Arc::new(Effect { noop: false }))
+        .with(effect::NOOP_NAME, Arc::new(Effect { noop: true }));
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(forward_signals(tx));
     let sweeper = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| {

@@ -57,6 +57,8 @@ pub struct Options {
     pub seed: u64,
     /// Run the workers on the SQL Server transport through the emulator.
     pub mssql: bool,
+    /// Show progress lines on stderr.
+    pub progress: bool,
 }
 
 /// One phase's figures.
@@ -102,10 +104,14 @@ struct ProgressLine {
     phase: &'static str,
     tty: bool,
     last: Option<Instant>,
+    quiet: bool,
 }
 
 impl ProgressLine {
     fn show(&mut self, p: &Progress, started: Instant) {
+        if self.quiet {
+            return;
+        }
         let now = Instant::now();
         let every = if self.tty { Duration::from_millis(200) } else { Duration::from_secs(2) };
         if self.last.is_some_and(|l| now - l < every) && !p.drained() {
@@ -198,7 +204,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let since = now_text(&client).await?;
     let started = Instant::now();
     roster.load(&mut client).await.context("loading the roster")?;
-    let mut line = ProgressLine { phase: "roster import", tty, last: None };
+    let mut line = ProgressLine { phase: "roster import", tty, last: None, quiet: !opts.progress };
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
     let load = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
 
@@ -219,7 +225,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
             Ok::<(), tokio_postgres::Error>(())
         });
     }
-    let mut line = ProgressLine { phase: "planner edits", tty, last: None };
+    let mut line = ProgressLine { phase: "planner edits", tty, last: None, quiet: !opts.progress };
     while let Some(done) = tasks.join_next().await {
         done?.context("applying an edit")?;
     }

@@ -1013,6 +1013,16 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     };
                     Ok(result_set(t, &[("uitkomst", ColType::NVarChar)], &[vec![Sql::NVarChar(outcome.into())]]))
                 }
+                // The benchmark's business effect (`sbworker bench`, src/bench/mssql.sql).
+                "bench.apply" => {
+                    let conversation = as_uuid(arg("@conversation")?)?;
+                    let seq = as_i64(arg("@seq")?)?;
+                    s.client()
+                        .execute(crate::bench::stmt("apply"), &[&conversation, &seq])
+                        .await
+                        .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
+                    Ok(None)
+                }
                 "rekenserver.noteer_fout" => {
                     let handle = as_uuid(arg("@handle")?)?;
                     s.record_fout(handle, &as_text(arg("@melding")?)?).await?;

@@ -1,0 +1,49 @@
+// graphile-worker as a contender of `sbworker bench` (issue 10).
+//
+//   node headline.js CONNECTION CONCURRENCY POOL LOCAL_QUEUE_SIZE
+//
+// Runs the `apply` task for the jobs the bench preloaded (one job per message, a named
+// queue per group standing in for a conversation group, so a group's jobs run one at a
+// time in order) until SIGTERM. A task applies its message's effect in a transaction of
+// its own (graphile-worker completes the job afterwards, in another: it cannot complete
+// a job inside the business transaction). LOCAL_QUEUE_SIZE 0 runs without the local
+// queue (jobs fetched one by one), N > 0 with it.
+const { run } = require("graphile-worker");
+
+async function main() {
+  const [connectionString, concurrency, pool, localQueue] = process.argv.slice(2);
+  const preset = {
+    worker: {
+      connectionString,
+      concurrentJobs: Number(concurrency),
+      maxPoolSize: Number(pool),
+      pollInterval: 1000,
+      ...(Number(localQueue) > 0 ? { localQueue: { size: Number(localQueue) } } : {}),
+    },
+  };
+  const runner = await run({
+    preset,
+    noHandleSignals: false,
+    taskList: {
+      apply: async (payload, helpers) => {
+        await helpers.withPgClient(async (c) => {
+          await c.query("BEGIN");
+          try {
+            await c.query("SELECT bench.apply($1, $2)", [payload.c, payload.s]);
+            await c.query("COMMIT");
+          } catch (e) {
+            await c.query("ROLLBACK");
+            throw e;
+          }
+        });
+      },
+    },
+  });
+  console.log("graphile-worker running");
+  await runner.promise;
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

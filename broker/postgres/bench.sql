@@ -1,0 +1,57 @@
+-- The benchmark's world on the PostgreSQL broker (`sbworker bench`, issue 10): a queue
+-- of in-order messages per conversation group and the business effect each message has.
+-- Installed into a throwaway database of the bench's own cluster, never into yours.
+
+SELECT sb.create_message_type('/Bench/Bericht', 'NONE');
+SELECT sb.create_contract('/Bench/Contract', ARRAY[ARRAY['/Bench/Bericht', 'INITIATOR']]);
+SELECT sb.create_queue('bench_bron') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_bron');
+SELECT sb.create_queue('bench_doel') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_doel');
+SELECT sb.create_service('/Bench/Bron', 'bench_bron');
+SELECT sb.create_service('/Bench/Doel', 'bench_doel', ARRAY['/Bench/Contract']);
+
+CREATE SCHEMA IF NOT EXISTS bench;
+
+-- The business row of a group: how many messages took effect, and the last one's
+-- number (a message that does not follow it is counted as out of order).
+CREATE TABLE IF NOT EXISTS bench.account (
+    conversation uuid PRIMARY KEY,
+    applied      bigint NOT NULL DEFAULT 0,
+    last_seq     bigint NOT NULL DEFAULT 0,
+    out_of_order bigint NOT NULL DEFAULT 0
+);
+
+-- One reply per message handled.
+CREATE TABLE IF NOT EXISTS bench.reply (
+    conversation uuid NOT NULL,
+    seq          bigint NOT NULL,
+    handled_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- Preloads `groups` dialogs of `per_group` messages each (with sending's full cost: the
+-- broker's own sb.send), and their business rows.
+CREATE OR REPLACE FUNCTION bench.preload(groups int, per_group int, body bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    h uuid;
+    far uuid;
+BEGIN
+    FOR g IN 1..groups LOOP
+        h := sb.begin_dialog('/Bench/Bron', '/Bench/Doel', '/Bench/Contract');
+        FOR i IN 1..per_group LOOP
+            PERFORM sb.send(h, '/Bench/Bericht', body);
+        END LOOP;
+        SELECT far_handle INTO far FROM sb.endpoint WHERE handle = h;
+        INSERT INTO bench.account (conversation) VALUES (far);
+    END LOOP;
+END $$;
+
+-- A message's effect: its group's row moves on, a reply is written.
+CREATE OR REPLACE FUNCTION bench.apply(p_conversation uuid, p_seq bigint)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE bench.account
+       SET applied = applied + 1,
+           out_of_order = out_of_order + (last_seq <> p_seq - 1)::int,
+           last_seq = p_seq
+     WHERE conversation = p_conversation;
+    INSERT INTO bench.reply (conversation, seq) VALUES (p_conversation, p_seq);
+$$;

@@ -1,0 +1,63 @@
+//! The benchmark's handler: each message's business effect (its group's row moves on, a
+//! reply row), in the receiving transaction, on either transport; or nothing at all for
+//! the burn-down.
+
+use uuid::Uuid;
+
+use crate::broker::mssql::MssqlSession;
+use crate::broker::{BrokerError, Message};
+use crate::transport::Session;
+use crate::worker::handler::BoxFuture;
+use crate::worker::{Handled, Handler, HandlerError};
+
+/// The benchmark's queue, and its handlers' names: each message's effect, or nothing.
+pub const QUEUE: &str = "bench_doel";
+pub const NAME: &str = "bench-effect";
+pub const NOOP_NAME: &str = "bench-noop";
+
+/// Where a message takes effect.
+pub trait EffectStore: Session {
+    fn apply(&mut self, conversation: Uuid, seq: i64) -> impl Future<Output = Result<(), BrokerError>> + Send;
+}
+
+impl EffectStore for crate::broker::postgres::Session {
+    async fn apply(&mut self, conversation: Uuid, seq: i64) -> Result<(), BrokerError> {
+        self.client()
+            .execute(super::stmt("apply"), &[&conversation, &seq])
+            .await
+            .map_err(crate::broker::postgres::error_of)?;
+        Ok(())
+    }
+}
+
+impl EffectStore for MssqlSession {
+    async fn apply(&mut self, conversation: Uuid, seq: i64) -> Result<(), BrokerError> {
+        self.execute(super::tsql("apply"), &[&conversation, &seq]).await
+    }
+}
+
+/// Applies every message (or, with `noop`, does nothing but let the RECEIVE commit).
+pub struct Effect {
+    pub noop: bool,
+}
+
+impl<S: EffectStore> Handler<S> for Effect {
+    fn handle<'a>(
+        &'a self,
+        session: &'a mut S,
+        messages: &'a [Message],
+    ) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+        Box::pin(async move {
+            if !self.noop {
+                for m in messages {
+                    session.apply(m.conversation_handle, m.sequence).await?;
+                }
+            }
+            Ok(Handled { answered: messages.len() as u32, ..Handled::default() })
+        })
+    }
+
+    fn divert_reply(&self, _: &Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
+        None
+    }
+}

@@ -1,0 +1,316 @@
+//! `sbworker bench` (issue 10): side-by-side measurements in one run on one throwaway
+//! cluster. Contenders: sbworker on the PostgreSQL broker, sbworker on the SQL Server
+//! transport through the emulator, and the machine's limit (pgbench doing the same
+//! commits and row writes per message). Workloads: the burn-down (a preloaded backlog, a
+//! handler that does nothing), the headline (groups of in-order messages, each handled
+//! in one transaction with a business effect, verified afterwards for order and exactly
+//! one effect), and the real pipeline with the payroll engine at several reader counts,
+//! plus the engine alone. Repetitions are interleaved, each after a pgbench commit
+//! calibration; the report gives medians with min and max, and ratios taken within a
+//! repetition.
+//!
+//! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
+//! [`runs`] (one measured run), [`pipeline`] (workload 5, the engine), [`report`].
+
+pub mod effect;
+pub mod pipeline;
+pub mod report;
+pub mod runs;
+pub mod world;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::sql::SqlFile;
+use runs::{Measured, Shape};
+
+static STATEMENTS: SqlFile = SqlFile::new("src/bench/statements.sql", include_str!("statements.sql"));
+static TSQL: SqlFile = SqlFile::new("src/bench/mssql.sql", include_str!("mssql.sql"));
+
+/// A PostgreSQL statement of `statements.sql`.
+pub fn stmt(name: &str) -> &'static str {
+    STATEMENTS.get(name)
+}
+
+/// A T-SQL statement of `mssql.sql`.
+pub fn tsql(name: &str) -> &'static str {
+    TSQL.get(name)
+}
+
+/// The bench's schema on the PostgreSQL broker, and the limit's tables.
+const BENCH_SQL: &str = include_str!("../../broker/postgres/bench.sql");
+const LIMIT_SQL: &str = include_str!("limit.sql");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Contender {
+    SbworkerPostgres,
+    SbworkerTds,
+    Limit,
+}
+
+impl Contender {
+    pub fn key(self) -> &'static str {
+        match self {
+            Contender::SbworkerPostgres => "sbworker-pg",
+            Contender::SbworkerTds => "sbworker-tds",
+            Contender::Limit => "limit",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Contender::SbworkerPostgres => "sbworker, PostgreSQL broker",
+            Contender::SbworkerTds => "sbworker, SQL Server transport via the emulator",
+            Contender::Limit => "limit: pgbench, same commits and writes",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    BurnDown,
+    Headline,
+}
+
+impl Workload {
+    pub fn key(self) -> &'static str {
+        match self {
+            Workload::BurnDown => "burn-down",
+            Workload::Headline => "headline",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub quick: bool,
+    pub out: PathBuf,
+    pub reps: Option<usize>,
+    /// Headline and burn-down: groups and messages per group (defaults by `quick`).
+    pub groups: Option<i32>,
+    pub per_group: Option<i32>,
+}
+
+/// The sizes of every part.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    pub reps: usize,
+    pub groups: i32,
+    pub per_group: i32,
+    pub readers: u32,
+    pub connections: u32,
+    pub calibration_seconds: u32,
+    pub pipeline_employees: usize,
+    pub pipeline_readers: Vec<u32>,
+    pub engine_seconds: f64,
+}
+
+impl Sizes {
+    fn of(o: &Options) -> Sizes {
+        let (reps, groups, per_group, calibration_seconds, pipeline_employees, pipeline_readers, engine_seconds) =
+            if o.quick { (1, 16, 5, 1, 12, vec![1, 4], 0.2) } else { (3, 1000, 100, 10, 400, vec![1, 2, 4, 8], 3.0) };
+        Sizes {
+            reps: o.reps.unwrap_or(reps).max(1),
+            groups: o.groups.unwrap_or(groups),
+            per_group: o.per_group.unwrap_or(per_group),
+            // The connection budget of every contender: 8. A worker reader holds two
+            // (its transaction's and the one that counts attempts outside it).
+            readers: 4,
+            connections: 8,
+            calibration_seconds,
+            pipeline_employees,
+            pipeline_readers,
+            engine_seconds,
+        }
+    }
+}
+
+/// Everything one bench run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub command: String,
+    pub started: String,
+    pub machine: String,
+    pub settings: Vec<(String, String)>,
+    pub sizes: Sizes,
+    /// Commits per second per repetition (pgbench, one-row commits, 8 connections).
+    pub calibrations: Vec<f64>,
+    pub runs: Vec<Measured>,
+    pub pipeline: Vec<pipeline::PipelineRun>,
+    pub engine_per_second: Vec<f64>,
+}
+
+/// One progress line on stderr (rewritten in place on a terminal).
+pub fn progress(line: &str) {
+    let mut err = std::io::stderr().lock();
+    if err.is_terminal() {
+        let _ = write!(err, "\r\x1b[2K{line}");
+    } else {
+        let _ = writeln!(err, "{line}");
+    }
+}
+
+/// Runs the bench; writes `report.md`, `results.json` and the plots into `opts.out`.
+pub async fn run(opts: &Options) -> anyhow::Result<Results> {
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
+    let sizes = Sizes::of(opts);
+    let shape = Shape { groups: sizes.groups, per_group: sizes.per_group, readers: sizes.readers };
+    anyhow::ensure!(
+        shape.messages() % sizes.connections as u64 == 0,
+        "groups × per-group must divide over {} pgbench clients",
+        sizes.connections
+    );
+    let work = opts.out.join("work");
+    std::fs::create_dir_all(&work)?;
+    progress("starting the bench's PostgreSQL cluster (fsync on) ...");
+    let w = world::World::start()?;
+    let settings = w.settings().await?;
+    let pg = w.database("bench_sbworker_pg", true, BENCH_SQL).await?;
+    let tds = w.database("bench_sbworker_tds", true, BENCH_SQL).await?;
+    let limit = w.database("bench_limit", false, LIMIT_SQL).await?;
+    let mut results = Results {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started: chrono_like_now(),
+        machine: machine(),
+        settings,
+        sizes: sizes.clone(),
+        calibrations: Vec::new(),
+        runs: Vec::new(),
+        pipeline: Vec::new(),
+        engine_per_second: Vec::new(),
+    };
+    for rep in 0..sizes.reps {
+        results.calibrations.push(
+            runs::calibrate(&w, "bench_limit", &limit, sizes.connections, sizes.calibration_seconds, &work).await?,
+        );
+        for sync in [true, false] {
+            // Interleaved: every contender once per repetition, in turn.
+            for contender in [Contender::SbworkerPostgres, Contender::SbworkerTds, Contender::Limit] {
+                let m = match contender {
+                    Contender::Limit => {
+                        runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
+                    }
+                    Contender::SbworkerPostgres => {
+                        runs::sbworker(
+                            &w,
+                            "bench_sbworker_pg",
+                            &pg,
+                            contender,
+                            Workload::Headline,
+                            shape,
+                            sync,
+                            rep,
+                            &work,
+                        )
+                        .await?
+                    }
+                    Contender::SbworkerTds => {
+                        runs::sbworker(
+                            &w,
+                            "bench_sbworker_tds",
+                            &tds,
+                            contender,
+                            Workload::Headline,
+                            shape,
+                            sync,
+                            rep,
+                            &work,
+                        )
+                        .await?
+                    }
+                };
+                results.runs.push(m);
+            }
+        }
+        for (db, url, contender) in [
+            ("bench_sbworker_pg", &pg, Contender::SbworkerPostgres),
+            ("bench_sbworker_tds", &tds, Contender::SbworkerTds),
+        ] {
+            results
+                .runs
+                .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
+        }
+        for &readers in &sizes.pipeline_readers {
+            results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
+        }
+        results.engine_per_second.push(pipeline::engine_alone(Duration::from_secs_f64(sizes.engine_seconds))?);
+    }
+    report::write(&opts.out, &results)?;
+    progress(&format!("report: {}", opts.out.join("report.md").display()));
+    let _ = writeln!(std::io::stderr());
+    Ok(results)
+}
+
+/// The time now, UTC, as text (without a date crate: from the system clock).
+fn chrono_like_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let days = secs / 86_400;
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", secs % 86_400 / 3600, secs % 3600 / 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day) (the proleptic Gregorian calendar).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Cores and memory of this machine.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().to_owned())))
+        .unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()))
+        })
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), {mem} memory")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn days_become_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn every_statement_name_is_in_its_file() {
+        for name in [
+            "apply",
+            "preload",
+            "replies",
+            "waiting",
+            "verify",
+            "stats",
+            "reset",
+            "limit_reset",
+            "limit_preload",
+            "limit_accounts",
+            "limit_verify",
+        ] {
+            assert!(!super::stmt(name).is_empty(), "{name}");
+        }
+        assert!(super::tsql("apply").starts_with("EXEC bench.apply"));
+    }
+}

@@ -1,0 +1,349 @@
+//! The bench's output: `report.md` (a table per workload: value, unit, ratio to the
+//! limit, ratio to the other contender; medians with min and max over repetitions),
+//! `results.json` (every run), and two SVG plots (headline throughput per contender;
+//! pipeline throughput against readers).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::runs::Measured;
+use super::{Contender, Results, Workload};
+
+/// Median, min and max.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let median = if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
+    Some(Spread { median, min: v[0], max: v[v.len() - 1] })
+}
+
+fn show(s: Option<Spread>, digits: usize) -> String {
+    match s {
+        None => "–".into(),
+        Some(s) if s.min == s.max => format!("{:.*}", digits, s.median),
+        Some(s) => format!("{:.*} ({:.*}–{:.*})", digits, s.median, digits, s.min, digits, s.max),
+    }
+}
+
+fn runs_of(r: &Results, w: Workload, c: Contender, sync: bool) -> Vec<&Measured> {
+    r.runs.iter().filter(|m| m.workload == w && m.contender == c && m.synchronous_commit == sync).collect()
+}
+
+/// Per repetition, `a`'s throughput over `b`'s (ratios within one repetition).
+fn ratios(r: &Results, w: Workload, a: Contender, b: Contender, sync: bool) -> Option<Spread> {
+    let bs = runs_of(r, w, b, sync);
+    let v: Vec<f64> = runs_of(r, w, a, sync)
+        .iter()
+        .filter_map(|x| bs.iter().find(|y| y.repetition == x.repetition).map(|y| x.per_second / y.per_second))
+        .collect();
+    spread(&v)
+}
+
+fn field(runs: &[&Measured], f: impl Fn(&Measured) -> Option<f64>) -> Option<Spread> {
+    spread(&runs.iter().filter_map(|m| f(m)).collect::<Vec<_>>())
+}
+
+/// The headline's median throughput of a contender (synchronous commit on).
+pub fn headline(r: &Results, c: Contender) -> Option<Spread> {
+    field(&runs_of(r, Workload::Headline, c, true), |m| Some(m.per_second))
+}
+
+fn queue_table(out: &mut String, r: &Results, w: Workload, sync: bool, contenders: &[Contender]) {
+    let _ = writeln!(
+        out,
+        "| contender | messages/s | ratio to limit | ratio to the other sbworker | commits/msg | WAL bytes/msg | worker CPU s/1k | emulator CPU s/1k | PostgreSQL CPU s/1k | worker peak RSS MiB | order | exactly once |"
+    );
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for &c in contenders {
+        let runs = runs_of(r, w, c, sync);
+        if runs.is_empty() {
+            continue;
+        }
+        let other = match c {
+            Contender::SbworkerPostgres => Some(Contender::SbworkerTds),
+            Contender::SbworkerTds => Some(Contender::SbworkerPostgres),
+            Contender::Limit => None,
+        };
+        let order = match runs.iter().filter_map(|m| m.out_of_order).max() {
+            None => "–".to_owned(),
+            Some(0) => "kept".to_owned(),
+            Some(n) => format!("**broken ({n} out of order): not ranked**"),
+        };
+        let once = match runs.iter().filter_map(|m| m.exactly_once).reduce(|a, b| a && b) {
+            None => "–",
+            Some(true) => "yes",
+            Some(false) => "**no**",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {order} | {once} |",
+            c.label(),
+            show(field(&runs, |m| Some(m.per_second)), 0),
+            if c == Contender::Limit { "1".into() } else { show(ratios(r, w, c, Contender::Limit, sync), 2) },
+            other.map_or("–".into(), |o| show(ratios(r, w, c, o, sync), 2)),
+            show(field(&runs, |m| Some(m.commits_per_message)), 2),
+            show(field(&runs, |m| Some(m.wal_bytes_per_message)), 0),
+            show(field(&runs, |m| m.worker_cpu_per_1000), 3),
+            show(field(&runs, |m| m.emulator_cpu_per_1000), 3),
+            show(field(&runs, |m| Some(m.postgres_cpu_per_1000)), 3),
+            show(field(&runs, |m| m.worker_peak_rss_mib), 1),
+        );
+    }
+}
+
+/// `report.md`, `results.json`, `headline.svg`, `pipeline.svg` into `dir`.
+pub fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(dir.join("headline.svg"), headline_svg(r))?;
+    std::fs::write(dir.join("pipeline.svg"), pipeline_svg(r))?;
+    std::fs::write(dir.join("report.md"), markdown(r))?;
+    Ok(())
+}
+
+pub fn markdown(r: &Results) -> String {
+    let s = &r.sizes;
+    let mut out = String::new();
+    let _ = writeln!(out, "# sbworker bench\n");
+    let _ = writeln!(out, "`{}`, {}, on {}.\n", r.command, r.started, r.machine);
+    let _ = writeln!(
+        out,
+        "One throwaway cluster, one database per contender, the same settings for all; {} repetition(s), \
+         interleaved (every contender once per repetition, in turn), each after a {} s pgbench commit \
+         calibration. Figures are medians (min–max); ratios are taken within a repetition. Every contender \
+         has 8 connections: sbworker {} readers of two connections each (the transaction's and the one that \
+         counts attempts), pgbench 8 clients. Nothing compiles while it measures.\n",
+        s.reps, s.calibration_seconds, s.readers
+    );
+    let _ = writeln!(out, "## Settings\n\n| setting | value |\n| --- | --- |");
+    for (k, v) in &r.settings {
+        let _ = writeln!(out, "| {k} | {v} |");
+    }
+    let _ = writeln!(out, "| synchronous_commit (per run) | on for the headline, off for the variant |");
+    let _ = writeln!(
+        out,
+        "\nCommit calibration (one-row commits, 8 connections): {} commits/s.\n",
+        show(spread(&r.calibrations), 0)
+    );
+    let all = [Contender::SbworkerPostgres, Contender::SbworkerTds, Contender::Limit];
+    let _ = writeln!(
+        out,
+        "## Headline: Service Broker semantics\n\n{} groups × {} in-order messages; each message in one \
+         transaction (RECEIVE TOP (1) of its group, the group's business row updated, a reply inserted, \
+         commit); afterwards every group checked for order and every message for exactly one effect and one \
+         reply. The limit is pgbench running the same commits and row writes per message on plain tables \
+         (`src/bench/limit.pgbench`); it keeps no order, it is a bound.\n\n### synchronous_commit = on\n",
+        s.groups, s.per_group
+    );
+    queue_table(&mut out, r, Workload::Headline, true, &all);
+    let _ = writeln!(out, "\n### synchronous_commit = off (CPU cost without the flush)\n");
+    queue_table(&mut out, r, Workload::Headline, false, &all);
+    let _ = writeln!(
+        out,
+        "\n## Burn-down\n\n{} messages preloaded ({} groups × {}), a handler that does nothing, RECEIVE TOP \
+         (100): time to drain.\n",
+        s.groups as i64 * s.per_group as i64,
+        s.groups,
+        s.per_group
+    );
+    queue_table(&mut out, r, Workload::BurnDown, true, &[Contender::SbworkerPostgres, Contender::SbworkerTds]);
+    let _ = writeln!(
+        out,
+        "\n## The real pipeline\n\nRoster commits to stored results with the payroll engine ({} employees \
+         imported in one transaction, then 3 edits per employee from 4 planners at once; `synchronous_commit` \
+         on), by readers of the calculation queue. Latency: from the roster commit to the stored result.\n\n\
+         | readers | import requests/s | edits/s | p50 ms | p99 ms | verified |\n| --- | --- | --- | --- | --- | --- |",
+        s.pipeline_employees
+    );
+    for &readers in &s.pipeline_readers {
+        let runs: Vec<_> = r.pipeline.iter().filter(|p| p.readers == readers).collect();
+        let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "| {readers} | {} | {} | {} | {} | {} |",
+            show(f(|p| p.import_per_second), 0),
+            show(f(|p| p.edits_per_second), 0),
+            show(f(|p| p.p50_ms), 0),
+            show(f(|p| p.p99_ms), 0),
+            if runs.iter().all(|p| p.verified) { "yes" } else { "**no**" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nThe engine alone (decode the Vraag, calculate, encode the Antwoord; one thread): {} Vraags/s per core.\n",
+        show(spread(&r.engine_per_second), 0)
+    );
+    let _ = writeln!(out, "## Targets\n\n| target | measured | verdict |\n| --- | --- | --- |");
+    for (target, measured, met) in targets(r) {
+        let _ = writeln!(out, "| {target} | {measured} | {met} |");
+    }
+    let _ = writeln!(
+        out,
+        "\n## Not measured by this version of the bench\n\nRiver and graphile-worker (the peers the issue \
+         names) are not contenders yet; nor are the open-loop latency workload, the poison and xmin-pinned \
+         bloat workload, or the pipeline's own commits and WAL per request. Plots: `headline.svg`, \
+         `pipeline.svg`; every run: `results.json`."
+    );
+    out
+}
+
+/// (target, measured, verdict) for the issue's targets this bench measures.
+fn targets(r: &Results) -> Vec<(String, String, String)> {
+    let mut t = Vec::new();
+    let verdict = |ok: bool, by: String| if ok { "met".to_owned() } else { format!("missed: {by}") };
+    if let Some(ratio) = ratios(r, Workload::Headline, Contender::SbworkerPostgres, Contender::Limit, true) {
+        t.push((
+            "headline: at least 50% of the pgbench limit".into(),
+            format!("{:.0}% (PostgreSQL broker)", ratio.median * 100.0),
+            verdict(ratio.median >= 0.5, format!("{:.0} points short", (0.5 - ratio.median) * 100.0)),
+        ));
+    }
+    let four: Vec<f64> = r.pipeline.iter().filter(|p| p.readers == 4).map(|p| p.edits_per_second).collect();
+    if let Some(s) = spread(&four) {
+        t.push((
+            "pipeline: 1,000 recalculations/s with 4 readers".into(),
+            format!("{:.0}/s", s.median),
+            verdict(s.median >= 1000.0, format!("{:.1}× too slow", 1000.0 / s.median.max(1e-9))),
+        ));
+    }
+    if let Some(s) = spread(&r.engine_per_second) {
+        t.push((
+            "engine: 40,000 Vraags/s per core".into(),
+            format!("{:.0}/s", s.median),
+            verdict(s.median >= 40_000.0, format!("{:.1}× too slow", 40_000.0 / s.median.max(1e-9))),
+        ));
+    }
+    let rss: Vec<f64> = r.runs.iter().filter_map(|m| m.worker_peak_rss_mib).collect();
+    if let Some(s) = spread(&rss) {
+        t.push((
+            "worker RSS under 50 MiB (4 readers here: the 8-connection budget)".into(),
+            format!("{:.1} MiB at most", s.max),
+            verdict(s.max < 50.0, format!("{:.1} MiB over", s.max - 50.0)),
+        ));
+    }
+    t
+}
+
+/// Bars: headline messages/s per contender, synchronous commit on and off.
+fn headline_svg(r: &Results) -> String {
+    let contenders = [Contender::SbworkerPostgres, Contender::SbworkerTds, Contender::Limit];
+    let mut bars = Vec::new();
+    for c in contenders {
+        for sync in [true, false] {
+            let v = field(&runs_of(r, Workload::Headline, c, sync), |m| Some(m.per_second)).map_or(0.0, |s| s.median);
+            bars.push((format!("{} ({})", c.key(), if sync { "sync" } else { "async" }), v));
+        }
+    }
+    bar_chart("Headline: messages per second (median)", &bars)
+}
+
+/// Lines: pipeline edits/s against readers.
+fn pipeline_svg(r: &Results) -> String {
+    let points: Vec<(f64, f64)> = r
+        .sizes
+        .pipeline_readers
+        .iter()
+        .filter_map(|&n| {
+            let v: Vec<f64> = r.pipeline.iter().filter(|p| p.readers == n).map(|p| p.edits_per_second).collect();
+            spread(&v).map(|s| (f64::from(n), s.median))
+        })
+        .collect();
+    line_chart("Pipeline: recalculations per second by readers (sbworker, PostgreSQL broker)", &points)
+}
+
+fn bar_chart(title: &str, bars: &[(String, f64)]) -> String {
+    let (w, h, left, bottom) = (760.0, 60.0 + 36.0 * bars.len() as f64, 260.0, 30.0);
+    let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\">{}</text>\n",
+        escape(title)
+    );
+    for (i, (label, v)) in bars.iter().enumerate() {
+        let y = 40.0 + 36.0 * i as f64;
+        let len = (w - left - 90.0) * v / max;
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{}</text>\
+             <rect x=\"{left}\" y=\"{:.0}\" width=\"{len:.1}\" height=\"24\" fill=\"#4a7ab5\"/>\
+             <text x=\"{:.1}\" y=\"{:.0}\">{v:.0}</text>",
+            left - 8.0,
+            y + 17.0,
+            escape(label),
+            y,
+            left + len + 6.0,
+            y + 17.0
+        );
+    }
+    let _ = writeln!(s, "<text x=\"{left}\" y=\"{:.0}\">0</text></svg>", h - bottom + 20.0);
+    s
+}
+
+fn line_chart(title: &str, points: &[(f64, f64)]) -> String {
+    let (w, h, left, top, bottom) = (640.0, 360.0, 70.0, 40.0, 50.0);
+    let xmax = points.iter().map(|p| p.0).fold(1.0, f64::max);
+    let ymax = points.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let x = |v: f64| left + (w - left - 30.0) * v / xmax;
+    let y = |v: f64| h - bottom - (h - top - bottom) * v / ymax;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\">{}</text>\n\
+         <line x1=\"{left}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{:.0}\" stroke=\"black\"/>\n\
+         <text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"middle\">readers</text>\n\
+         <text x=\"{:.0}\" y=\"{top}\" text-anchor=\"end\">{ymax:.0}/s</text>\n",
+        escape(title),
+        h - bottom,
+        w - 20.0,
+        h - bottom,
+        h - bottom,
+        (w + left) / 2.0,
+        h - 12.0,
+        left - 6.0,
+    );
+    let path: Vec<String> = points.iter().map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b))).collect();
+    let _ =
+        writeln!(s, "<polyline fill=\"none\" stroke=\"#4a7ab5\" stroke-width=\"2\" points=\"{}\"/>", path.join(" "));
+    for &(a, b) in points {
+        let _ = writeln!(
+            s,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"#4a7ab5\"/><text x=\"{:.1}\" y=\"{:.1}\">{b:.0}</text>\
+             <text x=\"{:.1}\" y=\"{:.0}\" text-anchor=\"middle\">{a:.0}</text>",
+            x(a),
+            y(b),
+            x(a) + 6.0,
+            y(b) - 6.0,
+            x(a),
+            h - bottom + 18.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_spreads() {
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), Some(Spread { median: 2.0, min: 1.0, max: 3.0 }));
+        assert_eq!(spread(&[4.0, 1.0]).unwrap().median, 2.5);
+        assert_eq!(spread(&[]), None);
+        assert_eq!(show(spread(&[5.0]), 1), "5.0");
+        assert_eq!(show(spread(&[1.0, 3.0, 2.0]), 0), "2 (1–3)");
+    }
+}

@@ -1,0 +1,380 @@
+//! One measured run of a queue workload (burn-down or the headline) by one contender:
+//! sbworker as a real `sbworker run` process on the PostgreSQL broker or on the SQL
+//! Server transport through a real `sbworker emulator` process, or pgbench doing the
+//! same commits and row writes (the limit); and the pgbench commit calibration.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+use super::world::{self, World};
+use super::{Contender, Workload, effect, stmt};
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub workload: Workload,
+    pub contender: Contender,
+    pub synchronous_commit: bool,
+    pub repetition: usize,
+    pub messages: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub commits_per_message: f64,
+    pub wal_bytes_per_message: f64,
+    /// CPU seconds per 1,000 messages of the worker process (and the emulator's).
+    pub worker_cpu_per_1000: Option<f64>,
+    pub emulator_cpu_per_1000: Option<f64>,
+    pub postgres_cpu_per_1000: f64,
+    pub worker_peak_rss_mib: Option<f64>,
+    pub readers: u32,
+    /// Connections the contender held to its broker (PostgreSQL, or TDS to the emulator).
+    pub connections: u32,
+    /// Headline: messages applied out of order within their group (must be 0).
+    pub out_of_order: Option<i64>,
+    /// Headline: every message took effect once and has one reply.
+    pub exactly_once: Option<bool>,
+}
+
+/// The shape of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub groups: i32,
+    pub per_group: i32,
+    pub readers: u32,
+}
+
+impl Shape {
+    pub fn messages(&self) -> u64 {
+        self.groups as u64 * self.per_group as u64
+    }
+}
+
+/// Waits for the server's statistics of the last transactions to be counted (backends
+/// report them within a second), so commits and WAL are read after the run's own.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+}
+
+/// Commits a reading itself adds (its own query's transaction).
+const READING: i64 = 1;
+
+/// Commits and WAL so far, read on a connection of its own that closes at once (a
+/// closing backend reports its statistics as it goes).
+async fn reading(url: &str) -> anyhow::Result<(i64, i64)> {
+    let c = world::connect(url).await?;
+    world::commits_and_wal(&c).await
+}
+
+async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
+    let c = world::connect(&world.cluster.url("postgres")).await?;
+    c.batch_execute(&format!("ALTER DATABASE \"{db}\" SET synchronous_commit = {}", if on { "on" } else { "off" }))
+        .await?;
+    Ok(())
+}
+
+/// A child process that is stopped when dropped.
+struct Process(Child);
+
+impl Process {
+    fn pid(&self) -> u32 {
+        self.0.id().unwrap_or(0)
+    }
+
+    async fn terminate(mut self) -> anyhow::Result<()> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(60), self.0.wait()).await??;
+        if !status.success() {
+            bail!("the worker exited with {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.start_kill();
+    }
+}
+
+/// Starts `sbworker emulator` on the database; its TDS address.
+async fn start_emulator(bin: &Path, url: &str, password: &str, log: &Path) -> anyhow::Result<(Process, String)> {
+    let mut child = Command::new(bin)
+        .args(["emulator", "--listen", "127.0.0.1:0", "--postgres", url, "--password", password])
+        .env("SBWORKER_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting sbworker emulator")?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    while let Some(line) = lines.next_line().await? {
+        if let Some(rest) = line.trim().strip_prefix("Server=tcp:") {
+            let addr = rest.split(';').next().unwrap_or_default().to_owned();
+            return Ok((Process(child), addr));
+        }
+    }
+    bail!("the emulator ended before it listened (see {})", log.display())
+}
+
+/// One run of sbworker: preload, start the worker process, time the drain, verify.
+#[allow(clippy::too_many_arguments)]
+pub async fn sbworker(
+    world: &World,
+    db: &str,
+    url: &str,
+    contender: Contender,
+    workload: Workload,
+    shape: Shape,
+    sync: bool,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<Measured> {
+    let bin = std::env::current_exe().context("finding the sbworker binary")?;
+    {
+        let c = world::connect(url).await?;
+        c.batch_execute(stmt("reset")).await?;
+        c.batch_execute("VACUUM ANALYZE").await?;
+        set_sync(world, db, sync).await?;
+        let body = vec![b'x'; 100];
+        c.execute(stmt("preload"), &[&shape.groups, &shape.per_group, &body]).await.context("preloading messages")?;
+    }
+    let tag = format!("{}-{}-{}-{repetition}", workload.key(), contender.key(), if sync { "sync" } else { "async" });
+    let (emulator, connection) = match contender {
+        Contender::SbworkerTds => {
+            let password = uuid::Uuid::new_v4().simple().to_string();
+            let (p, addr) = start_emulator(&bin, url, &password, &dir.join(format!("{tag}.emulator.log"))).await?;
+            let conn = format!("Server=tcp:{addr};Database={db};User Id=sbworker;Password={password};Encrypt=false");
+            (Some(p), conn)
+        }
+        _ => (None, url.to_owned()),
+    };
+    let kind = if emulator.is_some() { "mssql" } else { "postgres" };
+    let batch = match workload {
+        Workload::Headline => 1,
+        Workload::BurnDown => 100,
+    };
+    let config = format!(
+        "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
+         [log]\nlevel = \"warn\"\n\n\
+         [queues.{}]\nhandler = \"{}\"\nmin_readers = {r}\nmax_readers = {r}\nbatch = {batch}\nwait_ms = 1000\n",
+        toml::Value::String(connection),
+        effect::QUEUE,
+        match workload {
+            Workload::BurnDown => effect::NOOP_NAME,
+            Workload::Headline => effect::NAME,
+        },
+        r = shape.readers,
+    );
+    let config_path = dir.join(format!("{tag}.toml"));
+    std::fs::write(&config_path, config)?;
+
+    settle().await;
+    let (commits0, wal0) = reading(url).await?;
+    let server0 = world.server_cpu();
+    let emulator_cpu0 = emulator.as_ref().and_then(|e| world::cpu_seconds(e.pid())).unwrap_or(0.0);
+    let started = Instant::now();
+    let worker = Process(
+        Command::new(&bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("{tag}.worker.log")))?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting sbworker run")?,
+    );
+    let total = shape.messages() as i64;
+    let mut shown = Instant::now();
+    // Each poll is a (read-only) transaction of its own: counted, and taken off the
+    // commits the run is charged with.
+    let c = world::connect(url).await?;
+    let mut polls = 0i64;
+    loop {
+        polls += 1;
+        let done = match workload {
+            Workload::Headline => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
+            Workload::BurnDown => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
+        };
+        if done >= total {
+            break;
+        }
+        if shown.elapsed() > Duration::from_secs(1) {
+            shown = Instant::now();
+            super::progress(&format!("{tag}: {done}/{total} messages, {:.0} s", started.elapsed().as_secs_f64()));
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("{tag}: not drained after 30 minutes ({done} of {total})");
+        }
+        // Polling the database is how the drain is observed; it is not a measurement.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let worker_cpu = world::cpu_seconds(worker.pid());
+    let rss = world::peak_rss_mib(worker.pid());
+    let emulator_cpu = emulator.as_ref().and_then(|e| world::cpu_seconds(e.pid())).map(|s| s - emulator_cpu0);
+    let server1 = world.server_cpu();
+    worker.terminate().await?;
+    drop(emulator);
+    drop(c);
+    settle().await;
+    let (commits1, wal1) = reading(url).await?;
+    let c = world::connect(url).await?;
+    let n = shape.messages() as f64;
+    let (out_of_order, exactly_once) = match workload {
+        Workload::Headline => {
+            let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
+            let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
+                (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
+            (Some(ooo), Some(incomplete == 0 && applied == total && replies == total && distinct == total))
+        }
+        Workload::BurnDown => (None, None),
+    };
+    super::progress(&format!("{tag}: {total} messages in {seconds:.2} s"));
+    Ok(Measured {
+        workload,
+        contender,
+        synchronous_commit: sync,
+        repetition,
+        messages: shape.messages(),
+        seconds,
+        per_second: n / seconds,
+        commits_per_message: (commits1 - commits0 - READING - polls) as f64 / n,
+        wal_bytes_per_message: (wal1 - wal0) as f64 / n,
+        worker_cpu_per_1000: worker_cpu.map(|s| s * 1000.0 / n),
+        emulator_cpu_per_1000: emulator_cpu.map(|s| s * 1000.0 / n),
+        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
+        worker_peak_rss_mib: rss,
+        readers: shape.readers,
+        connections: shape.readers * 2,
+        out_of_order,
+        exactly_once,
+    })
+}
+
+/// pgbench's figure for a script: transactions per second (without connection time).
+async fn pgbench(url: &str, script: &Path, clients: u32, how_long: &[&str]) -> anyhow::Result<f64> {
+    let program = crate::pg_cluster::Cluster::program("pgbench")?;
+    let out = Command::new(&program)
+        .args(["-n", "-c", &clients.to_string(), "-j", "2"])
+        .args(how_long)
+        .arg("-f")
+        .arg(script)
+        .arg(url)
+        .output()
+        .await
+        .with_context(|| format!("running {}", program.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("pgbench failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
+    }
+    parse_tps(&text).with_context(|| format!("no tps in pgbench's output:\n{text}"))
+}
+
+fn parse_tps(text: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok())
+}
+
+/// Commits per second the machine manages with `clients` connections, each commit one
+/// row (pgbench, `seconds` long).
+pub async fn calibrate(
+    world: &World,
+    db: &str,
+    url: &str,
+    clients: u32,
+    seconds: u32,
+    dir: &Path,
+) -> anyhow::Result<f64> {
+    set_sync(world, db, true).await?;
+    let script = write(dir, "calibration.pgbench", "INSERT INTO calibration DEFAULT VALUES;\n")?;
+    let c = world::connect(url).await?;
+    c.batch_execute(stmt("limit_reset")).await?;
+    let tps = pgbench(url, &script, clients, &["-T", &seconds.to_string()]).await?;
+    super::progress(&format!("calibration: {tps:.0} commits/s"));
+    Ok(tps)
+}
+
+/// The limit for the headline's commit pattern: pgbench drains the same number of
+/// messages with the same connections.
+#[allow(clippy::too_many_arguments)]
+pub async fn limit(
+    world: &World,
+    db: &str,
+    url: &str,
+    shape: Shape,
+    clients: u32,
+    sync: bool,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<Measured> {
+    {
+        let c = world::connect(url).await?;
+        c.batch_execute(stmt("limit_reset")).await?;
+        c.batch_execute("VACUUM ANALYZE").await?;
+        c.execute(stmt("limit_preload"), &[&shape.groups, &shape.per_group]).await?;
+        c.execute(stmt("limit_accounts"), &[&shape.groups]).await?;
+    }
+    set_sync(world, db, sync).await?;
+    let script = write(dir, "limit.pgbench", include_str!("limit.pgbench"))?;
+    let total = shape.messages();
+    if total % clients as u64 != 0 {
+        bail!("{total} messages do not divide over {clients} pgbench clients");
+    }
+    settle().await;
+    let (commits0, wal0) = reading(url).await?;
+    let server0 = world.server_cpu();
+    let tps = pgbench(url, &script, clients, &["-t", &(total / clients as u64).to_string()]).await?;
+    let server1 = world.server_cpu();
+    settle().await;
+    let (commits1, wal1) = reading(url).await?;
+    let c = world::connect(url).await?;
+    let v = c.query_one(stmt("limit_verify"), &[]).await?;
+    let (left, replies): (i64, i64) = (v.get(0), v.get(1));
+    if left != 0 || replies != total as i64 {
+        bail!("pgbench left {left} messages and wrote {replies} replies of {total}");
+    }
+    let n = total as f64;
+    super::progress(&format!("limit: {total} messages at {tps:.0}/s"));
+    Ok(Measured {
+        workload: Workload::Headline,
+        contender: Contender::Limit,
+        synchronous_commit: sync,
+        repetition,
+        messages: total,
+        seconds: n / tps,
+        per_second: tps,
+        commits_per_message: (commits1 - commits0 - READING) as f64 / n,
+        wal_bytes_per_message: (wal1 - wal0) as f64 / n,
+        worker_cpu_per_1000: None,
+        emulator_cpu_per_1000: None,
+        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
+        worker_peak_rss_mib: None,
+        readers: clients,
+        connections: clients,
+        out_of_order: None,
+        exactly_once: Some(true),
+    })
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+    let p = dir.join(name);
+    std::fs::write(&p, text)?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pgbench_tps_is_read_from_its_report() {
+        let out = "latency average = 1.2 ms\ninitial connection time = 3.1 ms\ntps = 6543.210987 (without initial connection time)\n";
+        assert_eq!(super::parse_tps(out), Some(6543.210987));
+        assert_eq!(super::parse_tps("no figures"), None);
+    }
+}

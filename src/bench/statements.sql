@@ -1,0 +1,46 @@
+-- The statements `sbworker bench` runs on PostgreSQL (its world: broker/postgres/bench.sql).
+
+-- name: apply
+SELECT bench.apply($1, $2);
+
+-- name: preload
+SELECT bench.preload($1, $2, $3);
+
+-- name: replies
+SELECT count(*) FROM bench.reply;
+
+-- name: waiting
+SELECT count(*) FROM sb.message WHERE queue = 'bench_doel';
+
+-- How the run ended: groups whose row did not see every message, messages applied out
+-- of order, messages applied, replies, and distinct replies.
+-- name: verify
+SELECT (SELECT count(*) FROM bench.account WHERE applied <> $1),
+       (SELECT coalesce(sum(out_of_order), 0)::bigint FROM bench.account),
+       (SELECT coalesce(sum(applied), 0)::bigint FROM bench.account),
+       (SELECT count(*) FROM bench.reply),
+       (SELECT count(*) FROM (SELECT DISTINCT conversation, seq FROM bench.reply) d);
+
+-- Commits and WAL written so far, for figures per message.
+-- name: stats
+SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+       (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint;
+
+-- Latency of each reply from its message's enqueue time is not kept (the message row
+-- is deleted on RECEIVE); the drain time is what the burn-down and headline measure.
+-- name: reset
+TRUNCATE bench.account, bench.reply, sb.message, sb.group_ready, sb.endpoint, sb.conversation_group,
+         sbworker.message_attempt, sbworker.dead_letter;
+
+-- name: limit_reset
+TRUNCATE limit_q, limit_attempt, limit_account, limit_reply, calibration RESTART IDENTITY;
+
+-- name: limit_preload
+INSERT INTO limit_q (grp, seq)
+SELECT g, s FROM generate_series(1, $1::int) g, generate_series(1, $2::int) s ORDER BY g, s;
+
+-- name: limit_accounts
+INSERT INTO limit_account (grp) SELECT generate_series(1, $1::int);
+
+-- name: limit_verify
+SELECT (SELECT count(*) FROM limit_q), (SELECT count(*) FROM limit_reply);

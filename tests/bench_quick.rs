@@ -1,0 +1,44 @@
+//! `sbworker bench --quick` as a process: every part of the bench at a tiny size, so the
+//! bench keeps working. Its figures are not measurements (too small); what is checked is
+//! that every part ran and that the headline's verification held for every contender.
+
+use tokio::process::Command;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_bench_runs_every_part_and_writes_its_report() {
+    let dir = crate::common::calc::TempDir::new("bench-quick");
+    let out = Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["bench", "--quick", "--out"])
+        .arg(&dir.0)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = std::fs::read_to_string(dir.0.join("report.md")).unwrap();
+    for section in
+        ["## Settings", "## Headline", "synchronous_commit = off", "## Burn-down", "## The real pipeline", "## Targets"]
+    {
+        assert!(report.contains(section), "{section} missing:\n{report}");
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("results.json")).unwrap()).unwrap();
+    let runs = results["runs"].as_array().unwrap();
+    // Headline: 3 contenders × synchronous commit on and off; burn-down: 2 contenders.
+    assert_eq!(runs.len(), 8, "{results}");
+    for r in runs {
+        assert!(r["per_second"].as_f64().unwrap() > 0.0, "{r}");
+        if r["workload"] == "headline" {
+            assert_eq!(r["exactly_once"], true, "{r}");
+            if r["contender"] != "limit" {
+                assert_eq!(r["out_of_order"], 0, "{r}");
+            }
+        }
+    }
+    let pipeline = results["pipeline"].as_array().unwrap();
+    assert_eq!(pipeline.len(), 2, "{results}");
+    assert!(pipeline.iter().all(|p| p["verified"] == true), "{results}");
+    assert!(results["engine_per_second"][0].as_f64().unwrap() > 0.0);
+    for plot in ["headline.svg", "pipeline.svg"] {
+        assert!(std::fs::read_to_string(dir.0.join(plot)).unwrap().starts_with("<svg"), "{plot}");
+    }
+}
