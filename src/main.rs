@@ -165,6 +165,9 @@ enum Command {
         /// In-order messages per group (default 100).
         #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         per_group: Option<i32>,
+        /// Leave out the peers installed from registries (graphile-worker with npm).
+        #[arg(long)]
+        skip_peers: bool,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -391,8 +394,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { quick, out, reps, groups, per_group } => {
-            let opts = sbworker::bench::Options { quick, out, reps: reps.map(|r| r as usize), groups, per_group };
+        Command::Bench { quick, out, reps, groups, per_group, skip_peers } => {
+            let opts =
+                sbworker::bench::Options { quick, out, reps: reps.map(|r| r as usize), groups, per_group, skip_peers };
             let run = || -> anyhow::Result<()> {
                 let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
                 let _ = tracing_subscriber::fmt()

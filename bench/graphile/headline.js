@@ -1,6 +1,10 @@
 // graphile-worker as a contender of `sbworker bench` (issue 10).
 //
+//   node headline.js migrate CONNECTION
 //   node headline.js CONNECTION CONCURRENCY POOL LOCAL_QUEUE_SIZE
+//
+// `migrate` installs graphile-worker's schema and exits (the bench then preloads jobs
+// with graphile_worker.add_job). Otherwise:
 //
 // Runs the `apply` task for the jobs the bench preloaded (one job per message, a named
 // queue per group standing in for a conversation group, so a group's jobs run one at a
@@ -8,9 +12,15 @@
 // its own (graphile-worker completes the job afterwards, in another: it cannot complete
 // a job inside the business transaction). LOCAL_QUEUE_SIZE 0 runs without the local
 // queue (jobs fetched one by one), N > 0 with it.
-const { run } = require("graphile-worker");
+const { run, makeWorkerUtils } = require("graphile-worker");
 
 async function main() {
+  if (process.argv[2] === "migrate") {
+    const utils = await makeWorkerUtils({ connectionString: process.argv[3] });
+    await utils.migrate();
+    await utils.release();
+    return;
+  }
   const [connectionString, concurrency, pool, localQueue] = process.argv.slice(2);
   const preset = {
     worker: {

@@ -55,3 +55,20 @@ RETURNS void LANGUAGE sql AS $$
      WHERE conversation = p_conversation;
     INSERT INTO bench.reply (conversation, seq) VALUES (p_conversation, p_seq);
 $$;
+
+-- graphile-worker's jobs for the same workload (its schema installed by its migration
+-- first): one job per message, a named queue per group, added in order.
+CREATE OR REPLACE FUNCTION bench.preload_graphile(groups int, per_group int)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    c uuid;
+BEGIN
+    FOR g IN 1..groups LOOP
+        c := md5('group ' || g)::uuid;
+        INSERT INTO bench.account (conversation) VALUES (c);
+        FOR s IN 1..per_group LOOP
+            EXECUTE 'SELECT graphile_worker.add_job($1, $2, queue_name := $3)'
+                USING 'apply', json_build_object('c', c, 's', s), 'g' || g;
+        END LOOP;
+    END LOOP;
+END $$;

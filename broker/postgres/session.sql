@@ -7,7 +7,7 @@ SELECT sb.channel($1);
 -- name: receive
 SELECT message_id, conversation_group_id, conversation_handle, message_sequence_number,
        message_type_name, message_body, service_name, service_contract_name
-  FROM sb.receive($1, $2, $3, $4);
+  FROM sb.receive($1, $2, $3, $4, $5);
 
 -- name: get_conversation_group
 SELECT sb.get_conversation_group($1);

@@ -50,6 +50,8 @@ const LIMIT_SQL: &str = include_str!("limit.sql");
 pub enum Contender {
     SbworkerPostgres,
     SbworkerTds,
+    Graphile,
+    GraphileLocalQueue,
     Limit,
 }
 
@@ -58,6 +60,8 @@ impl Contender {
         match self {
             Contender::SbworkerPostgres => "sbworker-pg",
             Contender::SbworkerTds => "sbworker-tds",
+            Contender::Graphile => "graphile",
+            Contender::GraphileLocalQueue => "graphile-localqueue",
             Contender::Limit => "limit",
         }
     }
@@ -66,6 +70,8 @@ impl Contender {
         match self {
             Contender::SbworkerPostgres => "sbworker, PostgreSQL broker",
             Contender::SbworkerTds => "sbworker, SQL Server transport via the emulator",
+            Contender::Graphile => "graphile-worker 0.17.3 (4 jobs at once, pool 8, no local queue)",
+            Contender::GraphileLocalQueue => "graphile-worker 0.17.3 (4 jobs at once, pool 8, local queue 50)",
             Contender::Limit => "limit: pgbench, same commits and writes",
         }
     }
@@ -95,6 +101,8 @@ pub struct Options {
     /// Headline and burn-down: groups and messages per group (defaults by `quick`).
     pub groups: Option<i32>,
     pub per_group: Option<i32>,
+    /// Leave out the peers installed from registries (graphile-worker): what the tests do.
+    pub skip_peers: bool,
 }
 
 /// The sizes of every part.
@@ -144,6 +152,8 @@ pub struct Results {
     pub runs: Vec<Measured>,
     pub pipeline: Vec<pipeline::PipelineRun>,
     pub engine_per_second: Vec<f64>,
+    /// What was left out, and why.
+    pub notes: Vec<String>,
 }
 
 /// One progress line on stderr (rewritten in place on a terminal).
@@ -174,6 +184,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     let pg = w.database("bench_sbworker_pg", true, BENCH_SQL).await?;
     let tds = w.database("bench_sbworker_tds", true, BENCH_SQL).await?;
     let limit = w.database("bench_limit", false, LIMIT_SQL).await?;
+    // The peers are installed (and their schemas migrated) before anything is measured.
+    let graphile = if opts.skip_peers {
+        Err("left out (--skip-peers)".to_owned())
+    } else {
+        match runs::install_graphile(&work).await {
+            Ok(home) => {
+                let url = w.database("bench_graphile", true, BENCH_SQL).await?;
+                runs::migrate_graphile(&w, "bench_graphile", &home).await?;
+                Ok((home, url))
+            }
+            Err(why) => Err(why),
+        }
+    };
+    let peers_note = match &graphile {
+        Ok(_) => None,
+        Err(why) => Some(format!("graphile-worker: {why}")),
+    };
     let mut results = Results {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         started: chrono_like_now(),
@@ -184,6 +211,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs: Vec::new(),
         pipeline: Vec::new(),
         engine_per_second: Vec::new(),
+        notes: peers_note.into_iter().collect(),
     };
     for rep in 0..sizes.reps {
         results.calibrations.push(
@@ -191,7 +219,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         );
         for sync in [true, false] {
             // Interleaved: every contender once per repetition, in turn.
-            for contender in [Contender::SbworkerPostgres, Contender::SbworkerTds, Contender::Limit] {
+            for contender in [
+                Contender::SbworkerPostgres,
+                Contender::SbworkerTds,
+                Contender::Graphile,
+                Contender::GraphileLocalQueue,
+                Contender::Limit,
+            ] {
                 let m = match contender {
                     Contender::Limit => {
                         runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
@@ -218,6 +252,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                             contender,
                             Workload::Headline,
                             shape,
+                            sync,
+                            rep,
+                            &work,
+                        )
+                        .await?
+                    }
+                    Contender::Graphile | Contender::GraphileLocalQueue => {
+                        let Ok((home, url)) = &graphile else { continue };
+                        let local = if contender == Contender::GraphileLocalQueue { 50 } else { 0 };
+                        runs::graphile(
+                            &w,
+                            "bench_graphile",
+                            url,
+                            home,
+                            contender,
+                            shape,
+                            (4, 8, local),
                             sync,
                             rep,
                             &work,
@@ -308,6 +359,12 @@ mod tests {
             "limit_preload",
             "limit_accounts",
             "limit_verify",
+            "graphile_reset",
+            "graphile_preload",
+            "pgss_available",
+            "pgss_install",
+            "pgss_reset",
+            "pgss_top",
         ] {
             assert!(!super::stmt(name).is_empty(), "{name}");
         }

@@ -25,6 +25,18 @@ pub struct PipelineRun {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub verified: bool,
+    /// The statements that took the server's time, per request (pg_stat_statements).
+    pub statements: Vec<StatementTime>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatementTime {
+    pub statement: String,
+    pub calls_per_request: f64,
+    pub mean_ms: f64,
+    pub ms_per_request: f64,
+    /// Sent by a client (or run inside another statement: a function's, a trigger's).
+    pub top_level: bool,
 }
 
 /// The demo pipeline with `readers` calculation readers, on a new database.
@@ -41,7 +53,29 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
         progress: false,
     };
     super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
+    let c = super::world::connect(opts.postgres.as_deref().expect("set above")).await?;
+    let pgss = c.query_one(super::stmt("pgss_available"), &[]).await?.get::<_, bool>(0);
+    if pgss {
+        c.batch_execute(super::stmt("pgss_install")).await?;
+        c.batch_execute(super::stmt("pgss_reset")).await?;
+    }
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
+    let requests = (report.load.requests + report.burst.requests).max(1) as f64;
+    let statements = if pgss {
+        c.query(super::stmt("pgss_top"), &[&requests])
+            .await?
+            .iter()
+            .map(|r| StatementTime {
+                statement: r.get(0),
+                calls_per_request: r.get(1),
+                mean_ms: r.get(2),
+                ms_per_request: r.get(3),
+                top_level: r.get(4),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     Ok(PipelineRun {
         readers,
@@ -53,6 +87,7 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
         p50_ms: report.burst.p50_ms,
         p99_ms: report.burst.p99_ms,
         verified: report.verdict.problems.is_empty(),
+        statements,
     })
 }
 

@@ -90,7 +90,9 @@ impl Process {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let status = tokio::time::timeout(Duration::from_secs(60), self.0.wait()).await??;
-        if !status.success() {
+        // graphile-worker shuts down gracefully, then re-raises the signal on itself.
+        use std::os::unix::process::ExitStatusExt;
+        if !status.success() && status.signal() != Some(libc::SIGTERM) {
             bail!("the worker exited with {status}");
         }
         Ok(())
@@ -367,6 +369,141 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
     let p = dir.join(name);
     std::fs::write(&p, text)?;
     Ok(p)
+}
+
+/// graphile-worker, installed with npm into `dir/graphile` (once, before anything is
+/// measured); `None` with the reason when it cannot be.
+pub async fn install_graphile(dir: &Path) -> Result<PathBuf, String> {
+    let home = dir.join("graphile");
+    std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
+    std::fs::write(home.join("package.json"), include_str!("../../bench/graphile/package.json"))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(home.join("headline.js"), include_str!("../../bench/graphile/headline.js"))
+        .map_err(|e| e.to_string())?;
+    if home.join("node_modules/graphile-worker").exists() {
+        return Ok(home);
+    }
+    super::progress("installing graphile-worker 0.17.3 with npm ...");
+    let out = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&home)
+        .output()
+        .await
+        .map_err(|e| format!("npm: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("npm install failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(home)
+}
+
+/// A node-postgres URL for the cluster's database `db`.
+fn node_url(world: &World, db: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:{}/{db}", world.cluster.port())
+}
+
+/// graphile-worker's schema in `db` (its own migration).
+pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::Result<()> {
+    let out = Command::new("node")
+        .arg(home.join("headline.js"))
+        .args(["migrate", &node_url(world, db)])
+        .output()
+        .await
+        .context("running node")?;
+    if !out.status.success() {
+        bail!("graphile-worker's migration failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// One headline run of graphile-worker: `concurrency` jobs at once on a pool of
+/// `pool` connections, with a local queue of `local_queue` jobs (0: none).
+#[allow(clippy::too_many_arguments)]
+pub async fn graphile(
+    world: &World,
+    db: &str,
+    url: &str,
+    home: &Path,
+    contender: Contender,
+    shape: Shape,
+    (concurrency, pool, local_queue): (u32, u32, u32),
+    sync: bool,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<Measured> {
+    {
+        let c = world::connect(url).await?;
+        c.batch_execute(stmt("graphile_reset")).await?;
+        c.batch_execute("VACUUM ANALYZE").await?;
+        set_sync(world, db, sync).await?;
+        c.execute(stmt("graphile_preload"), &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
+    }
+    let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
+    settle().await;
+    let (commits0, wal0) = reading(url).await?;
+    let server0 = world.server_cpu();
+    let started = Instant::now();
+    let worker = Process(
+        Command::new("node")
+            .arg(home.join("headline.js"))
+            .args([node_url(world, db), concurrency.to_string(), pool.to_string(), local_queue.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("{tag}.log")))?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting node")?,
+    );
+    let total = shape.messages() as i64;
+    let c = world::connect(url).await?;
+    let mut polls = 0i64;
+    let mut shown = Instant::now();
+    loop {
+        polls += 1;
+        let done = c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0);
+        if done >= total {
+            break;
+        }
+        if shown.elapsed() > Duration::from_secs(1) {
+            shown = Instant::now();
+            super::progress(&format!("{tag}: {done}/{total} messages, {:.0} s", started.elapsed().as_secs_f64()));
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("{tag}: not drained after 30 minutes ({done} of {total})");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let worker_cpu = world::cpu_seconds(worker.pid());
+    let rss = world::peak_rss_mib(worker.pid());
+    let server1 = world.server_cpu();
+    worker.terminate().await?;
+    drop(c);
+    settle().await;
+    let (commits1, wal1) = reading(url).await?;
+    let c = world::connect(url).await?;
+    let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
+    let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
+        (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
+    let n = total as f64;
+    super::progress(&format!("{tag}: {total} messages in {seconds:.2} s"));
+    Ok(Measured {
+        workload: Workload::Headline,
+        contender,
+        synchronous_commit: sync,
+        repetition,
+        messages: total as u64,
+        seconds,
+        per_second: n / seconds,
+        commits_per_message: (commits1 - commits0 - READING - polls) as f64 / n,
+        wal_bytes_per_message: (wal1 - wal0) as f64 / n,
+        worker_cpu_per_1000: worker_cpu.map(|s| s * 1000.0 / n),
+        emulator_cpu_per_1000: None,
+        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
+        worker_peak_rss_mib: rss,
+        readers: concurrency,
+        connections: pool,
+        out_of_order: Some(ooo),
+        exactly_once: Some(incomplete == 0 && applied == total && replies == total && distinct == total),
+    })
 }
 
 #[cfg(test)]

@@ -44,3 +44,34 @@ INSERT INTO limit_account (grp) SELECT generate_series(1, $1::int);
 
 -- name: limit_verify
 SELECT (SELECT count(*) FROM limit_q), (SELECT count(*) FROM limit_reply);
+
+-- graphile-worker's world (after its own migration): the jobs, one per message, a named
+-- queue per group, in order; and the business rows.
+-- name: graphile_reset
+TRUNCATE bench.account, bench.reply, graphile_worker._private_jobs, graphile_worker._private_job_queues CASCADE;
+
+-- name: graphile_preload
+SELECT bench.preload_graphile($1, $2);
+
+-- Where the pipeline's time goes (pg_stat_statements, when the server has it loaded).
+-- name: pgss_available
+SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements')
+   AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%';
+
+-- name: pgss_install
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: pgss_reset
+SELECT pg_stat_statements_reset();
+
+-- Statements (nested ones too) by time, per request: calls and milliseconds.
+-- name: pgss_top
+SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 100),
+       calls::float8 / $1::float8,
+       mean_exec_time,
+       total_exec_time / $1::float8,
+       toplevel
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ ORDER BY total_exec_time DESC
+ LIMIT 14;

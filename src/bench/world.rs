@@ -12,7 +12,7 @@ use crate::pg_cluster::Cluster;
 
 /// Server settings for every contender. Durable commits (fsync on) unlike the tests'
 /// clusters; `synchronous_commit` is set per database and run.
-pub const SETTINGS: [&str; 7] = [
+pub const SETTINGS: [&str; 9] = [
     "fsync=on",
     "full_page_writes=on",
     "shared_buffers=256MB",
@@ -20,6 +20,9 @@ pub const SETTINGS: [&str; 7] = [
     "checkpoint_timeout=30min",
     "max_connections=200",
     "autovacuum=on",
+    // Where the pipeline's time goes: statement times, nested statements included.
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.track=all",
 ];
 
 pub struct World {

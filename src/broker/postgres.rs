@@ -135,6 +135,9 @@ pub struct Session {
     /// Prepared statements of each connection.
     client_stmts: HashMap<&'static str, Statement>,
     listener_stmts: HashMap<&'static str, Statement>,
+    /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
+    /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
+    wake_others: bool,
 }
 
 impl Session {
@@ -151,6 +154,7 @@ impl Session {
             received: Vec::new(),
             client_stmts: HashMap::new(),
             listener_stmts: HashMap::new(),
+            wake_others: true,
         })
     }
 
@@ -255,7 +259,8 @@ impl Session {
         group: Option<Uuid>,
         handle: Option<Uuid>,
     ) -> Result<Vec<Message>, BrokerError> {
-        let rows = self.work("receive", &[&queue, &max, &group, &handle]).await?;
+        let wake = self.wake_others;
+        let rows = self.work("receive", &[&queue, &max, &group, &handle, &wake]).await?;
         let msgs: Vec<Message> = rows
             .iter()
             .map(|r| Message {
@@ -357,8 +362,12 @@ fn key_arrays(keys: &[MessageKey]) -> (Vec<Uuid>, Vec<i64>) {
 impl Transport for PostgresTransport {
     type Session = Session;
 
+    /// A worker's session: its reader comes straight back to RECEIVE after each commit,
+    /// so it serves what is left in a group itself instead of waking the others.
     async fn open(&self) -> Result<Session, BrokerError> {
-        Session::open(&self.url).await
+        let mut s = Session::open(&self.url).await?;
+        s.wake_others = false;
+        Ok(s)
     }
 
     fn describe(&self) -> String {
