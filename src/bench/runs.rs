@@ -194,30 +194,11 @@ pub async fn sbworker(
             .context("starting sbworker run")?,
     );
     let total = shape.messages() as i64;
-    let mut shown = Instant::now();
-    // Each poll is a (read-only) transaction of its own: counted, and taken off the
-    // commits the run is charged with.
     let c = world::connect(url).await?;
-    let mut polls = 0i64;
-    loop {
-        polls += 1;
-        let done = match workload {
-            Workload::Headline => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
-            Workload::BurnDown => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
-        };
-        if done >= total {
-            break;
-        }
-        if shown.elapsed() > Duration::from_secs(1) {
-            shown = Instant::now();
-            super::progress(&format!("{tag}: {done}/{total} messages, {:.0} s", started.elapsed().as_secs_f64()));
-        }
-        if started.elapsed() > Duration::from_secs(1800) {
-            bail!("{tag}: not drained after 30 minutes ({done} of {total})");
-        }
-        // Polling the database is how the drain is observed; it is not a measurement.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let polls = match workload {
+        Workload::Headline => drained(&c, &tag, total, started, Progress::Replies).await?,
+        Workload::BurnDown => drained(&c, &tag, total, started, Progress::Waiting).await?,
+    };
     let seconds = started.elapsed().as_secs_f64();
     let worker_cpu = world::cpu_seconds(worker.pid());
     let rss = world::peak_rss_mib(worker.pid());
@@ -232,10 +213,8 @@ pub async fn sbworker(
     let n = shape.messages() as f64;
     let (out_of_order, exactly_once) = match workload {
         Workload::Headline => {
-            let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
-            let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
-                (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
-            (Some(ooo), Some(incomplete == 0 && applied == total && replies == total && distinct == total))
+            let (ooo, once) = verify_headline(&c, shape).await?;
+            (Some(ooo), Some(once))
         }
         Workload::BurnDown => (None, None),
     };
@@ -259,6 +238,55 @@ pub async fn sbworker(
         out_of_order,
         exactly_once,
     })
+}
+
+/// How a run's progress is read: replies written, or messages no longer waiting.
+#[derive(Clone, Copy)]
+enum Progress {
+    Replies,
+    Waiting,
+}
+
+/// Polls until `total` messages are done, showing progress; the polls made (each a
+/// read-only transaction of its own, taken off the commits the run is charged with).
+async fn drained(
+    c: &tokio_postgres::Client,
+    tag: &str,
+    total: i64,
+    started: Instant,
+    progress: Progress,
+) -> anyhow::Result<i64> {
+    let mut shown = Instant::now();
+    let mut polls = 0i64;
+    loop {
+        polls += 1;
+        let done = match progress {
+            Progress::Replies => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
+            Progress::Waiting => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
+        };
+        if done >= total {
+            return Ok(polls);
+        }
+        if shown.elapsed() > Duration::from_secs(1) {
+            shown = Instant::now();
+            super::progress(&format!("{tag}: {done}/{total} messages, {:.0} s", started.elapsed().as_secs_f64()));
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("{tag}: not drained after 30 minutes ({done} of {total})");
+        }
+        // Polling the database is how the drain is observed; it is not a measurement.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The headline's check: messages applied out of order, and whether every message took
+/// effect exactly once with one reply.
+async fn verify_headline(c: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<(i64, bool)> {
+    let total = shape.messages() as i64;
+    let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
+    let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
+        (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
+    Ok((ooo, incomplete == 0 && applied == total && replies == total && distinct == total))
 }
 
 /// pgbench's figure for a script: transactions per second (without connection time).
@@ -454,23 +482,7 @@ pub async fn graphile(
     );
     let total = shape.messages() as i64;
     let c = world::connect(url).await?;
-    let mut polls = 0i64;
-    let mut shown = Instant::now();
-    loop {
-        polls += 1;
-        let done = c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0);
-        if done >= total {
-            break;
-        }
-        if shown.elapsed() > Duration::from_secs(1) {
-            shown = Instant::now();
-            super::progress(&format!("{tag}: {done}/{total} messages, {:.0} s", started.elapsed().as_secs_f64()));
-        }
-        if started.elapsed() > Duration::from_secs(1800) {
-            bail!("{tag}: not drained after 30 minutes ({done} of {total})");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let polls = drained(&c, &tag, total, started, Progress::Replies).await?;
     let seconds = started.elapsed().as_secs_f64();
     let worker_cpu = world::cpu_seconds(worker.pid());
     let rss = world::peak_rss_mib(worker.pid());
@@ -480,9 +492,7 @@ pub async fn graphile(
     settle().await;
     let (commits1, wal1) = reading(url).await?;
     let c = world::connect(url).await?;
-    let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
-    let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
-        (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
+    let (ooo, once) = verify_headline(&c, shape).await?;
     let n = total as f64;
     super::progress(&format!("{tag}: {total} messages in {seconds:.2} s"));
     Ok(Measured {
@@ -502,7 +512,7 @@ pub async fn graphile(
         readers: concurrency,
         connections: pool,
         out_of_order: Some(ooo),
-        exactly_once: Some(incomplete == 0 && applied == total && replies == total && distinct == total),
+        exactly_once: Some(once),
     })
 }
 
