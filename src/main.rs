@@ -168,6 +168,9 @@ enum Command {
         /// Leave out the peers installed from registries (graphile-worker with npm).
         #[arg(long)]
         skip_peers: bool,
+        /// Seconds each open-loop rate runs after its warm-up (default 60).
+        #[arg(long, value_name = "SECONDS")]
+        open_loop_seconds: Option<f64>,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -394,9 +397,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { quick, out, reps, groups, per_group, skip_peers } => {
-            let opts =
-                sbworker::bench::Options { quick, out, reps: reps.map(|r| r as usize), groups, per_group, skip_peers };
+        Command::Bench { quick, out, reps, groups, per_group, skip_peers, open_loop_seconds } => {
+            let opts = sbworker::bench::Options {
+                quick,
+                out,
+                reps: reps.map(|r| r as usize),
+                groups,
+                per_group,
+                skip_peers,
+                open_loop_seconds,
+            };
             let run = || -> anyhow::Result<()> {
                 let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
                 let _ = tracing_subscriber::fmt()

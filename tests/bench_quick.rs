@@ -15,9 +15,15 @@ async fn the_quick_bench_runs_every_part_and_writes_its_report() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report = std::fs::read_to_string(dir.0.join("report.md")).unwrap();
-    for section in
-        ["## Settings", "## Headline", "synchronous_commit = off", "## Burn-down", "## The real pipeline", "## Targets"]
-    {
+    for section in [
+        "## Settings",
+        "## Headline",
+        "synchronous_commit = off",
+        "## Burn-down",
+        "## Open loop",
+        "## The real pipeline",
+        "## Targets",
+    ] {
         assert!(report.contains(section), "{section} missing:\n{report}");
     }
     let results: serde_json::Value =
@@ -34,6 +40,12 @@ async fn the_quick_bench_runs_every_part_and_writes_its_report() {
             }
         }
     }
+    let open_loop = results["open_loop"].as_array().unwrap();
+    assert_eq!(open_loop.len(), 1, "{results}");
+    assert!(
+        open_loop[0]["measured"].as_i64().unwrap() > 0 && open_loop[0]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{results}"
+    );
     let pipeline = results["pipeline"].as_array().unwrap();
     assert_eq!(pipeline.len(), 2, "{results}");
     assert!(pipeline.iter().all(|p| p["verified"] == true), "{results}");

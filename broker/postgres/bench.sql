@@ -20,11 +20,13 @@ CREATE TABLE IF NOT EXISTS bench.account (
     out_of_order bigint NOT NULL DEFAULT 0
 );
 
--- One reply per message handled.
+-- One reply per message handled; planned_at is the open loop's planned send time of
+-- the message (its body), so latency counts from the plan, not from the actual send.
 CREATE TABLE IF NOT EXISTS bench.reply (
     conversation uuid NOT NULL,
     seq          bigint NOT NULL,
-    handled_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+    handled_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    planned_at   timestamptz
 );
 
 -- Preloads `groups` dialogs of `per_group` messages each (with sending's full cost: the
@@ -45,16 +47,34 @@ BEGIN
     END LOOP;
 END $$;
 
--- A message's effect: its group's row moves on, a reply is written.
-CREATE OR REPLACE FUNCTION bench.apply(p_conversation uuid, p_seq bigint)
+-- A message's effect: its group's row moves on, a reply is written. An open-loop
+-- message's body is its planned send time (seconds since the epoch, as text).
+CREATE OR REPLACE FUNCTION bench.apply(p_conversation uuid, p_seq bigint, p_body bytea DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
     UPDATE bench.account
        SET applied = applied + 1,
            out_of_order = out_of_order + (last_seq <> p_seq - 1)::int,
            last_seq = p_seq
      WHERE conversation = p_conversation;
-    INSERT INTO bench.reply (conversation, seq) VALUES (p_conversation, p_seq);
+    INSERT INTO bench.reply (conversation, seq, planned_at)
+    VALUES (p_conversation, p_seq,
+            CASE WHEN p_body IS NOT NULL AND length(p_body) > 0 AND get_byte(p_body, 0) BETWEEN 48 AND 57
+                 THEN to_timestamp(convert_from(p_body, 'UTF8')::float8) END);
 $$;
+
+-- The open loop's dialogs: `groups` of them; their handles. (The target side of a dialog
+-- exists from its first message on, so the open loop keeps no business rows: its
+-- replies are what it measures.)
+CREATE OR REPLACE FUNCTION bench.open_dialogs(groups int)
+RETURNS SETOF uuid LANGUAGE plpgsql AS $$
+DECLARE
+    h uuid;
+BEGIN
+    FOR g IN 1..groups LOOP
+        h := sb.begin_dialog('/Bench/Bron', '/Bench/Doel', '/Bench/Contract');
+        RETURN NEXT h;
+    END LOOP;
+END $$;
 
 -- graphile-worker's jobs for the same workload (its schema installed by its migration
 -- first): one job per message, a named queue per group, added in order.

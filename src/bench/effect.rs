@@ -17,13 +17,18 @@ pub const NOOP_NAME: &str = "bench-noop";
 
 /// Where a message takes effect.
 pub trait EffectStore: Session {
-    fn apply(&mut self, conversation: Uuid, seq: i64) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    fn apply(
+        &mut self,
+        conversation: Uuid,
+        seq: i64,
+        body: &[u8],
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send;
 }
 
 impl EffectStore for crate::broker::postgres::Session {
-    async fn apply(&mut self, conversation: Uuid, seq: i64) -> Result<(), BrokerError> {
+    async fn apply(&mut self, conversation: Uuid, seq: i64, body: &[u8]) -> Result<(), BrokerError> {
         self.client()
-            .execute(super::stmt("apply"), &[&conversation, &seq])
+            .execute(super::stmt("apply"), &[&conversation, &seq, &body])
             .await
             .map_err(crate::broker::postgres::error_of)?;
         Ok(())
@@ -31,8 +36,8 @@ impl EffectStore for crate::broker::postgres::Session {
 }
 
 impl EffectStore for MssqlSession {
-    async fn apply(&mut self, conversation: Uuid, seq: i64) -> Result<(), BrokerError> {
-        self.execute(super::tsql("apply"), &[&conversation, &seq]).await
+    async fn apply(&mut self, conversation: Uuid, seq: i64, body: &[u8]) -> Result<(), BrokerError> {
+        self.execute(super::tsql("apply"), &[&conversation, &seq, &body]).await
     }
 }
 
@@ -50,7 +55,7 @@ impl<S: EffectStore> Handler<S> for Effect {
         Box::pin(async move {
             if !self.noop {
                 for m in messages {
-                    session.apply(m.conversation_handle, m.sequence).await?;
+                    session.apply(m.conversation_handle, m.sequence, &m.body).await?;
                 }
             }
             Ok(Handled { answered: messages.len() as u32, ..Handled::default() })

@@ -4,7 +4,8 @@
 //! commits and row writes per message). Workloads: the burn-down (a preloaded backlog, a
 //! handler that does nothing), the headline (groups of in-order messages, each handled
 //! in one transaction with a business effect, verified afterwards for order and exactly
-//! one effect), and the real pipeline with the payroll engine at several reader counts,
+//! one effect), the open loop (fixed arrival rates, latency from each message's planned
+//! send time), and the real pipeline with the payroll engine at several reader counts,
 //! plus the engine alone. Repetitions are interleaved, each after a pgbench commit
 //! calibration; the report gives medians with min and max, and ratios taken within a
 //! repetition.
@@ -103,6 +104,8 @@ pub struct Options {
     pub per_group: Option<i32>,
     /// Leave out the peers installed from registries (graphile-worker): what the tests do.
     pub skip_peers: bool,
+    /// Seconds each open-loop rate runs after its warm-up (default 60).
+    pub open_loop_seconds: Option<f64>,
 }
 
 /// The sizes of every part.
@@ -117,12 +120,17 @@ pub struct Sizes {
     pub pipeline_employees: usize,
     pub pipeline_readers: Vec<u32>,
     pub engine_seconds: f64,
+    pub open_loop_rates: Vec<u32>,
+    pub open_loop_warmup_seconds: f64,
+    pub open_loop_seconds: f64,
 }
 
 impl Sizes {
     fn of(o: &Options) -> Sizes {
         let (reps, groups, per_group, calibration_seconds, pipeline_employees, pipeline_readers, engine_seconds) =
             if o.quick { (1, 16, 5, 1, 12, vec![1, 4], 0.2) } else { (3, 1000, 100, 10, 400, vec![1, 2, 4, 8], 3.0) };
+        let (open_loop_rates, open_loop_warmup_seconds, open_loop_seconds) =
+            if o.quick { (vec![50], 0.5, 1.0) } else { (vec![200, 1000, 2000], 10.0, 60.0) };
         Sizes {
             reps: o.reps.unwrap_or(reps).max(1),
             groups: o.groups.unwrap_or(groups),
@@ -135,6 +143,9 @@ impl Sizes {
             pipeline_employees,
             pipeline_readers,
             engine_seconds,
+            open_loop_rates,
+            open_loop_warmup_seconds,
+            open_loop_seconds: o.open_loop_seconds.unwrap_or(open_loop_seconds),
         }
     }
 }
@@ -152,6 +163,7 @@ pub struct Results {
     pub runs: Vec<Measured>,
     pub pipeline: Vec<pipeline::PipelineRun>,
     pub engine_per_second: Vec<f64>,
+    pub open_loop: Vec<runs::OpenLoop>,
     /// What was left out, and why.
     pub notes: Vec<String>,
 }
@@ -211,6 +223,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs: Vec::new(),
         pipeline: Vec::new(),
         engine_per_second: Vec::new(),
+        open_loop: Vec::new(),
         notes: peers_note.into_iter().collect(),
     };
     for rep in 0..sizes.reps {
@@ -287,6 +300,22 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
         }
+        for &rate in &sizes.open_loop_rates {
+            results.open_loop.push(
+                runs::open_loop(
+                    &w,
+                    "bench_sbworker_pg",
+                    &pg,
+                    rate,
+                    Duration::from_secs_f64(sizes.open_loop_warmup_seconds),
+                    Duration::from_secs_f64(sizes.open_loop_seconds),
+                    sizes.readers,
+                    rep,
+                    &work,
+                )
+                .await?,
+            );
+        }
         for &readers in &sizes.pipeline_readers {
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
         }
@@ -361,6 +390,9 @@ mod tests {
             "limit_verify",
             "graphile_reset",
             "graphile_preload",
+            "open_dialogs",
+            "send_planned",
+            "latency",
             "pgss_available",
             "pgss_install",
             "pgss_reset",

@@ -2,4 +2,4 @@
 -- which runs bench.apply as the PostgreSQL function of broker/postgres/bench.sql).
 
 -- name: apply
-EXEC bench.apply @conversation = @P1, @seq = @P2
+EXEC bench.apply @conversation = @P1, @seq = @P2, @body = @P3

@@ -162,18 +162,11 @@ pub async fn sbworker(
         Workload::Headline => 1,
         Workload::BurnDown => 100,
     };
-    let config = format!(
-        "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
-         [log]\nlevel = \"warn\"\n\n\
-         [queues.{}]\nhandler = \"{}\"\nmin_readers = {r}\nmax_readers = {r}\nbatch = {batch}\nwait_ms = 1000\n",
-        toml::Value::String(connection),
-        effect::QUEUE,
-        match workload {
-            Workload::BurnDown => effect::NOOP_NAME,
-            Workload::Headline => effect::NAME,
-        },
-        r = shape.readers,
-    );
+    let handler = match workload {
+        Workload::BurnDown => effect::NOOP_NAME,
+        Workload::Headline => effect::NAME,
+    };
+    let config = worker_config(kind, &connection, handler, shape.readers, batch);
     let config_path = dir.join(format!("{tag}.toml"));
     std::fs::write(&config_path, config)?;
 
@@ -182,17 +175,7 @@ pub async fn sbworker(
     let server0 = world.server_cpu();
     let emulator_cpu0 = emulator.as_ref().and_then(|e| world::cpu_seconds(e.pid())).unwrap_or(0.0);
     let started = Instant::now();
-    let worker = Process(
-        Command::new(&bin)
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{tag}.worker.log")))?)
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting sbworker run")?,
-    );
+    let worker = spawn_worker(&bin, &config_path, &dir.join(format!("{tag}.worker.log")))?;
     let total = shape.messages() as i64;
     let c = world::connect(url).await?;
     let polls = match workload {
@@ -238,6 +221,130 @@ pub async fn sbworker(
         out_of_order,
         exactly_once,
     })
+}
+
+/// The configuration of a bench worker: the bench queue with `readers` readers.
+fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
+    format!(
+        "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
+         [log]\nlevel = \"warn\"\n\n\
+         [queues.{}]\nhandler = \"{handler}\"\nmin_readers = {readers}\nmax_readers = {readers}\nbatch = {batch}\nwait_ms = 1000\n",
+        toml::Value::String(connection.to_owned()),
+        effect::QUEUE,
+    )
+}
+
+/// `sbworker run --config config`, its log to `log`.
+fn spawn_worker(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Process> {
+    Ok(Process(
+        Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting sbworker run")?,
+    ))
+}
+
+/// Workload 3 at one rate: what was planned, sent and measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenLoop {
+    pub rate: u32,
+    pub repetition: usize,
+    pub warmup_seconds: f64,
+    pub seconds: f64,
+    /// Messages sent per second over the run (below `rate` when the senders fell behind
+    /// their plan; latency still counts from the plan).
+    pub sent_per_second: f64,
+    /// Messages planned after the warm-up, whose latency is measured.
+    pub measured: i64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The open loop: messages sent at `rate` per second by plan (message i at start + i /
+/// rate, over 200 groups, by two sender connections), to sbworker on the PostgreSQL
+/// broker with `readers` readers; latency from each message's planned time (its body)
+/// to its reply, for the messages planned after `warmup` (no coordinated omission: a
+/// late send counts its lateness).
+#[allow(clippy::too_many_arguments)]
+pub async fn open_loop(
+    world: &World,
+    db: &str,
+    url: &str,
+    rate: u32,
+    warmup: Duration,
+    duration: Duration,
+    readers: u32,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<OpenLoop> {
+    const GROUPS: i32 = 200;
+    const SENDERS: u64 = 2;
+    let bin = std::env::current_exe().context("finding the sbworker binary")?;
+    let handles: Vec<uuid::Uuid> = {
+        let c = world::connect(url).await?;
+        c.batch_execute(stmt("reset")).await?;
+        c.batch_execute("VACUUM ANALYZE").await?;
+        set_sync(world, db, true).await?;
+        c.query(stmt("open_dialogs"), &[&GROUPS]).await?.iter().map(|r| r.get(0)).collect()
+    };
+    let tag = format!("open-loop-{rate}-{repetition}");
+    let config_path = dir.join(format!("{tag}.toml"));
+    std::fs::write(&config_path, worker_config("postgres", url, effect::NAME, readers, 1))?;
+    let worker = spawn_worker(&bin, &config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let total = (f64::from(rate) * (warmup + duration).as_secs_f64()).round() as u64;
+    let start = tokio::time::Instant::now() + Duration::from_millis(200);
+    let start_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() + 0.2)
+        .unwrap_or_default();
+    let handles = std::sync::Arc::new(handles);
+    let mut senders = tokio::task::JoinSet::new();
+    for j in 0..SENDERS {
+        let (url, handles) = (url.to_owned(), handles.clone());
+        senders.spawn(async move {
+            let c = world::connect(&url).await?;
+            let send = c.prepare(stmt("send_planned")).await?;
+            let mut i = j;
+            while i < total {
+                let offset = i as f64 / f64::from(rate);
+                tokio::time::sleep_until(start + Duration::from_secs_f64(offset)).await;
+                let planned = format!("{:.6}", start_unix + offset);
+                let h = handles[(i % handles.len() as u64) as usize];
+                c.execute(&send, &[&h, &planned.as_bytes()]).await?;
+                i += SENDERS;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = senders.join_next().await {
+        r??;
+    }
+    let sent_seconds = (tokio::time::Instant::now() - start).as_secs_f64();
+    let c = world::connect(url).await?;
+    drained(&c, &tag, total as i64, Instant::now(), Progress::Replies).await?;
+    worker.terminate().await?;
+    let row = c.query_one(stmt("latency"), &[&(start_unix + warmup.as_secs_f64())]).await?;
+    let m = OpenLoop {
+        rate,
+        repetition,
+        warmup_seconds: warmup.as_secs_f64(),
+        seconds: duration.as_secs_f64(),
+        sent_per_second: total as f64 / sent_seconds,
+        measured: row.get(0),
+        p50_ms: row.get(1),
+        p95_ms: row.get(2),
+        p99_ms: row.get(3),
+        max_ms: row.get(4),
+    };
+    super::progress(&format!("{tag}: p50 {:.1} ms, p99 {:.1} ms", m.p50_ms, m.p99_ms));
+    Ok(m)
 }
 
 /// How a run's progress is read: replies written, or messages no longer waiting.

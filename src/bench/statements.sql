@@ -1,7 +1,7 @@
 -- The statements `sbworker bench` runs on PostgreSQL (its world: broker/postgres/bench.sql).
 
 -- name: apply
-SELECT bench.apply($1, $2);
+SELECT bench.apply($1, $2, $3);
 
 -- name: preload
 SELECT bench.preload($1, $2, $3);
@@ -75,3 +75,20 @@ SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 100),
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY total_exec_time DESC
  LIMIT 14;
+
+-- The open loop: dialogs to send on, one send at its planned time, and the latency of
+-- the messages planned after the warm-up, from the plan to the reply (ms).
+-- name: open_dialogs
+SELECT bench.open_dialogs($1);
+
+-- name: send_planned
+SELECT sb.send($1, '/Bench/Bericht', $2);
+
+-- name: latency
+SELECT count(*),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM handled_at - planned_at)::float8), 0) * 1000,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM handled_at - planned_at)::float8), 0) * 1000,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM handled_at - planned_at)::float8), 0) * 1000,
+       coalesce(max(extract(epoch FROM handled_at - planned_at)::float8), 0) * 1000
+  FROM bench.reply
+ WHERE planned_at >= to_timestamp($1);

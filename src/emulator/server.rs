@@ -1017,8 +1017,9 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                 "bench.apply" => {
                     let conversation = as_uuid(arg("@conversation")?)?;
                     let seq = as_i64(arg("@seq")?)?;
+                    let body = as_bytes(arg("@body")?)?;
                     s.client()
-                        .execute(crate::bench::stmt("apply"), &[&conversation, &seq])
+                        .execute(crate::bench::stmt("apply"), &[&conversation, &seq, &body])
                         .await
                         .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
                     Ok(None)
