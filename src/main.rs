@@ -146,7 +146,7 @@ enum Command {
     /// Measure sbworker side by side with the machine's limit (pgbench doing the same
     /// commits and writes) on a throwaway cluster; writes report.md, results.json and plots.
     #[command(after_help = "Examples:\n  \
-        cargo run --release -- bench --out bench-report            (the full bench: about an hour)\n  \
+        cargo run --release -- bench --out bench-report            (the full bench: two hours or more)\n  \
         cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
         cargo run --release -- bench --groups 200 --per-group 50 --reps 3")]
     Bench {
