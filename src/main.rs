@@ -311,25 +311,11 @@ fn main() -> ExitCode {
         Command::Demo { size, edits, readers, postgres, seed, mssql } => {
             let opts =
                 sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql, progress: true };
-            let run = || -> anyhow::Result<()> {
-                // The workers log errors only (the demo prints its own progress); set
-                // SBWORKER_LOG (a tracing filter) to see more.
-                let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
-                let _ = tracing_subscriber::fmt()
-                    .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
-                    .with_writer(std::io::stderr)
-                    .try_init();
-                let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-                rt.block_on(sbworker::demo::run(&opts, &mut std::io::stdout()))?;
+            // The workers log errors only (the demo prints its own progress).
+            run_logged("demo", async move {
+                sbworker::demo::run(&opts, &mut std::io::stdout()).await?;
                 Ok(())
-            };
-            match run() {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sbworker demo: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
+            })
         }
         Command::Export { postgres, periode, format, mode, lease_minutes, out, ack } => {
             let result = match (ack, periode) {
@@ -407,23 +393,10 @@ fn main() -> ExitCode {
                 skip_peers,
                 open_loop_seconds,
             };
-            let run = || -> anyhow::Result<()> {
-                let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
-                let _ = tracing_subscriber::fmt()
-                    .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
-                    .with_writer(std::io::stderr)
-                    .try_init();
-                let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-                rt.block_on(sbworker::bench::run(&opts))?;
+            run_logged("bench", async move {
+                sbworker::bench::run(&opts).await?;
                 Ok(())
-            };
-            match run() {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sbworker bench: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
+            })
         }
         Command::Emulator {
             listen,
@@ -468,6 +441,26 @@ fn report_install(r: anyhow::Result<String>) -> ExitCode {
         }
         Err(e) => {
             eprintln!("sbworker install: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs `job` on a multi-threaded runtime, logging errors only to stderr (SBWORKER_LOG,
+/// a tracing filter, shows more): exit 0, or 1 with the error.
+fn run_logged(name: &str, job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let run = || -> anyhow::Result<()> {
+        let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
+            .with_writer(std::io::stderr)
+            .try_init();
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(job)
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sbworker {name}: {e:#}");
             ExitCode::from(1)
         }
     }

@@ -196,6 +196,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     let pg = w.database("bench_sbworker_pg", true, BENCH_SQL).await?;
     let tds = w.database("bench_sbworker_tds", true, BENCH_SQL).await?;
     let limit = w.database("bench_limit", false, LIMIT_SQL).await?;
+    // sbworker's database on each transport.
+    let sbworker_db = |c: Contender| {
+        if c == Contender::SbworkerTds { ("bench_sbworker_tds", &tds) } else { ("bench_sbworker_pg", &pg) }
+    };
     // The peers are installed (and their schemas migrated) before anything is measured.
     let graphile = if opts.skip_peers {
         Err("left out (--skip-peers)".to_owned())
@@ -243,33 +247,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                     Contender::Limit => {
                         runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
                     }
-                    Contender::SbworkerPostgres => {
-                        runs::sbworker(
-                            &w,
-                            "bench_sbworker_pg",
-                            &pg,
-                            contender,
-                            Workload::Headline,
-                            shape,
-                            sync,
-                            rep,
-                            &work,
-                        )
-                        .await?
-                    }
-                    Contender::SbworkerTds => {
-                        runs::sbworker(
-                            &w,
-                            "bench_sbworker_tds",
-                            &tds,
-                            contender,
-                            Workload::Headline,
-                            shape,
-                            sync,
-                            rep,
-                            &work,
-                        )
-                        .await?
+                    Contender::SbworkerPostgres | Contender::SbworkerTds => {
+                        let (db, url) = sbworker_db(contender);
+                        runs::sbworker(&w, db, url, contender, Workload::Headline, shape, sync, rep, &work).await?
                     }
                     Contender::Graphile | Contender::GraphileLocalQueue => {
                         let Ok((home, url)) = &graphile else { continue };
