@@ -12,7 +12,7 @@ use crate::pg_cluster::Cluster;
 
 /// Server settings for every contender. Durable commits (fsync on) unlike the tests'
 /// clusters; `synchronous_commit` is set per database and run.
-pub const SETTINGS: [&str; 9] = [
+pub const SETTINGS: [&str; 7] = [
     "fsync=on",
     "full_page_writes=on",
     "shared_buffers=256MB",
@@ -20,10 +20,11 @@ pub const SETTINGS: [&str; 9] = [
     "checkpoint_timeout=30min",
     "max_connections=200",
     "autovacuum=on",
-    // Where the pipeline's time goes: statement times, nested statements included.
-    "shared_preload_libraries=pg_stat_statements",
-    "pg_stat_statements.track=all",
 ];
+
+/// Where the pipeline's time goes: statement times, nested statements included (when
+/// the installation has pg_stat_statements; the report says so when it has not).
+const STATEMENT_STATS: [&str; 2] = ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"];
 
 pub struct World {
     pub cluster: Cluster,
@@ -31,7 +32,15 @@ pub struct World {
 
 impl World {
     pub fn start() -> anyhow::Result<World> {
-        Ok(World { cluster: Cluster::start(&SETTINGS).context("starting the bench's PostgreSQL cluster")? })
+        let mut settings = SETTINGS.to_vec();
+        let lib = Cluster::program("postgres")?
+            .parent()
+            .and_then(|bin| bin.parent())
+            .map(|root| root.join("lib/pg_stat_statements.so"));
+        if lib.is_some_and(|l| l.exists()) {
+            settings.extend(STATEMENT_STATS);
+        }
+        Ok(World { cluster: Cluster::start(&settings).context("starting the bench's PostgreSQL cluster")? })
     }
 
     /// A new database with `script` (and the broker, with `broker`) installed.
