@@ -78,6 +78,16 @@ async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Before a run: the contender's tables emptied (statement `reset`) and vacuumed, and
+/// `synchronous_commit` set for the run's connections; a connection for the preload.
+async fn fresh(world: &World, db: &str, url: &str, reset: &str, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
+    let c = world::connect(url).await?;
+    c.batch_execute(stmt(reset)).await?;
+    c.batch_execute("VACUUM ANALYZE").await?;
+    set_sync(world, db, sync).await?;
+    Ok(c)
+}
+
 /// A child process that is stopped when dropped.
 struct Process(Child);
 
@@ -140,10 +150,7 @@ pub async fn sbworker(
 ) -> anyhow::Result<Measured> {
     let bin = std::env::current_exe().context("finding the sbworker binary")?;
     {
-        let c = world::connect(url).await?;
-        c.batch_execute(stmt("reset")).await?;
-        c.batch_execute("VACUUM ANALYZE").await?;
-        set_sync(world, db, sync).await?;
+        let c = fresh(world, db, url, "reset", sync).await?;
         let body = vec![b'x'; 100];
         c.execute(stmt("preload"), &[&shape.groups, &shape.per_group, &body]).await.context("preloading messages")?;
     }
@@ -288,10 +295,7 @@ pub async fn open_loop(
     const SENDERS: u64 = 2;
     let bin = std::env::current_exe().context("finding the sbworker binary")?;
     let handles: Vec<uuid::Uuid> = {
-        let c = world::connect(url).await?;
-        c.batch_execute(stmt("reset")).await?;
-        c.batch_execute("VACUUM ANALYZE").await?;
-        set_sync(world, db, true).await?;
+        let c = fresh(world, db, url, "reset", true).await?;
         c.query(stmt("open_dialogs"), &[&GROUPS]).await?.iter().map(|r| r.get(0)).collect()
     };
     let tag = format!("open-loop-{rate}-{repetition}");
@@ -452,13 +456,10 @@ pub async fn limit(
     dir: &Path,
 ) -> anyhow::Result<Measured> {
     {
-        let c = world::connect(url).await?;
-        c.batch_execute(stmt("limit_reset")).await?;
-        c.batch_execute("VACUUM ANALYZE").await?;
+        let c = fresh(world, db, url, "limit_reset", sync).await?;
         c.execute(stmt("limit_preload"), &[&shape.groups, &shape.per_group]).await?;
         c.execute(stmt("limit_accounts"), &[&shape.groups]).await?;
     }
-    set_sync(world, db, sync).await?;
     let script = write(dir, "limit.pgbench", include_str!("limit.pgbench"))?;
     let total = shape.messages();
     if total % clients as u64 != 0 {
@@ -566,10 +567,7 @@ pub async fn graphile(
     dir: &Path,
 ) -> anyhow::Result<Measured> {
     {
-        let c = world::connect(url).await?;
-        c.batch_execute(stmt("graphile_reset")).await?;
-        c.batch_execute("VACUUM ANALYZE").await?;
-        set_sync(world, db, sync).await?;
+        let c = fresh(world, db, url, "graphile_reset", sync).await?;
         c.execute(stmt("graphile_preload"), &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
     }
     let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
