@@ -143,8 +143,9 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         delete_batch: i64,
     },
-    /// Measure sbworker side by side with the machine's limit (pgbench doing the same
-    /// commits and writes) on a throwaway cluster; writes report.md, results.json and plots.
+    /// Measure sbworker side by side with River, graphile-worker and the machine's limit
+    /// (pgbench doing the same commits and writes) on a throwaway cluster; writes
+    /// report.md, results.json and plots.
     #[command(after_help = "Examples:\n  \
         cargo run --release -- bench --out bench-report            (the full bench: two hours or more)\n  \
         cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
@@ -165,12 +166,16 @@ enum Command {
         /// In-order messages per group (default 100).
         #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         per_group: Option<i32>,
-        /// Leave out the peers installed from registries (graphile-worker with npm).
+        /// Leave out the peers installed from registries (graphile-worker with npm, River
+        /// built with cargo).
         #[arg(long)]
         skip_peers: bool,
         /// Seconds each open-loop rate runs after its warm-up (default 60).
         #[arg(long, value_name = "SECONDS")]
         open_loop_seconds: Option<f64>,
+        /// Seconds the bloat workload runs with xmin pinned (default 180).
+        #[arg(long, value_name = "SECONDS")]
+        bloat_seconds: Option<f64>,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -383,7 +388,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { quick, out, reps, groups, per_group, skip_peers, open_loop_seconds } => {
+        Command::Bench { quick, out, reps, groups, per_group, skip_peers, open_loop_seconds, bloat_seconds } => {
             let opts = sbworker::bench::Options {
                 quick,
                 out,
@@ -392,6 +397,7 @@ fn main() -> ExitCode {
                 per_group,
                 skip_peers,
                 open_loop_seconds,
+                bloat_seconds,
             };
             run_logged("bench", async move {
                 sbworker::bench::run(&opts).await?;

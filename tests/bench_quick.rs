@@ -21,6 +21,7 @@ async fn the_quick_bench_runs_every_part_and_writes_its_report() {
         "synchronous_commit = off",
         "## Burn-down",
         "## Open loop",
+        "## Poison and bloat",
         "## The real pipeline",
         "## Targets",
     ] {
@@ -46,6 +47,19 @@ async fn the_quick_bench_runs_every_part_and_writes_its_report() {
         open_loop[0]["measured"].as_i64().unwrap() > 0 && open_loop[0]["p99_ms"].as_f64().unwrap() > 0.0,
         "{results}"
     );
+    // Poison: 1% of the messages (here one) diverted, nothing else touched, the queue on.
+    let poison = &results["poison"][0];
+    assert_eq!(poison["poisoned"], 1, "{results}");
+    assert_eq!(poison["groups_diverted"], 1, "{results}");
+    assert!(poison["dead_letters"].as_i64().unwrap() >= 1, "{results}");
+    assert_eq!(poison["others_unaffected"], true, "{results}");
+    assert_eq!(poison["queue_enabled"], true, "{results}");
+    // Bloat: it ran with xmin pinned and counted what it handled and left dead.
+    let bloat = &results["bloat"][0];
+    assert_eq!(bloat["xmin_pinned"], true, "{results}");
+    assert!(bloat["messages_handled"].as_i64().unwrap() > 0, "{results}");
+    assert!(bloat["start_per_second"].as_f64().unwrap() > 0.0, "{results}");
+    assert!(bloat["dead_tuples"].as_i64().unwrap() > 0, "{results}");
     let pipeline = results["pipeline"].as_array().unwrap();
     assert_eq!(pipeline.len(), 2, "{results}");
     assert!(pipeline.iter().all(|p| p["verified"] == true), "{results}");

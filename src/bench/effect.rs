@@ -14,6 +14,8 @@ use crate::worker::{Handled, Handler, HandlerError};
 pub const QUEUE: &str = "bench_doel";
 pub const NAME: &str = "bench-effect";
 pub const NOOP_NAME: &str = "bench-noop";
+/// The body of a message the handler fails on, every time (the poison workload).
+pub const POISON: &[u8] = b"poison";
 
 /// Where a message takes effect.
 pub trait EffectStore: Session {
@@ -41,7 +43,9 @@ impl EffectStore for MssqlSession {
     }
 }
 
-/// Applies every message (or, with `noop`, does nothing but let the RECEIVE commit).
+/// Applies every message (or, with `noop`, does nothing but let the RECEIVE commit). A
+/// message whose body is [`POISON`] fails its handling: the transaction rolls back, the
+/// worker retries it and, after its attempts, diverts it.
 pub struct Effect {
     pub noop: bool,
 }
@@ -55,6 +59,9 @@ impl<S: EffectStore> Handler<S> for Effect {
         Box::pin(async move {
             if !self.noop {
                 for m in messages {
+                    if m.body == POISON {
+                        return Err(HandlerError::Failed(format!("bench: message {} is poison", m.sequence)));
+                    }
                     session.apply(m.conversation_handle, m.sequence, &m.body).await?;
                 }
             }

@@ -11,10 +11,12 @@
 //! repetition.
 //!
 //! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
-//! [`runs`] (one measured run), [`pipeline`] (workload 5, the engine), [`report`].
+//! [`runs`] (one measured run), [`poison`] (workload 4: poison and bloat),
+//! [`pipeline`] (workload 5, the engine), [`report`].
 
 pub mod effect;
 pub mod pipeline;
+pub mod poison;
 pub mod report;
 pub mod runs;
 pub mod world;
@@ -53,16 +55,39 @@ pub enum Contender {
     SbworkerTds,
     Graphile,
     GraphileLocalQueue,
+    River,
+    RiverPerGroup,
     Limit,
 }
 
 impl Contender {
+    /// Every contender of the headline, in the order the runs interleave and the report lists.
+    pub const ALL: [Contender; 7] = [
+        Contender::SbworkerPostgres,
+        Contender::SbworkerTds,
+        Contender::Graphile,
+        Contender::GraphileLocalQueue,
+        Contender::River,
+        Contender::RiverPerGroup,
+        Contender::Limit,
+    ];
+
+    /// The peers: contenders installed from registries, left out by `--skip-peers`.
+    pub fn is_peer(self) -> bool {
+        matches!(
+            self,
+            Contender::Graphile | Contender::GraphileLocalQueue | Contender::River | Contender::RiverPerGroup
+        )
+    }
+
     pub fn key(self) -> &'static str {
         match self {
             Contender::SbworkerPostgres => "sbworker-pg",
             Contender::SbworkerTds => "sbworker-tds",
             Contender::Graphile => "graphile",
             Contender::GraphileLocalQueue => "graphile-localqueue",
+            Contender::River => "river",
+            Contender::RiverPerGroup => "river-per-group",
             Contender::Limit => "limit",
         }
     }
@@ -73,6 +98,8 @@ impl Contender {
             Contender::SbworkerTds => "sbworker, SQL Server transport via the emulator",
             Contender::Graphile => "graphile-worker 0.17.3 (4 jobs at once, pool 8, no local queue)",
             Contender::GraphileLocalQueue => "graphile-worker 0.17.3 (4 jobs at once, pool 8, local queue 50)",
+            Contender::River => "River, riverqueue 0.5 (one queue, 4 workers, pool 8)",
+            Contender::RiverPerGroup => "River, riverqueue 0.5 (a queue of 1 worker per group, pool 8)",
             Contender::Limit => "limit: pgbench, same commits and writes",
         }
     }
@@ -106,6 +133,8 @@ pub struct Options {
     pub skip_peers: bool,
     /// Seconds each open-loop rate runs after its warm-up (default 60).
     pub open_loop_seconds: Option<f64>,
+    /// Seconds the bloat workload runs with xmin pinned (default 180).
+    pub bloat_seconds: Option<f64>,
 }
 
 /// The sizes of every part.
@@ -123,6 +152,10 @@ pub struct Sizes {
     pub open_loop_rates: Vec<u32>,
     pub open_loop_warmup_seconds: f64,
     pub open_loop_seconds: f64,
+    /// The bloat workload: its backlog (groups × messages) and how long it runs.
+    pub bloat_groups: i32,
+    pub bloat_per_group: i32,
+    pub bloat_seconds: f64,
 }
 
 impl Sizes {
@@ -131,6 +164,8 @@ impl Sizes {
             if o.quick { (1, 16, 5, 1, 12, vec![1, 4], 0.2) } else { (3, 1000, 100, 10, 400, vec![1, 2, 4, 8], 3.0) };
         let (open_loop_rates, open_loop_warmup_seconds, open_loop_seconds) =
             if o.quick { (vec![50], 0.5, 1.0) } else { (vec![200, 1000, 2000], 10.0, 60.0) };
+        // The bloat backlog outlasts the run at the headline's rates on 2 cores.
+        let (bloat_groups, bloat_per_group, bloat_seconds) = if o.quick { (16, 200, 3.0) } else { (1000, 250, 180.0) };
         Sizes {
             reps: o.reps.unwrap_or(reps).max(1),
             groups: o.groups.unwrap_or(groups),
@@ -146,6 +181,9 @@ impl Sizes {
             open_loop_rates,
             open_loop_warmup_seconds,
             open_loop_seconds: o.open_loop_seconds.unwrap_or(open_loop_seconds),
+            bloat_groups,
+            bloat_per_group,
+            bloat_seconds: o.bloat_seconds.unwrap_or(bloat_seconds),
         }
     }
 }
@@ -164,6 +202,8 @@ pub struct Results {
     pub pipeline: Vec<pipeline::PipelineRun>,
     pub engine_per_second: Vec<f64>,
     pub open_loop: Vec<runs::OpenLoop>,
+    pub poison: Vec<poison::PoisonRun>,
+    pub bloat: Vec<poison::BloatRun>,
     /// What was left out, and why.
     pub notes: Vec<String>,
 }
@@ -213,10 +253,22 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
             Err(why) => Err(why),
         }
     };
-    let peers_note = match &graphile {
-        Ok(_) => None,
-        Err(why) => Some(format!("graphile-worker: {why}")),
+    let river = if opts.skip_peers {
+        Err("left out (--skip-peers)".to_owned())
+    } else {
+        match runs::install_river(&work).await {
+            Ok(bin) => {
+                let url = w.database("bench_river", true, BENCH_SQL).await?;
+                runs::migrate_river(&w, "bench_river", &bin).await?;
+                Ok((bin, url))
+            }
+            Err(why) => Err(why),
+        }
     };
+    let peers_notes: Vec<String> = [("graphile-worker", graphile.as_ref().err()), ("River", river.as_ref().err())]
+        .into_iter()
+        .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
+        .collect();
     let mut results = Results {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         started: chrono_like_now(),
@@ -228,7 +280,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         pipeline: Vec::new(),
         engine_per_second: Vec::new(),
         open_loop: Vec::new(),
-        notes: peers_note.into_iter().collect(),
+        poison: Vec::new(),
+        bloat: Vec::new(),
+        notes: peers_notes,
     };
     for rep in 0..sizes.reps {
         results.calibrations.push(
@@ -236,13 +290,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         );
         for sync in [true, false] {
             // Interleaved: every contender once per repetition, in turn.
-            for contender in [
-                Contender::SbworkerPostgres,
-                Contender::SbworkerTds,
-                Contender::Graphile,
-                Contender::GraphileLocalQueue,
-                Contender::Limit,
-            ] {
+            for contender in Contender::ALL {
                 let m = match contender {
                     Contender::Limit => {
                         runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
@@ -268,6 +316,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                         )
                         .await?
                     }
+                    Contender::River | Contender::RiverPerGroup => {
+                        let Ok((bin, url)) = &river else { continue };
+                        runs::river(&w, "bench_river", url, bin, contender, shape, sync, rep, &work).await?
+                    }
                 };
                 results.runs.push(m);
             }
@@ -280,6 +332,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
         }
+        results.poison.push(poison::poison(&w, "bench_sbworker_pg", &pg, shape, rep, &work).await?);
+        let bloat_shape =
+            Shape { groups: sizes.bloat_groups, per_group: sizes.bloat_per_group, readers: sizes.readers };
+        let bloat_time = Duration::from_secs_f64(sizes.bloat_seconds);
+        results.bloat.push(poison::bloat(&w, "bench_sbworker_pg", &pg, bloat_shape, bloat_time, rep, &work).await?);
         for &rate in &sizes.open_loop_rates {
             results.open_loop.push(
                 runs::open_loop(
@@ -370,6 +427,13 @@ mod tests {
             "limit_verify",
             "graphile_reset",
             "graphile_preload",
+            "river_reset",
+            "poison_mark",
+            "poison_done",
+            "poison_verify",
+            "pin_xmin",
+            "pinned",
+            "dead_tuples",
             "open_dialogs",
             "send_planned",
             "latency",

@@ -72,8 +72,8 @@ fn queue_table(out: &mut String, r: &Results, w: Workload, sync: bool, contender
         let other = match c {
             Contender::SbworkerPostgres => Some(Contender::SbworkerTds),
             Contender::SbworkerTds => Some(Contender::SbworkerPostgres),
-            Contender::Graphile | Contender::GraphileLocalQueue => Some(Contender::SbworkerPostgres),
-            Contender::Limit => None,
+            c if c.is_peer() => Some(Contender::SbworkerPostgres),
+            _ => None,
         };
         let order = match runs.iter().filter_map(|m| m.out_of_order).max() {
             None => "–".to_owned(),
@@ -135,13 +135,7 @@ pub fn markdown(r: &Results) -> String {
         "\nCommit calibration (one-row commits, 8 connections): {} commits/s.\n",
         show(spread(&r.calibrations), 0)
     );
-    let all = [
-        Contender::SbworkerPostgres,
-        Contender::SbworkerTds,
-        Contender::Graphile,
-        Contender::GraphileLocalQueue,
-        Contender::Limit,
-    ];
+    let all = Contender::ALL;
     let _ = writeln!(
         out,
         "## Headline: Service Broker semantics\n\n{} groups × {} in-order messages; each message in one \
@@ -187,6 +181,7 @@ pub fn markdown(r: &Results) -> String {
             show(f(|o| o.max_ms), 1),
         );
     }
+    poison_sections(&mut out, r);
     let _ = writeln!(
         out,
         "\n## The real pipeline\n\nRoster commits to stored results with the payroll engine ({} employees \
@@ -241,16 +236,86 @@ pub fn markdown(r: &Results) -> String {
     }
     let _ = writeln!(
         out,
-        "\n## Not measured by this version of the bench\n\nRiver is not a contender yet; nor are the poison \
-         and xmin-pinned bloat workload, the open loop for the other contenders, or the pipeline's own commits and WAL per \
-         request. graphile-worker completes a job in a transaction of its own after the task's (it cannot \
-         complete it inside the business transaction), and its task here opens one for the effect. Plots: \
-         `headline.svg`, `pipeline.svg`; every run: `results.json`."
+        "\n## Not measured by this version of the bench\n\nThe open loop for the other contenders, poison and \
+         bloat for the other contenders and for the SQL Server transport, and the pipeline's own commits and WAL \
+         per request. graphile-worker completes a job in a transaction of its own after the task's (it cannot \
+         complete it inside the business transaction), and its task here opens one for the effect; River \
+         completes its job inside the business transaction (`job_complete_tx`). Plots: `headline.svg`, \
+         `pipeline.svg`; every run: `results.json`."
     );
     for note in &r.notes {
         let _ = writeln!(out, "\nLeft out: {note}.");
     }
     out
+}
+
+/// Workload 4: the poison run and the bloat run (sbworker, PostgreSQL broker).
+fn poison_sections(out: &mut String, r: &Results) {
+    let s = &r.sizes;
+    let _ = writeln!(
+        out,
+        "\n## Poison and bloat (sbworker, PostgreSQL broker)\n\nPoison: the headline's {} × {} messages with 1% \
+         of them (chosen by hash) failing every time in the handler. Each is tried 3 times (backoff 20 ms to \
+         1 s), then its conversation is diverted: the poison message and the rest of its conversation go to the \
+         dead-letter table (a conversation is one ordered stream), the conversation is ended with an error. \
+         Checked: every other group complete, in order, each message once; each diverted group applied up to \
+         its first poison message; the queue still enabled. Time to dead-letter: from a poison message \
+         reaching the head of its group (its predecessor's reply) to its diversion.\n\n\
+         | messages/s (with poison) | ratio to the clean headline | poison | groups diverted | dead letters | \
+         ms to dead-letter p50 | max | others unaffected | queue enabled |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        s.groups, s.per_group
+    );
+    if !r.poison.is_empty() {
+        let f = |g: fn(&super::poison::PoisonRun) -> f64| spread(&r.poison.iter().map(g).collect::<Vec<_>>());
+        let clean: Vec<f64> = r
+            .poison
+            .iter()
+            .filter_map(|p| {
+                runs_of(r, Workload::Headline, Contender::SbworkerPostgres, true)
+                    .iter()
+                    .find(|m| m.repetition == p.repetition)
+                    .map(|m| p.per_second / m.per_second)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            show(f(|p| p.per_second), 0),
+            show(spread(&clean), 2),
+            show(f(|p| p.poisoned as f64), 0),
+            show(f(|p| p.groups_diverted as f64), 0),
+            show(f(|p| p.dead_letters as f64), 0),
+            show(f(|p| p.p50_ms_to_dead_letter), 0),
+            show(f(|p| p.max_ms_to_dead_letter), 0),
+            if r.poison.iter().all(|p| p.others_unaffected) { "yes" } else { "**no**" },
+            if r.poison.iter().all(|p| p.queue_enabled) { "yes" } else { "**no: disabled**" },
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nBloat: a backlog of {} × {} messages worked as in the headline for {} s while another transaction \
+         holds a snapshot open (xmin pinned: no dead tuple can be vacuumed). Throughput over the first and the \
+         last tenth of the run (the first second, the worker's start, left out), and the dead tuples of the \
+         broker's and the bench's tables at the end (`pg_stat_user_tables`).\n\n\
+         | start msgs/s | end msgs/s | end / start | messages | dead tuples at the end | largest | xmin pinned |\n\
+         | --- | --- | --- | --- | --- | --- | --- |",
+        s.bloat_groups, s.bloat_per_group, s.bloat_seconds
+    );
+    for b in &r.bloat {
+        let top: Vec<String> = b.top_dead.iter().take(3).map(|(t, d, _)| format!("{t} {d}")).collect();
+        let _ = writeln!(
+            out,
+            "| {:.0} | {:.0} | {:.2} | {}{} | {} | {} | {} |",
+            b.start_per_second,
+            b.end_per_second,
+            b.ratio,
+            b.messages_handled,
+            if b.drained_early { " (the backlog ran out early)" } else { "" },
+            b.dead_tuples,
+            top.join(", "),
+            if b.xmin_pinned { "yes" } else { "**no**" },
+        );
+    }
 }
 
 /// (target, measured, verdict) for the issue's targets this bench measures.
@@ -264,7 +329,7 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             verdict(ratio.median >= 0.5, format!("{:.0} points short", (0.5 - ratio.median) * 100.0)),
         ));
     }
-    for peer in [Contender::Graphile, Contender::GraphileLocalQueue] {
+    for peer in Contender::ALL.into_iter().filter(|c| c.is_peer()) {
         let runs = runs_of(r, Workload::Headline, peer, true);
         if runs.is_empty() {
             continue;
@@ -281,6 +346,16 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
                 },
             ));
         }
+    }
+    if let Some(b) = spread(&r.bloat.iter().map(|b| b.ratio).collect::<Vec<_>>()) {
+        t.push((
+            format!(
+                "bloat: throughput after {:.0} s with xmin pinned at least 70% of the start",
+                r.sizes.bloat_seconds
+            ),
+            format!("{:.0}%", b.median * 100.0),
+            verdict(b.median >= 0.7, format!("{:.0} points short", (0.7 - b.median) * 100.0)),
+        ));
     }
     let p99: Vec<f64> = r.open_loop.iter().filter(|o| o.rate == 1000).map(|o| o.p99_ms).collect();
     if let Some(s) = spread(&p99) {
@@ -323,15 +398,8 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
 
 /// Bars: headline messages/s per contender, synchronous commit on and off.
 fn headline_svg(r: &Results) -> String {
-    let contenders = [
-        Contender::SbworkerPostgres,
-        Contender::SbworkerTds,
-        Contender::Graphile,
-        Contender::GraphileLocalQueue,
-        Contender::Limit,
-    ];
     let mut bars = Vec::new();
-    for c in contenders {
+    for c in Contender::ALL {
         for sync in [true, false] {
             let v = field(&runs_of(r, Workload::Headline, c, sync), |m| Some(m.per_second)).map_or(0.0, |s| s.median);
             bars.push((format!("{} ({})", c.key(), if sync { "sync" } else { "async" }), v));

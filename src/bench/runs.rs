@@ -57,7 +57,7 @@ impl Shape {
 
 /// Waits for the server's statistics of the last transactions to be counted (backends
 /// report them within a second), so commits and WAL are read after the run's own.
-async fn settle() {
+pub(super) async fn settle() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
 }
 
@@ -80,7 +80,13 @@ async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
 
 /// Before a run: the contender's tables emptied (statement `reset`) and vacuumed, and
 /// `synchronous_commit` set for the run's connections; a connection for the preload.
-async fn fresh(world: &World, db: &str, url: &str, reset: &str, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
+pub(super) async fn fresh(
+    world: &World,
+    db: &str,
+    url: &str,
+    reset: &str,
+    sync: bool,
+) -> anyhow::Result<tokio_postgres::Client> {
     let c = world::connect(url).await?;
     c.batch_execute(stmt(reset)).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
@@ -89,14 +95,14 @@ async fn fresh(world: &World, db: &str, url: &str, reset: &str, sync: bool) -> a
 }
 
 /// A child process that is stopped when dropped.
-struct Process(Child);
+pub(super) struct Process(Child);
 
 impl Process {
     fn pid(&self) -> u32 {
         self.0.id().unwrap_or(0)
     }
 
-    async fn terminate(mut self) -> anyhow::Result<()> {
+    pub(super) async fn terminate(mut self) -> anyhow::Result<()> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let status = tokio::time::timeout(Duration::from_secs(60), self.0.wait()).await??;
@@ -182,7 +188,7 @@ pub async fn sbworker(
     let server0 = world.server_cpu();
     let emulator_cpu0 = emulator.as_ref().and_then(|e| world::cpu_seconds(e.pid())).unwrap_or(0.0);
     let started = Instant::now();
-    let worker = spawn_worker(&bin, &config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let worker = spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
     let total = shape.messages() as i64;
     let c = world::connect(url).await?;
     let polls = match workload {
@@ -231,7 +237,7 @@ pub async fn sbworker(
 }
 
 /// The configuration of a bench worker: the bench queue with `readers` readers.
-fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
+pub(super) fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
     format!(
         "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
          [log]\nlevel = \"warn\"\n\n\
@@ -241,8 +247,9 @@ fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batc
     )
 }
 
-/// `sbworker run --config config`, its log to `log`.
-fn spawn_worker(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Process> {
+/// `sbworker run --config config` (this binary), its log to `log`.
+pub(super) fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
+    let bin = std::env::current_exe().context("finding the sbworker binary")?;
     Ok(Process(
         Command::new(bin)
             .arg("run")
@@ -293,7 +300,6 @@ pub async fn open_loop(
 ) -> anyhow::Result<OpenLoop> {
     const GROUPS: i32 = 200;
     const SENDERS: u64 = 2;
-    let bin = std::env::current_exe().context("finding the sbworker binary")?;
     let handles: Vec<uuid::Uuid> = {
         let c = fresh(world, db, url, "reset", true).await?;
         c.query(stmt("open_dialogs"), &[&GROUPS]).await?.iter().map(|r| r.get(0)).collect()
@@ -301,7 +307,7 @@ pub async fn open_loop(
     let tag = format!("open-loop-{rate}-{repetition}");
     let config_path = dir.join(format!("{tag}.toml"));
     std::fs::write(&config_path, worker_config("postgres", url, effect::NAME, readers, 1))?;
-    let worker = spawn_worker(&bin, &config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let worker = spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
     let total = (f64::from(rate) * (warmup + duration).as_secs_f64()).round() as u64;
     let start = tokio::time::Instant::now() + Duration::from_millis(200);
     let start_unix = std::time::SystemTime::now()
@@ -351,16 +357,19 @@ pub async fn open_loop(
     Ok(m)
 }
 
-/// How a run's progress is read: replies written, or messages no longer waiting.
+/// How a run's progress is read: replies written, messages no longer waiting, or
+/// replies and dead letters.
 #[derive(Clone, Copy)]
-enum Progress {
+pub(super) enum Progress {
     Replies,
     Waiting,
+    /// Replies and dead letters (the poison workload).
+    RepliedOrDiverted,
 }
 
 /// Polls until `total` messages are done, showing progress; the polls made (each a
 /// read-only transaction of its own, taken off the commits the run is charged with).
-async fn drained(
+pub(super) async fn drained(
     c: &tokio_postgres::Client,
     tag: &str,
     total: i64,
@@ -374,6 +383,7 @@ async fn drained(
         let done = match progress {
             Progress::Replies => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
             Progress::Waiting => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
+            Progress::RepliedOrDiverted => c.query_one(stmt("poison_done"), &[]).await?.get::<_, i64>(0),
         };
         if done >= total {
             return Ok(polls);
@@ -570,20 +580,119 @@ pub async fn graphile(
         let c = fresh(world, db, url, "graphile_reset", sync).await?;
         c.execute(stmt("graphile_preload"), &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
     }
+    let mut command = Command::new("node");
+    command.arg(home.join("headline.js")).args([
+        node_url(world, db),
+        concurrency.to_string(),
+        pool.to_string(),
+        local_queue.to_string(),
+    ]);
+    peer(world, url, contender, shape, (concurrency, pool), sync, repetition, dir, command).await
+}
+
+/// River's harness (`bench/river`, its own Cargo project), built with cargo into
+/// `dir/river` once, before anything is measured (a no-op when it is current); the
+/// binary, or the reason it cannot be had.
+pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
+    let home = dir.join("river");
+    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
+    for (name, text) in [
+        ("Cargo.toml", include_str!("../../bench/river/Cargo.toml")),
+        ("Cargo.lock", include_str!("../../bench/river/Cargo.lock")),
+        ("src/main.rs", include_str!("../../bench/river/src/main.rs")),
+    ] {
+        // Rewritten only when changed, so that cargo sees an unchanged project as built.
+        if std::fs::read_to_string(home.join(name)).ok().as_deref() != Some(text) {
+            std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
+        }
+    }
+    super::progress("building River's harness (riverqueue 0.5) with cargo; the first build takes minutes ...");
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--release", "--locked", "--quiet"])
+        .current_dir(&home)
+        .env("CARGO_TARGET_DIR", home.join("target"))
+        .output()
+        .await
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(home.join("target/release/river-bench"))
+}
+
+/// River's schema in `db` (its own migrations).
+pub async fn migrate_river(world: &World, db: &str, bin: &Path) -> anyhow::Result<()> {
+    let out = Command::new(bin).args(["migrate", &node_url(world, db)]).output().await.context("running River")?;
+    if !out.status.success() {
+        bail!("River's migration failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// One headline run of River: one queue of 4 workers, or a queue of one worker per
+/// group (`RiverPerGroup`), on a pool of 8; its client preloads the jobs.
+#[allow(clippy::too_many_arguments)]
+pub async fn river(
+    world: &World,
+    db: &str,
+    url: &str,
+    bin: &Path,
+    contender: Contender,
+    shape: Shape,
+    sync: bool,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<Measured> {
+    let (workers, pool) = (shape.readers, 8u32);
+    let mode = if contender == Contender::RiverPerGroup { "per-group" } else { "one" };
+    fresh(world, db, url, "river_reset", sync).await?;
+    let out = Command::new(bin)
+        .args(["preload", &node_url(world, db), &shape.groups.to_string(), &shape.per_group.to_string(), mode])
+        .output()
+        .await
+        .context("running River's preload")?;
+    if !out.status.success() {
+        bail!("River's preload failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut command = Command::new(bin);
+    command.args([
+        "work",
+        &node_url(world, db),
+        &workers.to_string(),
+        &pool.to_string(),
+        mode,
+        &shape.groups.to_string(),
+    ]);
+    let workers = if contender == Contender::RiverPerGroup { shape.groups as u32 } else { workers };
+    peer(world, url, contender, shape, (workers, pool), sync, repetition, dir, command).await
+}
+
+/// A peer's measured run, its jobs preloaded: starts `command` (which works until
+/// SIGTERM), times the drain by replies, verifies order and exactly once.
+#[allow(clippy::too_many_arguments)]
+async fn peer(
+    world: &World,
+    url: &str,
+    contender: Contender,
+    shape: Shape,
+    (concurrency, pool): (u32, u32),
+    sync: bool,
+    repetition: usize,
+    dir: &Path,
+    mut command: Command,
+) -> anyhow::Result<Measured> {
     let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
     settle().await;
     let (commits0, wal0) = reading(url).await?;
     let server0 = world.server_cpu();
     let started = Instant::now();
     let worker = Process(
-        Command::new("node")
-            .arg(home.join("headline.js"))
-            .args([node_url(world, db), concurrency.to_string(), pool.to_string(), local_queue.to_string()])
+        command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("{tag}.log")))?)
             .kill_on_drop(true)
             .spawn()
-            .context("starting node")?,
+            .with_context(|| format!("starting {}", contender.label()))?,
     );
     let total = shape.messages() as i64;
     let c = world::connect(url).await?;

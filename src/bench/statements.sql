@@ -53,6 +53,11 @@ TRUNCATE bench.account, bench.reply, graphile_worker._private_jobs, graphile_wor
 -- name: graphile_preload
 SELECT bench.preload_graphile($1, $2);
 
+-- River's world (after its own migration; its client preloads the jobs): the jobs and
+-- the business rows.
+-- name: river_reset
+TRUNCATE bench.account, bench.reply, river_job RESTART IDENTITY;
+
 -- Where the pipeline's time goes (pg_stat_statements, when the server has it loaded).
 -- name: pgss_available
 SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements')
@@ -92,3 +97,58 @@ SELECT count(*),
        coalesce(max(extract(epoch FROM handled_at - planned_at)::float8), 0) * 1000
   FROM bench.reply
  WHERE planned_at >= to_timestamp($1);
+
+-- Workload 4, poison: after a preload, `$1` messages (chosen by hash: 1%) get the body
+-- the bench's handler fails on.
+-- name: poison_mark
+UPDATE sb.message SET body = 'poison'::bytea
+ WHERE id IN (SELECT id FROM sb.message WHERE queue = 'bench_doel' ORDER BY md5(id::text) LIMIT $1::bigint);
+
+-- Messages done: replied or dead-lettered.
+-- name: poison_done
+SELECT (SELECT count(*) FROM bench.reply) + (SELECT count(*) FROM sbworker.dead_letter);
+
+-- How the poison run ended ($1 messages per group; $2 the run's start, epoch seconds).
+-- A diverted conversation is one ordered stream: its first poison message and every
+-- message after it are dead-lettered, the ones before it took effect. Columns: groups
+-- without poison that are incomplete; messages out of order; groups diverted; diverted
+-- groups that do not match (applied up to the poison, the rest dead-lettered, diverted
+-- at a poison message); dead letters; replies; messages applied; distinct replies; the
+-- queue still enabled; ms from a poison message reaching the head of its group (its
+-- predecessor's reply, or the start) to its diversion: median and max.
+-- name: poison_verify
+WITH dl AS (
+    SELECT conversation_handle AS c, min(message_sequence_number) AS first_seq, count(*) AS n,
+           max(dead_lettered_at) AS at,
+           (array_agg(message_body ORDER BY message_sequence_number))[1] = 'poison'::bytea AS at_poison
+      FROM sbworker.dead_letter GROUP BY 1),
+waits AS (
+    SELECT extract(epoch FROM dl.at - coalesce(r.handled_at, to_timestamp($2::float8)))::float8 * 1000 AS ms
+      FROM dl LEFT JOIN bench.reply r ON r.conversation = dl.c AND r.seq = dl.first_seq - 1)
+SELECT (SELECT count(*) FROM bench.account a
+         WHERE NOT EXISTS (SELECT 1 FROM dl WHERE dl.c = a.conversation) AND a.applied <> $1::bigint),
+       (SELECT coalesce(sum(out_of_order), 0)::bigint FROM bench.account),
+       (SELECT count(*) FROM dl),
+       (SELECT count(*) FROM dl JOIN bench.account a ON a.conversation = dl.c
+         WHERE a.applied <> dl.first_seq - 1 OR dl.n <> $1::bigint - dl.first_seq + 1 OR NOT dl.at_poison),
+       (SELECT coalesce(sum(n), 0)::bigint FROM dl),
+       (SELECT count(*) FROM bench.reply),
+       (SELECT coalesce(sum(applied), 0)::bigint FROM bench.account),
+       (SELECT count(*) FROM (SELECT DISTINCT conversation, seq FROM bench.reply) d),
+       (SELECT enabled FROM sb.queue WHERE name = 'bench_doel'),
+       (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0) FROM waits),
+       (SELECT coalesce(max(ms), 0) FROM waits);
+
+-- Workload 4, bloat: a transaction that pins xmin (a snapshot held open), and, at the
+-- end, the dead tuples of the broker's and the bench's tables (largest first).
+-- name: pin_xmin
+BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM bench.account;
+
+-- name: pinned
+SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid = $1::int;
+
+-- name: dead_tuples
+SELECT schemaname || '.' || relname, n_dead_tup, n_live_tup
+  FROM pg_stat_user_tables
+ WHERE schemaname IN ('sb', 'bench', 'sbworker')
+ ORDER BY n_dead_tup DESC;
