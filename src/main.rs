@@ -176,6 +176,10 @@ enum Command {
         /// Seconds the bloat workload runs with xmin pinned (default 180).
         #[arg(long, value_name = "SECONDS")]
         bloat_seconds: Option<f64>,
+        /// Only the calibration and the headline (every contender, synchronous commit on
+        /// and off): an A/B of a change in minutes.
+        #[arg(long)]
+        headline_only: bool,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -388,7 +392,17 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { quick, out, reps, groups, per_group, skip_peers, open_loop_seconds, bloat_seconds } => {
+        Command::Bench {
+            quick,
+            out,
+            reps,
+            groups,
+            per_group,
+            skip_peers,
+            open_loop_seconds,
+            bloat_seconds,
+            headline_only,
+        } => {
             let opts = sbworker::bench::Options {
                 quick,
                 out,
@@ -398,6 +412,7 @@ fn main() -> ExitCode {
                 skip_peers,
                 open_loop_seconds,
                 bloat_seconds,
+                headline_only,
             };
             run_logged("bench", async move {
                 sbworker::bench::run(&opts).await?;

@@ -135,6 +135,8 @@ pub struct Options {
     pub open_loop_seconds: Option<f64>,
     /// Seconds the bloat workload runs with xmin pinned (default 180).
     pub bloat_seconds: Option<f64>,
+    /// Only the calibration and the headline.
+    pub headline_only: bool,
 }
 
 /// The sizes of every part.
@@ -287,6 +289,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         bloat: Vec::new(),
         notes: peers_notes,
     };
+    if opts.headline_only {
+        results.notes.push("every workload but the headline (--headline-only)".to_owned());
+    }
     for rep in 0..sizes.reps {
         results.calibrations.push(
             runs::calibrate(&w, "bench_limit", &limit, sizes.connections, sizes.calibration_seconds, &work).await?,
@@ -326,6 +331,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 };
                 results.runs.push(m);
             }
+        }
+        if opts.headline_only {
+            continue;
         }
         for (db, url, contender) in [
             ("bench_sbworker_pg", &pg, Contender::SbworkerPostgres),
@@ -419,6 +427,7 @@ mod tests {
         for name in [
             "apply",
             "preload",
+            "analyze",
             "replies",
             "waiting",
             "verify",

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde::Serialize;
 
 use super::runs::{self, Progress, Shape};
@@ -50,8 +50,7 @@ pub async fn poison(
     let poisoned = (total / 100).max(1);
     {
         let c = runs::fresh(world, db, url, "reset", true).await?;
-        let body = vec![b'x'; 100];
-        c.execute(stmt("preload"), &[&shape.groups, &shape.per_group, &body]).await.context("preloading messages")?;
+        runs::preload(&c, shape, &[b'x'; 100]).await?;
         let marked = c.execute(stmt("poison_mark"), &[&poisoned]).await?;
         anyhow::ensure!(marked as i64 == poisoned, "marked {marked} poison messages of {poisoned}");
     }
@@ -130,8 +129,7 @@ pub async fn bloat(
 ) -> anyhow::Result<BloatRun> {
     {
         let c = runs::fresh(world, db, url, "reset", true).await?;
-        let body = vec![b'x'; 100];
-        c.execute(stmt("preload"), &[&shape.groups, &shape.per_group, &body]).await.context("preloading messages")?;
+        runs::preload(&c, shape, &[b'x'; 100]).await?;
     }
     // The pin: a snapshot held open on a connection of its own until the end.
     let pin = world::connect(url).await?;

@@ -6,6 +6,10 @@ SELECT bench.apply($1, $2, $3);
 -- name: preload
 SELECT bench.preload($1, $2, $3);
 
+-- After the first part of a preload: fresh statistics (and plans) for the broker's tables.
+-- name: analyze
+ANALYZE sb.message, sb.group_ready, sb.endpoint, sb.conversation_group, bench.account;
+
 -- name: replies
 SELECT count(*) FROM bench.reply;
 
