@@ -246,30 +246,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         if c == Contender::SbworkerTds { ("bench_sbworker_tds", &tds) } else { ("bench_sbworker_pg", &pg) }
     };
     // The peers are installed (and their schemas migrated) before anything is measured.
-    let graphile = if opts.skip_peers {
-        Err("left out (--skip-peers)".to_owned())
-    } else {
-        match runs::install_graphile(&work).await {
-            Ok(home) => {
-                let url = w.database("bench_graphile", true, BENCH_SQL).await?;
-                runs::migrate_graphile(&w, "bench_graphile", &home).await?;
-                Ok((home, url))
-            }
-            Err(why) => Err(why),
-        }
-    };
-    let river = if opts.skip_peers {
-        Err("left out (--skip-peers)".to_owned())
-    } else {
-        match runs::install_river(&work).await {
-            Ok(bin) => {
-                let url = w.database("bench_river", true, BENCH_SQL).await?;
-                runs::migrate_river(&w, "bench_river", &bin).await?;
-                Ok((bin, url))
-            }
-            Err(why) => Err(why),
-        }
-    };
+    let graphile =
+        peer_world(&w, opts.skip_peers, "bench_graphile", runs::install_graphile(&work), runs::migrate_graphile)
+            .await?;
+    let river = peer_world(&w, opts.skip_peers, "bench_river", runs::install_river(&work), runs::migrate_river).await?;
     let peers_notes: Vec<String> = [("graphile-worker", graphile.as_ref().err()), ("River", river.as_ref().err())]
         .into_iter()
         .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
@@ -373,6 +353,28 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     progress(&format!("report: {}", opts.out.join("report.md").display()));
     let _ = writeln!(std::io::stderr());
     Ok(results)
+}
+
+/// A peer's world, made before anything is measured: the peer installed (`install`
+/// gives its path, or the reason it cannot be had), its database with the bench's
+/// schema, and its own migration there. Left out with `--skip-peers`.
+async fn peer_world(
+    w: &world::World,
+    skip: bool,
+    db: &str,
+    install: impl Future<Output = Result<PathBuf, String>>,
+    migrate: impl AsyncFnOnce(&world::World, &str, &std::path::Path) -> anyhow::Result<()>,
+) -> anyhow::Result<Result<(PathBuf, String), String>> {
+    if skip {
+        return Ok(Err("left out (--skip-peers)".to_owned()));
+    }
+    let home = match install.await {
+        Ok(home) => home,
+        Err(why) => return Ok(Err(why)),
+    };
+    let url = w.database(db, true, BENCH_SQL).await?;
+    migrate(w, db, &home).await?;
+    Ok(Ok((home, url)))
 }
 
 /// The time now, UTC, as text (without a date crate: from the system clock).

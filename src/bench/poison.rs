@@ -12,8 +12,8 @@ use anyhow::bail;
 use serde::Serialize;
 
 use super::runs::{self, Progress, Shape};
+use super::stmt;
 use super::world::{self, World};
-use super::{effect, stmt};
 
 /// What the poison run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -55,11 +55,9 @@ pub async fn poison(
         anyhow::ensure!(marked as i64 == poisoned, "marked {marked} poison messages of {poisoned}");
     }
     let tag = format!("poison-{repetition}");
-    let config_path = dir.join(format!("{tag}.toml"));
-    std::fs::write(&config_path, runs::worker_config("postgres", url, effect::NAME, shape.readers, 1))?;
     let start_unix = unix_now();
     let started = Instant::now();
-    let worker = runs::spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let worker = runs::start_worker(url, shape.readers, dir, &tag)?;
     let c = world::connect(url).await?;
     runs::drained(&c, &tag, total, started, Progress::RepliedOrDiverted).await?;
     let seconds = started.elapsed().as_secs_f64();
@@ -136,12 +134,10 @@ pub async fn bloat(
     pin.batch_execute(stmt("pin_xmin")).await?;
     let pin_pid: i32 = pin.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
     let tag = format!("bloat-{repetition}");
-    let config_path = dir.join(format!("{tag}.toml"));
-    std::fs::write(&config_path, runs::worker_config("postgres", url, effect::NAME, shape.readers, 1))?;
     let c = world::connect(url).await?;
     let total = shape.messages() as i64;
     let started = Instant::now();
-    let worker = runs::spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let worker = runs::start_worker(url, shape.readers, dir, &tag)?;
     // One sample a second, on the second (the interval is the measurement's clock).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;

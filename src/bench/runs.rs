@@ -140,6 +140,15 @@ impl Drop for Process {
     }
 }
 
+/// Runs `command` to its end; on failure, an error naming `what` with its stderr.
+async fn run_to_end(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = command.output().await.with_context(|| format!("{what}: starting it"))?;
+    if !out.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
 /// Starts `sbworker emulator` on the database; its TDS address.
 async fn start_emulator(bin: &Path, url: &str, password: &str, log: &Path) -> anyhow::Result<(Process, String)> {
     let mut child = Command::new(bin)
@@ -255,7 +264,7 @@ pub async fn sbworker(
 }
 
 /// The configuration of a bench worker: the bench queue with `readers` readers.
-pub(super) fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
+fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
     format!(
         "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
          [log]\nlevel = \"warn\"\n\n\
@@ -265,8 +274,16 @@ pub(super) fn worker_config(kind: &str, connection: &str, handler: &str, readers
     )
 }
 
+/// A bench worker on the PostgreSQL broker (the effect handler, `readers` readers, one
+/// message a transaction), its configuration and log in `dir` under `tag`.
+pub(super) fn start_worker(url: &str, readers: u32, dir: &Path, tag: &str) -> anyhow::Result<Process> {
+    let config_path = dir.join(format!("{tag}.toml"));
+    std::fs::write(&config_path, worker_config("postgres", url, effect::NAME, readers, 1))?;
+    spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))
+}
+
 /// `sbworker run --config config` (this binary), its log to `log`.
-pub(super) fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
+fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
     let bin = std::env::current_exe().context("finding the sbworker binary")?;
     Ok(Process(
         Command::new(bin)
@@ -323,9 +340,7 @@ pub async fn open_loop(
         c.query(stmt("open_dialogs"), &[&GROUPS]).await?.iter().map(|r| r.get(0)).collect()
     };
     let tag = format!("open-loop-{rate}-{repetition}");
-    let config_path = dir.join(format!("{tag}.toml"));
-    std::fs::write(&config_path, worker_config("postgres", url, effect::NAME, readers, 1))?;
-    let worker = spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
+    let worker = start_worker(url, readers, dir, &tag)?;
     let total = (f64::from(rate) * (warmup + duration).as_secs_f64()).round() as u64;
     let start = tokio::time::Instant::now() + Duration::from_millis(200);
     let start_unix = std::time::SystemTime::now()
@@ -567,16 +582,11 @@ fn node_url(world: &World, db: &str) -> String {
 
 /// graphile-worker's schema in `db` (its own migration).
 pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::Result<()> {
-    let out = Command::new("node")
-        .arg(home.join("headline.js"))
-        .args(["migrate", &node_url(world, db)])
-        .output()
-        .await
-        .context("running node")?;
-    if !out.status.success() {
-        bail!("graphile-worker's migration failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
+    run_to_end(
+        Command::new("node").arg(home.join("headline.js")).args(["migrate", &node_url(world, db)]),
+        "graphile-worker's migration",
+    )
+    .await
 }
 
 /// One headline run of graphile-worker: `concurrency` jobs at once on a pool of
@@ -640,11 +650,7 @@ pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
 
 /// River's schema in `db` (its own migrations).
 pub async fn migrate_river(world: &World, db: &str, bin: &Path) -> anyhow::Result<()> {
-    let out = Command::new(bin).args(["migrate", &node_url(world, db)]).output().await.context("running River")?;
-    if !out.status.success() {
-        bail!("River's migration failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
+    run_to_end(Command::new(bin).args(["migrate", &node_url(world, db)]), "River's migration").await
 }
 
 /// One headline run of River: one queue of 4 workers, or a queue of one worker per
@@ -661,28 +667,33 @@ pub async fn river(
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<Measured> {
-    let (workers, pool) = (shape.readers, 8u32);
-    let mode = if contender == Contender::RiverPerGroup { "per-group" } else { "one" };
+    let pool = 8u32;
+    let per_group = contender == Contender::RiverPerGroup;
+    let mode = if per_group { "per-group" } else { "one" };
     fresh(world, db, url, "river_reset", sync).await?;
-    let out = Command::new(bin)
-        .args(["preload", &node_url(world, db), &shape.groups.to_string(), &shape.per_group.to_string(), mode])
-        .output()
-        .await
-        .context("running River's preload")?;
-    if !out.status.success() {
-        bail!("River's preload failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    run_to_end(
+        Command::new(bin).args([
+            "preload",
+            &node_url(world, db),
+            &shape.groups.to_string(),
+            &shape.per_group.to_string(),
+            mode,
+        ]),
+        "River's preload",
+    )
+    .await?;
     let mut command = Command::new(bin);
     command.args([
         "work",
         &node_url(world, db),
-        &workers.to_string(),
+        &shape.readers.to_string(),
         &pool.to_string(),
         mode,
         &shape.groups.to_string(),
     ]);
-    let workers = if contender == Contender::RiverPerGroup { shape.groups as u32 } else { workers };
-    peer(world, url, contender, shape, (workers, pool), sync, repetition, dir, command).await
+    // Jobs that can run at once: the queue's workers, or one per group's queue.
+    let concurrency = if per_group { shape.groups as u32 } else { shape.readers };
+    peer(world, url, contender, shape, (concurrency, pool), sync, repetition, dir, command).await
 }
 
 /// A peer's measured run, its jobs preloaded: starts `command` (which works until
