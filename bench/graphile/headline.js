@@ -11,7 +11,11 @@
 // time in order) until SIGTERM. A task applies its message's effect in a transaction of
 // its own (graphile-worker completes the job afterwards, in another: it cannot complete
 // a job inside the business transaction). LOCAL_QUEUE_SIZE 0 runs without the local
-// queue (jobs fetched one by one), N > 0 with it.
+// queue (jobs fetched one by one), N > 0 with it. A job marked poison (`p`, by the bench's
+// poison workload) fails every attempt; the bench adds jobs with 3 attempts (sbworker's),
+// after which graphile-worker fails them for good; it waits exp(attempts) seconds between
+// attempts (its own schedule, which it does not let a user change). An open-loop job
+// carries its planned send time (`t`), which the reply records.
 const { run, makeWorkerUtils } = require("graphile-worker");
 
 async function main() {
@@ -36,10 +40,13 @@ async function main() {
     noHandleSignals: false,
     taskList: {
       apply: async (payload, helpers) => {
+        if (payload.p) {
+          throw new Error(`bench: job ${payload.s} of ${payload.c} is poison`);
+        }
         await helpers.withPgClient(async (c) => {
           await c.query("BEGIN");
           try {
-            await c.query("SELECT bench.apply($1, $2)", [payload.c, payload.s]);
+            await c.query("SELECT bench.apply($1, $2, convert_to($3, 'UTF8'))", [payload.c, payload.s, payload.t ?? null]);
             await c.query("COMMIT");
           } catch (e) {
             await c.query("ROLLBACK");

@@ -77,7 +77,8 @@ BEGIN
 END $$;
 
 -- graphile-worker's jobs for the same workload (its schema installed by its migration
--- first): one job per message, a named queue per group, added in order.
+-- first): one job per message, a named queue per group, added in order, each with the
+-- attempts sbworker makes (3).
 CREATE OR REPLACE FUNCTION bench.preload_graphile(groups int, per_group int)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -87,8 +88,16 @@ BEGIN
         c := md5('group ' || g)::uuid;
         INSERT INTO bench.account (conversation) VALUES (c);
         FOR s IN 1..per_group LOOP
-            EXECUTE 'SELECT graphile_worker.add_job($1, $2, queue_name := $3)'
+            EXECUTE 'SELECT graphile_worker.add_job($1, $2, queue_name := $3, max_attempts := 3)'
                 USING 'apply', json_build_object('c', c, 's', s), 'g' || g;
         END LOOP;
     END LOOP;
 END $$;
+
+-- The poison workload's poison messages, on the peers' worlds (where a job's payload
+-- carries the mark, and completed jobs may be deleted): which they were.
+CREATE TABLE IF NOT EXISTS bench.poison (
+    conversation uuid NOT NULL,
+    seq          bigint NOT NULL,
+    PRIMARY KEY (conversation, seq)
+);

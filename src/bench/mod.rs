@@ -11,10 +11,12 @@
 //! repetition.
 //!
 //! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
-//! [`runs`] (one measured run), [`poison`] (workload 4: poison and bloat),
+//! [`runs`] (one measured run), [`peers`] (graphile-worker and River in every workload),
+//! [`poison`] (workload 4: poison and bloat),
 //! [`pipeline`] (workload 5, the engine), [`report`].
 
 pub mod effect;
+pub mod peers;
 pub mod pipeline;
 pub mod poison;
 pub mod report;
@@ -287,26 +289,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                         let (db, url) = sbworker_db(contender);
                         runs::sbworker(&w, db, url, contender, Workload::Headline, shape, sync, rep, &work).await?
                     }
-                    Contender::Graphile | Contender::GraphileLocalQueue => {
-                        let Ok((home, url)) = &graphile else { continue };
-                        let local = if contender == Contender::GraphileLocalQueue { 50 } else { 0 };
-                        runs::graphile(
-                            &w,
-                            "bench_graphile",
-                            url,
-                            home,
-                            contender,
-                            shape,
-                            (4, 8, local),
-                            sync,
-                            rep,
-                            &work,
-                        )
-                        .await?
-                    }
-                    Contender::River | Contender::RiverPerGroup => {
-                        let Ok((bin, url)) = &river else { continue };
-                        runs::river(&w, "bench_river", url, bin, contender, shape, sync, rep, &work).await?
+                    peer => {
+                        let Some(peer) = peers::Peer::of(&w, peer, &graphile, &river) else { continue };
+                        runs::peer(&w, &peer, shape, sync, rep, &work).await?
                     }
                 };
                 results.runs.push(m);
@@ -323,26 +308,43 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
         }
-        results.poison.push(poison::poison(&w, "bench_sbworker_pg", &pg, shape, rep, &work).await?);
+        // Workloads 3 and 4: sbworker on both transports, and the peers that keep order.
+        let peers: Vec<peers::Peer> = [Contender::Graphile, Contender::RiverPerGroup]
+            .into_iter()
+            .filter_map(|c| peers::Peer::of(&w, c, &graphile, &river))
+            .collect();
+        let subjects: Vec<runs::Subject> = [
+            runs::Subject::Sbworker(Contender::SbworkerPostgres, "bench_sbworker_pg", &pg),
+            runs::Subject::Sbworker(Contender::SbworkerTds, "bench_sbworker_tds", &tds),
+        ]
+        .into_iter()
+        .chain(peers.iter().map(runs::Subject::Peer))
+        .collect();
+        for &subject in &subjects {
+            results.poison.push(poison::poison(&w, subject, shape, rep, &work).await?);
+        }
         let bloat_shape =
             Shape { groups: sizes.bloat_groups, per_group: sizes.bloat_per_group, readers: sizes.readers };
         let bloat_time = Duration::from_secs_f64(sizes.bloat_seconds);
-        results.bloat.push(poison::bloat(&w, "bench_sbworker_pg", &pg, bloat_shape, bloat_time, rep, &work).await?);
+        for &subject in &subjects {
+            results.bloat.push(poison::bloat(&w, subject, bloat_shape, bloat_time, rep, &work).await?);
+        }
         for &rate in &sizes.open_loop_rates {
-            results.open_loop.push(
-                runs::open_loop(
-                    &w,
-                    "bench_sbworker_pg",
-                    &pg,
-                    rate,
-                    Duration::from_secs_f64(sizes.open_loop_warmup_seconds),
-                    Duration::from_secs_f64(sizes.open_loop_seconds),
-                    sizes.readers,
-                    rep,
-                    &work,
-                )
-                .await?,
-            );
+            for &subject in &subjects {
+                results.open_loop.push(
+                    runs::open_loop(
+                        &w,
+                        subject,
+                        rate,
+                        Duration::from_secs_f64(sizes.open_loop_warmup_seconds),
+                        Duration::from_secs_f64(sizes.open_loop_seconds),
+                        sizes.readers,
+                        rep,
+                        &work,
+                    )
+                    .await?,
+                );
+            }
         }
         for &readers in &sizes.pipeline_readers {
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
@@ -455,6 +457,14 @@ mod tests {
             "pgss_install",
             "pgss_reset",
             "pgss_top",
+            "graphile_send",
+            "group_conversations",
+            "peer_poison_verify",
+            "peer_poison_done",
+            "river_dead",
+            "graphile_dead",
+            "river_poison_mark",
+            "graphile_poison_mark",
         ] {
             assert!(!super::stmt(name).is_empty(), "{name}");
         }

@@ -1,9 +1,10 @@
-//! Workload 4 of `sbworker bench`: poison and bloat, on sbworker with the PostgreSQL
-//! broker. Poison: the headline with 1% of its messages failing every time; the worker
-//! must divert each of them (dead-letter table) without disabling the queue or holding
-//! up the other groups. Bloat: the headline over a large backlog for a fixed time while
-//! another transaction pins xmin, so no dead tuple can be vacuumed; throughput at the
-//! start and at the end, and the dead tuples left.
+//! Workload 4 of `sbworker bench`: poison and bloat, for sbworker (either transport)
+//! and the peers that keep order. Poison: the headline with 1% of its messages failing
+//! every time; sbworker must divert each of them (dead-letter table) without disabling
+//! the queue or holding up the other groups; a peer fails them for good after the same
+//! attempts and goes on with the rest of their groups. Bloat: the headline over a large
+//! backlog for a fixed time while another transaction pins xmin, so no dead tuple can
+//! be vacuumed; throughput at the start and at the end, and the dead tuples left.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,13 +12,14 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use serde::Serialize;
 
-use super::runs::{self, Progress, Shape};
-use super::stmt;
+use super::runs::{self, Progress, Shape, Subject, unix_now};
 use super::world::{self, World};
+use super::{Contender, stmt};
 
 /// What the poison run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct PoisonRun {
+    pub contender: Contender,
     pub repetition: usize,
     pub messages: u64,
     /// Messages made poison (1%).
@@ -25,47 +27,54 @@ pub struct PoisonRun {
     /// Until every message was answered or dead-lettered.
     pub seconds: f64,
     pub per_second: f64,
-    /// Groups that held poison, each diverted from its first poison message on.
+    /// Groups that held poison: sbworker diverts each from its first poison message on
+    /// (the conversation is one ordered stream); a peer skips its poison messages and
+    /// goes on with the rest of the group.
     pub groups_diverted: i64,
     pub dead_letters: i64,
-    /// From a poison message reaching the head of its group to its diversion.
+    /// From a poison message reaching the head of its group to its diversion (or to a
+    /// peer's last failed attempt).
     pub p50_ms_to_dead_letter: f64,
     pub max_ms_to_dead_letter: f64,
-    /// Every group without poison complete, in order, each message once; every diverted
-    /// group applied up to its poison message and dead-lettered from it on.
+    /// Every group without poison complete, in order, each message once; every poisoned
+    /// group as the contender's semantics say (above), each message once.
     pub others_unaffected: bool,
-    pub queue_enabled: bool,
+    /// sbworker: the queue still enabled at the end (a peer has no queue to disable).
+    pub queue_enabled: Option<bool>,
 }
 
 /// The poison run: the headline's shape, 1% of the messages poison.
 pub async fn poison(
     world: &World,
-    db: &str,
-    url: &str,
+    subject: Subject<'_>,
     shape: Shape,
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<PoisonRun> {
     let total = shape.messages() as i64;
     let poisoned = (total / 100).max(1);
-    {
-        let c = runs::fresh(world, db, url, "reset", true).await?;
-        runs::preload(&c, shape, &[b'x'; 100]).await?;
-        let marked = c.execute(stmt("poison_mark"), &[&poisoned]).await?;
-        anyhow::ensure!(marked as i64 == poisoned, "marked {marked} poison messages of {poisoned}");
-    }
-    let tag = format!("poison-{repetition}");
+    let c = subject.load(world, shape, true).await?;
+    let (mark, progress, verify) = match subject {
+        Subject::Sbworker(..) => (stmt("poison_mark"), Progress::RepliedOrDiverted, stmt("poison_verify")),
+        Subject::Peer(p) => {
+            c.batch_execute(p.stmt("dead")).await?;
+            (p.stmt("poison_mark"), Progress::PeerRepliedOrDead, stmt("peer_poison_verify"))
+        }
+    };
+    let marked = c.execute(mark, &[&poisoned]).await?;
+    anyhow::ensure!(marked as i64 == poisoned, "marked {marked} poison messages of {poisoned}");
+    let tag = format!("poison-{}-{repetition}", subject.contender().key());
     let start_unix = unix_now();
     let started = Instant::now();
-    let worker = runs::start_worker(url, shape.readers, dir, &tag)?;
-    let c = world::connect(url).await?;
-    runs::drained(&c, &tag, total, started, Progress::RepliedOrDiverted).await?;
+    let worker = subject.start(shape, dir, &tag).await?;
+    runs::drained(&c, &tag, total, started, progress).await?;
     let seconds = started.elapsed().as_secs_f64();
     worker.terminate().await?;
-    let v = c.query_one(stmt("poison_verify"), &[&i64::from(shape.per_group), &start_unix]).await?;
+    let v = c.query_one(verify, &[&i64::from(shape.per_group), &start_unix]).await?;
     let (clean_incomplete, ooo, groups_diverted, diverted_wrong, dead_letters): (i64, i64, i64, i64, i64) =
         (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
-    let (replies, applied, distinct, queue_enabled): (i64, i64, i64, bool) = (v.get(5), v.get(6), v.get(7), v.get(8));
+    let (replies, applied, distinct, queue_enabled): (i64, i64, i64, Option<bool>) =
+        (v.get(5), v.get(6), v.get(7), v.get(8));
     let others_unaffected = clean_incomplete == 0
         && ooo == 0
         && diverted_wrong == 0
@@ -73,6 +82,7 @@ pub async fn poison(
         && distinct == replies
         && applied + dead_letters == total;
     let m = PoisonRun {
+        contender: subject.contender(),
         repetition,
         messages: total as u64,
         poisoned,
@@ -96,6 +106,7 @@ pub async fn poison(
 /// What the bloat run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BloatRun {
+    pub contender: Contender,
     pub repetition: usize,
     pub seconds: f64,
     pub messages_handled: i64,
@@ -118,26 +129,23 @@ pub struct BloatRun {
 /// The bloat run: `shape`'s backlog worked for `how_long` with xmin pinned.
 pub async fn bloat(
     world: &World,
-    db: &str,
-    url: &str,
+    subject: Subject<'_>,
     shape: Shape,
     how_long: Duration,
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<BloatRun> {
-    {
-        let c = runs::fresh(world, db, url, "reset", true).await?;
-        runs::preload(&c, shape, &[b'x'; 100]).await?;
-    }
+    let url = subject.url();
+    drop(subject.load(world, shape, true).await?);
     // The pin: a snapshot held open on a connection of its own until the end.
     let pin = world::connect(url).await?;
     pin.batch_execute(stmt("pin_xmin")).await?;
     let pin_pid: i32 = pin.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
-    let tag = format!("bloat-{repetition}");
+    let tag = format!("bloat-{}-{repetition}", subject.contender().key());
     let c = world::connect(url).await?;
     let total = shape.messages() as i64;
     let started = Instant::now();
-    let worker = runs::start_worker(url, shape.readers, dir, &tag)?;
+    let worker = subject.start(shape, dir, &tag).await?;
     // One sample a second, on the second (the interval is the measurement's clock).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -174,6 +182,7 @@ pub async fn bloat(
     let start_per_second = mean(&series[skip..skip + tenth]);
     let end_per_second = mean(&series[series.len() - tenth..]);
     let m = BloatRun {
+        contender: subject.contender(),
         repetition,
         seconds,
         messages_handled: *counts.last().unwrap_or(&0),
@@ -194,8 +203,4 @@ pub async fn bloat(
         m.dead_tuples
     ));
     Ok(m)
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
 }

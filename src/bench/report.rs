@@ -160,26 +160,34 @@ pub fn markdown(r: &Results) -> String {
     let _ = writeln!(
         out,
         "\n## Open loop\n\nMessages sent at a fixed rate by plan (message i at start + i / rate, over 200 \
-         groups, two sender connections) to sbworker on the PostgreSQL broker ({} readers, one message per \
-         transaction, `synchronous_commit` on); latency from each message's planned send time to its reply \
-         (one machine, one clock), for the messages planned after a {} s warm-up, over {} s. A sender that falls \
-         behind its plan does not hide it: the lateness counts.\n\n\
-         | rate/s | sent/s | measured | p50 ms | p95 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- | --- | --- |",
+         groups, two sender connections) to each contender ({} readers or jobs at once, one message per \
+         transaction, `synchronous_commit` on; sbworker's sends are the broker's `sb.send`, graphile-worker's \
+         its `add_job`, River's its client's insert); latency from each message's planned send time to its \
+         reply (one machine, one clock), for the messages planned after a {} s warm-up, over {} s. A sender \
+         that falls behind its plan does not hide it: the lateness counts.\n\n\
+         | contender | rate/s | sent/s | measured | p50 ms | p95 ms | p99 ms | max ms |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |",
         s.readers, s.open_loop_warmup_seconds, s.open_loop_seconds
     );
     for &rate in &s.open_loop_rates {
-        let runs: Vec<_> = r.open_loop.iter().filter(|o| o.rate == rate).collect();
-        let f = |g: fn(&super::runs::OpenLoop) -> f64| spread(&runs.iter().map(|o| g(o)).collect::<Vec<_>>());
-        let _ = writeln!(
-            out,
-            "| {rate} | {} | {} | {} | {} | {} | {} |",
-            show(f(|o| o.sent_per_second), 0),
-            show(f(|o| o.measured as f64), 0),
-            show(f(|o| o.p50_ms), 1),
-            show(f(|o| o.p95_ms), 1),
-            show(f(|o| o.p99_ms), 1),
-            show(f(|o| o.max_ms), 1),
-        );
+        for c in Contender::ALL {
+            let runs: Vec<_> = r.open_loop.iter().filter(|o| o.rate == rate && o.contender == c).collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let f = |g: fn(&super::runs::OpenLoop) -> f64| spread(&runs.iter().map(|o| g(o)).collect::<Vec<_>>());
+            let _ = writeln!(
+                out,
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} |",
+                c.label(),
+                show(f(|o| o.sent_per_second), 0),
+                show(f(|o| o.measured as f64), 0),
+                show(f(|o| o.p50_ms), 1),
+                show(f(|o| o.p95_ms), 1),
+                show(f(|o| o.p99_ms), 1),
+                show(f(|o| o.max_ms), 1),
+            );
+        }
     }
     poison_sections(&mut out, r);
     let _ = writeln!(
@@ -236,8 +244,8 @@ pub fn markdown(r: &Results) -> String {
     }
     let _ = writeln!(
         out,
-        "\n## Not measured by this version of the bench\n\nThe open loop for the other contenders, poison and \
-         bloat for the other contenders and for the SQL Server transport, and the pipeline's own commits and WAL \
+        "\n## Not measured by this version of the bench\n\nThe open loop, poison and bloat for the peers that \
+         break order (River's one queue, graphile-worker's local queue), and the pipeline's own commits and WAL \
          per request. graphile-worker completes a job in a transaction of its own after the task's (it cannot \
          complete it inside the business transaction), and its task here opens one for the effect; River \
          completes its job inside the business transaction (`job_complete_tx`). Plots: `headline.svg`, \
@@ -249,37 +257,52 @@ pub fn markdown(r: &Results) -> String {
     out
 }
 
-/// Workload 4: the poison run and the bloat run (sbworker, PostgreSQL broker).
+/// Workload 4: the poison run and the bloat run, per contender.
 fn poison_sections(out: &mut String, r: &Results) {
     let s = &r.sizes;
     let _ = writeln!(
         out,
-        "\n## Poison and bloat (sbworker, PostgreSQL broker)\n\nPoison: the headline's {} × {} messages with 1% \
-         of them (chosen by hash) failing every time in the handler. Each is tried 3 times (backoff 20 ms to \
-         1 s), then its conversation is diverted: the poison message and the rest of its conversation go to the \
-         dead-letter table (a conversation is one ordered stream), the conversation is ended with an error. \
-         Checked: every other group complete, in order, each message once; each diverted group applied up to \
-         its first poison message; the queue still enabled. Time to dead-letter: from a poison message \
-         reaching the head of its group (its predecessor's reply) to its diversion.\n\n\
-         | messages/s (with poison) | ratio to the clean headline | poison | groups diverted | dead letters | \
-         ms to dead-letter p50 | max | others unaffected | queue enabled |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "\n## Poison and bloat\n\nPoison: the headline's {} × {} messages with 1% of them (chosen by hash) \
+         failing every time in the handler, 3 attempts each. sbworker retries in place (the group waits; \
+         backoff 20 ms to 1 s), then diverts the conversation: the poison message and the rest of its \
+         conversation go to the dead-letter table (a conversation is one ordered stream) and the conversation \
+         is ended with an error. The peers fail a poison job for good after its 3 attempts and go on with the \
+         rest of its group: River with the same backoff as sbworker (a retry policy of the harness's), \
+         graphile-worker with its own, exp(attempts) seconds, which it does not let a user change. Checked: \
+         every group without poison complete, in order, each message once; each poisoned group as the \
+         contender's semantics say (sbworker: applied up to its first poison message; a peer: every other \
+         message applied once, in order); sbworker's queue still enabled. Time to dead-letter: from a poison \
+         message reaching the head of its group (its predecessor's reply, or the start) to its diversion or \
+         its last failed attempt.\n\n\
+         | contender | messages/s (with poison) | ratio to its clean headline | poison | groups poisoned | \
+         dead letters | ms to dead-letter p50 | max | others unaffected | queue enabled |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         s.groups, s.per_group
     );
-    if !r.poison.is_empty() {
-        let f = |g: fn(&super::poison::PoisonRun) -> f64| spread(&r.poison.iter().map(g).collect::<Vec<_>>());
-        let clean: Vec<f64> = r
-            .poison
+    for c in Contender::ALL {
+        let runs: Vec<&super::poison::PoisonRun> = r.poison.iter().filter(|p| p.contender == c).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let f = |g: fn(&super::poison::PoisonRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
+        let clean: Vec<f64> = runs
             .iter()
             .filter_map(|p| {
-                runs_of(r, Workload::Headline, Contender::SbworkerPostgres, true)
+                runs_of(r, Workload::Headline, c, true)
                     .iter()
                     .find(|m| m.repetition == p.repetition)
                     .map(|m| p.per_second / m.per_second)
             })
             .collect();
+        let enabled = match runs.iter().filter_map(|p| p.queue_enabled).collect::<Vec<_>>() {
+            v if v.is_empty() => "–",
+            v if v.iter().all(|&e| e) => "yes",
+            _ => "**no: disabled**",
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {enabled} |",
+            c.label(),
             show(f(|p| p.per_second), 0),
             show(spread(&clean), 2),
             show(f(|p| p.poisoned as f64), 0),
@@ -287,8 +310,7 @@ fn poison_sections(out: &mut String, r: &Results) {
             show(f(|p| p.dead_letters as f64), 0),
             show(f(|p| p.p50_ms_to_dead_letter), 0),
             show(f(|p| p.max_ms_to_dead_letter), 0),
-            if r.poison.iter().all(|p| p.others_unaffected) { "yes" } else { "**no**" },
-            if r.poison.iter().all(|p| p.queue_enabled) { "yes" } else { "**no: disabled**" },
+            if runs.iter().all(|p| p.others_unaffected) { "yes" } else { "**no**" },
         );
     }
     let _ = writeln!(
@@ -296,25 +318,29 @@ fn poison_sections(out: &mut String, r: &Results) {
         "\nBloat: a backlog of {} × {} messages worked as in the headline for {} s while another transaction \
          holds a snapshot open (xmin pinned: no dead tuple can be vacuumed). Throughput over the first and the \
          last tenth of the run (the first second, the worker's start, left out), and the dead tuples of the \
-         broker's and the bench's tables at the end (`pg_stat_user_tables`).\n\n\
-         | start msgs/s | end msgs/s | end / start | messages | dead tuples at the end | largest | xmin pinned |\n\
-         | --- | --- | --- | --- | --- | --- | --- |",
+         contender's and the bench's tables at the end (`pg_stat_user_tables`).\n\n\
+         | contender | repetition | start msgs/s | end msgs/s | end / start | messages | dead tuples at the end | \
+         largest | xmin pinned |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         s.bloat_groups, s.bloat_per_group, s.bloat_seconds
     );
-    for b in &r.bloat {
-        let top: Vec<String> = b.top_dead.iter().take(3).map(|(t, d, _)| format!("{t} {d}")).collect();
-        let _ = writeln!(
-            out,
-            "| {:.0} | {:.0} | {:.2} | {}{} | {} | {} | {} |",
-            b.start_per_second,
-            b.end_per_second,
-            b.ratio,
-            b.messages_handled,
-            if b.drained_early { " (the backlog ran out early)" } else { "" },
-            b.dead_tuples,
-            top.join(", "),
-            if b.xmin_pinned { "yes" } else { "**no**" },
-        );
+    for c in Contender::ALL {
+        for b in r.bloat.iter().filter(|b| b.contender == c) {
+            let top: Vec<String> = b.top_dead.iter().take(3).map(|(t, d, _)| format!("{t} {d}")).collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {}{} | {} | {} | {} |",
+                c.label(),
+                b.repetition + 1,
+                b.start_per_second,
+                b.end_per_second,
+                b.ratio,
+                b.messages_handled,
+                if b.drained_early { " (the backlog ran out early)" } else { "" },
+                b.dead_tuples,
+                top.join(", "),
+                if b.xmin_pinned { "yes" } else { "**no**" },
+            );
+        }
     }
 }
 
@@ -347,20 +373,21 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             ));
         }
     }
-    if let Some(b) = spread(&r.bloat.iter().map(|b| b.ratio).collect::<Vec<_>>()) {
+    let ours = |c: Contender| c == Contender::SbworkerPostgres;
+    if let Some(b) = spread(&r.bloat.iter().filter(|b| ours(b.contender)).map(|b| b.ratio).collect::<Vec<_>>()) {
         t.push((
             format!(
-                "bloat: throughput after {:.0} s with xmin pinned at least 70% of the start",
+                "bloat: throughput after {:.0} s with xmin pinned at least 70% of the start (PostgreSQL broker)",
                 r.sizes.bloat_seconds
             ),
             format!("{:.0}%", b.median * 100.0),
             verdict(b.median >= 0.7, format!("{:.0} points short", (0.7 - b.median) * 100.0)),
         ));
     }
-    let p99: Vec<f64> = r.open_loop.iter().filter(|o| o.rate == 1000).map(|o| o.p99_ms).collect();
+    let p99: Vec<f64> = r.open_loop.iter().filter(|o| o.rate == 1000 && ours(o.contender)).map(|o| o.p99_ms).collect();
     if let Some(s) = spread(&p99) {
         t.push((
-            "open loop at 1,000/s: p99 under 25 ms".into(),
+            "open loop at 1,000/s: p99 under 25 ms (PostgreSQL broker)".into(),
             format!("{:.1} ms", s.median),
             verdict(s.median < 25.0, format!("{:.1}× over", s.median / 25.0)),
         ));

@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
+use super::peers::Peer;
 use super::world::{self, World};
 use super::{Contender, Workload, effect, stmt};
 
@@ -117,7 +118,11 @@ pub(super) async fn preload(c: &tokio_postgres::Client, shape: Shape, body: &[u8
 pub(super) struct Process(Child);
 
 impl Process {
-    fn pid(&self) -> u32 {
+    pub(super) fn new(child: Child) -> Process {
+        Process(child)
+    }
+
+    pub(super) fn pid(&self) -> u32 {
         self.0.id().unwrap_or(0)
     }
 
@@ -141,7 +146,7 @@ impl Drop for Process {
 }
 
 /// Runs `command` to its end; on failure, an error naming `what` with its stderr.
-async fn run_to_end(command: &mut Command, what: &str) -> anyhow::Result<()> {
+pub(super) async fn run_to_end(command: &mut Command, what: &str) -> anyhow::Result<()> {
     let out = command.output().await.with_context(|| format!("{what}: starting it"))?;
     if !out.status.success() {
         bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -169,6 +174,26 @@ async fn start_emulator(bin: &Path, url: &str, password: &str, log: &Path) -> an
     bail!("the emulator ended before it listened (see {})", log.display())
 }
 
+/// Where a bench worker of `contender` connects: the PostgreSQL broker itself, or a
+/// `sbworker emulator` started on it (SQL Server transport); the emulator, the broker's
+/// kind and the connection string.
+async fn broker_for(
+    contender: Contender,
+    db: &str,
+    url: &str,
+    dir: &Path,
+    tag: &str,
+) -> anyhow::Result<(Option<Process>, &'static str, String)> {
+    if contender != Contender::SbworkerTds {
+        return Ok((None, "postgres", url.to_owned()));
+    }
+    let bin = std::env::current_exe().context("finding the sbworker binary")?;
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let (p, addr) = start_emulator(&bin, url, &password, &dir.join(format!("{tag}.emulator.log"))).await?;
+    let conn = format!("Server=tcp:{addr};Database={db};User Id=sbworker;Password={password};Encrypt=false");
+    Ok((Some(p), "mssql", conn))
+}
+
 /// One run of sbworker: preload, start the worker process, time the drain, verify.
 #[allow(clippy::too_many_arguments)]
 pub async fn sbworker(
@@ -182,22 +207,12 @@ pub async fn sbworker(
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<Measured> {
-    let bin = std::env::current_exe().context("finding the sbworker binary")?;
     {
         let c = fresh(world, db, url, "reset", sync).await?;
         preload(&c, shape, &[b'x'; 100]).await?;
     }
     let tag = format!("{}-{}-{}-{repetition}", workload.key(), contender.key(), if sync { "sync" } else { "async" });
-    let (emulator, connection) = match contender {
-        Contender::SbworkerTds => {
-            let password = uuid::Uuid::new_v4().simple().to_string();
-            let (p, addr) = start_emulator(&bin, url, &password, &dir.join(format!("{tag}.emulator.log"))).await?;
-            let conn = format!("Server=tcp:{addr};Database={db};User Id=sbworker;Password={password};Encrypt=false");
-            (Some(p), conn)
-        }
-        _ => (None, url.to_owned()),
-    };
-    let kind = if emulator.is_some() { "mssql" } else { "postgres" };
+    let (emulator, kind, connection) = broker_for(contender, db, url, dir, &tag).await?;
     let batch = match workload {
         Workload::Headline => 1,
         Workload::BurnDown => 100,
@@ -274,12 +289,81 @@ fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batc
     )
 }
 
-/// A bench worker on the PostgreSQL broker (the effect handler, `readers` readers, one
-/// message a transaction), its configuration and log in `dir` under `tag`.
-pub(super) fn start_worker(url: &str, readers: u32, dir: &Path, tag: &str) -> anyhow::Result<Process> {
-    let config_path = dir.join(format!("{tag}.toml"));
-    std::fs::write(&config_path, worker_config("postgres", url, effect::NAME, readers, 1))?;
-    spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))
+/// A contender of workloads 3 and 4: sbworker on either transport, or a peer.
+#[derive(Clone, Copy)]
+pub enum Subject<'a> {
+    /// sbworker (PostgreSQL broker or SQL Server transport), its database and URL.
+    Sbworker(Contender, &'a str, &'a str),
+    Peer(&'a Peer),
+}
+
+impl Subject<'_> {
+    pub fn contender(&self) -> Contender {
+        match self {
+            Subject::Sbworker(c, ..) => *c,
+            Subject::Peer(p) => p.contender,
+        }
+    }
+
+    /// The bench's connection string for the contender's database.
+    pub fn url(&self) -> &str {
+        match self {
+            Subject::Sbworker(_, _, url) => url,
+            Subject::Peer(p) => &p.url,
+        }
+    }
+
+    /// The contender's tables emptied and vacuumed; a connection.
+    pub(super) async fn fresh(&self, world: &World, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
+        match self {
+            Subject::Sbworker(_, db, url) => fresh(world, db, url, "reset", sync).await,
+            Subject::Peer(p) => p.fresh(world, sync).await,
+        }
+    }
+
+    /// A fresh world with `shape`'s messages (or jobs) preloaded; a connection.
+    pub(super) async fn load(&self, world: &World, shape: Shape, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
+        match self {
+            Subject::Sbworker(_, db, url) => {
+                let c = fresh(world, db, url, "reset", sync).await?;
+                preload(&c, shape, &[b'x'; 100]).await?;
+                Ok(c)
+            }
+            Subject::Peer(p) => p.load(world, shape, sync).await,
+        }
+    }
+
+    /// The contender's worker (with sbworker: the effect handler, `shape.readers`
+    /// readers, one message a transaction; through an emulator for the SQL Server
+    /// transport), its configuration and logs in `dir` under `tag`.
+    pub(super) async fn start(&self, shape: Shape, dir: &Path, tag: &str) -> anyhow::Result<Running> {
+        match self {
+            Subject::Sbworker(contender, db, url) => {
+                let (emulator, kind, connection) = broker_for(*contender, db, url, dir, tag).await?;
+                let config_path = dir.join(format!("{tag}.toml"));
+                std::fs::write(&config_path, worker_config(kind, &connection, effect::NAME, shape.readers, 1))?;
+                let worker = spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
+                Ok(Running { worker, emulator })
+            }
+            Subject::Peer(p) => {
+                Ok(Running { worker: p.start(shape, &dir.join(format!("{tag}.log")))?, emulator: None })
+            }
+        }
+    }
+}
+
+/// A contender's worker running, and the emulator it works through.
+pub(super) struct Running {
+    worker: Process,
+    emulator: Option<Process>,
+}
+
+impl Running {
+    pub(super) async fn terminate(self) -> anyhow::Result<()> {
+        self.worker.terminate().await?;
+        drop(self.emulator);
+        Ok(())
+    }
 }
 
 /// `sbworker run --config config` (this binary), its log to `log`.
@@ -301,6 +385,7 @@ fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
 /// Workload 3 at one rate: what was planned, sent and measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct OpenLoop {
+    pub contender: Contender,
     pub rate: u32,
     pub repetition: usize,
     pub warmup_seconds: f64,
@@ -316,16 +401,18 @@ pub struct OpenLoop {
     pub max_ms: f64,
 }
 
+/// The open loop's groups (dialogs on the broker, queues of the peers).
+const OPEN_LOOP_GROUPS: i32 = 200;
+
 /// The open loop: messages sent at `rate` per second by plan (message i at start + i /
-/// rate, over 200 groups, by two sender connections), to sbworker on the PostgreSQL
-/// broker with `readers` readers; latency from each message's planned time (its body)
-/// to its reply, for the messages planned after `warmup` (no coordinated omission: a
-/// late send counts its lateness).
+/// rate, over 200 groups, by two sender connections) to the contender with `readers`
+/// readers (jobs at once); latency from each message's planned time (carried in its
+/// body or payload) to its reply, for the messages planned after `warmup` (no
+/// coordinated omission: a late send counts its lateness).
 #[allow(clippy::too_many_arguments)]
 pub async fn open_loop(
     world: &World,
-    db: &str,
-    url: &str,
+    subject: Subject<'_>,
     rate: u32,
     warmup: Duration,
     duration: Duration,
@@ -333,48 +420,30 @@ pub async fn open_loop(
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<OpenLoop> {
-    const GROUPS: i32 = 200;
-    const SENDERS: u64 = 2;
-    let handles: Vec<uuid::Uuid> = {
-        let c = fresh(world, db, url, "reset", true).await?;
-        c.query(stmt("open_dialogs"), &[&GROUPS]).await?.iter().map(|r| r.get(0)).collect()
+    let c = subject.fresh(world, true).await?;
+    let sends = match subject {
+        Subject::Sbworker(..) => Some(Sends::Broker(std::sync::Arc::new(
+            c.query(stmt("open_dialogs"), &[&OPEN_LOOP_GROUPS]).await?.iter().map(|r| r.get(0)).collect(),
+        ))),
+        Subject::Peer(_) => None,
     };
-    let tag = format!("open-loop-{rate}-{repetition}");
-    let worker = start_worker(url, readers, dir, &tag)?;
+    let tag = format!("open-loop-{}-{rate}-{repetition}", subject.contender().key());
+    let shape = Shape { groups: OPEN_LOOP_GROUPS, per_group: 0, readers };
+    let worker = subject.start(shape, dir, &tag).await?;
     let total = (f64::from(rate) * (warmup + duration).as_secs_f64()).round() as u64;
-    let start = tokio::time::Instant::now() + Duration::from_millis(200);
-    let start_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64() + 0.2)
-        .unwrap_or_default();
-    let handles = std::sync::Arc::new(handles);
-    let mut senders = tokio::task::JoinSet::new();
-    for j in 0..SENDERS {
-        let (url, handles) = (url.to_owned(), handles.clone());
-        senders.spawn(async move {
-            let c = world::connect(&url).await?;
-            let send = c.prepare(stmt("send_planned")).await?;
-            let mut i = j;
-            while i < total {
-                let offset = i as f64 / f64::from(rate);
-                tokio::time::sleep_until(start + Duration::from_secs_f64(offset)).await;
-                let planned = format!("{:.6}", start_unix + offset);
-                let h = handles[(i % handles.len() as u64) as usize];
-                c.execute(&send, &[&h, &planned.as_bytes()]).await?;
-                i += SENDERS;
-            }
-            anyhow::Ok(())
-        });
+    // The plan starts a moment from now, so that every sender is connected by then.
+    let start_unix = unix_now() + 0.5;
+    match (sends, subject) {
+        (Some(sends), _) => send_by_plan(subject.url(), sends, rate, total, start_unix).await?,
+        (None, Subject::Peer(p)) => p.send_by_plan(rate, total, start_unix, OPEN_LOOP_GROUPS).await?,
+        (None, Subject::Sbworker(..)) => unreachable!("sbworker's sends are the broker's"),
     }
-    while let Some(r) = senders.join_next().await {
-        r??;
-    }
-    let sent_seconds = (tokio::time::Instant::now() - start).as_secs_f64();
-    let c = world::connect(url).await?;
+    let sent_seconds = unix_now() - start_unix;
     drained(&c, &tag, total as i64, Instant::now(), Progress::Replies).await?;
     worker.terminate().await?;
     let row = c.query_one(stmt("latency"), &[&(start_unix + warmup.as_secs_f64())]).await?;
     let m = OpenLoop {
+        contender: subject.contender(),
         rate,
         repetition,
         warmup_seconds: warmup.as_secs_f64(),
@@ -390,6 +459,68 @@ pub async fn open_loop(
     Ok(m)
 }
 
+/// What the open loop's senders send: a message on the broker's dialogs (its body the
+/// planned time), or a graphile-worker job of its group's queue (River sends with its
+/// own client, in its harness).
+pub(super) enum Sends {
+    Broker(std::sync::Arc<Vec<uuid::Uuid>>),
+    Graphile(std::sync::Arc<Vec<uuid::Uuid>>),
+}
+
+/// Sends `total` messages at `rate` per second by plan, message i at `start_unix` + i /
+/// rate, by two sender connections; round-robin over the groups.
+pub(super) async fn send_by_plan(
+    url: &str,
+    sends: Sends,
+    rate: u32,
+    total: u64,
+    start_unix: f64,
+) -> anyhow::Result<()> {
+    const SENDERS: u64 = 2;
+    let start = tokio::time::Instant::now() + Duration::from_secs_f64((start_unix - unix_now()).max(0.0));
+    let sends = std::sync::Arc::new(sends);
+    let mut senders = tokio::task::JoinSet::new();
+    for j in 0..SENDERS {
+        let (url, sends) = (url.to_owned(), sends.clone());
+        senders.spawn(async move {
+            let c = world::connect(&url).await?;
+            let statement = c
+                .prepare(match *sends {
+                    Sends::Broker(_) => stmt("send_planned"),
+                    Sends::Graphile(_) => stmt("graphile_send"),
+                })
+                .await?;
+            let mut i = j;
+            while i < total {
+                let offset = i as f64 / f64::from(rate);
+                tokio::time::sleep_until(start + Duration::from_secs_f64(offset)).await;
+                let planned = format!("{:.6}", start_unix + offset);
+                match &*sends {
+                    Sends::Broker(handles) => {
+                        let h = handles[(i % handles.len() as u64) as usize];
+                        c.execute(&statement, &[&h, &planned.as_bytes()]).await?;
+                    }
+                    Sends::Graphile(groups) => {
+                        let n = groups.len() as u64;
+                        let (g, seq) = ((i % n) as usize, (i / n + 1) as i64);
+                        c.execute(&statement, &[&groups[g], &seq, &planned, &format!("g{}", g + 1)]).await?;
+                    }
+                }
+                i += SENDERS;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = senders.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+pub(super) fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
+}
+
 /// How a run's progress is read: replies written, messages no longer waiting, or
 /// replies and dead letters.
 #[derive(Clone, Copy)]
@@ -398,6 +529,8 @@ pub(super) enum Progress {
     Waiting,
     /// Replies and dead letters (the poison workload).
     RepliedOrDiverted,
+    /// Replies and a peer's dead letters (after its `*_dead` on the same connection).
+    PeerRepliedOrDead,
 }
 
 /// Polls until `total` messages are done, showing progress; the polls made (each a
@@ -417,6 +550,7 @@ pub(super) async fn drained(
             Progress::Replies => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
             Progress::Waiting => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
             Progress::RepliedOrDiverted => c.query_one(stmt("poison_done"), &[]).await?.get::<_, i64>(0),
+            Progress::PeerRepliedOrDead => c.query_one(stmt("peer_poison_done"), &[]).await?.get::<_, i64>(0),
         };
         if done >= total {
             return Ok(polls);
@@ -589,35 +723,6 @@ pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::R
     .await
 }
 
-/// One headline run of graphile-worker: `concurrency` jobs at once on a pool of
-/// `pool` connections, with a local queue of `local_queue` jobs (0: none).
-#[allow(clippy::too_many_arguments)]
-pub async fn graphile(
-    world: &World,
-    db: &str,
-    url: &str,
-    home: &Path,
-    contender: Contender,
-    shape: Shape,
-    (concurrency, pool, local_queue): (u32, u32, u32),
-    sync: bool,
-    repetition: usize,
-    dir: &Path,
-) -> anyhow::Result<Measured> {
-    {
-        let c = fresh(world, db, url, "graphile_reset", sync).await?;
-        c.execute(stmt("graphile_preload"), &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
-    }
-    let mut command = Command::new("node");
-    command.arg(home.join("headline.js")).args([
-        node_url(world, db),
-        concurrency.to_string(),
-        pool.to_string(),
-        local_queue.to_string(),
-    ]);
-    peer(world, url, contender, shape, (concurrency, pool), sync, repetition, dir, command).await
-}
-
 /// River's harness (`bench/river`, its own Cargo project), built with cargo into
 /// `dir/river` once, before anything is measured (a no-op when it is current); the
 /// binary, or the reason it cannot be had.
@@ -653,76 +758,25 @@ pub async fn migrate_river(world: &World, db: &str, bin: &Path) -> anyhow::Resul
     run_to_end(Command::new(bin).args(["migrate", &node_url(world, db)]), "River's migration").await
 }
 
-/// One headline run of River: one queue of 4 workers, or a queue of one worker per
-/// group (`RiverPerGroup`), on a pool of 8; its client preloads the jobs.
-#[allow(clippy::too_many_arguments)]
-pub async fn river(
+/// One headline run of a peer: its jobs preloaded, its worker started (working until
+/// SIGTERM), the drain timed by replies, order and exactly once verified.
+pub async fn peer(
     world: &World,
-    db: &str,
-    url: &str,
-    bin: &Path,
-    contender: Contender,
+    peer: &Peer,
     shape: Shape,
     sync: bool,
     repetition: usize,
     dir: &Path,
 ) -> anyhow::Result<Measured> {
-    let pool = 8u32;
-    let per_group = contender == Contender::RiverPerGroup;
-    let mode = if per_group { "per-group" } else { "one" };
-    fresh(world, db, url, "river_reset", sync).await?;
-    run_to_end(
-        Command::new(bin).args([
-            "preload",
-            &node_url(world, db),
-            &shape.groups.to_string(),
-            &shape.per_group.to_string(),
-            mode,
-        ]),
-        "River's preload",
-    )
-    .await?;
-    let mut command = Command::new(bin);
-    command.args([
-        "work",
-        &node_url(world, db),
-        &shape.readers.to_string(),
-        &pool.to_string(),
-        mode,
-        &shape.groups.to_string(),
-    ]);
-    // Jobs that can run at once: the queue's workers, or one per group's queue.
-    let concurrency = if per_group { shape.groups as u32 } else { shape.readers };
-    peer(world, url, contender, shape, (concurrency, pool), sync, repetition, dir, command).await
-}
-
-/// A peer's measured run, its jobs preloaded: starts `command` (which works until
-/// SIGTERM), times the drain by replies, verifies order and exactly once.
-#[allow(clippy::too_many_arguments)]
-async fn peer(
-    world: &World,
-    url: &str,
-    contender: Contender,
-    shape: Shape,
-    (concurrency, pool): (u32, u32),
-    sync: bool,
-    repetition: usize,
-    dir: &Path,
-    mut command: Command,
-) -> anyhow::Result<Measured> {
+    let (contender, url) = (peer.contender, peer.url.as_str());
+    let (concurrency, pool) = peer.concurrency(shape);
+    peer.load(world, shape, sync).await?;
     let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
     settle().await;
     let (commits0, wal0) = reading(url).await?;
     let server0 = world.server_cpu();
     let started = Instant::now();
-    let worker = Process(
-        command
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{tag}.log")))?)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", contender.label()))?,
-    );
+    let worker = peer.start(shape, &dir.join(format!("{tag}.log")))?;
     let total = shape.messages() as i64;
     let c = world::connect(url).await?;
     let polls = drained(&c, &tag, total, started, Progress::Replies).await?;

@@ -33,8 +33,8 @@ SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_databas
 -- Latency of each reply from its message's enqueue time is not kept (the message row
 -- is deleted on RECEIVE); the drain time is what the burn-down and headline measure.
 -- name: reset
-TRUNCATE bench.account, bench.reply, sb.message, sb.group_ready, sb.endpoint, sb.conversation_group,
-         sbworker.message_attempt, sbworker.dead_letter;
+TRUNCATE bench.account, bench.reply, bench.poison, sb.message, sb.group_ready, sb.endpoint,
+         sb.conversation_group, sbworker.message_attempt, sbworker.dead_letter;
 
 -- name: limit_reset
 TRUNCATE limit_q, limit_attempt, limit_account, limit_reply, calibration RESTART IDENTITY;
@@ -52,7 +52,8 @@ SELECT (SELECT count(*) FROM limit_q), (SELECT count(*) FROM limit_reply);
 -- graphile-worker's world (after its own migration): the jobs, one per message, a named
 -- queue per group, in order; and the business rows.
 -- name: graphile_reset
-TRUNCATE bench.account, bench.reply, graphile_worker._private_jobs, graphile_worker._private_job_queues CASCADE;
+TRUNCATE bench.account, bench.reply, bench.poison, graphile_worker._private_jobs,
+         graphile_worker._private_job_queues CASCADE;
 
 -- name: graphile_preload
 SELECT bench.preload_graphile($1, $2);
@@ -60,7 +61,7 @@ SELECT bench.preload_graphile($1, $2);
 -- River's world (after its own migration; its client preloads the jobs): the jobs and
 -- the business rows.
 -- name: river_reset
-TRUNCATE bench.account, bench.reply, river_job RESTART IDENTITY;
+TRUNCATE bench.account, bench.reply, bench.poison, river_job RESTART IDENTITY;
 
 -- Where the pipeline's time goes (pg_stat_statements, when the server has it loaded).
 -- name: pgss_available
@@ -154,5 +155,90 @@ SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid = $
 -- name: dead_tuples
 SELECT schemaname || '.' || relname, n_dead_tup, n_live_tup
   FROM pg_stat_user_tables
- WHERE schemaname IN ('sb', 'bench', 'sbworker')
+ WHERE schemaname IN ('sb', 'bench', 'sbworker', 'graphile_worker') OR relname LIKE 'river%'
  ORDER BY n_dead_tup DESC;
+
+-- The peers in workloads 3 and 4. The poison messages: `$1` jobs (chosen by hash: 1%)
+-- marked poison in their payload, and recorded in bench.poison.
+-- name: graphile_poison_mark
+WITH picked AS (SELECT id FROM graphile_worker._private_jobs ORDER BY md5(id::text) LIMIT $1::bigint),
+marked AS (
+    UPDATE graphile_worker._private_jobs j SET payload = (j.payload::jsonb || '{"p": true}')::json
+      FROM picked WHERE j.id = picked.id
+    RETURNING j.payload)
+INSERT INTO bench.poison SELECT (payload->>'c')::uuid, (payload->>'s')::bigint FROM marked;
+
+-- name: river_poison_mark
+WITH picked AS (SELECT id FROM river_job ORDER BY md5(id::text) LIMIT $1::bigint),
+marked AS (
+    UPDATE river_job j SET args = j.args || '{"p": true}'::jsonb FROM picked WHERE j.id = picked.id
+    RETURNING j.args)
+INSERT INTO bench.poison SELECT (args->>'c')::uuid, (args->>'s')::bigint FROM marked;
+
+-- A peer's dead letters, as the view peer_dead (group, number, when): graphile-worker's
+-- jobs that failed their last attempt (it keeps them; it records no time of failure,
+-- but sets run_at to the failure's now() + exp(attempts) seconds, the job having run
+-- after its old run_at), River's discarded jobs.
+-- name: graphile_dead
+CREATE OR REPLACE TEMP VIEW peer_dead AS
+SELECT (payload->>'c')::uuid AS c, (payload->>'s')::bigint AS s,
+       run_at - exp(least(attempts, 10)) * interval '1 second' AS at
+  FROM graphile_worker._private_jobs WHERE attempts >= max_attempts AND locked_at IS NULL;
+
+-- name: river_dead
+CREATE OR REPLACE TEMP VIEW peer_dead AS
+SELECT (args->>'c')::uuid AS c, (args->>'s')::bigint AS s, finalized_at AS at
+  FROM river_job WHERE state = 'discarded';
+
+-- A peer's messages done: replied or dead (after its `*_dead`, on the same connection).
+-- name: peer_poison_done
+SELECT (SELECT count(*) FROM bench.reply) + (SELECT count(*) FROM peer_dead);
+
+-- How a peer's poison run ended ($1 messages per group; $2 the run's start, epoch
+-- seconds; after its `*_dead`). A peer goes on past a poison message to the rest of its
+-- group: every other message of a poisoned group must take effect once and in order
+-- (the bench's row counts one break of the sequence per run of poison messages that
+-- does not end the group), and the dead letters must be the poison messages. Columns
+-- as poison_verify's: groups without poison that are incomplete; their messages out of
+-- order; groups with poison; poisoned groups or dead letters that do not match; dead
+-- letters; replies; messages applied; distinct replies; NULL (no queue to disable); ms
+-- from a poison message reaching the head of its group (its predecessor's reply, or the
+-- start) to its last failure: median and max.
+-- name: peer_poison_verify
+WITH dead AS (SELECT c, s, at FROM peer_dead),
+poisoned AS (
+    SELECT p.conversation AS c, count(*) AS n,
+           count(*) FILTER (WHERE p.seq < $1::bigint AND NOT EXISTS (
+               SELECT 1 FROM bench.poison q WHERE q.conversation = p.conversation AND q.seq = p.seq + 1))
+               AS breaks
+      FROM bench.poison p GROUP BY 1),
+waits AS (
+    SELECT extract(epoch FROM d.at - coalesce(r.handled_at, to_timestamp($2::float8)))::float8 * 1000 AS ms
+      FROM dead d LEFT JOIN bench.reply r ON r.conversation = d.c AND r.seq = d.s - 1)
+SELECT (SELECT count(*) FROM bench.account a
+         WHERE NOT EXISTS (SELECT 1 FROM poisoned p WHERE p.c = a.conversation) AND a.applied <> $1::bigint),
+       (SELECT coalesce(sum(out_of_order), 0)::bigint FROM bench.account a
+         WHERE NOT EXISTS (SELECT 1 FROM poisoned p WHERE p.c = a.conversation)),
+       (SELECT count(*) FROM poisoned),
+       (SELECT count(*) FROM poisoned p JOIN bench.account a ON a.conversation = p.c
+         WHERE a.applied <> $1::bigint - p.n OR a.out_of_order <> p.breaks)
+         + (SELECT count(*) FROM dead d FULL JOIN bench.poison p ON p.conversation = d.c AND p.seq = d.s
+             WHERE d.c IS NULL OR p.conversation IS NULL),
+       (SELECT count(*) FROM dead),
+       (SELECT count(*) FROM bench.reply),
+       (SELECT coalesce(sum(applied), 0)::bigint FROM bench.account),
+       (SELECT count(*) FROM (SELECT DISTINCT conversation, seq FROM bench.reply) d),
+       NULL::boolean,
+       (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0) FROM waits),
+       (SELECT coalesce(max(ms), 0) FROM waits);
+
+-- The open loop's groups on a peer's world: their conversations, as the peers' preloads
+-- name them.
+-- name: group_conversations
+SELECT md5('group ' || g)::uuid FROM generate_series(1, $1::int) g ORDER BY g;
+
+-- The open loop's send to graphile-worker: one job of the group's queue, carrying its
+-- planned send time.
+-- name: graphile_send
+SELECT graphile_worker.add_job('apply', json_build_object('c', $1::uuid, 's', $2::bigint, 't', $3::text),
+                               queue_name := $4::text, max_attempts := 3);
