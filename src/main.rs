@@ -149,7 +149,9 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         cargo run --release -- bench --out bench-report            (the full bench: two hours or more)\n  \
         cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
-        cargo run --release -- bench --groups 200 --per-group 50 --reps 3")]
+        cargo run --release -- bench --groups 200 --per-group 50 --reps 3\n  \
+        cargo run --release -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
+        cargo run --release -- bench --parts bloat --contenders sbworker-pg,river-per-group")]
     Bench {
         /// Every part at a tiny size (a check that the bench works, not a measurement).
         #[arg(long)]
@@ -176,10 +178,15 @@ enum Command {
         /// Seconds the bloat workload runs with xmin pinned (default 180).
         #[arg(long, value_name = "SECONDS")]
         bloat_seconds: Option<f64>,
-        /// Only the calibration and the headline (every contender, synchronous commit on
-        /// and off): an A/B of a change in minutes.
-        #[arg(long)]
-        headline_only: bool,
+        /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
+        /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
+        /// is an A/B of a change in minutes.
+        #[arg(long, value_delimiter = ',', value_name = "PARTS", value_parser = sbworker::bench::Part::from_key)]
+        parts: Vec<sbworker::bench::Part>,
+        /// Only these contenders (comma-separated: sbworker-pg, sbworker-tds, graphile,
+        /// graphile-localqueue, river, river-per-group, limit).
+        #[arg(long, value_delimiter = ',', value_name = "CONTENDERS", value_parser = sbworker::bench::Contender::from_key)]
+        contenders: Vec<sbworker::bench::Contender>,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -401,7 +408,8 @@ fn main() -> ExitCode {
             skip_peers,
             open_loop_seconds,
             bloat_seconds,
-            headline_only,
+            parts,
+            contenders,
         } => {
             let opts = sbworker::bench::Options {
                 quick,
@@ -412,7 +420,8 @@ fn main() -> ExitCode {
                 skip_peers,
                 open_loop_seconds,
                 bloat_seconds,
-                headline_only,
+                parts,
+                contenders,
             };
             run_logged("bench", async move {
                 sbworker::bench::run(&opts).await?;

@@ -63,6 +63,14 @@ pub enum Contender {
 }
 
 impl Contender {
+    /// The contender named by its key (`sbworker-pg`, `river-per-group`, ...).
+    pub fn from_key(key: &str) -> Result<Contender, String> {
+        Contender::ALL.into_iter().find(|c| c.key() == key).ok_or_else(|| {
+            let keys: Vec<&str> = Contender::ALL.iter().map(|c| c.key()).collect();
+            format!("no contender `{key}` (there are: {})", keys.join(", "))
+        })
+    }
+
     /// Every contender of the headline, in the order the runs interleave and the report lists.
     pub const ALL: [Contender; 7] = [
         Contender::SbworkerPostgres,
@@ -123,6 +131,44 @@ impl Workload {
     }
 }
 
+/// A part of the bench, to run alone or with others (`--parts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Part {
+    Headline,
+    BurnDown,
+    Poison,
+    Bloat,
+    OpenLoop,
+    Pipeline,
+    Engine,
+}
+
+impl Part {
+    pub const ALL: [Part; 7] =
+        [Part::Headline, Part::BurnDown, Part::Poison, Part::Bloat, Part::OpenLoop, Part::Pipeline, Part::Engine];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Part::Headline => "headline",
+            Part::BurnDown => "burn-down",
+            Part::Poison => "poison",
+            Part::Bloat => "bloat",
+            Part::OpenLoop => "open-loop",
+            Part::Pipeline => "pipeline",
+            Part::Engine => "engine",
+        }
+    }
+
+    /// The part named by its key.
+    pub fn from_key(key: &str) -> Result<Part, String> {
+        Part::ALL.into_iter().find(|p| p.key() == key).ok_or_else(|| {
+            let keys: Vec<&str> = Part::ALL.iter().map(|p| p.key()).collect();
+            format!("no part `{key}` (there are: {})", keys.join(", "))
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub quick: bool,
@@ -137,8 +183,20 @@ pub struct Options {
     pub open_loop_seconds: Option<f64>,
     /// Seconds the bloat workload runs with xmin pinned (default 180).
     pub bloat_seconds: Option<f64>,
-    /// Only the calibration and the headline.
-    pub headline_only: bool,
+    /// The parts to run (empty: every part); the calibration runs in every repetition.
+    pub parts: Vec<Part>,
+    /// The contenders to run (empty: every one installed).
+    pub contenders: Vec<Contender>,
+}
+
+impl Options {
+    fn runs(&self, part: Part) -> bool {
+        self.parts.is_empty() || self.parts.contains(&part)
+    }
+
+    fn takes(&self, contender: Contender) -> bool {
+        self.contenders.is_empty() || self.contenders.contains(&contender)
+    }
 }
 
 /// The sizes of every part.
@@ -248,10 +306,24 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         if c == Contender::SbworkerTds { ("bench_sbworker_tds", &tds) } else { ("bench_sbworker_pg", &pg) }
     };
     // The peers are installed (and their schemas migrated) before anything is measured.
-    let graphile =
-        peer_world(&w, opts.skip_peers, "bench_graphile", runs::install_graphile(&work), runs::migrate_graphile)
-            .await?;
-    let river = peer_world(&w, opts.skip_peers, "bench_river", runs::install_river(&work), runs::migrate_river).await?;
+    // (A peer none of whose contenders runs is not installed.)
+    let skip = |a: Contender, b: Contender| opts.skip_peers || !(opts.takes(a) || opts.takes(b));
+    let graphile = peer_world(
+        &w,
+        skip(Contender::Graphile, Contender::GraphileLocalQueue),
+        "bench_graphile",
+        runs::install_graphile(&work),
+        runs::migrate_graphile,
+    )
+    .await?;
+    let river = peer_world(
+        &w,
+        skip(Contender::River, Contender::RiverPerGroup),
+        "bench_river",
+        runs::install_river(&work),
+        runs::migrate_river,
+    )
+    .await?;
     let peers_notes: Vec<String> = [("graphile-worker", graphile.as_ref().err()), ("River", river.as_ref().err())]
         .into_iter()
         .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
@@ -271,16 +343,21 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         bloat: Vec::new(),
         notes: peers_notes,
     };
-    if opts.headline_only {
-        results.notes.push("every workload but the headline (--headline-only)".to_owned());
+    let left_out: Vec<&str> = Part::ALL.into_iter().filter(|&p| !opts.runs(p)).map(Part::key).collect();
+    if !left_out.is_empty() {
+        results.notes.push(format!("the parts {} (--parts)", left_out.join(", ")));
+    }
+    let not_taken: Vec<&str> = Contender::ALL.into_iter().filter(|&c| !opts.takes(c)).map(Contender::key).collect();
+    if !not_taken.is_empty() {
+        results.notes.push(format!("the contenders {} (--contenders)", not_taken.join(", ")));
     }
     for rep in 0..sizes.reps {
         results.calibrations.push(
             runs::calibrate(&w, "bench_limit", &limit, sizes.connections, sizes.calibration_seconds, &work).await?,
         );
-        for sync in [true, false] {
+        for sync in [true, false].into_iter().filter(|_| opts.runs(Part::Headline)) {
             // Interleaved: every contender once per repetition, in turn.
-            for contender in Contender::ALL {
+            for contender in Contender::ALL.into_iter().filter(|&c| opts.takes(c)) {
                 let m = match contender {
                     Contender::Limit => {
                         runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
@@ -297,13 +374,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 results.runs.push(m);
             }
         }
-        if opts.headline_only {
-            continue;
-        }
         for (db, url, contender) in [
             ("bench_sbworker_pg", &pg, Contender::SbworkerPostgres),
             ("bench_sbworker_tds", &tds, Contender::SbworkerTds),
-        ] {
+        ]
+        .into_iter()
+        .filter(|&(_, _, c)| opts.runs(Part::BurnDown) && opts.takes(c))
+        {
             results
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
@@ -319,17 +396,18 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         ]
         .into_iter()
         .chain(peers.iter().map(runs::Subject::Peer))
+        .filter(|s| opts.takes(s.contender()))
         .collect();
-        for &subject in &subjects {
+        for &subject in subjects.iter().filter(|_| opts.runs(Part::Poison)) {
             results.poison.push(poison::poison(&w, subject, shape, rep, &work).await?);
         }
         let bloat_shape =
             Shape { groups: sizes.bloat_groups, per_group: sizes.bloat_per_group, readers: sizes.readers };
         let bloat_time = Duration::from_secs_f64(sizes.bloat_seconds);
-        for &subject in &subjects {
+        for &subject in subjects.iter().filter(|_| opts.runs(Part::Bloat)) {
             results.bloat.push(poison::bloat(&w, subject, bloat_shape, bloat_time, rep, &work).await?);
         }
-        for &rate in &sizes.open_loop_rates {
+        for &rate in sizes.open_loop_rates.iter().filter(|_| opts.runs(Part::OpenLoop)) {
             for &subject in &subjects {
                 results.open_loop.push(
                     runs::open_loop(
@@ -346,10 +424,12 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 );
             }
         }
-        for &readers in &sizes.pipeline_readers {
+        for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
         }
-        results.engine_per_second.push(pipeline::engine_alone(Duration::from_secs_f64(sizes.engine_seconds))?);
+        if opts.runs(Part::Engine) {
+            results.engine_per_second.push(pipeline::engine_alone(Duration::from_secs_f64(sizes.engine_seconds))?);
+        }
     }
     report::write(&opts.out, &results)?;
     progress(&format!("report: {}", opts.out.join("report.md").display()));
@@ -368,7 +448,7 @@ async fn peer_world(
     migrate: impl AsyncFnOnce(&world::World, &str, &std::path::Path) -> anyhow::Result<()>,
 ) -> anyhow::Result<Result<(PathBuf, String), String>> {
     if skip {
-        return Ok(Err("left out (--skip-peers)".to_owned()));
+        return Ok(Err("left out (--skip-peers, or none of its contenders in --contenders)".to_owned()));
     }
     let home = match install.await {
         Ok(home) => home,

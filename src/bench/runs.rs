@@ -405,7 +405,8 @@ pub struct OpenLoop {
 const OPEN_LOOP_GROUPS: i32 = 200;
 
 /// The open loop: messages sent at `rate` per second by plan (message i at start + i /
-/// rate, over 200 groups, by two sender connections) to the contender with `readers`
+/// rate, over 200 groups, by two sender connections: on 2 cores more send less, as
+/// PostgreSQL serialises the commits of transactions that NOTIFY) to the contender with `readers`
 /// readers (jobs at once); latency from each message's planned time (carried in its
 /// body or payload) to its reply, for the messages planned after `warmup` (no
 /// coordinated omission: a late send counts its lateness).
