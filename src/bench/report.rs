@@ -200,6 +200,9 @@ pub fn markdown(r: &Results) -> String {
     );
     for &readers in &s.pipeline_readers {
         let runs: Vec<_> = r.pipeline.iter().filter(|p| p.readers == readers).collect();
+        if runs.is_empty() {
+            continue;
+        }
         let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
         let _ = writeln!(
             out,
