@@ -351,6 +351,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     if !not_taken.is_empty() {
         results.notes.push(format!("the contenders {} (--contenders)", not_taken.join(", ")));
     }
+    // The installed peers; and the contenders of workloads 3 and 4: sbworker on both
+    // transports, and the peers that keep order.
+    let peers: Vec<peers::Peer> =
+        Contender::ALL.into_iter().filter_map(|c| peers::Peer::of(&w, c, &graphile, &river)).collect();
+    let subjects: Vec<runs::Subject> = [
+        runs::Subject::Sbworker(Contender::SbworkerPostgres, "bench_sbworker_pg", &pg),
+        runs::Subject::Sbworker(Contender::SbworkerTds, "bench_sbworker_tds", &tds),
+    ]
+    .into_iter()
+    .chain(
+        peers
+            .iter()
+            .filter(|p| matches!(p.contender, Contender::Graphile | Contender::RiverPerGroup))
+            .map(runs::Subject::Peer),
+    )
+    .filter(|s| opts.takes(s.contender()))
+    .collect();
     for rep in 0..sizes.reps {
         results.calibrations.push(
             runs::calibrate(&w, "bench_limit", &limit, sizes.connections, sizes.calibration_seconds, &work).await?,
@@ -367,8 +384,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                         runs::sbworker(&w, db, url, contender, Workload::Headline, shape, sync, rep, &work).await?
                     }
                     peer => {
-                        let Some(peer) = peers::Peer::of(&w, peer, &graphile, &river) else { continue };
-                        runs::peer(&w, &peer, shape, sync, rep, &work).await?
+                        let Some(peer) = peers.iter().find(|p| p.contender == peer) else { continue };
+                        runs::peer(&w, peer, shape, sync, rep, &work).await?
                     }
                 };
                 results.runs.push(m);
@@ -385,19 +402,6 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
         }
-        // Workloads 3 and 4: sbworker on both transports, and the peers that keep order.
-        let peers: Vec<peers::Peer> = [Contender::Graphile, Contender::RiverPerGroup]
-            .into_iter()
-            .filter_map(|c| peers::Peer::of(&w, c, &graphile, &river))
-            .collect();
-        let subjects: Vec<runs::Subject> = [
-            runs::Subject::Sbworker(Contender::SbworkerPostgres, "bench_sbworker_pg", &pg),
-            runs::Subject::Sbworker(Contender::SbworkerTds, "bench_sbworker_tds", &tds),
-        ]
-        .into_iter()
-        .chain(peers.iter().map(runs::Subject::Peer))
-        .filter(|s| opts.takes(s.contender()))
-        .collect();
         for &subject in subjects.iter().filter(|_| opts.runs(Part::Poison)) {
             results.poison.push(poison::poison(&w, subject, shape, rep, &work).await?);
         }

@@ -29,8 +29,7 @@ pub struct Peer {
 
 /// The connection pool every peer runs on: the bench's budget of 8.
 const POOL: u32 = 8;
-/// Jobs at once for a peer with one queue of workers (graphile-worker's concurrency,
-/// River's one queue): the readers sbworker runs.
+/// graphile-worker's local queue, in jobs, for the contender that has one.
 const LOCAL_QUEUE: u32 = 50;
 
 impl Peer {
@@ -46,13 +45,7 @@ impl Peer {
             Contender::River | Contender::RiverPerGroup => ("bench_river", river.as_ref().ok()?),
             _ => return None,
         };
-        Some(Peer {
-            contender,
-            db,
-            url: url.clone(),
-            peer_url: format!("postgres://postgres@127.0.0.1:{}/{db}", w.cluster.port()),
-            home: home.clone(),
-        })
+        Some(Peer { contender, db, url: url.clone(), peer_url: runs::node_url(w, db), home: home.clone() })
     }
 
     fn is_graphile(&self) -> bool {

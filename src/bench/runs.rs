@@ -711,7 +711,7 @@ pub async fn install_graphile(dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// A node-postgres URL for the cluster's database `db`.
-fn node_url(world: &World, db: &str) -> String {
+pub(super) fn node_url(world: &World, db: &str) -> String {
     format!("postgres://postgres@127.0.0.1:{}/{db}", world.cluster.port())
 }
 
