@@ -604,3 +604,115 @@ async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
     receiver.commit().await.unwrap();
     assert_eq!(bodies(&got), ["<rb/>"], "the second answer must not be stranded");
 }
+
+/// A conversation in initiator group `g` that the target has ended and whose EndDialog
+/// the initiator has received: only the initiator's END CONVERSATION is left, and that
+/// removes the conversation and, nothing else using it, the group. Returns its handle.
+async fn last_conversation_of(s: &mut Session, g: Uuid) -> Uuid {
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(h, VRAAG, Some(b"<v/>")).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.end_conversation(got[0].conversation_handle, None).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(back[0].message_type, system::END_DIALOG);
+    s.commit().await.unwrap();
+    h
+}
+
+/// Until the backend `pid` waits for a lock.
+async fn until_waiting_for_a_lock(watcher: &Session, pid: i32, what: &str) {
+    crate::common::calc::wait_until(what, || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+}
+
+async fn group_of(s: &Session, handle: Uuid) -> Option<Uuid> {
+    s.client()
+        .query_opt(
+            "SELECT g.id FROM sb.endpoint e JOIN sb.conversation_group g ON g.id = e.group_id WHERE e.handle = $1",
+            &[&handle],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+async fn pid(s: &Session) -> i32 {
+    s.client().query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_dialog_begun_in_a_group_whose_last_conversation_ends_at_that_moment_keeps_or_remakes_it() {
+    let (url, mut s) = world().await;
+    let watcher = Session::open(&url).await.unwrap();
+    let g = Uuid::from_u128(0x9e7);
+
+    // The dialog begins first and holds the group; the end waits for it, then sees the
+    // new conversation and leaves the group.
+    let h = last_conversation_of(&mut s, g).await;
+    let mut beginner = Session::open(&url).await.unwrap();
+    beginner.begin().await.unwrap();
+    let new = beginner.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    beginner.send(new, VRAAG, Some(b"<v/>")).await.unwrap();
+    let mut ender = Session::open(&url).await.unwrap();
+    let ender_pid = pid(&ender).await;
+    let ending = tokio::spawn(async move {
+        ender.begin().await?;
+        ender.end_conversation(h, None).await?;
+        ender.commit().await
+    });
+    until_waiting_for_a_lock(&watcher, ender_pid, "the end waits for the dialog that begins").await;
+    beginner.commit().await.unwrap();
+    ending.await.unwrap().expect("the end goes through");
+    assert_eq!(state(&s, h).await, None, "the old conversation is gone");
+    assert_eq!(group_of(&s, new).await, Some(g), "the group stays for the new dialog");
+
+    // The end goes first and deletes the group; the dialog waits for it, then makes the
+    // group again.
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.end_conversation(got[0].conversation_handle, None).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(back[0].message_type, system::END_DIALOG);
+    s.commit().await.unwrap();
+    let h = new;
+    let mut ender = Session::open(&url).await.unwrap();
+    ender.begin().await.unwrap();
+    ender.end_conversation(h, None).await.unwrap();
+    let mut beginner = Session::open(&url).await.unwrap();
+    let beginner_pid = pid(&beginner).await;
+    let beginning = tokio::spawn(async move {
+        beginner.begin().await?;
+        let new = beginner.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await?;
+        beginner.send(new, VRAAG, Some(b"<v/>")).await?;
+        beginner.commit().await.map(|_| new)
+    });
+    until_waiting_for_a_lock(&watcher, beginner_pid, "the dialog waits for the end that deletes its group").await;
+    ender.commit().await.unwrap();
+    let new = beginning.await.unwrap().expect("the dialog begins");
+    assert_eq!(state(&s, h).await, None);
+    assert_eq!(group_of(&s, new).await, Some(g), "the group is made again");
+    let groups: i64 = s
+        .client()
+        .query_one("SELECT count(*) FROM sb.conversation_group WHERE queue = 'iq'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(groups, 1);
+}

@@ -211,6 +211,48 @@ END $$;
 
 -- Dialogs -----------------------------------------------------------------------------
 
+-- A conversation group lives while a conversation uses it, and BEGIN DIALOG with a
+-- RELATED_CONVERSATION_GROUP that is gone makes it again. Two transactions can meet on
+-- one group: one begins a dialog in it while the other ends its last conversation. The
+-- one that begins holds the row (FOR KEY SHARE) before it adds its endpoint, or makes
+-- the row when it is gone; the one that ends locks the rows (FOR UPDATE) and only then,
+-- in a statement of its own and so with a snapshot that sees what it waited for,
+-- deletes the groups nothing uses. Without the lock the first fails its foreign key
+-- when the second deletes in between, or the second fails when the first commits.
+
+-- Holds group p_group until the transaction ends, making it in queue p_queue when it
+-- does not exist; returns the group's queue.
+CREATE OR REPLACE FUNCTION sb.hold_group(p_group uuid, p_queue text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_gqueue text;
+BEGIN
+    LOOP
+        -- Waits for a transaction deleting the row, and then finds it gone.
+        SELECT queue INTO v_gqueue FROM sb.conversation_group WHERE id = p_group FOR KEY SHARE;
+        IF FOUND THEN
+            RETURN v_gqueue;
+        END IF;
+        -- Waits for a transaction inserting the same row; finding it then, looks again.
+        INSERT INTO sb.conversation_group (id, queue) VALUES (p_group, p_queue) ON CONFLICT (id) DO NOTHING;
+        IF FOUND THEN
+            RETURN p_queue;
+        END IF;
+    END LOOP;
+END $$;
+
+-- Deletes those of groups p_groups that no endpoint and no waiting message uses.
+CREATE OR REPLACE FUNCTION sb.drop_unused_groups(p_groups uuid[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    -- In id order, so that two enders of the same groups wait instead of deadlocking.
+    PERFORM 1 FROM sb.conversation_group WHERE id = ANY (p_groups) ORDER BY id FOR UPDATE;
+    DELETE FROM sb.conversation_group g
+     WHERE g.id = ANY (p_groups)
+       AND NOT EXISTS (SELECT 1 FROM sb.endpoint e WHERE e.group_id = g.id)
+       AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = g.id);
+END $$;
+
 CREATE OR REPLACE FUNCTION sb.begin_dialog(p_from_service text, p_to_service text, p_contract text,
     p_related_group uuid DEFAULT NULL, p_lifetime_seconds int DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
@@ -233,8 +275,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.service_contract WHERE service = p_to_service AND contract = p_contract) THEN
         PERFORM sb.fail('SB425', format('service %s does not accept contract %s', p_to_service, p_contract));
     END IF;
-    INSERT INTO sb.conversation_group (id, queue) VALUES (v_group, v_queue) ON CONFLICT (id) DO NOTHING;
-    SELECT queue INTO v_gqueue FROM sb.conversation_group WHERE id = v_group;
+    v_gqueue := sb.hold_group(v_group, v_queue);
     IF v_gqueue <> v_queue THEN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', v_group, v_gqueue, v_queue));
     END IF;
@@ -490,10 +531,7 @@ DECLARE
 BEGIN
     WITH gone AS (DELETE FROM sb.endpoint WHERE conversation_id = p_conversation RETURNING group_id)
     SELECT array_agg(DISTINCT group_id) INTO v_groups FROM gone;
-    DELETE FROM sb.conversation_group g
-     WHERE g.id = ANY (v_groups)
-       AND NOT EXISTS (SELECT 1 FROM sb.endpoint e WHERE e.group_id = g.id)
-       AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = g.id);
+    PERFORM sb.drop_unused_groups(v_groups);
 END $$;
 
 -- END CONVERSATION … WITH CLEANUP: removes this side's endpoint and the messages waiting
@@ -509,9 +547,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
         DELETE FROM sb.group_ready WHERE group_id = e.group_id;
     END IF;
-    DELETE FROM sb.conversation_group g
-     WHERE g.id = e.group_id
-       AND NOT EXISTS (SELECT 1 FROM sb.endpoint x WHERE x.group_id = g.id);
+    PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
 END $$;
 
 -- END CONVERSATION [WITH ERROR = code DESCRIPTION = description].
@@ -612,8 +648,7 @@ BEGIN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
     END IF;
     SELECT queue INTO v_queue FROM sb.service WHERE name = e.service;
-    INSERT INTO sb.conversation_group (id, queue) VALUES (p_group, v_queue) ON CONFLICT (id) DO NOTHING;
-    SELECT queue INTO v_gqueue FROM sb.conversation_group WHERE id = p_group;
+    v_gqueue := sb.hold_group(p_group, v_queue);
     IF v_gqueue <> v_queue THEN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', p_group, v_gqueue, v_queue));
     END IF;
@@ -631,8 +666,9 @@ BEGIN
         INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (p_group, v_queue, v_first)
         ON CONFLICT (group_id) DO UPDATE SET first_id = excluded.first_id;
     END IF;
-    DELETE FROM sb.conversation_group g WHERE g.id = e.group_id
-       AND NOT EXISTS (SELECT 1 FROM sb.endpoint x WHERE x.group_id = g.id);
+    IF e.group_id <> p_group THEN
+        PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
+    END IF;
 END $$;
 
 -- Views -------------------------------------------------------------------------------------
