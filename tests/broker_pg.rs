@@ -613,6 +613,13 @@ async fn last_conversation_of(s: &mut Session, g: Uuid) -> Uuid {
     let h = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
     s.send(h, VRAAG, Some(b"<v/>")).await.unwrap();
     s.commit().await.unwrap();
+    ended_by_the_target(s, g).await;
+    h
+}
+
+/// The target receives the waiting Vraag and ends its side; the initiator receives the
+/// EndDialog in group `g`, leaving its own END CONVERSATION to do.
+async fn ended_by_the_target(s: &mut Session, g: Uuid) {
     s.begin().await.unwrap();
     let got = s.receive("tq", 10, None, NOW).await.unwrap();
     s.end_conversation(got[0].conversation_handle, None).await.unwrap();
@@ -621,7 +628,6 @@ async fn last_conversation_of(s: &mut Session, g: Uuid) -> Uuid {
     let back = s.receive("iq", 10, Some(g), NOW).await.unwrap();
     assert_eq!(back[0].message_type, system::END_DIALOG);
     s.commit().await.unwrap();
-    h
 }
 
 /// Until the backend `pid` waits for a lock.
@@ -683,14 +689,7 @@ async fn a_dialog_begun_in_a_group_whose_last_conversation_ends_at_that_moment_k
 
     // The end goes first and deletes the group; the dialog waits for it, then makes the
     // group again.
-    s.begin().await.unwrap();
-    let got = s.receive("tq", 10, None, NOW).await.unwrap();
-    s.end_conversation(got[0].conversation_handle, None).await.unwrap();
-    s.commit().await.unwrap();
-    s.begin().await.unwrap();
-    let back = s.receive("iq", 10, Some(g), NOW).await.unwrap();
-    assert_eq!(back[0].message_type, system::END_DIALOG);
-    s.commit().await.unwrap();
+    ended_by_the_target(&mut s, g).await;
     let h = new;
     let mut ender = Session::open(&url).await.unwrap();
     ender.begin().await.unwrap();
