@@ -175,6 +175,10 @@ enum Command {
         /// Seconds each open-loop rate runs after its warm-up (default 60).
         #[arg(long, value_name = "SECONDS")]
         open_loop_seconds: Option<f64>,
+        /// The open loop's arrival rates, messages per second (comma-separated; default
+        /// 200,1000,2000).
+        #[arg(long, value_delimiter = ',', value_name = "RATES", value_parser = clap::value_parser!(u32).range(1..))]
+        open_loop_rates: Vec<u32>,
         /// Seconds the bloat workload runs with xmin pinned (default 180).
         #[arg(long, value_name = "SECONDS")]
         bloat_seconds: Option<f64>,
@@ -407,6 +411,7 @@ fn main() -> ExitCode {
             per_group,
             skip_peers,
             open_loop_seconds,
+            open_loop_rates,
             bloat_seconds,
             parts,
             contenders,
@@ -419,6 +424,7 @@ fn main() -> ExitCode {
                 per_group,
                 skip_peers,
                 open_loop_seconds,
+                open_loop_rates,
                 bloat_seconds,
                 parts,
                 contenders,

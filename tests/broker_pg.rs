@@ -310,19 +310,21 @@ async fn a_waiting_receive_returns_as_soon_as_a_send_commits() {
         receiver.commit().await.unwrap();
         got
     });
-    // Wait until the receiver has made its first (empty) attempt and is waiting.
-    loop {
-        let waiting: i64 = sender
+    // Wait until the receiver has marked itself waiting and looked once more.
+    crate::common::calc::wait_until("the receiver waits", || async {
+        sender
             .client()
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%sb.receive%'", &[])
+            .query_one(
+                "SELECT count(*) = 1 FROM pg_stat_activity a JOIN pg_locks l USING (pid)
+                  WHERE a.state = 'idle in transaction' AND a.query LIKE '%sb.receive%'
+                    AND l.locktype = 'advisory' AND l.classid = 1396834305 AND l.granted",
+                &[],
+            )
             .await
             .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+            .get::<_, bool>(0)
+    })
+    .await;
     dialog(&mut sender, &["<wakker/>"]).await;
     let got = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the receive returned").unwrap();
     assert_eq!(bodies(&got), ["<wakker/>"]);
@@ -714,4 +716,136 @@ async fn a_dialog_begun_in_a_group_whose_last_conversation_ends_at_that_moment_k
         .unwrap()
         .get(0);
     assert_eq!(groups, 1);
+}
+
+/// A connection LISTENing on the channel of queue `queue`; the payloads it is sent.
+async fn listening(url: &str, queue: &str) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use futures_util::StreamExt;
+    let (client, mut conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    let channel: String = client.query_one("SELECT sb.channel($1)", &[&queue]).await.unwrap().get(0);
+    client.batch_execute(&format!("LISTEN {channel}")).await.unwrap();
+    (client, rx)
+}
+
+/// How many wake-ups (empty payloads) the listener got before `tag`, which another
+/// session notifies now: notifications arrive in commit order, so whatever the sends
+/// committed before notified has arrived by then.
+async fn wakeups_before(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    other: &Session,
+    queue: &str,
+    tag: &str,
+) -> usize {
+    other.client().execute("SELECT pg_notify(sb.channel($1), $2)", &[&queue, &tag]).await.unwrap();
+    let mut wakeups = 0;
+    loop {
+        match rx.recv().await.expect("the listener is open") {
+            p if p == tag => return wakeups,
+            p if p.is_empty() => wakeups += 1,
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_send_notifies_only_while_a_receiver_is_marked_waiting_on_its_queue() {
+    let (url, mut s) = world().await;
+    let (waiter, mut rx) = listening(&url, "tq").await;
+    dialog(&mut s, &["<a/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "nobody waits").await, 0, "nobody waits: no NOTIFY");
+
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(no_send_in_flight);
+    dialog(&mut s, &["<b/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "one waits").await, 1, "a receiver waits: the send notifies");
+
+    let held: bool = waiter.query_one("SELECT sb.end_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(held, "the mark was held");
+    dialog(&mut s, &["<c/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "no longer waits").await, 0, "the mark is gone: no NOTIFY");
+
+    // A mark ends with its session.
+    waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap();
+    drop(waiter);
+    crate::common::calc::wait_until("the waiter's session ended", || async {
+        crate::common::calc::count(
+            &s,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305",
+        )
+        .await
+            == 0
+    })
+    .await;
+    dialog(&mut s, &["<d/>"]).await;
+    let (_w, mut rx) = listening(&url, "tq").await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "session gone").await, 0);
+}
+
+#[tokio::test]
+async fn a_receiver_marking_itself_while_a_send_is_in_flight_is_told_to_look_again() {
+    let (url, mut sender) = world().await;
+    let (waiter, mut rx) = listening(&url, "tq").await;
+    // The send looks for waiters now, finds none, and commits later.
+    sender.begin().await.unwrap();
+    let h = sender.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    sender.send(h, VRAAG, Some(b"<laat/>")).await.unwrap();
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(!no_send_in_flight, "a send to the queue is in flight");
+    sender.commit().await.unwrap();
+    let other = Session::open(&url).await.unwrap();
+    assert_eq!(
+        wakeups_before(&mut rx, &other, "tq", "committed").await,
+        0,
+        "the send looked before the mark: this is the wake-up the answer stands in for"
+    );
+    // Looking again finds the message; with no send in flight, waiting is safe.
+    let mut receiver = Session::open(&url).await.unwrap();
+    receiver.begin().await.unwrap();
+    assert_eq!(bodies(&receiver.receive("tq", 10, None, NOW).await.unwrap()), ["<laat/>"]);
+    receiver.commit().await.unwrap();
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(no_send_in_flight);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_receives_lose_no_wake_up_to_sends_racing_their_mark() {
+    // Ping-pong: each message is sent as soon as the previous one was received, so every
+    // send races the receiver going back to wait. A lost wake-up would leave a receive
+    // waiting out its whole 60 s and coming back empty with a message committed.
+    const MESSAGES: usize = 300;
+    let (url, mut sender) = world().await;
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+    let receiving = tokio::spawn(async move {
+        let mut r = Session::open(&url).await.unwrap();
+        let mut total = 0;
+        while total < MESSAGES {
+            r.begin().await.unwrap();
+            let got = r.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+            r.commit().await.unwrap();
+            assert!(!got.is_empty(), "a receive waited out its time with {} of {MESSAGES} received", total);
+            total += got.len();
+            got_tx.send(bodies(&got)).unwrap();
+        }
+    });
+    let h = dialog(&mut sender, &[]).await;
+    let mut received = Vec::new();
+    for i in 0..MESSAGES {
+        sender.begin().await.unwrap();
+        sender.send(h, VRIJ, Some(format!("{i}").as_bytes())).await.unwrap();
+        sender.commit().await.unwrap();
+        while received.len() <= i {
+            received.extend(got_rx.recv().await.expect("the receiver is running"));
+        }
+    }
+    receiving.await.unwrap();
+    assert_eq!(received, (0..MESSAGES).map(|i| i.to_string()).collect::<Vec<_>>());
 }

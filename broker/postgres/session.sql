@@ -12,6 +12,12 @@ SELECT message_id, conversation_group_id, conversation_handle, message_sequence_
 -- name: get_conversation_group
 SELECT sb.get_conversation_group($1);
 
+-- name: begin_wait
+SELECT sb.begin_wait($1);
+
+-- name: end_wait
+SELECT sb.end_wait($1);
+
 -- name: begin_dialog
 SELECT sb.begin_dialog($1, $2, $3, $4, $5);
 

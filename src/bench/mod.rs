@@ -181,6 +181,8 @@ pub struct Options {
     pub skip_peers: bool,
     /// Seconds each open-loop rate runs after its warm-up (default 60).
     pub open_loop_seconds: Option<f64>,
+    /// The open loop's arrival rates (empty: 200, 1,000 and 2,000 per second).
+    pub open_loop_rates: Vec<u32>,
     /// Seconds the bloat workload runs with xmin pinned (default 180).
     pub bloat_seconds: Option<f64>,
     /// The parts to run (empty: every part); the calibration runs in every repetition.
@@ -243,7 +245,7 @@ impl Sizes {
             pipeline_employees,
             pipeline_readers,
             engine_seconds,
-            open_loop_rates,
+            open_loop_rates: if o.open_loop_rates.is_empty() { open_loop_rates } else { o.open_loop_rates.clone() },
             open_loop_warmup_seconds,
             open_loop_seconds: o.open_loop_seconds.unwrap_or(open_loop_seconds),
             bloat_groups,

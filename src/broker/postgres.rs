@@ -1,9 +1,10 @@
 //! The PostgreSQL broker: its install scripts and a session over tokio-postgres.
 //!
 //! A session has two connections: one for the work (begin, receive, send, end, commit)
-//! and one that only LISTENs, so that a waiting receive wakes as soon as a send to its
-//! queue commits (notifications are delivered to a session, so the listener must be a
-//! connection of its own that nothing else uses).
+//! and one that LISTENs, so that a waiting receive wakes as soon as a send to its queue
+//! commits (notifications are delivered to a session, so the listener must be a
+//! connection of its own). Sends notify only while a receiver is marked waiting; the
+//! working connection marks itself before it waits (`sb.begin_wait`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -135,6 +136,8 @@ pub struct Session {
     /// Prepared statements of each connection.
     client_stmts: HashMap<&'static str, Statement>,
     listener_stmts: HashMap<&'static str, Statement>,
+    /// The queue this session is marked as waiting on (`sb.begin_wait`), if any.
+    waiting: Option<String>,
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
@@ -161,6 +164,7 @@ impl Session {
             received: Vec::new(),
             client_stmts: HashMap::new(),
             listener_stmts: HashMap::new(),
+            waiting: None,
             wake_others: true,
         })
     }
@@ -170,6 +174,29 @@ impl Session {
     async fn work(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
         let st = prepared(&self.client, &mut self.client_stmts, name).await?;
         self.client.query(&st, params).await.map_err(error_of)
+    }
+
+    /// `first` and then `name` on the working connection, sent together: tokio-postgres
+    /// pipelines queries polled together, so the two cost one round trip. The result of
+    /// each.
+    async fn work_pair(
+        &mut self,
+        first: &'static str,
+        first_params: &[&(dyn ToSql + Sync)],
+        name: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> (Result<Vec<Row>, BrokerError>, Result<Vec<Row>, BrokerError>) {
+        let statements = async {
+            let a = prepared(&self.client, &mut self.client_stmts, first).await?;
+            let b = prepared(&self.client, &mut self.client_stmts, name).await?;
+            Ok::<_, BrokerError>((a, b))
+        };
+        let (a, b) = match statements.await {
+            Ok(ab) => ab,
+            Err(e) => return (Err(e.clone()), Err(e)),
+        };
+        let (ra, rb) = tokio::join!(self.client.query(&a, first_params), self.client.query(&b, params));
+        (ra.map_err(error_of), rb.map_err(error_of))
     }
 
     /// The same on the listener connection, which is never in a transaction: what it
@@ -235,17 +262,72 @@ impl Session {
         group: Option<Uuid>,
         wait: Duration,
     ) -> Result<Vec<Message>, BrokerError> {
+        let wake = self.wake_others;
+        let handle: Option<Uuid> = None;
+        let rows =
+            self.wait_for(queue, wait, "receive", &[&queue, &max, &group, &handle, &wake], |r| !r.is_empty()).await?;
+        Ok(self.messages(&rows))
+    }
+
+    /// Runs the attempt `name` until `found` says it found something or `wait` has
+    /// passed (then its last, empty, rows), waiting on the queue's notifications in
+    /// between. Before it waits it marks itself waiting (`sb.begin_wait`, sent together
+    /// with one more attempt); sends notify only while a receiver is marked (the protocol
+    /// is in `001_broker.sql`, at `sb.wake`). When a send was in flight as it marked
+    /// itself, it looks again after a short time (1 ms, doubling to 64 ms) instead of
+    /// trusting the notification alone.
+    async fn wait_for(
+        &mut self,
+        queue: &str,
+        wait: Duration,
+        name: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+        found: fn(&[Row]) -> bool,
+    ) -> Result<Vec<Row>, BrokerError> {
+        const FIRST_LOOK: Duration = Duration::from_millis(1);
+        const LAST_LOOK: Duration = Duration::from_millis(64);
         self.listen(queue).await?;
         let deadline = tokio::time::Instant::now() + wait;
+        let mut look = FIRST_LOOK;
         loop {
             // Taken before the attempt, so a send that commits during it still wakes us.
             self.wakeups.borrow_and_update();
-            let msgs = self.receive_now(queue, max, group, None).await?;
-            if !msgs.is_empty() {
-                return Ok(msgs);
+            let rows = match self.waiting.take() {
+                Some(marked) => {
+                    let (ended, rows) = self.work_pair("end_wait", &[&marked], name, params).await;
+                    if ended.is_err() {
+                        // Still marked: drop the mark next time.
+                        self.waiting = Some(marked);
+                    }
+                    rows?
+                }
+                None => self.work(name, params).await?,
+            };
+            if found(&rows) {
+                return Ok(rows);
             }
-            match tokio::time::timeout_at(deadline, self.wakeups.changed()).await {
-                Ok(Ok(())) => continue,
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(rows);
+            }
+            // About to wait: mark, and look once more after the mark is in place.
+            self.waiting = Some(queue.to_owned());
+            let (mark, rows) = self.work_pair("begin_wait", &[&queue], name, params).await;
+            let rows = rows?;
+            if found(&rows) {
+                self.end_wait().await?;
+                return Ok(rows);
+            }
+            let no_send_in_flight = single(mark?, "begin_wait")?.get::<_, bool>(0);
+            let until = if no_send_in_flight {
+                look = FIRST_LOOK;
+                deadline
+            } else {
+                let t = (tokio::time::Instant::now() + look).min(deadline);
+                look = (look * 2).min(LAST_LOOK);
+                t
+            };
+            match tokio::time::timeout_at(until, self.wakeups.changed()).await {
+                Ok(Ok(())) => {}
                 Ok(Err(_)) => {
                     return Err(BrokerError {
                         kind: ErrorKind::Connection,
@@ -253,21 +335,25 @@ impl Session {
                         message: "the listener connection closed".into(),
                     });
                 }
-                Err(_) => return Ok(Vec::new()),
+                Err(_) if until < deadline => {}
+                Err(_) => {
+                    self.end_wait().await?;
+                    return Ok(rows);
+                }
             }
         }
     }
 
-    /// One RECEIVE attempt, without waiting.
-    async fn receive_now(
-        &mut self,
-        queue: &str,
-        max: i32,
-        group: Option<Uuid>,
-        handle: Option<Uuid>,
-    ) -> Result<Vec<Message>, BrokerError> {
-        let wake = self.wake_others;
-        let rows = self.work("receive", &[&queue, &max, &group, &handle, &wake]).await?;
+    /// Drops the session's waiting mark, if it has one.
+    async fn end_wait(&mut self) -> Result<(), BrokerError> {
+        if let Some(marked) = self.waiting.take() {
+            self.work("end_wait", &[&marked]).await?;
+        }
+        Ok(())
+    }
+
+    /// Rows of `receive` as messages, noted as received in this transaction.
+    fn messages(&mut self, rows: &[Row]) -> Vec<Message> {
         let msgs: Vec<Message> = rows
             .iter()
             .map(|r| Message {
@@ -282,7 +368,20 @@ impl Session {
             })
             .collect();
         self.received.extend(msgs.iter().map(|m| m.id));
-        Ok(msgs)
+        msgs
+    }
+
+    /// One RECEIVE attempt, without waiting.
+    async fn receive_now(
+        &mut self,
+        queue: &str,
+        max: i32,
+        group: Option<Uuid>,
+        handle: Option<Uuid>,
+    ) -> Result<Vec<Message>, BrokerError> {
+        let wake = self.wake_others;
+        let rows = self.work("receive", &[&queue, &max, &group, &handle, &wake]).await?;
+        Ok(self.messages(&rows))
     }
 
     /// `RECEIVE … FROM queue WHERE conversation_handle = handle`: what is left of one
@@ -293,19 +392,12 @@ impl Session {
 
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
     pub async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
-        self.listen(queue).await?;
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            self.wakeups.borrow_and_update();
-            let row = single(self.work("get_conversation_group", &[&queue]).await?, "get_conversation_group")?;
-            if let Some(g) = row.get::<_, Option<Uuid>>(0) {
-                return Ok(Some(g));
-            }
-            match tokio::time::timeout_at(deadline, self.wakeups.changed()).await {
-                Ok(Ok(())) => continue,
-                _ => return Ok(None),
-            }
-        }
+        let rows = self
+            .wait_for(queue, wait, "get_conversation_group", &[&queue], |r| {
+                r.first().is_some_and(|r| r.get::<_, Option<Uuid>>(0).is_some())
+            })
+            .await?;
+        Ok(single(rows, "get_conversation_group")?.get(0))
     }
 
     /// `BEGIN DIALOG @h FROM SERVICE from TO SERVICE 'to' ON CONTRACT contract [WITH
