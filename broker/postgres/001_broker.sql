@@ -181,6 +181,17 @@ BEGIN
     RETURN v_id;
 END $$;
 
+-- Whether nobody holds the advisory lock (p_class, p_id): tried exclusively, released at once.
+CREATE OR REPLACE FUNCTION sb.lock_is_free(p_class int, p_id int) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_try_advisory_lock(p_class, p_id) THEN
+        PERFORM pg_advisory_unlock(p_class, p_id);
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+
 -- A send's wake-up (see above): at commit, notifies the queue's channel if a receiver
 -- waits on it.
 CREATE OR REPLACE FUNCTION sb.wake(p_queue text) RETURNS void
@@ -189,9 +200,7 @@ DECLARE
     v_id int := sb.queue_id(p_queue);
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1396834306, v_id);
-    IF pg_try_advisory_lock(1396834305, v_id) THEN
-        PERFORM pg_advisory_unlock(1396834305, v_id);
-    ELSE
+    IF NOT sb.lock_is_free(1396834305, v_id) THEN
         PERFORM pg_notify('sb_queue_' || v_id, '');
     END IF;
 END $$;
@@ -206,11 +215,7 @@ DECLARE
     v_id int := sb.queue_id(p_queue);
 BEGIN
     PERFORM pg_advisory_lock_shared(1396834305, v_id);
-    IF pg_try_advisory_lock(1396834306, v_id) THEN
-        PERFORM pg_advisory_unlock(1396834306, v_id);
-        RETURN true;
-    END IF;
-    RETURN false;
+    RETURN sb.lock_is_free(1396834306, v_id);
 END $$;
 
 -- A receiver that has stopped waiting (woken, or before it works) drops its mark: sends
