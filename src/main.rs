@@ -151,7 +151,8 @@ enum Command {
         cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
         cargo run --release -- bench --groups 200 --per-group 50 --reps 3\n  \
         cargo run --release -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
-        cargo run --release -- bench --parts bloat --contenders sbworker-pg,river-per-group")]
+        cargo run --release -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
+        sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
     Bench {
         /// Every part at a tiny size (a check that the bench works, not a measurement).
         #[arg(long)]
@@ -191,6 +192,10 @@ enum Command {
         /// graphile-localqueue, river, river-per-group, limit).
         #[arg(long, value_delimiter = ',', value_name = "CONTENDERS", value_parser = sbworker::bench::Contender::from_key)]
         contenders: Vec<sbworker::bench::Contender>,
+        /// Measure nothing: write report.md and the plots again, into --out, from the
+        /// results.json of an earlier run.
+        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "parts", "contenders"])]
+        render: Option<std::path::PathBuf>,
     },
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -415,7 +420,11 @@ fn main() -> ExitCode {
             bloat_seconds,
             parts,
             contenders,
+            render,
         } => {
+            if let Some(results) = render {
+                return run_logged("bench", async move { sbworker::bench::render(&results, &out) });
+            }
             let opts = sbworker::bench::Options {
                 quick,
                 out,

@@ -21,7 +21,8 @@ async fn the_quick_bench_runs_every_part_and_writes_its_report() {
         "synchronous_commit = off",
         "## Burn-down",
         "## Open loop",
-        "## Poison and bloat",
+        "## Poison",
+        "## Bloat",
         "## The real pipeline",
         "## Targets",
     ] {

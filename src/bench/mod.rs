@@ -24,11 +24,11 @@ pub mod runs;
 pub mod world;
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sql::SqlFile;
 use runs::{Measured, Shape};
@@ -50,7 +50,7 @@ pub fn tsql(name: &str) -> &'static str {
 const BENCH_SQL: &str = include_str!("../../broker/postgres/bench.sql");
 const LIMIT_SQL: &str = include_str!("limit.sql");
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Contender {
     SbworkerPostgres,
@@ -115,7 +115,7 @@ impl Contender {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     BurnDown,
@@ -132,7 +132,7 @@ impl Workload {
 }
 
 /// A part of the bench, to run alone or with others (`--parts`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Part {
     Headline,
@@ -202,7 +202,7 @@ impl Options {
 }
 
 /// The sizes of every part.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sizes {
     pub reps: usize,
     pub groups: i32,
@@ -256,7 +256,7 @@ impl Sizes {
 }
 
 /// Everything one bench run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
     pub command: String,
     pub started: String,
@@ -283,6 +283,17 @@ pub fn progress(line: &str) {
     } else {
         let _ = writeln!(err, "{line}");
     }
+}
+
+/// Writes the report and the plots into `out` again from an earlier run's `results.json`.
+pub fn render(results: &Path, out: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(results).with_context(|| format!("reading {}", results.display()))?;
+    let r: Results = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not the results.json of an sbworker bench", results.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    report::write(out, &r)?;
+    progress(&format!("report: {}", out.join("report.md").display()));
+    Ok(())
 }
 
 /// Runs the bench; writes `report.md`, `results.json` and the plots into `opts.out`.

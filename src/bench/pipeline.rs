@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::world::World;
 use crate::contract::{self, Limits};
 use crate::engine::{self, Tables};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PipelineRun {
     pub readers: u32,
     pub employees: usize,
@@ -29,7 +29,7 @@ pub struct PipelineRun {
     pub statements: Vec<StatementTime>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatementTime {
     pub statement: String,
     pub calls_per_request: f64,

@@ -10,14 +10,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::runs::{self, Progress, Shape, Subject, unix_now};
 use super::world::{self, World};
 use super::{Contender, stmt};
 
 /// What the poison run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoisonRun {
     pub contender: Contender,
     pub repetition: usize,
@@ -104,7 +104,7 @@ pub async fn poison(
 }
 
 /// What the bloat run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BloatRun {
     pub contender: Contender,
     pub repetition: usize,

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
@@ -17,7 +17,7 @@ use super::world::{self, World};
 use super::{Contender, Workload, effect, stmt};
 
 /// What a run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
     pub workload: Workload,
     pub contender: Contender,
@@ -383,7 +383,7 @@ fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
 }
 
 /// Workload 3 at one rate: what was planned, sent and measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpenLoop {
     pub contender: Contender,
     pub rate: u32,
