@@ -849,3 +849,103 @@ async fn waiting_receives_lose_no_wake_up_to_sends_racing_their_mark() {
     receiving.await.unwrap();
     assert_eq!(received, (0..MESSAGES).map(|i| i.to_string()).collect::<Vec<_>>());
 }
+
+/// Client backends of the test's database, but for the caller's own.
+async fn backends(watcher: &Session) -> Vec<i32> {
+    watcher
+        .client()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Receivers marked waiting on a queue (`sb.begin_wait`'s advisory lock, held).
+async fn until_waiting(watcher: &Session, n: i64) {
+    crate::common::calc::wait_until("the receivers wait", || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT count(*) = $1 FROM pg_stat_activity a JOIN pg_locks l USING (pid)
+                  WHERE a.state = 'idle in transaction' AND a.query LIKE '%sb.receive%'
+                    AND l.locktype = 'advisory' AND l.classid = 1396834305 AND l.granted",
+                &[&n],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_it_breaks() {
+    use sbworker::broker::postgres::PostgresTransport;
+    use sbworker::transport::{MessageKey, Session as _, Transport};
+
+    let (url, mut sender) = world().await;
+    let watcher = Session::open(&url).await.unwrap();
+    let before = backends(&watcher).await;
+    let transport = PostgresTransport::new(url.clone());
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        sessions.push(transport.open().await.unwrap());
+    }
+    let mut working = Vec::new();
+    for s in &sessions {
+        working.push(pid(s).await);
+    }
+    let new: Vec<i32> = backends(&watcher).await.into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(new.len(), 4, "three sessions, one working connection each and one side in all: {new:?}");
+    let side: Vec<i32> = new.iter().copied().filter(|p| !working.contains(p)).collect();
+    assert_eq!(side.len(), 1);
+
+    // The counts of one message, written by two sessions through the shared side, add up.
+    let key = MessageKey { conversation_handle: Uuid::from_u128(0x51de), sequence: 1 };
+    assert_eq!(sessions[0].count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    assert_eq!(sessions[1].count_attempts("tq", &[key]).await.unwrap()[0].attempts, 2);
+
+    // Both waiting sessions hear the wake-ups through the one LISTENing side.
+    let mut waiters = Vec::new();
+    for mut s in sessions.drain(..2) {
+        waiters.push(tokio::spawn(async move {
+            s.begin().await.unwrap();
+            let got = s.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
+            s.commit().await.unwrap();
+            bodies(&got)
+        }));
+    }
+    until_waiting(&watcher, 2).await;
+    dialog(&mut sender, &["<een/>"]).await;
+    dialog(&mut sender, &["<twee/>"]).await;
+    let mut got = Vec::new();
+    for w in waiters {
+        got.extend(tokio::time::timeout(Duration::from_secs(60), w).await.expect("woken").unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["<een/>", "<twee/>"]);
+
+    // The side breaks: a session using it fails as a connection failure (the worker
+    // drops such a session), and the next session opened gets a new side that works.
+    watcher.client().execute("SELECT pg_terminate_backend($1)", &[&side[0]]).await.unwrap();
+    let mut old = sessions.pop().unwrap();
+    let err = old.count_attempts("tq", &[key]).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Connection, "{err:?}");
+    let mut fresh = transport.open().await.unwrap();
+    assert_eq!(fresh.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 3);
+    let waiter = tokio::spawn(async move {
+        fresh.begin().await.unwrap();
+        let got = fresh.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
+        fresh.commit().await.unwrap();
+        bodies(&got)
+    });
+    until_waiting(&watcher, 1).await;
+    dialog(&mut sender, &["<drie/>"]).await;
+    assert_eq!(tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("woken").unwrap(), ["<drie/>"]);
+}

@@ -106,9 +106,9 @@ impl Contender {
         match self {
             Contender::SbworkerPostgres => "sbworker, PostgreSQL broker",
             Contender::SbworkerTds => "sbworker, SQL Server transport via the emulator",
-            Contender::Graphile => "graphile-worker 0.17.3 (4 jobs at once, pool 8, no local queue)",
-            Contender::GraphileLocalQueue => "graphile-worker 0.17.3 (4 jobs at once, pool 8, local queue 50)",
-            Contender::River => "River, riverqueue 0.5 (one queue, 4 workers, pool 8)",
+            Contender::Graphile => "graphile-worker 0.17.3 (7 jobs at once, pool 8, no local queue)",
+            Contender::GraphileLocalQueue => "graphile-worker 0.17.3 (7 jobs at once, pool 8, local queue 50)",
+            Contender::River => "River, riverqueue 0.5 (one queue, 7 workers, pool 8)",
             Contender::RiverPerGroup => "River, riverqueue 0.5 (a queue of 1 worker per group, pool 8)",
             Contender::Limit => "limit: pgbench, same commits and writes",
         }
@@ -237,9 +237,10 @@ impl Sizes {
             reps: o.reps.unwrap_or(reps).max(1),
             groups: o.groups.unwrap_or(groups),
             per_group: o.per_group.unwrap_or(per_group),
-            // The connection budget of every contender: 8. A worker reader holds two
-            // (its transaction's and the one that counts attempts outside it).
-            readers: 4,
+            // The connection budget of every contender: 8, of which one LISTENs (sbworker's
+            // side connection, graphile-worker's listener, River's notifier) and 7 work
+            // (`Shape::readers_of`: through the emulator 4 readers of two connections).
+            readers: 7,
             connections: 8,
             calibration_seconds,
             pipeline_employees,

@@ -121,9 +121,19 @@ pub fn markdown(r: &Results) -> String {
         "One throwaway cluster, one database per contender, the same settings for all; {} repetition(s), \
          interleaved (every contender once per repetition, in turn), each after a {} s pgbench commit \
          calibration. Figures are medians (min–max); ratios are taken within a repetition. Every contender \
-         has 8 connections: sbworker {} readers of two connections each (the transaction's and the one that \
-         counts attempts), pgbench 8 clients. Nothing compiles while it measures.\n",
-        s.reps, s.calibration_seconds, s.readers
+         has {} connections: sbworker on the PostgreSQL broker {} readers and one side connection they share \
+         (LISTEN, attempt counts); through the emulator {} readers of two connections each (the transaction's \
+         and the one that counts attempts); graphile-worker {} jobs at once (pool {}, one connection LISTENs); \
+         River pool {}; pgbench {} clients. Nothing compiles while it measures.\n",
+        s.reps,
+        s.calibration_seconds,
+        s.connections,
+        s.readers,
+        s.readers.div_ceil(2),
+        s.readers,
+        s.connections,
+        s.connections,
+        s.connections
     );
     let _ = writeln!(out, "## Settings\n\n| setting | value |\n| --- | --- |");
     for (k, v) in &r.settings {
@@ -458,7 +468,10 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
         .collect();
     if let Some(s) = spread(&rss) {
         t.push((
-            "worker RSS under 50 MiB (4 readers here: the 8-connection budget)".into(),
+            format!(
+                "worker RSS under 50 MiB ({} readers here: the {}-connection budget)",
+                r.sizes.readers, r.sizes.connections
+            ),
             format!("{:.1} MiB at most", s.max),
             verdict(s.max < 50.0, format!("{:.1} MiB over", s.max - 50.0)),
         ));

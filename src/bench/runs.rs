@@ -47,12 +47,25 @@ pub struct Measured {
 pub struct Shape {
     pub groups: i32,
     pub per_group: i32,
+    /// Readers (jobs at once) of a contender with one connection of its own besides
+    /// them: the connection budget less one.
     pub readers: u32,
 }
 
 impl Shape {
     pub fn messages(&self) -> u64 {
         self.groups as u64 * self.per_group as u64
+    }
+
+    /// Readers and connections of `contender` within the budget: sbworker on the
+    /// PostgreSQL broker has a working connection per reader and one side connection for
+    /// all (LISTEN, attempt counts); through the emulator each reader has two TDS
+    /// connections (the transaction's and the one that counts attempts).
+    pub fn readers_of(&self, contender: Contender) -> (u32, u32) {
+        match contender {
+            Contender::SbworkerTds => (self.readers.div_ceil(2), self.readers.div_ceil(2) * 2),
+            _ => (self.readers, self.readers + 1),
+        }
     }
 }
 
@@ -221,7 +234,8 @@ pub async fn sbworker(
         Workload::BurnDown => effect::NOOP_NAME,
         Workload::Headline => effect::NAME,
     };
-    let config = worker_config(kind, &connection, handler, shape.readers, batch);
+    let (readers, connections) = shape.readers_of(contender);
+    let config = worker_config(kind, &connection, handler, readers, batch);
     let config_path = dir.join(format!("{tag}.toml"));
     std::fs::write(&config_path, config)?;
 
@@ -271,8 +285,8 @@ pub async fn sbworker(
         emulator_cpu_per_1000: emulator_cpu.map(|s| s * 1000.0 / n),
         postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
         worker_peak_rss_mib: rss,
-        readers: shape.readers,
-        connections: shape.readers * 2,
+        readers,
+        connections,
         out_of_order,
         exactly_once,
     })
@@ -333,15 +347,16 @@ impl Subject<'_> {
         }
     }
 
-    /// The contender's worker (with sbworker: the effect handler, `shape.readers`
-    /// readers, one message a transaction; through an emulator for the SQL Server
+    /// The contender's worker (with sbworker: the effect handler, its readers within the
+    /// budget, one message a transaction; through an emulator for the SQL Server
     /// transport), its configuration and logs in `dir` under `tag`.
     pub(super) async fn start(&self, shape: Shape, dir: &Path, tag: &str) -> anyhow::Result<Running> {
         match self {
             Subject::Sbworker(contender, db, url) => {
                 let (emulator, kind, connection) = broker_for(*contender, db, url, dir, tag).await?;
                 let config_path = dir.join(format!("{tag}.toml"));
-                std::fs::write(&config_path, worker_config(kind, &connection, effect::NAME, shape.readers, 1))?;
+                let (readers, _) = shape.readers_of(*contender);
+                std::fs::write(&config_path, worker_config(kind, &connection, effect::NAME, readers, 1))?;
                 let worker = spawn_worker(&config_path, &dir.join(format!("{tag}.worker.log")))?;
                 Ok(Running { worker, emulator })
             }

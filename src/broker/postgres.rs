@@ -1,10 +1,11 @@
 //! The PostgreSQL broker: its install scripts and a session over tokio-postgres.
 //!
-//! A session has two connections: one for the work (begin, receive, send, end, commit)
-//! and one that LISTENs, so that a waiting receive wakes as soon as a send to its queue
-//! commits (notifications are delivered to a session, so the listener must be a
-//! connection of its own). Sends notify only while a receiver is marked waiting; the
-//! working connection marks itself before it waits (`sb.begin_wait`).
+//! A session has a connection for the work (begin, receive, send, end, commit) and uses
+//! a side connection that LISTENs, so that a waiting receive wakes as soon as a send to
+//! its queue commits (notifications are delivered to a session, so the listener must be
+//! a connection of its own), and that writes the attempt counts outside the transaction.
+//! A worker's sessions share one side. Sends notify only while a receiver is marked
+//! waiting; the working connection marks itself before it waits (`sb.begin_wait`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -125,17 +126,77 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
     Ok(applied)
 }
 
-/// One broker session: a working connection and its listener.
+/// The statements that run on the side connection, prepared when it opens.
+const SIDE_STATEMENTS: [&str; 3] = ["count_attempts", "note_failure", "queue_state"];
+
+/// The side connection: never in a transaction, it LISTENs for the queues' wake-ups and
+/// writes what must outlive a rollback (attempt counts, failure notes). One side serves
+/// one session ([`Session::open`]) or every session of a [`PostgresTransport`], whose
+/// readers then cost one connection each plus one in all. tokio-postgres pipelines the
+/// queries of sessions sharing it on the one connection; none of them waits for a lock
+/// a session's open transaction holds (a message's count is written only by the
+/// transaction that received it, and while no transaction holds the message).
+pub struct Side {
+    client: Client,
+    wakeups: watch::Receiver<u64>,
+    /// The queues LISTENed for (LISTEN twice is harmless: two sessions may race here).
+    listening: std::sync::Mutex<Vec<String>>,
+    statements: HashMap<&'static str, Statement>,
+    /// Set when a query on it failed for its connection: it is not handed out again.
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl Side {
+    /// Connects the side connection and prepares its statements.
+    pub async fn open(url: &str) -> Result<Self, BrokerError> {
+        let (tx, rx) = watch::channel(0u64);
+        let client = connect(url, Some(tx)).await?;
+        // What the side writes (attempt counts, failure notes) commits without
+        // waiting for the WAL flush: such a commit survives a crash of the worker (the
+        // server writes it out within wal_writer_delay), and the receiving transaction's
+        // own synchronous commit flushes it first. Only a crash of PostgreSQL itself can
+        // lose a count, of an attempt whose transaction it rolled back too. One flush per
+        // message instead of two.
+        client.batch_execute("SET synchronous_commit = off").await.map_err(error_of)?;
+        let mut statements = HashMap::new();
+        for name in SIDE_STATEMENTS {
+            statements.insert(name, client.prepare(stmt(name)).await.map_err(error_of)?);
+        }
+        Ok(Self {
+            client,
+            wakeups: rx,
+            listening: std::sync::Mutex::new(Vec::new()),
+            statements,
+            broken: Default::default(),
+        })
+    }
+
+    /// Whether its connection has closed (a new one is needed).
+    pub fn is_closed(&self) -> bool {
+        self.broken.load(std::sync::atomic::Ordering::Relaxed) || self.client.is_closed()
+    }
+
+    /// Marks it broken when `result` failed for the connection.
+    fn watch<T>(&self, result: Result<T, BrokerError>) -> Result<T, BrokerError> {
+        if let Err(e) = &result
+            && e.kind == ErrorKind::Connection
+        {
+            self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+/// One broker session: a working connection, and a side connection of its own or
+/// shared with other sessions.
 pub struct Session {
     client: Client,
-    listener: Client,
+    side: std::sync::Arc<Side>,
     wakeups: watch::Receiver<u64>,
-    listening: Vec<String>,
     /// Ids of messages received in the open transaction (for poison counting).
     received: Vec<i64>,
-    /// Prepared statements of each connection.
+    /// Prepared statements of the working connection.
     client_stmts: HashMap<&'static str, Statement>,
-    listener_stmts: HashMap<&'static str, Statement>,
     /// The queue this session is marked as waiting on (`sb.begin_wait`), if any.
     waiting: Option<String>,
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
@@ -144,26 +205,22 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens a session on the database at `url` (a libpq-style URL or key=value string).
+    /// Opens a session on the database at `url` (a libpq-style URL or key=value string),
+    /// with a side connection of its own.
     pub async fn open(url: &str) -> Result<Self, BrokerError> {
-        let (tx, rx) = watch::channel(0u64);
-        let listener = connect(url, Some(tx)).await?;
-        // What the listener writes (attempt counts, failure notes) commits without
-        // waiting for the WAL flush: such a commit survives a crash of the worker (the
-        // server writes it out within wal_writer_delay), and the receiving transaction's
-        // own synchronous commit flushes it first. Only a crash of PostgreSQL itself can
-        // lose a count, of an attempt whose transaction it rolled back too. One flush per
-        // message instead of two.
-        listener.batch_execute("SET synchronous_commit = off").await.map_err(error_of)?;
+        let side = std::sync::Arc::new(Side::open(url).await?);
+        Self::open_with(url, side).await
+    }
+
+    /// Opens a session that uses `side` for what runs outside its transactions.
+    pub async fn open_with(url: &str, side: std::sync::Arc<Side>) -> Result<Self, BrokerError> {
         let client = connect(url, None).await?;
         Ok(Self {
             client,
-            listener,
-            wakeups: rx,
-            listening: Vec::new(),
+            wakeups: side.wakeups.clone(),
+            side,
             received: Vec::new(),
             client_stmts: HashMap::new(),
-            listener_stmts: HashMap::new(),
             waiting: None,
             wake_others: true,
         })
@@ -199,11 +256,11 @@ impl Session {
         (ra.map_err(error_of), rb.map_err(error_of))
     }
 
-    /// The same on the listener connection, which is never in a transaction: what it
+    /// A side statement on the side connection, which is never in a transaction: what it
     /// writes commits at once.
     async fn side(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
-        let st = prepared(&self.listener, &mut self.listener_stmts, name).await?;
-        self.listener.query(&st, params).await.map_err(error_of)
+        let st = self.side.statements.get(name).unwrap_or_else(|| panic!("{name} is not a side statement"));
+        self.side.watch(self.side.client.query(st, params).await.map_err(error_of))
     }
 
     /// The working connection, for the caller's own statements in the same transaction.
@@ -234,7 +291,7 @@ impl Session {
     }
 
     async fn listen(&mut self, queue: &str) -> Result<(), BrokerError> {
-        if self.listening.iter().any(|q| q == queue) {
+        if self.side.listening.lock().expect("not poisoned").iter().any(|q| q == queue) {
             return Ok(());
         }
         let row = self.work("channel", &[&queue]).await?.into_iter().next();
@@ -246,8 +303,8 @@ impl Session {
             });
         };
         // The channel name is ours (sb_queue_<id>), never user text.
-        self.listener.batch_execute(&format!("LISTEN {channel}")).await.map_err(error_of)?;
-        self.listening.push(queue.to_owned());
+        self.side.watch(self.side.client.batch_execute(&format!("LISTEN {channel}")).await.map_err(error_of))?;
+        self.side.listening.lock().expect("not poisoned").push(queue.to_owned());
         Ok(())
     }
 
@@ -329,10 +386,11 @@ impl Session {
             match tokio::time::timeout_at(until, self.wakeups.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => {
+                    self.side.broken.store(true, std::sync::atomic::Ordering::Relaxed);
                     return Err(BrokerError {
                         kind: ErrorKind::Connection,
                         number: 0,
-                        message: "the listener connection closed".into(),
+                        message: "the side connection (LISTEN, attempt counts) closed".into(),
                     });
                 }
                 Err(_) if until < deadline => {}
@@ -441,16 +499,40 @@ impl Session {
     }
 }
 
-/// Opens PostgreSQL broker sessions on one database.
-#[derive(Debug, Clone)]
+/// Opens PostgreSQL broker sessions on one database. Its sessions share one side
+/// connection (wake-ups, attempt counts): n readers take n + 1 connections. When the
+/// side's connection breaks, the sessions using it fail and the next one opened makes
+/// a new side.
+#[derive(Clone)]
 pub struct PostgresTransport {
     url: String,
+    side: std::sync::Arc<tokio::sync::Mutex<Option<std::sync::Arc<Side>>>>,
+}
+
+impl std::fmt::Debug for PostgresTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresTransport").field("url", &crate::config::mask_secrets(&self.url)).finish()
+    }
 }
 
 impl PostgresTransport {
     /// `url`: a libpq-style URL or key=value connection string.
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into() }
+        Self { url: url.into(), side: Default::default() }
+    }
+
+    /// The side connection its sessions share, opened (again) when there is none or
+    /// its connection closed.
+    async fn shared_side(&self) -> Result<std::sync::Arc<Side>, BrokerError> {
+        let mut side = self.side.lock().await;
+        match side.as_ref() {
+            Some(s) if !s.is_closed() => Ok(s.clone()),
+            _ => {
+                let s = std::sync::Arc::new(Side::open(&self.url).await?);
+                *side = Some(s.clone());
+                Ok(s)
+            }
+        }
     }
 }
 
@@ -464,7 +546,7 @@ impl Transport for PostgresTransport {
     /// A worker's session: its reader comes straight back to RECEIVE after each commit,
     /// so it serves what is left in a group itself instead of waking the others.
     async fn open(&self) -> Result<Session, BrokerError> {
-        let mut s = Session::open(&self.url).await?;
+        let mut s = Session::open_with(&self.url, self.shared_side().await?).await?;
         s.wake_others = false;
         Ok(s)
     }
@@ -515,7 +597,7 @@ impl transport::Session for Session {
 
     async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        // On the listener connection: it is never inside a transaction, so the count
+        // On the side connection: it is never inside a transaction, so the count
         // commits at once and survives whatever happens to the receiving transaction.
         let rows = self.side("count_attempts", &[&queue, &handles, &seqs]).await?;
         Ok(rows
