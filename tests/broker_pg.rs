@@ -302,32 +302,12 @@ async fn five_rolled_back_receives_disable_the_queue_unless_handling_is_off() {
 #[tokio::test]
 async fn a_waiting_receive_returns_as_soon_as_a_send_commits() {
     let (url, mut sender) = world().await;
-    let mut receiver = Session::open(&url).await.unwrap();
-    let waiter = tokio::spawn(async move {
-        receiver.begin().await.unwrap();
-        // A long timeout: were the wake-up lost, this would come back empty.
-        let got = receiver.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
-        receiver.commit().await.unwrap();
-        got
-    });
+    let waiter = waiting_receive(Session::open(&url).await.unwrap());
     // Wait until the receiver has marked itself waiting and looked once more.
-    crate::common::calc::wait_until("the receiver waits", || async {
-        sender
-            .client()
-            .query_one(
-                "SELECT count(*) = 1 FROM pg_stat_activity a JOIN pg_locks l USING (pid)
-                  WHERE a.state = 'idle in transaction' AND a.query LIKE '%sb.receive%'
-                    AND l.locktype = 'advisory' AND l.classid = 1396834305 AND l.granted",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    })
-    .await;
+    until_waiting(&sender, 1).await;
     dialog(&mut sender, &["<wakker/>"]).await;
     let got = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the receive returned").unwrap();
-    assert_eq!(bodies(&got), ["<wakker/>"]);
+    assert_eq!(got, ["<wakker/>"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -866,7 +846,19 @@ async fn backends(watcher: &Session) -> Vec<i32> {
         .collect()
 }
 
-/// Receivers marked waiting on a queue (`sb.begin_wait`'s advisory lock, held).
+/// A receive on tq in a transaction of its own, on a task: the bodies it got. A long
+/// timeout: were the wake-up lost, it would come back empty.
+fn waiting_receive(mut s: Session) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        s.begin().await.unwrap();
+        let got = s.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
+        s.commit().await.unwrap();
+        bodies(&got)
+    })
+}
+
+/// Until `n` receivers are marked waiting on a queue (`sb.begin_wait`'s advisory lock,
+/// held) and idle in their transaction.
 async fn until_waiting(watcher: &Session, n: i64) {
     crate::common::calc::wait_until("the receivers wait", || async {
         watcher
@@ -912,15 +904,7 @@ async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_
     assert_eq!(sessions[1].count_attempts("tq", &[key]).await.unwrap()[0].attempts, 2);
 
     // Both waiting sessions hear the wake-ups through the one LISTENing side.
-    let mut waiters = Vec::new();
-    for mut s in sessions.drain(..2) {
-        waiters.push(tokio::spawn(async move {
-            s.begin().await.unwrap();
-            let got = s.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
-            s.commit().await.unwrap();
-            bodies(&got)
-        }));
-    }
+    let waiters: Vec<_> = sessions.drain(..2).map(waiting_receive).collect();
     until_waiting(&watcher, 2).await;
     dialog(&mut sender, &["<een/>"]).await;
     dialog(&mut sender, &["<twee/>"]).await;
@@ -939,12 +923,7 @@ async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_
     assert_eq!(err.kind, ErrorKind::Connection, "{err:?}");
     let mut fresh = transport.open().await.unwrap();
     assert_eq!(fresh.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 3);
-    let waiter = tokio::spawn(async move {
-        fresh.begin().await.unwrap();
-        let got = fresh.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
-        fresh.commit().await.unwrap();
-        bodies(&got)
-    });
+    let waiter = waiting_receive(fresh);
     until_waiting(&watcher, 1).await;
     dialog(&mut sender, &["<drie/>"]).await;
     assert_eq!(tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("woken").unwrap(), ["<drie/>"]);

@@ -129,7 +129,7 @@ pub fn markdown(r: &Results) -> String {
         s.calibration_seconds,
         s.connections,
         s.readers,
-        s.readers.div_ceil(2),
+        super::runs::readers_of(s.readers, Contender::SbworkerTds).0,
         s.readers,
         s.connections,
         s.connections,

@@ -62,10 +62,16 @@ impl Shape {
     /// all (LISTEN, attempt counts); through the emulator each reader has two TDS
     /// connections (the transaction's and the one that counts attempts).
     pub fn readers_of(&self, contender: Contender) -> (u32, u32) {
-        match contender {
-            Contender::SbworkerTds => (self.readers.div_ceil(2), self.readers.div_ceil(2) * 2),
-            _ => (self.readers, self.readers + 1),
-        }
+        readers_of(self.readers, contender)
+    }
+}
+
+/// [`Shape::readers_of`] for `readers`, the budget's readers of a contender with one
+/// listening connection.
+pub fn readers_of(readers: u32, contender: Contender) -> (u32, u32) {
+    match contender {
+        Contender::SbworkerTds => (readers.div_ceil(2), readers.div_ceil(2) * 2),
+        _ => (readers, readers + 1),
     }
 }
 

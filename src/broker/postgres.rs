@@ -386,12 +386,11 @@ impl Session {
             match tokio::time::timeout_at(until, self.wakeups.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => {
-                    self.side.broken.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return Err(BrokerError {
+                    return self.side.watch(Err(BrokerError {
                         kind: ErrorKind::Connection,
                         number: 0,
                         message: "the side connection (LISTEN, attempt counts) closed".into(),
-                    });
+                    }));
                 }
                 Err(_) if until < deadline => {}
                 Err(_) => {
