@@ -596,14 +596,16 @@ END $$;
 
 -- Ending ----------------------------------------------------------------------------------
 
--- Removes both endpoints of a conversation that both sides have ended, and their
--- groups when nothing else uses them.
-CREATE OR REPLACE FUNCTION sb.cleanup(p_conversation uuid)
+-- Removes both endpoints of a conversation that both sides have ended (by their
+-- handles: the primary key, where the conversation id has no index), and their groups
+-- when nothing else uses them. p_far is NULL when the far side never existed.
+DROP FUNCTION IF EXISTS sb.cleanup(uuid);
+CREATE OR REPLACE FUNCTION sb.cleanup(p_handle uuid, p_far uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_groups uuid[];
 BEGIN
-    WITH gone AS (DELETE FROM sb.endpoint WHERE conversation_id = p_conversation RETURNING group_id)
+    WITH gone AS (DELETE FROM sb.endpoint WHERE handle IN (p_handle, p_far) RETURNING group_id)
     SELECT array_agg(DISTINCT group_id) INTO v_groups FROM gone;
     PERFORM sb.drop_unused_groups(v_groups);
 END $$;
@@ -652,7 +654,7 @@ BEGIN
         -- The far side has ended already (or never existed): the conversation is over.
         UPDATE sb.endpoint SET state = 'CD' WHERE handle = e.handle;
         IF e.far_handle IS NULL OR v_far.handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
-            PERFORM sb.cleanup(e.conversation_id);
+            PERFORM sb.cleanup(e.handle, e.far_handle);
         END IF;
         RETURN;
     END IF;

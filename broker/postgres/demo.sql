@@ -35,6 +35,13 @@ SELECT d.id, u.b, u.e, u.t, u.z
        AS u(dv, datum, b, e, t, z)
   JOIN rooster.dienst d ON d.dienstverband_id = u.dv AND d.datum = u.datum;
 
+-- After the bulk load, inside its transaction (ANALYZE counts the transaction's own
+-- new rows): statistics for the commit-time triggers and the planners' statements, as
+-- a bulk import should leave them. Without them the planners' prepared edits ran with
+-- plans for empty tables (hash joins over every block, about 20 ms an edit).
+-- name: analyze_roster
+ANALYZE rooster.dienstverband, rooster.dienst, rooster.tijdblok, rooster.dienst_type, rooster.periode, rooster.cao;
+
 -- A planner moves the end of one of the employee's blocks ($2 picks which, $3 minutes).
 -- name: edit_shift_end
 UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + make_interval(mins => $3)

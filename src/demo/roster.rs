@@ -132,6 +132,7 @@ impl Roster {
         let types: Vec<&str> = blocks.iter().map(|(_, b)| b.dienst_type).collect();
         let sick: Vec<bool> = blocks.iter().map(|(_, b)| b.ziek).collect();
         tx.execute(stmt("tijdblokken"), &[&dvs, &dates, &begins, &ends, &types, &sick]).await?;
+        tx.batch_execute(stmt("analyze_roster")).await?;
         tx.commit().await
     }
 }
