@@ -166,3 +166,34 @@ fn trailing_content_and_wrong_documents_are_refused() {
         assert_eq!(err.reden, reden, "{err}");
     }
 }
+
+/// Line and column of `needle`'s first byte in `text` (1-based).
+fn line_col(text: &str, needle: &str) -> (Option<u32>, Option<u32>) {
+    let at = text.find(needle).expect("the needle is in the text");
+    let line = text[..at].matches('\n').count() + 1;
+    let column = text[..at].rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (Some(line as u32), Some(column as u32))
+}
+
+#[test]
+fn errors_point_at_the_element_past_the_indentation_and_text_keeps_its_white_space() {
+    // The reader skips the white space between elements; an error still names the
+    // element's own '<', not the line break and indentation before it.
+    let body = example("vraag-voorbeeld1.xml");
+    let unknown = body.replace("    <Dienst Datum=", "    <Dienstje/>\n    <Dienst Datum=");
+    let err = contract::decode_vraag(unknown.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(err.reden, Reden::UnexpectedElement, "{err}");
+    assert_eq!((err.line, err.column), line_col(&unknown, "<Dienstje/>"), "{err}");
+    let missing = body.replace("<Tijdblok Begin=\"15:00\" ", "<Tijdblok ");
+    let err = contract::decode_vraag(missing.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(err.reden, Reden::MissingAttribute, "{err}");
+    assert_eq!((err.line, err.column), line_col(&missing, "<Tijdblok "), "{err}");
+    let text = body.replace("  </Diensten>", "  stray text\n  </Diensten>");
+    let err = contract::decode_vraag(text.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(err.reden, Reden::UnexpectedElement, "{err}");
+    assert_eq!((err.line, err.column), line_col(&text, "stray text"), "{err}");
+    // Inside an element's text every character is kept, white space included.
+    let spaced = body.replace("<Naam>CAO Ziekenhuizen</Naam>", "<Naam>\n  CAO Ziekenhuizen </Naam>");
+    let v = contract::decode_vraag(spaced.as_bytes(), &Limits::default()).unwrap();
+    assert_eq!(v.dienstverband.cao.naam, "\n  CAO Ziekenhuizen ");
+}

@@ -89,6 +89,11 @@ impl<'i> Cursor<'i> {
         let cfg = reader.config_mut();
         cfg.expand_empty_elements = false;
         cfg.check_end_names = true;
+        // White space between elements is skipped inside the reader (no event, no UTF-8
+        // check of it) from the root on: [`Cursor::next_child`] turns it on and
+        // [`Cursor::text`] off while it reads an element's text, which keeps every
+        // character of it. The prolog and the epilogue read their white space as events.
+        cfg.trim_text_start = false;
         Self {
             src,
             reader,
@@ -151,15 +156,13 @@ impl<'i> Cursor<'i> {
             return Ok(());
         }
         let mut at = 0;
-        while let Some((key, value)) =
-            next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
-        {
-            let prefix = match key.strip_prefix("xmlns") {
+        while let Some(a) = next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))? {
+            let prefix = match a.name.strip_prefix("xmlns") {
                 Some("") => None,
                 Some(p) if p.starts_with(':') => Some(p[1..].to_owned()),
                 _ => continue,
             };
-            let uri = normalize(key, value)
+            let uri = normalize(&a)
                 .map_err(|e| self.err(Reden::MalformedXml, None, format!("bad namespace declaration: {e}"), pos))?;
             let ours = uri == NAMESPACE;
             self.bindings.push(Binding { prefix, uri: uri.into_owned(), ours, depth });
@@ -174,9 +177,7 @@ impl<'i> Cursor<'i> {
     }
 
     /// Checks that an element is in the message namespace.
-    fn check_ns(&self, start: &BytesStart<'_>, local: &str, pos: u64) -> Result<(), DecodeError> {
-        let qname = start.name().into_inner();
-        let prefix = qname.bytes().position(|c| c == b':').map(|i| &qname[..i]);
+    fn check_ns(&self, prefix: Option<&str>, local: &str, pos: u64) -> Result<(), DecodeError> {
         if prefix.is_none() && self.default_ours {
             return Ok(());
         }
@@ -187,6 +188,12 @@ impl<'i> Cursor<'i> {
             None => format!("element has no namespace, expected '{NAMESPACE}'"),
         };
         Err(self.err(Reden::WrongNamespace, Some((local, false)), detail, pos))
+    }
+
+    /// Whether the reader skips white space before markup (element-only content) or
+    /// reports all text (an element's text content).
+    fn skip_space_between_elements(&mut self, on: bool) {
+        self.reader.config_mut().trim_text_start = on;
     }
 
     /// Reads the prolog and enters the root element, which must be `root`.
@@ -221,7 +228,7 @@ impl<'i> Cursor<'i> {
                     }
                     self.path.push(Seg { name: root, index: 0 });
                     self.declare(&start, 1, pos)?;
-                    if let Err(mut e) = self.check_ns(&start, root, pos) {
+                    if let Err(mut e) = self.check_ns(prefix_of(&start), root, pos) {
                         e.path = root.to_owned();
                         return Err(e);
                     }
@@ -240,6 +247,7 @@ impl<'i> Cursor<'i> {
 
     /// After the root's end: only comments, PIs and white space may follow.
     pub(crate) fn finish(&mut self) -> Result<(), DecodeError> {
+        self.skip_space_between_elements(false);
         loop {
             let pos = self.reader.buffer_position();
             match self.reader.read_event().map_err(|e| self.xml_err(e))? {
@@ -268,9 +276,8 @@ impl<'i> Cursor<'i> {
             return Ok(out);
         }
         let mut at = 0;
-        while let Some((key, value)) =
-            next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))?
-        {
+        while let Some(a) = next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))? {
+            let key = a.name;
             let local = match key.bytes().position(|c| c == b':').map(|i| (&key[..i], &key[i + 1..])) {
                 None if key == "xmlns" => continue,
                 None => key,
@@ -303,7 +310,7 @@ impl<'i> Cursor<'i> {
             if out[i].is_some() {
                 return Err(self.err(Reden::MalformedXml, Some((names[i], true)), "attribute appears twice", pos));
             }
-            let value = normalize(names[i], value).map_err(|e| {
+            let value = normalize(&a).map_err(|e| {
                 self.err(Reden::MalformedXml, Some((names[i], true)), format!("bad attribute value: {e}"), pos)
             })?;
             out[i] = Some(value);
@@ -360,16 +367,21 @@ impl<'i> Cursor<'i> {
             self.empty = false;
             return Ok(None);
         }
+        self.skip_space_between_elements(true);
         loop {
-            let pos = self.reader.buffer_position();
+            let before = self.reader.buffer_position();
             let ev = match self.reader.read_event() {
                 Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            // Where the event begins: past the white space the reader skipped.
+            let pos = after_space(self.src, before);
             let is_empty = matches!(ev, Event::Empty(_));
             match ev {
                 Event::Start(start) | Event::Empty(start) => {
-                    let local = start.local_name().into_inner();
+                    // One search for the ':' gives both parts of the name.
+                    let (local, prefix) = start.name().decompose();
+                    let (local, prefix) = (local.into_inner(), prefix.map(|p| p.into_inner()));
                     // In schema order the next child is usually the last one again or the
                     // one after it: look there first.
                     let from = last.map_or(0, |(w, _)| w);
@@ -397,7 +409,7 @@ impl<'i> Cursor<'i> {
                     if has_attrs {
                         self.declare(&start, self.path.len() + 1, pos)?;
                     }
-                    self.check_ns(&start, child.name, pos)?;
+                    self.check_ns(prefix, child.name, pos)?;
                     let index = match *last {
                         Some((prev, n)) if prev == which => {
                             if !child.repeats {
@@ -467,6 +479,7 @@ impl<'i> Cursor<'i> {
         }
         let mut acc: Option<Cow<'i, str>> = None;
         let text_pos = self.reader.buffer_position();
+        self.skip_space_between_elements(false);
         loop {
             let pos = self.reader.buffer_position();
             let ev = match self.reader.read_event() {
@@ -570,9 +583,33 @@ impl<'i> Cursor<'i> {
     }
 }
 
+/// The first position from `pos` on that is not XML white space.
+fn after_space(src: &str, pos: u64) -> u64 {
+    let b = src.as_bytes();
+    let mut p = usize::try_from(pos).unwrap_or(b.len()).min(b.len());
+    while p < b.len() && matches!(b[p], b' ' | b'\t' | b'\n' | b'\r') {
+        p += 1;
+    }
+    p as u64
+}
+
+/// The namespace prefix of an element's name, if it has one.
+fn prefix_of<'a>(start: &'a BytesStart<'_>) -> Option<&'a str> {
+    start.name().prefix().map(|p| p.into_inner())
+}
+
+/// One attribute of raw attribute text.
+struct RawAttr<'a> {
+    name: &'a str,
+    value: &'a str,
+    /// The value has no `&`, tab, CR or LF: it needs no normalizing.
+    plain: bool,
+}
+
 /// Reads the next `name="value"` of raw attribute text from `*at`, strictly: white
-/// space before each attribute, `=`, a quoted value without `<`.
-fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<(&'a str, &'a str)>, &'static str> {
+/// space before each attribute, `=`, a quoted value without `<`. The value is read in
+/// one pass that also notes whether it needs normalizing.
+fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<RawAttr<'a>>, &'static str> {
     let b = raw.as_bytes();
     let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
     let mut p = *at;
@@ -605,25 +642,34 @@ fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<(&'a str, &'a st
         Some(&q @ (b'"' | b'\'')) => q,
         _ => return Err("an attribute value must be quoted"),
     };
-    let Some(len) = b[p + 1..].iter().position(|&c| c == quote) else {
-        return Err("an attribute value is not closed");
-    };
-    let value = &raw[p + 1..p + 1 + len];
-    if value.bytes().any(|c| c == b'<') {
+    let first = p + 1;
+    let (mut end, mut plain, mut lt) = (first, true, false);
+    loop {
+        match b.get(end) {
+            None => return Err("an attribute value is not closed"),
+            Some(&c) if c == quote => break,
+            Some(b'<') => lt = true,
+            Some(b'&' | b'\t' | b'\r' | b'\n') => plain = false,
+            Some(_) => {}
+        }
+        end += 1;
+    }
+    if lt {
         return Err("'<' is not allowed in an attribute value");
     }
-    *at = p + 2 + len;
-    Ok(Some((name, value)))
+    *at = end + 1;
+    Ok(Some(RawAttr { name, value: &raw[first..end], plain }))
 }
 
 /// An attribute value with entities resolved and white space normalized (XML 1.0
 /// section 3.3.3); borrowed when there is nothing to change.
-fn normalize<'a>(key: &'a str, value: &'a str) -> Result<Cow<'a, str>, quick_xml::Error> {
-    if !value.bytes().any(|c| matches!(c, b'&' | b'\t' | b'\r' | b'\n')) {
-        return Ok(Cow::Borrowed(value));
+fn normalize<'a>(a: &RawAttr<'a>) -> Result<Cow<'a, str>, quick_xml::Error> {
+    if a.plain {
+        return Ok(Cow::Borrowed(a.value));
     }
-    let a = quick_xml::events::attributes::Attribute { key: quick_xml::name::QName(key), value: Cow::Borrowed(value) };
-    a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+    let attr =
+        quick_xml::events::attributes::Attribute { key: quick_xml::name::QName(a.name), value: Cow::Borrowed(a.value) };
+    attr.normalized_value(quick_xml::XmlVersion::Implicit1_0)
 }
 
 /// Whether text is only XML white space (space, tab, CR, LF; not other Unicode spaces).
@@ -631,11 +677,11 @@ fn is_xml_space(t: &str) -> bool {
     t.bytes().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
-/// Whether raw attribute text may declare a namespace (cheap test first: most start
-/// tags have no `x` in their attributes at all).
+/// Whether raw attribute text may declare a namespace (a vectorised search: most start
+/// tags have no `xmlns` in their attributes at all).
 fn has_xmlns(raw: &str) -> bool {
     let b = raw.as_bytes();
-    b.iter().enumerate().any(|(i, &c)| c == b'x' && b[i..].starts_with(b"xmlns"))
+    memchr::memchr_iter(b'x', b).any(|i| b[i..].starts_with(b"xmlns"))
 }
 
 fn list(names: &[&str]) -> String {
