@@ -180,18 +180,18 @@ fn errors_point_at_the_element_past_the_indentation_and_text_keeps_its_white_spa
     // The reader skips the white space between elements; an error still names the
     // element's own '<', not the line break and indentation before it.
     let body = example("vraag-voorbeeld1.xml");
-    let unknown = body.replace("    <Dienst Datum=", "    <Dienstje/>\n    <Dienst Datum=");
-    let err = contract::decode_vraag(unknown.as_bytes(), &Limits::default()).unwrap_err();
-    assert_eq!(err.reden, Reden::UnexpectedElement, "{err}");
-    assert_eq!((err.line, err.column), line_col(&unknown, "<Dienstje/>"), "{err}");
-    let missing = body.replace("<Tijdblok Begin=\"15:00\" ", "<Tijdblok ");
-    let err = contract::decode_vraag(missing.as_bytes(), &Limits::default()).unwrap_err();
-    assert_eq!(err.reden, Reden::MissingAttribute, "{err}");
-    assert_eq!((err.line, err.column), line_col(&missing, "<Tijdblok "), "{err}");
-    let text = body.replace("  </Diensten>", "  stray text\n  </Diensten>");
-    let err = contract::decode_vraag(text.as_bytes(), &Limits::default()).unwrap_err();
-    assert_eq!(err.reden, Reden::UnexpectedElement, "{err}");
-    assert_eq!((err.line, err.column), line_col(&text, "stray text"), "{err}");
+    // (what is replaced, by what, the reason expected, where the error must point)
+    let cases = [
+        ("    <Dienst Datum=", "    <Dienstje/>\n    <Dienst Datum=", Reden::UnexpectedElement, "<Dienstje/>"),
+        ("<Tijdblok Begin=\"15:00\" ", "<Tijdblok ", Reden::MissingAttribute, "<Tijdblok "),
+        ("  </Diensten>", "  stray text\n  </Diensten>", Reden::UnexpectedElement, "stray text"),
+    ];
+    for (from, to, reden, at) in cases {
+        let bad = body.replacen(from, to, 1);
+        let err = contract::decode_vraag(bad.as_bytes(), &Limits::default()).unwrap_err();
+        assert_eq!(err.reden, reden, "{err}");
+        assert_eq!((err.line, err.column), line_col(&bad, at), "{err}");
+    }
     // Inside an element's text every character is kept, white space included.
     let spaced = body.replace("<Naam>CAO Ziekenhuizen</Naam>", "<Naam>\n  CAO Ziekenhuizen </Naam>");
     let v = contract::decode_vraag(spaced.as_bytes(), &Limits::default()).unwrap();
