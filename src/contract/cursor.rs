@@ -587,7 +587,7 @@ impl<'i> Cursor<'i> {
 fn after_space(src: &str, pos: u64) -> u64 {
     let b = src.as_bytes();
     let mut p = usize::try_from(pos).unwrap_or(b.len()).min(b.len());
-    while p < b.len() && matches!(b[p], b' ' | b'\t' | b'\n' | b'\r') {
+    while p < b.len() && is_xml_ws(b[p]) {
         p += 1;
     }
     p as u64
@@ -611,9 +611,8 @@ struct RawAttr<'a> {
 /// one pass that also notes whether it needs normalizing.
 fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<RawAttr<'a>>, &'static str> {
     let b = raw.as_bytes();
-    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
     let mut p = *at;
-    while p < b.len() && ws(b[p]) {
+    while p < b.len() && is_xml_ws(b[p]) {
         p += 1;
     }
     if p == b.len() {
@@ -624,18 +623,18 @@ fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<RawAttr<'a>>, &'
         return Err("attributes must be separated by white space");
     }
     let start = p;
-    while p < b.len() && !ws(b[p]) && b[p] != b'=' {
+    while p < b.len() && !is_xml_ws(b[p]) && b[p] != b'=' {
         p += 1;
     }
     let name = &raw[start..p];
-    while p < b.len() && ws(b[p]) {
+    while p < b.len() && is_xml_ws(b[p]) {
         p += 1;
     }
     if name.is_empty() || p == b.len() || b[p] != b'=' {
         return Err("an attribute must be written name=\"value\"");
     }
     p += 1;
-    while p < b.len() && ws(b[p]) {
+    while p < b.len() && is_xml_ws(b[p]) {
         p += 1;
     }
     let quote = match b.get(p) {
@@ -672,9 +671,14 @@ fn normalize<'a>(a: &RawAttr<'a>) -> Result<Cow<'a, str>, quick_xml::Error> {
     attr.normalized_value(quick_xml::XmlVersion::Implicit1_0)
 }
 
-/// Whether text is only XML white space (space, tab, CR, LF; not other Unicode spaces).
+/// Whether a byte is XML white space (space, tab, CR, LF; not other Unicode spaces).
+fn is_xml_ws(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Whether text is only XML white space.
 fn is_xml_space(t: &str) -> bool {
-    t.bytes().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+    t.bytes().all(is_xml_ws)
 }
 
 /// Whether raw attribute text may declare a namespace (a vectorised search: most start
