@@ -88,12 +88,22 @@ pub enum BrokerKind {
     Mssql,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     pub kind: BrokerKind,
     /// PostgreSQL: a libpq URL or key=value string. SQL Server: an ADO.NET string.
     pub connection: String,
+}
+
+/// Debug output shows the connection string masked, like every other output.
+impl std::fmt::Debug for BrokerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerConfig")
+            .field("kind", &self.kind)
+            .field("connection", &mask_secrets(&self.connection))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -221,6 +231,8 @@ pub struct Hooks {
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
+    /// `message` gives the line, column and key, never the text there (it may be a
+    /// password).
     #[error("{path} is not valid TOML: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("{key}: {problem}")]
@@ -279,8 +291,7 @@ pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, Config
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-            text.parse::<toml::Table>()
-                .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })?
+            text.parse::<toml::Table>().map_err(|e| syntax_error(path, &text, &e))?
         }
         None => toml::Table::new(),
     };
@@ -289,10 +300,108 @@ pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, Config
 
 /// The configuration in `text` (TOML) with `overrides`, checked.
 pub fn from_str(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let table = text
-        .parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax { path: PathBuf::from("(text)"), message: e.to_string() })?;
+    let table = text.parse::<toml::Table>().map_err(|e| syntax_error(Path::new("(text)"), text, &e))?;
     from_table(table, overrides)
+}
+
+/// Whether the value of the dotted `key` is a secret, never to be printed.
+pub fn is_secret_key(key: &str) -> bool {
+    let leaf = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
+    leaf == "connection" || leaf.contains("password") || leaf.contains("secret")
+}
+
+/// A TOML syntax error without toml's quote of the offending line (it may hold a
+/// password): the line and column, the key when the text up to there shows it, and
+/// toml's words for the problem.
+fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = match e.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            let key = key_path_at(text, span.start).map(|k| format!(", in {k}")).unwrap_or_default();
+            format!("line {line}, column {column}{key}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    };
+    ConfigError::Syntax { path: path.to_owned(), message }
+}
+
+/// Line and column (characters) of byte `offset` in `text`, both from 1.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut at = offset.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
+/// The sections a configuration has.
+const SECTIONS: &[&str] = &["broker", "worker", "http", "log", "engine", "queues", "sweep", "hooks"];
+
+/// A dotted key or table header part as TOML writes it: bare, or in double quotes.
+fn key_part(p: &str) -> Option<String> {
+    let p = p.trim();
+    let inner = match p.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
+        Some(q) if !q.contains(['"', '\\']) => q,
+        Some(_) => return None,
+        None if !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => p,
+        None => return None,
+    };
+    (inner.len() <= 128 && !inner.chars().any(char::is_control)).then(|| inner.to_owned())
+}
+
+/// The dotted key whose line (or multi-line string) holds byte `offset` of `text`,
+/// found by reading the lines before it: `[section]` headers, `key =` lines and
+/// multi-line strings. None when the text does not read plainly that far.
+fn key_path_at(text: &str, offset: usize) -> Option<String> {
+    let mut table: Vec<String> = Vec::new();
+    // An open multi-line string: its delimiter and its key.
+    let mut open: Option<(&str, String)> = None;
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let end = start + line.len();
+        let key = match open.take() {
+            Some((delim, key)) => {
+                if !line.contains(delim) {
+                    open = Some((delim, key.clone()));
+                }
+                Some(key)
+            }
+            None => {
+                let t = line.trim();
+                if let Some(header) = t.strip_prefix('[') {
+                    let inner = header.trim_start_matches('[').split(']').next().unwrap_or("");
+                    table = inner.split('.').map(key_part).collect::<Option<Vec<_>>>().unwrap_or_default();
+                    if !table.first().is_some_and(|s| SECTIONS.contains(&s.as_str())) {
+                        table.clear();
+                    }
+                    None
+                } else {
+                    let eq = t.find('=');
+                    let leaf = eq.and_then(|i| key_part(&t[..i]));
+                    match (eq, leaf) {
+                        (Some(i), Some(leaf)) if !table.is_empty() => {
+                            let path = format!("{}.{leaf}", table.join("."));
+                            let value = t[i + 1..].trim_start();
+                            for delim in ["\"\"\"", "'''"] {
+                                if value.strip_prefix(delim).is_some_and(|rest| !rest.contains(delim)) {
+                                    open = Some((delim, path.clone()));
+                                }
+                            }
+                            Some(path)
+                        }
+                        _ => None,
+                    }
+                }
+            }
+        };
+        if offset < end || end == text.len() {
+            return key;
+        }
+        start = end;
+    }
+    None
 }
 
 fn from_table(mut table: toml::Table, overrides: &Overrides) -> Result<Config, ConfigError> {
@@ -301,7 +410,13 @@ fn from_table(mut table: toml::Table, overrides: &Overrides) -> Result<Config, C
     }
     let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let key = e.path().to_string();
-        key_error(if key == "." { "config".into() } else { key }, e.into_inner().to_string())
+        // The message can quote the value ("invalid type: integer `…`"): not a secret's.
+        let problem = if is_secret_key(&key) {
+            "must be a string (the value given is not shown: it is secret)".to_owned()
+        } else {
+            e.into_inner().to_string()
+        };
+        key_error(if key == "." { "config".into() } else { key }, problem)
     })?;
     config.check()?;
     Ok(config)
@@ -424,49 +539,12 @@ impl Config {
     }
 }
 
-/// A connection string with its password replaced by `***`: URL user info
-/// (`scheme://user:secret@host`), and `password=` / `pwd=` keys in libpq key=value,
-/// URL query and ADO.NET forms.
+/// A connection string with its secrets replaced by `***`, from its parse
+/// ([`crate::connstr::mask`]): libpq key=value (`password`, `sslpassword`, …), URL
+/// (user info and query) and ADO.NET (`Password`, `PWD`). A string that cannot be
+/// parsed is not shown at all.
 pub fn mask_secrets(conn: &str) -> String {
-    let mut out = conn.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let auth_start = scheme_end + 3;
-        let auth_end = out[auth_start..].find(['/', '?']).map_or(out.len(), |i| auth_start + i);
-        if let Some(at) = out[auth_start..auth_end].rfind('@')
-            && let Some(colon) = out[auth_start..auth_start + at].find(':')
-        {
-            out.replace_range(auth_start + colon + 1..auth_start + at, "***");
-        }
-    }
-    let lower = out.to_ascii_lowercase();
-    let mut spans = Vec::new();
-    for key in ["password", "pwd"] {
-        let mut from = 0;
-        while let Some(i) = lower[from..].find(key) {
-            let start = from + i;
-            from = start + key.len();
-            let before_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b' ' | b';' | b'?' | b'&' | b'\t');
-            let rest = &lower[from..];
-            let eq = rest.len() - rest.trim_start().len();
-            if !before_ok || !rest[eq..].starts_with('=') {
-                continue;
-            }
-            let mut v = from + eq + 1;
-            while lower.as_bytes().get(v) == Some(&b' ') {
-                v += 1;
-            }
-            let end = match out.as_bytes().get(v) {
-                Some(&q @ (b'\'' | b'"')) => out[v + 1..].find(q as char).map_or(out.len(), |j| v + 1 + j + 1),
-                _ => out[v..].find([';', '&', ' ']).map_or(out.len(), |j| v + j),
-            };
-            spans.push((v, end));
-        }
-    }
-    spans.sort();
-    for (s, e) in spans.into_iter().rev() {
-        out.replace_range(s..e, "***");
-    }
-    out
+    crate::connstr::mask(conn)
 }
 
 #[cfg(test)]
@@ -478,13 +556,63 @@ mod tests {
         assert_eq!(mask_secrets("postgresql://pay:s3cret@db/roster"), "postgresql://pay:***@db/roster");
         assert_eq!(mask_secrets("host=db user=pay password=s3cret dbname=x"), "host=db user=pay password=*** dbname=x");
         assert_eq!(mask_secrets("host=db password = 'a b' dbname=x"), "host=db password = *** dbname=x");
-        assert_eq!(
-            mask_secrets("Server=tcp:db,1433;User Id=pay;Password=s3;cret;Encrypt=true"),
-            "Server=tcp:db,1433;User Id=pay;Password=***;cret;Encrypt=true"
-        );
+        assert_eq!(mask_secrets("host=db\nuser=pay\npassword=s3cret\n"), "host=db user=pay password=***");
+        assert_eq!(mask_secrets(r"host=db password='a\'b-secret' dbname=x"), "host=db password=*** dbname=x");
         assert_eq!(mask_secrets("Server=db;PWD=x"), "Server=db;PWD=***");
         assert_eq!(mask_secrets("postgresql://db/x?user=a&password=b"), "postgresql://db/x?user=a&password=***");
         assert_eq!(mask_secrets("host=db user=pay"), "host=db user=pay");
+        // An unquoted ';' leaves "cret" where a key goes: the whole string is held back.
+        let held = mask_secrets("Server=tcp:db,1433;User Id=pay;Password=s3;cret;Encrypt=true");
+        assert!(held.starts_with("<connection string not shown") && !held.contains("cret"), "{held}");
+    }
+
+    #[test]
+    fn a_syntax_error_gives_line_column_and_key_but_never_the_text() {
+        let head = "[broker]\nkind = \"postgres\"\n";
+        let tail = "\n[queues.q]\nhandler = \"h\"\n";
+        for (body, line, key) in [
+            // Not closed; a TOML escape that is not one (libpq's \' in a basic string);
+            // not quoted at all; inside a multi-line string; a later key.
+            ("connection = \"host=db password=s3cret", 3, "broker.connection"),
+            ("connection = \"host=db password='a\\'b-s3cret'\"", 3, "broker.connection"),
+            ("connection = host=db password=s3cret", 3, "broker.connection"),
+            ("connection = \"\"\"\nhost=db\npassword='a\\'b-s3cret'\n\"\"\"", 5, "broker.connection"),
+            ("connection = '''\nhost=db\npassword=s3cret\n'''\n[worker]\nmax_attempts = = 3", 8, "worker.max_attempts"),
+        ] {
+            let text = format!("{head}{body}{tail}");
+            let e = from_str(&text, &Vec::new()).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("line {line}, column ")) && e.contains(&format!(", in {key}: ")),
+                "{text}\n{e}"
+            );
+            assert!(!e.contains("s3cret") && !e.contains("host=db"), "{e}");
+        }
+        // A line or header inside a multi-line string is not taken for a key.
+        let text = format!("{head}connection = '''\n[queues.x]\npassword = s3cret\n'''\nkind = = 1\n");
+        let e = from_str(&text, &Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("line 7,") && e.contains("in broker.kind"), "{e}");
+    }
+
+    #[test]
+    fn a_secret_of_the_wrong_type_is_named_but_not_shown() {
+        let e = from_str("[broker]\nkind = \"postgres\"\nconnection = 987654321\n", &Vec::new()).unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("broker.connection: must be a string") && !e.contains("987654321"), "{e}");
+        let e = from_str("[broker]\nkind = \"postgres\"\nconnection = \"x\"\n[log]\nlevel = 987654321\n", &Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("987654321"), "other keys say what they were given: {e}");
+        assert!(is_secret_key("broker.connection") && is_secret_key("x.sslpassword") && !is_secret_key("broker.kind"));
+    }
+
+    #[test]
+    fn debug_output_masks_the_connection() {
+        let c = from_str(
+            "[broker]\nkind = \"postgres\"\nconnection = \"host=db password=s3cret\"\n[queues.q]\nhandler = \"h\"\n",
+            &Vec::new(),
+        )
+        .unwrap();
+        let printed = format!("{c:?}");
+        assert!(printed.contains("host=db password=***") && !printed.contains("s3cret"), "{printed}");
     }
 
     #[test]

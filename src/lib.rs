@@ -11,6 +11,7 @@
 //! - [`emulator`]: the Service Broker emulator: a TDS front end over the PostgreSQL broker.
 //! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
 //! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
+//! - [`connstr`]: connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse.
 //! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
 //! - [`handoff`]: the payroll export and the sweep (PostgreSQL).
 //! - [`pg_cluster`]: a throwaway PostgreSQL cluster (tests, benchmarks, demo).
@@ -22,6 +23,7 @@ pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod connstr;
 pub mod contract;
 pub mod demo;
 pub mod emulator;

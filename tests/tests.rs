@@ -14,5 +14,6 @@ mod handoff_pg;
 mod mssql_real;
 mod mssql_scripts;
 mod pipeline_pg;
+mod secrets;
 mod worker_pg;
 mod worker_process;

@@ -251,72 +251,8 @@ pub struct Connection {
 #[error("connection string: {0}")]
 pub struct ConnectionStringError(pub String);
 
-/// Splits `key=value;…` as ADO.NET does: keys are case-insensitive and trimmed; a value
-/// may be quoted with `"` or `'` (the quote doubled inside) or wrapped in `{…}` (`}}`
-/// inside), which is how a password holding `;` is written.
-pub fn ado_pairs(s: &str) -> Result<Vec<(String, String)>, ConnectionStringError> {
-    let mut out = Vec::new();
-    let mut chars = s.chars().peekable();
-    loop {
-        while matches!(chars.peek(), Some(c) if c.is_whitespace() || *c == ';') {
-            chars.next();
-        }
-        if chars.peek().is_none() {
-            return Ok(out);
-        }
-        let mut key = String::new();
-        for c in chars.by_ref() {
-            if c == '=' {
-                break;
-            }
-            key.push(c);
-        }
-        let key = key.trim().to_ascii_lowercase();
-        if key.is_empty() {
-            return Err(ConnectionStringError("a key is missing before '='".into()));
-        }
-        while matches!(chars.peek(), Some(c) if *c == ' ') {
-            chars.next();
-        }
-        let mut value = String::new();
-        match chars.peek().copied() {
-            Some(q @ ('"' | '\'' | '{')) => {
-                chars.next();
-                let close = if q == '{' { '}' } else { q };
-                loop {
-                    match chars.next() {
-                        Some(c) if c == close => {
-                            if chars.peek() == Some(&close) {
-                                chars.next();
-                                value.push(close);
-                            } else {
-                                break;
-                            }
-                        }
-                        Some(c) => value.push(c),
-                        None => return Err(ConnectionStringError(format!("the value of '{key}' is not closed"))),
-                    }
-                }
-                while matches!(chars.peek(), Some(c) if *c != ';') {
-                    if !chars.next().is_some_and(char::is_whitespace) {
-                        return Err(ConnectionStringError(format!("text after the quoted value of '{key}'")));
-                    }
-                }
-            }
-            _ => {
-                while let Some(c) = chars.peek().copied() {
-                    if c == ';' {
-                        break;
-                    }
-                    value.push(c);
-                    chars.next();
-                }
-                value = value.trim().to_owned();
-            }
-        }
-        out.push((key, value));
-    }
-}
+/// The ADO.NET reader (moved to [`crate::connstr`], where the masking uses it too).
+pub use crate::connstr::ado_pairs;
 
 fn truthy(key: &str, v: &str) -> Result<bool, ConnectionStringError> {
     match v.to_ascii_lowercase().as_str() {
@@ -342,7 +278,7 @@ impl Connection {
             application_name: "sbworker".into(),
             command_timeout: Duration::from_secs(30),
         };
-        for (key, value) in ado_pairs(s)? {
+        for (key, value) in ado_pairs(s).map_err(|e| ConnectionStringError(e.to_string()))? {
             match key.as_str() {
                 "server" | "data source" | "address" | "addr" | "network address" => {
                     let v = value.strip_prefix("tcp:").unwrap_or(&value);

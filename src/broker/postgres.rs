@@ -93,7 +93,14 @@ async fn prepared(
 
 /// Connects, driving the connection on a task; notifications go to `notify`.
 async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
-    let (client, mut conn) = tokio_postgres::connect(url, NoTls).await.map_err(error_of)?;
+    // Read here rather than by tokio_postgres::connect, whose complaints can quote a part
+    // of the string (a password).
+    let config = crate::connstr::postgres_config(url).map_err(|e| BrokerError {
+        kind: ErrorKind::Connection,
+        number: 0,
+        message: e.to_string(),
+    })?;
+    let (client, mut conn) = config.connect(NoTls).await.map_err(error_of)?;
     tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
         while let Some(Ok(msg)) = stream.next().await {

@@ -16,8 +16,12 @@ pub enum Format {
     Json,
 }
 
+/// Connects to `url`. Errors show it masked, and never tokio-postgres' own reading of
+/// it (which can quote a part of a password): see [`crate::connstr::postgres_config`].
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, NoTls)
+    let config = crate::connstr::postgres_config(url).context("the connection string (--postgres) cannot be used")?;
+    let (client, conn) = config
+        .connect(NoTls)
         .await
         .with_context(|| format!("cannot connect to {}", crate::config::mask_secrets(url)))?;
     tokio::spawn(conn);
