@@ -109,8 +109,10 @@ impl std::fmt::Debug for BrokerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerSettings {
-    /// Failed attempts of a message before it is diverted (1 to 3: the broker disables
-    /// a queue at 5 rolled-back receives, and diverting may need two tries).
+    /// Failed attempts of a message before it is diverted, counting only failures that
+    /// were the message's fault or that the worker did not survive (docs/retries.md);
+    /// 1 to 3: where the broker's poison detection is on, it disables a queue at 5
+    /// rolled-back receives, and diverting may need two tries.
     pub max_attempts: u32,
     /// First retry delay; doubles per attempt, with jitter, up to the maximum.
     pub retry_min_delay_ms: u64,
@@ -125,6 +127,13 @@ pub struct WorkerSettings {
     pub scale_interval_ms: u64,
     /// A reader that received nothing for this long exits (down to the minimum).
     pub idle_exit_ms: u64,
+    /// A group waiting this long on transient failures (deadlocks, lock timeouts, a lost
+    /// database) makes `/readyz` answer 503; it goes on being retried.
+    pub transient_alert_ms: u64,
+    /// Serve queues whose broker poison-message detection is on. Off by default: that
+    /// rule disables a queue after five rolled-back receives, which transient faults
+    /// alone can reach, so the worker refuses to start on such a queue.
+    pub allow_broker_poison_detection: bool,
 }
 
 impl Default for WorkerSettings {
@@ -138,6 +147,8 @@ impl Default for WorkerSettings {
             disabled_recheck_ms: 30_000,
             scale_interval_ms: 1_000,
             idle_exit_ms: 60_000,
+            transient_alert_ms: 60_000,
+            allow_broker_poison_detection: false,
         }
     }
 }
@@ -472,6 +483,7 @@ impl Config {
             ("worker.disabled_recheck_ms", w.disabled_recheck_ms),
             ("worker.scale_interval_ms", w.scale_interval_ms),
             ("worker.idle_exit_ms", w.idle_exit_ms),
+            ("worker.transient_alert_ms", w.transient_alert_ms),
         ] {
             if v == 0 {
                 return Err(key_error(key, "must be above 0"));

@@ -225,6 +225,17 @@ enum Command {
         /// instead of answering (the transaction rolls back).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         fault_drop_every: Option<u64>,
+        /// Fault injection: every Nth RECEIVE that takes messages fails with lock timeout 1222.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_lock_timeout_every: Option<u64>,
+        /// Fault injection: every Nth COMMIT of a transaction that received messages fails
+        /// with deadlock 1205 (rolled back).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_commit_deadlock_every: Option<u64>,
+        /// Fault injection: a request still running after this many milliseconds (blocked
+        /// on a lock, say) has its connection dropped, as a killed session does.
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_drop_blocked_after_ms: Option<u64>,
         /// Fault injection: every response waits this many milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 0)]
         fault_delay_ms: u64,
@@ -450,14 +461,17 @@ fn main() -> ExitCode {
             password,
             fault_deadlock_every,
             fault_drop_every,
+            fault_lock_timeout_every,
+            fault_commit_deadlock_every,
+            fault_drop_blocked_after_ms,
             fault_delay_ms,
         } => {
             let creds = sbworker::emulator::server::Credentials { user, password };
-            let faults = sbworker::emulator::server::Faults::new(
-                fault_deadlock_every,
-                fault_drop_every,
-                std::time::Duration::from_millis(fault_delay_ms),
-            );
+            let faults =
+                sbworker::emulator::server::Faults::new(None, None, std::time::Duration::from_millis(fault_delay_ms));
+            faults.set_receive_faults(fault_deadlock_every, fault_lock_timeout_every, fault_drop_every);
+            faults.set_commit_deadlock_every(fault_commit_deadlock_every);
+            faults.set_drop_blocked_after(fault_drop_blocked_after_ms.map(std::time::Duration::from_millis));
             match cli::emulator::run(listen, postgres, creds, faults) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -26,12 +26,38 @@ impl MessageKey {
     }
 }
 
-/// A message's attempt count after counting the current one, and why the last failed.
+/// A message's attempt count after counting the current one, and what the earlier
+/// attempts died of. Only attempts that count toward diversion are in `attempts`: a
+/// transient failure (the environment's fault) is given back when it is noted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     pub key: MessageKey,
+    /// Counting attempts, the current one included.
     pub attempts: i32,
+    /// The latest error of an attempt that failed by the message's fault.
     pub last_error: Option<String>,
+    /// Attempts that failed by the message's fault (each noted with its error).
+    pub failures: i32,
+    /// Attempts that failed by the environment's fault (not counted in `attempts`).
+    pub transient_failures: i32,
+}
+
+impl Attempt {
+    /// Counting attempts before the current one that ended without a note: their worker
+    /// stopped (killed, crashed, out of memory) while handling the message.
+    pub fn deaths(&self) -> i32 {
+        (self.attempts - 1 - self.failures).max(0)
+    }
+}
+
+/// Whose fault a failed attempt was, for the attempt accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The message's (or the handler's): the attempt counts toward diversion.
+    Message,
+    /// The environment's (deadlock, lock timeout, serialization failure, lost
+    /// connection, server shutdown): the attempt is given back.
+    Transient,
 }
 
 /// What the worker learns about a queue outside any transaction.
@@ -40,6 +66,9 @@ pub struct QueueState {
     pub enabled: bool,
     /// Messages waiting (a backlog when above zero).
     pub messages: i64,
+    /// The broker's poison-message detection (a queue disabled after five rolled-back
+    /// receives in a row) is on for this queue.
+    pub poison_handling: bool,
 }
 
 /// A message set aside, with why.
@@ -60,6 +89,10 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Where this transport connects, with secrets masked (for logs).
     fn describe(&self) -> String;
+
+    /// The statement that turns the broker's poison-message handling off for `queue`
+    /// (for messages telling an operator what to run).
+    fn poison_handling_off(&self, queue: &str) -> String;
 }
 
 /// One broker session: one transaction at a time. Every failure leaves the transaction
@@ -114,11 +147,14 @@ pub trait Session: Send + 'static {
         keys: &[MessageKey],
     ) -> impl Future<Output = Result<Vec<Attempt>, BrokerError>> + Send;
 
-    /// Records why the last attempt failed, outside the transaction.
+    /// Records why the last attempt failed, outside the transaction (on a connection
+    /// that may outlive the one the attempt broke). A [`Fault::Transient`] failure gives
+    /// the attempt back.
     fn note_failure(
         &mut self,
         keys: &[MessageKey],
         error: &str,
+        fault: Fault,
     ) -> impl Future<Output = Result<(), BrokerError>> + Send;
 
     /// Inside the transaction: these messages are done; forget their counts.

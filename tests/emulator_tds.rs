@@ -18,7 +18,7 @@ async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
 }
 
 /// An emulator that injects `faults`.
-async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
+pub(crate) async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
     let (stop_tx, stop) = Stop::new();
     let creds = Credentials { user: "sbworker".into(), password: "p;w\"d".into() };
     let (addr, _task) = start_with("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, stop).await.unwrap();
@@ -225,7 +225,7 @@ async fn error_tokens_from_the_wire_are_classified_by_number() {
 }
 
 /// The worker on the SQL Server transport through the emulator, with `handlers`.
-fn tds_worker(
+pub(crate) fn tds_worker(
     conn: &str,
     url: &str,
     tune: impl FnOnce(&mut sbworker::config::Config),

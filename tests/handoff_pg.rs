@@ -300,3 +300,63 @@ async fn the_worker_sweeps_on_an_interval() {
     assert_eq!(stop_worker(worker).await, Some(0));
     assert!(count(&c, "SELECT count(*) FROM rekenserver.run_log WHERE fout LIKE '%fuse of 3%'").await >= 2);
 }
+
+#[tokio::test]
+async fn a_key_whose_latest_version_was_diverted_is_sent_again_by_the_sweep_at_most_three_times() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(3, 1, false).load(&mut loader).await.unwrap();
+    // Three keys in flight (no worker runs here); their calculations end in: a diversion
+    // (an internal Fout), a Fout about the request itself, an error end of a diversion.
+    let keys: Vec<i32> = c
+        .query("SELECT dienstverband_id FROM rekenserver.berekening_log ORDER BY dienstverband_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(keys.len(), 3);
+    let fail_open = |dv: i32, melding: &'static str| {
+        let c = &c;
+        async move {
+            c.execute(
+                "UPDATE rekenserver.berekening_log SET uitkomst = 'fout', foutmelding = $2 \
+                 WHERE dienstverband_id = $1 AND uitkomst IS NULL",
+                &[&dv, &melding],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    fail_open(keys[0], "internal (50016): diverted after 3 failed attempts: each time the worker stopped").await;
+    fail_open(keys[1], "invalid-value (50012): Dienst/@Datum is not a date").await;
+    fail_open(keys[2], "error 50901: diverted after 3 failed attempts: lost").await;
+    let mut s = connect(&url).await;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        match sweep::run(&mut s, sweep::Options::default()).await.unwrap() {
+            Outcome::Ran { sent, repaired, .. } => runs.push((sent, repaired)),
+            Outcome::Skipped => panic!("nothing else holds the lock"),
+        }
+        // The repairs fail again the same way.
+        fail_open(keys[0], "internal (50016): diverted again").await;
+        fail_open(keys[2], "error 50901: diverted again").await;
+    }
+    // Repaired twice more each (three failures of the same version in all), then left.
+    assert_eq!(runs, [(2, 2), (2, 2), (0, 0)]);
+    let sent_for = |dv: i32| {
+        let c = &c;
+        async move {
+            c.query_one("SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = $1", &[&dv])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!((sent_for(keys[0]).await, sent_for(keys[1]).await, sent_for(keys[2]).await), (3, 1, 3));
+    let steps = log_steps(&c).await;
+    assert!(
+        steps.iter().any(|s| s.0 == "sweep" && s.3.as_deref().is_some_and(|t| t.contains("repair: 2 keys sent again"))),
+        "the run log says so: {steps:?}"
+    );
+}

@@ -15,5 +15,6 @@ mod mssql_real;
 mod mssql_scripts;
 mod pipeline_pg;
 mod secrets;
+mod transient_faults;
 mod worker_pg;
 mod worker_process;

@@ -274,3 +274,38 @@ async fn over_tds_sigterm_drains_and_sigkill_loses_nothing() {
     assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0);
     assert_eq!(count(&s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_three_times_inside_the_same_handler_diverts_that_message_and_nothing_else() {
+    let (url, mut s) = calc_world().await;
+    let dir = TempDir::new("sigkill-thrice");
+    let doomed = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    // Three workers in a row die inside the same message's transaction (after its
+    // handler, before its commit): the count of each attempt survives the crash.
+    for _ in 0..3 {
+        let mut w = Worker::start(&dir, &config_with(&url, "[hooks]\npause_before_commit = 1"));
+        w.wait_for("test hook: paused before commit").await;
+        w.signal(libc::SIGKILL);
+        assert_eq!(w.exit().await.0, None, "killed by the signal");
+    }
+    let others = [ask(&mut s, &vraag_body(Uuid::new_v4())).await, ask(&mut s, &vraag_body(Uuid::new_v4())).await];
+    let mut w = Worker::start(&dir, &config_with(&url, ""));
+    // The doomed request's Fout and its conversation's error end, and two Antwoords.
+    let got = collect(&mut s, 4).await;
+    let reply = |h: Uuid| got.iter().find(|m| m.conversation_handle == h).expect("a reply").message_type.clone();
+    assert_eq!(reply(doomed), message_types::FOUT, "the message that killed three workers is answered with a Fout");
+    for h in others {
+        assert_eq!(reply(h), message_types::ANTWOORD, "the others are answered");
+    }
+    let (attempts, reason): (i32, String) = {
+        let r = s.client().query_one("SELECT attempts, reason FROM sbworker.dead_letter", &[]).await.unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(attempts, 3);
+    assert!(reason.contains("each time the worker stopped while handling it"), "{reason}");
+    w.wait_for("worker started").await;
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.exit().await.0, Some(0));
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 1, "nothing else diverted");
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
+}

@@ -26,13 +26,22 @@ IF NOT EXISTS (SELECT 1 FROM sys.service_contracts WHERE name = N'/Rekenserver/L
 GO
 
 -- The calculation's queue (target side) and the answers' queue (initiator side).
+-- Poison-message handling is off: sbworker's durable attempt accounting is the poison
+-- rule on the queues it serves (a message failing by its own fault is answered with a
+-- Fout and set aside after worker.max_attempts). The broker's rule (disable the queue
+-- after five rolled-back RECEIVEs in a row) would count deadlock victims and dropped
+-- connections too, and stop every group for one message. An existing queue is altered.
 IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_reken' AND schema_id = SCHEMA_ID(N'dbo'))
     CREATE QUEUE dbo.loonfactorberekening_reken
-        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = ON);
+        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = OFF);
+ELSE
+    ALTER QUEUE dbo.loonfactorberekening_reken WITH POISON_MESSAGE_HANDLING (STATUS = OFF);
 GO
 IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_data' AND schema_id = SCHEMA_ID(N'dbo'))
     CREATE QUEUE dbo.loonfactorberekening_data
-        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = ON);
+        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = OFF);
+ELSE
+    ALTER QUEUE dbo.loonfactorberekening_data WITH POISON_MESSAGE_HANDLING (STATUS = OFF);
 GO
 
 -- Owned by the worker's user: it owns the conversations it receives and can end them.

@@ -19,6 +19,16 @@ IF OBJECT_ID(N'sbworker.message_attempt', N'U') IS NULL
         CONSTRAINT pk_message_attempt PRIMARY KEY (conversation_handle, message_sequence_number));
 GO
 
+-- What the attempts died of (see broker/postgres/002_worker.sql for the rules): failures
+-- by the message's fault count toward diversion; transient failures (the environment's
+-- fault: deadlock, lock timeout, a lost connection, a failover) are given back.
+IF COL_LENGTH(N'sbworker.message_attempt', N'failures') IS NULL
+    ALTER TABLE sbworker.message_attempt ADD
+        failures             int NOT NULL CONSTRAINT df_attempt_failures DEFAULT 0,
+        transient_failures   int NOT NULL CONSTRAINT df_attempt_transient DEFAULT 0,
+        last_transient_error nvarchar(3000) NULL;
+GO
+
 IF OBJECT_ID(N'sbworker.dead_letter', N'U') IS NULL
     CREATE TABLE sbworker.dead_letter (
         id                      bigint IDENTITY PRIMARY KEY,
@@ -58,15 +68,24 @@ BEGIN
     WHEN MATCHED THEN UPDATE SET attempts = a.attempts + 1, last_attempt_at = SYSUTCDATETIME()
     WHEN NOT MATCHED THEN INSERT (conversation_handle, message_sequence_number, queue, attempts)
                           VALUES (k.h, k.s, @queue, 1)
-    OUTPUT inserted.conversation_handle, inserted.message_sequence_number, inserted.attempts, inserted.last_error;
+    OUTPUT inserted.conversation_handle, inserted.message_sequence_number, inserted.attempts, inserted.last_error,
+           inserted.failures, inserted.transient_failures;
 END;
 GO
 
-CREATE OR ALTER PROCEDURE sbworker.noteer_mislukking @sleutels nvarchar(max), @fout nvarchar(3000)
+-- Records why the last attempt failed. @tijdelijk = 1: the environment's fault, whose
+-- attempt is given back; 0: the message's, which keeps counting.
+CREATE OR ALTER PROCEDURE sbworker.noteer_mislukking @sleutels nvarchar(max), @fout nvarchar(3000),
+    @tijdelijk bit = 0
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
-    UPDATE a SET last_error = @fout
+    UPDATE a
+       SET attempts = CASE WHEN @tijdelijk = 1 AND a.attempts > 0 THEN a.attempts - 1 ELSE a.attempts END,
+           failures = a.failures + CASE WHEN @tijdelijk = 1 THEN 0 ELSE 1 END,
+           last_error = CASE WHEN @tijdelijk = 1 THEN a.last_error ELSE @fout END,
+           transient_failures = a.transient_failures + CASE WHEN @tijdelijk = 1 THEN 1 ELSE 0 END,
+           last_transient_error = CASE WHEN @tijdelijk = 1 THEN @fout ELSE a.last_transient_error END
       FROM sbworker.message_attempt a
       JOIN OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
         ON a.conversation_handle = k.h AND a.message_sequence_number = k.s;
@@ -117,8 +136,10 @@ BEGIN
 END;
 GO
 
--- Outside any transaction: whether the queue is enabled, and about how many messages
--- wait (row counts of its internal table: no locks taken). No rows: no such queue.
+-- Outside any transaction: whether the queue is enabled, about how many messages wait
+-- (row counts of its internal table: no locks taken), and whether poison-message
+-- handling is on for it (the worker refuses to serve such a queue unless told to).
+-- No rows: no such queue.
 CREATE OR ALTER PROCEDURE sbworker.wachtrij_status @queue sysname
 WITH EXECUTE AS OWNER   -- the catalog views show the owner everything, the caller little
 AS
@@ -127,7 +148,8 @@ BEGIN
     SELECT q.is_receive_enabled,
            CAST(ISNULL((SELECT SUM(p.rows) FROM sys.internal_tables it
                           JOIN sys.partitions p ON p.object_id = it.object_id AND p.index_id IN (0, 1)
-                         WHERE it.parent_object_id = q.object_id), 0) AS bigint) AS messages
+                         WHERE it.parent_object_id = q.object_id), 0) AS bigint) AS messages,
+           q.is_poison_message_handling_enabled
       FROM sys.service_queues q
      WHERE q.object_id = OBJECT_ID(@queue);
 END;

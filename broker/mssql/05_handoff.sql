@@ -84,9 +84,18 @@ BEGIN
           FROM Rekenserver.sleutel s
           LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
          WHERE s.versie > ISNULL(r.versie, 0)
+           -- In flight, or the latest version ended in a Fout about the request itself:
+           -- not sent. One that failed by the environment (an internal Fout after a
+           -- diversion, an error end) is sent again, at most three times per version.
            AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
                             WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
-                              AND (l.uitkomst IS NULL OR (l.versie = s.versie AND l.uitkomst = 'fout')))
+                              AND (l.uitkomst IS NULL
+                                   OR (l.versie = s.versie AND l.uitkomst = 'fout'
+                                       AND ISNULL(l.foutmelding, N'') NOT LIKE N'internal (%'
+                                       AND ISNULL(l.foutmelding, N'') NOT LIKE N'error %')))
+           AND (SELECT COUNT(*) FROM Rekenserver.berekening_log l
+                 WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
+                   AND l.versie = s.versie AND l.uitkomst = 'fout') < 3
          ORDER BY s.gewijzigd_op, s.dienstverband_id, s.periode_id;
         SET @n = @@ROWCOUNT;
         IF @n > @fuse

@@ -10,6 +10,20 @@ CREATE SCHEMA IF NOT EXISTS sbworker;
 -- written (and committed) by the worker *before* its handler runs, on a connection
 -- outside the receiving transaction, so the count survives both a rollback and a crash
 -- of the worker. The receiving transaction deletes the row when it commits.
+--
+-- What an attempt died of decides whether it counts toward diversion:
+--   attempts            attempts that count: begun, and not found to be the
+--                       environment's fault. An attempt whose worker died (kill -9, a
+--                       crash, out of memory) leaves its count standing.
+--   failures            of those, the ones that failed by the message's fault (the
+--                       handler's error, a Fout that could not be sent, ...), with
+--                       last_error the latest such error. attempts - 1 - failures of
+--                       the attempts before the current one ended with the worker.
+--   transient_failures  attempts that failed by the environment's fault (deadlock,
+--                       lock timeout, serialization failure, a dropped connection, a
+--                       server shutting down): their count is given back
+--                       (attempts - 1), so they never move a message toward diversion;
+--                       last_transient_error is the latest.
 CREATE TABLE IF NOT EXISTS sbworker.message_attempt (
     conversation_handle     uuid NOT NULL,
     message_sequence_number bigint NOT NULL,
@@ -20,6 +34,9 @@ CREATE TABLE IF NOT EXISTS sbworker.message_attempt (
     last_attempt_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (conversation_handle, message_sequence_number)
 );
+ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS failures int NOT NULL DEFAULT 0;
+ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS transient_failures int NOT NULL DEFAULT 0;
+ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS last_transient_error text;
 
 -- Messages the worker diverted after too many failed attempts, with the reason. The
 -- conversation was answered with a Fout (where the contract allows one) and ended with

@@ -16,6 +16,11 @@ SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/DataContract', ARRA
 -- The answers come back to the data side's queue; the requests go to the calculation's.
 SELECT sb.create_queue('loonfactorberekening_data') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_data');
 SELECT sb.create_queue('loonfactorberekening_reken') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_reken');
+-- sbworker's own attempt accounting is the poison rule on the queues it serves: the
+-- broker's (a queue disabled after 5 rolled-back receives in a row) would count
+-- deadlocks and dropped connections too. See docs/retries.md.
+SELECT sb.alter_queue(q, p_poison_handling => false)
+  FROM unnest(ARRAY['loonfactorberekening_data', 'loonfactorberekening_reken']) AS q;
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/DataService', 'loonfactorberekening_data');
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
                          ARRAY['/Rekenserver/LoonfactorBerekening/DataContract']);

@@ -6,6 +6,8 @@ SELECT sb.create_message_type('/Bench/Bericht', 'NONE');
 SELECT sb.create_contract('/Bench/Contract', ARRAY[ARRAY['/Bench/Bericht', 'INITIATOR']]);
 SELECT sb.create_queue('bench_bron') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_bron');
 SELECT sb.create_queue('bench_doel') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_doel');
+-- sbworker's attempt accounting is the poison rule (docs/retries.md).
+SELECT sb.alter_queue(q, p_poison_handling => false) FROM unnest(ARRAY['bench_bron', 'bench_doel']) AS q;
 SELECT sb.create_service('/Bench/Bron', 'bench_bron');
 SELECT sb.create_service('/Bench/Doel', 'bench_doel', ARRAY['/Bench/Contract']);
 

@@ -61,9 +61,11 @@ UPDATE rekenserver.run_log
        kandidaten = $2, verzonden = $3, verwijderd = $4, fout = $5
  WHERE id = $1;
 
--- Up to $1 stale keys, oldest change first.
+-- Up to $1 stale keys, oldest change first, and whether each is a repair (its latest
+-- version failed by the environment's fault).
 -- name: candidates
-SELECT dienstverband_id, periode_id FROM rekenserver.verouderde_sleutel ORDER BY gewijzigd_op, dienstverband_id, periode_id
+SELECT dienstverband_id, periode_id, herstel FROM rekenserver.verouderde_sleutel
+ ORDER BY gewijzigd_op, dienstverband_id, periode_id
  LIMIT $1;
 
 -- Sends the Vraag of each key ($1 dienstverbanden, $2 periods, pairwise); how many went.

@@ -45,11 +45,18 @@ INSERT INTO sbworker.message_attempt AS a (conversation_handle, message_sequence
 SELECT k.h, k.s, $1, 1 FROM unnest($2::uuid[], $3::bigint[]) AS k(h, s)
     ON CONFLICT (conversation_handle, message_sequence_number)
     DO UPDATE SET attempts = a.attempts + 1, last_attempt_at = clock_timestamp()
-RETURNING conversation_handle, message_sequence_number, attempts, last_error;
+RETURNING conversation_handle, message_sequence_number, attempts, last_error, failures, transient_failures;
 
--- Records why the last attempt of these messages failed (autocommit).
+-- Records why the last attempt of these messages failed (autocommit). $4: the
+-- environment's fault (a transient failure), whose attempt is given back; otherwise
+-- the message's, which keeps counting.
 -- name: note_failure
-UPDATE sbworker.message_attempt a SET last_error = $3
+UPDATE sbworker.message_attempt a
+   SET attempts = CASE WHEN $4 THEN greatest(a.attempts - 1, 0) ELSE a.attempts END,
+       failures = a.failures + CASE WHEN $4 THEN 0 ELSE 1 END,
+       last_error = CASE WHEN $4 THEN a.last_error ELSE $3 END,
+       transient_failures = a.transient_failures + CASE WHEN $4 THEN 1 ELSE 0 END,
+       last_transient_error = CASE WHEN $4 THEN $3 ELSE a.last_transient_error END
   FROM unnest($1::uuid[], $2::bigint[]) AS k(h, s)
  WHERE a.conversation_handle = k.h AND a.message_sequence_number = k.s;
 
@@ -65,9 +72,10 @@ INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, co
     conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
--- Whether a queue is enabled, and how many messages wait on it (NULL: no such queue).
+-- Whether a queue is enabled, how many messages wait on it, and whether the broker's
+-- poison-message detection is on for it (no row: no such queue).
 -- name: queue_state
-SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name)
+SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name), q.poison_handling
   FROM sb.queue q WHERE q.name = $1;
 
 -- Inside the calculation's transaction: claims a roster version of a key; a row comes

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
 use crate::sql::SqlFile;
-use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transport};
+use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 const SESSION_SQL: &str = include_str!("mssql/session.sql");
 
@@ -190,14 +190,25 @@ pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Resu
 /// The kind of a SQL Server error number.
 pub fn classify(number: u32) -> ErrorKind {
     match number {
-        1205 | 1222 => ErrorKind::Retryable,
+        // The environment's faults (docs/retries.md): retried, never held against the
+        // message. Locks: 1204 (no lock resource), 1205 (deadlock victim), 1222 (lock
+        // timeout), 3960 (snapshot isolation update conflict).
+        1204 | 1205 | 1222 | 3960 => ErrorKind::Retryable,
+        // The transient errors Microsoft's SqlClient retries by default
+        // (SqlConfigurableRetryFactory) and Azure SQL's documented ones: a database
+        // unavailable or moving (4060, 4221, 40613, 42108, 42109), the service busy or
+        // failing over (40143, 40197, 40501, 40540, 49918, 49919, 49920), resource
+        // limits (10928, 10929), and the transport (233, 997, 10053, 10054, 10060): the
+        // session is dropped and a new one opened.
+        233 | 997 | 4060 | 4221 | 10053 | 10054 | 10060 | 10928 | 10929 | 40143 | 40197 | 40501 | 40540 | 40613
+        | 42108 | 42109 | 49918 | 49919 | 49920 => ErrorKind::Connection,
         9617 => ErrorKind::QueueDisabled,
         8426 => ErrorKind::ConversationNotFound,
         8427 | 8429 => ErrorKind::InvalidState,
         8431 | 8432 => ErrorKind::ContractViolation,
         8430 | 9615 => ErrorKind::Validation,
-        // Login failed, database unavailable: not worth retrying as such.
-        18456 | 4060 => ErrorKind::Other,
+        // Login failed: not worth retrying as such.
+        18456 => ErrorKind::Other,
         _ => ErrorKind::Other,
     }
 }
@@ -402,6 +413,11 @@ impl Transport for MssqlTransport {
     fn describe(&self) -> String {
         format!("mssql {}", self.masked)
     }
+
+    fn poison_handling_off(&self, queue: &str) -> String {
+        let q = quote_name(queue).unwrap_or_else(|_| queue.to_owned());
+        format!("ALTER QUEUE {q} WITH POISON_MESSAGE_HANDLING (STATUS = OFF)")
+    }
 }
 
 /// One SQL Server session: the working connection and the side connection.
@@ -528,14 +544,17 @@ impl transport::Session for MssqlSession {
                     key: MessageKey { conversation_handle: r.get::<Uuid, _>(0)?, sequence: r.get::<i64, _>(1)? },
                     attempts: r.get::<i32, _>(2)?,
                     last_error: r.get::<&str, _>(3).map(str::to_owned),
+                    failures: r.get::<i32, _>(4).unwrap_or(0),
+                    transient_failures: r.get::<i32, _>(5).unwrap_or(0),
                 })
             })
             .collect())
     }
 
-    async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
+    async fn note_failure(&mut self, keys: &[MessageKey], error: &str, fault: Fault) -> Result<(), BrokerError> {
         let json = keys_json(keys);
-        Self::exec(&mut self.side, stmt("note_failure"), &[&json.as_str(), &error]).await
+        let transient = fault == Fault::Transient;
+        Self::exec(&mut self.side, stmt("note_failure"), &[&json.as_str(), &error, &transient]).await
     }
 
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
@@ -585,7 +604,11 @@ impl transport::Session for MssqlSession {
                 message: format!("queue {queue} is not found"),
             });
         };
-        Ok(QueueState { enabled: r.get::<bool, _>(0).unwrap_or(false), messages: r.get::<i64, _>(1).unwrap_or(0) })
+        Ok(QueueState {
+            enabled: r.get::<bool, _>(0).unwrap_or(false),
+            messages: r.get::<i64, _>(1).unwrap_or(0),
+            poison_handling: r.get::<bool, _>(2).unwrap_or(true),
+        })
     }
 }
 
@@ -629,6 +652,12 @@ mod tests {
         assert_eq!(classify(8431), ErrorKind::ContractViolation);
         assert_eq!(classify(9615), ErrorKind::Validation);
         assert_eq!(classify(18456), ErrorKind::Other);
+        for transient in [1204, 3960] {
+            assert_eq!(classify(transient), ErrorKind::Retryable, "{transient}");
+        }
+        for gone in [233, 4060, 40197, 40501, 40613, 49918, 10054] {
+            assert_eq!(classify(gone), ErrorKind::Connection, "{gone}");
+        }
         let io =
             error_of(tiberius::error::Error::Io { kind: std::io::ErrorKind::TimedOut, message: "timed out".into() });
         assert_eq!(io.kind, ErrorKind::Connection);

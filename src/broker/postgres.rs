@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
 use crate::sql::SqlFile;
-use crate::transport::{self, Attempt, DeadLetter, MessageKey, QueueState, Transport};
+use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 /// The install scripts, in order: (version, SQL).
 pub const SCRIPTS: &[(i32, &str)] = &[
@@ -61,9 +61,15 @@ pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
     };
     let code = db.code().code();
     let (kind, number) = match code {
+        // The environment's faults (docs/retries.md): retried, never held against the
+        // message. Deadlock, serialization failure, lock timeout, a statement cancelled
+        // (statement_timeout, pg_cancel_backend), insufficient resources (class 53: out of
+        // memory, disk full, too many connections).
         "40P01" => (ErrorKind::Retryable, 1205),
         "40001" => (ErrorKind::Retryable, 1205),
         "55P03" => (ErrorKind::Retryable, 1222),
+        "57014" => (ErrorKind::Retryable, 0),
+        c if c.starts_with("53") => (ErrorKind::Retryable, 0),
         "SB617" => (ErrorKind::QueueDisabled, 9617),
         "SB426" => (ErrorKind::ConversationNotFound, 8426),
         "SB429" => (ErrorKind::InvalidState, 8429),
@@ -71,7 +77,9 @@ pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
         "SB432" => (ErrorKind::ContractViolation, 8432),
         "SB615" => (ErrorKind::Validation, 9615),
         "SB404" | "SB424" | "SB425" | "SB409" => (ErrorKind::NotFound, 0),
-        c if c.starts_with("08") || c.starts_with("57P") => (ErrorKind::Connection, 0),
+        // Connection exceptions, and the server shutting down or restarting (admin,
+        // crash, cannot connect now) or ending an idle session.
+        c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "57P05") => (ErrorKind::Connection, 0),
         _ => (ErrorKind::Other, 0),
     };
     BrokerError { kind, number, message: db.message().to_owned() }
@@ -560,6 +568,10 @@ impl Transport for PostgresTransport {
     fn describe(&self) -> String {
         format!("postgres {}", crate::config::mask_secrets(&self.url))
     }
+
+    fn poison_handling_off(&self, queue: &str) -> String {
+        format!("SELECT sb.alter_queue('{}', p_poison_handling => false)", queue.replace('\'', "''"))
+    }
 }
 
 impl transport::Session for Session {
@@ -612,13 +624,16 @@ impl transport::Session for Session {
                 key: MessageKey { conversation_handle: r.get(0), sequence: r.get(1) },
                 attempts: r.get(2),
                 last_error: r.get(3),
+                failures: r.get(4),
+                transient_failures: r.get(5),
             })
             .collect())
     }
 
-    async fn note_failure(&mut self, keys: &[MessageKey], error: &str) -> Result<(), BrokerError> {
+    async fn note_failure(&mut self, keys: &[MessageKey], error: &str, fault: Fault) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.side("note_failure", &[&handles, &seqs, &error]).await?;
+        let transient = fault == Fault::Transient;
+        self.side("note_failure", &[&handles, &seqs, &error, &transient]).await?;
         Ok(())
     }
 
@@ -667,7 +682,7 @@ impl transport::Session for Session {
                 message: format!("queue {queue} is not found"),
             });
         };
-        Ok(QueueState { enabled: row.get(0), messages: row.get(1) })
+        Ok(QueueState { enabled: row.get(0), messages: row.get(1), poison_handling: row.get(2) })
     }
 }
 

@@ -24,7 +24,7 @@ use super::tsql::{self, Column, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
 use crate::broker::{BrokerError, ErrorKind, Message};
 use crate::contract::{self, Limits};
-use crate::transport::{DeadLetter, MessageKey, Session as _};
+use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
 use crate::worker::Stop;
 use crate::worker::collector::{ResultStore, Stored};
 
@@ -37,46 +37,110 @@ pub struct Credentials {
 
 /// Faults the emulator injects, for tests of what a client does about them (`sbworker
 /// emulator --fault-…`). Counted over all connections; only a RECEIVE that took messages
-/// counts, so each fault hits real work: its transaction rolls back and the messages
-/// return to the queue.
+/// (and only the COMMIT of a transaction that did) counts, so each fault hits real work:
+/// its transaction rolls back and the messages return to the queue. A period of 0 is
+/// off; every setting can be changed while the emulator serves (a test turns the faults
+/// off to see the work finish).
 #[derive(Debug, Default)]
 pub struct Faults {
     /// Every Nth such RECEIVE fails with deadlock 1205 instead of returning its rows.
-    pub deadlock_every: Option<u64>,
+    deadlock_every: AtomicU64,
+    /// Every Nth such RECEIVE fails with lock timeout 1222.
+    lock_timeout_every: AtomicU64,
     /// Every Nth such RECEIVE drops the connection instead of answering (mid-transaction).
-    pub drop_every: Option<u64>,
+    drop_every: AtomicU64,
+    /// Every Nth such COMMIT fails with deadlock 1205 (the transaction rolled back).
+    commit_deadlock_every: AtomicU64,
+    /// A request still running after this many milliseconds (blocked on a lock) drops
+    /// its connection, as a killed session does; 0 is off.
+    drop_blocked_after_ms: AtomicU64,
     /// Every response waits this long before it is written.
     pub delay: Duration,
     receives: AtomicU64,
+    commits: AtomicU64,
     injected: AtomicU64,
 }
 
 /// What a RECEIVE meets.
-enum Fault {
+enum Injected {
     Deadlock,
+    LockTimeout,
     Drop,
 }
 
 impl Faults {
     pub fn new(deadlock_every: Option<u64>, drop_every: Option<u64>, delay: Duration) -> Self {
-        Faults { deadlock_every, drop_every, delay, ..Faults::default() }
+        let f = Faults { delay, ..Faults::default() };
+        f.set_receive_faults(deadlock_every, None, drop_every);
+        f
     }
 
-    /// Counts a RECEIVE that took messages; the fault it meets, if any.
-    fn on_receive(&self) -> Option<Fault> {
-        let n = self.receives.fetch_add(1, Ordering::Relaxed) + 1;
-        let hit = |every: Option<u64>| every.is_some_and(|e| e > 0 && n % e == 0);
-        let fault = if hit(self.deadlock_every) {
-            Some(Fault::Deadlock)
-        } else if hit(self.drop_every) {
-            Some(Fault::Drop)
-        } else {
-            None
-        };
-        if fault.is_some() {
+    /// The periods of the faults at RECEIVE (None: off).
+    pub fn set_receive_faults(&self, deadlock: Option<u64>, lock_timeout: Option<u64>, drop: Option<u64>) {
+        self.deadlock_every.store(deadlock.unwrap_or(0), Ordering::SeqCst);
+        self.lock_timeout_every.store(lock_timeout.unwrap_or(0), Ordering::SeqCst);
+        self.drop_every.store(drop.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The period of deadlocks at COMMIT (None: off).
+    pub fn set_commit_deadlock_every(&self, every: Option<u64>) {
+        self.commit_deadlock_every.store(every.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Drop the connection of a request still running after `after` (None: off).
+    pub fn set_drop_blocked_after(&self, after: Option<Duration>) {
+        self.drop_blocked_after_ms.store(after.map_or(0, |d| d.as_millis().max(1) as u64), Ordering::SeqCst);
+    }
+
+    /// Every fault off (the delay stays).
+    pub fn clear(&self) {
+        self.set_receive_faults(None, None, None);
+        self.set_commit_deadlock_every(None);
+        self.set_drop_blocked_after(None);
+    }
+
+    fn drop_blocked_after(&self) -> Option<Duration> {
+        let ms = self.drop_blocked_after_ms.load(Ordering::SeqCst);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    fn hit(every: &AtomicU64, n: u64) -> bool {
+        let e = every.load(Ordering::SeqCst);
+        e > 0 && n % e == 0
+    }
+
+    fn count(&self, fault: bool) -> bool {
+        if fault {
             self.injected.fetch_add(1, Ordering::Relaxed);
         }
         fault
+    }
+
+    /// Counts a RECEIVE that took messages; the fault it meets, if any.
+    fn on_receive(&self) -> Option<Injected> {
+        let n = self.receives.fetch_add(1, Ordering::Relaxed) + 1;
+        let fault = if Self::hit(&self.deadlock_every, n) {
+            Some(Injected::Deadlock)
+        } else if Self::hit(&self.lock_timeout_every, n) {
+            Some(Injected::LockTimeout)
+        } else if Self::hit(&self.drop_every, n) {
+            Some(Injected::Drop)
+        } else {
+            None
+        };
+        self.count(fault.is_some());
+        fault
+    }
+
+    /// Counts a COMMIT of a transaction that received messages; true: it deadlocks.
+    fn on_commit(&self) -> bool {
+        let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        self.count(Self::hit(&self.commit_deadlock_every, n))
+    }
+
+    /// A blocked request's connection dropped.
+    fn on_blocked_drop(&self) {
+        self.count(true);
     }
 
     /// How many faults were injected so far.
@@ -134,6 +198,8 @@ struct Conn {
     faults: Arc<Faults>,
     /// Set by an injected fault: close the connection without answering.
     drop_now: bool,
+    /// The open transaction received messages (a COMMIT fault hits only real work).
+    received: bool,
     /// `SET NOCOUNT ON`: DONE tokens carry no row count.
     nocount: bool,
 }
@@ -158,11 +224,15 @@ fn deadlock() -> Failure {
     }
 }
 
+fn lock_timeout() -> Failure {
+    Failure { number: 1222, class: 16, message: "Lock request time out period exceeded.".into() }
+}
+
 impl From<BrokerError> for Failure {
     fn from(e: BrokerError) -> Self {
         match e.number {
             1205 => deadlock(),
-            1222 => Failure { number: 1222, class: 16, message: "Lock request time out period exceeded.".into() },
+            1222 => lock_timeout(),
             0 => Failure { number: 50000, class: 16, message: e.message },
             n => Failure { number: n, class: 16, message: e.message },
         }
@@ -228,8 +298,16 @@ async fn connection(
     t.login_ack();
     t.done(0xFD, 0, 0);
     codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, packet_size).await?;
-    let mut conn =
-        Conn { session, in_tran: false, descriptor: 0, packet_size, faults, drop_now: false, nocount: false };
+    let mut conn = Conn {
+        session,
+        in_tran: false,
+        descriptor: 0,
+        packet_size,
+        faults,
+        drop_now: false,
+        received: false,
+        nocount: false,
+    };
 
     // Requests are read on a task of their own, so that an ATTENTION can arrive while a
     // request runs (a client cancels a waiting RECEIVE that way).
@@ -253,12 +331,33 @@ async fn connection(
             t.done(0xFD, done::ATTN, 0);
         } else {
             let (mut cancelled, mut gone) = (false, false);
+            // Only requests of a transaction that took messages (not an idle WAITFOR).
+            let blocked_after = if conn.received { conn.faults.drop_blocked_after() } else { None };
+            let faults = conn.faults.clone();
+            // A request whose connection goes away is cancelled on the database too: a
+            // backend waiting on a lock would otherwise hold what it locked until then.
+            let cancel = conn.session.client().cancel_token();
             {
                 let work = handle(&mut conn, ty, &payload, &mut t);
                 tokio::pin!(work);
+                let blocked = async {
+                    match blocked_after {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::pin!(blocked);
                 loop {
                     tokio::select! {
                         () = &mut work => break,
+                        () = &mut blocked => {
+                            // An injected fault: the request waits (on a lock, say) and its
+                            // session is killed; the work is dropped with the connection.
+                            warn!("fault injected: a request still running after {blocked_after:?}: connection dropped");
+                            faults.on_blocked_drop();
+                            gone = true;
+                            break;
+                        }
                         m = requests.recv() => match m {
                             Some((packet_type::ATTENTION, _)) => {
                                 cancelled = true;
@@ -277,6 +376,7 @@ async fn connection(
                 }
             }
             if gone {
+                let _ = cancel.cancel_query(tokio_postgres::NoTls).await;
                 break;
             }
             if cancelled {
@@ -298,6 +398,12 @@ async fn connection(
             tokio::time::sleep(conn.faults.delay).await;
         }
         codec::write_message(&mut write, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
+        if conn.session.client().is_closed() {
+            // The database session behind this connection is gone (killed, or the server
+            // restarted): so is the connection, as on SQL Server.
+            warn!("the database session is gone: connection closed");
+            break;
+        }
     }
     reader.abort();
     Ok(())
@@ -386,6 +492,7 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
             }
             conn.session.begin().await?;
             conn.in_tran = true;
+            conn.received = false;
             conn.descriptor += 1;
             t.env_change_tran(8, conn.descriptor);
         }
@@ -399,6 +506,13 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
                 });
             }
             conn.in_tran = false;
+            let received = std::mem::take(&mut conn.received);
+            if what == Tran::Commit && received && conn.faults.on_commit() {
+                warn!("fault injected: deadlock 1205 at the COMMIT of a transaction that received messages");
+                conn.session.rollback().await?;
+                t.env_change_tran(10, conn.descriptor);
+                return Err(deadlock());
+            }
             if what == Tran::Commit {
                 conn.session.commit().await?;
                 t.env_change_tran(9, conn.descriptor);
@@ -855,16 +969,21 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                 && let Some(f) = conn.faults.on_receive()
             {
                 return match f {
-                    Fault::Deadlock => {
+                    Injected::Deadlock => {
                         warn!("fault injected: deadlock 1205 on a RECEIVE of {} messages", msgs.len());
                         Err(deadlock())
                     }
-                    Fault::Drop => {
+                    Injected::LockTimeout => {
+                        warn!("fault injected: lock timeout 1222 on a RECEIVE of {} messages", msgs.len());
+                        Err(lock_timeout())
+                    }
+                    Injected::Drop => {
                         conn.drop_now = true;
                         Ok(None)
                     }
                 };
             }
+            conn.received |= !msgs.is_empty();
             receive_result(&columns, &msgs, vars, t)
         }
         Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
@@ -939,6 +1058,8 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                                 Sql::BigInt(x.key.sequence),
                                 Sql::Int(x.attempts),
                                 x.last_error.map_or(Sql::Null, Sql::NVarChar),
+                                Sql::Int(x.failures),
+                                Sql::Int(x.transient_failures),
                             ]
                         })
                         .collect();
@@ -947,12 +1068,22 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                         ("message_sequence_number", ColType::BigInt),
                         ("attempts", ColType::Int),
                         ("last_error", ColType::NVarChar),
+                        ("failures", ColType::Int),
+                        ("transient_failures", ColType::Int),
                     ];
                     Ok(result_set(t, &cols, &rows))
                 }
                 "sbworker.noteer_mislukking" => {
                     let keys = keys_of(&as_text(arg("@sleutels")?)?)?;
-                    s.note_failure(&keys, &as_text(arg("@fout")?)?).await?;
+                    let error = as_text(arg("@fout")?)?;
+                    // @tijdelijk bit = 0 (optional, as the procedure declares it).
+                    let fault = match arg("@tijdelijk").ok() {
+                        Some(Sql::Bit(true)) => Fault::Transient,
+                        Some(Sql::Int(i)) if i != 0 => Fault::Transient,
+                        Some(Sql::BigInt(i)) if i != 0 => Fault::Transient,
+                        _ => Fault::Message,
+                    };
+                    s.note_failure(&keys, &error, fault).await?;
                     Ok(None)
                 }
                 "sbworker.vergeet_pogingen" => {
@@ -991,11 +1122,16 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                 "sbworker.wachtrij_status" => {
                     let queue = as_text(arg("@queue")?)?;
                     let rows = match s.queue_state(queue_name(&queue)).await {
-                        Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages)]],
+                        Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages), Sql::Bit(q.poison_handling)]],
                         Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
                         Err(e) => return Err(e.into()),
                     };
-                    Ok(result_set(t, &[("is_receive_enabled", ColType::Bit), ("messages", ColType::BigInt)], &rows))
+                    let cols = [
+                        ("is_receive_enabled", ColType::Bit),
+                        ("messages", ColType::BigInt),
+                        ("is_poison_message_handling_enabled", ColType::Bit),
+                    ];
+                    Ok(result_set(t, &cols, &rows))
                 }
                 "rekenserver.sla_antwoord_op" => {
                     let handle = as_uuid(arg("@handle")?)?;

@@ -1,6 +1,7 @@
 //! `sbworker sweep`: sends a Vraag for every key whose roster version is newer than its
 //! stored result and that has no calculation in flight (after a bulk import with
-//! sending switched off, or a lost request), oldest change first. Guarded like seed
+//! sending switched off, a lost request, or a request diverted or answered with an
+//! internal Fout: a repair, at most three times per version), oldest change first. Guarded like seed
 //! 000's run: a session advisory lock taken without waiting (an overlapping run logs
 //! itself as skipped and exits), a fuse on the keys per run (a warning when reached),
 //! sends committed in batches, and a run log with retention applied in batches, to the
@@ -37,6 +38,9 @@ pub enum Outcome {
     Ran {
         candidates: i64,
         sent: i64,
+        /// Of the keys sent, those sent again because their latest version failed by the
+        /// environment's fault (diverted, or an internal Fout).
+        repaired: i64,
         /// The fuse stopped the run short: more keys wait for the next one.
         fuse_reached: bool,
         deleted_log_rows: i64,
@@ -113,7 +117,9 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     let step = log_start(client, Some(run_id), "sweep").await.map_err(at("log"))?;
     let found = client.query(stmt("candidates"), &[&(opts.fuse + 1)]).await.map_err(at("sweep"))?;
     let fuse_reached = found.len() as i64 > opts.fuse;
-    let keys: Vec<(i32, i32)> = found.iter().take(opts.fuse.max(0) as usize).map(|r| (r.get(0), r.get(1))).collect();
+    let taken = &found[..found.len().min(opts.fuse.max(0) as usize)];
+    let keys: Vec<(i32, i32)> = taken.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let repaired = taken.iter().filter(|r| r.get::<_, bool>(2)).count() as i64;
     let mut sent = 0i64;
     let mut failure = None;
     for chunk in keys.chunks(opts.batch.max(1)) {
@@ -134,9 +140,14 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     }
     let warning =
         fuse_reached.then(|| format!("warning: fuse of {} keys reached; the rest waits for the next run", opts.fuse));
+    let repairs = (repaired > 0).then(|| {
+        format!(
+            "repair: {repaired} keys sent again, their latest version having failed by a diversion or an internal error"
+        )
+    });
     let text = match &failure {
         Some(e) => Some(format!("error: {}", e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned()))),
-        None => warning,
+        None => [warning, repairs].into_iter().flatten().reduce(|a, b| format!("{a}; {b}")),
     };
     log_end(client, step, (clamp(keys.len() as i64), clamp(sent), None), text.as_deref()).await.map_err(at("log"))?;
     if let Some(e) = failure {
@@ -163,6 +174,7 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     Ok(Outcome::Ran {
         candidates: keys.len() as i64,
         sent,
+        repaired,
         fuse_reached,
         deleted_log_rows: deleted[0],
         deleted_dead_letters: deleted[1],

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,7 +45,12 @@ pub struct Metrics {
     pub busy: Family<QueueLabel, Gauge>,
     pub depth: Family<QueueLabel, Gauge>,
     pub enabled: Family<QueueLabel, Gauge>,
+    pub transient_failures: Counters,
+    pub transient_waiting: Family<QueueLabel, Gauge>,
+    pub transient_oldest_wait: Family<QueueLabel, Gauge<f64, AtomicU64>>,
     status: Mutex<BTreeMap<String, QueueStatus>>,
+    /// Per queue, why it is not ready because of transient failures (none when fine).
+    transient_alerts: Mutex<BTreeMap<String, String>>,
 }
 
 fn processing_histogram() -> Histogram {
@@ -74,8 +80,12 @@ impl Metrics {
             busy: Family::default(),
             depth: Family::default(),
             enabled: Family::default(),
+            transient_failures: Counters::default(),
+            transient_waiting: Family::default(),
+            transient_oldest_wait: Family::default(),
             registry: Registry::default(),
             status: Mutex::new(BTreeMap::new()),
+            transient_alerts: Mutex::new(BTreeMap::new()),
         };
         registry.register("messages_received", "Messages received", m.received.clone());
         registry.register("requests_answered", "Requests answered", m.answered.clone());
@@ -101,6 +111,22 @@ impl Metrics {
         registry.register("readers_busy", "Readers holding a group", m.busy.clone());
         registry.register("queue_depth", "Messages waiting on the queue", m.depth.clone());
         registry.register("queue_enabled", "1 when the queue is enabled in the broker", m.enabled.clone());
+        registry.register(
+            "transient_failures",
+            "Group transactions that failed by the environment's fault (deadlock, lock timeout, lost connection); \
+             retried without counting against the message",
+            m.transient_failures.clone(),
+        );
+        registry.register(
+            "groups_waiting_transient",
+            "Groups waiting to be retried after transient failures",
+            m.transient_waiting.clone(),
+        );
+        registry.register(
+            "transient_oldest_wait_seconds",
+            "How long the longest-waiting group has been retried on transient failures",
+            m.transient_oldest_wait.clone(),
+        );
         Self { registry, ..m }
     }
 
@@ -116,6 +142,26 @@ impl Metrics {
         out
     }
 
+    /// Groups of `queue` waiting on transient failures, the longest wait, and whether
+    /// that wait is past the alert threshold (then `/readyz` says so and answers 503).
+    pub fn set_transient(&self, queue: &str, waiting: usize, oldest: std::time::Duration, alert: bool) {
+        let label = Self::label(queue);
+        self.transient_waiting.get_or_create(&label).set(waiting as i64);
+        self.transient_oldest_wait.get_or_create(&label).set(oldest.as_secs_f64());
+        let mut alerts = self.transient_alerts.lock().unwrap_or_else(|e| e.into_inner());
+        if alert {
+            alerts.insert(
+                queue.to_owned(),
+                format!(
+                    "{queue}: {waiting} groups retried on transient failures, the oldest for {} s",
+                    oldest.as_secs()
+                ),
+            );
+        } else {
+            alerts.remove(queue);
+        }
+    }
+
     pub fn set_status(&self, queue: &str, status: QueueStatus) {
         self.status.lock().unwrap_or_else(|e| e.into_inner()).insert(queue.to_owned(), status);
     }
@@ -123,8 +169,9 @@ impl Metrics {
     /// Ready when every queue is serving; otherwise the queues that are not, and why.
     pub fn readiness(&self) -> Result<(), String> {
         let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        let not: Vec<String> =
+        let mut not: Vec<String> =
             status.iter().filter(|(_, s)| **s != QueueStatus::Serving).map(|(q, s)| format!("{q}: {s:?}")).collect();
+        not.extend(self.transient_alerts.lock().unwrap_or_else(|e| e.into_inner()).values().cloned());
         if status.is_empty() {
             Err("starting".into())
         } else if not.is_empty() {

@@ -17,6 +17,7 @@ pub mod metrics;
 mod queue;
 mod reader;
 pub mod retry;
+mod waits;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -64,6 +65,13 @@ pub enum WorkerError {
     Broker { broker: String, source: crate::broker::BrokerError },
     #[error("queues.{queue}: {source}")]
     Queue { queue: String, source: crate::broker::BrokerError },
+    #[error(
+        "queues.{queue}: the broker's poison-message handling is on for this queue: five rolled-back receives in a \
+         row (deadlocks or dropped connections alone can make them) would disable it. sbworker's attempt accounting \
+         is the poison rule: turn the broker's off ({fix}), or set worker.allow_broker_poison_detection = true to \
+         serve it anyway"
+    )]
+    PoisonDetection { queue: String, fix: String },
 }
 
 /// How the worker ended.
@@ -104,6 +112,8 @@ pub(crate) struct QueueCtx<T: Transport> {
     pub readers: AtomicU32,
     /// Readers holding a group.
     pub busy: AtomicU32,
+    /// Groups waiting to be retried after transient failures.
+    pub waits: waits::TransientWaits,
     pub hooks: Arc<HookState>,
 }
 
@@ -135,6 +145,13 @@ pub async fn preflight<T: Transport>(transport: &T, config: &Config) -> Result<(
         transport.open().await.map_err(|source| WorkerError::Broker { broker: transport.describe(), source })?;
     for queue in config.queues.keys() {
         let state = s.queue_state(queue).await.map_err(|source| WorkerError::Queue { queue: queue.clone(), source })?;
+        if state.poison_handling {
+            let fix = transport.poison_handling_off(queue);
+            if !config.worker.allow_broker_poison_detection {
+                return Err(WorkerError::PoisonDetection { queue: queue.clone(), fix });
+            }
+            warn!(queue, fix, "the broker's poison-message handling is on for this queue (allowed by configuration)");
+        }
         if !state.enabled {
             warn!(queue, "queue is disabled in the broker; its readers wait until it is enabled again");
         }
@@ -178,6 +195,7 @@ pub async fn run<T: Transport>(
             },
             readers: AtomicU32::new(0),
             busy: AtomicU32::new(0),
+            waits: waits::TransientWaits::default(),
             hooks: hooks.clone(),
         }));
     }

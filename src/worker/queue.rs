@@ -67,6 +67,12 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                     m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
                 }
                 _ = tick.tick() => {
+                    let (waiting, oldest) = ctx.waits.snapshot();
+                    let alert = oldest >= Duration::from_millis(ctx.settings.transient_alert_ms);
+                    if alert {
+                        warn!(waiting, oldest_s = oldest.as_secs(), "groups retried on transient failures for long");
+                    }
+                    m.set_transient(&ctx.name, waiting, oldest, alert);
                     let state = observe(&ctx, &mut monitor).await;
                     if disabled {
                         if Instant::now() < recheck_at {

@@ -1,8 +1,12 @@
 //! One reader: a session of its own and the loop begin → WAITFOR (RECEIVE) one group →
 //! count the attempt (durably, outside the transaction) → handle, or divert a message
-//! that failed too often → COMMIT. Any failure rolls the whole transaction back; the
-//! group is tried again after a backoff, alone and one message at a time, so a bad
-//! message is isolated from the rest of its group.
+//! that failed too often → COMMIT. Any failure rolls the whole transaction back and is
+//! noted with whose fault it was (docs/retries.md): the message's keeps its count and
+//! the group is tried again after a backoff, one message at a time, so a bad message is
+//! isolated from the rest of its group; the environment's (deadlock, lock timeout, lost
+//! connection) is given back and the group waits, with a growing backoff capped at
+//! `retry_max_delay_ms`, for as long as the fault lasts. An attempt whose worker died
+//! leaves its count, so a message that kills the worker is diverted too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use uuid::Uuid;
 use super::handler::{Handled, HandlerError};
 use super::{QueueCtx, Stop};
 use crate::broker::{ErrorKind, Message, system};
-use crate::transport::{Attempt, DeadLetter, MessageKey, Session, Transport};
+use crate::transport::{Attempt, DeadLetter, Fault, MessageKey, Session, Transport};
 
 /// `END CONVERSATION WITH ERROR` code of a conversation whose message was diverted.
 pub const DIVERTED: i32 = 50901;
@@ -38,6 +42,29 @@ struct Failure {
     attempt: i32,
     keys: Vec<MessageKey>,
     error: HandlerError,
+    /// The attempt was counted before it failed (its note may give it back).
+    counted: bool,
+}
+
+impl Failure {
+    /// Whose fault it was: the environment's (deadlock, lock timeout, lost connection,
+    /// server shutdown, the other side ending the conversation meanwhile) or the
+    /// message's (everything else).
+    fn fault(&self) -> Fault {
+        if self.error.is_retryable() || self.error.is_closed_conversation() { Fault::Transient } else { Fault::Message }
+    }
+}
+
+/// A failure note not yet written: the next session writes it before receiving, so a
+/// transient failure is given back before the message is attempted again.
+struct Note {
+    keys: Vec<MessageKey>,
+    error: String,
+    fault: Fault,
+}
+
+async fn write_note<S: Session>(s: &mut S, note: &Note) -> Result<(), crate::broker::BrokerError> {
+    s.note_failure(&note.keys, &note.error, note.fault).await
 }
 
 /// What a committed group did.
@@ -87,6 +114,10 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
     // After a failure: the group to try again, when, and how many messages to take
     // (one at a time isolates a bad message from the rest of its group).
     let mut retry: Option<(Uuid, Duration, i32)> = None;
+    // Transient failures in a row: of the group being retried, and of RECEIVE itself.
+    let mut transient_streak = 0u32;
+    let mut receive_streak = 0u32;
+    let mut pending: Option<Note> = None;
     let mut last_work = Instant::now();
     debug!("reader started");
     loop {
@@ -100,6 +131,20 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
             }
         }
         let Some(s) = session.as_mut() else { continue };
+        if let Some(note) = pending.take() {
+            // Written before anything is received again: a transient failure must be
+            // given back before its message is counted once more.
+            if let Err(e) = write_note(s, &note).await {
+                warn!("cannot record the last failure yet; reconnecting: {e}");
+                pending = Some(note);
+                session = None;
+                receive_streak += 1;
+                if sleep_or_stop(ctx.retry.delay(receive_streak), stop).await {
+                    return ReaderExit::Stopped;
+                }
+                continue;
+            }
+        }
         let (max, group, wait) = match retry.take() {
             Some((g, delay, max)) => {
                 if sleep_or_stop(delay, stop).await {
@@ -127,17 +172,37 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
                 return ReaderExit::Disabled;
             }
             Err(e) => {
-                warn!("RECEIVE failed: {e}");
+                // Nothing was counted (no message came back): back off, growing with
+                // each failure in a row, so a RECEIVE that keeps failing (a deadlock at
+                // every try) does not spin through rollbacks.
+                receive_streak += 1;
+                let delay = ctx.retry.delay(receive_streak);
+                warn!(
+                    failures_in_a_row = receive_streak,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "RECEIVE failed: {e}"
+                );
                 if e.kind == ErrorKind::Connection || s.rollback().await.is_err() {
                     session = None;
                 }
-                if sleep_or_stop(ctx.retry.delay(1), stop).await {
+                if let Some(g) = group {
+                    // The group being retried is tried again after this delay.
+                    retry = Some((g, Duration::ZERO, max));
+                }
+                if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
                 }
                 continue;
             }
         };
+        receive_streak = 0;
         if msgs.is_empty() {
+            if let Some(g) = group {
+                // The group being retried is gone (answered elsewhere) or held by
+                // another reader: nothing waits here any more.
+                ctx.waits.end(g);
+                transient_streak = 0;
+            }
             if s.commit().await.is_err() {
                 session = None;
             }
@@ -160,6 +225,8 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
         let _enter = span.enter();
         match result {
             Ok(done) => {
+                ctx.waits.end(group_id);
+                transient_streak = 0;
                 ctx.metrics.processing.get_or_create(&ctx.label).observe(started.elapsed().as_secs_f64());
                 let m = &ctx.metrics;
                 match done {
@@ -177,37 +244,56 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
             }
             Err(f) => {
                 ctx.metrics.retried.get_or_create(&ctx.label).inc();
+                let fault = f.fault();
                 let broken = f.error.is_connection();
-                let disabled = if broken {
-                    false
-                } else {
+                let mut disabled = false;
+                if !broken {
                     match s.rollback().await {
-                        Ok(d) => d,
+                        Ok(d) => disabled = d,
                         Err(e) => {
                             warn!("ROLLBACK failed: {e}");
                             session = None;
-                            false
                         }
                     }
-                };
+                }
+                if f.counted {
+                    // The note goes out on the session's side connection, which a
+                    // broken working connection may have left alive; if it cannot be
+                    // written now, the next session writes it before receiving.
+                    let note = Note { keys: f.keys.clone(), error: truncate(&f.error.to_string(), 3000), fault };
+                    let written = match session.as_mut() {
+                        Some(s) => {
+                            write_note(s, &note).await.map_err(|e| warn!("cannot record the failure yet: {e}")).is_ok()
+                        }
+                        None => false,
+                    };
+                    if !written {
+                        pending = Some(note);
+                    }
+                }
                 if broken {
                     // Closing the session rolls back on the server.
                     session = None;
-                } else if let Some(s) = session.as_mut()
-                    && let Err(e) = s.note_failure(&f.keys, &truncate(&f.error.to_string(), 3000)).await
-                {
-                    warn!("cannot record the failure: {e}");
                 }
-                // A conversation ended by the other side meanwhile: take the whole group
-                // again at once, so its EndDialog or Error comes along and is handled.
-                let (delay, max) = if f.error.is_closed_conversation() {
-                    (Duration::ZERO, ctx.cfg.batch as i32)
-                } else {
-                    (ctx.retry.delay(f.attempt.max(1) as u32), 1)
+                let (delay, max) = match fault {
+                    // A conversation ended by the other side meanwhile: take the whole
+                    // group again at once, so its EndDialog or Error comes along.
+                    _ if f.error.is_closed_conversation() => (Duration::ZERO, ctx.cfg.batch as i32),
+                    // The environment's fault: the whole group again after a backoff
+                    // that grows with each such failure in a row, capped at
+                    // retry_max_delay_ms, for as long as it takes.
+                    Fault::Transient => {
+                        ctx.metrics.transient_failures.get_or_create(&ctx.label).inc();
+                        transient_streak += 1;
+                        ctx.waits.begin(group_id);
+                        (ctx.retry.delay(transient_streak), ctx.cfg.batch as i32)
+                    }
+                    // The message's fault: one message at a time, isolating the bad one.
+                    Fault::Message => (ctx.retry.delay(f.attempt.max(1) as u32), 1),
                 };
                 warn!(
                     attempt = f.attempt,
-                    retryable = f.error.is_retryable(),
+                    transient = fault == Fault::Transient,
                     retry_in_ms = delay.as_millis() as u64,
                     "group rolled back: {}",
                     f.error
@@ -235,9 +321,14 @@ async fn process_group<S: Session, T: Transport<Session = S>>(
     let keys: Vec<MessageKey> = msgs.iter().map(MessageKey::of).collect();
     let fail = |attempt: i32, keys: &[MessageKey]| {
         let keys = keys.to_vec();
-        move |error: HandlerError| Failure { attempt, keys, error }
+        move |error: HandlerError| Failure { attempt, keys, error, counted: true }
     };
-    let attempts = s.count_attempts(&ctx.name, &keys).await.map_err(|e| fail(1, &keys)(e.into()))?;
+    let attempts = s.count_attempts(&ctx.name, &keys).await.map_err(|e| Failure {
+        attempt: 0,
+        keys: keys.clone(),
+        error: e.into(),
+        counted: false,
+    })?;
     let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
     Span::current().record("attempt", attempt);
     let max = ctx.settings.max_attempts as i32;
@@ -272,12 +363,7 @@ async fn divert<S: Session, T: Transport<Session = S>>(
     minimal: bool,
 ) -> Result<u32, HandlerError> {
     let counts: HashMap<MessageKey, &Attempt> = attempts.iter().map(|a| (a.key, a)).collect();
-    let worst = attempts.iter().max_by_key(|a| a.attempts);
-    let failed = worst.map_or(0, |a| a.attempts - 1);
-    let last = worst
-        .and_then(|a| a.last_error.clone())
-        .unwrap_or_else(|| "no error recorded (the worker stopped while handling it)".into());
-    let reason = truncate(&format!("diverted after {failed} failed attempts: {last}"), 3000);
+    let reason = truncate(&attempts.iter().max_by_key(|a| a.attempts).map_or_else(String::new, diversion_reason), 3000);
     let mut handles: Vec<Uuid> = Vec::new();
     for m in msgs {
         if !handles.contains(&m.conversation_handle) {
@@ -313,4 +399,59 @@ async fn divert<S: Session, T: Transport<Session = S>>(
     let keys: Vec<MessageKey> = letters.iter().map(MessageKey::of).collect();
     s.forget_attempts(&keys).await?;
     Ok(letters.len() as u32)
+}
+
+/// Why a message is diverted, from what its counted attempts died of: the handler's
+/// last error, the worker stopping while handling it (killed, crashed, out of memory:
+/// no error could be noted), or both; transient failures, given back, are mentioned.
+pub(crate) fn diversion_reason(a: &Attempt) -> String {
+    let failed = a.attempts - 1;
+    let deaths = a.deaths();
+    let last = a.last_error.as_deref().unwrap_or("(no error recorded)");
+    let mut reason = if deaths == 0 {
+        format!("diverted after {failed} failed attempts: {last}")
+    } else if a.failures == 0 {
+        format!(
+            "diverted after {failed} failed attempts: each time the worker stopped while handling it \
+             (killed, crashed or out of memory)"
+        )
+    } else {
+        format!(
+            "diverted after {failed} failed attempts: {deaths} ended with the worker stopping while handling it \
+             (killed, crashed or out of memory); the last error of the others: {last}"
+        )
+    };
+    if a.transient_failures > 0 {
+        reason.push_str(&format!(" ({} transient failures besides, not counted)", a.transient_failures));
+    }
+    reason
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(attempts: i32, failures: i32, transient: i32, last: Option<&str>) -> Attempt {
+        Attempt {
+            key: MessageKey { conversation_handle: Uuid::nil(), sequence: 1 },
+            attempts,
+            last_error: last.map(str::to_owned),
+            failures,
+            transient_failures: transient,
+        }
+    }
+
+    #[test]
+    fn the_reason_says_what_the_counted_attempts_died_of() {
+        assert_eq!(
+            diversion_reason(&attempt(4, 3, 0, Some("the handler choked"))),
+            "diverted after 3 failed attempts: the handler choked"
+        );
+        let killed = diversion_reason(&attempt(4, 0, 0, None));
+        assert!(killed.contains("each time the worker stopped while handling it"), "{killed}");
+        let mixed = diversion_reason(&attempt(4, 1, 2, Some("bad value")));
+        assert!(mixed.starts_with("diverted after 3 failed attempts: 2 ended with the worker stopping"), "{mixed}");
+        assert!(mixed.contains("the last error of the others: bad value"), "{mixed}");
+        assert!(mixed.ends_with("(2 transient failures besides, not counted)"), "{mixed}");
+    }
 }

@@ -42,7 +42,7 @@ MOVE CONVERSATION @P1 TO @P2
 EXEC sbworker.tel_pogingen @queue = @P1, @sleutels = @P2
 
 -- name: note_failure
-EXEC sbworker.noteer_mislukking @sleutels = @P1, @fout = @P2
+EXEC sbworker.noteer_mislukking @sleutels = @P1, @fout = @P2, @tijdelijk = @P3
 
 -- name: forget_attempts
 EXEC sbworker.vergeet_pogingen @sleutels = @P1

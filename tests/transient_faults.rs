@@ -1,0 +1,263 @@
+//! Aimed faults: a transient failure (a session killed while it waits on a lock, a lock
+//! timeout, an injected deadlock at RECEIVE or COMMIT, a dropped connection) never moves
+//! a message toward diversion and never disables its queue; a worker that dies inside
+//! the same message's handler again and again does divert it. Every test ends with the
+//! end state: the answer is the calculation of the request, nothing is queued, no
+//! conversation is open, no attempt is left and nothing was set aside unless meant.
+
+use std::sync::Arc;
+
+use sbworker::broker::postgres::Session;
+use sbworker::contract::{Limits, decode_antwoord, encode_vraag, message_types};
+use sbworker::emulator::server::Faults;
+use sbworker::worker::RunOutcome;
+use uuid::Uuid;
+
+use crate::common::build::{dienst, maart, w};
+use crate::common::calc::*;
+use crate::emulator_tds::{emulator_with, tds_worker};
+
+/// A Vraag for dienstverband `dv` (a key no other test uses), period 7.
+fn vraag_for(dv: i32) -> Vec<u8> {
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("07:00", "15:30")])]);
+    v.id = Uuid::new_v4();
+    v.dienstverband.id = dv;
+    encode_vraag(&v).into_bytes()
+}
+
+/// A key of its own for each test.
+fn fresh_key() -> i32 {
+    static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(700_000);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The answer to `asked` is an Antwoord equal to the calculation of `body`; then the
+/// initiator ends its side and the end state is checked.
+async fn answered_correctly_and_all_clean(s: &mut Session, asked: Uuid, body: &[u8]) {
+    let got = collect(s, 1).await;
+    assert_eq!(got[0].conversation_handle, asked);
+    assert_eq!(got[0].message_type, message_types::ANTWOORD, "{}", String::from_utf8_lossy(&got[0].body));
+    let expected = calculation_handler().answer(body).expect("the request is valid");
+    let want = decode_antwoord(expected.as_bytes(), &Limits::default()).unwrap();
+    let have = decode_antwoord(&got[0].body, &Limits::default()).unwrap();
+    assert_eq!(have, want, "the stored answer is the calculation of the request");
+    end_all(s, [asked]).await;
+    the_end_state_is_clean(s, 0).await;
+}
+
+/// Nothing queued, no conversation open, no attempt left, `dead` messages set aside,
+/// both queues enabled.
+async fn the_end_state_is_clean(s: &Session, dead: i64) {
+    wait_until("every conversation is closed", || async {
+        count(s, "SELECT count(*) FROM sb.endpoint").await == 0
+            && count(s, "SELECT count(*) FROM sb.message").await == 0
+    })
+    .await;
+    assert_eq!(count(s, "SELECT count(*) FROM sbworker.message_attempt").await, 0);
+    assert_eq!(count(s, "SELECT count(*) FROM sbworker.dead_letter").await, dead);
+    assert_eq!(count(s, "SELECT count(*) FROM sb.queue WHERE NOT enabled").await, 0, "a queue was disabled");
+}
+
+/// Holds the row lock the calculation's version claim of key `dv` needs, in an open
+/// transaction of its own (dropping the session releases it).
+async fn hold_version_lock(url: &str, dv: i32) -> Session {
+    let holder = Session::open(url).await.unwrap();
+    holder
+        .client()
+        .execute(
+            "INSERT INTO sbworker.answered_version (dienstverband_id, periode_id, versie) VALUES ($1, 7, 0)",
+            &[&dv],
+        )
+        .await
+        .unwrap();
+    holder.client().batch_execute("BEGIN").await.unwrap();
+    holder
+        .client()
+        .execute(
+            "SELECT 1 FROM sbworker.answered_version WHERE dienstverband_id = $1 AND periode_id = 7 FOR UPDATE",
+            &[&dv],
+        )
+        .await
+        .unwrap();
+    holder
+}
+
+/// The backend (not `except`) that waits on a lock in this database, once there is one
+/// (polled every 20 ms, for at most 60 s).
+async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let rows = s
+            .client()
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(p) = rows.iter().map(|r| r.get::<_, i32>(0)).find(|p| !except.contains(p)) {
+            return p;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session waits on the lock");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_blocked_on_a_lock_whose_session_is_killed_five_times_is_answered_and_never_diverted() {
+    let (url, mut s) = calc_world().await;
+    let dv = fresh_key();
+    let holder = hold_version_lock(&url, dv).await;
+    let w = InProcess::start(&url, config(&url, ""), calc_handlers());
+    let body = vraag_for(dv);
+    let asked = ask(&mut s, &body).await;
+    // Five times: the worker's session waits on the lock, and is killed there.
+    let mut killed = Vec::new();
+    for _ in 0..5 {
+        let pid = lock_waiter(&s, &killed).await;
+        let ok: bool = s.client().query_one("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap().get(0);
+        assert!(ok);
+        killed.push(pid);
+    }
+    // The sixth try waits on the lock too: five failures did not divert the message.
+    lock_waiter(&s, &killed).await;
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    let (attempts, transient): (i32, i32) = {
+        let r = s
+            .client()
+            .query_one("SELECT attempts, transient_failures FROM sbworker.message_attempt", &[])
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((attempts, transient), (1, 5), "the current attempt counts; the five killed ones were given back");
+    drop(holder);
+    answered_correctly_and_all_clean(&mut s, asked, &body).await;
+    assert!(w.metric(&format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 5.0);
+    assert_eq!(w.metric(&format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_Q}\"}}")), 0.0);
+    assert_eq!(w.shutdown().await, RunOutcome::Drained);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_past_many_lock_timeouts_is_waited_out_and_never_diverted() {
+    let (url, mut s) = calc_world().await;
+    // The worker's sessions give up on a lock after 100 ms (SQL Server: 1222).
+    let worker_url = url.replace("lock_timeout=60s", "lock_timeout=100ms");
+    assert_ne!(worker_url, url);
+    let dv = fresh_key();
+    let holder = hold_version_lock(&url, dv).await;
+    let w = InProcess::start(&worker_url, config(&worker_url, ""), calc_handlers());
+    let body = vraag_for(dv);
+    let asked = ask(&mut s, &body).await;
+    // Far more lock timeouts than max_attempts (3), and than the broker's five.
+    wait_until("eight lock timeouts", || async {
+        count(&s, "SELECT coalesce(max(transient_failures), 0)::bigint FROM sbworker.message_attempt").await >= 8
+    })
+    .await;
+    let last: String =
+        s.client().query_one("SELECT last_transient_error FROM sbworker.message_attempt", &[]).await.unwrap().get(0);
+    assert!(last.contains("1222"), "{last}");
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    drop(holder);
+    answered_correctly_and_all_clean(&mut s, asked, &body).await;
+    assert_eq!(w.shutdown().await, RunOutcome::Drained);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_refuses_a_queue_whose_broker_poison_detection_is_on() {
+    let (url, s) = calc_world().await;
+    let transport = sbworker::broker::postgres::PostgresTransport::new(&url);
+    sbworker::worker::preflight(&transport, &config(&url, "")).await.expect("installed with it off");
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)")).await.unwrap();
+    let e = sbworker::worker::preflight(&transport, &config(&url, "")).await.unwrap_err().to_string();
+    assert!(e.contains("poison-message handling is on") && e.contains("p_poison_handling => false"), "{e}");
+    let allowed = config(&url, "").worker;
+    let mut cfg = config(&url, "");
+    cfg.worker = sbworker::config::WorkerSettings { allow_broker_poison_detection: true, ..allowed };
+    sbworker::worker::preflight(&transport, &cfg).await.expect("allowed by configuration");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_deadlock_at_every_receive_and_commit_for_many_rounds_leaves_the_queue_enabled() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    faults.set_receive_faults(Some(1), None, None);
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let body = vraag_for(fresh_key());
+    let asked = ask(&mut s, &body).await;
+    // Every RECEIVE that takes the message is a deadlock victim: well past five rounds.
+    wait_until("eight deadlocks at RECEIVE", || async { faults.injected() >= 8 }).await;
+    // Then every COMMIT of a transaction that received it.
+    faults.set_receive_faults(None, None, None);
+    faults.set_commit_deadlock_every(Some(1));
+    wait_until("eight deadlocks at COMMIT", || async { faults.injected() >= 16 }).await;
+    let rollbacks: i32 =
+        s.client().query_one("SELECT rollbacks FROM sb.message WHERE queue = $1", &[&REKEN_Q]).await.unwrap().get(0);
+    assert!(rollbacks >= 16, "each fault rolled the receive back: {rollbacks}");
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.queue WHERE NOT enabled").await, 0, "the queue stays enabled");
+    faults.clear();
+    answered_correctly_and_all_clean(&mut s, asked, &body).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    let text = metrics.encode();
+    assert_eq!(metric_in(&text, &format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_Q}\"}}")), 0.0);
+    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 8.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_deadlocks_lock_timeouts_and_dropped_connections_lose_nothing_and_divert_nothing() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    // About one RECEIVE in five meets one of the three.
+    faults.set_receive_faults(Some(13), Some(11), Some(7));
+    faults.set_commit_deadlock_every(Some(9));
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 2);
+    let mut asked = Vec::new();
+    for _ in 0..30 {
+        let body = vraag_for(fresh_key());
+        asked.push((ask(&mut s, &body).await, body));
+    }
+    let got = collect(&mut s, asked.len()).await;
+    assert!(faults.injected() >= 5, "{}", faults.injected());
+    for (h, body) in &asked {
+        let m = got.iter().find(|m| m.conversation_handle == *h).expect("every request answered");
+        assert_eq!(m.message_type, message_types::ANTWOORD);
+        let want = calculation_handler().answer(body).unwrap();
+        assert_eq!(
+            decode_antwoord(&m.body, &Limits::default()).unwrap(),
+            decode_antwoord(want.as_bytes(), &Limits::default()).unwrap()
+        );
+    }
+    assert_eq!(got.len(), asked.len(), "exactly one answer each");
+    faults.clear();
+    end_all(&mut s, asked.iter().map(|(h, _)| *h)).await;
+    the_end_state_is_clean(&s, 0).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_session_killed_while_blocked_on_a_lock_five_times_is_answered_and_never_diverted() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    // A request still running after 300 ms has its connection dropped (a killed session).
+    faults.set_drop_blocked_after(Some(std::time::Duration::from_millis(300)));
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let dv = fresh_key();
+    let holder = hold_version_lock(&url, dv).await;
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let body = vraag_for(dv);
+    let asked = ask(&mut s, &body).await;
+    wait_until("five blocked sessions dropped", || async { faults.injected() >= 5 }).await;
+    faults.clear();
+    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    drop(holder);
+    answered_correctly_and_all_clean(&mut s, asked, &body).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    let text = metrics.encode();
+    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 5.0, "{text}");
+}
