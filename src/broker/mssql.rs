@@ -244,7 +244,7 @@ pub fn quote_name(name: &str) -> Result<String, BrokerError> {
 }
 
 /// An ADO.NET connection string, read: what sbworker uses of it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Connection {
     pub host: String,
     pub port: u16,
@@ -255,6 +255,23 @@ pub struct Connection {
     pub trust_server_certificate: bool,
     pub application_name: String,
     pub command_timeout: Duration,
+}
+
+/// Debug output never shows the password.
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("database", &self.database)
+            .field("user", &self.user)
+            .field("password", &"***")
+            .field("encrypt", &self.encrypt)
+            .field("trust_server_certificate", &self.trust_server_certificate)
+            .field("application_name", &self.application_name)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
 }
 
 /// Why a connection string is not usable.
@@ -688,6 +705,8 @@ mod tests {
         assert!(Connection::parse("Server=h\\SQLEXPRESS;User Id=u").unwrap_err().0.contains("named instances"));
         assert!(Connection::parse("Server=h;Integrated Security=true").unwrap_err().0.contains("SQL authentication"));
         assert!(Connection::parse("Server=h;User Id=u;Encrypt=maybe").is_err());
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("p;w") && debug.contains("password: \"***\""), "{debug}");
     }
 
     #[test]
