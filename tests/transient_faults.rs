@@ -261,3 +261,96 @@ async fn over_tds_a_session_killed_while_blocked_on_a_lock_five_times_is_answere
     let text = metrics.encode();
     assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 5.0, "{text}");
 }
+
+/// A client on `url`, retrying the connection until the server accepts it again (for
+/// at most 60 s).
+async fn reconnect(url: &str) -> tokio_postgres::Client {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                if c.batch_execute("SELECT 1").await.is_ok() {
+                    return c;
+                }
+            }
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "the server did not come back: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_crash_restart_under_load_loses_nothing_and_diverts_nothing() {
+    use sbworker::demo::{self, edits, roster::Roster};
+    // A cluster of its own: the crash ends every session on it.
+    let cluster = sbworker::pg_cluster::Cluster::start(&[]).expect("a PostgreSQL cluster");
+    let url = cluster.create_database("crash").await.unwrap();
+    sbworker::broker::postgres::install_with(&url, true).await.unwrap();
+    let mut c = reconnect(&url).await;
+    let roster = Roster::generate(40, 5, false);
+    roster.load(&mut c).await.unwrap();
+    // Two worker processes, left running through the crash.
+    let dir = TempDir::new("crash-restart");
+    let mut workers = [
+        spawn_worker(&dir, &demo::worker_config_text(&url, 2)),
+        spawn_worker(&dir, &demo::worker_config_text(&url, 2)),
+    ];
+    // A planner edits; halfway, a backend is killed with SIGKILL: PostgreSQL ends every
+    // session and recovers from its WAL (restart_after_crash), as after a crash.
+    let all = edits::burst(&roster, 160, 9);
+    let mut planner = reconnect(&url).await;
+    let mut crashed = false;
+    let mut reconnects = 0;
+    for (i, e) in all.iter().enumerate() {
+        if i == all.len() / 2 {
+            let pid: i32 = planner
+                .query_one(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                     AND pid <> pg_backend_pid() AND datname = current_database() LIMIT 1",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            // SAFETY: signalling a backend of our own throwaway server.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            crashed = true;
+        }
+        // A planner whose session the crash ended edits again on a new one (an edit
+        // whose commit was lost is not in the roster either: both went together).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while let Err(err) = e.apply(&planner).await {
+            assert!(tokio::time::Instant::now() < deadline, "the edit never went through: {err}");
+            planner = reconnect(&url).await;
+            reconnects += 1;
+        }
+    }
+    assert!(crashed);
+    assert!(reconnects > 0, "the crash ended the planner's session too (every session ends)");
+    c = reconnect(&url).await;
+    wait_drained_or_panic(&c).await;
+    for w in &mut workers {
+        assert!(w.try_wait().unwrap().is_none(), "a worker process ended");
+    }
+    let verdict = sbworker::demo::check::verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", &verdict.problems[..verdict.problems.len().min(5)]);
+    assert_eq!((verdict.keys, verdict.latest, verdict.faulted.len()), (40, 40, 0));
+    let left: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM sbworker.dead_letter) + (SELECT count(*) FROM sb.message) \
+             + (SELECT count(*) FROM sbworker.message_attempt)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "nothing diverted, queued or left half-attempted");
+    for w in workers {
+        assert_eq!(stop_worker(w).await, Some(0));
+    }
+}
+
+async fn wait_drained_or_panic(c: &tokio_postgres::Client) {
+    sbworker::demo::check::wait_drained(c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
+}
