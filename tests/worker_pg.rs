@@ -399,6 +399,9 @@ impl Handler<Session> for PoisonedTwice {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_diverting_fails_too_the_message_is_still_set_aside_before_the_broker_disables_the_queue() {
     let (url, mut s) = calc_world().await;
+    // Where an operator keeps the broker's poison detection on (allowed by configuration),
+    // the worker still diverts within its four rollbacks.
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)")).await.unwrap();
     let w = InProcess::start(
         &url,
         config(&url, ""),
@@ -449,4 +452,41 @@ async fn dropped_connections_are_reopened_and_work_goes_on() {
     let got = collect(&mut s, 1).await;
     assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, message_types::ANTWOORD));
     w.finish().await;
+}
+
+/// Never finishes a group (its transaction stays open until the worker gives up on it).
+struct Stuck;
+
+impl Handler<Session> for Stuck {
+    fn handle<'a>(&'a self, _: &'a mut Session, _: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn divert_reply(&self, _: &Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_aborted_by_the_shutdown_is_given_back_not_counted() {
+    let (url, mut s) = calc_world().await;
+    let mut cfg = config(&url, "");
+    cfg.worker.shutdown_grace_ms = 100;
+    let w = InProcess::start(&url, cfg, Handlers::default().with("loonfactor-berekening", Arc::new(Stuck)));
+    ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    wait_until("the attempt is counted", || async {
+        count(&s, "SELECT count(*) FROM sbworker.message_attempt WHERE attempts = 1").await == 1
+    })
+    .await;
+    // The grace period runs out with the group in flight: the worker aborts it.
+    assert!(matches!(w.shutdown().await, RunOutcome::Aborted { .. }));
+    let r = s
+        .client()
+        .query_one("SELECT attempts, transient_failures, last_transient_error FROM sbworker.message_attempt", &[])
+        .await
+        .unwrap();
+    let (attempts, transient, why): (i32, i32, String) = (r.get(0), r.get(1), r.get(2));
+    assert_eq!((attempts, transient), (0, 1), "the interrupted attempt was given back");
+    assert!(why.contains("interrupted by the worker's shutdown"), "{why}");
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 1, "the message is still queued");
 }

@@ -17,6 +17,7 @@ pub mod metrics;
 mod queue;
 mod reader;
 pub mod retry;
+mod unfinished;
 mod waits;
 
 use std::sync::Arc;
@@ -114,6 +115,8 @@ pub(crate) struct QueueCtx<T: Transport> {
     pub busy: AtomicU32,
     /// Groups waiting to be retried after transient failures.
     pub waits: waits::TransientWaits,
+    /// Attempts and notes a stopping worker still owes the counts.
+    pub unfinished: unfinished::Unfinished,
     pub hooks: Arc<HookState>,
 }
 
@@ -159,6 +162,29 @@ pub async fn preflight<T: Transport>(transport: &T, config: &Config) -> Result<(
     Ok(())
 }
 
+/// Writes what the stopped readers still owed the attempt counts (groups a shutdown
+/// aborted, notes not yet written) as transient failures, on a session of its own,
+/// within a few seconds; what cannot be written is logged (those attempts keep counting).
+async fn settle_unfinished<T: Transport>(transport: &T, queues: &[Arc<QueueCtx<T>>]) {
+    use crate::transport::Session;
+    let owed: Vec<unfinished::Note> = queues.iter().flat_map(|q| q.unfinished.take()).collect();
+    if owed.is_empty() {
+        return;
+    }
+    let write = async {
+        let mut s = transport.open().await?;
+        for (keys, error, fault) in &owed {
+            s.note_failure(keys, error, *fault).await?;
+        }
+        Ok::<(), crate::broker::BrokerError>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), write).await {
+        Ok(Ok(())) => info!(groups = owed.len(), "attempts interrupted by the shutdown were given back"),
+        Ok(Err(e)) => warn!(groups = owed.len(), "cannot give back the attempts the shutdown interrupted: {e}"),
+        Err(_) => warn!(groups = owed.len(), "cannot give back the attempts the shutdown interrupted: timed out"),
+    }
+}
+
 /// Runs the worker until the first message on `signals` or its closing (stop receiving,
 /// finish the groups in flight, up to `worker.shutdown_grace_ms`); then a second
 /// message or the deadline aborts what is left (rolled back: nothing is lost).
@@ -196,6 +222,7 @@ pub async fn run<T: Transport>(
             readers: AtomicU32::new(0),
             busy: AtomicU32::new(0),
             waits: waits::TransientWaits::default(),
+            unfinished: unfinished::Unfinished::default(),
             hooks: hooks.clone(),
         }));
     }
@@ -238,6 +265,7 @@ pub async fn run<T: Transport>(
     } else {
         info!("stopped: every group in flight was committed");
     }
+    settle_unfinished(transport.as_ref(), &queues).await;
     let _ = http_stop_tx.send(true);
     if let Some(h) = http {
         let _ = h.await;

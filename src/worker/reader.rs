@@ -105,10 +105,16 @@ async fn connect<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> Option<T::
 pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop: Stop) -> ReaderExit {
     // A task of its own: the supervisor's span does not carry over, so name the queue.
     let span = info_span!("reader", queue = %ctx.name, reader = id);
-    read_loop(&ctx, &mut stop).instrument(span).await
+    let mut pending: Option<Note> = None;
+    let exit = read_loop(&ctx, &mut stop, &mut pending).instrument(span).await;
+    if let Some(n) = pending {
+        // Written by the worker once its readers are gone.
+        ctx.unfinished.keep((n.keys, n.error, n.fault));
+    }
+    exit
 }
 
-async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderExit {
+async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &mut Option<Note>) -> ReaderExit {
     let idle_exit = Duration::from_millis(ctx.settings.idle_exit_ms);
     let mut session: Option<T::Session> = None;
     // After a failure: the group to try again, when, and how many messages to take
@@ -117,7 +123,6 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
     // Transient failures in a row: of the group being retried, and of RECEIVE itself.
     let mut transient_streak = 0u32;
     let mut receive_streak = 0u32;
-    let mut pending: Option<Note> = None;
     let mut last_work = Instant::now();
     debug!("reader started");
     loop {
@@ -136,7 +141,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
             // given back before its message is counted once more.
             if let Err(e) = write_note(s, &note).await {
                 warn!("cannot record the last failure yet; reconnecting: {e}");
-                pending = Some(note);
+                *pending = Some(note);
                 session = None;
                 receive_streak += 1;
                 if sleep_or_stop(ctx.retry.delay(receive_streak), stop).await {
@@ -268,7 +273,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> ReaderEx
                         None => false,
                     };
                     if !written {
-                        pending = Some(note);
+                        *pending = Some(note);
                     }
                 }
                 if broken {
@@ -313,6 +318,20 @@ fn truncate(s: &str, max_chars: usize) -> String {
 
 /// Inside the open transaction: count the attempt, handle or divert, commit.
 async fn process_group<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    stop: &mut Stop,
+) -> Result<Done, Failure> {
+    // Registered until the transaction is over: a shutdown that aborts it leaves the
+    // registration, and the worker gives the attempt back (docs/retries.md).
+    let token = ctx.unfinished.begin(msgs.iter().map(MessageKey::of).collect());
+    let result = attempt_group(ctx, s, msgs, stop).await;
+    ctx.unfinished.end(token);
+    result
+}
+
+async fn attempt_group<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
     msgs: &[Message],
