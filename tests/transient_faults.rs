@@ -147,9 +147,19 @@ async fn a_lock_held_past_many_lock_timeouts_is_waited_out_and_never_diverted() 
     assert_ne!(worker_url, url);
     let dv = fresh_key();
     let holder = hold_version_lock(&url, dv).await;
-    let w = InProcess::start(&worker_url, config(&worker_url, ""), calc_handlers());
+    let mut cfg = config(&worker_url, "");
+    cfg.worker.transient_alert_ms = 300;
+    cfg.worker.scale_interval_ms = 50;
+    let w = InProcess::start(&worker_url, cfg, calc_handlers());
     let body = vraag_for(dv);
     let asked = ask(&mut s, &body).await;
+    // The wait shows: a group waiting on transient failures, and past the alert
+    // threshold /readyz says so.
+    wait_until("readiness names the long wait", || async {
+        w.metrics.readiness().is_err_and(|e| e.contains("groups retried on transient failures"))
+            && w.metric(&format!("sbworker_groups_waiting_transient{{queue=\"{REKEN_Q}\"}}")) == 1.0
+    })
+    .await;
     // Far more lock timeouts than max_attempts (3), and than the broker's five.
     wait_until("eight lock timeouts", || async {
         count(&s, "SELECT coalesce(max(transient_failures), 0)::bigint FROM sbworker.message_attempt").await >= 8
@@ -161,6 +171,7 @@ async fn a_lock_held_past_many_lock_timeouts_is_waited_out_and_never_diverted() 
     assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
     drop(holder);
     answered_correctly_and_all_clean(&mut s, asked, &body).await;
+    wait_until("ready again once the group is answered", || async { w.metrics.readiness().is_ok() }).await;
     assert_eq!(w.shutdown().await, RunOutcome::Drained);
 }
 

@@ -67,7 +67,11 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                     m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
                 }
                 _ = tick.tick() => {
-                    let (waiting, oldest) = ctx.waits.snapshot();
+                    // A group retried on transient failures fails again within the
+                    // longest backoff and a wait for its lock; longer is no longer waiting.
+                    let stale = Duration::from_millis(2 * ctx.settings.retry_max_delay_ms + ctx.cfg.wait_ms)
+                        + Duration::from_secs(5);
+                    let (waiting, oldest) = ctx.waits.snapshot(stale);
                     let alert = oldest >= Duration::from_millis(ctx.settings.transient_alert_ms);
                     if alert {
                         warn!(waiting, oldest_s = oldest.as_secs(), "groups retried on transient failures for long");

@@ -202,10 +202,9 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
         };
         receive_streak = 0;
         if msgs.is_empty() {
-            if let Some(g) = group {
-                // The group being retried is gone (answered elsewhere) or held by
-                // another reader: nothing waits here any more.
-                ctx.waits.end(g);
+            if group.is_some() {
+                // The group being retried is held by another reader (its wait goes on
+                // there) or was answered elsewhere.
                 transient_streak = 0;
             }
             if s.commit().await.is_err() {
@@ -294,7 +293,10 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                         (ctx.retry.delay(transient_streak), ctx.cfg.batch as i32)
                     }
                     // The message's fault: one message at a time, isolating the bad one.
-                    Fault::Message => (ctx.retry.delay(f.attempt.max(1) as u32), 1),
+                    Fault::Message => {
+                        ctx.waits.end(group_id);
+                        (ctx.retry.delay(f.attempt.max(1) as u32), 1)
+                    }
                 };
                 warn!(
                     attempt = f.attempt,
