@@ -325,40 +325,43 @@ async fn process_group<S: Session, T: Transport<Session = S>>(
     msgs: &[Message],
     stop: &mut Stop,
 ) -> Result<Done, Failure> {
-    // Registered until the transaction is over: a shutdown that aborts it leaves the
-    // registration, and the worker gives the attempt back (docs/retries.md).
-    let token = ctx.unfinished.begin(msgs.iter().map(MessageKey::of).collect());
-    let result = attempt_group(ctx, s, msgs, stop).await;
-    ctx.unfinished.end(token);
-    result
-}
-
-async fn attempt_group<S: Session, T: Transport<Session = S>>(
-    ctx: &QueueCtx<T>,
-    s: &mut S,
-    msgs: &[Message],
-    stop: &mut Stop,
-) -> Result<Done, Failure> {
     let keys: Vec<MessageKey> = msgs.iter().map(MessageKey::of).collect();
-    let fail = |attempt: i32, keys: &[MessageKey]| {
-        let keys = keys.to_vec();
-        move |error: HandlerError| Failure { attempt, keys, error, counted: true }
-    };
     let attempts = s.count_attempts(&ctx.name, &keys).await.map_err(|e| Failure {
         attempt: 0,
         keys: keys.clone(),
         error: e.into(),
         counted: false,
     })?;
+    // Registered from the count until the transaction is over: a shutdown that aborts
+    // it leaves the registration, and the worker gives the attempt back.
+    let token = ctx.unfinished.begin(keys.clone());
+    let result = attempt_group(ctx, s, msgs, &keys, &attempts, stop).await;
+    ctx.unfinished.end(token);
+    result
+}
+
+/// The counted attempt: handle (or divert) and commit.
+async fn attempt_group<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    keys: &[MessageKey],
+    attempts: &[Attempt],
+    stop: &mut Stop,
+) -> Result<Done, Failure> {
+    let fail = |attempt: i32, keys: &[MessageKey]| {
+        let keys = keys.to_vec();
+        move |error: HandlerError| Failure { attempt, keys, error, counted: true }
+    };
     let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
     Span::current().record("attempt", attempt);
     let max = ctx.settings.max_attempts as i32;
     let done = if attempt > max {
-        let n = divert(ctx, s, msgs, &attempts, attempt > max + 1).await.map_err(fail(attempt, &keys))?;
+        let n = divert(ctx, s, msgs, attempts, attempt > max + 1).await.map_err(fail(attempt, keys))?;
         Done::Diverted(n)
     } else {
-        let handled = ctx.handler.handle(s, msgs).await.map_err(fail(attempt, &keys))?;
-        s.forget_attempts(&keys).await.map_err(|e| fail(attempt, &keys)(e.into()))?;
+        let handled = ctx.handler.handle(s, msgs).await.map_err(fail(attempt, keys))?;
+        s.forget_attempts(keys).await.map_err(|e| fail(attempt, keys)(e.into()))?;
         Done::Handled(handled)
     };
     if ctx.hooks.take_pause() {
@@ -366,7 +369,7 @@ async fn attempt_group<S: Session, T: Transport<Session = S>>(
         stop.stopped().await;
         info!("test hook: resumed");
     }
-    s.commit().await.map_err(|e| fail(attempt, &keys)(e.into()))?;
+    s.commit().await.map_err(|e| fail(attempt, keys)(e.into()))?;
     Ok(done)
 }
 
