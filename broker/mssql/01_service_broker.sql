@@ -1,6 +1,7 @@
 -- sbworker on SQL Server, script 01: message types, contract, queues and services of
--- the calculation dialog (seed 004, listing 5). Poison-message handling stays ON: the
--- worker diverts a failing message after 3 attempts, before the broker's 5.
+-- the calculation dialog (seed 004, listing 5). Poison-message handling is OFF on both
+-- queues: sbworker's attempt accounting is the poison rule (docs/retries.md). A queue
+-- the broker already disabled stays disabled: re-enabling it is an operator's step.
 
 :setvar Database Payroll
 :setvar WorkerUser sbworker

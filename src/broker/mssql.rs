@@ -561,8 +561,8 @@ impl transport::Session for MssqlSession {
                     key: MessageKey { conversation_handle: r.get::<Uuid, _>(0)?, sequence: r.get::<i64, _>(1)? },
                     attempts: r.get::<i32, _>(2)?,
                     last_error: r.get::<&str, _>(3).map(str::to_owned),
-                    failures: r.get::<i32, _>(4).unwrap_or(0),
-                    transient_failures: r.get::<i32, _>(5).unwrap_or(0),
+                    failures: r.try_get::<i32, _>(4).ok().flatten().unwrap_or(0),
+                    transient_failures: r.try_get::<i32, _>(5).ok().flatten().unwrap_or(0),
                 })
             })
             .collect())
@@ -624,7 +624,8 @@ impl transport::Session for MssqlSession {
         Ok(QueueState {
             enabled: r.get::<bool, _>(0).unwrap_or(false),
             messages: r.get::<i64, _>(1).unwrap_or(0),
-            poison_handling: r.get::<bool, _>(2).unwrap_or(true),
+            // An older wachtrij_status has no such column: assume the broker's default (on).
+            poison_handling: r.try_get::<bool, _>(2).ok().flatten().unwrap_or(true),
         })
     }
 }
