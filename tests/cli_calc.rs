@@ -106,3 +106,44 @@ fn size_limit_and_unreadable_input_and_bad_tables() {
     assert!(why.contains("cao[0] (ZKH).versie[0].vensters[0]: pct 220 is not between 1 and 100"), "{why}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn characters_xml_does_not_allow_get_a_well_formed_fout() {
+    let body = std::fs::read_to_string(root().join("schemas/examples/valid/vraag-voorbeeld1.xml")).unwrap();
+    let utf16 =
+        |s: &str| -> Vec<u8> { [0xFF, 0xFE].into_iter().chain(s.encode_utf16().flat_map(u16::to_le_bytes)).collect() };
+    // (the body, the reason, what stderr says)
+    let cases = [
+        (
+            body.replace("<Naam>CAO Ziekenhuizen</Naam>", "<Naam>CAO\u{1}Ziekenhuizen</Naam>").into_bytes(),
+            Reden::InvalidValue,
+            "Dienstverband/Cao/Naam: holds U+0001, a character XML 1.0 does not allow (line 7, column 16)",
+        ),
+        (
+            utf16(&body.replace("Code=\"L\"", "Code=\"L\u{0}\"")),
+            Reden::InvalidValue,
+            "Diensten/Dienst[1]/Tijdblok[1]/DienstType/@Code: holds U+0000",
+        ),
+        (
+            body.replace("<Naam>CAO Ziekenhuizen</Naam>", "<Naam>CAO &#xFFFF;</Naam>").into_bytes(),
+            Reden::InvalidValue,
+            "Dienstverband/Cao/Naam: holds U+FFFF (as the character reference '&#xFFFF;')",
+        ),
+        // A message that quotes the input (quick-xml names the end tag it found): the
+        // character is written as its escape.
+        (body.replace("</Naam>", "</Naam\u{1F}>").into_bytes(), Reden::MalformedXml, "Naam\\u{1f}"),
+    ];
+    let mut fouts = Vec::new();
+    for (input, reden, says) in cases {
+        let out = calc(&["-"], Some(&input));
+        let why = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{why}");
+        let f = contract::decode_fout(&out.stdout, &Limits::default()).unwrap_or_else(|e| panic!("{e}: {why}"));
+        assert_eq!(f.reden, reden, "{why}");
+        assert!(f.error_message.contains(says), "{f:?}");
+        assert!(why.contains(says) && !why.contains(|c: char| c.is_control() && c != '\n'), "{why:?}");
+        fouts.push(out.stdout);
+    }
+    let docs: Vec<&[u8]> = fouts.iter().map(Vec::as_slice).collect();
+    crate::contract_props::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
+}

@@ -197,3 +197,110 @@ fn errors_point_at_the_element_past_the_indentation_and_text_keeps_its_white_spa
     let v = contract::decode_vraag(spaced.as_bytes(), &Limits::default()).unwrap();
     assert_eq!(v.dienstverband.cao.naam, "\n  CAO Ziekenhuizen ");
 }
+
+/// The characters XML 1.0 does not allow that a string can hold.
+fn forbidden() -> Vec<char> {
+    crate::contract_props::forbidden_chars()
+}
+
+/// `text` with `from` replaced once by `to`; and the 1-based line and column where `to`
+/// begins plus `offset` characters.
+fn put(text: &str, from: &str, to: &str, offset: usize) -> (String, (Option<u32>, Option<u32>)) {
+    assert!(text.contains(from), "{from}");
+    let bad = text.replacen(from, to, 1);
+    let (line, col) = line_col(&bad, to);
+    (bad, (line, col.map(|c| c + offset as u32)))
+}
+
+#[test]
+fn characters_xml_does_not_allow_are_refused_raw_and_as_references_in_utf8_and_utf16() {
+    let body = example("vraag-voorbeeld1.xml");
+    const NAAM: &str = "<Naam>CAO Ziekenhuizen</Naam>";
+    const CODE: &str = "<DienstType Code=\"L\"";
+    const SOORT: &str = "<Soort>FT</Soort>";
+    let mut fouts = Vec::new();
+    let mut check = |bad: &str, reden: Reden, path: &str, at: (Option<u32>, Option<u32>), what: &str| {
+        let le16: Vec<u8> = [0xFF, 0xFE].into_iter().chain(bad.encode_utf16().flat_map(u16::to_le_bytes)).collect();
+        let be16: Vec<u8> = [0xFE, 0xFF].into_iter().chain(bad.encode_utf16().flat_map(u16::to_be_bytes)).collect();
+        for (enc, bytes) in [("UTF-8", bad.as_bytes()), ("UTF-16LE", &le16), ("UTF-16BE", &be16)] {
+            let err = contract::decode_vraag(bytes, &Limits::default()).unwrap_err();
+            assert_eq!((err.reden, err.path.as_str()), (reden, path), "{what} ({enc}): {err}");
+            assert_eq!((err.line, err.column), at, "{what} ({enc}): {err}");
+            let fout = err.to_fout();
+            assert_eq!(fout.reden, reden, "{what} ({enc})");
+            // The Id is read with the root's attributes: known after them.
+            assert_eq!(fout.vraag_id.is_some(), !path.starts_with('@'), "{what} ({enc})");
+            fouts.push(contract::encode_fout(&fout));
+        }
+    };
+    // Raw, in a text, in an attribute value (invalid-value, at the character) and in
+    // markup (malformed-xml, at the character).
+    for c in forbidden() {
+        let what = format!("U+{:04X}", u32::from(c));
+        let (bad, at) = put(&body, NAAM, &format!("<Naam>CAO {c}Ziekenhuizen</Naam>"), 10);
+        check(&bad, Reden::InvalidValue, "Dienstverband/Cao/Naam", at, &format!("{what} in a text"));
+        let (bad, at) = put(&body, CODE, &format!("<DienstType Code=\"L{c}\""), 19);
+        let path = "Diensten/Dienst[1]/Tijdblok[1]/DienstType/@Code";
+        check(&bad, Reden::InvalidValue, path, at, &format!("{what} in an attribute"));
+        let (bad, at) = put(&body, SOORT, &format!("<Soort{c}>FT</Soort{c}>"), 6);
+        check(&bad, Reden::MalformedXml, "Dienstverband", at, &format!("{what} in a name"));
+        let (bad, at) = put(&body, SOORT, &format!("<!-- {c} -->{SOORT}"), 5);
+        check(&bad, Reden::MalformedXml, "Dienstverband", at, &format!("{what} in a comment"));
+    }
+    // As a character reference, decimal and hexadecimal: also those that stand for no
+    // character at all (0, surrogates, past U+10FFFF). Errors point at the reference in
+    // a text, at the element for an attribute.
+    let numbers = forbidden().into_iter().map(u32::from).chain([0xD800, 0xDBFF, 0xDC00, 0xDFFF, 0x110000]);
+    for n in numbers {
+        for r in [format!("&#{n};"), format!("&#x{n:X};")] {
+            let (bad, at) = put(&body, NAAM, &format!("<Naam>CAO {r}Ziekenhuizen</Naam>"), 10);
+            check(&bad, Reden::InvalidValue, "Dienstverband/Cao/Naam", at, &format!("{r} in a text"));
+            let (bad, at) = put(&body, CODE, &format!("<DienstType Code=\"L{r}\""), 0);
+            let path = "Diensten/Dienst[1]/Tijdblok[1]/DienstType/@Code";
+            check(&bad, Reden::InvalidValue, path, at, &format!("{r} in an attribute"));
+        }
+    }
+    // In namespace declarations and in the attributes the contract ignores (xsi:): the
+    // same, named by their qualified name.
+    const ROOT: &str = "Versie=\"1\"";
+    const DV: &str = "<Dienstverband Id=\"3062\"";
+    const XSI: &str = "xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"";
+    for (from, to, path) in [
+        (ROOT, format!("{ROOT} xmlns:x=\"urn:\u{1}\""), "@xmlns:x"),
+        (DV, format!("{DV} xmlns:x=\"urn:\u{1}\""), "Dienstverband/@xmlns:x"),
+        (ROOT, format!("{ROOT} {XSI} xsi:type=\"t\u{1}\""), "@xsi:type"),
+        (ROOT, format!("{ROOT} {XSI} xsi:type=\"t&#1;\""), "@xsi:type"),
+    ] {
+        let (bad, at) = match to.find('\u{1}') {
+            Some(i) => put(&body, from, &to, to[..i].chars().count()),
+            // A reference in an attribute: at the element.
+            None => {
+                let bad = body.replacen(from, &to, 1);
+                let at = line_col(&bad, "<LoonfactorBerekeningVraag");
+                (bad, at)
+            }
+        };
+        check(&bad, Reden::InvalidValue, path, at, &to);
+    }
+    // Every Fout is valid (one xmllint process for all of them).
+    let docs: Vec<&[u8]> = fouts.iter().map(|f| f.as_bytes()).collect();
+    crate::contract_props::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
+
+    // An unpaired surrogate is no character in UTF-16 at all: the body is not UTF-16.
+    let mut units: Vec<u16> = body.encode_utf16().collect();
+    let at = body.find("CAO Ziekenhuizen").unwrap();
+    units.insert(body[..at].encode_utf16().count(), 0xD800);
+    let le16: Vec<u8> = [0xFF, 0xFE].into_iter().chain(units.iter().flat_map(|u| u.to_le_bytes())).collect();
+    assert_eq!(contract::decode_vraag(&le16, &Limits::default()).unwrap_err().reden, Reden::BadEncoding);
+
+    // What XML does allow, next to what it does not, raw and as references, is kept.
+    let allowed = "\t\u{7F}\u{85}\u{D7FF}\u{E000}\u{FFFD}\u{10000}\u{10FFFF}";
+    let refs = "&#9;&#xA;&#xD;&#x7F;&#xD7FF;&#xE000;&#xFFFD;&#x10000;&#x10FFFF;";
+    let good = body
+        .replace(NAAM, &format!("<Naam>{allowed}{refs}</Naam>"))
+        .replace(CODE, &format!("<DienstType Code=\"L{refs}\""));
+    let v = contract::decode_vraag(good.as_bytes(), &Limits::default()).unwrap();
+    let from_refs = "\t\n\r\u{7F}\u{D7FF}\u{E000}\u{FFFD}\u{10000}\u{10FFFF}";
+    assert_eq!(v.dienstverband.cao.naam, format!("{allowed}{from_refs}"));
+    assert_eq!(v.diensten.dienst[0].tijdblokken[0].dienst_type.code, format!("L{from_refs}").as_str());
+}

@@ -1,6 +1,7 @@
 //! Property tests of the codec: model → XML → model is the identity, arbitrary or
-//! mutated bytes never panic the decoder, and whatever the encoder writes is valid
-//! against its XSD.
+//! mutated bytes never panic the decoder, whatever the encoder writes is valid against
+//! its XSD, and well-formed XML whatever strings it is given (xmllint, a third-party
+//! parser, is the judge).
 
 use chrono::NaiveDate;
 use proptest::prelude::*;
@@ -10,6 +11,58 @@ use sbworker::contract::*;
 use uuid::Uuid;
 
 use crate::common::{root, xmllint, xsd};
+
+/// Checks many documents with one xmllint process: well-formedness only, or validity
+/// against `schema`. Returns xmllint's complaint (naming the document) on failure.
+pub fn xmllint_all(schema: Option<&std::path::Path>, docs: &[&[u8]]) -> Result<(), String> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("sbworker-xmllint-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<std::path::PathBuf> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let f = dir.join(format!("doc{i}.xml"));
+            std::fs::write(&f, d).unwrap();
+            f
+        })
+        .collect();
+    let mut cmd = std::process::Command::new("xmllint");
+    cmd.args(["--noout", "--nonet"]);
+    if let Some(x) = schema {
+        cmd.arg("--schema").arg(x);
+    }
+    let out = cmd.args(&files).output().expect("xmllint must be installed (Debian package libxml2-utils)");
+    std::fs::remove_dir_all(&dir).unwrap();
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+}
+
+/// The characters XML 1.0 does not allow that a Rust string can hold: the C0 controls
+/// but tab, LF and CR, and U+FFFE, U+FFFF.
+pub fn forbidden_chars() -> Vec<char> {
+    (0u32..0x20).filter(|c| !matches!(c, 0x9 | 0xA | 0xD)).chain([0xFFFE, 0xFFFF]).filter_map(char::from_u32).collect()
+}
+
+/// `s` as the encoder and the Fout write it: each character XML does not allow as its
+/// escape (`\u{1}`).
+fn replaced(s: &str) -> String {
+    let bad = forbidden_chars();
+    s.chars().map(|c| if bad.contains(&c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
+/// Any string, with the characters XML does not allow and those it escapes often.
+fn any_text(max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => any::<char>(),
+            3 => prop::sample::select(forbidden_chars()),
+            2 => prop::sample::select(vec!['&', '<', '>', '"', '\'', '\r', '\n', '\t', ']', ' ']),
+        ],
+        0..max,
+    )
+    .prop_map(|v| v.into_iter().collect())
+}
 
 fn date() -> impl Strategy<Value = NaiveDate> {
     (0i64..60_000).prop_map(|d| NaiveDate::from_ymd_opt(1950, 1, 1).unwrap() + chrono::Days::new(d as u64))
@@ -189,4 +242,67 @@ proptest! {
         let xv = encode_vraag(&v);
         prop_assert!(xmllint(&xsd("LoonfactorBerekeningVraag"), xv.as_bytes()).is_ok(), "{}", xv);
     }
+}
+
+proptest! {
+    // One xmllint process per case, for three documents.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every string the encoder writes, as text or as an attribute value, with any
+    /// characters at all: the documents are well-formed, and the Fout's message reads
+    /// back with the characters XML does not allow replaced.
+    #[test]
+    fn what_the_encoder_writes_is_well_formed_whatever_the_strings(
+        a in antwoord(), f in fout(), v in vraag(),
+        s in prop::collection::vec(any_text(40), 9),
+    ) {
+        let mut a = a;
+        if a.mutaties.is_empty() {
+            a.mutaties.push(VariabeleMutatie { dienstverband_id: 1, kaart_soort: 1, loonfactor_code: String::new(), periode_id: 1, waarde: Decimal::ONE, kosten_plaats_id: None, kosten_soort_id: None });
+        }
+        a.mutaties[0].loonfactor_code = s[0].clone();
+        a.waarschuwingen.push(Waarschuwing { code: s[1].as_str().into(), datum: None, tekst: s[2].clone() });
+        let mut f = f;
+        f.error_procedure = s[3].clone();
+        f.error_message = s[4].clone();
+        let mut v = v;
+        v.dienstverband.cao.code = s[5].as_str().into();
+        v.dienstverband.cao.naam = s[6].clone();
+        v.dienstverband.soort = s[7].as_str().into();
+        v.diensten.dienst.push(Dienst { datum: v.periode.begin, tijdblokken: vec![Tijdblok {
+            begin: ClockTime::from_hm(7, 0).unwrap(), einde: ClockTime::from_hm(8, 0).unwrap(), is_ziek: false,
+            dienst_type: DienstType { code: s[8].as_str().into(), telt_mee_in_gewerkte_uren: true },
+        }] });
+        let (xa, xf, xv) = (encode_antwoord(&a), encode_fout(&f), encode_vraag(&v));
+        let lint = xmllint_all(None, &[xa.as_bytes(), xf.as_bytes(), xv.as_bytes()]);
+        prop_assert!(lint.is_ok(), "{}\n{:?}\n{:?}\n{:?}", lint.unwrap_err(), xa, xf, xv);
+        let back = decode_fout(xf.as_bytes(), &Limits::default()).unwrap();
+        prop_assert_eq!(back.error_message, replaced(&f.error_message));
+        prop_assert_eq!(back.error_procedure, replaced(&f.error_procedure));
+        // A Fout built by `fout_for` holds the replaced message already: it reads back equal.
+        let built = fout_for(f.reden, f.error_message.clone(), None, None);
+        prop_assert_eq!(&built.error_message, &replaced(&f.error_message));
+        prop_assert_eq!(decode_fout(encode_fout(&built).as_bytes(), &Limits::default()).unwrap(), built);
+    }
+}
+
+/// The judge above can fail: xmllint refuses each character XML does not allow, raw and
+/// as a reference, in text and in an attribute value (one process: it names each
+/// document it refuses).
+#[test]
+fn xmllint_refuses_what_xml_does_not_allow() {
+    let mut docs = Vec::new();
+    for c in forbidden_chars() {
+        docs.push(format!("<a>x{c}y</a>"));
+        docs.push(format!("<a b=\"x{c}y\"/>"));
+        docs.push(format!("<a>&#{};</a>", u32::from(c)));
+        docs.push(format!("<a b=\"&#x{:X};\"/>", u32::from(c)));
+    }
+    docs.push("<a>&#xD800;</a>".to_owned());
+    let bytes: Vec<&[u8]> = docs.iter().map(|d| d.as_bytes()).collect();
+    let complaint = xmllint_all(None, &bytes).expect_err("xmllint accepted them all");
+    for (i, d) in docs.iter().enumerate() {
+        assert!(complaint.contains(&format!("/doc{i}.xml:")), "xmllint accepted {d:?}:\n{complaint}");
+    }
+    assert!(xmllint_all(None, &[b"<a b=\"&#9;\">\t\r\n&#xD;\xEF\xBF\xBD</a>"]).is_ok());
 }

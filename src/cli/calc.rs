@@ -23,7 +23,7 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> std::io::Result<Outcome> {
-    let (fout, reason) = match contract::decode_vraag(input, limits) {
+    let fout = match contract::decode_vraag(input, limits) {
         Ok(v) => match engine::calculate(&v, tables, explain) {
             Ok(calc) => {
                 if let Some(e) = &calc.explanation {
@@ -33,12 +33,14 @@ pub fn run(
                 writeln!(out, "{xml}")?;
                 return Ok(Outcome::Antwoord);
             }
-            Err(e) => (e.to_fout(Some(v.id)), format!("{e} ({})", e.reden)),
+            Err(e) => e.to_fout(Some(v.id)),
         },
-        Err(e) => (e.to_fout(), format!("{e} ({})", e.reden)),
+        Err(e) => e.to_fout(),
     };
     writeln!(out, "{}", contract::encode_fout(&fout))?;
-    writeln!(err, "sbworker calc: {reason}")?;
+    // The Fout's message is the error's, with any character XML does not allow (quoted
+    // from the input) replaced: no raw control character reaches the terminal either.
+    writeln!(err, "sbworker calc: {} ({})", fout.error_message, fout.reden)?;
     Ok(Outcome::Fout)
 }
 

@@ -5,6 +5,17 @@
 //! element-only content, no DOCTYPE, a bounded depth. It tracks namespace declarations
 //! itself and keeps the element path, so that every error names where it happened,
 //! with line and column.
+//!
+//! Characters XML 1.0 does not allow (see `chars`) are found by one scan of the whole
+//! text when the cursor is made; only a body that has one pays for more. The reason
+//! code follows what the codes mean (README, "Reden"): such a character in an
+//! element's text or in an attribute value is `invalid-value` (the value is outside
+//! `xs:string`, whose value space is XML's `Char`s; the error names the value and the
+//! character's line and column); anywhere else (a name, a comment, a PI, between
+//! elements) the document is not well-formed: `malformed-xml`. Character references
+//! count as the character they stand for (`&#1;`, `&#xFFFF;`, and `&#0;` or a
+//! surrogate's number, which stand for no character at all). Whatever the place, a
+//! body with such a character is never accepted.
 
 use std::borrow::Cow;
 
@@ -12,6 +23,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::reader::Reader;
 
 use super::NAMESPACE;
+use super::chars::{describe, first_forbidden, is_xml_char};
 use super::error::DecodeError;
 use super::model::Reden;
 
@@ -80,8 +92,13 @@ pub(crate) struct Cursor<'i> {
     /// The element just entered was written `<x/>`: its end has been read already.
     empty: bool,
     max_depth: usize,
+    /// Byte offset of the first character XML does not allow, [`NONE`] when there is none.
+    bad: u64,
     pub(crate) message_id: Option<uuid::Uuid>,
 }
+
+/// `Cursor::bad` of a text that holds only characters XML allows.
+const NONE: u64 = u64::MAX;
 
 impl<'i> Cursor<'i> {
     pub(crate) fn new(src: &'i str, max_depth: usize) -> Self {
@@ -102,8 +119,131 @@ impl<'i> Cursor<'i> {
             default_ours: false,
             empty: false,
             max_depth,
+            bad: first_forbidden(src).map_or(NONE, |i| i as u64),
             message_id: None,
         }
+    }
+
+    /// The character XML does not allow, at `self.bad`.
+    fn bad_char(&self) -> char {
+        self.src.get(self.bad as usize..).and_then(|s| s.chars().next()).unwrap_or('\0')
+    }
+
+    /// Whether the event just read holds the forbidden character (one comparison: the
+    /// reader is past it; never true for a body without one).
+    #[inline(always)]
+    fn passed_bad(&self) -> bool {
+        self.bad < self.reader.buffer_position()
+    }
+
+    /// The event just read, from byte `from` on, holds the forbidden character (see
+    /// `passed_bad`): the error, or `Ok` for a start tag that has it in an attribute
+    /// value, which `declare` (a namespace declaration) or `check_raw_attrs` (once the
+    /// element is on the path) reports, naming the attribute.
+    /// `in_text`: the event is read as an element's text content. The event is told
+    /// apart by its text, which keeps the event itself out of this cold path.
+    #[cold]
+    #[inline(never)]
+    fn bad_event(&self, from: u64, in_text: bool) -> Result<(), DecodeError> {
+        let from = usize::try_from(after_space(self.src, from)).unwrap_or(usize::MAX);
+        let end = usize::try_from(self.reader.buffer_position()).unwrap_or(usize::MAX);
+        let raw = self.src.get(from..end).unwrap_or_default();
+        let value = if raw.starts_with("<![CDATA[") {
+            in_text
+        } else if raw.starts_with(['&', '<']) {
+            // A start tag: is it in one of its attribute values?
+            if let Some(tag) = raw.strip_prefix('<').filter(|t| !t.starts_with(['/', '!', '?'])) {
+                let name_end = tag.find([' ', '\t', '\n', '\r', '/', '>']).unwrap_or(tag.len());
+                let attrs = tag[name_end..].trim_end_matches('>').trim_end_matches('/');
+                if self.bad_attr(attrs).is_some() {
+                    return Ok(());
+                }
+            }
+            false
+        } else {
+            in_text
+        };
+        Err(if value { self.bad_in_value(None) } else { self.bad_in_markup() })
+    }
+
+    /// The name of the attribute of raw attribute text whose value holds the forbidden
+    /// character, if one does.
+    fn bad_attr<'a>(&self, raw: &'a str) -> Option<&'a str> {
+        let mut at = 0;
+        while let Ok(Some(a)) = next_attr(raw, &mut at) {
+            let from = self.offset_of(a.value);
+            if (from..from + a.value.len() as u64).contains(&self.bad) {
+                return Some(a.name);
+            }
+        }
+        None
+    }
+
+    /// The error when one of the attribute values of raw attribute text holds the
+    /// forbidden character (named by its local name, or `xmlns:…`/`xsi:…`); called only
+    /// for a body that has one.
+    #[cold]
+    #[inline(never)]
+    fn check_raw_attrs(&self, raw: &str) -> Result<(), DecodeError> {
+        let from = self.offset_of(raw);
+        if !(from..from + raw.len() as u64).contains(&self.bad) {
+            return Ok(());
+        }
+        match self.bad_attr(raw) {
+            Some(name) => {
+                let name = match name.split_once(':') {
+                    Some((prefix, local)) if prefix != "xmlns" && prefix != "xsi" => local,
+                    _ => name,
+                };
+                Err(self.bad_in_value(Some(name)))
+            }
+            None => Err(self.bad_in_markup()),
+        }
+    }
+
+    /// The error for a forbidden character in namespace declaration `name` of an element
+    /// entered at `depth` (which `declare` reads before the element is on the path).
+    #[cold]
+    #[inline(never)]
+    fn bad_declaration(&self, start: &BytesStart<'_>, name: &str, depth: usize) -> DecodeError {
+        let mut e = self.bad_in_value(Some(name));
+        if depth > self.path.len() {
+            e.path = format!("{}/@{name}", self.path_with(Some((start.local_name().into_inner(), false))));
+        }
+        e
+    }
+
+    /// The error for a forbidden character outside any value: not well-formed XML.
+    fn bad_in_markup(&self) -> DecodeError {
+        let detail = format!(
+            "not well-formed XML: {} is a character XML 1.0 does not allow (here outside any text or attribute value)",
+            describe(self.bad_char())
+        );
+        self.err(Reden::MalformedXml, None, detail, self.bad)
+    }
+
+    /// The error for a forbidden character in the current element's text or in
+    /// attribute `attr`.
+    fn bad_in_value(&self, attr: Option<&str>) -> DecodeError {
+        let detail = format!("holds {}, a character XML 1.0 does not allow", describe(self.bad_char()));
+        self.err(Reden::InvalidValue, attr.map(|a| (a, true)), detail, self.bad)
+    }
+
+    /// Where a slice of the text begins in it.
+    fn offset_of(&self, part: &str) -> u64 {
+        let at = (part.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize);
+        debug_assert!(at <= self.src.len(), "not a slice of the text");
+        at as u64
+    }
+
+    /// An ignored attribute (`xsi:…`) whose value has a reference: it must stand for a
+    /// character XML allows.
+    #[cold]
+    #[inline(never)]
+    fn check_ignored(&self, name: &str, value: &str, pos: u64) -> Result<(), DecodeError> {
+        normalize(name, value, false)
+            .map(drop)
+            .map_err(|e| self.err(attr_reden(&e), Some((name, true)), format!("bad attribute value: {e}"), pos))
     }
 
     /// The current path, optionally extended by a child element or attribute name.
@@ -162,8 +302,14 @@ impl<'i> Cursor<'i> {
                 Some(p) if p.starts_with(':') => Some(p[1..].to_owned()),
                 _ => continue,
             };
-            let uri = normalize(&a)
-                .map_err(|e| self.err(Reden::MalformedXml, None, format!("bad namespace declaration: {e}"), pos))?;
+            if self.bad != NONE {
+                let from = self.offset_of(a.value);
+                if (from..from + a.value.len() as u64).contains(&self.bad) {
+                    return Err(self.bad_declaration(start, a.name, depth));
+                }
+            }
+            let uri = normalize(a.name, a.value, a.plain)
+                .map_err(|e| self.err(attr_reden(&e), None, format!("bad namespace declaration: {e}"), pos))?;
             let ours = uri == NAMESPACE;
             self.bindings.push(Binding { prefix, uri: uri.into_owned(), ours, depth });
         }
@@ -204,6 +350,9 @@ impl<'i> Cursor<'i> {
                 Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            if self.passed_bad() {
+                self.bad_event(pos, false)?;
+            }
             let is_empty = matches!(ev, Event::Empty(_));
             match ev {
                 Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
@@ -227,6 +376,9 @@ impl<'i> Cursor<'i> {
                         .at(self.src, pos));
                     }
                     self.path.push(Seg { name: root, index: 0 });
+                    if self.passed_bad() {
+                        self.check_raw_attrs(start.attributes_raw())?;
+                    }
                     self.declare(&start, 1, pos)?;
                     if let Err(mut e) = self.check_ns(prefix_of(&start), root, pos) {
                         e.path = root.to_owned();
@@ -248,9 +400,18 @@ impl<'i> Cursor<'i> {
     /// After the root's end: only comments, PIs and white space may follow.
     pub(crate) fn finish(&mut self) -> Result<(), DecodeError> {
         self.skip_space_between_elements(false);
+        // The last guard: a forbidden character the reading passed without reporting
+        // (in a value the contract ignores, say) still makes the body unacceptable.
+        if self.passed_bad() {
+            return Err(self.bad_in_markup());
+        }
         loop {
             let pos = self.reader.buffer_position();
-            match self.reader.read_event().map_err(|e| self.xml_err(e))? {
+            let ev = self.reader.read_event().map_err(|e| self.xml_err(e))?;
+            if self.passed_bad() {
+                self.bad_event(pos, false)?;
+            }
+            match ev {
                 Event::Eof => return Ok(()),
                 Event::Comment(_) | Event::PI(_) => {}
                 Event::Text(t) if is_xml_space(&t) => {}
@@ -275,15 +436,21 @@ impl<'i> Cursor<'i> {
         if is_xml_space(raw) {
             return Ok(out);
         }
+        // A forbidden character in a value was reported when the element was entered.
         let mut at = 0;
         while let Some(a) = next_attr(raw, &mut at).map_err(|why| self.err(Reden::MalformedXml, None, why, pos))? {
             let key = a.name;
             let local = match key.bytes().position(|c| c == b':').map(|i| (&key[..i], &key[i + 1..])) {
+                // Namespace declarations were checked by `declare`.
                 None if key == "xmlns" => continue,
                 None => key,
                 Some(("xmlns", _)) => continue,
                 Some((prefix, local)) => {
                     if self.lookup(Some(prefix)).is_some_and(|b| b.uri == XSI) {
+                        // Ignored, but its references must still stand for XML characters.
+                        if !a.plain {
+                            self.check_ignored(key, a.value, pos)?;
+                        }
                         continue;
                     }
                     return Err(self.err(
@@ -310,8 +477,8 @@ impl<'i> Cursor<'i> {
             if out[i].is_some() {
                 return Err(self.err(Reden::MalformedXml, Some((names[i], true)), "attribute appears twice", pos));
             }
-            let value = normalize(&a).map_err(|e| {
-                self.err(Reden::MalformedXml, Some((names[i], true)), format!("bad attribute value: {e}"), pos)
+            let value = normalize(key, a.value, a.plain).map_err(|e| {
+                self.err(attr_reden(&e), Some((names[i], true)), format!("bad attribute value: {e}"), pos)
             })?;
             out[i] = Some(value);
         }
@@ -374,6 +541,9 @@ impl<'i> Cursor<'i> {
                 Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            if self.passed_bad() {
+                self.bad_event(before, false)?;
+            }
             // Where the event begins: past the white space the reader skipped.
             let pos = after_space(self.src, before);
             let is_empty = matches!(ev, Event::Empty(_));
@@ -442,6 +612,11 @@ impl<'i> Cursor<'i> {
                         ));
                     }
                     self.path.push(Seg { name: child.name, index: if child.repeats { index } else { 0 } });
+                    if self.passed_bad() {
+                        // In one of its attribute values (`bad_event`): named now that
+                        // the path holds the element.
+                        self.check_raw_attrs(start.attributes_raw())?;
+                    }
                     if has_attrs && !child.attrs {
                         // Only namespace declarations (and xsi:) may stand here.
                         self.attrs(&start, [], pos)?;
@@ -486,10 +661,21 @@ impl<'i> Cursor<'i> {
                 Ok(ev) => ev,
                 Err(e) => return Err(self.xml_err(e)),
             };
+            if self.passed_bad() {
+                self.bad_event(pos, true)?;
+            }
             let piece: Cow<'i, str> = match ev {
                 Event::Text(t) => t.xml10_content(),
                 Event::CData(c) => c.xml10_content(),
                 Event::GeneralRef(r) => match r.resolve_char_ref() {
+                    Ok(Some(c)) if !is_xml_char(c) => {
+                        let why = format!(
+                            "holds {} (as the character reference '&{};'), a character XML 1.0 does not allow",
+                            describe(c),
+                            clip(&r)
+                        );
+                        return Err(self.err(Reden::InvalidValue, None, why, pos));
+                    }
                     Ok(Some(c)) => Cow::Owned(c.to_string()),
                     Ok(None) => match quick_xml::escape::resolve_predefined_entity(&r) {
                         Some(s) => Cow::Borrowed(s),
@@ -503,7 +689,14 @@ impl<'i> Cursor<'i> {
                         }
                     },
                     Err(e) => {
-                        return Err(self.err(Reden::MalformedXml, None, format!("bad character reference: {e}"), pos));
+                        let why = match forbidden_ref(&e) {
+                            Some(n) => format!(
+                                "holds the character reference '&{};' (U+{n:04X}), which stands for no character XML 1.0 allows",
+                                clip(&r)
+                            ),
+                            None => format!("bad character reference: {e}"),
+                        };
+                        return Err(self.err(attr_reden(&e), None, why, pos));
                     }
                 },
                 Event::Comment(_) | Event::PI(_) => continue,
@@ -661,14 +854,47 @@ fn next_attr<'a>(raw: &'a str, at: &mut usize) -> Result<Option<RawAttr<'a>>, &'
 }
 
 /// An attribute value with entities resolved and white space normalized (XML 1.0
-/// section 3.3.3); borrowed when there is nothing to change.
-fn normalize<'a>(a: &RawAttr<'a>) -> Result<Cow<'a, str>, quick_xml::Error> {
-    if a.plain {
-        return Ok(Cow::Borrowed(a.value));
+/// section 3.3.3); borrowed when there is nothing to change. A character reference must
+/// stand for a character XML allows (raw characters are checked apart, see `Cursor`):
+/// one that does not is the error quick-xml gives for `&#0;`.
+/// Takes the attribute's parts (not a `&RawAttr`), so that the attribute loops keep
+/// them in registers.
+fn normalize<'a>(name: &'a str, value: &'a str, plain: bool) -> Result<Cow<'a, str>, quick_xml::Error> {
+    if plain {
+        return Ok(Cow::Borrowed(value));
     }
+    normalize_slow(name, value)
+}
+
+#[inline(never)]
+fn normalize_slow<'a>(name: &'a str, value: &'a str) -> Result<Cow<'a, str>, quick_xml::Error> {
+    use quick_xml::escape::{EscapeError, ParseCharRefError};
     let attr =
-        quick_xml::events::attributes::Attribute { key: quick_xml::name::QName(a.name), value: Cow::Borrowed(a.value) };
-    attr.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+        quick_xml::events::attributes::Attribute { key: quick_xml::name::QName(name), value: Cow::Borrowed(value) };
+    let value = attr.normalized_value(quick_xml::XmlVersion::Implicit1_0)?;
+    match value.chars().find(|c| !is_xml_char(*c)) {
+        Some(c) => Err(EscapeError::InvalidCharRef(ParseCharRefError::IllegalCharacter(u32::from(c))).into()),
+        None => Ok(value),
+    }
+}
+
+/// The reason for a value whose references cannot be resolved: `invalid-value` for a
+/// character reference to no character XML allows, else `malformed-xml`.
+fn attr_reden(e: &quick_xml::Error) -> Reden {
+    if forbidden_ref(e).is_some() { Reden::InvalidValue } else { Reden::MalformedXml }
+}
+
+/// The number of a character reference that is well-formed but stands for no
+/// character XML allows (`&#0;`, a surrogate's number, past U+10FFFF, or one
+/// `normalize` refused); `None` for other errors (not a number: not well-formed).
+fn forbidden_ref(e: &quick_xml::Error) -> Option<u32> {
+    use quick_xml::escape::{EscapeError, ParseCharRefError};
+    match e {
+        quick_xml::Error::Escape(EscapeError::InvalidCharRef(
+            ParseCharRefError::IllegalCharacter(n) | ParseCharRefError::InvalidCodepoint(n),
+        )) => Some(*n),
+        _ => None,
+    }
 }
 
 /// Whether a byte is XML white space (space, tab, CR, LF; not other Unicode spaces).

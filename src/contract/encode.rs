@@ -1,16 +1,19 @@
-//! Writing the messages as XML: a small direct writer over a `String`, with
-//! quick-xml's escaping.
+//! Writing the messages as XML: a small direct writer over a `String`.
 //!
 //! Element and attribute names are the XSDs' (fixed strings here), so nothing needs
 //! validating at run time. No XML declaration is written: a body goes into SQL Server
 //! `xml` as is, whatever encoding it is sent in. Numbers are written without the
-//! formatting machinery; the encoder cannot fail.
+//! formatting machinery; the encoder cannot fail, and what it writes is always
+//! well-formed: text and attribute values are escaped (`&`, `<`, `>`, CR, and in
+//! attributes quotes, tab and LF, so they read back as written) and a character XML
+//! does not allow is replaced by its escape, e.g. `\u{1}` (see `chars`).
 
 use chrono::{Datelike, NaiveDate};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use super::NAMESPACE;
+use super::chars::push_replacement;
 use super::model::{Antwoord, Dienstverband, RekenserverFout, Vraag};
 use super::values::ClockTime;
 
@@ -32,7 +35,7 @@ impl Out<'_> {
         self.0.push(' ');
         self.0.push_str(name);
         self.0.push_str("=\"");
-        self.0.push_str(&quick_xml::escape::escape(value));
+        escape_into(self.0, value, true);
         self.0.push('"');
     }
 
@@ -62,7 +65,7 @@ impl Out<'_> {
     fn text(&mut self, name: &str, text: &str) {
         self.open(name);
         self.gt();
-        self.0.push_str(&quick_xml::escape::partial_escape(text));
+        escape_into(self.0, text, false);
         self.close(name);
     }
 
@@ -73,6 +76,49 @@ impl Out<'_> {
         write(self.0);
         self.close(name);
     }
+}
+
+/// Appends `s` escaped for element text or (`attr`) a double-quoted attribute value.
+/// A string with nothing to escape (the usual case) is copied whole after one pass; a
+/// character XML does not allow (a control other than tab, LF and CR, U+FFFE, U+FFFF)
+/// is replaced by its escape.
+fn escape_into(out: &mut String, s: &str, attr: bool) {
+    // A superset of the bytes either mode changes.
+    let special = |c: u8| c < 0x20 || matches!(c, b'&' | b'<' | b'>' | b'"' | b'\'' | 0xEF);
+    let b = s.as_bytes();
+    let Some(first) = b.iter().position(|&c| special(c)) else {
+        out.push_str(s);
+        return;
+    };
+    let mut done = 0;
+    let mut i = first;
+    while i < b.len() {
+        let (with, len): (&str, usize) = match b[i] {
+            b'&' => ("&amp;", 1),
+            b'<' => ("&lt;", 1),
+            b'>' => ("&gt;", 1),
+            b'\r' => ("&#13;", 1),
+            b'"' if attr => ("&quot;", 1),
+            b'\'' if attr => ("&apos;", 1),
+            b'\n' if attr => ("&#10;", 1),
+            b'\t' if attr => ("&#9;", 1),
+            0..=0x08 | 0x0B | 0x0C | 0x0E..=0x1F => ("", 1),
+            0xEF if b.get(i + 1) == Some(&0xBF) && matches!(b.get(i + 2), Some(0xBE | 0xBF)) => ("", 3),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push_str(&s[done..i]);
+        if with.is_empty() {
+            push_replacement(out, s[i..].chars().next().expect("a character starts here"));
+        } else {
+            out.push_str(with);
+        }
+        i += len;
+        done = i;
+    }
+    out.push_str(&s[done..]);
 }
 
 fn int(out: &mut String, v: i64) {
@@ -263,7 +309,7 @@ pub fn encode_antwoord_into(out: &mut String, a: &Antwoord) {
             o.attr_with("Datum", |s| date(s, d));
         }
         o.gt();
-        o.0.push_str(&quick_xml::escape::partial_escape(&w.tekst));
+        escape_into(o.0, &w.tekst, false);
         o.close("Waarschuwing");
     }
     o.close("LoonfactorBerekeningAntwoord");
@@ -311,6 +357,24 @@ pub fn encode_fout(f: &RekenserverFout) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaping_keeps_what_xml_can_carry_and_replaces_the_rest() {
+        let esc = |s: &str, attr: bool| {
+            let mut out = String::new();
+            escape_into(&mut out, s, attr);
+            out
+        };
+        assert_eq!(esc("a & b < c > d \"e\" 'f'", false), "a &amp; b &lt; c &gt; d \"e\" 'f'");
+        assert_eq!(esc("a & b < c > d \"e\" 'f'", true), "a &amp; b &lt; c &gt; d &quot;e&quot; &apos;f&apos;");
+        assert_eq!(esc("r\rn\nt\t", false), "r&#13;n\nt\t");
+        assert_eq!(esc("r\rn\nt\t", true), "r&#13;n&#10;t&#9;");
+        assert_eq!(
+            esc("\0x\u{1}y\u{1F}z\u{FFFE}\u{FFFF}€\u{FFFD}", false),
+            "\\u{0}x\\u{1}y\\u{1f}z\\u{fffe}\\u{ffff}€\u{FFFD}"
+        );
+        assert_eq!(esc("gewoon", true), "gewoon");
+    }
 
     #[test]
     fn numbers_are_written_like_display() {

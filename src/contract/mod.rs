@@ -2,6 +2,7 @@
 //! an encoder, and the Fout built from any decoding or calculation error.
 
 mod body;
+mod chars;
 mod cursor;
 mod decode;
 mod encode;
