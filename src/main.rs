@@ -513,6 +513,7 @@ fn run_logged(name: &str, job: impl std::future::Future<Output = anyhow::Result<
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init();
         tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(job)
     };

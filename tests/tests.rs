@@ -4,6 +4,7 @@
 mod bench_quick;
 mod broker_pg;
 mod cli_calc;
+mod cli_run;
 mod common;
 mod contract_examples;
 mod contract_props;

@@ -25,6 +25,7 @@ pub fn run(
             tracing_subscriber::EnvFilter::try_new(&filter).with_context(|| format!("SBWORKER_LOG={filter}"))?,
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {

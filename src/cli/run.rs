@@ -64,7 +64,11 @@ pub fn check(config: &Config) -> anyhow::Result<String> {
 fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
         .with_context(|| format!("log.level: \"{}\" is not a tracing filter", config.log.level))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a terminal: a file or a pipe gets plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match config.log.format {
         LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
         LogFormat::Text => builder.try_init(),

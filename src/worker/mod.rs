@@ -60,11 +60,13 @@ impl Stop {
 pub enum WorkerError {
     #[error("queues.{queue}.handler: no handler named \"{handler}\" is registered")]
     NoHandler { queue: String, handler: String },
-    #[error("http.listen: cannot listen on {addr}: {source}")]
+    // The cause is the error's `source()`, not part of its message: `{:#}` (anyhow at
+    // the binary's edge) prints the chain, which would otherwise say it twice.
+    #[error("http.listen: cannot listen on {addr}")]
     Http { addr: std::net::SocketAddr, source: std::io::Error },
-    #[error("cannot reach the broker ({broker}): {source}")]
+    #[error("cannot reach the broker ({broker})")]
     Broker { broker: String, source: crate::broker::BrokerError },
-    #[error("queues.{queue}: {source}")]
+    #[error("queues.{queue}")]
     Queue { queue: String, source: crate::broker::BrokerError },
     #[error(
         "queues.{queue}: the broker's poison-message handling is on for this queue: five rolled-back receives in a \

@@ -1,0 +1,90 @@
+//! `sbworker run` as an operator starts it, as a real process: its text log has no
+//! colour codes when stderr is a pipe (only a terminal gets them), and a start-up error
+//! says its cause once (checked with a wrong password against a PostgreSQL server that
+//! asks for one).
+
+use std::process::Stdio;
+
+use sbworker::pg_cluster::Cluster;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::common::calc::{TempDir, calc_world, config_text};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
+
+/// Writes `config` into `dir` and runs `sbworker run` with it to the end: exit code and
+/// stderr.
+async fn run_to_end(dir: &TempDir, config: &str) -> (Option<i32>, String) {
+    let path = dir.0.join("sbworker.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&path).stdin(Stdio::null()).output().await.unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_into_a_pipe_carry_no_colour_codes() {
+    let (url, _s) = calc_world().await;
+    let dir = TempDir::new("no-colour");
+    let path = dir.0.join("sbworker.toml");
+    // Text is the default format; at info the worker logs its start.
+    std::fs::write(&path, config_text(&url, "[log]\nlevel = \"info\"")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sbworker starts");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut log = Vec::new();
+    // Read up to the line that says the worker runs.
+    loop {
+        let from = log.len();
+        let n = err.read_until(b'\n', &mut log).await.unwrap();
+        assert!(n > 0, "the worker ended before it started:\n{}", String::from_utf8_lossy(&log));
+        if String::from_utf8_lossy(&log[from..]).contains("worker started") {
+            break;
+        }
+    }
+    // Enough said: stop it (a SIGTERM this early may come before its handler is set).
+    child.kill().await.unwrap();
+    err.read_to_end(&mut log).await.unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains(" INFO "), "the level is written as plain text:\n{text}");
+    assert!(!log.contains(&0x1b), "an ESC (ANSI colour code) in a log written to a pipe:\n{text:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_up_error_says_its_cause_once() {
+    // A server of its own: the shared one trusts every connection. This one trusts only
+    // the superuser that sets it up and asks everybody else for a password.
+    let dir = TempDir::new("password");
+    let hba = dir.0.join("pg_hba.conf");
+    std::fs::write(
+        &hba,
+        "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    let setting = format!("hba_file={}", hba.display());
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&[&setting])).await.unwrap().unwrap();
+    let (client, conn) = tokio_postgres::connect(&cluster.url("postgres"), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.batch_execute("CREATE ROLE pay LOGIN PASSWORD 'the-right-one'").await.unwrap();
+
+    let conn = format!("host=127.0.0.1 port={} user=pay password=a-wrong-one dbname=postgres", cluster.port());
+    let (code, err) = run_to_end(&dir, &config_text(&conn, "")).await;
+    assert_eq!(code, Some(1), "{err}");
+    // The server's own message, once (it was printed twice: the error's message and its
+    // cause in the chain both held it).
+    let said = "password authentication failed for user \"pay\"";
+    assert_eq!(err.matches(said).count(), 1, "{err}");
+    assert!(err.contains("cannot reach the broker") && !err.contains("a-wrong-one"), "{err}");
+
+    // The same when nothing listens at all.
+    let (code, err) = run_to_end(&dir, &config_text("host=127.0.0.1 port=9 user=pay dbname=roster", "")).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.matches("error connecting to server").count(), 1, "{err}");
+}
