@@ -35,9 +35,81 @@ pub enum ClusterError {
 pub struct Cluster {
     port: u16,
     dir: PathBuf,
+    server: Server,
+    running: std::sync::Mutex<Running>,
+}
+
+/// What starts the server again: its binaries, data directory and options.
+struct Server {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    user: Option<(u32, u32)>,
+}
+
+/// The server process now running.
+struct Running {
     pid: u32,
     /// Signalled by the keeper thread when the server has exited.
-    exited: std::sync::Mutex<mpsc::Receiver<()>>,
+    exited: mpsc::Receiver<()>,
+}
+
+impl Server {
+    /// Starts the server in a keeper thread and waits until it accepts connections.
+    fn launch(&self) -> Result<(u32, mpsc::Receiver<()>), ClusterError> {
+        let mut cmd = Command::new(self.bin.join("postgres"));
+        cmd.arg("-D").arg(&self.data).arg("-p").arg(self.port.to_string()).arg("-k").arg(&self.dir);
+        cmd.args(&self.args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
+        }
+        // SAFETY: in the child before exec, prctl only sets its parent-death signal.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT);
+                Ok(())
+            });
+        }
+        let (tx, rx) = mpsc::channel::<Result<u32, String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let (exit_tx, exited) = mpsc::channel::<()>();
+        // The keeper thread owns the server: the death signal follows this thread, which
+        // stays alive (parked) until the process ends.
+        std::thread::Builder::new().name("pg-cluster".into()).spawn(move || {
+            let mut child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(child.id()));
+            if let Some(stderr) = child.stderr.take() {
+                let mut told = false;
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if !told && line.contains("database system is ready to accept connections") {
+                        told = true;
+                        let _ = ready_tx.send(());
+                    }
+                }
+            }
+            let _ = child.wait();
+            let _ = exit_tx.send(());
+            loop {
+                std::thread::park();
+            }
+        })?;
+        let pid = rx.recv().map_err(|e| ClusterError::Start(e.to_string()))?.map_err(ClusterError::Start)?;
+        if ready_rx.recv_timeout(Duration::from_secs(120)).is_err() {
+            // SAFETY: signalling the server just started, which never became ready.
+            unsafe { libc::kill(pid as i32, libc::SIGQUIT) };
+            return Err(ClusterError::Start("no 'ready to accept connections' within 120 s".into()));
+        }
+        Ok((pid, exited))
+    }
 }
 
 /// The directory holding the server binaries: $SBWORKER_PG_BIN, else the newest
@@ -120,8 +192,7 @@ impl Cluster {
             return Err(ClusterError::Initdb(String::from_utf8_lossy(&out.stderr).into_owned()));
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut cmd = Command::new(bin.join("postgres"));
-        cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).arg("-k").arg(&dir);
+        let mut args: Vec<String> = Vec::new();
         let defaults = [
             "listen_addresses=127.0.0.1",
             "fsync=off",
@@ -130,54 +201,29 @@ impl Cluster {
             "log_min_messages=warning",
         ];
         for s in defaults.iter().chain(settings) {
-            cmd.arg("-c").arg(s);
+            args.push("-c".into());
+            args.push((*s).to_string());
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-        if let Some((uid, gid)) = user {
-            cmd.uid(uid).gid(gid);
-        }
-        // SAFETY: in the child before exec, prctl only sets its parent-death signal.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT);
-                Ok(())
-            });
-        }
-        let (tx, rx) = mpsc::channel::<Result<u32, String>>();
-        let (ready_tx, ready_rx) = mpsc::channel::<()>();
-        let (exit_tx, exited) = mpsc::channel::<()>();
-        // The keeper thread owns the server: the death signal follows this thread, which
-        // stays alive (parked) until the process ends.
-        std::thread::Builder::new().name("pg-cluster".into()).spawn(move || {
-            let mut child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
-                }
-            };
-            let _ = tx.send(Ok(child.id()));
-            if let Some(stderr) = child.stderr.take() {
-                let mut told = false;
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    if !told && line.contains("database system is ready to accept connections") {
-                        told = true;
-                        let _ = ready_tx.send(());
-                    }
-                }
-            }
-            let _ = child.wait();
-            let _ = exit_tx.send(());
-            loop {
-                std::thread::park();
-            }
-        })?;
-        let pid = rx.recv().map_err(|e| ClusterError::Start(e.to_string()))?.map_err(ClusterError::Start)?;
-        let cluster = Self { port, dir, pid, exited: std::sync::Mutex::new(exited) };
-        ready_rx
-            .recv_timeout(Duration::from_secs(120))
-            .map_err(|_| ClusterError::Start("no 'ready to accept connections' within 120 s".into()))?;
-        Ok(cluster)
+        let server = Server { bin, data, port, dir: dir.clone(), args, user };
+        let (pid, exited) = server.launch()?;
+        Ok(Self { port, dir, server, running: std::sync::Mutex::new(Running { pid, exited }) })
+    }
+
+    /// Stops the server as `pg_ctl restart -m immediate` does (SIGQUIT: every session
+    /// ends at once, nothing is checkpointed) and starts it again on the same port and
+    /// data directory, where it recovers from its WAL as after a crash. Returns once the
+    /// server accepts connections again.
+    pub fn restart_immediate(&self) -> Result<(), ClusterError> {
+        let mut running = self.running.lock().map_err(|_| ClusterError::Start("cluster state poisoned".into()))?;
+        // SAFETY: signalling our own server; SIGQUIT is its immediate shutdown.
+        unsafe { libc::kill(running.pid as i32, libc::SIGQUIT) };
+        running
+            .exited
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| ClusterError::Start("the server did not stop within 60 s of SIGQUIT".into()))?;
+        let (pid, exited) = self.server.launch()?;
+        *running = Running { pid, exited };
+        Ok(())
     }
 
     /// A libpq key=value connection string for database `db` as user postgres.
@@ -196,7 +242,7 @@ impl Cluster {
 
     /// The server's process id and the cluster's directory (for an exit hook).
     pub fn pid_and_dir(&self) -> (u32, &Path) {
-        (self.pid, &self.dir)
+        (self.running.lock().map(|r| r.pid).unwrap_or(0), &self.dir)
     }
 
     /// Creates a database.
@@ -212,10 +258,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // SAFETY: signalling our own server; SIGQUIT is its immediate shutdown.
-        unsafe { libc::kill(self.pid as i32, libc::SIGQUIT) };
-        if let Ok(rx) = self.exited.lock() {
-            let _ = rx.recv_timeout(Duration::from_secs(30));
+        if let Ok(running) = self.running.lock() {
+            // SAFETY: signalling our own server; SIGQUIT is its immediate shutdown.
+            unsafe { libc::kill(running.pid as i32, libc::SIGQUIT) };
+            let _ = running.exited.recv_timeout(Duration::from_secs(30));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

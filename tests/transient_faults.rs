@@ -307,25 +307,15 @@ async fn a_postgresql_crash_restart_under_load_loses_nothing_and_diverts_nothing
         spawn_worker(&dir, &demo::worker_config_text(&url, 2)),
         spawn_worker(&dir, &demo::worker_config_text(&url, 2)),
     ];
-    // A planner edits; halfway, a backend is killed with SIGKILL: PostgreSQL ends every
-    // session and recovers from its WAL (restart_after_crash), as after a crash.
+    // A planner edits; halfway, the server is restarted as `pg_ctl restart -m immediate`
+    // does: every session ends at once and the server recovers from its WAL on start.
     let all = edits::burst(&roster, 160, 9);
     let mut planner = reconnect(&url).await;
     let mut crashed = false;
     let mut reconnects = 0;
     for (i, e) in all.iter().enumerate() {
         if i == all.len() / 2 {
-            let pid: i32 = planner
-                .query_one(
-                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
-                     AND pid <> pg_backend_pid() AND datname = current_database() LIMIT 1",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            // SAFETY: signalling a backend of our own throwaway server.
-            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            tokio::task::block_in_place(|| cluster.restart_immediate()).expect("an immediate restart");
             crashed = true;
         }
         // A planner whose session the crash ended edits again on a new one (an edit
