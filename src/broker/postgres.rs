@@ -57,7 +57,7 @@ fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
 /// A PostgreSQL error as the broker sees it: its kind and SQL Server's number.
 pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
     let Some(db) = e.as_db_error() else {
-        return BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() };
+        return BrokerError { kind: ErrorKind::Connection, number: 0, message: with_causes(&e) };
     };
     let code = db.code().code();
     let (kind, number) = match code {
@@ -83,6 +83,22 @@ pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
         _ => (ErrorKind::Other, 0),
     };
     BrokerError { kind, number, message: db.message().to_owned() }
+}
+
+/// `e` followed by its causes ("error connecting to server: Connection refused (os error
+/// 111)"): tokio-postgres' own text leaves the cause out.
+fn with_causes(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.ends_with(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The statement `name` of `session.sql`, prepared once per connection.
@@ -734,5 +750,16 @@ mod tests {
             assert!(["SELECT", "INSERT", "UPDATE", "DELETE"].iter().any(|k| sql.starts_with(k)), "{name}: {sql}");
             assert!(!sql.contains("-- name"), "{name}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_connection_error_names_its_cause() {
+        // A port nobody listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("host=127.0.0.1 port={port} user=x dbname=x connect_timeout=5");
+        let e = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.err().expect("nothing listens");
+        let b = super::error_of(e);
+        assert_eq!(b.kind, super::ErrorKind::Connection);
+        assert!(b.message.contains("refused"), "{}", b.message);
     }
 }

@@ -114,7 +114,10 @@ where
         .with(effect::NAME, Arc::new(Effect { noop: false }))
         .with(effect::NOOP_NAME, Arc::new(Effect { noop: true }));
     let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(forward_signals(tx));
+    // Installed before the worker starts (and logs that it has), so a signal sent as
+    // soon as the log line appears is a stop request, not the default action (exit).
+    let signals = install_signal_handlers()?;
+    tokio::spawn(forward_signals(signals, tx));
     let sweeper = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| {
         tokio::spawn(sweep_every(
             config.broker.connection.clone(),
@@ -151,13 +154,20 @@ async fn sweep_every(url: String, interval: std::time::Duration, opts: crate::ha
     }
 }
 
-/// Each SIGTERM or SIGINT becomes one message (the first stops, the second aborts).
-async fn forward_signals(tx: mpsc::Sender<()>) {
+/// The SIGTERM and SIGINT streams; from now on these signals no longer end the process.
+fn install_signal_handlers() -> anyhow::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
+    use anyhow::Context;
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+    let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok((term, int))
+}
+
+/// Each SIGTERM or SIGINT becomes one message (the first stops, the second aborts).
+async fn forward_signals(
+    (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+    tx: mpsc::Sender<()>,
+) {
     loop {
         let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
