@@ -461,6 +461,9 @@ impl Config {
                 ));
             }
         }
+        if let Err((name, problem)) = self.sweep.options().check() {
+            return Err(key_error(format!("sweep.{name}"), problem));
+        }
         let w = &self.worker;
         if !(1..=3).contains(&w.max_attempts) {
             return Err(key_error(

@@ -131,16 +131,16 @@ enum Command {
         #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
         postgres: String,
         /// Most keys sent per run (oldest change first).
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
         fuse: i64,
         /// Keys per committed transaction.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
         batch: usize,
         /// Run-log rows and dead letters older than this are deleted.
-        #[arg(long, default_value_t = 60)]
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
         retention_days: i32,
         /// Rows deleted per statement.
-        #[arg(long, default_value_t = 5000)]
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
         delete_batch: i64,
     },
     /// Measure sbworker side by side with River, graphile-worker and the machine's limit

@@ -41,3 +41,19 @@ impl SqlFile {
             .unwrap_or_else(|| panic!("no statement '{name}' in {}", self.path))
     }
 }
+
+/// The version stamp of a set of install scripts: the crate's version and a 64-bit
+/// FNV-1a hash of their text, lines naming the stamp itself (`sbworker_version`) left
+/// out. `sbworker selftest` compares what an install wrote with its own.
+pub fn stamp(scripts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for script in scripts {
+        for line in script.lines().filter(|l| !l.contains("sbworker_version")) {
+            for b in line.bytes().chain([b'\n']) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    format!("{}+{h:016x}", env!("CARGO_PKG_VERSION"))
+}

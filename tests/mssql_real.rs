@@ -35,6 +35,13 @@ async fn against_a_real_sql_server_when_one_is_given() {
         ("WorkerLogin".to_owned(), login.clone()),
         ("WorkerUser".to_owned(), login.clone()),
     ];
+    // The DBA creates the database (script 00 checks it, it does not create it).
+    {
+        let config = Connection::parse(&admin).unwrap().config();
+        let tcp = TcpStream::connect(config.get_addr()).await.unwrap();
+        let mut master = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+        master.execute(format!("CREATE DATABASE [{db}]"), &[]).await.expect("CREATE DATABASE");
+    }
     install(&admin, &vars).await.expect("the scripts install");
     // A DBA's session in the new database sends a Vraag.
     let mut c = Connection::parse(&admin).unwrap();

@@ -1,16 +1,66 @@
 -- sbworker on SQL Server, script 00: the database and its schemas.
--- Run with sqlcmd, in order 00..06 (see README, "SQL Server: deployment"):
---   sqlcmd -S server -d master -i 00_database.sql -v Database=Payroll WorkerLogin=sbworker WorkerUser=sbworker
--- Idempotent: every batch checks before it creates. The login ($(WorkerLogin), SQL
--- authentication) is the DBA's to create; this script maps a user and a role to it.
+-- Run in order 00..06 with sqlcmd (docs/mssql-deployment.md), every variable given:
+--   sqlcmd -S server -d master -I -b -i 00_database.sql -v Database=Payroll WorkerLogin=sbworker WorkerUser=sbworker
+-- or with `sbworker install --mssql`. No variable has a default: one not given stops
+-- the script before it touches anything. Idempotent: every batch checks before it
+-- creates. The database and the worker's login (SQL authentication) are the DBA's to
+-- create; this script checks them, enables the broker, and maps a user and a role.
 
-:setvar Database Payroll
-:setvar WorkerLogin sbworker
-:setvar WorkerUser sbworker
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 
+-- Before anything changes: the database, its owner, its compatibility level and its
+-- broker id are checked, and each problem is named with what to do about it.
+IF DB_ID(N'$(Database)') IS NULL
+    THROW 50020, N'Database $(Database) does not exist: create it first (CREATE DATABASE), then run 00_database.sql again.', 1;
+GO
+IF SUSER_ID(N'$(WorkerLogin)') IS NULL
+    THROW 50021, N'Login $(WorkerLogin) does not exist: create it first (CREATE LOGIN … WITH PASSWORD = …), then run 00_database.sql again.', 1;
+GO
+-- OPENJSON (the worker's key lists, the roster triggers) needs compatibility level 130.
+IF (SELECT compatibility_level FROM sys.databases WHERE name = N'$(Database)') < 130
+    THROW 50022, N'Database $(Database) has a compatibility level below 130 (SQL Server 2016), which OPENJSON needs: ALTER DATABASE [$(Database)] SET COMPATIBILITY_LEVEL = 130 (or higher) after checking the application with it.', 1;
+GO
+-- A restored database whose owner's login does not exist on this instance: EXECUTE AS
+-- OWNER (sbworker.wachtrij_status) and activation fail with Msg 15517.
+IF EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND SUSER_SNAME(owner_sid) IS NULL)
+    THROW 50023, N'The owner of database $(Database) has no login on this instance (a restored copy?): EXECUTE AS OWNER would fail with Msg 15517. Give it an owner: ALTER AUTHORIZATION ON DATABASE::[$(Database)] TO [a login, e.g. sa].', 1;
+GO
+-- A restored copy whose broker id is in use by another database on this instance
+-- cannot enable its broker (Msg 9772).
+IF EXISTS (SELECT 1 FROM sys.databases d
+            WHERE d.name = N'$(Database)' AND d.is_broker_enabled = 0
+              AND EXISTS (SELECT 1 FROM sys.databases o
+                           WHERE o.service_broker_guid = d.service_broker_guid AND o.database_id <> d.database_id))
+    THROW 50024, N'The Service Broker id of database $(Database) is already used by another database on this instance (a restored copy?), so ENABLE_BROKER would fail with Msg 9772. Give it a new id, which ends its existing conversations: ALTER DATABASE [$(Database)] SET NEW_BROKER WITH ROLLBACK IMMEDIATE; then run 00_database.sql again.', 1;
+GO
+-- Enabling the broker needs the database to itself: NO_WAIT fails at once rather than
+-- ending other sessions' work (ROLLBACK IMMEDIATE would); the message says what to do.
 IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND is_broker_enabled = 1)
-    ALTER DATABASE [$(Database)] SET ENABLE_BROKER WITH ROLLBACK IMMEDIATE;
+BEGIN
+    BEGIN TRY
+        ALTER DATABASE [$(Database)] SET ENABLE_BROKER WITH NO_WAIT;
+    END TRY
+    BEGIN CATCH
+        -- Raised again, with what to do: the script must stop here.
+        DECLARE @m nvarchar(2048) = CONCAT(N'Service Broker could not be enabled in $(Database) (Msg ', ERROR_NUMBER(),
+            N': ', ERROR_MESSAGE(), N'). It needs the database to itself: run ALTER DATABASE [$(Database)] SET ',
+            N'ENABLE_BROKER WITH ROLLBACK IMMEDIATE in a maintenance window (it ends other sessions there), ',
+            N'then run 00_database.sql again.');
+        THROW 50025, @m, 1;
+    END CATCH
+END
 GO
 
 USE [$(Database)];

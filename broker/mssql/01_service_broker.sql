@@ -3,9 +3,19 @@
 -- queues: sbworker's attempt accounting is the poison rule (docs/retries.md). A queue
 -- the broker already disabled stays disabled: re-enabling it is an operator's step.
 
-:setvar Database Payroll
-:setvar WorkerUser sbworker
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 

@@ -3,8 +3,19 @@
 -- 004's LoonfactorBerekeningLog), the store procedure the Rust collector calls, and,
 -- as an option, an internal activation procedure doing the same inside the database.
 
-:setvar Database Payroll
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 
@@ -71,7 +82,25 @@ CREATE OR ALTER PROCEDURE Rekenserver.sla_antwoord_op @handle uniqueidentifier, 
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
-    DECLARE @dv int, @periode int, @versie bigint, @vraag uniqueidentifier, @vervangen bit, @uitkomst varchar(10);
+    -- The run-time options xml methods need, whatever the caller's session has
+    -- (QUOTED_IDENTIFIER and ANSI_NULLS were fixed when this procedure was created).
+    SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
+    SET NUMERIC_ROUNDABORT OFF;
+    DECLARE @dv int, @periode int, @versie bigint, @vraag uniqueidentifier, @vervangen bit, @uitkomst varchar(10),
+            @dubbel varchar(3);
+    -- Each wage factor code once (as the XSD's xs:unique and the decoder say): a second
+    -- value for a code is refused with a reason, not by a key violation.
+    WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+    SELECT TOP (1) @dubbel = m.value('(LoonfactorCode)[1]', 'varchar(3)')
+      FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m)
+     GROUP BY m.value('(LoonfactorCode)[1]', 'varchar(3)')
+    HAVING COUNT(*) > 1;
+    IF @dubbel IS NOT NULL
+    BEGIN
+        DECLARE @melding nvarchar(2048) = CONCAT(N'invalid-value: LoonfactorCode ', @dubbel,
+            N' appears more than once in the Antwoord: each code appears once');
+        THROW 50012, @melding, 1;
+    END
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
     SELECT @dv = @antwoord.value('(/LoonfactorBerekeningAntwoord/@DienstverbandId)[1]', 'int'),
            @periode = @antwoord.value('(/LoonfactorBerekeningAntwoord/@PeriodeId)[1]', 'int'),
@@ -124,48 +153,116 @@ END;
 GO
 
 -- Optional, for shops that want the collector inside the database: an internal
--- activation procedure for the answers' queue doing what the Rust collector does.
--- Not activated by this script; to use it instead of sbworker's collector:
+-- activation procedure for the answers' queue doing what the Rust collector does, by
+-- the worker's rules: a message that fails is rolled back and tried again; a transient
+-- failure (deadlock 1205, lock timeout 1222) is not counted; after three counted
+-- failures the message is set aside in sbworker.dead_letter, the calculation log says
+-- why, and its conversation is ended with error 50901. The queue is never disabled
+-- (poison-message handling is off on it, 01_service_broker.sql). Not activated by this
+-- script; to use it instead of sbworker's collector:
 --   ALTER QUEUE dbo.loonfactorberekening_data WITH ACTIVATION (STATUS = ON,
 --     PROCEDURE_NAME = Rekenserver.antwoorden_activatie, MAX_QUEUE_READERS = 2, EXECUTE AS OWNER);
 CREATE OR ALTER PROCEDURE Rekenserver.antwoorden_activatie
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
-    DECLARE @handle uniqueidentifier, @type sysname, @body varbinary(max), @tekst nvarchar(3000);
+    SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
+    SET NUMERIC_ROUNDABORT OFF;
+    DECLARE @handle uniqueidentifier, @seq bigint, @group uniqueidentifier, @type sysname, @body varbinary(max),
+            @service nvarchar(512), @contract nvarchar(256), @tekst nvarchar(3000), @fout nvarchar(3000),
+            @nummer int, @pogingen int, @max_pogingen int = 3;
     DECLARE @uit TABLE (uitkomst varchar(10));
+    DECLARE @sleutel nvarchar(200);
+    DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
+                            transient_failures int);
     WHILE 1 = 1
     BEGIN
-        BEGIN TRANSACTION;
-        WAITFOR (RECEIVE TOP (1) @handle = conversation_handle, @type = message_type_name, @body = message_body
-                   FROM dbo.loonfactorberekening_data), TIMEOUT 1000;
-        IF @@ROWCOUNT = 0
-        BEGIN
-            ROLLBACK TRANSACTION;
-            BREAK;
-        END
-        IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
-        BEGIN
-            INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @body;
-            END CONVERSATION @handle;
-        END
-        ELSE IF @type = N'/Rekenserver/Fout'
-        BEGIN
-            WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
-            SELECT @tekst = CAST(@body AS xml).value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
-            EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
-            END CONVERSATION @handle;
-        END
-        ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
-        BEGIN
-            WITH XMLNAMESPACES (DEFAULT 'http://schemas.microsoft.com/SQL/ServiceBroker/Error')
-            SELECT @tekst = CAST(@body AS xml).value('(/Error/Description)[1]', 'nvarchar(3000)');
-            EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
-            END CONVERSATION @handle;
-        END
-        ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'
-            END CONVERSATION @handle;
-        COMMIT TRANSACTION;
+        SET @handle = NULL;
+        BEGIN TRY
+            BEGIN TRANSACTION;
+            WAITFOR (RECEIVE TOP (1) @handle = conversation_handle, @seq = message_sequence_number,
+                                     @group = conversation_group_id, @type = message_type_name, @body = message_body,
+                                     @service = service_name, @contract = service_contract_name
+                       FROM dbo.loonfactorberekening_data), TIMEOUT 1000;
+            IF @handle IS NULL
+            BEGIN
+                ROLLBACK TRANSACTION;
+                BREAK;
+            END
+            IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
+            BEGIN
+                DELETE @uit;
+                INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @body;
+                END CONVERSATION @handle;
+            END
+            ELSE IF @type = N'/Rekenserver/Fout'
+            BEGIN
+                WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+                SELECT @tekst = CAST(@body AS xml).value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                END CONVERSATION @handle;
+            END
+            ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
+            BEGIN
+                WITH XMLNAMESPACES (DEFAULT 'http://schemas.microsoft.com/SQL/ServiceBroker/Error')
+                SELECT @tekst = CAST(@body AS xml).value('(/Error/Description)[1]', 'nvarchar(3000)');
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = CONCAT(N'error: ', @tekst);
+                END CONVERSATION @handle;
+            END
+            ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'
+                END CONVERSATION @handle;
+            ELSE IF @type <> N'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer'
+            BEGIN
+                -- Outside the contract: ended with an error, as the Rust collector does.
+                SET @tekst = CONCAT(N'message type ', @type, N' is not part of the calculation contract');
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                END CONVERSATION @handle WITH ERROR = 50900 DESCRIPTION = @tekst;
+            END
+            DELETE sbworker.message_attempt WHERE conversation_handle = @handle AND message_sequence_number = @seq;
+            COMMIT TRANSACTION;
+        END TRY
+        BEGIN CATCH
+            -- Not raised again: the failure is handled here by the worker's rules (the
+            -- message goes back to the queue and is counted; after three, set aside), and
+            -- raising it would end the activated task with the message still failing.
+            SELECT @nummer = ERROR_NUMBER(),
+                   @fout = CONVERT(nvarchar(3000), CONCAT(N'error ', ERROR_NUMBER(), N': ', ERROR_MESSAGE()));
+            IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+            IF @handle IS NULL
+                THROW;   -- the RECEIVE itself failed: nothing to count; the activation retries
+            IF @nummer IN (1205, 1222)
+                WAITFOR DELAY '00:00:00.200';   -- the environment's fault: not counted
+            ELSE
+            BEGIN
+                SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
+                DELETE @telling;
+                INSERT @telling EXEC sbworker.tel_pogingen @queue = N'dbo.loonfactorberekening_data', @sleutels = @sleutel;
+                EXEC sbworker.noteer_mislukking @sleutels = @sleutel, @fout = @fout, @tijdelijk = 0;
+                SELECT @pogingen = attempts FROM @telling;
+                IF @pogingen >= @max_pogingen
+                BEGIN
+                    -- Set aside: the same message, received again on its conversation.
+                    BEGIN TRANSACTION;
+                    RECEIVE TOP (1) @handle = conversation_handle, @seq = message_sequence_number,
+                                    @group = conversation_group_id, @type = message_type_name, @body = message_body,
+                                    @service = service_name, @contract = service_contract_name
+                      FROM dbo.loonfactorberekening_data WHERE conversation_handle = @handle;
+                    IF @@ROWCOUNT = 1
+                    BEGIN
+                        SET @tekst = CONCAT(N'diverted after ', @pogingen, N' failed attempts: ', @fout);
+                        EXEC sbworker.zet_apart @queue = N'dbo.loonfactorberekening_data', @service = @service,
+                             @contract = @contract, @group = @group, @handle = @handle, @seq = @seq, @type = @type,
+                             @body = @body, @attempts = @pogingen, @reason = @tekst;
+                        EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                        DELETE sbworker.message_attempt
+                         WHERE conversation_handle = @handle AND message_sequence_number = @seq;
+                        SET @tekst = LEFT(@tekst, 3000);
+                        END CONVERSATION @handle WITH ERROR = 50901 DESCRIPTION = @tekst;
+                    END
+                    COMMIT TRANSACTION;
+                END
+            END
+        END CATCH
     END
 END;
 GO

@@ -9,9 +9,19 @@
 -- the right result. For bulk imports set EXEC sp_set_session_context N'vragen_uit', 1
 -- (versions still rise, nothing is sent) and run the sweep.
 
-:setvar Database Payroll
-:setvar WorkerUser sbworker
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 
@@ -177,8 +187,11 @@ CREATE OR ALTER TRIGGER Rooster.dienst_gewijzigd ON Rooster.dienst AFTER INSERT,
 AS
 BEGIN
     SET NOCOUNT ON;
-    DECLARE @duties nvarchar(max) = (SELECT dienstverband_id AS dv, datum FROM inserted
-                                     UNION SELECT dienstverband_id, datum FROM deleted FOR JSON PATH);
+    -- FOR JSON over a UNION in a subquery is refused (Msg 1086): the union is a derived table.
+    DECLARE @duties nvarchar(max) = (SELECT u.dv, u.datum
+                                       FROM (SELECT dienstverband_id AS dv, datum FROM inserted
+                                             UNION SELECT dienstverband_id, datum FROM deleted) u
+                                        FOR JSON PATH);
     DECLARE @keys nvarchar(max) = Rooster.sleutels_json(@duties);
     IF @keys IS NOT NULL EXEC Rekenserver.verstuur_vragen @sleutels = @keys;
 END;

@@ -3,8 +3,19 @@
 -- Claims use UPDATE … OUTPUT … INTO a table variable: a plain OUTPUT fails on a table
 -- with triggers (error 334), and the result set is built from the claimed keys only.
 
-:setvar Database Payroll
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 
@@ -62,6 +73,14 @@ CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 2000, 
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    -- A batch size of 0 would loop for ever; a retention of 0 days would delete this run's
+    -- own log rows.
+    IF @fuse IS NULL OR @fuse < 1 THROW 50110, N'@fuse must be 1 or more (keys sent at most per run)', 1;
+    IF @batch IS NULL OR @batch < 1 THROW 50111, N'@batch must be 1 or more (keys sent per transaction)', 1;
+    IF @retention_days IS NULL OR @retention_days < 1
+        THROW 50112, N'@retention_days must be 1 or more (days the run log and dead letters are kept)', 1;
+    IF @delete_batch IS NULL OR @delete_batch < 1
+        THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
             @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0;
     INSERT Rekenserver.run_log (stap) VALUES ('run');
@@ -144,6 +163,7 @@ BEGIN
          WHERE id = @step;
     END TRY
     BEGIN CATCH
+        -- Raised again at the end, once the lock is released and the run logged.
         IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
         SET @fout = CONVERT(nvarchar(2000), CONCAT(N'error ', ERROR_NUMBER(), N': ', ERROR_MESSAGE()));
     END CATCH
@@ -153,5 +173,9 @@ BEGIN
            kandidaten = (SELECT kandidaten FROM Rekenserver.run_log WHERE run_id = @run AND stap = 'sweep'),
            verzonden = @sent, verwijderd = @deleted, fout = @fout
      WHERE id = @run;
+    -- A failed run is logged above and raised again, so that a SQL Agent job step (or
+    -- any caller) sees it fail.
+    IF @fout LIKE N'error %'
+        THROW 50114, @fout, 1;
 END;
 GO

@@ -2,8 +2,19 @@
 -- RECEIVE on its queues, SEND on the services it answers from and sends to, EXECUTE on
 -- the procedures it calls. No db_owner, no TRUSTWORTHY, no CLR.
 
-:setvar Database Payroll
 :on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 
@@ -27,4 +38,12 @@ GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_role;
+GO
+
+-- The version of these scripts, for `sbworker selftest` (an extended property of the
+-- database: the crate's version and a hash of the scripts; a test keeps it current).
+IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+37604915f4f70876';
+ELSE
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+37604915f4f70876';
 GO

@@ -3,8 +3,15 @@
 -- Generated from schemas/ by sbworker::broker::mssql::schema_collection_script: do not
 -- edit; a test fails when it is not current (SBWORKER_WRITE_GENERATED=1 rewrites it).
 
-:setvar Database Payroll
 :on error exit
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
 USE [$(Database)];
 GO
 
@@ -191,6 +198,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
 -->
 <xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema"
            xmlns="http://www.sdbgroep.nl/MPlus/Rekenserver/2008"
+           xmlns:r="http://www.sdbgroep.nl/MPlus/Rekenserver/2008"
            targetNamespace="http://www.sdbgroep.nl/MPlus/Rekenserver/2008"
            elementFormDefault="qualified"
            attributeFormDefault="unqualified">
@@ -264,6 +272,11 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
       <xs:attribute name="DienstverbandId" type="xs:int" use="required"/>
       <xs:attribute name="PeriodeId" type="xs:int" use="required"/>
     </xs:complexType>
+    <!-- Each wage factor code once: the stored result holds one value per code. -->
+    <xs:unique name="AntwoordEenWaardePerCode">
+      <xs:selector xpath="r:VariabeleMutatie"/>
+      <xs:field xpath="r:LoonfactorCode"/>
+    </xs:unique>
   </xs:element>
 </xs:schema>
 <!--

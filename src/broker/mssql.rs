@@ -1,6 +1,7 @@
 //! The SQL Server transport: Service Broker over TDS with tiberius. Configured with an
 //! ADO.NET connection string (TLS on by default); every session runs `SET XACT_ABORT
-//! ON` and `SET NOCOUNT ON`; transactions go through tiberius's transaction manager
+//! ON`, `SET NOCOUNT ON` and the ANSI options xml methods need, whatever the login's
+//! defaults; transactions go through tiberius's transaction manager
 //! requests; the statements are in `mssql/session.sql`. A session has two connections:
 //! one for the work, and one outside its transactions for the durable attempt counts.
 //! Errors are classified by SQL Server error number in [`classify`].
@@ -39,22 +40,46 @@ pub fn statements_as_sent() -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// A sqlcmd script made ready to send: `:setvar` defaults, then `vars` (as `-v`
-/// gives them), substituted for `$(Name)`; split into batches at `GO` lines. `:on
-/// error exit` is what sbworker does anyway (the first failing batch stops it).
-pub fn sqlcmd_batches(script: &str, vars: &[(String, String)]) -> Result<Vec<String>, String> {
-    let mut values: Vec<(String, String)> = Vec::new();
+/// Where sqlcmd scripting variables come from, lowest precedence first (sqlcmd's
+/// documented order): the environment, then `-v` (`--var`), then a `:setvar` in the
+/// script, which applies from its line on.
+pub struct SqlcmdVars<'a> {
+    /// `-v NAME=VALUE` (`sbworker install --var`).
+    pub given: &'a [(String, String)],
+    /// The environment's variables (`std::env::var`, or none in tests).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl SqlcmdVars<'_> {
+    /// Only the given variables, no environment.
+    pub fn only(given: &[(String, String)]) -> SqlcmdVars<'_> {
+        SqlcmdVars { given, env: &|_| None }
+    }
+}
+
+/// A sqlcmd script made ready to send: `$(Name)` replaced by its value (see
+/// [`SqlcmdVars`] for where values come from; names are case-insensitive), split into
+/// batches at `GO` lines. A variable with no value is an error naming it, as in sqlcmd,
+/// before any batch is sent. `:on error exit` is what sbworker does anyway (the first
+/// failing batch stops it); other sqlcmd commands are refused.
+pub fn sqlcmd_batches(script: &str, vars: &SqlcmdVars<'_>) -> Result<Vec<String>, String> {
+    let mut setvars: Vec<(String, String)> = Vec::new();
+    let lookup = |setvars: &[(String, String)], name: &str| -> Option<String> {
+        let find = |list: &[(String, String)]| {
+            list.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+        };
+        find(setvars).or_else(|| find(vars.given)).or_else(|| (vars.env)(name))
+    };
     let mut batches = Vec::new();
     let mut current = String::new();
     for line in script.lines() {
         let t = line.trim();
-        if let Some(rest) = t.strip_prefix(":setvar") {
-            let mut it = rest.split_whitespace();
+        if t.len() >= 7 && t[..7].eq_ignore_ascii_case(":setvar") {
+            let mut it = t[7..].split_whitespace();
             let (Some(name), Some(value)) = (it.next(), it.next()) else {
                 return Err(format!("':setvar' needs a name and a value: {t}"));
             };
-            values.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-            values.push((name.to_owned(), value.trim_matches('"').to_owned()));
+            setvars.push((name.to_owned(), value.trim_matches('"').to_owned()));
             continue;
         }
         if t.eq_ignore_ascii_case(":on error exit") {
@@ -70,31 +95,25 @@ pub fn sqlcmd_batches(script: &str, vars: &[(String, String)]) -> Result<Vec<Str
             current.clear();
             continue;
         }
-        current.push_str(line);
+        // Substituted line by line, with the values in force at this line.
+        let mut rest = line;
+        while let Some(i) = rest.find("$(") {
+            let Some(j) = rest[i..].find(')') else { break };
+            let name = &rest[i + 2..i + j];
+            let value = lookup(&setvars, name).ok_or_else(|| {
+                format!("scripting variable '{name}' is not defined: give it with --var {name}=VALUE (sqlcmd: -v {name}=VALUE)")
+            })?;
+            current.push_str(&rest[..i]);
+            current.push_str(&value);
+            rest = &rest[i + j + 1..];
+        }
+        current.push_str(rest);
         current.push('\n');
     }
     if !current.trim().is_empty() {
         batches.push(current);
     }
-    for (name, value) in vars {
-        values.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        values.push((name.clone(), value.clone()));
-    }
-    batches
-        .into_iter()
-        .map(|b| {
-            let mut out = b;
-            for (name, value) in &values {
-                out = out.replace(&format!("$({name})"), value);
-            }
-            match out.find("$(") {
-                Some(i) => {
-                    Err(format!("no value for {}", &out[i..out[i..].find(')').map_or(out.len(), |j| i + j + 1)]))
-                }
-                None => Ok(out),
-            }
-        })
-        .collect()
+    Ok(batches)
 }
 
 /// The scripts of `broker/mssql/`, in the order they run.
@@ -107,6 +126,19 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("05_handoff.sql", include_str!("../../broker/mssql/05_handoff.sql")),
     ("06_security.sql", include_str!("../../broker/mssql/06_security.sql")),
 ];
+
+/// The version stamp 06_security.sql writes (`sbworker_version`, an extended property
+/// of the database): this version and the hash of the scripts. A test keeps the script's
+/// literal equal to it.
+pub fn scripts_stamp() -> String {
+    let texts: Vec<&str> = SCRIPTS.iter().map(|(_, s)| *s).collect();
+    crate::sql::stamp(&texts)
+}
+
+/// The SET options every script sets in its first batch, before anything is created
+/// (the text of each script and of the generated 07).
+pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n\
+                               SET CONCAT_NULL_YIELDS_NULL ON;\nSET QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;\n";
 
 /// Optional scripts, run by hand: VALID_XML validation against `schemas/`.
 pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
@@ -136,7 +168,11 @@ pub fn schema_collection_script() -> String {
          -- validated as VALID_XML against the XSDs of schemas/, in one XML SCHEMA COLLECTION.\n\
          -- Generated from schemas/ by sbworker::broker::mssql::schema_collection_script: do not\n\
          -- edit; a test fails when it is not current (SBWORKER_WRITE_GENERATED=1 rewrites it).\n\n\
-         :setvar Database Payroll\n:on error exit\nUSE [$(Database)];\nGO\n\n\
+         :on error exit\n",
+    );
+    out.push_str(SET_OPTIONS);
+    out.push_str(
+        "GO\nUSE [$(Database)];\nGO\n\n\
          IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections\n\
          \x20              WHERE name = N'LoonfactorBerekening' AND schema_id = SCHEMA_ID(N'Rekenserver'))\n\
          \x20   CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening AS N'",
@@ -164,7 +200,8 @@ pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Resu
     let mut client = connect(&c).await?;
     let mut n = 0;
     for (file, script) in SCRIPTS {
-        let batches = sqlcmd_batches(script, vars).map_err(|m| BrokerError {
+        let env = |name: &str| std::env::var(name).ok();
+        let batches = sqlcmd_batches(script, &SqlcmdVars { given: vars, env: &env }).map_err(|m| BrokerError {
             kind: ErrorKind::Other,
             number: 0,
             message: format!("{file}: {m}"),
@@ -712,16 +749,34 @@ mod tests {
 
     #[test]
     fn sqlcmd_scripts_split_at_go_and_take_their_variables() {
-        let script = ":setvar Database Payroll\n:on error exit\nUSE [$(Database)];\nGO\nSELECT 1;\n  go  \nSELECT '$(WorkerUser)'\n";
-        let b = sqlcmd_batches(script, &[("WorkerUser".into(), "svc".into())]).unwrap();
-        assert_eq!(b, ["USE [Payroll];\n", "SELECT 1;\n", "SELECT 'svc'\n"]);
-        let b = sqlcmd_batches(script, &[("Database".into(), "Hr".into()), ("WorkerUser".into(), "x".into())]).unwrap();
-        assert_eq!(b[0], "USE [Hr];\n");
-        assert!(sqlcmd_batches(script, &[]).unwrap_err().contains("$(WorkerUser)"));
-        assert!(sqlcmd_batches(":r other.sql\n", &[]).is_err());
+        let v = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        let script = ":on error exit\nUSE [$(Database)];\nGO\nSELECT 1;\n  go  \nSELECT '$(WorkerUser)'\n";
+        let given = v(&[("Database", "Hr"), ("workeruser", "svc")]);
+        let b = sqlcmd_batches(script, &SqlcmdVars::only(&given)).unwrap();
+        assert_eq!(b, ["USE [Hr];\n", "SELECT 1;\n", "SELECT 'svc'\n"]);
+        // A missing variable is an error naming it; nothing has a default.
+        let e = sqlcmd_batches(script, &SqlcmdVars::only(&v(&[("Database", "Hr")]))).unwrap_err();
+        assert!(e.contains("'WorkerUser' is not defined") && e.contains("--var WorkerUser="), "{e}");
+        // sqlcmd's precedence: environment < -v < :setvar (from its line on).
+        let env = |n: &str| (n == "Database").then(|| "FromEnv".to_owned());
+        let only_env = SqlcmdVars { given: &[], env: &env };
+        assert_eq!(sqlcmd_batches("USE [$(Database)]\n", &only_env).unwrap()[0], "USE [FromEnv]\n");
+        let given = v(&[("Database", "FromV")]);
+        let both = SqlcmdVars { given: &given, env: &env };
+        assert_eq!(sqlcmd_batches("USE [$(Database)]\n", &both).unwrap()[0], "USE [FromV]\n");
+        let b = sqlcmd_batches("SELECT '$(Database)'\nGO\n:setvar Database FromSetvar\nSELECT '$(Database)'\n", &both)
+            .unwrap();
+        assert_eq!(b, ["SELECT 'FromV'\n", "SELECT 'FromSetvar'\n"]);
+        assert!(sqlcmd_batches(":r other.sql\n", &SqlcmdVars::only(&[])).is_err());
+        // The scripts themselves need all three variables and set none.
+        let all = v(&[("Database", "Payroll"), ("WorkerLogin", "sbworker"), ("WorkerUser", "sbworker")]);
         for (file, s) in SCRIPTS {
-            assert!(sqlcmd_batches(s, &[]).is_ok(), "{file}: every variable has a default");
+            assert!(sqlcmd_batches(s, &SqlcmdVars::only(&all)).is_ok(), "{file}");
         }
+        let e = sqlcmd_batches(SCRIPTS[0].1, &SqlcmdVars::only(&[])).unwrap_err();
+        assert!(e.contains("'Database' is not defined"), "{e}");
     }
 
     #[test]

@@ -272,7 +272,23 @@ fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         if open.which == 0 {
-            mutaties.push(mutatie(cur)?);
+            let m = mutatie(cur)?;
+            // One row per wage factor: the result's key holds each code once, and a
+            // second value for a code could be neither stored nor summed safely.
+            if let Some(n) = mutaties.iter().position(|e: &VariabeleMutatie| e.loonfactor_code == m.loonfactor_code) {
+                let which = format!("VariabeleMutatie[{}]/LoonfactorCode", mutaties.len() + 1);
+                return Err(cur.err(
+                    Reden::InvalidValue,
+                    Some((&which, false)),
+                    format!(
+                        "'{}' is also the code of VariabeleMutatie[{}]: each code appears once",
+                        m.loonfactor_code,
+                        n + 1
+                    ),
+                    open.pos,
+                ));
+            }
+            mutaties.push(m);
         } else {
             let [code, datum] = cur.attrs(&open.start, ["Code", "Datum"], open.pos)?;
             let code = cur.req(code, "Code", open.pos, parse_warning_code)?;

@@ -1,7 +1,7 @@
 //! The emulator's T-SQL recogniser: a batch of text into [`Statement`]s. It knows the
 //! Service Broker statements (`[WAITFOR (] RECEIVE …`, `GET CONVERSATION GROUP`, `BEGIN
 //! DIALOG`, `SEND`, `END CONVERSATION`, `MOVE CONVERSATION`), transactions, `SET
-//! XACT_ABORT|NOCOUNT`, `DECLARE`, `SET @v =`, and `EXEC` of a procedure with named
+//! XACT_ABORT|NOCOUNT` and the ANSI options at their standard values, `DECLARE`, `SET @v =`, and `EXEC` of a procedure with named
 //! arguments; keywords in any case, `[bracketed]` names, `--` and `/* */` comments,
 //! optional semicolons. Anything else is refused: error 102 for what is not T-SQL, a
 //! "not supported by the emulator" error (severity 16) for T-SQL it does not run.
@@ -454,9 +454,19 @@ impl Parser {
                 return Ok(Statement::SetVar { var, value });
             }
             let option = self.name()?.to_uppercase();
-            if !["XACT_ABORT", "NOCOUNT"].contains(&option.as_str()) {
-                return Err(unsupported(&format!("SET {option}")));
-            }
+            // The ANSI options are taken at the value the emulator behaves as (that of
+            // the scripts and the transport); another value is refused, never ignored.
+            let fixed = match option.as_str() {
+                "XACT_ABORT" | "NOCOUNT" => None,
+                "ANSI_NULLS"
+                | "ANSI_PADDING"
+                | "ANSI_WARNINGS"
+                | "ARITHABORT"
+                | "CONCAT_NULL_YIELDS_NULL"
+                | "QUOTED_IDENTIFIER" => Some(true),
+                "NUMERIC_ROUNDABORT" => Some(false),
+                _ => return Err(unsupported(&format!("SET {option}"))),
+            };
             let on = if self.eat_kw("ON") {
                 true
             } else if self.eat_kw("OFF") {
@@ -464,6 +474,9 @@ impl Parser {
             } else {
                 return Err(syntax(&self.near()));
             };
+            if fixed.is_some_and(|v| v != on) {
+                return Err(unsupported(&format!("SET {option} {}", if on { "ON" } else { "OFF" })));
+            }
             return Ok(Statement::SetOption { option, on });
         }
         if self.eat_kw("DECLARE") {
@@ -939,6 +952,9 @@ mod tests {
         assert_eq!(one("BEGIN TRAN"), Statement::Transaction(Tran::Begin));
         assert_eq!(one("commit transaction;"), Statement::Transaction(Tran::Commit));
         assert_eq!(parse_batch("SET XACT_ABORT ON\nSET NOCOUNT OFF;").unwrap().len(), 2);
+        assert_eq!(parse_batch("SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF").unwrap().len(), 2);
+        assert!(parse_batch("SET QUOTED_IDENTIFIER OFF").is_err());
+        assert!(parse_batch("SET ANSI_NULLS OFF").is_err());
         assert!(matches!(one("DECLARE @h uniqueidentifier"), Statement::Declare(d) if d.len() == 1));
         match one("DECLARE @t AS nvarchar(256), @n BIGINT = 5") {
             Statement::Declare(d) => assert_eq!(
@@ -966,7 +982,9 @@ mod tests {
         assert!(e.message.contains("SELECT is not supported by the emulator"), "{e}");
         assert_eq!(parse_batch("SEND ON @h").unwrap_err().number, 102);
         assert_eq!(parse_batch("RECEIVE * FROM q INTO @t").unwrap_err().number, NOT_SUPPORTED);
-        assert_eq!(parse_batch("SET ANSI_NULLS ON").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("SET ANSI_NULLS OFF").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("SET DATEFORMAT dmy").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("SET NOCOUNT maybe").unwrap_err().number, 102);
         assert_eq!(parse_batch("END CONVERSATION @h WITH ERROR = 1").unwrap_err().number, 102);
         assert_eq!(parse_batch("SELECT 'open").unwrap_err().number, 105);
     }

@@ -338,6 +338,20 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
             if w.code.len() != 3 || !w.code.bytes().all(|c| c.is_ascii_digit()) {
                 return Err(bad(&wat, format!("code '{}' is not a three-digit wage factor code", w.code)));
             }
+            // An Antwoord holds each code once: a rate cannot take a code of another factor.
+            use super::factors::codes;
+            let fixed = [
+                codes::WORKED_HOURS,
+                codes::DAYS_WORKED,
+                codes::TRAVEL_DAYS,
+                codes::SICK_HOURS,
+                codes::ORT_AMOUNT,
+                codes::EXTRA_HOURS,
+                codes::OVERTIME_HOURS,
+            ];
+            if fixed.contains(&w.code.as_str()) {
+                return Err(bad(&wat, format!("code '{}' is the code of another wage factor", w.code)));
+            }
             let rate = match rates.iter().position(|r| r.pct == w.pct || r.code == w.code) {
                 Some(r) if rates[r].pct == w.pct && rates[r].code == w.code => r,
                 Some(r) => {
@@ -399,6 +413,13 @@ mod tests {
         let ggz: Vec<u32> = t.cao("GGZ").unwrap().rates.iter().map(|r| r.pct).collect();
         assert_eq!(ggz, [22, 38, 44, 49, 60]);
         assert!(zkh.version_on(NaiveDate::from_ymd_opt(2025, 1, 31).unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_rate_cannot_take_the_code_of_another_factor() {
+        let text = BUILT_IN.replacen("code = \"210\"", "code = \"230\"", 2);
+        let e = Tables::from_toml(&text).unwrap_err().to_string();
+        assert!(e.contains("code '230' is the code of another wage factor"), "{e}");
     }
 
     #[test]

@@ -24,6 +24,26 @@ pub struct Options {
     pub delete_batch: i64,
 }
 
+impl Options {
+    /// The option that is out of range and why (a batch of 0 would never end; a
+    /// retention of 0 days would delete the run's own log rows), as (name, problem).
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        if self.fuse < 1 {
+            return Err(("fuse", "must be 1 or more (keys sent at most per run)"));
+        }
+        if self.batch < 1 {
+            return Err(("batch", "must be 1 or more (keys sent per transaction)"));
+        }
+        if self.retention_days < 1 {
+            return Err(("retention_days", "must be 1 or more (days the run log and dead letters are kept)"));
+        }
+        if self.delete_batch < 1 {
+            return Err(("delete_batch", "must be 1 or more (rows deleted per statement)"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self { fuse: 500, batch: 2000, retention_days: 60, delete_batch: 5000 }
