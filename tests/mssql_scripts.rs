@@ -464,3 +464,62 @@ fn the_version_stamp_is_current() {
     }
     assert!(current, "06_security.sql's stamp is not {stamp}: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts");
 }
+
+/// sqlfluff (PyPI), installed into the build directory on first use.
+fn sqlfluff() -> std::path::PathBuf {
+    use std::process::Command;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sqlfluff");
+    let importable = || {
+        Command::new("python3")
+            .env("PYTHONPATH", &dir)
+            .args(["-c", "import sqlfluff"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !importable() {
+        let status = Command::new("python3")
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
+            .arg("--target")
+            .arg(&dir)
+            .arg("sqlfluff==4.5.0")
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()) && importable(),
+            "this test needs python3 with pip and sqlfluff from PyPI (.ci/run installs pip)"
+        );
+    }
+    dir
+}
+
+fn tsql_parse(files: &[std::path::PathBuf]) -> std::process::Output {
+    std::process::Command::new("python3")
+        .env("PYTHONPATH", sqlfluff())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tsql_parse.py"))
+        .args(files)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn every_batch_parses_with_an_independent_tsql_parser() {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql"));
+    let mut files: Vec<_> = all_scripts().map(|(f, _)| dir.join(f)).collect();
+    files.sort();
+    let out = tsql_parse(&files);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("{} file(s)", files.len())), "{text}");
+    // And it fails where it should: the trigger as it was (Msg 1086), a missing END.
+    let tmp = std::env::temp_dir().join(format!("sbworker-tsql-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let bad = tmp.join("bad.sql");
+    std::fs::write(
+        &bad,
+        "CREATE OR ALTER PROCEDURE dbo.p AS\nBEGIN\n    SELECT 1;\n    IF 1 = 1\n    BEGIN\n        SELECT 2;\nEND;\nGO\n",
+    )
+    .unwrap();
+    let out = tsql_parse(std::slice::from_ref(&bad));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    std::fs::remove_dir_all(&tmp).unwrap();
+}

@@ -100,7 +100,7 @@ BEGIN
         DECLARE @melding nvarchar(2048) = CONCAT(N'invalid-value: LoonfactorCode ', @dubbel,
             N' appears more than once in the Antwoord: each code appears once');
         THROW 50012, @melding, 1;
-    END
+    END;
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
     SELECT @dv = @antwoord.value('(/LoonfactorBerekeningAntwoord/@DienstverbandId)[1]', 'int'),
            @periode = @antwoord.value('(/LoonfactorBerekeningAntwoord/@PeriodeId)[1]', 'int'),
