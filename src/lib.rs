@@ -30,6 +30,7 @@ pub mod emulator;
 pub mod engine;
 pub mod handoff;
 pub mod pg_cluster;
+pub mod selftest;
 pub mod sql;
 pub mod transport;
 pub mod worker;

@@ -258,6 +258,33 @@ enum Command {
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
         vars: Vec<(String, String)>,
     },
+    /// Check an installed database, as the worker's login: connectivity and TLS, the
+    /// permissions the worker needs, the broker and its queues, the installed version,
+    /// then one real round trip on a scratch key (cleaned up). One line per check; stops
+    /// at the first failure, saying what to do; exit 0 only when all pass.
+    #[command(after_help = "Examples:\n  \
+        sbworker selftest --postgres 'host=db user=sbworker dbname=payroll'\n  \
+        sbworker selftest --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=sbworker;Password=...' --json\n\n\
+        Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments.")]
+    Selftest {
+        /// A PostgreSQL connection string (URL or key=value form), as the worker uses.
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "SBWORKER_SELFTEST_POSTGRES",
+            hide_env_values = true,
+            required_unless_present = "mssql",
+            conflicts_with = "mssql"
+        )]
+        postgres: Option<String>,
+        /// A SQL Server ADO.NET connection string, as the worker uses (Database= included).
+        #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_MSSQL", hide_env_values = true)]
+        mssql: Option<String>,
+        /// Write the report as JSON (backend, passed, checks: name, status, detail,
+        /// error_number, error_text, fix).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -485,6 +512,7 @@ fn main() -> ExitCode {
             (None, Some(conn)) => report_install(cli::install::mssql(&conn, &vars)),
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
+        Command::Selftest { postgres, mssql, json } => cli::selftest::run(postgres, mssql, json),
     }
 }
 

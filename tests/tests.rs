@@ -16,6 +16,7 @@ mod mssql_real;
 mod mssql_scripts;
 mod pipeline_pg;
 mod secrets;
+mod selftest;
 mod transient_faults;
 mod worker_pg;
 mod worker_process;

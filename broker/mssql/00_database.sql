@@ -26,15 +26,26 @@ IF DB_ID(N'$(Database)') IS NULL
     THROW 50020, N'Database $(Database) does not exist: create it first (CREATE DATABASE), then run 00_database.sql again.', 1;
 GO
 IF SUSER_ID(N'$(WorkerLogin)') IS NULL
-    THROW 50021, N'Login $(WorkerLogin) does not exist: create it first (CREATE LOGIN … WITH PASSWORD = …), then run 00_database.sql again.', 1;
+    THROW 50021, N'Login $(WorkerLogin) does not exist: create it first (CREATE LOGIN ... WITH PASSWORD = ...), then run 00_database.sql again.', 1;
+GO
+-- CREATE OR ALTER needs SQL Server 2016 SP1 (13.0.4001) or later.
+IF CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) < 13
+   OR (CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) = 13
+       AND CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 2) AS int) < 4001)
+    THROW 50026, N'sbworker needs SQL Server 2016 SP1 (13.0.4001) or later: the scripts use CREATE OR ALTER.', 1;
 GO
 -- OPENJSON (the worker's key lists, the roster triggers) needs compatibility level 130.
 IF (SELECT compatibility_level FROM sys.databases WHERE name = N'$(Database)') < 130
     THROW 50022, N'Database $(Database) has a compatibility level below 130 (SQL Server 2016), which OPENJSON needs: ALTER DATABASE [$(Database)] SET COMPATIBILITY_LEVEL = 130 (or higher) after checking the application with it.', 1;
 GO
--- A restored database whose owner's login does not exist on this instance: EXECUTE AS
--- OWNER (sbworker.wachtrij_status) and activation fail with Msg 15517.
-IF EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND SUSER_SNAME(owner_sid) IS NULL)
+-- A restored database whose owner has no login on this instance: EXECUTE AS OWNER
+-- (sbworker.wachtrij_status, activation) fails with Msg 15517. (sys.server_principals,
+-- not SUSER_SNAME, which also names a Windows account that has no login.) The case of
+-- a restore by someone else, where dbo inside the database is not the owner the
+-- instance records, is checked once in the database, below.
+IF EXISTS (SELECT 1 FROM sys.databases d
+            WHERE d.name = N'$(Database)'
+              AND NOT EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = d.owner_sid))
     THROW 50023, N'The owner of database $(Database) has no login on this instance (a restored copy?): EXECUTE AS OWNER would fail with Msg 15517. Give it an owner: ALTER AUTHORIZATION ON DATABASE::[$(Database)] TO [a login, e.g. sa].', 1;
 GO
 -- A restored copy whose broker id is in use by another database on this instance
@@ -42,7 +53,8 @@ GO
 IF EXISTS (SELECT 1 FROM sys.databases d
             WHERE d.name = N'$(Database)' AND d.is_broker_enabled = 0
               AND EXISTS (SELECT 1 FROM sys.databases o
-                           WHERE o.service_broker_guid = d.service_broker_guid AND o.database_id <> d.database_id))
+                           WHERE o.service_broker_guid = d.service_broker_guid AND o.database_id <> d.database_id
+                             AND o.is_broker_enabled = 1))
     THROW 50024, N'The Service Broker id of database $(Database) is already used by another database on this instance (a restored copy?), so ENABLE_BROKER would fail with Msg 9772. Give it a new id, which ends its existing conversations: ALTER DATABASE [$(Database)] SET NEW_BROKER WITH ROLLBACK IMMEDIATE; then run 00_database.sql again.', 1;
 GO
 -- Enabling the broker needs the database to itself: NO_WAIT fails at once rather than
@@ -54,16 +66,25 @@ BEGIN
     END TRY
     BEGIN CATCH
         -- Raised again, with what to do: the script must stop here.
-        DECLARE @m nvarchar(2048) = CONCAT(N'Service Broker could not be enabled in $(Database) (Msg ', ERROR_NUMBER(),
-            N': ', ERROR_MESSAGE(), N'). It needs the database to itself: run ALTER DATABASE [$(Database)] SET ',
-            N'ENABLE_BROKER WITH ROLLBACK IMMEDIATE in a maintenance window (it ends other sessions there), ',
-            N'then run 00_database.sql again.');
+        DECLARE @m nvarchar(2048) = REPLACE(CONCAT(N'Service Broker could not be enabled in $(Database) (Msg ',
+            ERROR_NUMBER(), N': ', ERROR_MESSAGE(), N'). It needs the database to itself: run ALTER DATABASE ',
+            N'[$(Database)] SET ENABLE_BROKER WITH ROLLBACK IMMEDIATE in a maintenance window (it ends other ',
+            N'sessions there), then run 00_database.sql again.'), N'%', N'%%');   -- THROW reserves %
         THROW 50025, @m, 1;
     END CATCH
 END
 GO
 
 USE [$(Database)];
+GO
+
+-- Restored by someone else: dbo inside the database (whom EXECUTE AS OWNER
+-- impersonates) is not the owner the instance records, or has no login (Msg 15517).
+IF EXISTS (SELECT 1 FROM sys.database_principals dp
+             JOIN sys.databases d ON d.database_id = DB_ID()
+            WHERE dp.principal_id = 1
+              AND (dp.sid <> d.owner_sid OR NOT EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = dp.sid)))
+    THROW 50027, N'dbo of database $(Database) does not map to its owner login (restored by someone else?): EXECUTE AS OWNER would fail with Msg 15517. Run ALTER AUTHORIZATION ON DATABASE::[$(Database)] TO [a login, e.g. sa], then run 00_database.sql again.', 1;
 GO
 
 IF SCHEMA_ID(N'Rekenserver') IS NULL EXEC (N'CREATE SCHEMA Rekenserver AUTHORIZATION dbo');
@@ -75,9 +96,20 @@ GO
 
 -- The worker's user and role: no db_owner, no TRUSTWORTHY, no CLR. 06_security.sql grants
 -- the role exactly what the worker uses.
-IF USER_ID(N'$(WorkerUser)') IS NULL CREATE USER [$(WorkerUser)] FOR LOGIN [$(WorkerLogin)];
+IF DATABASE_PRINCIPAL_ID(N'$(WorkerUser)') IS NULL CREATE USER [$(WorkerUser)] FOR LOGIN [$(WorkerLogin)];
+GO
+-- An existing user that no longer maps to the login (a restored database, a login made
+-- again) is orphaned: EXECUTE AS it (Rekenserver.stuur_vraag, run by the roster
+-- triggers) would fail. It is mapped to the login again.
+IF EXISTS (SELECT 1 FROM sys.database_principals
+            WHERE name = N'$(WorkerUser)' AND sid <> SUSER_SID(N'$(WorkerLogin)'))
+    ALTER USER [$(WorkerUser)] WITH LOGIN = [$(WorkerLogin)];
 GO
 IF DATABASE_PRINCIPAL_ID(N'sbworker_role') IS NULL CREATE ROLE sbworker_role AUTHORIZATION dbo;
 GO
-IF IS_ROLEMEMBER(N'sbworker_role', N'$(WorkerUser)') = 0 ALTER ROLE sbworker_role ADD MEMBER [$(WorkerUser)];
+-- Membership read from the catalog (IS_ROLEMEMBER can be NULL, which would skip this).
+IF NOT EXISTS (SELECT 1 FROM sys.database_role_members rm
+                WHERE rm.role_principal_id = DATABASE_PRINCIPAL_ID(N'sbworker_role')
+                  AND rm.member_principal_id = DATABASE_PRINCIPAL_ID(N'$(WorkerUser)'))
+    ALTER ROLE sbworker_role ADD MEMBER [$(WorkerUser)];
 GO

@@ -91,14 +91,15 @@ BEGIN
     -- Each wage factor code once (as the XSD's xs:unique and the decoder say): a second
     -- value for a code is refused with a reason, not by a key violation.
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
-    SELECT TOP (1) @dubbel = m.value('(LoonfactorCode)[1]', 'varchar(3)')
-      FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m)
-     GROUP BY m.value('(LoonfactorCode)[1]', 'varchar(3)')
+    SELECT TOP (1) @dubbel = x.code
+      FROM (SELECT m.value('(LoonfactorCode)[1]', 'varchar(3)') AS code
+              FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m)) AS x
+     GROUP BY x.code   -- xml methods cannot stand in a GROUP BY (Msg 4148): a derived table
     HAVING COUNT(*) > 1;
     IF @dubbel IS NOT NULL
     BEGIN
-        DECLARE @melding nvarchar(2048) = CONCAT(N'invalid-value: LoonfactorCode ', @dubbel,
-            N' appears more than once in the Antwoord: each code appears once');
+        DECLARE @melding nvarchar(2048) = REPLACE(CONCAT(N'invalid-value: LoonfactorCode ', @dubbel,
+            N' appears more than once in the Antwoord: each code appears once'), N'%', N'%%');  -- THROW reserves %
         THROW 50012, @melding, 1;
     END;
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
@@ -172,7 +173,7 @@ BEGIN
             @service nvarchar(512), @contract nvarchar(256), @tekst nvarchar(3000), @fout nvarchar(3000),
             @nummer int, @pogingen int, @max_pogingen int = 3;
     DECLARE @uit TABLE (uitkomst varchar(10));
-    DECLARE @sleutel nvarchar(200);
+    DECLARE @sleutel nvarchar(200), @antwoord xml;
     DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
                             transient_failures int);
     WHILE 1 = 1
@@ -192,7 +193,8 @@ BEGIN
             IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
             BEGIN
                 DELETE @uit;
-                INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @body;
+                SET @antwoord = CAST(@body AS xml);   -- explicit: a malformed body fails here, in the TRY
+                INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @antwoord;
                 END CONVERSATION @handle;
             END
             ELSE IF @type = N'/Rekenserver/Fout'
@@ -206,7 +208,8 @@ BEGIN
             BEGIN
                 WITH XMLNAMESPACES (DEFAULT 'http://schemas.microsoft.com/SQL/ServiceBroker/Error')
                 SELECT @tekst = CAST(@body AS xml).value('(/Error/Description)[1]', 'nvarchar(3000)');
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = CONCAT(N'error: ', @tekst);
+                SET @tekst = CONCAT(N'error: ', @tekst);   -- EXEC takes a value or a variable, not an expression
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
                 END CONVERSATION @handle;
             END
             ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'

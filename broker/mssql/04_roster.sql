@@ -68,7 +68,7 @@ IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NULL
         CONSTRAINT pk_sleutel PRIMARY KEY (dienstverband_id, periode_id));
 GO
 
--- The Vraag of one key (listing 10: WITH XMLNAMESPACES … FOR XML PATH).
+-- The Vraag of one key (listing 10: WITH XMLNAMESPACES ... FOR XML PATH).
 CREATE OR ALTER FUNCTION Rekenserver.vraag (@dv int, @periode int, @versie bigint, @id uniqueidentifier)
 RETURNS xml
 AS

@@ -1,6 +1,6 @@
 -- sbworker on SQL Server, script 05: the hand-off to payroll and the housekeeping,
 -- the same behaviour as `sbworker export` and `sbworker sweep` on PostgreSQL.
--- Claims use UPDATE … OUTPUT … INTO a table variable: a plain OUTPUT fails on a table
+-- Claims use UPDATE ... OUTPUT ... INTO a table variable: a plain OUTPUT fails on a table
 -- with triggers (error 334), and the result set is built from the claimed keys only.
 
 :on error exit
@@ -176,6 +176,9 @@ BEGIN
     -- A failed run is logged above and raised again, so that a SQL Agent job step (or
     -- any caller) sees it fail.
     IF @fout LIKE N'error %'
+    BEGIN
+        SET @fout = REPLACE(@fout, N'%', N'%%');   -- THROW reserves %
         THROW 50114, @fout, 1;
+    END
 END;
 GO

@@ -273,10 +273,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
       <xs:attribute name="PeriodeId" type="xs:int" use="required"/>
     </xs:complexType>
     <!-- Each wage factor code once: the stored result holds one value per code. -->
-    <xs:unique name="AntwoordEenWaardePerCode">
-      <xs:selector xpath="r:VariabeleMutatie"/>
-      <xs:field xpath="r:LoonfactorCode"/>
-    </xs:unique>
+    <!-- xs:unique left out: SQL Server cannot register identity constraints -->
   </xs:element>
 </xs:schema>
 <!--

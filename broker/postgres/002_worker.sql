@@ -57,4 +57,13 @@ CREATE TABLE IF NOT EXISTS sbworker.dead_letter (
 );
 CREATE INDEX IF NOT EXISTS dead_letter_at ON sbworker.dead_letter (dead_lettered_at);
 
+-- What was installed, by part (broker, roster): this sbworker's version and a hash of
+-- the part's scripts, written by `sbworker install`; `sbworker selftest` compares it
+-- with its own.
+CREATE TABLE IF NOT EXISTS sbworker.installation (
+    part         text PRIMARY KEY,
+    stamp        text NOT NULL,
+    installed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 INSERT INTO sb.migration (version) VALUES (2) ON CONFLICT DO NOTHING;

@@ -144,6 +144,30 @@ pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANS
 pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
     &[("07_schema_collection.sql", include_str!("../../broker/mssql/07_schema_collection.sql"))];
 
+/// `xsd` without its identity constraints (`xs:unique`, `xs:key`, `xs:keyref`): SQL
+/// Server cannot register a schema holding them. What they say is checked elsewhere
+/// (each wage factor code once: the decoder and `Rekenserver.sla_antwoord_op`).
+fn without_identity_constraints(xsd: &str) -> String {
+    let mut out = String::new();
+    let mut rest = xsd;
+    while let Some(i) = ["<xs:unique", "<xs:key", "<xs:keyref"].iter().filter_map(|t| rest.find(t)).min() {
+        let kind = if rest[i..].starts_with("<xs:unique") {
+            "xs:unique"
+        } else if rest[i..].starts_with("<xs:keyref") {
+            "xs:keyref"
+        } else {
+            "xs:key"
+        };
+        let close = format!("</{kind}>");
+        let Some(j) = rest[i..].find(&close) else { break };
+        out.push_str(&rest[..i]);
+        out.push_str(&format!("<!-- {kind} left out: SQL Server cannot register identity constraints -->"));
+        rest = &rest[i + j + close.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What `broker/mssql/07_schema_collection.sql` must hold: the three XSDs of `schemas/`
 /// (without their XML declarations, which an nvarchar literal cannot carry) in one XML
 /// SCHEMA COLLECTION, and the message types switched to VALID_XML against it.
@@ -160,7 +184,7 @@ pub fn schema_collection_script() -> String {
                 Some(i) if x.starts_with("<?xml") => &x[i + 2..],
                 _ => x,
             };
-            x.trim().replace('\'', "''")
+            without_identity_constraints(x.trim()).replace('\'', "''")
         })
         .collect();
     let mut out = String::from(

@@ -35,6 +35,15 @@ pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
     (5, include_str!("../../broker/postgres/005_housekeeping.sql")),
 ];
 
+/// The stamp an install writes for the broker's scripts (`part` "broker") or the
+/// roster's ("roster"): this version and a hash of the scripts.
+pub fn stamp(part: &str) -> String {
+    let scripts = if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS };
+    crate::sql::stamp(&scripts.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+}
+
+const STAMP_SQL: &str = include_str!("../../broker/postgres/stamp.sql");
+
 /// The statements this transport sends, by name (`broker/postgres/session.sql`).
 const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
 
@@ -56,8 +65,13 @@ fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
 
 /// A PostgreSQL error as the broker sees it: its kind and SQL Server's number.
 pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
+    error_of_ref(&e)
+}
+
+/// [`error_of`], for an error still needed afterwards.
+pub fn error_of_ref(e: &tokio_postgres::Error) -> BrokerError {
     let Some(db) = e.as_db_error() else {
-        return BrokerError { kind: ErrorKind::Connection, number: 0, message: with_causes(&e) };
+        return BrokerError { kind: ErrorKind::Connection, number: 0, message: with_causes(e) };
     };
     let code = db.code().code();
     let (kind, number) = match code {
@@ -153,6 +167,10 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
             .await
             .map_err(error_of)?;
         applied.push(*version);
+    }
+    static STAMP: SqlFile = SqlFile::new("broker/postgres/stamp.sql", STAMP_SQL);
+    for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
+        client.execute(STAMP.get("record_stamp"), &[&part, &stamp(part)]).await.map_err(error_of)?;
     }
     Ok(applied)
 }

@@ -5,3 +5,4 @@ pub mod emulator;
 pub mod handoff;
 pub mod install;
 pub mod run;
+pub mod selftest;

@@ -1,0 +1,30 @@
+//! `sbworker selftest`: runs the checks of [`crate::selftest`] and prints the report
+//! (a table on a terminal, with colour; plain lines otherwise; JSON with `--json`).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Runs the selftest on the back end given; exit 0 when every check passed.
+pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sbworker selftest: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = match (postgres, mssql) {
+        (Some(url), _) => rt.block_on(crate::selftest::postgres::run(&url)),
+        (None, Some(conn)) => rt.block_on(crate::selftest::mssql::run(&conn)),
+        (None, None) => {
+            eprintln!("sbworker selftest: give --postgres URL or --mssql CONN");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text(std::io::stdout().is_terminal()));
+    }
+    if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

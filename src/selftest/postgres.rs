@@ -1,0 +1,377 @@
+//! `sbworker selftest --postgres URL`: the checks of [`super`] on the PostgreSQL
+//! broker. Statements in `broker/postgres/selftest.sql`. PostgreSQL has no activation
+//! and no SET options per module, so those checks say so; the round trip needs the
+//! roster schema (`sbworker install --roster`) and is skipped, saying why, without it.
+
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use super::{AnsweredBy, Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
+use crate::broker::postgres::{PostgresTransport, SCRIPTS, stamp};
+use crate::demo::{DATA_QUEUE, REKEN_QUEUE};
+use crate::sql::SqlFile;
+
+const SELFTEST_SQL: &str = include_str!("../../broker/postgres/selftest.sql");
+
+fn stmt(name: &str) -> &'static str {
+    static FILE: SqlFile = SqlFile::new("broker/postgres/selftest.sql", SELFTEST_SQL);
+    FILE.get(name)
+}
+
+/// The functions the worker and its collector call, and the tables they touch with the
+/// privilege each needs (broker/postgres/session.sql).
+const FUNCTIONS: &[&str] = &[
+    "sb.channel",
+    "sb.receive",
+    "sb.get_conversation_group",
+    "sb.begin_wait",
+    "sb.end_wait",
+    "sb.send",
+    "sb.end_conversation",
+    "sb.move_conversation",
+    "sb.note_rollback",
+    "rekenserver.sla_antwoord_op",
+    "rekenserver.noteer_fout",
+];
+const TABLES: &[(&str, &str)] = &[
+    ("sbworker.message_attempt", "SELECT"),
+    ("sbworker.message_attempt", "INSERT"),
+    ("sbworker.message_attempt", "UPDATE"),
+    ("sbworker.message_attempt", "DELETE"),
+    ("sbworker.dead_letter", "INSERT"),
+    ("sbworker.answered_version", "SELECT"),
+    ("sbworker.answered_version", "INSERT"),
+    ("sbworker.answered_version", "UPDATE"),
+    ("sb.queue", "SELECT"),
+    ("sb.message", "SELECT"),
+];
+const SCHEMAS: &[&str] = &["rekenserver", "sb", "sbworker"];
+
+fn db_failure(detail: impl Into<String>, e: &tokio_postgres::Error) -> Failure {
+    let b = crate::broker::postgres::error_of_ref(e);
+    let code = e.as_db_error().map(|d| d.code().code().to_owned());
+    Failure::new(detail).error(
+        i64::from(b.number),
+        match code {
+            Some(c) => format!("{} (SQLSTATE {c})", b.message),
+            None => b.message,
+        },
+    )
+}
+
+/// Runs the checks against the database at `url`.
+pub async fn run(url: &str) -> Report {
+    let mut report = Report::new("postgres");
+    let client = match connect(url).await {
+        Ok(c) => c,
+        Err(f) => {
+            report.fail("connection", f);
+            return report;
+        }
+    };
+    match client.query_one(stmt("connection"), &[]).await {
+        Ok(row) => {
+            let (version, user, db, ssl, tls): (String, String, String, bool, String) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+            let tls =
+                if ssl { format!("TLS {tls}") } else { "no TLS (sbworker connects to PostgreSQL without TLS)".into() };
+            report.pass("connection", format!("PostgreSQL {version}, database {db} as {user}; {tls}"));
+        }
+        Err(e) => {
+            report.fail("connection", db_failure("the connection check failed", &e));
+            return report;
+        }
+    }
+    if let Err(f) = permissions(&client).await {
+        report.fail("permissions", f);
+        return report;
+    }
+    report.pass(
+        "permissions",
+        format!(
+            "USAGE on {} schemas, EXECUTE on {} functions, {} table privileges the worker needs",
+            SCHEMAS.len(),
+            FUNCTIONS.len(),
+            TABLES.len()
+        ),
+    );
+    match queues(&client).await {
+        Ok(detail) => report.pass("broker", detail),
+        Err(f) => {
+            report.fail("broker", f);
+            return report;
+        }
+    }
+    report.skip("module options", "not applicable: PostgreSQL functions keep no SET options of their own");
+    let has_roster = match installed(&client).await {
+        Ok((detail, has_roster)) => {
+            report.pass("version", detail);
+            has_roster
+        }
+        Err(f) => {
+            report.fail("version", f);
+            return report;
+        }
+    };
+    if !has_roster {
+        report.skip(
+            "round trip",
+            "no roster schema here (rooster.dienst): the round trip edits a scratch roster and needs the \
+             roster triggers (sbworker install --postgres URL --roster)",
+        );
+        return report;
+    }
+    match round_trip(&client, url).await {
+        Ok(detail) => report.pass("round trip", detail),
+        Err(f) => {
+            report.fail("round trip", f);
+        }
+    }
+    report
+}
+
+async fn connect(url: &str) -> Result<Client, Failure> {
+    let config = crate::connstr::postgres_config(url)
+        .map_err(|e| Failure::new(format!("the connection string: {e}")).fix("give a libpq URL or key=value string"))?;
+    let (client, conn) = config.connect(NoTls).await.map_err(|e| {
+        db_failure("cannot connect", &e).fix("check the host, port, database, user and password, and pg_hba.conf")
+    })?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+async fn permissions(client: &Client) -> Result<(), Failure> {
+    let names: Vec<String> = SCHEMAS.iter().map(|s| s.to_string()).collect();
+    let rows = client.query(stmt("schema_privileges"), &[&names]).await.map_err(|e| db_failure("schemas", &e))?;
+    let mut problems = Vec::new();
+    let mut missing_objects = false;
+    for r in rows {
+        let (name, exists, usage): (String, bool, bool) = (r.get(0), r.get(1), r.get(2));
+        if !exists {
+            missing_objects = true;
+            problems.push(format!("schema {name} does not exist"));
+        } else if !usage {
+            problems.push(format!("no USAGE on schema {name}"));
+        }
+    }
+    if problems.is_empty() {
+        let names: Vec<String> = FUNCTIONS.iter().map(|s| s.to_string()).collect();
+        let rows =
+            client.query(stmt("function_privileges"), &[&names]).await.map_err(|e| db_failure("functions", &e))?;
+        for r in rows {
+            let (name, exists, execute): (String, bool, bool) = (r.get(0), r.get(1), r.get(2));
+            if !exists {
+                missing_objects = true;
+                problems.push(format!("function {name} does not exist"));
+            } else if !execute {
+                problems.push(format!("no EXECUTE on {name}"));
+            }
+        }
+        let (tables, privileges): (Vec<String>, Vec<String>) =
+            TABLES.iter().map(|(t, p)| (t.to_string(), p.to_string())).unzip();
+        let rows = client
+            .query(stmt("table_privileges"), &[&tables, &privileges])
+            .await
+            .map_err(|e| db_failure("tables", &e))?;
+        for r in rows {
+            let (name, privilege, exists, granted): (String, String, bool, bool) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            if !exists {
+                missing_objects = true;
+                problems.push(format!("table {name} does not exist"));
+            } else if !granted {
+                problems.push(format!("no {privilege} on {name}"));
+            }
+        }
+    }
+    problems.dedup();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let fix = if missing_objects {
+        "install the broker: sbworker install --postgres URL (add --roster where the roster lives)".to_owned()
+    } else {
+        "grant the worker's login what is listed (GRANT USAGE ON SCHEMA …, GRANT EXECUTE ON FUNCTION …, GRANT … ON \
+         TABLE …), or run the selftest as the login the worker uses"
+            .to_owned()
+    };
+    Err(Failure::new(problems.join("; ")).fix(fix))
+}
+
+async fn queues(client: &Client) -> Result<String, Failure> {
+    let names = vec![REKEN_QUEUE.to_owned(), DATA_QUEUE.to_owned()];
+    let rows = client.query(stmt("queues"), &[&names]).await.map_err(|e| db_failure("queues", &e))?;
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    for r in rows {
+        let (name, exists, enabled, poison): (String, bool, bool, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        if !exists {
+            problems.push(format!("queue {name} does not exist"));
+            fixes.push("sbworker install --postgres URL".to_owned());
+        } else {
+            if !enabled {
+                problems.push(format!("queue {name} is disabled"));
+                fixes.push(format!("SELECT sb.alter_queue('{name}', p_enabled => true) once the cause is fixed"));
+            }
+            if poison {
+                problems.push(format!("queue {name} has the broker's poison-message detection on"));
+                fixes.push(format!("SELECT sb.alter_queue('{name}', p_poison_handling => false)"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(format!(
+            "queues {REKEN_QUEUE} and {DATA_QUEUE} enabled, poison-message detection off (the PostgreSQL broker has no activation)"
+        ))
+    } else {
+        Err(Failure::new(problems.join("; ")).fix(fixes.join("; ")))
+    }
+}
+
+async fn installed(client: &Client) -> Result<(String, bool), Failure> {
+    let row = client.query_one(stmt("installed"), &[]).await.map_err(|e| {
+        db_failure("the install's version stamp cannot be read", &e)
+            .fix("install with this sbworker: sbworker install --postgres URL")
+    })?;
+    let (versions, broker, roster, has_roster): (Vec<i32>, Option<String>, Option<String>, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let want: Vec<i32> = SCRIPTS.iter().map(|(v, _)| *v).collect();
+    if !want.iter().all(|v| versions.contains(v)) {
+        return Err(Failure::new(format!("broker scripts applied: {versions:?}, this sbworker has {want:?}"))
+            .fix("sbworker install --postgres URL"));
+    }
+    let mine = stamp("broker");
+    if broker.as_deref() != Some(mine.as_str()) {
+        return Err(Failure::new(format!(
+            "the broker was installed by another sbworker (stamp {}; this one is {mine})",
+            broker.as_deref().unwrap_or("none")
+        ))
+        .fix("install again with this binary: sbworker install --postgres URL (idempotent)"));
+    }
+    if has_roster {
+        let mine_roster = stamp("roster");
+        if roster.as_deref() != Some(mine_roster.as_str()) {
+            return Err(Failure::new(format!(
+                "the roster schema was installed by another sbworker (stamp {}; this one is {mine_roster})",
+                roster.as_deref().unwrap_or("none")
+            ))
+            .fix("install again with this binary: sbworker install --postgres URL --roster (idempotent)"));
+        }
+    }
+    Ok((
+        format!("installed by this sbworker ({mine}{})", if has_roster { ", with the roster" } else { "" }),
+        has_roster,
+    ))
+}
+
+/// The round trip, cleaned up afterwards whatever happened.
+async fn round_trip(client: &Client, url: &str) -> Result<String, Failure> {
+    // Left over by a selftest that was killed: removed first.
+    cleanup(client).await?;
+    let result = round_trip_inner(client, url).await;
+    let cleaned = cleanup(client).await;
+    let detail = result?;
+    cleaned?;
+    Ok(detail)
+}
+
+async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure> {
+    let started = std::time::Instant::now();
+    client.batch_execute("BEGIN").await.map_err(|e| db_failure("BEGIN", &e))?;
+    let scratch = async {
+        client.execute(stmt("scratch_cao"), &[&SCRATCH_DV]).await?;
+        client.execute(stmt("scratch_periode"), &[&SCRATCH_PERIODE]).await?;
+        client.execute(stmt("scratch_dienstverband"), &[&SCRATCH_DV]).await?;
+        client.execute(stmt("scratch_dienst_type"), &[]).await?;
+        client.execute(stmt("scratch_dienst"), &[&SCRATCH_DV]).await?;
+        // The commit trigger sends the Vraag.
+        client.batch_execute("COMMIT").await
+    }
+    .await;
+    if let Err(e) = scratch {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(db_failure("the scratch roster edit failed", &e));
+    }
+    let rows = client
+        .query(stmt("scratch_dialogs"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .await
+        .map_err(|e| db_failure("reading the calculation log", &e))?;
+    let Some(latest) = rows.first() else {
+        return Err(Failure::new("the roster edit sent no Vraag (no dialog in rekenserver.berekening_log)")
+            .fix("check the roster triggers: sbworker install --postgres URL --roster"));
+    };
+    let (initiator, target, versie): (Uuid, Option<Uuid>, i64) = (latest.get(0), latest.get(1), latest.get(2));
+    let transport = PostgresTransport::new(url);
+    let by = match target {
+        Some(target) => super::answer_scratch(&transport, (REKEN_QUEUE, DATA_QUEUE), target, initiator).await?,
+        // Both endpoints gone already: a running worker answered and ended it.
+        None => AnsweredBy::RunningWorker,
+    };
+    super::wait_stored(versie, || async {
+        let rows = client
+            .query(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+            .await
+            .map_err(|e| db_failure("reading the stored result", &e))?;
+        Ok(rows.first().map(|r| r.get::<_, i64>(0)))
+    })
+    .await?;
+    let factors: i64 = client
+        .query_one(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .await
+        .map_err(|e| db_failure("reading the stored result", &e))?
+        .get(1);
+    // Export sees it: a claim of the scratch period, rolled back.
+    let mut export_client = connect(url).await?;
+    let tx = export_client.transaction().await.map_err(|e| db_failure("BEGIN", &e))?;
+    let batch = crate::handoff::export::claim(&tx, SCRATCH_PERIODE, crate::handoff::export::Mode::Once)
+        .await
+        .map_err(|e| db_failure("the export claim failed", &e))?;
+    tx.rollback().await.map_err(|e| db_failure("ROLLBACK", &e))?;
+    if batch.results() != 1 {
+        return Err(Failure::new(format!(
+            "export claimed {} results for the scratch period, not the one stored",
+            batch.results()
+        )));
+    }
+    Ok(format!(
+        "a roster edit was answered ({}) and stored (version {versie}, {factors} wage factors), and export can claim it; \
+         {} ms; cleaned up",
+        match by {
+            AnsweredBy::Selftest => "by this selftest with the worker's handlers",
+            AnsweredBy::RunningWorker => "by a running worker",
+        },
+        started.elapsed().as_millis()
+    ))
+}
+
+/// Removes everything the round trip wrote (sending switched off meanwhile).
+async fn cleanup(client: &Client) -> Result<(), Failure> {
+    let run = async {
+        client.batch_execute("BEGIN").await?;
+        client.execute(stmt("cleanup_off"), &[]).await?;
+        client.query(stmt("cleanup_conversations"), &[&SCRATCH_DV]).await?;
+        for name in ["cleanup_roster", "cleanup_dienstverband"] {
+            client.execute(stmt(name), &[&SCRATCH_DV]).await?;
+        }
+        client.execute(stmt("cleanup_periode"), &[&SCRATCH_PERIODE]).await?;
+        client.execute(stmt("cleanup_cao"), &[&SCRATCH_DV]).await?;
+        client.execute(stmt("cleanup_dienst_type"), &[]).await?;
+        // The roster's commit trigger raises the key's version at COMMIT (sending is
+        // off): the bookkeeping goes in a transaction after it.
+        client.batch_execute("COMMIT").await?;
+        client.batch_execute("BEGIN").await?;
+        for name in
+            ["cleanup_factors", "cleanup_results", "cleanup_history", "cleanup_log", "cleanup_keys", "cleanup_answered"]
+        {
+            client.execute(stmt(name), &[&SCRATCH_DV]).await?;
+        }
+        client.batch_execute("COMMIT").await
+    }
+    .await;
+    if let Err(e) = run {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(db_failure("cleaning up the scratch key failed", &e)
+            .fix(format!("remove the rows of dienstverband {SCRATCH_DV} by hand")));
+    }
+    Ok(())
+}

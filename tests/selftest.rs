@@ -1,0 +1,172 @@
+//! `sbworker selftest --postgres`: every check passes on a fresh install, the round
+//! trip really answers and stores a scratch request and leaves nothing behind; each
+//! failure it is for (a disabled queue, poison detection on, a login without grants, an
+//! install by another version, no server) stops it at that check with what to do.
+
+use sbworker::selftest::{Status, postgres};
+
+use crate::common::pg::{fresh_db, fresh_roster_db};
+
+fn statuses(r: &sbworker::selftest::Report) -> Vec<(&'static str, Status)> {
+    r.checks.iter().map(|c| (c.name, c.status)).collect()
+}
+
+/// What the round trip could leave behind: scratch rows, conversations, messages.
+async fn leftovers(c: &tokio_postgres::Client) -> i64 {
+    c.query_one(
+        "SELECT (SELECT count(*) FROM sb.endpoint) + (SELECT count(*) FROM sb.message) \
+         + (SELECT count(*) FROM rekenserver.berekening_log) + (SELECT count(*) FROM rekenserver.resultaat) \
+         + (SELECT count(*) FROM rekenserver.sleutel) + (SELECT count(*) FROM sbworker.answered_version) \
+         + (SELECT count(*) FROM rooster.dienstverband) + (SELECT count(*) FROM rooster.cao) \
+         + (SELECT count(*) FROM rooster.periode) + (SELECT count(*) FROM rooster.dienst_type) \
+         + (SELECT count(*) FROM sbworker.message_attempt) + (SELECT count(*) FROM sbworker.dead_letter)",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_check_passes_and_the_round_trip_leaves_nothing_behind() {
+    let (url, c) = fresh_roster_db().await;
+    let r = postgres::run(&url).await;
+    assert!(r.passed, "{}", r.text(false));
+    assert_eq!(
+        statuses(&r),
+        [
+            ("connection", Status::Pass),
+            ("permissions", Status::Pass),
+            ("broker", Status::Pass),
+            ("module options", Status::Skip),
+            ("version", Status::Pass),
+            ("round trip", Status::Pass),
+        ]
+    );
+    let trip = &r.checks[5].detail;
+    assert!(trip.contains("by this selftest") && trip.contains("export can claim it"), "{trip}");
+    let left = leftovers(&c).await;
+    if left != 0 {
+        for t in [
+            "sb.endpoint",
+            "sb.message",
+            "sb.conversation_group",
+            "rekenserver.berekening_log",
+            "rekenserver.resultaat",
+            "rekenserver.resultaat_historie",
+            "rekenserver.sleutel",
+            "sbworker.answered_version",
+            "rooster.dienst_type",
+            "sbworker.message_attempt",
+        ] {
+            let n: i64 = c.query_one(&format!("SELECT count(*) FROM {t}"), &[]).await.unwrap().get(0);
+            eprintln!("LEFT {t} {n}");
+        }
+    }
+    assert_eq!(left, 0, "{}", r.text(false));
+    // Again: the same, nothing accumulates.
+    let r = postgres::run(&url).await;
+    assert!(r.passed, "{}", r.text(false));
+    assert_eq!(leftovers(&c).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_roster_the_round_trip_is_skipped_saying_why() {
+    let url = fresh_db().await;
+    let r = postgres::run(&url).await;
+    assert!(r.passed, "{}", r.text(false));
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("round trip", Status::Skip));
+    assert!(last.detail.contains("--roster"), "{}", last.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_queue_or_poison_detection_stops_it_at_the_broker_check() {
+    let (url, c) = fresh_roster_db().await;
+    c.batch_execute("SELECT sb.alter_queue('loonfactorberekening_reken', p_enabled => false)").await.unwrap();
+    let r = postgres::run(&url).await;
+    assert!(!r.passed);
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("broker", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("loonfactorberekening_reken is disabled"), "{}", last.detail);
+    assert!(last.fix.as_deref().unwrap().contains("p_enabled => true"));
+    c.batch_execute(
+        "SELECT sb.alter_queue('loonfactorberekening_reken', p_enabled => true); \
+         SELECT sb.alter_queue('loonfactorberekening_data', p_poison_handling => true)",
+    )
+    .await
+    .unwrap();
+    let r = postgres::run(&url).await;
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("broker", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("poison-message detection on"), "{}", last.detail);
+    assert_eq!(leftovers(&c).await, 0, "nothing was tried after the failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_without_grants_is_told_what_it_lacks() {
+    let (url, c) = fresh_roster_db().await;
+    let role = format!("selftest_nogrant_{}", std::process::id());
+    c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN")).await.unwrap();
+    let r = postgres::run(&format!("{url} user={role}")).await;
+    assert!(!r.passed);
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("permissions", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("no USAGE on schema sbworker"), "{}", last.detail);
+    c.batch_execute(&format!("GRANT USAGE ON SCHEMA sb, sbworker, rekenserver TO {role}")).await.unwrap();
+    let r = postgres::run(&format!("{url} user={role}")).await;
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("permissions", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("no INSERT on sbworker.message_attempt"), "{}", last.detail);
+    assert!(last.fix.as_deref().unwrap().contains("GRANT"), "{:?}", last.fix);
+    c.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_by_another_version_is_named() {
+    let (url, c) = fresh_roster_db().await;
+    c.batch_execute("UPDATE sbworker.installation SET stamp = '0.0.9+0000' WHERE part = 'broker'").await.unwrap();
+    let r = postgres::run(&url).await;
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("version", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("0.0.9+0000"), "{}", last.detail);
+    assert!(last.fix.as_deref().unwrap().contains("sbworker install --postgres"));
+    // Installing again puts it right.
+    sbworker::broker::postgres::install_with(&url, true).await.unwrap();
+    assert!(postgres::run(&url).await.passed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_server_fails_the_first_check() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let r = postgres::run(&format!("host=127.0.0.1 port={port} user=x dbname=x connect_timeout=5")).await;
+    assert_eq!(statuses(&r), [("connection", Status::Fail)]);
+    assert!(r.checks[0].error_text.as_deref().unwrap().contains("refused"), "{:?}", r.checks[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_prints_json_and_exits_by_the_outcome() {
+    let (url, c) = fresh_roster_db().await;
+    let run = |url: String| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(["selftest", "--json", "--postgres", &url])
+            .output()
+            .await
+            .unwrap()
+    };
+    let out = run(url.clone()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backend"], "postgres");
+    assert_eq!(v["passed"], true);
+    let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["connection", "permissions", "broker", "module options", "version", "round trip"]);
+    c.batch_execute("SELECT sb.alter_queue('loonfactorberekening_data', p_enabled => false)").await.unwrap();
+    let out = run(url).await;
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["passed"], false);
+    let last = v["checks"].as_array().unwrap().last().unwrap();
+    assert_eq!((last["name"].as_str(), last["status"].as_str()), (Some("broker"), Some("fail")));
+    assert!(last["fix"].as_str().is_some());
+}
