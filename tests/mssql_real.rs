@@ -2,7 +2,8 @@
 //! of a login that may create a database), `SBWORKER_MSSQL_WORKER_LOGIN` and
 //! `SBWORKER_MSSQL_WORKER_PASSWORD` (an existing SQL login for the worker). Installs the
 //! scripts into a new database, sends a Vraag as a DBA would, lets the worker answer
-//! over the SQL Server transport and receives the Antwoord. Skipped, saying so, when
+//! over the SQL Server transport and receives the Antwoord, then runs `sbworker
+//! selftest --mssql` as the worker's login (every check, the round trip included). Skipped, saying so, when
 //! the variables are not set (on the development machines no SQL Server can run).
 
 use std::sync::Arc;
@@ -104,6 +105,10 @@ async fn against_a_real_sql_server_when_one_is_given() {
     assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD));
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    // The selftest, as the worker's login, passes every check, the round trip included.
+    let report = sbworker::selftest::mssql::run(&worker_conn).await;
+    assert!(report.passed, "{}", report.text(false));
+    assert!(report.checks.last().unwrap().detail.contains("by this selftest"), "{}", report.text(false));
 }
 
 /// The `Server=…` part of an ADO.NET string.

@@ -170,3 +170,45 @@ async fn the_command_prints_json_and_exits_by_the_outcome() {
     assert_eq!((last["name"].as_str(), last["status"].as_str()), (Some("broker"), Some("fail")));
     assert!(last["fix"].as_str().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_the_emulator_logs_in_and_the_first_catalog_check_says_what_it_cannot_do() {
+    // The emulator runs the worker's statements, not SQL Server's catalog: the selftest
+    // logs in (connection passes) and stops at the permissions check with the
+    // emulator's error, number and text, as it would with a real server's.
+    let (url, _s) = crate::common::calc::calc_world().await;
+    let (conn, _stop) = crate::emulator_tds::emulator_with(&url, Default::default()).await;
+    let r = sbworker::selftest::mssql::run(&conn).await;
+    assert_eq!(statuses(&r), [("connection", Status::Pass), ("permissions", Status::Fail)], "{}", r.text(false));
+    assert!(r.checks[0].detail.contains("without TLS"), "{}", r.checks[0].detail);
+    assert_eq!(r.checks[1].error_number, Some(i64::from(sbworker::emulator::tsql::NOT_SUPPORTED)));
+    assert!(r.checks[1].error_text.as_deref().unwrap().contains("not supported by the emulator"));
+    // A wrong password: the connection check fails with SQL Server's 18456.
+    let wrong = conn.replace("Password=\"p;w\"\"d\"", "Password=nope");
+    let r = sbworker::selftest::mssql::run(&wrong).await;
+    assert_eq!(statuses(&r), [("connection", Status::Fail)]);
+    assert_eq!(r.checks[0].error_number, Some(18456), "{:?}", r.checks[0]);
+}
+
+#[test]
+fn the_selftest_statements_the_emulator_knows_are_recognised() {
+    // The statements that call sbworker's procedures and the export's transaction are
+    // forms the emulator's recogniser knows: they must parse. The catalog queries
+    // (HAS_PERMS_BY_NAME, sys.databases, sys.sql_modules, sys.extended_properties,
+    // SERVERPROPERTY) are SQL Server's alone: declared here, run by the real-server test.
+    const CATALOG: &[&str] = &["server", "permissions", "database", "module_options", "stamp"];
+    let statements = sbworker::selftest::mssql::statements();
+    let names: Vec<&str> = statements.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        ["server", "permissions", "database", "queue", "module_options", "stamp", "step", "export_visible"]
+    );
+    for (name, sql) in statements {
+        if CATALOG.contains(&name) {
+            continue;
+        }
+        let sent = sql.replace("@P1", "@p1").replace("@P2", "@p2");
+        let parsed = sbworker::emulator::tsql::parse_batch(&sent).unwrap_or_else(|e| panic!("{name}: {e}\n{sql}"));
+        assert!(!parsed.is_empty(), "{name}");
+    }
+}

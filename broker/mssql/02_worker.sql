@@ -148,8 +148,10 @@ END;
 GO
 
 -- Outside any transaction: whether the queue is enabled, about how many messages wait
--- (row counts of its internal table: no locks taken), and whether poison-message
--- handling is on for it (the worker refuses to serve such a queue unless told to).
+-- (row counts of its internal table: no locks taken), whether poison-message
+-- handling is on for it (the worker refuses to serve such a queue unless told to), and
+-- whether activation is on (`sbworker selftest` wants it off on the queues the worker
+-- serves).
 -- No rows: no such queue.
 CREATE OR ALTER PROCEDURE sbworker.wachtrij_status @queue sysname
 WITH EXECUTE AS OWNER   -- the catalog views show the owner everything, the caller little
@@ -160,7 +162,8 @@ BEGIN
            CAST(ISNULL((SELECT SUM(p.rows) FROM sys.internal_tables it
                           JOIN sys.partitions p ON p.object_id = it.object_id AND p.index_id IN (0, 1)
                          WHERE it.parent_object_id = q.object_id), 0) AS bigint) AS messages,
-           q.is_poison_message_handling_enabled
+           q.is_poison_message_handling_enabled,
+           q.is_activation_enabled
       FROM sys.service_queues q
      WHERE q.object_id = OBJECT_ID(@queue);
 END;

@@ -182,3 +182,87 @@ BEGIN
     END
 END;
 GO
+
+-- For `sbworker selftest --mssql`, run as the worker's login: one round trip on a
+-- scratch key, dienstverband (and CAO) -1000001 in a period of its own, December 2099,
+-- a month no real roster holds (so no real export sees it). Runs as the owner: the
+-- worker's login may not touch the roster. @stap:
+--   'begin'     removes what an earlier run left, then writes the scratch roster; the
+--               roster trigger sends one Vraag (the first statements with sending off);
+--   'dialogen'  the scratch key's dialogs, newest version first: the initiator's handle,
+--               the target's (the same conversation's other endpoint), the version;
+--   'resultaat' the stored result's version and number of wage factors (no row: none);
+--   'einde'     removes every row of the scratch key and ends its open conversations.
+CREATE OR ALTER PROCEDURE Rekenserver.selftest @stap varchar(10)
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @dv int = -1000001, @periode int = -1000001, @handle uniqueidentifier;
+    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'einde')
+        THROW 50120, N'@stap must be begin, dialogen, resultaat or einde', 1;
+    IF @stap IN ('begin', 'einde')
+    BEGIN
+        BEGIN TRANSACTION;
+        EXEC sp_set_session_context N'vragen_uit', 1;
+        DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
+            SELECT e.conversation_handle
+              FROM Rekenserver.berekening_log l
+              JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
+              JOIN sys.conversation_endpoints e ON e.conversation_id = i.conversation_id
+             WHERE l.dienstverband_id = @dv;
+        OPEN open_dialogs;
+        FETCH NEXT FROM open_dialogs INTO @handle;
+        WHILE @@FETCH_STATUS = 0
+        BEGIN
+            END CONVERSATION @handle WITH CLEANUP;
+            FETCH NEXT FROM open_dialogs INTO @handle;
+        END
+        CLOSE open_dialogs; DEALLOCATE open_dialogs;
+        DELETE Rooster.dienst WHERE dienstverband_id = @dv;
+        DELETE Rooster.dienstverband WHERE id = @dv;
+        DELETE Rooster.periode WHERE id = @periode;
+        DELETE Rooster.cao WHERE id = @dv;
+        DELETE d FROM Rooster.dienst_type d
+         WHERE d.code = 'STEST' AND NOT EXISTS (SELECT 1 FROM Rooster.tijdblok t WHERE t.dienst_type = d.code);
+        DELETE Rekenserver.resultaat_factor WHERE dienstverband_id = @dv;
+        DELETE Rekenserver.resultaat WHERE dienstverband_id = @dv;
+        DELETE Rekenserver.resultaat_historie WHERE dienstverband_id = @dv;
+        DELETE Rekenserver.berekening_log WHERE dienstverband_id = @dv;
+        DELETE Rekenserver.sleutel WHERE dienstverband_id = @dv;
+        DELETE sbworker.answered_version WHERE dienstverband_id = @dv;
+        IF @stap = 'begin'
+        BEGIN
+            INSERT Rooster.cao (id, code, is_vier_weken, naam, werkweek_uren)
+            VALUES (@dv, 'ZKH', 0, N'sbworker selftest', 36);
+            INSERT Rooster.periode (id, is_vier_weken, begin_datum, eind_datum)
+            VALUES (@periode, 0, '20991201', '20991231');
+            INSERT Rooster.dienstverband (id, cao_id, dagen_per_week, datum_in_dienst, parttime_uren, salaris, soort,
+                                          functiegroep)
+            VALUES (@dv, @dv, 5, '20990101', 36, 3000, 'FT', 45);
+            IF NOT EXISTS (SELECT 1 FROM Rooster.dienst_type WHERE code = 'STEST')
+                INSERT Rooster.dienst_type (code, omschrijving, telt_mee_in_gewerkte_uren)
+                VALUES ('STEST', N'sbworker selftest', 1);
+            INSERT Rooster.dienst (dienstverband_id, datum) VALUES (@dv, '20991207');
+            -- The block's statement sends the key's one Vraag.
+            EXEC sp_set_session_context N'vragen_uit', 0;
+            INSERT Rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type)
+            SELECT id, '07:00', '15:30', 'STEST' FROM Rooster.dienst WHERE dienstverband_id = @dv;
+        END
+        EXEC sp_set_session_context N'vragen_uit', 0;
+        COMMIT TRANSACTION;
+    END
+    ELSE IF @stap = 'dialogen'
+        SELECT l.dialog_handle, t.conversation_handle AS target_handle, l.versie
+          FROM Rekenserver.berekening_log l
+          LEFT JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
+          LEFT JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
+         WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
+         ORDER BY l.versie DESC;
+    ELSE
+        SELECT r.versie, (SELECT COUNT(*) FROM Rekenserver.resultaat_factor f
+                           WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id) AS factoren
+          FROM Rekenserver.resultaat r
+         WHERE r.dienstverband_id = @dv AND r.periode_id = @periode;
+END;
+GO

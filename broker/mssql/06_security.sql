@@ -38,12 +38,13 @@ GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.selftest TO sbworker_role;
 GO
 
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+319170cd1034d88f';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+457dad56e4737345';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+319170cd1034d88f';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+457dad56e4737345';
 GO

@@ -442,9 +442,12 @@ impl Connection {
     }
 }
 
-type Tds = Client<Compat<TcpStream>>;
+/// A tiberius client over TCP.
+pub type Tds = Client<Compat<TcpStream>>;
 
-async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
+/// A connection as the transport opens them: TLS as configured, the session's SET
+/// options run.
+pub async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
     let config = c.config();
     let tcp = TcpStream::connect(config.get_addr()).await.map_err(|e| BrokerError {
         kind: ErrorKind::Connection,

@@ -240,26 +240,33 @@ where
     Ok(by)
 }
 
-/// Polls `stored` (the scratch key's stored version, if any) until it reaches `versie`
-/// or [`ROUND_TRIP_WAIT`] passes.
-pub async fn wait_stored<F, Fut>(versie: i64, mut stored: F) -> Result<(), Failure>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<i64>, Failure>>,
-{
-    let deadline = tokio::time::Instant::now() + ROUND_TRIP_WAIT;
-    loop {
-        let now = stored().await?;
-        if now.is_some_and(|v| v >= versie) {
-            return Ok(());
+/// Waits for the scratch key's stored result: the caller loops, reading the stored
+/// version, until [`Wait::done`] says it has come or the wait has run out.
+pub struct Wait {
+    versie: i64,
+    deadline: tokio::time::Instant,
+}
+
+impl Wait {
+    pub fn new(versie: i64) -> Self {
+        Self { versie, deadline: tokio::time::Instant::now() + ROUND_TRIP_WAIT }
+    }
+
+    /// `Ok(true)` once `stored` reaches the version, `Ok(false)` after a pause (read
+    /// again), an error once [`ROUND_TRIP_WAIT`] has passed.
+    pub async fn done(&self, stored: Option<i64>) -> Result<bool, Failure> {
+        if stored.is_some_and(|v| v >= self.versie) {
+            return Ok(true);
         }
-        if tokio::time::Instant::now() > deadline {
+        if tokio::time::Instant::now() > self.deadline {
             return Err(Failure::new(format!(
-                "no result for the scratch key's version {versie} within {} s (stored: {now:?})",
+                "no result for the scratch key's version {} within {} s (stored: {stored:?})",
+                self.versie,
                 ROUND_TRIP_WAIT.as_secs()
             ))
             .fix("check that the worker's collector serves the answers' queue, and its log"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(false)
     }
 }

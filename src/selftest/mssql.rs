@@ -1,9 +1,279 @@
-//! `sbworker selftest --mssql CONN` (to be written).
+//! `sbworker selftest --mssql CONN`: the checks of [`super`] on SQL Server, run as the
+//! worker's login (the connection string the worker uses). Statements in
+//! `broker/mssql/selftest.sql`; the round trip's roster work is done by
+//! `Rekenserver.selftest` (05_handoff.sql), which runs as the owner, so the worker's
+//! login needs no right on the roster.
 
-use super::Report;
+use tiberius::{EncryptionLevel, ToSql};
+use uuid::Uuid;
 
-pub async fn run(_conn: &str) -> Report {
-    let mut r = Report::new("mssql");
-    r.fail("connection", super::Failure::new("not yet"));
-    r
+use super::{AnsweredBy, Failure, Report};
+use crate::broker::BrokerError;
+use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
+use crate::sql::SqlFile;
+
+const SELFTEST_SQL: &str = include_str!("../../broker/mssql/selftest.sql");
+
+fn stmt(name: &str) -> &'static str {
+    static FILE: SqlFile = SqlFile::new("broker/mssql/selftest.sql", SELFTEST_SQL);
+    FILE.get(name)
+}
+
+/// Every statement of `broker/mssql/selftest.sql` (for the emulator's recogniser test).
+pub fn statements() -> Vec<(&'static str, &'static str)> {
+    static FILE: SqlFile = SqlFile::new("broker/mssql/selftest.sql", SELFTEST_SQL);
+    FILE.all().to_vec()
+}
+
+const REKEN_QUEUE: &str = "dbo.loonfactorberekening_reken";
+const DATA_QUEUE: &str = "dbo.loonfactorberekening_data";
+
+fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
+    Failure::broker(detail, e)
+}
+
+async fn rows(client: &mut Tds, name: &str, params: &[&dyn ToSql]) -> Result<Vec<tiberius::Row>, BrokerError> {
+    client.query(stmt(name), params).await.map_err(mssql::error_of)?.into_first_result().await.map_err(mssql::error_of)
+}
+
+/// Runs the checks against the database of `conn`.
+pub async fn run(conn: &str) -> Report {
+    let mut report = Report::new("mssql");
+    let c = match Connection::parse(conn) {
+        Ok(c) => c,
+        Err(e) => {
+            report.fail(
+                "connection",
+                Failure::new(format!("the connection string: {e}"))
+                    .fix("give the ADO.NET string the worker uses (Server=tcp:host,port;Database=...;User Id=...;Password=...)"),
+            );
+            return report;
+        }
+    };
+    let Some(database) = c.database.clone() else {
+        report.fail(
+            "connection",
+            Failure::new("the connection string names no database")
+                .fix("add Database=... (the one the scripts were installed in)"),
+        );
+        return report;
+    };
+    let mut client = match mssql::connect(&c).await {
+        Ok(client) => client,
+        Err(e) => {
+            report.fail(
+                "connection",
+                failure(format!("cannot log in to {}:{} as {}", c.host, c.port, c.user), &e)
+                    .fix("check the server, port, login and password, and that TLS is set as the server expects (Encrypt, TrustServerCertificate)"),
+            );
+            return report;
+        }
+    };
+    let tls = match (c.encrypt, c.trust_server_certificate) {
+        (EncryptionLevel::NotSupported | EncryptionLevel::Off, _) => "without TLS for the data (Encrypt=false)",
+        (_, true) => "TLS on, any server certificate trusted (TrustServerCertificate=true)",
+        (_, false) => "TLS on, the server certificate verified",
+    };
+    report.pass("connection", format!("logged in to {}:{} database {database} as {}; {tls}", c.host, c.port, c.user));
+    match permissions(&mut client).await {
+        Ok(detail) => report.pass("permissions", detail),
+        Err(f) => {
+            report.fail("permissions", f);
+            return report;
+        }
+    }
+    match broker(&mut client).await {
+        Ok(detail) => report.pass("broker", detail),
+        Err(f) => {
+            report.fail("broker", f);
+            return report;
+        }
+    }
+    match module_options(&mut client).await {
+        Ok(detail) => report.pass("module options", detail),
+        Err(f) => {
+            report.fail("module options", f);
+            return report;
+        }
+    }
+    match version(&mut client).await {
+        Ok(detail) => report.pass("version", detail),
+        Err(f) => {
+            report.fail("version", f);
+            return report;
+        }
+    }
+    match round_trip(&mut client, conn).await {
+        Ok(detail) => report.pass("round trip", detail),
+        Err(f) => {
+            report.fail("round trip", f);
+        }
+    }
+    report
+}
+
+async fn permissions(client: &mut Tds) -> Result<String, Failure> {
+    let rows = rows(client, "permissions", &[]).await.map_err(|e| failure("HAS_PERMS_BY_NAME", &e))?;
+    let mut missing = Vec::new();
+    for r in &rows {
+        let securable: &str = r.get(0).unwrap_or("?");
+        let class: &str = r.get(1).unwrap_or("?");
+        let permission: &str = r.get(2).unwrap_or("?");
+        match r.get::<i32, _>(3) {
+            Some(1) => {}
+            Some(_) => missing.push(format!("{permission} on {class}::{securable}")),
+            None => missing.push(format!("{class} {securable} does not exist")),
+        }
+    }
+    if missing.is_empty() {
+        Ok(format!("{} permissions the worker needs, each granted (HAS_PERMS_BY_NAME)", rows.len()))
+    } else {
+        Err(Failure::new(format!("missing: {}", missing.join("; "))).fix(
+            "run broker/mssql/06_security.sql (it grants sbworker_role exactly these), make the worker's user a member \
+             of sbworker_role (00_database.sql), and run the selftest as the worker's login",
+        ))
+    }
+}
+
+async fn broker(client: &mut Tds) -> Result<String, Failure> {
+    let server = rows(client, "server", &[]).await.map_err(|e| failure("reading the server's version", &e))?;
+    let version = server.first().and_then(|r| r.get::<&str, _>(0)).unwrap_or("?").to_owned();
+    let db = rows(client, "database", &[]).await.map_err(|e| failure("reading sys.databases", &e))?;
+    let Some(d) = db.first() else {
+        return Err(Failure::new("sys.databases shows no row for this database"));
+    };
+    let enabled: bool = d.get(0).unwrap_or(false);
+    let level: u8 = d.get(1).unwrap_or(0);
+    if !enabled {
+        return Err(Failure::new("Service Broker is not enabled in this database")
+            .fix("run broker/mssql/00_database.sql (it enables the broker, or says why it cannot)"));
+    }
+    if level < 130 {
+        return Err(Failure::new(format!("compatibility level {level}; OPENJSON needs 130 or higher")).fix(
+            "ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher), after checking the application with it",
+        ));
+    }
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    for q in [REKEN_QUEUE, DATA_QUEUE] {
+        let r = rows(client, "queue", &[&q]).await.map_err(|e| failure(format!("sbworker.wachtrij_status {q}"), &e))?;
+        let Some(r) = r.first() else {
+            problems.push(format!("queue {q} does not exist"));
+            fixes.push("run broker/mssql/01_service_broker.sql".to_owned());
+            continue;
+        };
+        if !r.get::<bool, _>(0).unwrap_or(false) {
+            problems.push(format!("queue {q} is disabled"));
+            fixes.push(format!("ALTER QUEUE {q} WITH STATUS = ON (once the cause is known: see the error log)"));
+        }
+        if r.try_get::<bool, _>(2).ok().flatten().unwrap_or(false) {
+            problems.push(format!("queue {q} has poison-message handling on"));
+            fixes.push(format!("ALTER QUEUE {q} WITH POISON_MESSAGE_HANDLING (STATUS = OFF)"));
+        }
+        if r.try_get::<bool, _>(3).ok().flatten().unwrap_or(false) {
+            problems.push(format!("queue {q} has activation on (a procedure would compete with the worker)"));
+            fixes.push(format!("ALTER QUEUE {q} WITH ACTIVATION (STATUS = OFF)"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(format!(
+            "SQL Server {version}; broker enabled, compatibility level {level}; queues {REKEN_QUEUE} and {DATA_QUEUE} \
+             enabled, activation and poison-message handling off"
+        ))
+    } else {
+        Err(Failure::new(problems.join("; ")).fix(fixes.join("; ")))
+    }
+}
+
+async fn module_options(client: &mut Tds) -> Result<String, Failure> {
+    let rows = rows(client, "module_options", &[]).await.map_err(|e| failure("reading sys.sql_modules", &e))?;
+    let bad: Vec<String> = rows
+        .iter()
+        .filter(|r| !(r.get::<bool, _>(1).unwrap_or(false) && r.get::<bool, _>(2).unwrap_or(false)))
+        .map(|r| r.get::<&str, _>(0).unwrap_or("?").to_owned())
+        .collect();
+    if bad.is_empty() {
+        Ok(format!("{} modules this login can see, each created with QUOTED_IDENTIFIER and ANSI_NULLS ON", rows.len()))
+    } else {
+        Err(Failure::new(format!(
+            "created with QUOTED_IDENTIFIER or ANSI_NULLS OFF (their xml methods fail, Msg 1934): {}",
+            bad.join(", ")
+        ))
+        .fix("run the scripts again (each sets its options first), with sqlcmd -I or sbworker install --mssql"))
+    }
+}
+
+async fn version(client: &mut Tds) -> Result<String, Failure> {
+    let rows = rows(client, "stamp", &[]).await.map_err(|e| failure("reading the version stamp", &e))?;
+    let installed = rows.first().and_then(|r| r.get::<&str, _>(0)).map(str::to_owned);
+    let mine = mssql::scripts_stamp();
+    match installed {
+        Some(s) if s == mine => Ok(format!("installed by this sbworker ({mine})")),
+        other => Err(Failure::new(format!(
+            "the scripts were installed by another sbworker (stamp {}; this one is {mine})",
+            other.as_deref().unwrap_or("none")
+        ))
+        .fix("run this sbworker's broker/mssql/00..06 again (idempotent), or sbworker install --mssql")),
+    }
+}
+
+/// One step of `Rekenserver.selftest`, its result sets read to the end.
+async fn step(client: &mut Tds, name: &str) -> Result<Vec<Vec<tiberius::Row>>, BrokerError> {
+    client.query(stmt("step"), &[&name]).await.map_err(mssql::error_of)?.into_results().await.map_err(mssql::error_of)
+}
+
+async fn round_trip(client: &mut Tds, conn: &str) -> Result<String, Failure> {
+    step(client, "begin").await.map_err(|e| failure("Rekenserver.selftest 'begin' (the scratch roster edit)", &e))?;
+    let result = round_trip_inner(client, conn).await;
+    let cleaned = step(client, "einde").await;
+    let detail = result?;
+    cleaned.map_err(|e| failure("Rekenserver.selftest 'einde' (cleaning up)", &e))?;
+    Ok(detail)
+}
+
+async fn round_trip_inner(client: &mut Tds, conn: &str) -> Result<String, Failure> {
+    let started = std::time::Instant::now();
+    let dialogs = step(client, "dialogen").await.map_err(|e| failure("Rekenserver.selftest 'dialogen'", &e))?;
+    let dialogs = dialogs.into_iter().next().unwrap_or_default();
+    let Some(latest) = dialogs.first() else {
+        return Err(Failure::new("the scratch roster edit sent no Vraag (no dialog in Rekenserver.berekening_log)")
+            .fix("check the roster triggers (broker/mssql/04_roster.sql)"));
+    };
+    let initiator: Uuid = latest.get(0).ok_or_else(|| Failure::new("a dialog without a handle"))?;
+    let target: Option<Uuid> = latest.get(1);
+    let versie: i64 = latest.get(2).unwrap_or(0);
+    let transport = MssqlTransport::new(conn).map_err(|e| Failure::new(format!("the connection string: {e}")))?;
+    let by = match target {
+        Some(t) => super::answer_scratch(&transport, (REKEN_QUEUE, DATA_QUEUE), t, initiator).await?,
+        None => AnsweredBy::RunningWorker,
+    };
+    let wait = super::Wait::new(versie);
+    let factors = loop {
+        let r = step(client, "resultaat").await.map_err(|e| failure("Rekenserver.selftest 'resultaat'", &e))?;
+        let row = r.first().and_then(|rs| rs.first());
+        let factors = row.and_then(|r| r.get::<i32, _>(1)).unwrap_or(0);
+        if wait.done(row.and_then(|r| r.get::<i64, _>(0))).await? {
+            break factors;
+        }
+    };
+    let batch = Uuid::new_v4();
+    let claimed = client
+        .query(stmt("export_visible"), &[&super::SCRATCH_PERIODE, &batch])
+        .await
+        .map_err(|e| failure("the export claim", &mssql::error_of(e)))?
+        .into_first_result()
+        .await
+        .map_err(|e| failure("the export claim", &mssql::error_of(e)))?;
+    if claimed.is_empty() {
+        return Err(Failure::new("export claimed nothing for the scratch period, though a result is stored"));
+    }
+    Ok(format!(
+        "a roster edit was answered ({}) and stored (version {versie}, {factors} wage factors), and export can claim it; \
+         {} ms; cleaned up",
+        match by {
+            AnsweredBy::Selftest => "by this selftest with the worker's handlers",
+            AnsweredBy::RunningWorker => "by a running worker",
+        },
+        started.elapsed().as_millis()
+    ))
 }

@@ -307,14 +307,16 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
         // Both endpoints gone already: a running worker answered and ended it.
         None => AnsweredBy::RunningWorker,
     };
-    super::wait_stored(versie, || async {
+    let wait = super::Wait::new(versie);
+    loop {
         let rows = client
             .query(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
             .await
             .map_err(|e| db_failure("reading the stored result", &e))?;
-        Ok(rows.first().map(|r| r.get::<_, i64>(0)))
-    })
-    .await?;
+        if wait.done(rows.first().map(|r| r.get::<_, i64>(0))).await? {
+            break;
+        }
+    }
     let factors: i64 = client
         .query_one(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
         .await

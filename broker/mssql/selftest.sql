@@ -1,0 +1,63 @@
+-- The T-SQL `sbworker selftest --mssql` sends (src/selftest/mssql.rs), one per
+-- "-- name:" section, each one batch without semicolons. Parameters are @P1, @P2, ...
+-- as tiberius binds them. It runs as the worker's login: everything it checks is what
+-- that login can do. The round trip's roster work is Rekenserver.selftest (05_handoff.sql).
+
+-- The server, the database and who we are.
+-- name: server
+SELECT CONVERT(nvarchar(128), SERVERPROPERTY('ProductVersion')) AS version,
+       CONVERT(nvarchar(128), SERVERPROPERTY('Edition')) AS edition,
+       DB_NAME() AS database_name, SUSER_SNAME() AS login_name, USER_NAME() AS user_name
+
+-- Every permission the worker needs, by name: 1 granted, 0 not, NULL the securable does
+-- not exist (or the class is wrong). HAS_PERMS_BY_NAME takes a database-level name
+-- (service, contract) in one part, unbracketed.
+-- name: permissions
+SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.class, v.permission) AS granted
+  FROM (VALUES (N'dbo.loonfactorberekening_reken', N'OBJECT', N'RECEIVE'),
+               (N'dbo.loonfactorberekening_data', N'OBJECT', N'RECEIVE'),
+               (N'/Rekenserver/LoonfactorBerekening/RekenService', N'SERVICE', N'SEND'),
+               (N'/Rekenserver/LoonfactorBerekening/DataService', N'SERVICE', N'SEND'),
+               (N'/Rekenserver/LoonfactorBerekening/DataContract', N'CONTRACT', N'REFERENCES'),
+               (N'sbworker.tel_pogingen', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.noteer_mislukking', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.vergeet_pogingen', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.zet_apart', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.claim_versie', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.wachtrij_status', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.export_claim', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.export_ack', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.sweep', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.selftest', N'OBJECT', N'EXECUTE')) AS v(securable, class, permission)
+
+-- The database: broker enabled, compatibility level (OPENJSON needs 130).
+-- name: database
+SELECT d.is_broker_enabled, d.compatibility_level FROM sys.databases d WHERE d.database_id = DB_ID()
+
+-- One queue: enabled, messages, poison-message handling, activation (no row: no queue).
+-- name: queue
+EXEC sbworker.wachtrij_status @queue = @P1
+
+-- Modules created without QUOTED_IDENTIFIER or ANSI_NULLS ON (xml methods fail in
+-- them, Msg 1934), and how many modules this login can see.
+-- name: module_options
+SELECT OBJECT_SCHEMA_NAME(m.object_id) + N'.' + OBJECT_NAME(m.object_id) AS module,
+       m.uses_quoted_identifier, m.uses_ansi_nulls
+  FROM sys.sql_modules m
+ WHERE OBJECT_SCHEMA_NAME(m.object_id) IN (N'Rekenserver', N'sbworker', N'Rooster')
+
+-- The install's version stamp (06_security.sql).
+-- name: stamp
+SELECT CONVERT(nvarchar(200), p.value) FROM sys.extended_properties p WHERE p.class = 0 AND p.name = N'sbworker_version'
+
+-- The round trip's steps (Rekenserver.selftest).
+-- name: step
+EXEC Rekenserver.selftest @stap = @P1
+
+-- Export can see the stored result: a claim of the scratch period, rolled back.
+-- name: export_visible
+BEGIN TRANSACTION
+EXEC Rekenserver.export_claim @periode = @P1, @mode = 'once', @batch = @P2
+ROLLBACK TRANSACTION
