@@ -9,7 +9,8 @@ pub fn postgres(url: &str, roster: bool) -> anyhow::Result<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let versions = rt.block_on(postgres::install_with(url, roster)).context("installing the PostgreSQL broker")?;
     Ok(format!(
-        "PostgreSQL broker installed (schemas sb, sbworker, rekenserver{}; scripts {versions:?}); running it again changes nothing",
+        "PostgreSQL broker installed (schemas sb, sbworker, rekenserver{}; scripts {versions:?}); running it again changes nothing.\n\
+         Next, as the worker's login: sbworker selftest --postgres URL",
         if roster { ", rooster" } else { "" }
     ))
 }
@@ -22,5 +23,8 @@ pub fn mssql(connection_string: &str, vars: &[(String, String)]) -> anyhow::Resu
     let n = rt
         .block_on(crate::broker::mssql::install(connection_string, vars))
         .context("installing the SQL Server scripts")?;
-    Ok(format!("SQL Server scripts installed ({n} batches of broker/mssql/00..06); running them again changes nothing"))
+    Ok(format!(
+        "SQL Server scripts installed ({n} batches of broker/mssql/00..06); running them again changes nothing.\n\
+         Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...)"
+    ))
 }
