@@ -132,6 +132,14 @@ fn guard_of(upper: &str, at: usize) -> Option<String> {
     (depth == 0 && !cond_trim.contains(';')).then(|| cond_trim.to_owned())
 }
 
+/// Whether `text` holds `name` as a whole name (not inside a longer identifier).
+fn names(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(ident) && !text[i + name.len()..].chars().next().is_some_and(ident)
+    })
+}
+
 /// The last part of the name that starts `rest` ("[dbo].[x]" → "X"), for a guard check.
 fn object_name(rest: &str) -> String {
     let name = rest.split_whitespace().next().unwrap_or("");
@@ -175,7 +183,7 @@ fn every_batch_is_idempotent() {
                     _ => object_name(&upper[at + kind.len()..]),
                 };
                 assert!(
-                    guard.contains(&subject),
+                    names(&guard, &subject),
                     "{file}: the IF before {kind} does not check {subject}: IF{guard}\n{code}"
                 );
             }
@@ -535,4 +543,24 @@ fn every_batch_parses_with_an_independent_tsql_parser() {
     let out = tsql_parse(std::slice::from_ref(&bad));
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn the_guard_check_finds_an_unguarded_or_wrongly_guarded_statement() {
+    // Guarded by its own IF, naming what it creates: found.
+    let ok = "IF OBJECT_ID(N'SBWORKER.T', N'U') IS NULL\n    CREATE TABLE SBWORKER.T (A INT);";
+    let at = ok.find("CREATE TABLE").unwrap();
+    assert!(names(&guard_of(ok, at).unwrap(), &object_name(&ok[at + "CREATE TABLE".len()..])));
+    // An IF that ended before it (a statement between) governs nothing.
+    let unguarded = "IF @X = 0 SELECT 1;\nCREATE TABLE SBWORKER.T (A INT);";
+    assert!(guard_of(unguarded, unguarded.find("CREATE TABLE").unwrap()).is_none());
+    // An IF about another object: the guard does not name it.
+    let wrong = "IF OBJECT_ID(N'SBWORKER.OTHER', N'U') IS NULL CREATE TABLE SBWORKER.T (A INT);";
+    let at = wrong.find("CREATE TABLE").unwrap();
+    assert!(!names(&guard_of(wrong, at).unwrap(), &object_name(&wrong[at + "CREATE TABLE".len()..])));
+    // The second CREATE of a batch is checked as well as the first.
+    let second =
+        "IF OBJECT_ID(N'SBWORKER.T', N'U') IS NULL CREATE TABLE SBWORKER.T (A INT);\nCREATE TABLE SBWORKER.U (A INT);";
+    let at = second.rfind("CREATE TABLE").unwrap();
+    assert!(guard_of(second, at).is_none());
 }
