@@ -564,3 +564,20 @@ fn the_guard_check_finds_an_unguarded_or_wrongly_guarded_statement() {
     let at = second.rfind("CREATE TABLE").unwrap();
     assert!(guard_of(second, at).is_none());
 }
+
+#[test]
+fn the_selftest_knows_every_module_the_scripts_create() {
+    let modules: BTreeSet<String> = sbworker::broker::mssql::modules().into_iter().collect();
+    let created: BTreeSet<String> = created()
+        .into_iter()
+        .filter(|(file, k, _)| {
+            *file != "07_schema_collection.sql" && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
+        })
+        .map(|(_, _, n)| n)
+        .collect();
+    assert_eq!(modules, created);
+    for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.vraag", "sbworker.module_opties"]
+    {
+        assert!(modules.contains(m), "{m} in {modules:?}");
+    }
+}

@@ -20,59 +20,49 @@ SET QUOTED_IDENTIFIER ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 
--- Before anything changes: the database, its owner, its compatibility level and its
--- broker id are checked, and each problem is named with what to do about it.
+-- Before anything changes: the installer's rights, the database, its owner, its
+-- compatibility level and its broker id are checked, and each problem is named with
+-- what to do about it. The checks read server-level catalog rows (sys.databases of
+-- other databases, sys.server_principals), which only a login with VIEW ANY DATABASE
+-- and VIEW ANY DEFINITION sees (a sysadmin has both): without them a check could pass
+-- or fail for the wrong reason, so the script stops first.
+IF HAS_PERMS_BY_NAME(NULL, NULL, N'VIEW ANY DATABASE') = 0 OR HAS_PERMS_BY_NAME(NULL, NULL, N'VIEW ANY DEFINITION') = 0
+    THROW 50028, N'Run the install as a DBA: its checks need VIEW ANY DATABASE and VIEW ANY DEFINITION (a sysadmin has both), and it needs ALTER on database $(Database) and ALTER ANY USER in it.', 1;
+GO
 IF DB_ID(N'$(Database)') IS NULL
     THROW 50020, N'Database $(Database) does not exist: create it first (CREATE DATABASE), then run 00_database.sql again.', 1;
 GO
 IF SUSER_ID(N'$(WorkerLogin)') IS NULL
     THROW 50021, N'Login $(WorkerLogin) does not exist: create it first (CREATE LOGIN ... WITH PASSWORD = ...), then run 00_database.sql again.', 1;
 GO
--- CREATE OR ALTER needs SQL Server 2016 SP1 (13.0.4001) or later.
-IF CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) < 13
-   OR (CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) = 13
-       AND CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 2) AS int) < 4001)
+-- CREATE OR ALTER needs SQL Server 2016 SP1 (13.0.4001) or later. (Azure SQL Managed
+-- Instance, engine edition 8, reports a version of its own and has it.)
+IF CAST(SERVERPROPERTY('EngineEdition') AS int) <> 8
+   AND (CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) < 13
+        OR (CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 4) AS int) = 13
+            AND CAST(PARSENAME(CONVERT(varchar(32), SERVERPROPERTY('ProductVersion')), 2) AS int) < 4001))
     THROW 50026, N'sbworker needs SQL Server 2016 SP1 (13.0.4001) or later: the scripts use CREATE OR ALTER.', 1;
 GO
 -- OPENJSON (the worker's key lists, the roster triggers) needs compatibility level 130.
-IF (SELECT compatibility_level FROM sys.databases WHERE name = N'$(Database)') < 130
+IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND compatibility_level >= 130)
     THROW 50022, N'Database $(Database) has a compatibility level below 130 (SQL Server 2016), which OPENJSON needs: ALTER DATABASE [$(Database)] SET COMPATIBILITY_LEVEL = 130 (or higher) after checking the application with it.', 1;
 GO
 -- A restored database whose owner has no login on this instance: EXECUTE AS OWNER
 -- (sbworker.wachtrij_status, activation) fails with Msg 15517. (sys.server_principals,
--- not SUSER_SNAME, which also names a Windows account that has no login.) The case of
--- a restore by someone else, where dbo inside the database is not the owner the
--- instance records, is checked once in the database, below.
+-- not SUSER_SNAME, which also names a Windows account that has no login.)
 IF EXISTS (SELECT 1 FROM sys.databases d
             WHERE d.name = N'$(Database)'
               AND NOT EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = d.owner_sid))
     THROW 50023, N'The owner of database $(Database) has no login on this instance (a restored copy?): EXECUTE AS OWNER would fail with Msg 15517. Give it an owner: ALTER AUTHORIZATION ON DATABASE::[$(Database)] TO [a login, e.g. sa].', 1;
 GO
--- A restored copy whose broker id is in use by another database on this instance
+-- A restored copy whose broker id another database on this instance has enabled
 -- cannot enable its broker (Msg 9772).
 IF EXISTS (SELECT 1 FROM sys.databases d
             WHERE d.name = N'$(Database)' AND d.is_broker_enabled = 0
               AND EXISTS (SELECT 1 FROM sys.databases o
                            WHERE o.service_broker_guid = d.service_broker_guid AND o.database_id <> d.database_id
                              AND o.is_broker_enabled = 1))
-    THROW 50024, N'The Service Broker id of database $(Database) is already used by another database on this instance (a restored copy?), so ENABLE_BROKER would fail with Msg 9772. Give it a new id, which ends its existing conversations: ALTER DATABASE [$(Database)] SET NEW_BROKER WITH ROLLBACK IMMEDIATE; then run 00_database.sql again.', 1;
-GO
--- Enabling the broker needs the database to itself: NO_WAIT fails at once rather than
--- ending other sessions' work (ROLLBACK IMMEDIATE would); the message says what to do.
-IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND is_broker_enabled = 1)
-BEGIN
-    BEGIN TRY
-        ALTER DATABASE [$(Database)] SET ENABLE_BROKER WITH NO_WAIT;
-    END TRY
-    BEGIN CATCH
-        -- Raised again, with what to do: the script must stop here.
-        DECLARE @m nvarchar(2048) = REPLACE(CONCAT(N'Service Broker could not be enabled in $(Database) (Msg ',
-            ERROR_NUMBER(), N': ', ERROR_MESSAGE(), N'). It needs the database to itself: run ALTER DATABASE ',
-            N'[$(Database)] SET ENABLE_BROKER WITH ROLLBACK IMMEDIATE in a maintenance window (it ends other ',
-            N'sessions there), then run 00_database.sql again.'), N'%', N'%%');   -- THROW reserves %
-        THROW 50025, @m, 1;
-    END CATCH
-END
+    THROW 50024, N'The Service Broker id of database $(Database) is already enabled in another database on this instance (a restored copy?), so ENABLE_BROKER would fail with Msg 9772. Give it a new id, which ends its existing conversations: ALTER DATABASE [$(Database)] SET NEW_BROKER WITH ROLLBACK IMMEDIATE; then run 00_database.sql again.', 1;
 GO
 
 USE [$(Database)];
@@ -86,6 +76,40 @@ IF EXISTS (SELECT 1 FROM sys.database_principals dp
               AND (dp.sid <> d.owner_sid OR NOT EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = dp.sid)))
     THROW 50027, N'dbo of database $(Database) does not map to its owner login (restored by someone else?): EXECUTE AS OWNER would fail with Msg 15517. Run ALTER AUTHORIZATION ON DATABASE::[$(Database)] TO [a login, e.g. sa], then run 00_database.sql again.', 1;
 GO
+-- A principal of the worker user's name that is not a SQL user, or a user that maps to
+-- another existing login: not ours to change.
+IF EXISTS (SELECT 1 FROM sys.database_principals u
+            WHERE u.name = N'$(WorkerUser)'
+              AND (u.type <> 'S' OR u.authentication_type <> 1
+                   OR (u.sid <> SUSER_SID(N'$(WorkerLogin)')
+                       AND EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = u.sid))))
+    THROW 50029, N'Database $(Database) already has a principal named $(WorkerUser) that is not a user of login $(WorkerLogin) (another login''s user, a role, or a user without a login): choose another WorkerUser, or remove it.', 1;
+GO
+
+USE master;
+GO
+
+-- Enabling the broker needs the database to itself: NO_WAIT fails at once rather than
+-- ending other sessions' work (ROLLBACK IMMEDIATE would); the message says what to do.
+IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND is_broker_enabled = 1)
+BEGIN
+    BEGIN TRY
+        ALTER DATABASE [$(Database)] SET ENABLE_BROKER WITH NO_WAIT;
+    END TRY
+    BEGIN CATCH
+        -- Raised again, with what to do: the script must stop here. THROW reserves %,
+        -- so it is doubled (within the message's 2,048 characters).
+        DECLARE @m nvarchar(2048) = REPLACE(LEFT(CONCAT(N'Service Broker could not be enabled in $(Database) (Msg ',
+            ERROR_NUMBER(), N': ', ERROR_MESSAGE(), N'). It needs the database to itself: run ALTER DATABASE ',
+            N'[$(Database)] SET ENABLE_BROKER WITH ROLLBACK IMMEDIATE in a maintenance window (it ends other ',
+            N'sessions there), then run 00_database.sql again.'), 1000), N'%', N'%%');
+        THROW 50025, @m, 1;
+    END CATCH
+END
+GO
+
+USE [$(Database)];
+GO
 
 IF SCHEMA_ID(N'Rekenserver') IS NULL EXEC (N'CREATE SCHEMA Rekenserver AUTHORIZATION dbo');
 GO
@@ -98,11 +122,12 @@ GO
 -- the role exactly what the worker uses.
 IF DATABASE_PRINCIPAL_ID(N'$(WorkerUser)') IS NULL CREATE USER [$(WorkerUser)] FOR LOGIN [$(WorkerLogin)];
 GO
--- An existing user that no longer maps to the login (a restored database, a login made
--- again) is orphaned: EXECUTE AS it (Rekenserver.stuur_vraag, run by the roster
--- triggers) would fail. It is mapped to the login again.
-IF EXISTS (SELECT 1 FROM sys.database_principals
-            WHERE name = N'$(WorkerUser)' AND sid <> SUSER_SID(N'$(WorkerLogin)'))
+-- An existing SQL user whose login is gone (a restored database, a login made again)
+-- is orphaned: EXECUTE AS it (Rekenserver.stuur_vraag, run by the roster triggers)
+-- would fail. It is mapped to the login again.
+IF EXISTS (SELECT 1 FROM sys.database_principals u
+            WHERE u.name = N'$(WorkerUser)' AND u.type = 'S' AND u.sid <> SUSER_SID(N'$(WorkerLogin)')
+              AND NOT EXISTS (SELECT 1 FROM sys.server_principals p WHERE p.sid = u.sid))
     ALTER USER [$(WorkerUser)] WITH LOGIN = [$(WorkerLogin)];
 GO
 IF DATABASE_PRINCIPAL_ID(N'sbworker_role') IS NULL CREATE ROLE sbworker_role AUTHORIZATION dbo;

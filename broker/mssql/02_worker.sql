@@ -168,3 +168,18 @@ BEGIN
      WHERE q.object_id = OBJECT_ID(@queue);
 END;
 GO
+
+-- For `sbworker selftest`: the SET options every sbworker module was created with
+-- (xml methods fail in a module created with QUOTED_IDENTIFIER or ANSI_NULLS off, Msg
+-- 1934). Runs as the owner: the worker's login sees only the modules it may execute.
+CREATE OR ALTER PROCEDURE sbworker.module_opties
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT OBJECT_SCHEMA_NAME(m.object_id) + N'.' + OBJECT_NAME(m.object_id) AS module,
+           m.uses_quoted_identifier, m.uses_ansi_nulls
+      FROM sys.sql_modules m
+     WHERE OBJECT_SCHEMA_NAME(m.object_id) IN (N'Rekenserver', N'sbworker', N'Rooster');
+END;
+GO

@@ -177,8 +177,9 @@ BEGIN
     -- any caller) sees it fail.
     IF @fout LIKE N'error %'
     BEGIN
-        SET @fout = REPLACE(@fout, N'%', N'%%');   -- THROW reserves %
-        THROW 50114, @fout, 1;
+        -- THROW reserves %, so it is doubled (within the message's 2,048 characters).
+        DECLARE @raise nvarchar(2048) = REPLACE(LEFT(@fout, 1000), N'%', N'%%');
+        THROW 50114, @raise, 1;
     END
 END;
 GO

@@ -33,6 +33,7 @@ GRANT EXECUTE ON OBJECT::sbworker.vergeet_pogingen TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.zet_apart TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.claim_versie TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.wachtrij_status TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.module_opties TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sla_antwoord_op TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
@@ -44,7 +45,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+457dad56e4737345';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8dfdaff846e01d92';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+457dad56e4737345';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8dfdaff846e01d92';
 GO

@@ -25,6 +25,7 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'sbworker.zet_apart', N'OBJECT', N'EXECUTE'),
                (N'sbworker.claim_versie', N'OBJECT', N'EXECUTE'),
                (N'sbworker.wachtrij_status', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.module_opties', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.export_claim', N'OBJECT', N'EXECUTE'),
@@ -40,13 +41,9 @@ SELECT d.is_broker_enabled, d.compatibility_level FROM sys.databases d WHERE d.d
 -- name: queue
 EXEC sbworker.wachtrij_status @queue = @P1
 
--- Modules created without QUOTED_IDENTIFIER or ANSI_NULLS ON (xml methods fail in
--- them, Msg 1934), and how many modules this login can see.
+-- The SET options of every sbworker module (seen as the owner: sbworker.module_opties).
 -- name: module_options
-SELECT OBJECT_SCHEMA_NAME(m.object_id) + N'.' + OBJECT_NAME(m.object_id) AS module,
-       m.uses_quoted_identifier, m.uses_ansi_nulls
-  FROM sys.sql_modules m
- WHERE OBJECT_SCHEMA_NAME(m.object_id) IN (N'Rekenserver', N'sbworker', N'Rooster')
+EXEC sbworker.module_opties
 
 -- The install's version stamp (06_security.sql).
 -- name: stamp

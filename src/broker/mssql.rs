@@ -135,6 +135,24 @@ pub fn scripts_stamp() -> String {
     crate::sql::stamp(&texts)
 }
 
+/// The modules (procedures, functions, triggers) the scripts create, as
+/// `schema.name`, lower case.
+pub fn modules() -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, script) in SCRIPTS {
+        for line in script.lines() {
+            let upper = line.trim_start().to_uppercase();
+            for kind in ["CREATE OR ALTER PROCEDURE ", "CREATE OR ALTER FUNCTION ", "CREATE OR ALTER TRIGGER "] {
+                if let Some(rest) = upper.strip_prefix(kind) {
+                    let name = rest.split(|c: char| c.is_whitespace() || c == '(').next().unwrap_or("");
+                    out.push(name.replace(['[', ']'], "").to_lowercase());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The SET options every script sets in its first batch, before anything is created
 /// (the text of each script and of the generated 07).
 pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n\

@@ -186,14 +186,27 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
 }
 
 async fn module_options(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, "module_options", &[]).await.map_err(|e| failure("reading sys.sql_modules", &e))?;
+    let rows = rows(client, "module_options", &[]).await.map_err(|e| failure("sbworker.module_opties", &e))?;
+    let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
+    let expected = mssql::modules();
+    let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();
+    if !missing.is_empty() {
+        return Err(Failure::new(format!(
+            "not installed: {}",
+            missing.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        ))
+        .fix("run broker/mssql/00..06 again (idempotent), or sbworker install --mssql"));
+    }
     let bad: Vec<String> = rows
         .iter()
         .filter(|r| !(r.get::<bool, _>(1).unwrap_or(false) && r.get::<bool, _>(2).unwrap_or(false)))
         .map(|r| r.get::<&str, _>(0).unwrap_or("?").to_owned())
         .collect();
     if bad.is_empty() {
-        Ok(format!("{} modules this login can see, each created with QUOTED_IDENTIFIER and ANSI_NULLS ON", rows.len()))
+        Ok(format!(
+            "all {} sbworker modules installed, each created with QUOTED_IDENTIFIER and ANSI_NULLS ON",
+            expected.len()
+        ))
     } else {
         Err(Failure::new(format!(
             "created with QUOTED_IDENTIFIER or ANSI_NULLS OFF (their xml methods fail, Msg 1934): {}",
