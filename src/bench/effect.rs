@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use crate::broker::mssql::MssqlSession;
-use crate::broker::{BrokerError, Message};
+use crate::transport::{BrokerError, Message};
 use crate::transport::Session;
 use crate::worker::handler::BoxFuture;
 use crate::worker::{Handled, Handler, HandlerError};

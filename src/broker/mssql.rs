@@ -683,17 +683,6 @@ impl transport::Session for MssqlSession {
         .await
     }
 
-    async fn claim_version(
-        &mut self,
-        dienstverband_id: i32,
-        periode_id: i32,
-        versie: i64,
-    ) -> Result<bool, BrokerError> {
-        let rows =
-            Self::rows(&mut self.work, stmt("claim_version"), &[&dienstverband_id, &periode_id, &versie]).await?;
-        Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
-    }
-
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
         let rows = Self::rows(&mut self.side, stmt("queue_state"), &[&queue]).await?;
         let Some(r) = rows.first() else {
@@ -712,14 +701,25 @@ impl transport::Session for MssqlSession {
     }
 }
 
-impl crate::worker::collector::ResultStore for MssqlSession {
+impl transport::PayrollStore for MssqlSession {
+    async fn claim_version(
+        &mut self,
+        dienstverband_id: i32,
+        periode_id: i32,
+        versie: i64,
+    ) -> Result<bool, BrokerError> {
+        let rows =
+            Self::rows(&mut self.work, stmt("claim_version"), &[&dienstverband_id, &periode_id, &versie]).await?;
+        Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
+    }
+
     async fn store_antwoord(
         &mut self,
         handle: Uuid,
         a: &crate::contract::Antwoord,
         _superseded: bool,
-    ) -> Result<crate::worker::collector::Stored, BrokerError> {
-        use crate::worker::collector::Stored;
+    ) -> Result<transport::Stored, BrokerError> {
+        use transport::Stored;
         // The procedure reads the Antwoord itself (nodes()/value()), superseded marker
         // included, so the in-database collector and this one store alike.
         let xml = crate::contract::encode_antwoord(a);

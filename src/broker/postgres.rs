@@ -699,15 +699,6 @@ impl transport::Session for Session {
         Ok(())
     }
 
-    async fn claim_version(
-        &mut self,
-        dienstverband_id: i32,
-        periode_id: i32,
-        versie: i64,
-    ) -> Result<bool, BrokerError> {
-        Ok(!self.work("claim_version", &[&dienstverband_id, &periode_id, &versie]).await?.is_empty())
-    }
-
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
         let Some(row) = self.side("queue_state", &[&queue]).await?.into_iter().next() else {
             return Err(BrokerError {
@@ -720,14 +711,23 @@ impl transport::Session for Session {
     }
 }
 
-impl crate::worker::collector::ResultStore for Session {
+impl transport::PayrollStore for Session {
+    async fn claim_version(
+        &mut self,
+        dienstverband_id: i32,
+        periode_id: i32,
+        versie: i64,
+    ) -> Result<bool, BrokerError> {
+        Ok(!self.work("claim_version", &[&dienstverband_id, &periode_id, &versie]).await?.is_empty())
+    }
+
     async fn store_antwoord(
         &mut self,
         handle: Uuid,
         a: &crate::contract::Antwoord,
         superseded: bool,
-    ) -> Result<crate::worker::collector::Stored, BrokerError> {
-        use crate::worker::collector::Stored;
+    ) -> Result<transport::Stored, BrokerError> {
+        use transport::Stored;
         let kaart: Vec<i32> = a.mutaties.iter().map(|m| m.kaart_soort).collect();
         let codes: Vec<&str> = a.mutaties.iter().map(|m| m.loonfactor_code.as_str()).collect();
         let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();

@@ -104,7 +104,7 @@ async fn serve<T: Transport>(
     limits: Limits,
 ) -> anyhow::Result<RunOutcome>
 where
-    T::Session: collector::ResultStore + crate::bench::effect::EffectStore,
+    T::Session: crate::transport::PayrollStore + crate::bench::effect::EffectStore,
 {
     use crate::bench::effect::{self, Effect};
     worker::preflight(&transport, config).await?;

@@ -254,7 +254,7 @@ async fn spawn_workers<T: Transport + 'static>(
     signals: mpsc::Receiver<()>,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<RunOutcome, worker::WorkerError>>>
 where
-    T::Session: collector::ResultStore,
+    T::Session: crate::transport::PayrollStore,
 {
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
     let handlers = Handlers::default()

@@ -22,11 +22,11 @@ use uuid::Uuid;
 use super::codec::{self, ColType, Sql, Tokens, done, packet_type};
 use super::tsql::{self, Column, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
-use crate::broker::{BrokerError, ErrorKind, Message};
+use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::contract::{self, Limits};
 use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
 use crate::worker::Stop;
-use crate::worker::collector::{ResultStore, Stored};
+use crate::transport::{PayrollStore, Stored};
 
 /// Who may log in.
 #[derive(Debug, Clone)]

@@ -21,7 +21,8 @@ use uuid::Uuid;
 
 use crate::contract::Limits;
 use crate::transport::{Session, Transport};
-use crate::worker::collector::{self, ResultStore};
+use crate::transport::PayrollStore;
+use crate::worker::collector;
 use crate::worker::{Handler, calculation};
 
 /// The scratch key of the round trip: a dienstverband (and CAO) id and a period id no
@@ -167,7 +168,7 @@ impl Failure {
         self
     }
 
-    fn broker(detail: impl Into<String>, e: &crate::broker::BrokerError) -> Self {
+    fn broker(detail: impl Into<String>, e: &crate::transport::BrokerError) -> Self {
         Self::new(detail).error(i64::from(e.number), e.message.clone())
     }
 }
@@ -194,7 +195,7 @@ pub async fn answer_scratch<T>(
 ) -> Result<AnsweredBy, Failure>
 where
     T: Transport,
-    T::Session: ResultStore,
+    T::Session: PayrollStore,
 {
     let (reken_queue, data_queue) = queues;
     let tables =

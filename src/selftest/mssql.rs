@@ -8,7 +8,7 @@ use tiberius::{EncryptionLevel, ToSql};
 use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report};
-use crate::broker::BrokerError;
+use crate::transport::BrokerError;
 use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
 use crate::sql::SqlFile;
 

@@ -13,10 +13,10 @@ use tracing::{Instrument, debug, info_span, warn};
 use uuid::Uuid;
 
 use super::handler::{BoxFuture, Handled, Handler, HandlerError};
-use crate::broker::{Message, system};
+use crate::transport::{Message, system};
 use crate::contract::{self, Antwoord, Limits, Reden, RekenserverFout, Vraag, Waarschuwing, message_types};
 use crate::engine::{self, Tables};
-use crate::transport::Session;
+use crate::transport::{PayrollStore, Session};
 
 /// The name of this handler in the configuration.
 pub const NAME: &str = "loonfactor-berekening";
@@ -66,7 +66,7 @@ impl Calculation {
         Ok(())
     }
 
-    async fn handle_all<S: Session>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
+    async fn handle_all<S: PayrollStore>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
         let mut done = Handled::default();
         // Conversations this transaction has ended: their later messages are moot.
         let mut ended: HashSet<Uuid> = HashSet::new();
@@ -162,7 +162,7 @@ impl Calculation {
     }
 }
 
-impl<S: Session> Handler<S> for Calculation {
+impl<S: PayrollStore> Handler<S> for Calculation {
     fn handle<'a>(
         &'a self,
         session: &'a mut S,

@@ -3,49 +3,22 @@
 //! roster version is newer than the stored one (latest wins, in the store's one
 //! statement); then the collector ends the dialog, and the calculation side ends its
 //! side on the EndDialog. A Fout or an Error is recorded in the calculation log with the
-//! reason, and the dialog is ended. Where the results live is the [`ResultStore`]'s
-//! business (one implementation per back end).
+//! reason, and the dialog is ended. Where the results live is the store's
+//! business ([`PayrollStore`], one implementation per back end).
 
 use std::collections::HashSet;
-use std::future::Future;
 
 use tracing::{Instrument, debug, info_span, warn};
 use uuid::Uuid;
 
 use super::calculation::{CONTRACT_BREACH, VERVANGEN, error_body};
 use super::handler::{BoxFuture, Handled, Handler, HandlerError};
-use crate::broker::{BrokerError, Message, system};
-use crate::contract::{self, Antwoord, Limits, message_types};
-use crate::transport::Session;
+use crate::transport::{Message, system};
+use crate::contract::{self, Limits, message_types};
+use crate::transport::{PayrollStore, Stored};
 
 /// The name of this handler in the configuration.
 pub const NAME: &str = "resultaat-opslag";
-
-/// What storing an Antwoord did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
-    /// Its factors are now the stored result of its key.
-    Stored,
-    /// A newer version was stored already; nothing changed.
-    Older,
-    /// The calculation answered it as superseded; nothing to store.
-    Superseded,
-}
-
-/// Where the collector keeps results, inside the receiving transaction.
-pub trait ResultStore: Session {
-    /// Stores `a` if its version is newer than the stored result of its key, and
-    /// completes the calculation log entry of the dialog `handle`.
-    fn store_antwoord(
-        &mut self,
-        handle: Uuid,
-        a: &Antwoord,
-        superseded: bool,
-    ) -> impl Future<Output = Result<Stored, BrokerError>> + Send;
-
-    /// Records why the dialog `handle` got no answer (a Fout's reason, an error end).
-    fn record_fout(&mut self, handle: Uuid, message: &str) -> impl Future<Output = Result<(), BrokerError>> + Send;
-}
 
 pub struct Collector {
     limits: Limits,
@@ -56,7 +29,7 @@ impl Collector {
         Self { limits }
     }
 
-    async fn handle_all<S: ResultStore>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
+    async fn handle_all<S: PayrollStore>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
         let mut done = Handled::default();
         let mut ended: HashSet<Uuid> = HashSet::new();
         for m in messages {
@@ -133,7 +106,7 @@ impl Collector {
     }
 }
 
-impl<S: ResultStore> Handler<S> for Collector {
+impl<S: PayrollStore> Handler<S> for Collector {
     fn handle<'a>(
         &'a self,
         session: &'a mut S,

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::broker::{BrokerError, ErrorKind, Message};
+use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::transport::Session;
 
 /// A boxed future that can move between threads (what a handler returns).

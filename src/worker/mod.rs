@@ -65,9 +65,9 @@ pub enum WorkerError {
     #[error("http.listen: cannot listen on {addr}")]
     Http { addr: std::net::SocketAddr, source: std::io::Error },
     #[error("cannot reach the broker ({broker})")]
-    Broker { broker: String, source: crate::broker::BrokerError },
+    Broker { broker: String, source: crate::transport::BrokerError },
     #[error("queues.{queue}")]
-    Queue { queue: String, source: crate::broker::BrokerError },
+    Queue { queue: String, source: crate::transport::BrokerError },
     #[error(
         "queues.{queue}: the broker's poison-message handling is on for this queue: five rolled-back receives in a \
          row (deadlocks or dropped connections alone can make them) would disable it. sbworker's attempt accounting \
@@ -178,7 +178,7 @@ async fn settle_unfinished<T: Transport>(transport: &T, queues: &[Arc<QueueCtx<T
         for (keys, error, fault) in &owed {
             s.note_failure(keys, error, *fault).await?;
         }
-        Ok::<(), crate::broker::BrokerError>(())
+        Ok::<(), crate::transport::BrokerError>(())
     };
     match tokio::time::timeout(Duration::from_secs(5), write).await {
         Ok(Ok(())) => info!(groups = owed.len(), "attempts interrupted by the shutdown were given back"),

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::handler::{Handled, HandlerError};
 use super::{QueueCtx, Stop};
-use crate::broker::{ErrorKind, Message, system};
+use crate::transport::{ErrorKind, Message, system};
 use crate::transport::{Attempt, DeadLetter, Fault, MessageKey, Session, Transport};
 
 /// `END CONVERSATION WITH ERROR` code of a conversation whose message was diverted.
@@ -63,7 +63,7 @@ struct Note {
     fault: Fault,
 }
 
-async fn write_note<S: Session>(s: &mut S, note: &Note) -> Result<(), crate::broker::BrokerError> {
+async fn write_note<S: Session>(s: &mut S, note: &Note) -> Result<(), crate::transport::BrokerError> {
     s.note_failure(&note.keys, &note.error, note.fault).await
 }
 

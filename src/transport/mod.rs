@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::broker::{BrokerError, Message};
+pub mod message;
+pub mod payroll;
+
+pub use message::{BrokerError, ErrorKind, Message, system};
+pub use payroll::{PayrollStore, Stored};
 
 /// How Service Broker identifies a received message: the receiving conversation handle
 /// and the message's sequence number in that conversation.
@@ -162,17 +166,6 @@ pub trait Session: Send + 'static {
 
     /// Inside the transaction: keep a diverted message.
     fn dead_letter(&mut self, letter: DeadLetter<'_>) -> impl Future<Output = Result<(), BrokerError>> + Send;
-
-    /// Inside the transaction, on the calculation side: claims roster version `versie`
-    /// of (dienstverband, periode) for answering. False when an equal or newer version
-    /// was answered already (superseded). The key stays locked until the transaction
-    /// ends, so one key is answered by one transaction at a time.
-    fn claim_version(
-        &mut self,
-        dienstverband_id: i32,
-        periode_id: i32,
-        versie: i64,
-    ) -> impl Future<Output = Result<bool, BrokerError>> + Send;
 
     /// Outside any transaction: is the queue enabled, and how deep is it? `NotFound`
     /// error when there is no such queue.
