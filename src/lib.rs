@@ -3,21 +3,31 @@
 //! A roster change in the database sends an XML *Vraag* over a broker queue; sbworker
 //! receives it, computes the wage factors and sends back an *Antwoord* or a *Fout*.
 //!
-//! # Layout
-//! - [`bench`]: `sbworker bench`, side-by-side measurements against the machine's limit.
-//! - [`broker`]: the Service Broker back ends (PostgreSQL broker and its session).
-//! - [`cli`]: the subcommands of the `sbworker` binary (thin: read, call, print).
-//! - [`contract`]: the message contract: typed model, strict decoder, encoder, Fout.
-//! - [`emulator`]: the Service Broker emulator: a TDS front end over the PostgreSQL broker.
-//! - [`engine`]: the payroll recalculation: rate tables, holidays, time, wage factors.
-//! - [`config`]: the worker's configuration (TOML, environment, flags) and its checks.
-//! - [`connstr`]: connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse.
-//! - [`demo`]: `sbworker demo`, the whole pipeline on a throwaway cluster.
-//! - [`handoff`]: the payroll export and the sweep (PostgreSQL).
-//! - [`pg_cluster`]: a throwaway PostgreSQL cluster (tests, benchmarks, demo).
-//! - [`sql`]: named statements in `.sql` files.
-//! - [`transport`]: the seam between the worker and a broker (traits).
-//! - [`worker`]: the worker runtime: readers, retries, scaling, shutdown, metrics.
+//! # Layers
+//!
+//! Each module uses only those it lists here. `tests/layers.rs` reads `src/` and fails on
+//! any other `crate::` edge outside tests, and on a cycle in this table. The broker's
+//! two back ends (`broker::postgres`, `broker::mssql`) never use each other.
+//!
+//! | module | what it holds | may use |
+//! | --- | --- | --- |
+//! | `sql` | named statements in `.sql` files | |
+//! | `connstr` | connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse | |
+//! | `shutdown` | the stop signal shared by long-running tasks | |
+//! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | |
+//! | `contract` | the message contract: typed model, strict decoder, encoder, Fout | |
+//! | `engine` | the payroll recalculation: rate tables, holidays, time, wage factors | `contract` |
+//! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
+//! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
+//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr` |
+//! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
+//! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown` |
+//! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
+//! | `handoff` | the payroll export and the sweep (PostgreSQL) | `sql`, `config` |
+//! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr` |
+//! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster` |
+//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster` |
+//! | `cli` | the subcommands of the `sbworker` binary | every module above |
 
 pub mod bench;
 pub mod broker;
@@ -28,9 +38,11 @@ pub mod contract;
 pub mod demo;
 pub mod emulator;
 pub mod engine;
+pub mod handlers;
 pub mod handoff;
 pub mod pg_cluster;
 pub mod selftest;
+pub mod shutdown;
 pub mod sql;
 pub mod transport;
 pub mod worker;

@@ -48,6 +48,13 @@ enum Command {
         #[command(flatten)]
         flags: ConfigFlags,
     },
+    /// `run`, serving the bench's handlers as well: the worker processes `sbworker bench`
+    /// starts.
+    #[command(hide = true)]
+    BenchWorker {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
     /// Check a configuration and print the effective one (file, environment, flags) with
     /// secrets masked.
     #[command(after_help = "Examples:\n  \
@@ -320,7 +327,7 @@ struct ConfigFlags {
 }
 
 impl ConfigFlags {
-    fn load(self) -> Result<sbworker::config::Config, ExitCode> {
+    fn load(self, handlers: &[&str]) -> Result<sbworker::config::Config, ExitCode> {
         let flags = cli::run::Flags {
             config: self.config,
             connection: self.connection,
@@ -328,7 +335,7 @@ impl ConfigFlags {
             log_format: self.log_format,
             log_level: self.log_level,
         };
-        flags.load().map_err(|e| {
+        flags.load_for(handlers).map_err(|e| {
             eprintln!("sbworker: configuration error: {e}");
             ExitCode::from(cli::run::EXIT_CONFIG)
         })
@@ -339,24 +346,21 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
         Command::Run { flags } => {
-            let config = match flags.load() {
+            let config = match flags.load(cli::run::HANDLERS) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            match cli::run::run(config) {
-                Ok(sbworker::worker::RunOutcome::Drained) => ExitCode::SUCCESS,
-                Ok(sbworker::worker::RunOutcome::Aborted { reason }) => {
-                    eprintln!("sbworker run: aborted ({reason}); uncommitted groups were rolled back");
-                    ExitCode::from(1)
-                }
-                Err(e) => {
-                    eprintln!("sbworker run: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
+            report_run(cli::run::run(config))
+        }
+        Command::BenchWorker { flags } => {
+            let config = match flags.load(sbworker::bench::effect::HANDLERS) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            report_run(cli::run::run_for_bench(config))
         }
         Command::CheckConfig { flags } => {
-            let config = match flags.load() {
+            let config = match flags.load(cli::run::HANDLERS) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -513,6 +517,20 @@ fn main() -> ExitCode {
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
         Command::Selftest { postgres, mssql, json } => cli::selftest::run(postgres, mssql, json),
+    }
+}
+
+fn report_run(r: anyhow::Result<sbworker::worker::RunOutcome>) -> ExitCode {
+    match r {
+        Ok(sbworker::worker::RunOutcome::Drained) => ExitCode::SUCCESS,
+        Ok(sbworker::worker::RunOutcome::Aborted { reason }) => {
+            eprintln!("sbworker run: aborted ({reason}); uncommitted groups were rolled back");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("sbworker run: {e:#}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use sbworker::broker::mssql::MssqlTransport;
 use sbworker::contract::{Limits, decode_antwoord, message_types};
 use sbworker::emulator::server::{Credentials, Faults, start_with};
-use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop, calculation};
+use sbworker::handlers::calculation;
+use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -119,7 +120,7 @@ async fn over_tds_a_failing_message_is_counted_and_diverted_and_the_queue_stays_
     let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
     let got = collect(&mut s, 1).await;
     assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, sbworker::broker::system::ERROR));
-    let (code, text) = sbworker::worker::calculation::error_body(&got[0].body);
+    let (code, text) = sbworker::handlers::calculation::error_body(&got[0].body);
     assert_eq!(code, 50901);
     assert!(text.contains("always fails over TDS"), "{text}");
     let row = s.client().query_one("SELECT attempts, reason FROM sbworker.dead_letter", &[]).await.unwrap();
@@ -175,7 +176,7 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
     let limits = Limits::default();
     let handlers = Handlers::default()
         .with(calculation::NAME, calculation_handler())
-        .with(sbworker::worker::collector::NAME, Arc::new(sbworker::worker::collector::Collector::new(limits)));
+        .with(sbworker::handlers::collector::NAME, Arc::new(sbworker::handlers::collector::Collector::new(limits)));
     let (tx, rx) = mpsc::channel(2);
     let run =
         tokio::spawn(

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use sbworker::broker::mssql::{Connection, MssqlTransport, install};
 use sbworker::contract::message_types;
-use sbworker::worker::{self, Handlers, Metrics, RunOutcome, calculation};
+use sbworker::handlers::calculation;
+use sbworker::worker::{self, Handlers, Metrics, RunOutcome};
 use tokio::net::TcpStream;
 use tokio_util::compat::TokioAsyncWriteCompatExt;
 use uuid::Uuid;

@@ -15,8 +15,9 @@ use sbworker::demo::edits::Edit;
 use sbworker::demo::roster::{FIRST_ID, PERIODE_ID, Roster};
 use sbworker::demo::{self, DATA_QUEUE, REKEN_QUEUE};
 use sbworker::engine::Tables;
+use sbworker::handlers::{calculation, collector};
+use sbworker::worker::Handlers;
 use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
-use sbworker::worker::{Handlers, calculation, collector};
 use tokio::process::Command;
 use tokio_postgres::Client;
 

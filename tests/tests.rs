@@ -12,6 +12,7 @@ mod emulator_tds;
 mod engine_cases;
 mod engine_props;
 mod handoff_pg;
+mod layers;
 mod mssql_real;
 mod mssql_scripts;
 mod pipeline_pg;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use sbworker::broker::postgres::Session;
 use sbworker::broker::{Message, system};
 use sbworker::contract::{Limits, decode_antwoord, decode_fout, message_types};
-use sbworker::worker::calculation::error_body;
+use sbworker::handlers::calculation::error_body;
 use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 use sbworker::worker::{Handlers, RunOutcome};
 use tokio::sync::{Notify, mpsc};
@@ -104,7 +104,7 @@ async fn an_unknown_message_type_is_a_contract_breach_ended_with_an_error() {
     let got = collect(&mut s, 1).await;
     assert_eq!(got[0].message_type, system::ERROR);
     let (code, text) = error_body(&got[0].body);
-    assert_eq!(code, sbworker::worker::calculation::CONTRACT_BREACH);
+    assert_eq!(code, sbworker::handlers::calculation::CONTRACT_BREACH);
     assert!(text.contains("/x/Anders"), "{text}");
     assert_eq!(w.shutdown().await, RunOutcome::Drained);
 }
@@ -134,7 +134,7 @@ impl Handler<Session> for Deadlocking {
     }
 
     fn divert_reply(&self, m: &Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
-        <sbworker::worker::calculation::Calculation as Handler<Session>>::divert_reply(
+        <sbworker::handlers::calculation::Calculation as Handler<Session>>::divert_reply(
             &calculation_handler(),
             m,
             reason,
@@ -207,7 +207,7 @@ impl Handler<Session> for Poisoned {
     }
 
     fn divert_reply(&self, m: &Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
-        <sbworker::worker::calculation::Calculation as Handler<Session>>::divert_reply(
+        <sbworker::handlers::calculation::Calculation as Handler<Session>>::divert_reply(
             &calculation_handler(),
             m,
             reason,

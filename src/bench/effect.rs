@@ -5,8 +5,8 @@
 use uuid::Uuid;
 
 use crate::broker::mssql::MssqlSession;
-use crate::transport::{BrokerError, Message};
 use crate::transport::Session;
+use crate::transport::{BrokerError, Message};
 use crate::worker::handler::BoxFuture;
 use crate::worker::{Handled, Handler, HandlerError};
 
@@ -73,3 +73,13 @@ impl<S: EffectStore> Handler<S> for Effect {
         None
     }
 }
+
+/// Adds the bench's handlers ([`NAME`], [`NOOP_NAME`]) to a worker's: the bench's worker
+/// processes (`sbworker bench-worker`) serve them beside the production ones.
+pub fn register<S: EffectStore>(h: crate::worker::Handlers<S>) -> crate::worker::Handlers<S> {
+    h.with(NAME, std::sync::Arc::new(Effect { noop: false }))
+        .with(NOOP_NAME, std::sync::Arc::new(Effect { noop: true }))
+}
+
+/// Every handler name a bench worker serves.
+pub const HANDLERS: &[&str] = &[crate::handlers::calculation::NAME, crate::handlers::collector::NAME, NAME, NOOP_NAME];

@@ -387,12 +387,13 @@ impl Running {
     }
 }
 
-/// `sbworker run --config config` (this binary), its log to `log`.
+/// `sbworker bench-worker --config config` (this binary: `run` serving the bench's
+/// handlers too), its log to `log`.
 fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
     let bin = std::env::current_exe().context("finding the sbworker binary")?;
     Ok(Process(
         Command::new(bin)
-            .arg("run")
+            .arg("bench-worker")
             .arg("--config")
             .arg(config)
             .stdout(Stdio::null())

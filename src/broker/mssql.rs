@@ -460,6 +460,25 @@ impl Connection {
     }
 }
 
+/// Checks what the configuration asks of this transport: every queue's WAITFOR
+/// (`waits`: key and milliseconds) must end at least 2 s before the connection's Command
+/// Timeout. The error names the key and the problem.
+pub fn check_waits(connection_string: &str, waits: &[(String, u64)]) -> Result<(), (String, String)> {
+    let c = Connection::parse(connection_string).map_err(|e| ("broker.connection".to_owned(), e.to_string()))?;
+    let limit = c.command_timeout.as_millis() as u64;
+    for (key, wait_ms) in waits {
+        if wait_ms + 2_000 > limit {
+            return Err((
+                key.clone(),
+                format!(
+                    "is {wait_ms} ms; a WAITFOR must end at least 2 s before the connection's Command Timeout ({limit} ms)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A tiberius client over TCP.
 pub type Tds = Client<Compat<TcpStream>>;
 
@@ -487,10 +506,7 @@ pub struct MssqlTransport {
 
 impl MssqlTransport {
     pub fn new(connection_string: &str) -> Result<Self, ConnectionStringError> {
-        Ok(Self {
-            connection: Connection::parse(connection_string)?,
-            masked: crate::config::mask_secrets(connection_string),
-        })
+        Ok(Self { connection: Connection::parse(connection_string)?, masked: crate::connstr::mask(connection_string) })
     }
 
     /// The longest a single statement may wait for the server (the receive's
@@ -838,7 +854,7 @@ mod tests {
         let xml = include_str!("../../schemas/examples/valid/vraag-voorbeeld2.xml");
         let mut body = vec![0xFF, 0xFE];
         body.extend(xml.encode_utf16().flat_map(u16::to_le_bytes));
-        let calc = crate::worker::calculation::Calculation::new(
+        let calc = crate::handlers::calculation::Calculation::new(
             std::sync::Arc::new(crate::engine::Tables::built_in().unwrap()),
             crate::contract::Limits::default(),
         );

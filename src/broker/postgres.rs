@@ -559,7 +559,7 @@ pub struct PostgresTransport {
 
 impl std::fmt::Debug for PostgresTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresTransport").field("url", &crate::config::mask_secrets(&self.url)).finish()
+        f.debug_struct("PostgresTransport").field("url", &crate::connstr::mask(&self.url)).finish()
     }
 }
 
@@ -600,7 +600,7 @@ impl Transport for PostgresTransport {
     }
 
     fn describe(&self) -> String {
-        format!("postgres {}", crate::config::mask_secrets(&self.url))
+        format!("postgres {}", crate::connstr::mask(&self.url))
     }
 
     fn poison_handling_off(&self, queue: &str) -> String {

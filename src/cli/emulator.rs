@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::emulator::server::{Credentials, Faults, start_with};
 use crate::pg_cluster::Cluster;
-use crate::worker::Stop;
+use crate::shutdown::Stop;
 
 pub fn run(
     listen: std::net::SocketAddr,

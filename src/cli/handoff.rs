@@ -20,10 +20,8 @@ pub enum Format {
 /// it (which can quote a part of a password): see [`crate::connstr::postgres_config`].
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let config = crate::connstr::postgres_config(url).context("the connection string (--postgres) cannot be used")?;
-    let (client, conn) = config
-        .connect(NoTls)
-        .await
-        .with_context(|| format!("cannot connect to {}", crate::config::mask_secrets(url)))?;
+    let (client, conn) =
+        config.connect(NoTls).await.with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
     tokio::spawn(conn);
     Ok(client)
 }

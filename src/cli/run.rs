@@ -13,8 +13,9 @@ use crate::broker::mssql::MssqlTransport;
 use crate::broker::postgres::PostgresTransport;
 use crate::config::{self, BrokerKind, Config, ConfigError, LogFormat, Overrides};
 use crate::contract::Limits;
+use crate::handlers::{calculation, collector};
 use crate::transport::Transport;
-use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation, collector};
+use crate::worker::{self, Handlers, Metrics, RunOutcome};
 
 /// Exit code of a configuration that cannot be used (sysexits' EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -46,12 +47,31 @@ impl Flags {
         o
     }
 
-    /// The effective configuration.
+    /// The effective configuration, every queue's handler one of [`HANDLERS`].
     pub fn load(&self) -> Result<Config, ConfigError> {
+        self.load_for(HANDLERS)
+    }
+
+    /// The effective configuration, every queue's handler one of `known`.
+    pub fn load_for(&self, known: &[&str]) -> Result<Config, ConfigError> {
         let config = config::load(self.config.as_deref(), &self.overrides())?;
-        config.check_handlers(config::HANDLERS)?;
+        config.check_handlers(known)?;
+        check_owned_parts(&config)?;
         Ok(config)
     }
+}
+
+/// What the configuration's owners check of their parts (the plain values are checked
+/// by the configuration itself): the SQL Server transport its connection string and the
+/// queues' waits against its Command Timeout.
+pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
+    let key = |key: String, problem: String| ConfigError::Key { key, problem };
+    if config.broker.kind == BrokerKind::Mssql {
+        let waits: Vec<(String, u64)> =
+            config.queues.iter().map(|(name, q)| (format!("queues.{name}.wait_ms"), q.wait_ms)).collect();
+        crate::broker::mssql::check_waits(&config.broker.connection, &waits).map_err(|(k, p)| key(k, p))?;
+    }
+    Ok(())
 }
 
 /// `check-config`: the effective configuration with secrets masked, after checking it
@@ -76,9 +96,29 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
     result.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
+/// The handlers `sbworker run` serves, by the name a queue's `handler` key uses.
+pub const HANDLERS: &[&str] = &[calculation::NAME, collector::NAME];
+
+/// The production handlers, for a back end's session.
+fn handlers<S: crate::transport::PayrollStore>(tables: Arc<crate::engine::Tables>, limits: Limits) -> Handlers<S> {
+    Handlers::default()
+        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
+        .with(collector::NAME, Arc::new(collector::Collector::new(limits)))
+}
+
 /// Runs the worker until SIGTERM/SIGINT (twice, or past the grace period: abort).
 /// Returns whether every group in flight was committed.
 pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
+    run_serving(config, false)
+}
+
+/// [`run`], serving the bench's handlers as well (`sbworker bench`'s worker processes:
+/// the hidden `bench-worker` subcommand; the bench registers them).
+pub fn run_for_bench(config: Config) -> anyhow::Result<RunOutcome> {
+    run_serving(config, true)
+}
+
+fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
     init_logging(&config)?;
     let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
@@ -87,11 +127,15 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
         match config.broker.kind {
             BrokerKind::Postgres => {
                 let transport = PostgresTransport::new(config.broker.connection.clone());
-                serve(transport, &config, tables, limits).await
+                let h = handlers(tables, limits);
+                let h = if bench { crate::bench::effect::register(h) } else { h };
+                serve(transport, &config, h).await
             }
             BrokerKind::Mssql => {
                 let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
-                serve(transport, &config, tables, limits).await
+                let h = handlers(tables, limits);
+                let h = if bench { crate::bench::effect::register(h) } else { h };
+                serve(transport, &config, h).await
             }
         }
     })
@@ -100,19 +144,9 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
 async fn serve<T: Transport>(
     transport: T,
     config: &Config,
-    tables: Arc<crate::engine::Tables>,
-    limits: Limits,
-) -> anyhow::Result<RunOutcome>
-where
-    T::Session: crate::transport::PayrollStore + crate::bench::effect::EffectStore,
-{
-    use crate::bench::effect::{self, Effect};
+    handlers: Handlers<T::Session>,
+) -> anyhow::Result<RunOutcome> {
     worker::preflight(&transport, config).await?;
-    let handlers = Handlers::default()
-        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
-        .with(collector::NAME, Arc::new(collector::Collector::new(limits)))
-        .with(effect::NAME, Arc::new(Effect { noop: false }))
-        .with(effect::NOOP_NAME, Arc::new(Effect { noop: true }));
     let (tx, rx) = mpsc::channel(4);
     // Installed before the worker starts (and logs that it has), so a signal sent as
     // soon as the log line appears is a stop request, not the default action (exit).
@@ -122,7 +156,7 @@ where
         tokio::spawn(sweep_every(
             config.broker.connection.clone(),
             std::time::Duration::from_millis(config.sweep.interval_ms),
-            config.sweep.options(),
+            crate::handoff::sweep::Options::from(&config.sweep),
         ))
     });
     let outcome = worker::run(transport, config, &handlers, Arc::new(Metrics::new()), rx).await;
@@ -177,5 +211,23 @@ async fn forward_signals(
         if tx.send(()).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_owned_parts;
+
+    fn config(text: &str) -> crate::config::Config {
+        crate::config::from_str(text, &Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn each_owner_checks_its_part_of_the_configuration() {
+        let mssql = "[broker]\nkind = \"mssql\"\nconnection = \"Server=tcp:h,1433;User Id=u;Password=p;Command Timeout=5\"\n\
+                     [queues.q]\nhandler = \"loonfactor-berekening\"\nwait_ms = 4000\n";
+        let e = check_owned_parts(&config(mssql)).unwrap_err().to_string();
+        assert!(e.starts_with("queues.q.wait_ms: is 4000 ms") && e.contains("Command Timeout (5000 ms)"), "{e}");
+        assert!(check_owned_parts(&config(&mssql.replace("wait_ms = 4000", "wait_ms = 3000"))).is_ok());
     }
 }

@@ -29,3 +29,7 @@ pub mod message_types {
     pub const ANTWOORD: &str = "/Rekenserver/LoonfactorBerekening/Antwoord";
     pub const FOUT: &str = "/Rekenserver/Fout";
 }
+
+/// The Waarschuwing code of an Antwoord that answers a superseded Vraag: it carries no
+/// factors, and the collector stores nothing for it.
+pub const VERVANGEN: &str = "vervangen";

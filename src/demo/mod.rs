@@ -27,10 +27,11 @@ use crate::config::{self, Config};
 use crate::contract::Limits;
 use crate::emulator::server::{Credentials, start as start_emulator};
 use crate::engine::Tables;
+use crate::handlers::{calculation, collector};
 use crate::pg_cluster::Cluster;
 use crate::sql::SqlFile;
 use crate::transport::Transport;
-use crate::worker::{self, Handlers, Metrics, RunOutcome, calculation, collector};
+use crate::worker::{self, Handlers, Metrics, RunOutcome};
 use check::Progress;
 use roster::Roster;
 
@@ -41,8 +42,7 @@ fn stmt(name: &str) -> &'static str {
 }
 
 /// The calculation queue and the answer queue of `003_calculation.sql`.
-pub const REKEN_QUEUE: &str = "loonfactorberekening_reken";
-pub const DATA_QUEUE: &str = "loonfactorberekening_data";
+pub use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
 
 #[derive(Debug, Clone)]
 pub struct Options {

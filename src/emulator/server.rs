@@ -22,10 +22,17 @@ use uuid::Uuid;
 use super::codec::{self, ColType, Sql, Tokens, done, packet_type};
 use super::tsql::{self, Column, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
-use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::contract::{self, Limits};
+use crate::shutdown::Stop;
+use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
-use crate::worker::Stop;
+
+/// A statement of `broker/postgres/emulator.sql`.
+fn emulator_stmt(name: &str) -> &'static str {
+    static FILE: crate::sql::SqlFile =
+        crate::sql::SqlFile::new("broker/postgres/emulator.sql", include_str!("../../broker/postgres/emulator.sql"));
+    FILE.get(name)
+}
 use crate::transport::{PayrollStore, Stored};
 
 /// Who may log in.
@@ -1141,7 +1148,7 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                         class: 16,
                         message: format!("XML parsing: {e}"),
                     })?;
-                    let superseded = a.waarschuwingen.iter().any(|w| w.code == crate::worker::calculation::VERVANGEN);
+                    let superseded = a.waarschuwingen.iter().any(|w| w.code == crate::contract::VERVANGEN);
                     let outcome = match s.store_antwoord(handle, &a, superseded).await? {
                         Stored::Stored => "opgeslagen",
                         Stored::Older => "verouderd",
@@ -1149,13 +1156,13 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     };
                     Ok(result_set(t, &[("uitkomst", ColType::NVarChar)], &[vec![Sql::NVarChar(outcome.into())]]))
                 }
-                // The benchmark's business effect (`sbworker bench`, src/bench/mssql.sql).
+                // The benchmark's business effect (`sbworker bench`): a PostgreSQL function.
                 "bench.apply" => {
                     let conversation = as_uuid(arg("@conversation")?)?;
                     let seq = as_i64(arg("@seq")?)?;
                     let body = as_bytes(arg("@body")?)?;
                     s.client()
-                        .execute(crate::bench::stmt("apply"), &[&conversation, &seq, &body])
+                        .execute(emulator_stmt("bench_apply"), &[&conversation, &seq, &body])
                         .await
                         .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
                     Ok(None)

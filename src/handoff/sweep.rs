@@ -24,6 +24,12 @@ pub struct Options {
     pub delete_batch: i64,
 }
 
+impl From<&crate::config::SweepConfig> for Options {
+    fn from(c: &crate::config::SweepConfig) -> Self {
+        Self { fuse: c.fuse, batch: c.batch as usize, retention_days: c.retention_days, delete_batch: c.delete_batch }
+    }
+}
+
 impl Options {
     /// The option that is out of range and why (a batch of 0 would never end; a
     /// retention of 0 days would delete the run's own log rows), as (name, problem).
@@ -46,7 +52,7 @@ impl Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { fuse: 500, batch: 2000, retention_days: 60, delete_batch: 5000 }
+        Self::from(&crate::config::SweepConfig::default())
     }
 }
 

@@ -20,10 +20,11 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::contract::Limits;
-use crate::transport::{Session, Transport};
+use crate::handlers::calculation;
+use crate::handlers::collector;
 use crate::transport::PayrollStore;
-use crate::worker::collector;
-use crate::worker::{Handler, calculation};
+use crate::transport::{Session, Transport};
+use crate::worker::Handler;
 
 /// The scratch key of the round trip: a dienstverband (and CAO) id and a period id no
 /// real roster uses. A period of its own (December 2099) keeps it out of real exports.
@@ -254,7 +255,7 @@ impl Wait {
     }
 
     /// `Ok(true)` once `stored` reaches the version, `Ok(false)` after a pause (read
-    /// again), an error once [`ROUND_TRIP_WAIT`] has passed.
+    /// again), an error once the wait (30 s) has passed.
     pub async fn done(&self, stored: Option<i64>) -> Result<bool, Failure> {
         if stored.is_some_and(|v| v >= self.versie) {
             return Ok(true);

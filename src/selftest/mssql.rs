@@ -8,9 +8,9 @@ use tiberius::{EncryptionLevel, ToSql};
 use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report};
-use crate::transport::BrokerError;
 use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
 use crate::sql::SqlFile;
+use crate::transport::BrokerError;
 
 const SELFTEST_SQL: &str = include_str!("../../broker/mssql/selftest.sql");
 

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
 use crate::broker::postgres::{PostgresTransport, SCRIPTS, stamp};
-use crate::demo::{DATA_QUEUE, REKEN_QUEUE};
+use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
 use crate::sql::SqlFile;
 
 const SELFTEST_SQL: &str = include_str!("../../broker/postgres/selftest.sql");

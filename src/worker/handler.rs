@@ -7,8 +7,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::transport::Session;
+use crate::transport::{BrokerError, ErrorKind, Message};
 
 /// A boxed future that can move between threads (what a handler returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

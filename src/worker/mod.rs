@@ -4,13 +4,11 @@
 //! messages that keep failing; graceful shutdown in two stages; metrics and health over
 //! HTTP.
 //!
-//! Layout: [`handler`] (the handler trait and registry), [`calculation`] (the
-//! calculation service's handler), [`collector`] (the initiator's: stores results), `queue` (the supervisor: scaling, disabled queues),
-//! `reader` (one reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`],
-//! `http` (`/metrics`, `/healthz`, `/readyz`).
+//! Layout: [`handler`] (the handler trait and registry; the handlers themselves are in
+//! [`crate::handlers`]), `queue` (the supervisor: scaling, disabled queues), `reader` (one
+//! reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`], `http`
+//! (`/metrics`, `/healthz`, `/readyz`). It uses the transport's traits only.
 
-pub mod calculation;
-pub mod collector;
 pub mod handler;
 mod http;
 pub mod metrics;
@@ -24,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
@@ -34,26 +32,7 @@ pub use handler::{Handled, Handler, HandlerError, Handlers};
 pub use metrics::Metrics;
 use retry::RetryPolicy;
 
-/// The stop signal every task listens to (the first stage of shutdown).
-#[derive(Clone)]
-pub struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    /// A stop signal and the sender that fires it.
-    pub fn new() -> (watch::Sender<bool>, Stop) {
-        let (tx, rx) = watch::channel(false);
-        (tx, Stop(rx))
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Resolves once stop is requested (or its sender is gone).
-    pub async fn stopped(&mut self) {
-        let _ = self.0.wait_for(|s| *s).await;
-    }
-}
+pub use crate::shutdown::Stop;
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]

@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use super::handler::{Handled, HandlerError};
 use super::{QueueCtx, Stop};
-use crate::transport::{ErrorKind, Message, system};
 use crate::transport::{Attempt, DeadLetter, Fault, MessageKey, Session, Transport};
+use crate::transport::{ErrorKind, Message, system};
 
 /// `END CONVERSATION WITH ERROR` code of a conversation whose message was diverted.
 pub const DIVERTED: i32 = 50901;

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use tracing::{Instrument, debug, info_span, warn};
 use uuid::Uuid;
 
-use super::handler::{BoxFuture, Handled, Handler, HandlerError};
-use crate::transport::{Message, system};
 use crate::contract::{self, Antwoord, Limits, Reden, RekenserverFout, Vraag, Waarschuwing, message_types};
 use crate::engine::{self, Tables};
+use crate::transport::{Message, system};
 use crate::transport::{PayrollStore, Session};
+use crate::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 
 /// The name of this handler in the configuration.
 pub const NAME: &str = "loonfactor-berekening";
@@ -181,9 +181,7 @@ impl<S: PayrollStore> Handler<S> for Calculation {
     }
 }
 
-/// The Waarschuwing code of an Antwoord that answers a superseded Vraag: it carries no
-/// factors, and the collector stores nothing for it.
-pub const VERVANGEN: &str = "vervangen";
+pub use crate::contract::VERVANGEN;
 
 /// The answer to a Vraag older than one already answered for its key.
 pub fn superseded(vraag: &Vraag) -> Antwoord {

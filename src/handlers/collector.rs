@@ -12,10 +12,10 @@ use tracing::{Instrument, debug, info_span, warn};
 use uuid::Uuid;
 
 use super::calculation::{CONTRACT_BREACH, VERVANGEN, error_body};
-use super::handler::{BoxFuture, Handled, Handler, HandlerError};
-use crate::transport::{Message, system};
 use crate::contract::{self, Limits, message_types};
+use crate::transport::{Message, system};
 use crate::transport::{PayrollStore, Stored};
+use crate::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 
 /// The name of this handler in the configuration.
 pub const NAME: &str = "resultaat-opslag";

@@ -1,0 +1,166 @@
+//! The crate's layers (the table in `src/lib.rs`) hold: every `crate::` edge outside
+//! tests is one the table allows, the table has no cycle, and the broker's two back ends
+//! never use each other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// module → the modules it may use, read from the table in src/lib.rs.
+fn table() -> BTreeMap<String, BTreeSet<String>> {
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in lib.lines().filter_map(|l| l.strip_prefix("//! | `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let module = cells[0].trim_end_matches('`').to_owned();
+        let uses = cells.last().unwrap().trim_end_matches('|').trim();
+        let allowed: BTreeSet<String> = if uses == "every module above" {
+            out.keys().cloned().collect()
+        } else {
+            uses.split(',').map(|u| u.trim().trim_matches('`').to_owned()).filter(|u| !u.is_empty()).collect()
+        };
+        out.insert(module, allowed);
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The module path of a file under src/ (`broker/postgres.rs` → [broker, postgres]).
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// The top-level modules `code` (of the file at module path `path`) reaches, by
+/// `crate::x` or by `super::` chains that climb to the crate root. Code from the first
+/// `#[cfg(test)]` on, and comments, are left out.
+fn edges(path: &[String], code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let code = code.split("#[cfg(test)]").next().unwrap_or("");
+    // Comments (doc links included) are not uses.
+    let code: String = code.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let code = code.as_str();
+    let mut out = BTreeSet::new();
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    for (i, _) in code.match_indices("crate::") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // `sbworker_crate::` or similar
+        }
+        out.insert(ident(&code[i + "crate::".len()..]));
+    }
+    for (i, _) in code.match_indices("super::") {
+        if code[..i].ends_with("super::") || code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // counted from the first `super::` of a chain
+        }
+        let mut rest = &code[i..];
+        let mut up = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            up += 1;
+            rest = r;
+        }
+        if up >= path.len() {
+            out.insert(ident(rest));
+        }
+    }
+    out.retain(|m| modules.contains(m) && *m != path[0]);
+    out
+}
+
+fn check(files: &[(Vec<String>, String)], table: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let modules: BTreeSet<String> = table.keys().cloned().collect();
+    let mut problems = Vec::new();
+    for (path, code) in files {
+        let Some(allowed) = table.get(&path[0]) else {
+            problems.push(format!("{}: module {} is not in the table of src/lib.rs", path.join("::"), path[0]));
+            continue;
+        };
+        for used in edges(path, code, &modules) {
+            if !allowed.contains(&used) {
+                problems.push(format!("{} uses {used}, which its layer may not", path.join("::")));
+            }
+        }
+    }
+    problems
+}
+
+fn sources() -> Vec<(Vec<String>, String)> {
+    let src = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files
+        .into_iter()
+        .filter(|p| !p.ends_with("main.rs") && !p.ends_with("lib.rs"))
+        .map(|p| (module_path(p.strip_prefix(src).unwrap()), std::fs::read_to_string(&p).unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_crate_edge_is_one_the_layer_table_allows() {
+    let table = table();
+    assert!(table.len() >= 17, "the table was read: {table:?}");
+    let files = sources();
+    assert!(files.len() > 60, "{}", files.len());
+    let problems = check(&files, &table);
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The check finds a forbidden edge, through `crate::` or a `super::` chain.
+    let bad = vec![
+        (vec!["transport".to_owned()], "use crate::broker::postgres::Session;".to_owned()),
+        (vec!["worker".to_owned(), "reader".to_owned()], "use super::super::handlers::calculation;".to_owned()),
+        (vec!["emulator".to_owned(), "server".to_owned()], "fn f() { crate::worker::run(); }".to_owned()),
+    ];
+    assert_eq!(check(&bad, &table).len(), 3, "{:?}", check(&bad, &table));
+}
+
+#[test]
+fn the_layer_table_has_no_cycle() {
+    let table = table();
+    // Each module may use only modules listed above it.
+    let order: Vec<&String> = table.keys().collect();
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+    let rows: Vec<String> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .map(|l| l.split('`').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(rows.len(), order.len());
+    for (i, m) in rows.iter().enumerate() {
+        for used in &table[m] {
+            let at = rows.iter().position(|r| r == used).unwrap_or_else(|| panic!("{m} may use {used}: not a module"));
+            assert!(at < i, "{m} may use {used}, which is listed below it: the table would allow a cycle");
+        }
+    }
+    // Every top-level module of lib.rs is in the table.
+    for line in lib.lines().filter_map(|l| l.strip_prefix("pub mod ")) {
+        let m = line.trim_end_matches(';');
+        assert!(rows.iter().any(|r| r == m), "module {m} is not in the layer table");
+    }
+}
+
+#[test]
+fn the_two_back_ends_never_use_each_other() {
+    for (path, code) in sources() {
+        let code = code.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+        match path.as_slice() {
+            [b, p, ..] if b == "broker" && p == "postgres" => {
+                assert!(!code.contains("mssql::"), "{}", path.join("::"));
+            }
+            [b, m, ..] if b == "broker" && m == "mssql" => {
+                assert!(!code.contains("postgres::"), "{}", path.join("::"));
+            }
+            _ => {}
+        }
+    }
+}
