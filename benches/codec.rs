@@ -1,7 +1,7 @@
 //! Benchmarks of the message codec and the engine on a realistic month
 //! (`schemas/examples/valid/vraag-maand.xml`: 22 shifts, 44 blocks).
 //!
-//! Run: `cargo bench --bench codec`. Targets (issues 2 and 3): decode + encode under
+//! Run: `cargo bench --bench codec`. Targets: decode + encode under
 //! 25 µs and within 3x of a raw quick-xml event scan of the same bytes; the engine under
 //! 5 µs. Criterion measures each; the ratio is measured again at the end, interleaved,
 //! so both sides see the same machine state, and printed.

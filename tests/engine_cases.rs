@@ -1,5 +1,5 @@
 //! The engine against the worked examples and each edge case of
-//! `design/payroll-engine.md`, with figures worked out by hand.
+//! `docs/payroll-rules.md`, with figures worked out by hand.
 
 use std::collections::BTreeMap;
 

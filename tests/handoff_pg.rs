@@ -88,7 +88,7 @@ async fn a_lease_comes_back_unless_confirmed() {
     assert_eq!(got.len(), 10);
     // Within the lease nothing comes back.
     assert!(claim(&mut e, LEASE).await.1.is_empty());
-    // The lease passes unconfirmed (the claim made 20 minutes older, as seed 003 does).
+    // The lease passes unconfirmed (the claim made 20 minutes older, as the original hand-off does).
     c.batch_execute("UPDATE rekenserver.resultaat SET geclaimd_op = geclaimd_op - interval '20 minutes'")
         .await
         .unwrap();

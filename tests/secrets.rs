@@ -1,4 +1,4 @@
-//! No secret is ever printed (issue 21): the masking of connection strings as a
+//! No secret is ever printed: the masking of connection strings as a
 //! property over passwords holding every quoting hazard, written into every form; and
 //! the real binary's output — `check-config`, a TOML syntax error on the connection
 //! line, `run` against an unreachable broker and against running ones (logs at trace

@@ -1,4 +1,4 @@
-//! The one integration-test binary (style.md: one binary links once). Each module is a
+//! The one integration-test binary (one binary links once). Each module is a
 //! topic; shared helpers live in `common`.
 
 mod bench_quick;
@@ -8,6 +8,7 @@ mod cli_run;
 mod common;
 mod contract_examples;
 mod contract_props;
+mod doc_links;
 mod emulator_tds;
 mod engine_cases;
 mod engine_props;

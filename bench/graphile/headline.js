@@ -1,4 +1,4 @@
-// graphile-worker as a contender of `sbworker bench` (issue 10).
+// graphile-worker as a contender of `sbworker bench`.
 //
 //   node headline.js migrate CONNECTION
 //   node headline.js CONNECTION CONCURRENCY POOL LOCAL_QUEUE_SIZE

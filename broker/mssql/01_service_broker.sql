@@ -1,5 +1,5 @@
 -- sbworker on SQL Server, script 01: message types, contract, queues and services of
--- the calculation dialog (seed 004, listing 5). Poison-message handling is OFF on both
+-- the calculation dialog (as in the original system). Poison-message handling is OFF on both
 -- queues: sbworker's attempt accounting is the poison rule (docs/retries.md). A queue
 -- the broker already disabled stays disabled: re-enabling it is an operator's step.
 

@@ -74,7 +74,7 @@ IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
         INDEX ix_berekening_log_key (dienstverband_id, periode_id, versie));
 GO
 
--- Stores an Antwoord (seed 004 listing 12: nodes() and value()): replaces the key's
+-- Stores an Antwoord (nodes() and value(), as in the original system): replaces the key's
 -- factors only when its version is newer than the stored one, logs the version, and
 -- completes the calculation log. One result row per outcome: opgeslagen, verouderd
 -- (older than the stored result) or vervangen (answered as superseded).

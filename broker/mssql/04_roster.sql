@@ -1,5 +1,5 @@
 -- sbworker on SQL Server, script 04: the roster schema and its triggers (the sending
--- side of the pipeline, seed 004 listings 8 and 10).
+-- side of the pipeline, as in the original system).
 --
 -- Differs from PostgreSQL's 004_roster.sql in one respect: SQL Server has no trigger
 -- that runs at COMMIT, so a trigger sends one Vraag per key per *statement* (each with

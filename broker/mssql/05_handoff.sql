@@ -66,7 +66,7 @@ BEGIN
 END;
 GO
 
--- The sweep (seed 000): an application lock taken without waiting, a fuse, sends in
+-- The sweep (the original system's pattern): an application lock taken without waiting, a fuse, sends in
 -- batches, one run-log row per run and per step, retention in batches.
 CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 2000, @retention_days int = 60,
     @delete_batch int = 5000

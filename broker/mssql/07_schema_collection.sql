@@ -278,7 +278,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
 </xs:schema>
 <!--
   RekenserverFout: the error answer, shaped as the original''s CATCH block wrote it
-  (ERROR_NUMBER() … ERROR_MESSAGE(), seed 004 listing 6), plus the Vraag''s Id when it
+  (ERROR_NUMBER() … ERROR_MESSAGE(), as the original system''s error handler does), plus the Vraag''s Id when it
   could be read and a stable machine-readable reason code (Reden). Type names carry
   the prefix "Fout" (see the Vraag schema).
 -->
@@ -294,7 +294,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
     </xs:restriction>
   </xs:simpleType>
 
-  <!-- The reason codes; README.md lists what each means. -->
+  <!-- The reason codes; docs/contract.md lists what each means. -->
   <xs:simpleType name="FoutReden">
     <xs:restriction base="xs:token">
       <xs:enumeration value="body-too-large"/>

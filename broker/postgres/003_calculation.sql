@@ -1,4 +1,4 @@
--- sbworker PostgreSQL broker, version 3: the calculation service of seed 004 and what
+-- sbworker PostgreSQL broker, version 3: the calculation service of the original system and what
 -- its two sides keep.
 --
 -- Idempotent. The message types, contract, queues and services of the calculation
@@ -81,7 +81,7 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat_historie (
 );
 CREATE INDEX IF NOT EXISTS resultaat_historie_key ON rekenserver.resultaat_historie (dienstverband_id, periode_id, id);
 
--- One row per Vraag sent (seed 004's LoonfactorBerekeningLog): written by the sender,
+-- One row per Vraag sent (the original system's LoonfactorBerekeningLog): written by the sender,
 -- completed by the collector with the outcome (opgeslagen: stored; verouderd: an answer
 -- older than the stored result; vervangen: answered as superseded by the calculation;
 -- fout: a Fout or an error end, with the reason).

@@ -1,5 +1,5 @@
 -- sbworker PostgreSQL broker, version 4: a roster schema and its triggers (the sending
--- side of the pipeline, after seed 004 listings 8 and 10).
+-- side of the pipeline, as in the original system).
 --
 -- Idempotent. Installed by `sbworker install --postgres URL --roster` and by the demo.
 -- A planner's committed change sends one Vraag per (dienstverband, periode) it
@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS rooster.tijdblok (
 CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
 
 -- Per key: the roster version (only grows) and the initiator's conversation group for
--- its dialogs (RELATED_CONVERSATION_GROUP, seed 004 listing 8: the answers of one key
+-- its dialogs (RELATED_CONVERSATION_GROUP, as in the original system: the answers of one key
 -- are received together, in order).
 CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
     dienstverband_id int NOT NULL,

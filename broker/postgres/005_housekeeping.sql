@@ -1,6 +1,6 @@
 -- sbworker PostgreSQL broker, version 5: housekeeping (installed with the roster).
 --
--- Idempotent. The run log of `sbworker sweep` (seed 000's tabela_przebiegow): one row
+-- Idempotent. The run log of `sbworker sweep` (the original sweep's run table): one row
 -- per run and one per step, with start, end, milliseconds, candidates, messages sent,
 -- rows deleted and the error or warning text (empty means clean).
 

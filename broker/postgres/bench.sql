@@ -1,4 +1,4 @@
--- The benchmark's world on the PostgreSQL broker (`sbworker bench`, issue 10): a queue
+-- The benchmark's world on the PostgreSQL broker (`sbworker bench`): a queue
 -- of in-order messages per conversation group and the business effect each message has.
 -- Installed into a throwaway database of the bench's own cluster, never into yours.
 

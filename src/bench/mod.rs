@@ -1,4 +1,4 @@
-//! `sbworker bench` (issue 10): side-by-side measurements in one run on one throwaway
+//! `sbworker bench`: side-by-side measurements in one run on one throwaway
 //! cluster. Contenders: sbworker on the PostgreSQL broker, sbworker on the SQL Server
 //! transport through the emulator, and the machine's limit (pgbench doing the same
 //! commits and row writes per message). Workloads: the burn-down (a preloaded backlog, a

@@ -8,7 +8,7 @@
 //!
 //! Characters XML 1.0 does not allow (see `chars`) are found by one scan of the whole
 //! text when the cursor is made; only a body that has one pays for more. The reason
-//! code follows what the codes mean (README, "Reden"): such a character in an
+//! code follows what the codes mean (docs/contract.md, "Reden"): such a character in an
 //! element's text or in an attribute value is `invalid-value` (the value is outside
 //! `xs:string`, whose value space is XML's `Char`s; the error names the value and the
 //! character's line and column); anywhere else (a name, a comment, a PI, between

@@ -1,4 +1,4 @@
-//! The Service Broker emulator (issue 9): a TDS 7.4 front end ([`server`], over the wire
+//! The Service Broker emulator: a TDS 7.4 front end ([`server`], over the wire
 //! format in [`codec`]) that runs the Service Broker statements it recognises ([`tsql`])
 //! on the PostgreSQL broker, so the SQL Server transport meets a real peer over TCP.
 

@@ -1,7 +1,7 @@
 //! The payroll recalculation engine: a pure function from a decoded Vraag to the wage
 //! factors (Antwoord rows), warnings and, on request, an explanation per minute range.
 //!
-//! No I/O and no async: the rules of `design/payroll-engine.md` with the rate tables of
+//! No I/O and no async: the rules of `docs/payroll-rules.md` with the rate tables of
 //! [`tables`]. Layout: [`tables`] (rates as data), [`holidays`] (Easter-based days),
 //! [`clock`] (Europe/Amsterdam as integer minutes), `timeline` (blocks to real time,
 //! overlaps), `ort` (minutes to rates), `factors` (totals to rows), [`explain`].

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover
     )
     sys.exit(2)
 
-# Sample values for the sqlcmd variables the scripts use (README: -v Database=Payroll
+# Sample values for the sqlcmd variables the scripts use (docs/deployment.md: -v Database=Payroll
 # WorkerLogin=sbworker WorkerUser=sbworker).
 SAMPLE_VARS = {"Database": "Payroll", "WorkerUser": "sbworker", "WorkerLogin": "sbworker"}
 

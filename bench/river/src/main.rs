@@ -1,4 +1,4 @@
-//! River (riverqueue 0.5) as a contender of `sbworker bench` (issue 10).
+//! River (riverqueue 0.5) as a contender of `sbworker bench`.
 //!
 //! ```text
 //! river-bench migrate URL
