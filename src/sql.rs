@@ -1,45 +1,23 @@
-//! SQL kept in `.sql` files with named sections (`-- name: NAME` above each
-//! statement), so every statement can be read, reviewed and checked on its own; the
-//! code includes the file with `include_str!` and takes statements by name.
+//! The SQL the code sends lives in `.sql` files under `broker/`: install scripts, and
+//! statement files (`broker/*/statements/*.sql`) with named sections (`-- name: NAME`
+//! above each statement), so every statement can be read, reviewed and checked on its
+//! own. The build script turns each section into a constant of [`statements`]; a name
+//! that does not exist is a compile error.
 
-use std::sync::OnceLock;
-
-/// A `.sql` file of named statements.
-pub struct SqlFile {
-    path: &'static str,
-    text: &'static str,
-    parsed: OnceLock<Vec<(&'static str, &'static str)>>,
+/// A named statement of a `.sql` file under `broker/*/statements/`, as the build script
+/// turns it into a constant: `crate::sql::statements::postgres_session::RECEIVE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Named {
+    /// Its name in the file (`-- name: receive`).
+    pub name: &'static str,
+    /// The statement.
+    pub sql: &'static str,
 }
 
-impl SqlFile {
-    pub const fn new(path: &'static str, text: &'static str) -> Self {
-        Self { path, text, parsed: OnceLock::new() }
-    }
-
-    /// Every (name, statement) of the file, in order.
-    pub fn all(&self) -> &[(&'static str, &'static str)] {
-        self.parsed.get_or_init(|| {
-            self.text
-                .split("-- name: ")
-                .skip(1)
-                .filter_map(|section| {
-                    // A statement runs to its first semicolon; comments after it belong
-                    // to the next section.
-                    let (name, body) = section.split_once('\n')?;
-                    Some((name.trim(), body.split(';').next()?.trim()))
-                })
-                .collect()
-        })
-    }
-
-    /// The statement `name` (a bug if missing: unit tests read every name used).
-    pub fn get(&self, name: &str) -> &'static str {
-        self.all()
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, s)| *s)
-            .unwrap_or_else(|| panic!("no statement '{name}' in {}", self.path))
-    }
+/// The statements of every file under `broker/*/statements/`, one module per file.
+pub mod statements {
+    use super::Named as Statement;
+    include!(concat!(env!("OUT_DIR"), "/statements.rs"));
 }
 
 /// The version stamp of a set of install scripts: the crate's version and a 64-bit

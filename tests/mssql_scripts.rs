@@ -244,17 +244,11 @@ fn names_match_the_worker_its_configuration_and_the_postgresql_broker() {
     // may RECEIVE from both queues and SEND on both services.
     let security = include_str!("../broker/mssql/06_security.sql").to_lowercase();
     let procs = created_names("PROCEDURE");
-    for name in [
-        "count_attempts",
-        "note_failure",
-        "forget_attempts",
-        "dead_letter",
-        "claim_version",
-        "queue_state",
-        "store_antwoord",
-        "record_fout",
-    ] {
-        let sql = stmt(name);
+    // Every EXEC the transport sends (broker/mssql/statements/session.sql).
+    let execs: Vec<_> = stmt::ALL.iter().filter(|s| s.sql.starts_with("EXEC ")).collect();
+    assert!(execs.len() >= 8, "{execs:?}");
+    for s in execs {
+        let (name, sql) = (s.name, s.sql);
         let called = sql.split_whitespace().nth(1).unwrap().to_lowercase();
         assert!(procs.contains(&called), "{name} calls {called}, which no script creates");
         assert!(

@@ -30,7 +30,7 @@ pub trait EffectStore: Session {
 impl EffectStore for crate::broker::postgres::Session {
     async fn apply(&mut self, conversation: Uuid, seq: i64, body: &[u8]) -> Result<(), BrokerError> {
         self.client()
-            .execute(super::stmt("apply"), &[&conversation, &seq, &body])
+            .execute(super::stmt::APPLY.sql, &[&conversation, &seq, &body])
             .await
             .map_err(crate::broker::postgres::error_of)?;
         Ok(())
@@ -39,7 +39,7 @@ impl EffectStore for crate::broker::postgres::Session {
 
 impl EffectStore for MssqlSession {
     async fn apply(&mut self, conversation: Uuid, seq: i64, body: &[u8]) -> Result<(), BrokerError> {
-        self.execute(super::tsql("apply"), &[&conversation, &seq, &body]).await
+        self.execute(super::tsql::APPLY.sql, &[&conversation, &seq, &body]).await
     }
 }
 

@@ -30,25 +30,16 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::sql::SqlFile;
 use runs::{Measured, Shape};
 
-static STATEMENTS: SqlFile = SqlFile::new("src/bench/statements.sql", include_str!("statements.sql"));
-static TSQL: SqlFile = SqlFile::new("src/bench/mssql.sql", include_str!("mssql.sql"));
-
-/// A PostgreSQL statement of `statements.sql`.
-pub fn stmt(name: &str) -> &'static str {
-    STATEMENTS.get(name)
-}
-
-/// A T-SQL statement of `mssql.sql`.
-pub fn tsql(name: &str) -> &'static str {
-    TSQL.get(name)
-}
+/// The bench's T-SQL statements (`broker/mssql/statements/bench.sql`).
+pub use crate::sql::statements::mssql_bench as tsql;
+/// The bench's PostgreSQL statements (`broker/postgres/statements/bench.sql`).
+pub use crate::sql::statements::postgres_bench as stmt;
 
 /// The bench's schema on the PostgreSQL broker, and the limit's tables.
 const BENCH_SQL: &str = include_str!("../../broker/postgres/bench.sql");
-const LIMIT_SQL: &str = include_str!("limit.sql");
+const LIMIT_SQL: &str = include_str!("../../broker/postgres/bench_limit.sql");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -525,47 +516,7 @@ mod tests {
     }
 
     #[test]
-    fn every_statement_name_is_in_its_file() {
-        for name in [
-            "apply",
-            "preload",
-            "analyze",
-            "replies",
-            "waiting",
-            "verify",
-            "stats",
-            "reset",
-            "limit_reset",
-            "limit_preload",
-            "limit_accounts",
-            "limit_verify",
-            "graphile_reset",
-            "graphile_preload",
-            "river_reset",
-            "poison_mark",
-            "poison_done",
-            "poison_verify",
-            "pin_xmin",
-            "pinned",
-            "dead_tuples",
-            "open_dialogs",
-            "send_planned",
-            "latency",
-            "pgss_available",
-            "pgss_install",
-            "pgss_reset",
-            "pgss_top",
-            "graphile_send",
-            "group_conversations",
-            "peer_poison_verify",
-            "peer_poison_done",
-            "river_dead",
-            "graphile_dead",
-            "river_poison_mark",
-            "graphile_poison_mark",
-        ] {
-            assert!(!super::stmt(name).is_empty(), "{name}");
-        }
-        assert!(super::tsql("apply").starts_with("EXEC bench.apply"));
+    fn the_t_sql_effect_calls_the_bench_procedure() {
+        assert!(super::tsql::APPLY.sql.starts_with("EXEC bench.apply"));
     }
 }

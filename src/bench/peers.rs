@@ -57,14 +57,14 @@ impl Peer {
         if self.contender == Contender::RiverPerGroup { "per-group" } else { "one" }
     }
 
-    /// A statement of the peer's own: `graphile_{what}` or `river_{what}`.
-    pub fn stmt(&self, what: &str) -> &'static str {
-        stmt(&format!("{}_{what}", if self.is_graphile() { "graphile" } else { "river" }))
+    /// One of the peer's own statements: the graphile-worker one or the River one.
+    pub fn pick(&self, graphile: crate::sql::Named, river: crate::sql::Named) -> &'static str {
+        if self.is_graphile() { graphile.sql } else { river.sql }
     }
 
     /// The peer's tables emptied and vacuumed, `synchronous_commit` set; a connection.
     pub(super) async fn fresh(&self, w: &World, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
-        let reset = if self.is_graphile() { "graphile_reset" } else { "river_reset" };
+        let reset = self.pick(stmt::GRAPHILE_RESET, stmt::RIVER_RESET);
         runs::fresh(w, self.db, &self.url, reset, sync).await
     }
 
@@ -72,7 +72,7 @@ impl Peer {
     pub(super) async fn load(&self, w: &World, shape: Shape, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
         let c = self.fresh(w, sync).await?;
         if self.is_graphile() {
-            c.execute(stmt("graphile_preload"), &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
+            c.execute(stmt::GRAPHILE_PRELOAD.sql, &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
         } else {
             runs::run_to_end(
                 Command::new(&self.home).args([
@@ -152,7 +152,7 @@ impl Peer {
         }
         let c = world::connect(&self.url).await?;
         let conversations: Vec<uuid::Uuid> =
-            c.query(stmt("group_conversations"), &[&groups]).await?.iter().map(|r| r.get(0)).collect();
+            c.query(stmt::GROUP_CONVERSATIONS.sql, &[&groups]).await?.iter().map(|r| r.get(0)).collect();
         runs::send_by_plan(&self.url, runs::Sends::Graphile(Arc::new(conversations)), rate, total, start_unix).await
     }
 }

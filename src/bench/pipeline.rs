@@ -54,15 +54,15 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
     };
     super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
     let c = super::world::connect(opts.postgres.as_deref().expect("set above")).await?;
-    let pgss = c.query_one(super::stmt("pgss_available"), &[]).await?.get::<_, bool>(0);
+    let pgss = c.query_one(super::stmt::PGSS_AVAILABLE.sql, &[]).await?.get::<_, bool>(0);
     if pgss {
-        c.batch_execute(super::stmt("pgss_install")).await?;
-        c.batch_execute(super::stmt("pgss_reset")).await?;
+        c.batch_execute(super::stmt::PGSS_INSTALL.sql).await?;
+        c.batch_execute(super::stmt::PGSS_RESET.sql).await?;
     }
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
     let requests = (report.load.requests + report.burst.requests).max(1) as f64;
     let statements = if pgss {
-        c.query(super::stmt("pgss_top"), &[&requests])
+        c.query(super::stmt::PGSS_TOP.sql, &[&requests])
             .await?
             .iter()
             .map(|r| StatementTime {

@@ -55,10 +55,14 @@ pub async fn poison(
     let poisoned = (total / 100).max(1);
     let c = subject.load(world, shape, true).await?;
     let (mark, progress, verify) = match subject {
-        Subject::Sbworker(..) => (stmt("poison_mark"), Progress::RepliedOrDiverted, stmt("poison_verify")),
+        Subject::Sbworker(..) => (stmt::POISON_MARK.sql, Progress::RepliedOrDiverted, stmt::POISON_VERIFY.sql),
         Subject::Peer(p) => {
-            c.batch_execute(p.stmt("dead")).await?;
-            (p.stmt("poison_mark"), Progress::PeerRepliedOrDead, stmt("peer_poison_verify"))
+            c.batch_execute(p.pick(stmt::GRAPHILE_DEAD, stmt::RIVER_DEAD)).await?;
+            (
+                p.pick(stmt::GRAPHILE_POISON_MARK, stmt::RIVER_POISON_MARK),
+                Progress::PeerRepliedOrDead,
+                stmt::PEER_POISON_VERIFY.sql,
+            )
         }
     };
     let marked = c.execute(mark, &[&poisoned]).await?;
@@ -139,8 +143,8 @@ pub async fn bloat(
     drop(subject.load(world, shape, true).await?);
     // The pin: a snapshot held open on a connection of its own until the end.
     let pin = world::connect(url).await?;
-    pin.batch_execute(stmt("pin_xmin")).await?;
-    let pin_pid: i32 = pin.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    pin.batch_execute(stmt::PIN_XMIN.sql).await?;
+    let pin_pid: i32 = pin.query_one(stmt::BACKEND_PID.sql, &[]).await?.get(0);
     let tag = format!("bloat-{}-{repetition}", subject.contender().key());
     let c = world::connect(url).await?;
     let total = shape.messages() as i64;
@@ -153,7 +157,7 @@ pub async fn bloat(
     let mut drained_early = false;
     while started.elapsed() < how_long {
         tick.tick().await;
-        let done: i64 = c.query_one(stmt("replies"), &[]).await?.get(0);
+        let done: i64 = c.query_one(stmt::REPLIES.sql, &[]).await?.get(0);
         counts.push(done);
         if counts.len() % 10 == 0 {
             super::progress(&format!("{tag}: {done} messages, {:.0} s, xmin pinned", started.elapsed().as_secs_f64()));
@@ -166,9 +170,9 @@ pub async fn bloat(
     let seconds = started.elapsed().as_secs_f64();
     worker.terminate().await?;
     runs::settle().await;
-    let xmin_pinned = c.query_one(stmt("pinned"), &[&pin_pid]).await?.get::<_, i64>(0) == 1;
+    let xmin_pinned = c.query_one(stmt::PINNED.sql, &[&pin_pid]).await?.get::<_, i64>(0) == 1;
     let dead: Vec<(String, i64, i64)> =
-        c.query(stmt("dead_tuples"), &[]).await?.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+        c.query(stmt::DEAD_TUPLES.sql, &[]).await?.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     pin.batch_execute("ROLLBACK").await?;
     let series: Vec<f64> = counts.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
     if series.is_empty() {

@@ -209,7 +209,7 @@ fn headline_section(out: &mut String, r: &Results, all: &[Contender]) {
          transaction (RECEIVE TOP (1) of its group, the group's business row updated, a reply inserted, \
          commit); afterwards every group checked for order and every message for exactly one effect and one \
          reply. The limit is pgbench running the same commits and row writes per message on plain tables \
-         (`src/bench/limit.pgbench`); it keeps no order, it is a bound.\n\n### synchronous_commit = on\n",
+         (`broker/postgres/bench_limit.pgbench`); it keeps no order, it is a bound.\n\n### synchronous_commit = on\n",
         s.groups, s.per_group
     );
     queue_table(out, r, Workload::Headline, true, all);

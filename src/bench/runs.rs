@@ -98,7 +98,7 @@ async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Before a run: the contender's tables emptied (statement `reset`) and vacuumed, and
+/// Before a run: the contender's tables emptied (the statement `reset`) and vacuumed, and
 /// `synchronous_commit` set for the run's connections; a connection for the preload.
 pub(super) async fn fresh(
     world: &World,
@@ -108,7 +108,7 @@ pub(super) async fn fresh(
     sync: bool,
 ) -> anyhow::Result<tokio_postgres::Client> {
     let c = world::connect(url).await?;
-    c.batch_execute(stmt(reset)).await?;
+    c.batch_execute(reset).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
     set_sync(world, db, sync).await?;
     Ok(c)
@@ -123,9 +123,9 @@ pub(super) async fn preload(c: &tokio_postgres::Client, shape: Shape, body: &[u8
     let mut first = true;
     while left > 0 {
         let n = left.min(100);
-        c.execute(stmt("preload"), &[&n, &shape.per_group, &body]).await.context("preloading messages")?;
+        c.execute(stmt::PRELOAD.sql, &[&n, &shape.per_group, &body]).await.context("preloading messages")?;
         if first {
-            c.batch_execute(stmt("analyze")).await?;
+            c.batch_execute(stmt::ANALYZE.sql).await?;
             first = false;
         }
         left -= n;
@@ -227,7 +227,7 @@ pub async fn sbworker(
     dir: &Path,
 ) -> anyhow::Result<Measured> {
     {
-        let c = fresh(world, db, url, "reset", sync).await?;
+        let c = fresh(world, db, url, stmt::RESET.sql, sync).await?;
         preload(&c, shape, &[b'x'; 100]).await?;
     }
     let tag = format!("{}-{}-{}-{repetition}", workload.key(), contender.key(), if sync { "sync" } else { "async" });
@@ -336,7 +336,7 @@ impl Subject<'_> {
     /// The contender's tables emptied and vacuumed; a connection.
     pub(super) async fn fresh(&self, world: &World, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
         match self {
-            Subject::Sbworker(_, db, url) => fresh(world, db, url, "reset", sync).await,
+            Subject::Sbworker(_, db, url) => fresh(world, db, url, stmt::RESET.sql, sync).await,
             Subject::Peer(p) => p.fresh(world, sync).await,
         }
     }
@@ -345,7 +345,7 @@ impl Subject<'_> {
     pub(super) async fn load(&self, world: &World, shape: Shape, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
         match self {
             Subject::Sbworker(_, db, url) => {
-                let c = fresh(world, db, url, "reset", sync).await?;
+                let c = fresh(world, db, url, stmt::RESET.sql, sync).await?;
                 preload(&c, shape, &[b'x'; 100]).await?;
                 Ok(c)
             }
@@ -446,7 +446,7 @@ pub async fn open_loop(
     let c = subject.fresh(world, true).await?;
     let sends = match subject {
         Subject::Sbworker(..) => Some(Sends::Broker(std::sync::Arc::new(
-            c.query(stmt("open_dialogs"), &[&OPEN_LOOP_GROUPS]).await?.iter().map(|r| r.get(0)).collect(),
+            c.query(stmt::OPEN_DIALOGS.sql, &[&OPEN_LOOP_GROUPS]).await?.iter().map(|r| r.get(0)).collect(),
         ))),
         Subject::Peer(_) => None,
     };
@@ -464,7 +464,7 @@ pub async fn open_loop(
     let sent_seconds = unix_now() - start_unix;
     drained(&c, &tag, total as i64, Instant::now(), Progress::Replies).await?;
     worker.terminate().await?;
-    let row = c.query_one(stmt("latency"), &[&(start_unix + warmup.as_secs_f64())]).await?;
+    let row = c.query_one(stmt::LATENCY.sql, &[&(start_unix + warmup.as_secs_f64())]).await?;
     let m = OpenLoop {
         contender: subject.contender(),
         rate,
@@ -509,8 +509,8 @@ pub(super) async fn send_by_plan(
             let c = world::connect(&url).await?;
             let statement = c
                 .prepare(match *sends {
-                    Sends::Broker(_) => stmt("send_planned"),
-                    Sends::Graphile(_) => stmt("graphile_send"),
+                    Sends::Broker(_) => stmt::SEND_PLANNED.sql,
+                    Sends::Graphile(_) => stmt::GRAPHILE_SEND.sql,
                 })
                 .await?;
             let mut i = j;
@@ -570,10 +570,10 @@ pub(super) async fn drained(
     loop {
         polls += 1;
         let done = match progress {
-            Progress::Replies => c.query_one(stmt("replies"), &[]).await?.get::<_, i64>(0),
-            Progress::Waiting => total - c.query_one(stmt("waiting"), &[]).await?.get::<_, i64>(0),
-            Progress::RepliedOrDiverted => c.query_one(stmt("poison_done"), &[]).await?.get::<_, i64>(0),
-            Progress::PeerRepliedOrDead => c.query_one(stmt("peer_poison_done"), &[]).await?.get::<_, i64>(0),
+            Progress::Replies => c.query_one(stmt::REPLIES.sql, &[]).await?.get::<_, i64>(0),
+            Progress::Waiting => total - c.query_one(stmt::WAITING.sql, &[]).await?.get::<_, i64>(0),
+            Progress::RepliedOrDiverted => c.query_one(stmt::POISON_DONE.sql, &[]).await?.get::<_, i64>(0),
+            Progress::PeerRepliedOrDead => c.query_one(stmt::PEER_POISON_DONE.sql, &[]).await?.get::<_, i64>(0),
         };
         if done >= total {
             return Ok(polls);
@@ -594,7 +594,7 @@ pub(super) async fn drained(
 /// effect exactly once with one reply.
 async fn verify_headline(c: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<(i64, bool)> {
     let total = shape.messages() as i64;
-    let v = c.query_one(stmt("verify"), &[&(shape.per_group as i64)]).await?;
+    let v = c.query_one(stmt::VERIFY.sql, &[&(shape.per_group as i64)]).await?;
     let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
         (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
     Ok((ooo, incomplete == 0 && applied == total && replies == total && distinct == total))
@@ -636,7 +636,7 @@ pub async fn calibrate(
     set_sync(world, db, true).await?;
     let script = write(dir, "calibration.pgbench", "INSERT INTO calibration DEFAULT VALUES;\n")?;
     let c = world::connect(url).await?;
-    c.batch_execute(stmt("limit_reset")).await?;
+    c.batch_execute(stmt::LIMIT_RESET.sql).await?;
     let tps = pgbench(url, &script, clients, &["-T", &seconds.to_string()]).await?;
     super::progress(&format!("calibration: {tps:.0} commits/s"));
     Ok(tps)
@@ -656,11 +656,11 @@ pub async fn limit(
     dir: &Path,
 ) -> anyhow::Result<Measured> {
     {
-        let c = fresh(world, db, url, "limit_reset", sync).await?;
-        c.execute(stmt("limit_preload"), &[&shape.groups, &shape.per_group]).await?;
-        c.execute(stmt("limit_accounts"), &[&shape.groups]).await?;
+        let c = fresh(world, db, url, stmt::LIMIT_RESET.sql, sync).await?;
+        c.execute(stmt::LIMIT_PRELOAD.sql, &[&shape.groups, &shape.per_group]).await?;
+        c.execute(stmt::LIMIT_ACCOUNTS.sql, &[&shape.groups]).await?;
     }
-    let script = write(dir, "limit.pgbench", include_str!("limit.pgbench"))?;
+    let script = write(dir, "limit.pgbench", include_str!("../../broker/postgres/bench_limit.pgbench"))?;
     let total = shape.messages();
     if total % clients as u64 != 0 {
         bail!("{total} messages do not divide over {clients} pgbench clients");
@@ -673,7 +673,7 @@ pub async fn limit(
     settle().await;
     let (commits1, wal1) = reading(url).await?;
     let c = world::connect(url).await?;
-    let v = c.query_one(stmt("limit_verify"), &[]).await?;
+    let v = c.query_one(stmt::LIMIT_VERIFY.sql, &[]).await?;
     let (left, replies): (i64, i64) = (v.get(0), v.get(1));
     if left != 0 || replies != total as i64 {
         bail!("pgbench left {left} messages and wrote {replies} replies of {total}");

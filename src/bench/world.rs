@@ -59,7 +59,7 @@ impl World {
         let c = connect(&self.cluster.url("postgres")).await?;
         let rows = c
             .query(
-                "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY($1) ORDER BY name",
+                super::stmt::SETTINGS.sql,
                 &[&vec![
                     "server_version",
                     "fsync",
@@ -142,7 +142,7 @@ fn ticks_per_second() -> f64 {
 /// Commits and WAL bytes of a database so far.
 pub async fn commits_and_wal(c: &Client) -> anyhow::Result<(i64, i64)> {
     // The statistics of other backends reach the shared counters within a second.
-    let r = c.query_one(super::stmt("stats"), &[]).await?;
+    let r = c.query_one(super::stmt::STATS.sql, &[]).await?;
     Ok((r.get(0), r.get(1)))
 }
 

@@ -2,7 +2,7 @@
 //! ADO.NET connection string (TLS on by default); every session runs `SET XACT_ABORT
 //! ON`, `SET NOCOUNT ON` and the ANSI options xml methods need, whatever the login's
 //! defaults; transactions go through tiberius's transaction manager
-//! requests; the statements are in `mssql/session.sql`. A session has two connections:
+//! requests; the statements are in `broker/mssql/statements/session.sql`. A session has two connections:
 //! one for the work, and one outside its transactions for the durable attempt counts.
 //! Errors are classified by SQL Server error number in [`classify`].
 
@@ -14,28 +14,22 @@ use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
-use crate::sql::SqlFile;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
-const SESSION_SQL: &str = include_str!("mssql/session.sql");
+/// The statements this transport sends (`broker/mssql/statements/session.sql`).
+pub use crate::sql::statements::mssql_session as stmt;
 
-/// The statement named `name` in `mssql/session.sql`.
-pub fn stmt(name: &str) -> &'static str {
-    static FILE: SqlFile = SqlFile::new("src/broker/mssql/session.sql", SESSION_SQL);
-    FILE.get(name)
-}
-
-/// Every statement of `mssql/session.sql`, as sent (identifiers filled in with sample
-/// names): for the emulator's recogniser tests.
+/// Every statement of `broker/mssql/statements/session.sql`, as sent (identifiers filled
+/// in with sample names): for the emulator's recogniser tests.
 pub fn statements_as_sent() -> Vec<(&'static str, String)> {
-    static FILE: SqlFile = SqlFile::new("src/broker/mssql/session.sql", SESSION_SQL);
-    FILE.all()
+    stmt::ALL
         .iter()
-        .map(|(n, s)| {
+        .map(|s| {
             let sent = s
+                .sql
                 .replace("{queue}", &quote_name("dbo.loonfactorberekening_reken").unwrap_or_default())
                 .replace("{message_type}", &quote_identifier("/Rekenserver/LoonfactorBerekening/Antwoord"));
-            (*n, sent)
+            (s.name, sent)
         })
         .collect()
 }
@@ -493,7 +487,7 @@ pub async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
     })?;
     tcp.set_nodelay(true).ok();
     let mut client = Client::connect(config, tcp.compat_write()).await.map_err(error_of)?;
-    client.simple_query(stmt("session_init")).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
+    client.simple_query(stmt::SESSION_INIT.sql).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
     Ok(client)
 }
 
@@ -613,9 +607,10 @@ impl transport::Session for MssqlSession {
         let q = quote_name(queue)?;
         let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
         let rows = match group {
-            None => Self::rows(&mut self.work, &stmt("receive").replace("{queue}", &q), &[&max, &timeout]).await?,
+            None => Self::rows(&mut self.work, &stmt::RECEIVE.sql.replace("{queue}", &q), &[&max, &timeout]).await?,
             Some(g) => {
-                Self::rows(&mut self.work, &stmt("receive_group").replace("{queue}", &q), &[&max, &timeout, &g]).await?
+                Self::rows(&mut self.work, &stmt::RECEIVE_GROUP.sql.replace("{queue}", &q), &[&max, &timeout, &g])
+                    .await?
             }
         };
         rows.iter().map(message_of).collect()
@@ -623,35 +618,37 @@ impl transport::Session for MssqlSession {
 
     async fn receive_conversation(&mut self, queue: &str, handle: Uuid) -> Result<Vec<Message>, BrokerError> {
         let q = quote_name(queue)?;
-        let rows = Self::rows(&mut self.work, &stmt("receive_conversation").replace("{queue}", &q), &[&handle]).await?;
+        let rows =
+            Self::rows(&mut self.work, &stmt::RECEIVE_CONVERSATION.sql.replace("{queue}", &q), &[&handle]).await?;
         rows.iter().map(message_of).collect()
     }
 
     async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
         let t = quote_identifier(message_type);
         match body {
-            Some(b) => Self::exec(&mut self.work, &stmt("send").replace("{message_type}", &t), &[&handle, &b]).await,
-            None => Self::exec(&mut self.work, &stmt("send_empty").replace("{message_type}", &t), &[&handle]).await,
+            Some(b) => Self::exec(&mut self.work, &stmt::SEND.sql.replace("{message_type}", &t), &[&handle, &b]).await,
+            None => Self::exec(&mut self.work, &stmt::SEND_EMPTY.sql.replace("{message_type}", &t), &[&handle]).await,
         }
     }
 
     async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
         match error {
-            None => Self::exec(&mut self.work, stmt("end_conversation"), &[&handle]).await,
+            None => Self::exec(&mut self.work, stmt::END_CONVERSATION.sql, &[&handle]).await,
             Some((code, text)) => {
                 let text: String = text.chars().take(3000).collect();
-                Self::exec(&mut self.work, stmt("end_conversation_with_error"), &[&handle, &code, &text.as_str()]).await
+                Self::exec(&mut self.work, stmt::END_CONVERSATION_WITH_ERROR.sql, &[&handle, &code, &text.as_str()])
+                    .await
             }
         }
     }
 
     async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
-        Self::exec(&mut self.work, stmt("move_conversation"), &[&handle, &group]).await
+        Self::exec(&mut self.work, stmt::MOVE_CONVERSATION.sql, &[&handle, &group]).await
     }
 
     async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
         let json = keys_json(keys);
-        let rows = Self::rows(&mut self.side, stmt("count_attempts"), &[&queue, &json.as_str()]).await?;
+        let rows = Self::rows(&mut self.side, stmt::COUNT_ATTEMPTS.sql, &[&queue, &json.as_str()]).await?;
         Ok(rows
             .iter()
             .filter_map(|r| {
@@ -669,12 +666,12 @@ impl transport::Session for MssqlSession {
     async fn note_failure(&mut self, keys: &[MessageKey], error: &str, fault: Fault) -> Result<(), BrokerError> {
         let json = keys_json(keys);
         let transient = fault == Fault::Transient;
-        Self::exec(&mut self.side, stmt("note_failure"), &[&json.as_str(), &error, &transient]).await
+        Self::exec(&mut self.side, stmt::NOTE_FAILURE.sql, &[&json.as_str(), &error, &transient]).await
     }
 
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
         let json = keys_json(keys);
-        Self::exec(&mut self.work, stmt("forget_attempts"), &[&json.as_str()]).await
+        Self::exec(&mut self.work, stmt::FORGET_ATTEMPTS.sql, &[&json.as_str()]).await
     }
 
     async fn dead_letter(&mut self, l: DeadLetter<'_>) -> Result<(), BrokerError> {
@@ -682,7 +679,7 @@ impl transport::Session for MssqlSession {
         let body = (!m.body.is_empty()).then_some(m.body.as_slice());
         Self::exec(
             &mut self.work,
-            stmt("dead_letter"),
+            stmt::DEAD_LETTER.sql,
             &[
                 &l.queue,
                 &m.service.as_str(),
@@ -700,7 +697,7 @@ impl transport::Session for MssqlSession {
     }
 
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
-        let rows = Self::rows(&mut self.side, stmt("queue_state"), &[&queue]).await?;
+        let rows = Self::rows(&mut self.side, stmt::QUEUE_STATE.sql, &[&queue]).await?;
         let Some(r) = rows.first() else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
@@ -725,7 +722,7 @@ impl transport::PayrollStore for MssqlSession {
         versie: i64,
     ) -> Result<bool, BrokerError> {
         let rows =
-            Self::rows(&mut self.work, stmt("claim_version"), &[&dienstverband_id, &periode_id, &versie]).await?;
+            Self::rows(&mut self.work, stmt::CLAIM_VERSION.sql, &[&dienstverband_id, &periode_id, &versie]).await?;
         Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
     }
 
@@ -739,7 +736,7 @@ impl transport::PayrollStore for MssqlSession {
         // The procedure reads the Antwoord itself (nodes()/value()), superseded marker
         // included, so the in-database collector and this one store alike.
         let xml = crate::contract::encode_antwoord(a);
-        let rows = Self::rows(&mut self.work, stmt("store_antwoord"), &[&handle, &xml.as_str()]).await?;
+        let rows = Self::rows(&mut self.work, stmt::STORE_ANTWOORD.sql, &[&handle, &xml.as_str()]).await?;
         Ok(match rows.first().and_then(|r| r.get::<&str, _>(0)) {
             Some("opgeslagen") => Stored::Stored,
             Some("verouderd") => Stored::Older,
@@ -749,7 +746,7 @@ impl transport::PayrollStore for MssqlSession {
 
     async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
         let text: String = message.chars().take(3000).collect();
-        Self::exec(&mut self.work, stmt("record_fout"), &[&handle, &text.as_str()]).await
+        Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &text.as_str()]).await
     }
 }
 
@@ -867,13 +864,7 @@ mod tests {
     }
 
     #[test]
-    fn every_statement_is_in_session_sql_and_has_its_placeholders() {
-        let code = include_str!("mssql.rs");
-        let used: Vec<&str> = code.split("stmt(\"").skip(1).filter_map(|r| r.split('"').next()).collect();
-        assert!(used.len() >= 15, "{used:?}");
-        for name in used {
-            let _ = stmt(name);
-        }
+    fn every_statement_has_its_placeholders_filled() {
         for (name, sent) in statements_as_sent() {
             assert!(!sent.contains('{'), "{name}: {sent}");
         }

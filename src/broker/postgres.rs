@@ -17,7 +17,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Row, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
-use crate::sql::SqlFile;
+use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 /// The install scripts, in order: (version, SQL).
@@ -42,17 +42,9 @@ pub fn stamp(part: &str) -> String {
     crate::sql::stamp(&scripts.iter().map(|(_, s)| *s).collect::<Vec<_>>())
 }
 
-const STAMP_SQL: &str = include_str!("../../broker/postgres/stamp.sql");
-
-/// The statements this transport sends, by name (`broker/postgres/session.sql`).
-const SESSION_SQL: &str = include_str!("../../broker/postgres/session.sql");
-
-/// The statement named `name` in `session.sql` (a bug if missing: a unit test reads
-/// every name used here).
-fn stmt(name: &str) -> &'static str {
-    static FILE: SqlFile = SqlFile::new("broker/postgres/session.sql", SESSION_SQL);
-    FILE.get(name)
-}
+/// The statements this transport sends (`broker/postgres/statements/session.sql`).
+use crate::sql::statements::postgres_session as S;
+use crate::sql::statements::postgres_stamp;
 
 /// The one row a `SELECT function(…)` statement returns.
 fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
@@ -119,13 +111,13 @@ fn with_causes(e: &tokio_postgres::Error) -> String {
 async fn prepared(
     client: &Client,
     cache: &mut HashMap<&'static str, Statement>,
-    name: &'static str,
+    named: Named,
 ) -> Result<Statement, BrokerError> {
-    if let Some(s) = cache.get(name) {
+    if let Some(s) = cache.get(named.name) {
         return Ok(s.clone());
     }
-    let s = client.prepare(stmt(name)).await.map_err(error_of)?;
-    cache.insert(name, s.clone());
+    let s = client.prepare(named.sql).await.map_err(error_of)?;
+    cache.insert(named.name, s.clone());
     Ok(s)
 }
 
@@ -168,15 +160,14 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
             .map_err(error_of)?;
         applied.push(*version);
     }
-    static STAMP: SqlFile = SqlFile::new("broker/postgres/stamp.sql", STAMP_SQL);
     for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
-        client.execute(STAMP.get("record_stamp"), &[&part, &stamp(part)]).await.map_err(error_of)?;
+        client.execute(postgres_stamp::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
     }
     Ok(applied)
 }
 
 /// The statements that run on the side connection, prepared when it opens.
-const SIDE_STATEMENTS: [&str; 3] = ["count_attempts", "note_failure", "queue_state"];
+const SIDE_STATEMENTS: [Named; 3] = [S::COUNT_ATTEMPTS, S::NOTE_FAILURE, S::QUEUE_STATE];
 
 /// The side connection: never in a transaction, it LISTENs for the queues' wake-ups and
 /// writes what must outlive a rollback (attempt counts, failure notes). One side serves
@@ -206,10 +197,10 @@ impl Side {
         // own synchronous commit flushes it first. Only a crash of PostgreSQL itself can
         // lose a count, of an attempt whose transaction it rolled back too. One flush per
         // message instead of two.
-        client.batch_execute("SET synchronous_commit = off").await.map_err(error_of)?;
+        client.batch_execute(S::SIDE_ASYNC_COMMIT.sql).await.map_err(error_of)?;
         let mut statements = HashMap::new();
-        for name in SIDE_STATEMENTS {
-            statements.insert(name, client.prepare(stmt(name)).await.map_err(error_of)?);
+        for named in SIDE_STATEMENTS {
+            statements.insert(named.name, client.prepare(named.sql).await.map_err(error_of)?);
         }
         Ok(Self {
             client,
@@ -277,7 +268,7 @@ impl Session {
 
     /// Runs the statement `name` of `session.sql` on the working connection (in the
     /// open transaction, if any); its rows.
-    async fn work(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
+    async fn work(&mut self, name: Named, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
         let st = prepared(&self.client, &mut self.client_stmts, name).await?;
         self.client.query(&st, params).await.map_err(error_of)
     }
@@ -287,9 +278,9 @@ impl Session {
     /// each.
     async fn work_pair(
         &mut self,
-        first: &'static str,
+        first: Named,
         first_params: &[&(dyn ToSql + Sync)],
-        name: &'static str,
+        name: Named,
         params: &[&(dyn ToSql + Sync)],
     ) -> (Result<Vec<Row>, BrokerError>, Result<Vec<Row>, BrokerError>) {
         let statements = async {
@@ -307,8 +298,14 @@ impl Session {
 
     /// A side statement on the side connection, which is never in a transaction: what it
     /// writes commits at once.
-    async fn side(&mut self, name: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
-        let st = self.side.statements.get(name).unwrap_or_else(|| panic!("{name} is not a side statement"));
+    async fn side(&mut self, named: Named, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
+        let Some(st) = self.side.statements.get(named.name) else {
+            return Err(BrokerError {
+                kind: ErrorKind::Other,
+                number: 0,
+                message: format!("{} is not prepared on the side connection", named.name),
+            });
+        };
         self.side.watch(self.side.client.query(st, params).await.map_err(error_of))
     }
 
@@ -336,14 +333,14 @@ impl Session {
         if ids.is_empty() {
             return Ok(false);
         }
-        Ok(single(self.work("note_rollback", &[&ids]).await?, "note_rollback")?.get(0))
+        Ok(single(self.work(S::NOTE_ROLLBACK, &[&ids]).await?, "note_rollback")?.get(0))
     }
 
     async fn listen(&mut self, queue: &str) -> Result<(), BrokerError> {
         if self.side.listening.lock().expect("not poisoned").iter().any(|q| q == queue) {
             return Ok(());
         }
-        let row = self.work("channel", &[&queue]).await?.into_iter().next();
+        let row = self.work(S::CHANNEL, &[&queue]).await?.into_iter().next();
         let Some(channel) = row.and_then(|r| r.get::<_, Option<String>>(0)) else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
@@ -371,7 +368,7 @@ impl Session {
         let wake = self.wake_others;
         let handle: Option<Uuid> = None;
         let rows =
-            self.wait_for(queue, wait, "receive", &[&queue, &max, &group, &handle, &wake], |r| !r.is_empty()).await?;
+            self.wait_for(queue, wait, S::RECEIVE, &[&queue, &max, &group, &handle, &wake], |r| !r.is_empty()).await?;
         Ok(self.messages(&rows))
     }
 
@@ -386,7 +383,7 @@ impl Session {
         &mut self,
         queue: &str,
         wait: Duration,
-        name: &'static str,
+        name: Named,
         params: &[&(dyn ToSql + Sync)],
         found: fn(&[Row]) -> bool,
     ) -> Result<Vec<Row>, BrokerError> {
@@ -400,7 +397,7 @@ impl Session {
             self.wakeups.borrow_and_update();
             let rows = match self.waiting.take() {
                 Some(marked) => {
-                    let (ended, rows) = self.work_pair("end_wait", &[&marked], name, params).await;
+                    let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
                     if ended.is_err() {
                         // Still marked: drop the mark next time.
                         self.waiting = Some(marked);
@@ -417,7 +414,7 @@ impl Session {
             }
             // About to wait: mark, and look once more after the mark is in place.
             self.waiting = Some(queue.to_owned());
-            let (mark, rows) = self.work_pair("begin_wait", &[&queue], name, params).await;
+            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
             let rows = rows?;
             if found(&rows) {
                 self.end_wait().await?;
@@ -453,7 +450,7 @@ impl Session {
     /// Drops the session's waiting mark, if it has one.
     async fn end_wait(&mut self) -> Result<(), BrokerError> {
         if let Some(marked) = self.waiting.take() {
-            self.work("end_wait", &[&marked]).await?;
+            self.work(S::END_WAIT, &[&marked]).await?;
         }
         Ok(())
     }
@@ -486,7 +483,7 @@ impl Session {
         handle: Option<Uuid>,
     ) -> Result<Vec<Message>, BrokerError> {
         let wake = self.wake_others;
-        let rows = self.work("receive", &[&queue, &max, &group, &handle, &wake]).await?;
+        let rows = self.work(S::RECEIVE, &[&queue, &max, &group, &handle, &wake]).await?;
         Ok(self.messages(&rows))
     }
 
@@ -499,11 +496,11 @@ impl Session {
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
     pub async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
         let rows = self
-            .wait_for(queue, wait, "get_conversation_group", &[&queue], |r| {
+            .wait_for(queue, wait, S::GET_CONVERSATION_GROUP, &[&queue], |r| {
                 r.first().is_some_and(|r| r.get::<_, Option<Uuid>>(0).is_some())
             })
             .await?;
-        Ok(single(rows, "get_conversation_group")?.get(0))
+        Ok(single(rows, S::GET_CONVERSATION_GROUP.name)?.get(0))
     }
 
     /// `BEGIN DIALOG @h FROM SERVICE from TO SERVICE 'to' ON CONTRACT contract [WITH
@@ -516,13 +513,13 @@ impl Session {
         related_group: Option<Uuid>,
         lifetime_seconds: Option<i32>,
     ) -> Result<Uuid, BrokerError> {
-        let rows = self.work("begin_dialog", &[&from, &to, &contract, &related_group, &lifetime_seconds]).await?;
-        Ok(single(rows, "begin_dialog")?.get(0))
+        let rows = self.work(S::BEGIN_DIALOG, &[&from, &to, &contract, &related_group, &lifetime_seconds]).await?;
+        Ok(single(rows, S::BEGIN_DIALOG.name)?.get(0))
     }
 
     /// `SEND ON CONVERSATION handle MESSAGE TYPE t (body)`.
     pub async fn send(&mut self, handle: Uuid, message_type: &str, body: Option<&[u8]>) -> Result<(), BrokerError> {
-        self.work("send", &[&handle, &message_type, &body]).await?;
+        self.work(S::SEND, &[&handle, &message_type, &body]).await?;
         Ok(())
     }
 
@@ -530,19 +527,19 @@ impl Session {
     /// END CONVERSATION … WITH CLEANUP: this side's endpoint and its messages go; the
     /// other side is not told.
     pub async fn end_conversation_cleanup(&mut self, handle: Uuid) -> Result<(), BrokerError> {
-        self.work("end_conversation_cleanup", &[&handle]).await?;
+        self.work(S::END_CONVERSATION_CLEANUP, &[&handle]).await?;
         Ok(())
     }
 
     pub async fn end_conversation(&mut self, handle: Uuid, error: Option<(i32, &str)>) -> Result<(), BrokerError> {
         let (code, text) = error.map_or((None, None), |(c, t)| (Some(c), Some(t)));
-        self.work("end_conversation", &[&handle, &code, &text]).await?;
+        self.work(S::END_CONVERSATION, &[&handle, &code, &text]).await?;
         Ok(())
     }
 
     /// `MOVE CONVERSATION handle TO group`.
     pub async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
-        self.work("move_conversation", &[&handle, &group]).await?;
+        self.work(S::MOVE_CONVERSATION, &[&handle, &group]).await?;
         Ok(())
     }
 }
@@ -651,7 +648,7 @@ impl transport::Session for Session {
         let (handles, seqs) = key_arrays(keys);
         // On the side connection: it is never inside a transaction, so the count
         // commits at once and survives whatever happens to the receiving transaction.
-        let rows = self.side("count_attempts", &[&queue, &handles, &seqs]).await?;
+        let rows = self.side(S::COUNT_ATTEMPTS, &[&queue, &handles, &seqs]).await?;
         Ok(rows
             .iter()
             .map(|r| Attempt {
@@ -667,13 +664,13 @@ impl transport::Session for Session {
     async fn note_failure(&mut self, keys: &[MessageKey], error: &str, fault: Fault) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
         let transient = fault == Fault::Transient;
-        self.side("note_failure", &[&handles, &seqs, &error, &transient]).await?;
+        self.side(S::NOTE_FAILURE, &[&handles, &seqs, &error, &transient]).await?;
         Ok(())
     }
 
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
         let (handles, seqs) = key_arrays(keys);
-        self.work("forget_attempts", &[&handles, &seqs]).await?;
+        self.work(S::FORGET_ATTEMPTS, &[&handles, &seqs]).await?;
         Ok(())
     }
 
@@ -681,7 +678,7 @@ impl transport::Session for Session {
         let m = l.message;
         let body = (!m.body.is_empty()).then_some(m.body.as_slice());
         self.work(
-            "dead_letter",
+            S::DEAD_LETTER,
             &[
                 &l.queue,
                 &m.service,
@@ -700,7 +697,7 @@ impl transport::Session for Session {
     }
 
     async fn queue_state(&mut self, queue: &str) -> Result<QueueState, BrokerError> {
-        let Some(row) = self.side("queue_state", &[&queue]).await?.into_iter().next() else {
+        let Some(row) = self.side(S::QUEUE_STATE, &[&queue]).await?.into_iter().next() else {
             return Err(BrokerError {
                 kind: ErrorKind::NotFound,
                 number: 0,
@@ -718,7 +715,7 @@ impl transport::PayrollStore for Session {
         periode_id: i32,
         versie: i64,
     ) -> Result<bool, BrokerError> {
-        Ok(!self.work("claim_version", &[&dienstverband_id, &periode_id, &versie]).await?.is_empty())
+        Ok(!self.work(S::CLAIM_VERSION, &[&dienstverband_id, &periode_id, &versie]).await?.is_empty())
     }
 
     async fn store_antwoord(
@@ -733,11 +730,11 @@ impl transport::PayrollStore for Session {
         let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();
         let rows = self
             .work(
-                "store_antwoord",
+                S::STORE_ANTWOORD,
                 &[&handle, &a.id, &a.dienstverband_id, &a.periode_id, &a.versie, &superseded, &kaart, &codes, &waarden],
             )
             .await?;
-        let row = single(rows, "store_antwoord")?;
+        let row = single(rows, S::STORE_ANTWOORD.name)?;
         Ok(match row.get::<_, &str>(0) {
             "opgeslagen" => Stored::Stored,
             "verouderd" => Stored::Older,
@@ -746,30 +743,13 @@ impl transport::PayrollStore for Session {
     }
 
     async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
-        self.work("record_fout", &[&handle, &message]).await?;
+        self.work(S::RECORD_FOUT, &[&handle, &message]).await?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::stmt;
-
-    #[test]
-    fn every_statement_used_is_in_session_sql() {
-        let code = include_str!("postgres.rs");
-        let used: Vec<&str> = ["work(\"", "side(\"", "single(rows, \""]
-            .iter()
-            .flat_map(|call| code.split(call).skip(1).filter_map(|r| r.split('"').next()))
-            .collect();
-        assert!(used.len() >= 8, "{used:?}");
-        for name in used {
-            let sql = stmt(name);
-            assert!(["SELECT", "INSERT", "UPDATE", "DELETE"].iter().any(|k| sql.starts_with(k)), "{name}: {sql}");
-            assert!(!sql.contains("-- name"), "{name}");
-        }
-    }
-
     #[tokio::test]
     async fn a_connection_error_names_its_cause() {
         // A port nobody listens on: bound, then released.

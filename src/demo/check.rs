@@ -30,7 +30,7 @@ impl Progress {
 }
 
 pub async fn progress(client: &Client) -> Result<Progress, tokio_postgres::Error> {
-    let r = client.query_one(stmt("progress"), &[]).await?;
+    let r = client.query_one(stmt::PROGRESS.sql, &[]).await?;
     Ok(Progress { sent: r.get(0), answered: r.get(1), faults: r.get(2), messages: r.get(3), endpoints: r.get(4) })
 }
 
@@ -78,11 +78,11 @@ pub struct Verdict {
 /// equals computing the Vraag of the roster as it stands; versions never went back.
 pub async fn verify(client: &Client, tables: &Tables) -> anyhow::Result<Verdict> {
     let mut v = Verdict::default();
-    let backwards: i64 = client.query_one(stmt("backwards"), &[]).await?.get(0);
+    let backwards: i64 = client.query_one(stmt::BACKWARDS.sql, &[]).await?.get(0);
     if backwards > 0 {
         v.problems.push(format!("{backwards} stored versions came after a newer one"));
     }
-    for row in client.query(stmt("keys"), &[]).await? {
+    for row in client.query(stmt::KEYS.sql, &[]).await? {
         v.keys += 1;
         let (dv, periode, versie): (i32, i32, i64) = (row.get(0), row.get(1), row.get(2));
         let stored: Option<i64> = row.get(3);
@@ -95,7 +95,7 @@ pub async fn verify(client: &Client, tables: &Tables) -> anyhow::Result<Verdict>
             v.problems.push(format!("key ({dv}, {periode}): roster version {versie}, stored {stored:?}"));
             continue;
         }
-        let xml: Option<String> = client.query_one(stmt("vraag_now"), &[&dv, &periode, &versie]).await?.get(0);
+        let xml: Option<String> = client.query_one(stmt::VRAAG_NOW.sql, &[&dv, &periode, &versie]).await?.get(0);
         let xml = xml.ok_or_else(|| anyhow::anyhow!("key ({dv}, {periode}) has no Vraag"))?;
         let vraag = contract::decode_vraag(xml.as_bytes(), &Limits::default())
             .map_err(|e| anyhow::anyhow!("the Vraag of ({dv}, {periode}) does not decode: {e}"))?;
@@ -107,7 +107,7 @@ pub async fn verify(client: &Client, tables: &Tables) -> anyhow::Result<Verdict>
             }
         };
         let got: BTreeMap<String, Decimal> = client
-            .query(stmt("factors"), &[&dv, &periode])
+            .query(stmt::FACTORS.sql, &[&dv, &periode])
             .await?
             .iter()
             .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1).parse().unwrap_or(Decimal::MIN)))

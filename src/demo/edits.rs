@@ -34,17 +34,17 @@ impl Edit {
         loop {
             let r = match self {
                 Edit::ShiftEnd { dienstverband_id, pick, minutes } => {
-                    client.execute(stmt("edit_shift_end"), &[dienstverband_id, pick, minutes]).await
+                    client.execute(stmt::EDIT_SHIFT_END.sql, &[dienstverband_id, pick, minutes]).await
                 }
                 Edit::ToggleSick { dienstverband_id, pick } => {
-                    client.execute(stmt("toggle_sick"), &[dienstverband_id, pick]).await
+                    client.execute(stmt::TOGGLE_SICK.sql, &[dienstverband_id, pick]).await
                 }
                 Edit::AddShift { dienstverband_id, datum } => {
                     let d = datum.to_string();
-                    client.execute(stmt("add_shift"), &[dienstverband_id, &d, &"07:00", &"15:30", &"D"]).await
+                    client.execute(stmt::ADD_SHIFT.sql, &[dienstverband_id, &d, &"07:00", &"15:30", &"D"]).await
                 }
                 Edit::RemoveShift { dienstverband_id, pick } => {
-                    client.execute(stmt("remove_shift"), &[dienstverband_id, pick]).await
+                    client.execute(stmt::REMOVE_SHIFT.sql, &[dienstverband_id, pick]).await
                 }
             };
             match r {

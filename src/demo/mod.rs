@@ -29,17 +29,13 @@ use crate::emulator::server::{Credentials, start as start_emulator};
 use crate::engine::Tables;
 use crate::handlers::{calculation, collector};
 use crate::pg_cluster::Cluster;
-use crate::sql::SqlFile;
 use crate::transport::Transport;
 use crate::worker::{self, Handlers, Metrics, RunOutcome};
 use check::Progress;
 use roster::Roster;
 
-static DEMO_SQL: SqlFile = SqlFile::new("broker/postgres/demo.sql", include_str!("../../broker/postgres/demo.sql"));
-
-fn stmt(name: &str) -> &'static str {
-    DEMO_SQL.get(name)
-}
+/// The demo's statements (`broker/postgres/statements/demo.sql`).
+use crate::sql::statements::postgres_demo as stmt;
 
 /// The calculation queue and the answer queue of `003_calculation.sql`.
 pub use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
@@ -137,7 +133,7 @@ impl ProgressLine {
 }
 
 async fn phase(client: &tokio_postgres::Client, since: &str, seconds: f64) -> anyhow::Result<Phase> {
-    let r = client.query_one(stmt("outcomes"), &[&since]).await?;
+    let r = client.query_one(stmt::OUTCOMES.sql, &[&since]).await?;
     Ok(Phase {
         requests: r.get(0),
         stored: r.get(1),
@@ -150,7 +146,7 @@ async fn phase(client: &tokio_postgres::Client, since: &str, seconds: f64) -> an
 }
 
 async fn now_text(client: &tokio_postgres::Client) -> anyhow::Result<String> {
-    Ok(client.query_one("SELECT clock_timestamp()::text", &[]).await?.get(0))
+    Ok(client.query_one(stmt::SERVER_CLOCK.sql, &[]).await?.get(0))
 }
 
 /// Runs the demo, writing the report to `out`; an error says what failed.
@@ -168,7 +164,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     install_with(&url, true).await.context("installing the broker and the roster schema")?;
     let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
-    let existing: i64 = client.query_one("SELECT count(*) FROM rooster.dienstverband", &[]).await?.get(0);
+    let existing: i64 = client.query_one(stmt::DIENSTVERBAND_COUNT.sql, &[]).await?.get(0);
     anyhow::ensure!(existing == 0, "the database already holds a roster ({existing} employees): give an empty one");
 
     let mut config = worker_config(&url, opts.readers);
@@ -292,7 +288,7 @@ async fn write_report(
         "  {:>6}  {:>4}  {:>6}  {:>6}  {:>8}  {:>8}  {:>9}  {:>7}  {:>5}",
         "empl.", "kind", "hours", "versie", "worked h", "ORT h", "ORT euro", "sick h", "days"
     )?;
-    for row in client.query(stmt("sample"), &[&sample]).await? {
+    for row in client.query(stmt::SAMPLE.sql, &[&sample]).await? {
         writeln!(
             out,
             "  {:>6}  {:>4}  {:>6}  {:>6}  {:>8}  {:>8}  {:>9}  {:>7}  {:>5}",

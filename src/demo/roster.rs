@@ -102,9 +102,9 @@ impl Roster {
     /// Loads the roster in one transaction (a bulk import: one Vraag per employee).
     pub async fn load(&self, client: &mut Client) -> Result<(), tokio_postgres::Error> {
         let tx = client.transaction().await?;
-        tx.execute(stmt("cao"), &[]).await?;
-        tx.execute(stmt("periode"), &[&PERIODE_ID, &PERIODE_BEGIN, &PERIODE_EINDE]).await?;
-        tx.execute(stmt("dienst_types"), &[]).await?;
+        tx.execute(stmt::CAO.sql, &[]).await?;
+        tx.execute(stmt::PERIODE.sql, &[&PERIODE_ID, &PERIODE_BEGIN, &PERIODE_EINDE]).await?;
+        tx.execute(stmt::DIENST_TYPES.sql, &[]).await?;
         let e = &self.employees;
         let ids: Vec<i32> = e.iter().map(|e| e.id).collect();
         let caos: Vec<i32> = e.iter().map(|e| e.cao_id).collect();
@@ -116,13 +116,13 @@ impl Roster {
         let soort: Vec<&str> = e.iter().map(|e| e.soort).collect();
         let groep: Vec<i32> = e.iter().map(|e| e.functiegroep).collect();
         tx.execute(
-            stmt("dienstverbanden"),
+            stmt::DIENSTVERBANDEN.sql,
             &[&ids, &caos, &days, &in_dienst, &hours, &salaris, &zero, &zero, &soort, &groep],
         )
         .await?;
         let dvs: Vec<i32> = self.shifts.iter().map(|s| s.dienstverband_id).collect();
         let dates: Vec<String> = self.shifts.iter().map(|s| s.datum.to_string()).collect();
-        tx.execute(stmt("diensten"), &[&dvs, &dates]).await?;
+        tx.execute(stmt::DIENSTEN.sql, &[&dvs, &dates]).await?;
         let blocks: Vec<(&Shift, &Block)> =
             self.shifts.iter().flat_map(|s| s.blocks.iter().map(move |b| (s, b))).collect();
         let dvs: Vec<i32> = blocks.iter().map(|(s, _)| s.dienstverband_id).collect();
@@ -131,8 +131,8 @@ impl Roster {
         let ends: Vec<&str> = blocks.iter().map(|(_, b)| b.einde).collect();
         let types: Vec<&str> = blocks.iter().map(|(_, b)| b.dienst_type).collect();
         let sick: Vec<bool> = blocks.iter().map(|(_, b)| b.ziek).collect();
-        tx.execute(stmt("tijdblokken"), &[&dvs, &dates, &begins, &ends, &types, &sick]).await?;
-        tx.batch_execute(stmt("analyze_roster")).await?;
+        tx.execute(stmt::TIJDBLOKKEN.sql, &[&dvs, &dates, &begins, &ends, &types, &sick]).await?;
+        tx.batch_execute(stmt::ANALYZE_ROSTER.sql).await?;
         tx.commit().await
     }
 }

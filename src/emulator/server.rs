@@ -27,12 +27,6 @@ use crate::shutdown::Stop;
 use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
 
-/// A statement of `broker/postgres/emulator.sql`.
-fn emulator_stmt(name: &str) -> &'static str {
-    static FILE: crate::sql::SqlFile =
-        crate::sql::SqlFile::new("broker/postgres/emulator.sql", include_str!("../../broker/postgres/emulator.sql"));
-    FILE.get(name)
-}
 use crate::transport::{PayrollStore, Stored};
 
 /// Who may log in.
@@ -1162,7 +1156,10 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     let seq = as_i64(arg("@seq")?)?;
                     let body = as_bytes(arg("@body")?)?;
                     s.client()
-                        .execute(emulator_stmt("bench_apply"), &[&conversation, &seq, &body])
+                        .execute(
+                            crate::sql::statements::postgres_emulator::BENCH_APPLY.sql,
+                            &[&conversation, &seq, &body],
+                        )
                         .await
                         .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
                     Ok(None)

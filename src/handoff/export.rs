@@ -155,8 +155,8 @@ fn json_text(s: &str) -> String {
 pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<Batch, tokio_postgres::Error> {
     let id = Uuid::new_v4();
     let rows = match mode {
-        Mode::Once => tx.query(stmt("claim_once"), &[&periode_id, &id]).await?,
-        Mode::Lease { seconds } => tx.query(stmt("claim_lease"), &[&periode_id, &id, &seconds]).await?,
+        Mode::Once => tx.query(stmt::CLAIM_ONCE.sql, &[&periode_id, &id]).await?,
+        Mode::Lease { seconds } => tx.query(stmt::CLAIM_LEASE.sql, &[&periode_id, &id, &seconds]).await?,
     };
     let rows = rows
         .iter()
@@ -175,7 +175,7 @@ pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<
 /// Confirms a leased batch; how many results it confirmed (0: unknown batch, already
 /// confirmed, or taken again by a later claim after its lease passed).
 pub async fn ack(client: &tokio_postgres::Client, batch: Uuid) -> Result<i64, tokio_postgres::Error> {
-    Ok(client.query_one(stmt("ack"), &[&batch]).await?.get(0))
+    Ok(client.query_one(stmt::ACK.sql, &[&batch]).await?.get(0))
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ fn at(step: &'static str) -> impl Fn(tokio_postgres::Error) -> SweepError {
 }
 
 async fn log_start(c: &Client, run: Option<i64>, step: &str) -> Result<i64, tokio_postgres::Error> {
-    Ok(c.query_one(stmt("log_start"), &[&run, &step]).await?.get(0))
+    Ok(c.query_one(stmt::LOG_START.sql, &[&run, &step]).await?.get(0))
 }
 
 async fn log_end(
@@ -96,7 +96,7 @@ async fn log_end(
     counts: (Option<i32>, Option<i32>, Option<i32>),
     text: Option<&str>,
 ) -> Result<(), tokio_postgres::Error> {
-    c.execute(stmt("log_end"), &[&id, &counts.0, &counts.1, &counts.2, &text]).await?;
+    c.execute(stmt::LOG_END.sql, &[&id, &counts.0, &counts.1, &counts.2, &text]).await?;
     Ok(())
 }
 
@@ -108,7 +108,7 @@ fn clamp(n: i64) -> Option<i32> {
 /// released at the end (or when the connection closes).
 pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepError> {
     let run_id = log_start(client, None, "run").await.map_err(at("log"))?;
-    let locked: bool = client.query_one(stmt("try_lock"), &[]).await.map_err(at("lock"))?.get(0);
+    let locked: bool = client.query_one(stmt::TRY_LOCK.sql, &[]).await.map_err(at("lock"))?.get(0);
     if !locked {
         log_end(client, run_id, (None, None, None), Some("skipped: a previous run still holds the lock"))
             .await
@@ -131,7 +131,7 @@ pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepErr
     };
     // Whatever happened, the run row is completed and the lock released.
     let logged = log_end(client, run_id, counts, text.as_deref()).await;
-    let unlocked = client.query_one(stmt("unlock"), &[]).await;
+    let unlocked = client.query_one(stmt::UNLOCK.sql, &[]).await;
     let outcome = result?;
     logged.map_err(at("log"))?;
     unlocked.map_err(at("unlock"))?;
@@ -141,7 +141,7 @@ pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepErr
 async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcome, SweepError> {
     // Sweep: stale keys, oldest first, at most the fuse; sent in committed batches.
     let step = log_start(client, Some(run_id), "sweep").await.map_err(at("log"))?;
-    let found = client.query(stmt("candidates"), &[&(opts.fuse + 1)]).await.map_err(at("sweep"))?;
+    let found = client.query(stmt::CANDIDATES.sql, &[&(opts.fuse + 1)]).await.map_err(at("sweep"))?;
     let fuse_reached = found.len() as i64 > opts.fuse;
     let taken = &found[..found.len().min(opts.fuse.max(0) as usize)];
     let keys: Vec<(i32, i32)> = taken.iter().map(|r| (r.get(0), r.get(1))).collect();
@@ -152,7 +152,7 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         let (dvs, periods): (Vec<i32>, Vec<i32>) = chunk.iter().copied().unzip();
         let attempt = async {
             let tx = client.transaction().await?;
-            let n: i64 = tx.query_one(stmt("send_keys"), &[&dvs, &periods]).await?.get(0);
+            let n: i64 = tx.query_one(stmt::SEND_KEYS.sql, &[&dvs, &periods]).await?.get(0);
             tx.commit().await?;
             Ok::<i64, tokio_postgres::Error>(n)
         };
@@ -183,10 +183,10 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     // Retention: the run log and the dead letters, in batches.
     let step = log_start(client, Some(run_id), "retentie").await.map_err(at("log"))?;
     let mut deleted = [0i64; 2];
-    for (i, name) in ["delete_run_log", "delete_dead_letters"].into_iter().enumerate() {
+    for (i, statement) in [stmt::DELETE_RUN_LOG, stmt::DELETE_DEAD_LETTERS].into_iter().enumerate() {
         loop {
             let n: i64 = client
-                .query_one(stmt(name), &[&opts.retention_days, &opts.delete_batch])
+                .query_one(statement.sql, &[&opts.retention_days, &opts.delete_batch])
                 .await
                 .map_err(at("retentie"))?
                 .get(0);

@@ -1,6 +1,6 @@
 //! `sbworker selftest --mssql CONN`: the checks of [`super`] on SQL Server, run as the
 //! worker's login (the connection string the worker uses). Statements in
-//! `broker/mssql/selftest.sql`; the round trip's roster work is done by
+//! `broker/mssql/statements/selftest.sql`; the round trip's roster work is done by
 //! `Rekenserver.selftest` (05_handoff.sql), which runs as the owner, so the worker's
 //! login needs no right on the roster.
 
@@ -9,20 +9,15 @@ use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report};
 use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
-use crate::sql::SqlFile;
 use crate::transport::BrokerError;
 
-const SELFTEST_SQL: &str = include_str!("../../broker/mssql/selftest.sql");
+/// The selftest's statements (`broker/mssql/statements/selftest.sql`).
+use crate::sql::statements::mssql_selftest as stmt;
 
-fn stmt(name: &str) -> &'static str {
-    static FILE: SqlFile = SqlFile::new("broker/mssql/selftest.sql", SELFTEST_SQL);
-    FILE.get(name)
-}
-
-/// Every statement of `broker/mssql/selftest.sql` (for the emulator's recogniser test).
+/// Every statement of `broker/mssql/statements/selftest.sql` (for the emulator's
+/// recogniser test), as (name, statement).
 pub fn statements() -> Vec<(&'static str, &'static str)> {
-    static FILE: SqlFile = SqlFile::new("broker/mssql/selftest.sql", SELFTEST_SQL);
-    FILE.all().to_vec()
+    stmt::ALL.iter().map(|s| (s.name, s.sql)).collect()
 }
 
 const REKEN_QUEUE: &str = "dbo.loonfactorberekening_reken";
@@ -32,8 +27,18 @@ fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
     Failure::broker(detail, e)
 }
 
-async fn rows(client: &mut Tds, name: &str, params: &[&dyn ToSql]) -> Result<Vec<tiberius::Row>, BrokerError> {
-    client.query(stmt(name), params).await.map_err(mssql::error_of)?.into_first_result().await.map_err(mssql::error_of)
+async fn rows(
+    client: &mut Tds,
+    statement: crate::sql::Named,
+    params: &[&dyn ToSql],
+) -> Result<Vec<tiberius::Row>, BrokerError> {
+    client
+        .query(statement.sql, params)
+        .await
+        .map_err(mssql::error_of)?
+        .into_first_result()
+        .await
+        .map_err(mssql::error_of)
 }
 
 /// Runs the checks against the database of `conn`.
@@ -113,7 +118,7 @@ pub async fn run(conn: &str) -> Report {
 }
 
 async fn permissions(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, "permissions", &[]).await.map_err(|e| failure("HAS_PERMS_BY_NAME", &e))?;
+    let rows = rows(client, stmt::PERMISSIONS, &[]).await.map_err(|e| failure("HAS_PERMS_BY_NAME", &e))?;
     let mut missing = Vec::new();
     for r in &rows {
         let securable: &str = r.get(0).unwrap_or("?");
@@ -136,9 +141,9 @@ async fn permissions(client: &mut Tds) -> Result<String, Failure> {
 }
 
 async fn broker(client: &mut Tds) -> Result<String, Failure> {
-    let server = rows(client, "server", &[]).await.map_err(|e| failure("reading the server's version", &e))?;
+    let server = rows(client, stmt::SERVER, &[]).await.map_err(|e| failure("reading the server's version", &e))?;
     let version = server.first().and_then(|r| r.get::<&str, _>(0)).unwrap_or("?").to_owned();
-    let db = rows(client, "database", &[]).await.map_err(|e| failure("reading sys.databases", &e))?;
+    let db = rows(client, stmt::DATABASE, &[]).await.map_err(|e| failure("reading sys.databases", &e))?;
     let Some(d) = db.first() else {
         return Err(Failure::new("sys.databases shows no row for this database"));
     };
@@ -156,7 +161,8 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
     for q in [REKEN_QUEUE, DATA_QUEUE] {
-        let r = rows(client, "queue", &[&q]).await.map_err(|e| failure(format!("sbworker.wachtrij_status {q}"), &e))?;
+        let r =
+            rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.wachtrij_status {q}"), &e))?;
         let Some(r) = r.first() else {
             problems.push(format!("queue {q} does not exist"));
             fixes.push("run broker/mssql/01_service_broker.sql".to_owned());
@@ -186,7 +192,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
 }
 
 async fn module_options(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, "module_options", &[]).await.map_err(|e| failure("sbworker.module_opties", &e))?;
+    let rows = rows(client, stmt::MODULE_OPTIONS, &[]).await.map_err(|e| failure("sbworker.module_opties", &e))?;
     let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
     let expected = mssql::modules();
     let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();
@@ -217,7 +223,7 @@ async fn module_options(client: &mut Tds) -> Result<String, Failure> {
 }
 
 async fn version(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, "stamp", &[]).await.map_err(|e| failure("reading the version stamp", &e))?;
+    let rows = rows(client, stmt::STAMP, &[]).await.map_err(|e| failure("reading the version stamp", &e))?;
     let installed = rows.first().and_then(|r| r.get::<&str, _>(0)).map(str::to_owned);
     let mine = mssql::scripts_stamp();
     match installed {
@@ -232,7 +238,7 @@ async fn version(client: &mut Tds) -> Result<String, Failure> {
 
 /// One step of `Rekenserver.selftest`, its result sets read to the end.
 async fn step(client: &mut Tds, name: &str) -> Result<Vec<Vec<tiberius::Row>>, BrokerError> {
-    client.query(stmt("step"), &[&name]).await.map_err(mssql::error_of)?.into_results().await.map_err(mssql::error_of)
+    client.query(stmt::STEP.sql, &[&name]).await.map_err(mssql::error_of)?.into_results().await.map_err(mssql::error_of)
 }
 
 async fn round_trip(client: &mut Tds, conn: &str) -> Result<String, Failure> {
@@ -271,7 +277,7 @@ async fn round_trip_inner(client: &mut Tds, conn: &str) -> Result<String, Failur
     };
     let batch = Uuid::new_v4();
     let claimed = client
-        .query(stmt("export_visible"), &[&super::SCRATCH_PERIODE, &batch])
+        .query(stmt::EXPORT_VISIBLE.sql, &[&super::SCRATCH_PERIODE, &batch])
         .await
         .map_err(|e| failure("the export claim", &mssql::error_of(e)))?
         .into_first_result()

@@ -1,5 +1,5 @@
 //! `sbworker selftest --postgres URL`: the checks of [`super`] on the PostgreSQL
-//! broker. Statements in `broker/postgres/selftest.sql`. PostgreSQL has no activation
+//! broker. Statements in `broker/postgres/statements/selftest.sql`. PostgreSQL has no activation
 //! and no SET options per module, so those checks say so; the round trip needs the
 //! roster schema (`sbworker install --roster`) and is skipped, saying why, without it.
 
@@ -9,17 +9,12 @@ use uuid::Uuid;
 use super::{AnsweredBy, Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
 use crate::broker::postgres::{PostgresTransport, SCRIPTS, stamp};
 use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
-use crate::sql::SqlFile;
 
-const SELFTEST_SQL: &str = include_str!("../../broker/postgres/selftest.sql");
-
-fn stmt(name: &str) -> &'static str {
-    static FILE: SqlFile = SqlFile::new("broker/postgres/selftest.sql", SELFTEST_SQL);
-    FILE.get(name)
-}
+/// The selftest's statements (`broker/postgres/statements/selftest.sql`).
+use crate::sql::statements::postgres_selftest as stmt;
 
 /// The functions the worker and its collector call, and the tables they touch with the
-/// privilege each needs (broker/postgres/session.sql).
+/// privilege each needs (broker/postgres/statements/session.sql).
 const FUNCTIONS: &[&str] = &[
     "sb.channel",
     "sb.receive",
@@ -69,7 +64,7 @@ pub async fn run(url: &str) -> Report {
             return report;
         }
     };
-    match client.query_one(stmt("connection"), &[]).await {
+    match client.query_one(stmt::CONNECTION.sql, &[]).await {
         Ok(row) => {
             let (version, user, db, ssl, tls): (String, String, String, bool, String) =
                 (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
@@ -142,7 +137,7 @@ async fn connect(url: &str) -> Result<Client, Failure> {
 
 async fn permissions(client: &Client) -> Result<(), Failure> {
     let names: Vec<String> = SCHEMAS.iter().map(|s| s.to_string()).collect();
-    let rows = client.query(stmt("schema_privileges"), &[&names]).await.map_err(|e| db_failure("schemas", &e))?;
+    let rows = client.query(stmt::SCHEMA_PRIVILEGES.sql, &[&names]).await.map_err(|e| db_failure("schemas", &e))?;
     let mut problems = Vec::new();
     let mut missing_objects = false;
     for r in rows {
@@ -157,7 +152,7 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
     if problems.is_empty() {
         let names: Vec<String> = FUNCTIONS.iter().map(|s| s.to_string()).collect();
         let rows =
-            client.query(stmt("function_privileges"), &[&names]).await.map_err(|e| db_failure("functions", &e))?;
+            client.query(stmt::FUNCTION_PRIVILEGES.sql, &[&names]).await.map_err(|e| db_failure("functions", &e))?;
         for r in rows {
             let (name, exists, execute): (String, bool, bool) = (r.get(0), r.get(1), r.get(2));
             if !exists {
@@ -170,7 +165,7 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
         let (tables, privileges): (Vec<String>, Vec<String>) =
             TABLES.iter().map(|(t, p)| (t.to_string(), p.to_string())).unzip();
         let rows = client
-            .query(stmt("table_privileges"), &[&tables, &privileges])
+            .query(stmt::TABLE_PRIVILEGES.sql, &[&tables, &privileges])
             .await
             .map_err(|e| db_failure("tables", &e))?;
         for r in rows {
@@ -200,7 +195,7 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
 
 async fn queues(client: &Client) -> Result<String, Failure> {
     let names = vec![REKEN_QUEUE.to_owned(), DATA_QUEUE.to_owned()];
-    let rows = client.query(stmt("queues"), &[&names]).await.map_err(|e| db_failure("queues", &e))?;
+    let rows = client.query(stmt::QUEUES.sql, &[&names]).await.map_err(|e| db_failure("queues", &e))?;
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
     for r in rows {
@@ -229,7 +224,7 @@ async fn queues(client: &Client) -> Result<String, Failure> {
 }
 
 async fn installed(client: &Client) -> Result<(String, bool), Failure> {
-    let row = client.query_one(stmt("installed"), &[]).await.map_err(|e| {
+    let row = client.query_one(stmt::INSTALLED.sql, &[]).await.map_err(|e| {
         db_failure("the install's version stamp cannot be read", &e)
             .fix("install with this sbworker: sbworker install --postgres URL")
     })?;
@@ -279,11 +274,11 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
     let started = std::time::Instant::now();
     client.batch_execute("BEGIN").await.map_err(|e| db_failure("BEGIN", &e))?;
     let scratch = async {
-        client.execute(stmt("scratch_cao"), &[&SCRATCH_DV]).await?;
-        client.execute(stmt("scratch_periode"), &[&SCRATCH_PERIODE]).await?;
-        client.execute(stmt("scratch_dienstverband"), &[&SCRATCH_DV]).await?;
-        client.execute(stmt("scratch_dienst_type"), &[]).await?;
-        client.execute(stmt("scratch_dienst"), &[&SCRATCH_DV]).await?;
+        client.execute(stmt::SCRATCH_CAO.sql, &[&SCRATCH_DV]).await?;
+        client.execute(stmt::SCRATCH_PERIODE.sql, &[&SCRATCH_PERIODE]).await?;
+        client.execute(stmt::SCRATCH_DIENSTVERBAND.sql, &[&SCRATCH_DV]).await?;
+        client.execute(stmt::SCRATCH_DIENST_TYPE.sql, &[]).await?;
+        client.execute(stmt::SCRATCH_DIENST.sql, &[&SCRATCH_DV]).await?;
         // The commit trigger sends the Vraag.
         client.batch_execute("COMMIT").await
     }
@@ -293,7 +288,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
         return Err(db_failure("the scratch roster edit failed", &e));
     }
     let rows = client
-        .query(stmt("scratch_dialogs"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .query(stmt::SCRATCH_DIALOGS.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
         .await
         .map_err(|e| db_failure("reading the calculation log", &e))?;
     let Some(latest) = rows.first() else {
@@ -310,7 +305,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
     let wait = super::Wait::new(versie);
     loop {
         let rows = client
-            .query(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+            .query(stmt::SCRATCH_RESULT.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
             .await
             .map_err(|e| db_failure("reading the stored result", &e))?;
         if wait.done(rows.first().map(|r| r.get::<_, i64>(0))).await? {
@@ -318,7 +313,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
         }
     }
     let factors: i64 = client
-        .query_one(stmt("scratch_result"), &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .query_one(stmt::SCRATCH_RESULT.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
         .await
         .map_err(|e| db_failure("reading the stored result", &e))?
         .get(1);
@@ -350,22 +345,27 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
 async fn cleanup(client: &Client) -> Result<(), Failure> {
     let run = async {
         client.batch_execute("BEGIN").await?;
-        client.execute(stmt("cleanup_off"), &[]).await?;
-        client.query(stmt("cleanup_conversations"), &[&SCRATCH_DV]).await?;
-        for name in ["cleanup_roster", "cleanup_dienstverband"] {
-            client.execute(stmt(name), &[&SCRATCH_DV]).await?;
+        client.execute(stmt::CLEANUP_OFF.sql, &[]).await?;
+        client.query(stmt::CLEANUP_CONVERSATIONS.sql, &[&SCRATCH_DV]).await?;
+        for statement in [stmt::CLEANUP_ROSTER, stmt::CLEANUP_DIENSTVERBAND] {
+            client.execute(statement.sql, &[&SCRATCH_DV]).await?;
         }
-        client.execute(stmt("cleanup_periode"), &[&SCRATCH_PERIODE]).await?;
-        client.execute(stmt("cleanup_cao"), &[&SCRATCH_DV]).await?;
-        client.execute(stmt("cleanup_dienst_type"), &[]).await?;
+        client.execute(stmt::CLEANUP_PERIODE.sql, &[&SCRATCH_PERIODE]).await?;
+        client.execute(stmt::CLEANUP_CAO.sql, &[&SCRATCH_DV]).await?;
+        client.execute(stmt::CLEANUP_DIENST_TYPE.sql, &[]).await?;
         // The roster's commit trigger raises the key's version at COMMIT (sending is
         // off): the bookkeeping goes in a transaction after it.
         client.batch_execute("COMMIT").await?;
         client.batch_execute("BEGIN").await?;
-        for name in
-            ["cleanup_factors", "cleanup_results", "cleanup_history", "cleanup_log", "cleanup_keys", "cleanup_answered"]
-        {
-            client.execute(stmt(name), &[&SCRATCH_DV]).await?;
+        for statement in [
+            stmt::CLEANUP_FACTORS,
+            stmt::CLEANUP_RESULTS,
+            stmt::CLEANUP_HISTORY,
+            stmt::CLEANUP_LOG,
+            stmt::CLEANUP_KEYS,
+            stmt::CLEANUP_ANSWERED,
+        ] {
+            client.execute(statement.sql, &[&SCRATCH_DV]).await?;
         }
         client.batch_execute("COMMIT").await
     }

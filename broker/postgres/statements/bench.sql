@@ -242,3 +242,11 @@ SELECT md5('group ' || g)::uuid FROM generate_series(1, $1::int) g ORDER BY g;
 -- name: graphile_send
 SELECT graphile_worker.add_job('apply', json_build_object('c', $1::uuid, 's', $2::bigint, 't', $3::text),
                                queue_name := $4::text, max_attempts := 3);
+
+-- The server settings the report lists ($1 their names).
+-- name: settings
+SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY($1) ORDER BY name;
+
+-- The session's backend (the poison run's xmin pin).
+-- name: backend_pid
+SELECT pg_backend_pid();

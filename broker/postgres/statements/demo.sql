@@ -133,3 +133,11 @@ SELECT dv.id, dv.soort, coalesce(nullif(dv.parttime_uren, 0), 36)::text, r.versi
  WHERE dv.id = ANY ($1)
  GROUP BY dv.id, dv.soort, dv.parttime_uren, r.versie
  ORDER BY dv.id;
+
+-- The server's clock (the demo's log of phases).
+-- name: server_clock
+SELECT clock_timestamp()::text;
+
+-- How many employments the roster holds (the demo refuses a database in use).
+-- name: dienstverband_count
+SELECT count(*) FROM rooster.dienstverband;
