@@ -555,13 +555,10 @@ fn report_install(r: anyhow::Result<String>) -> ExitCode {
 /// a tracing filter, shows more): exit 0, or 1 with the error.
 fn run_logged(name: &str, job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let run = || -> anyhow::Result<()> {
-        let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "error".into());
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter)?)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init();
-        tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(job)
+        use cli::runtime::{Filter, logging, runtime};
+        let (filter, origin) = Filter::from_env("error");
+        logging(Filter { filter: &filter, origin }, sbworker::config::LogFormat::Text)?;
+        runtime(true)?.block_on(job)
     };
     match run() {
         Ok(()) => ExitCode::SUCCESS,

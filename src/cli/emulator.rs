@@ -19,15 +19,9 @@ pub fn run(
 ) -> anyhow::Result<()> {
     // Log lines go to stderr: refused clients, injected faults; SBWORKER_LOG (a tracing
     // filter, default `info`) shows more, e.g. `sbworker=debug` for refused batches.
-    let filter = std::env::var("SBWORKER_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&filter).with_context(|| format!("SBWORKER_LOG={filter}"))?,
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (filter, origin) = super::runtime::Filter::from_env("info");
+    super::runtime::logging(super::runtime::Filter { filter: &filter, origin }, crate::config::LogFormat::Text)?;
+    let rt = super::runtime::runtime(true)?;
     rt.block_on(async move {
         let (_cluster, url) = match postgres {
             Some(url) => (None, url),

@@ -27,7 +27,7 @@ async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+    super::runtime::runtime(false)
 }
 
 /// Claims the period's results and writes them to `out` (or standard output); returns

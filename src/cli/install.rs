@@ -6,7 +6,7 @@ use crate::broker::postgres;
 /// print.
 pub fn postgres(url: &str, roster: bool) -> anyhow::Result<String> {
     use anyhow::Context;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = super::runtime::runtime(false)?;
     let versions = rt.block_on(postgres::install_with(url, roster)).context("installing the PostgreSQL broker")?;
     Ok(format!(
         "PostgreSQL broker installed (schemas sb, sbworker, rekenserver{}; scripts {versions:?}); running it again changes nothing.\n\
@@ -19,7 +19,7 @@ pub fn postgres(url: &str, roster: bool) -> anyhow::Result<String> {
 /// variables; returns a line to print.
 pub fn mssql(connection_string: &str, vars: &[(String, String)]) -> anyhow::Result<String> {
     use anyhow::Context;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = super::runtime::runtime(false)?;
     let n = rt
         .block_on(crate::broker::mssql::install(connection_string, vars))
         .context("installing the SQL Server scripts")?;

@@ -5,4 +5,5 @@ pub mod emulator;
 pub mod handoff;
 pub mod install;
 pub mod run;
+pub mod runtime;
 pub mod selftest;

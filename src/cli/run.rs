@@ -11,7 +11,7 @@ use tracing::info;
 
 use crate::broker::mssql::MssqlTransport;
 use crate::broker::postgres::PostgresTransport;
-use crate::config::{self, BrokerKind, Config, ConfigError, LogFormat, Overrides};
+use crate::config::{self, BrokerKind, Config, ConfigError, Overrides};
 use crate::contract::Limits;
 use crate::handlers::{calculation, collector};
 use crate::transport::Transport;
@@ -82,18 +82,11 @@ pub fn check(config: &Config) -> anyhow::Result<String> {
 }
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
-        .with_context(|| format!("log.level: \"{}\" is not a tracing filter", config.log.level))?;
-    // Colours only for a terminal: a file or a pipe gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let result = match config.log.format {
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-    result.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+    // A second set-up (tests run several workers in one process) keeps the first.
+    super::runtime::logging(
+        super::runtime::Filter { filter: &config.log.level, origin: "log.level" },
+        config.log.format,
+    )
 }
 
 /// The handlers `sbworker run` serves, by the name a queue's `handler` key uses.
@@ -122,7 +115,7 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
     init_logging(&config)?;
     let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = super::runtime::runtime(true)?;
     rt.block_on(async move {
         match config.broker.kind {
             BrokerKind::Postgres => {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// Runs the selftest on the back end given; exit 0 when every check passed.
 pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sbworker selftest: {e}");
