@@ -570,7 +570,7 @@ fn the_selftest_knows_every_module_the_scripts_create() {
         .map(|(_, _, n)| n)
         .collect();
     assert_eq!(modules, created);
-    for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.vraag", "sbworker.module_opties"]
+    for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.vraag", "sbworker.module_options"]
     {
         assert!(modules.contains(m), "{m} in {modules:?}");
     }

@@ -48,7 +48,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.databases WHERE name = N'$(Database)' AND compa
     THROW 50022, N'Database $(Database) has a compatibility level below 130 (SQL Server 2016), which OPENJSON needs: ALTER DATABASE [$(Database)] SET COMPATIBILITY_LEVEL = 130 (or higher) after checking the application with it.', 1;
 GO
 -- A restored database whose owner has no login on this instance: EXECUTE AS OWNER
--- (sbworker.wachtrij_status, activation) fails with Msg 15517. (sys.server_principals,
+-- (sbworker.queue_state, activation) fails with Msg 15517. (sys.server_principals,
 -- not SUSER_SNAME, which also names a Windows account that has no login.)
 IF EXISTS (SELECT 1 FROM sys.databases d
             WHERE d.name = N'$(Database)'

@@ -18,6 +18,17 @@ GO
 USE [$(Database)];
 GO
 
+-- Earlier versions named these procedures in Dutch (tel_pogingen, noteer_mislukking,
+-- vergeet_pogingen, zet_apart, claim_versie, wachtrij_status): the old ones go, their
+-- English successors are created below, and 06_security.sql grants those.
+IF OBJECT_ID(N'sbworker.tel_pogingen', N'P') IS NOT NULL DROP PROCEDURE sbworker.tel_pogingen;
+IF OBJECT_ID(N'sbworker.noteer_mislukking', N'P') IS NOT NULL DROP PROCEDURE sbworker.noteer_mislukking;
+IF OBJECT_ID(N'sbworker.vergeet_pogingen', N'P') IS NOT NULL DROP PROCEDURE sbworker.vergeet_pogingen;
+IF OBJECT_ID(N'sbworker.zet_apart', N'P') IS NOT NULL DROP PROCEDURE sbworker.zet_apart;
+IF OBJECT_ID(N'sbworker.claim_versie', N'P') IS NOT NULL DROP PROCEDURE sbworker.claim_versie;
+IF OBJECT_ID(N'sbworker.wachtrij_status', N'P') IS NOT NULL DROP PROCEDURE sbworker.wachtrij_status;
+GO
+
 IF OBJECT_ID(N'sbworker.message_attempt', N'U') IS NULL
     CREATE TABLE sbworker.message_attempt (
         conversation_handle     uniqueidentifier NOT NULL,
@@ -68,12 +79,12 @@ GO
 
 -- Counts one more attempt of each message (called on a connection outside the
 -- receiving transaction, so it commits at once); returns the counts after this one.
-CREATE OR ALTER PROCEDURE sbworker.tel_pogingen @queue sysname, @sleutels nvarchar(max)
+CREATE OR ALTER PROCEDURE sbworker.count_attempts @queue sysname, @keys nvarchar(max)
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @k TABLE (h uniqueidentifier NOT NULL, s bigint NOT NULL, PRIMARY KEY (h, s));
-    INSERT @k (h, s) SELECT DISTINCT h, s FROM OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s');
+    INSERT @k (h, s) SELECT DISTINCT h, s FROM OPENJSON(@keys) WITH (h uniqueidentifier '$.h', s bigint '$.s');
     MERGE sbworker.message_attempt WITH (HOLDLOCK) AS a
     USING @k AS k ON a.conversation_handle = k.h AND a.message_sequence_number = k.s
     WHEN MATCHED THEN UPDATE SET attempts = a.attempts + 1, last_attempt_at = SYSUTCDATETIME()
@@ -84,38 +95,38 @@ BEGIN
 END;
 GO
 
--- Records why the last attempt failed. @tijdelijk = 1: the environment's fault, whose
+-- Records why the last attempt failed. @transient = 1: the environment's fault, whose
 -- attempt is given back; 0: the message's, which keeps counting.
-CREATE OR ALTER PROCEDURE sbworker.noteer_mislukking @sleutels nvarchar(max), @fout nvarchar(3000),
-    @tijdelijk bit = 0
+CREATE OR ALTER PROCEDURE sbworker.note_failure @keys nvarchar(max), @error nvarchar(3000),
+    @transient bit = 0
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     UPDATE a
-       SET attempts = CASE WHEN @tijdelijk = 1 AND a.attempts > 0 THEN a.attempts - 1 ELSE a.attempts END,
-           failures = a.failures + CASE WHEN @tijdelijk = 1 THEN 0 ELSE 1 END,
-           last_error = CASE WHEN @tijdelijk = 1 THEN a.last_error ELSE @fout END,
-           transient_failures = a.transient_failures + CASE WHEN @tijdelijk = 1 THEN 1 ELSE 0 END,
-           last_transient_error = CASE WHEN @tijdelijk = 1 THEN @fout ELSE a.last_transient_error END
+       SET attempts = CASE WHEN @transient = 1 AND a.attempts > 0 THEN a.attempts - 1 ELSE a.attempts END,
+           failures = a.failures + CASE WHEN @transient = 1 THEN 0 ELSE 1 END,
+           last_error = CASE WHEN @transient = 1 THEN a.last_error ELSE @error END,
+           transient_failures = a.transient_failures + CASE WHEN @transient = 1 THEN 1 ELSE 0 END,
+           last_transient_error = CASE WHEN @transient = 1 THEN @error ELSE a.last_transient_error END
       FROM sbworker.message_attempt a
-      JOIN OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
+      JOIN OPENJSON(@keys) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
         ON a.conversation_handle = k.h AND a.message_sequence_number = k.s;
 END;
 GO
 
 -- Inside the receiving transaction: the messages are done.
-CREATE OR ALTER PROCEDURE sbworker.vergeet_pogingen @sleutels nvarchar(max)
+CREATE OR ALTER PROCEDURE sbworker.forget_attempts @keys nvarchar(max)
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DELETE a FROM sbworker.message_attempt a
-      JOIN OPENJSON(@sleutels) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
+      JOIN OPENJSON(@keys) WITH (h uniqueidentifier '$.h', s bigint '$.s') k
         ON a.conversation_handle = k.h AND a.message_sequence_number = k.s;
 END;
 GO
 
 -- Inside the receiving transaction: keeps a diverted message.
-CREATE OR ALTER PROCEDURE sbworker.zet_apart
+CREATE OR ALTER PROCEDURE sbworker.set_aside
     @queue sysname, @service nvarchar(512), @contract nvarchar(256), @group uniqueidentifier,
     @handle uniqueidentifier, @seq bigint, @type nvarchar(256), @body varbinary(max), @attempts int,
     @reason nvarchar(3000)
@@ -131,7 +142,7 @@ GO
 -- Inside the calculation's transaction: claims a roster version of a key; 1 when it is
 -- newer than every version answered before, else 0 (superseded). The key stays locked
 -- (UPDLOCK, HOLDLOCK) to the end of the transaction.
-CREATE OR ALTER PROCEDURE sbworker.claim_versie @dv int, @periode int, @versie bigint
+CREATE OR ALTER PROCEDURE sbworker.claim_version @dv int, @periode int, @versie bigint
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
@@ -153,7 +164,7 @@ GO
 -- whether activation is on (`sbworker selftest` wants it off on the queues the worker
 -- serves).
 -- No rows: no such queue.
-CREATE OR ALTER PROCEDURE sbworker.wachtrij_status @queue sysname
+CREATE OR ALTER PROCEDURE sbworker.queue_state @queue sysname
 WITH EXECUTE AS OWNER   -- the catalog views show the owner everything, the caller little
 AS
 BEGIN
@@ -172,7 +183,7 @@ GO
 -- For `sbworker selftest`: the SET options every sbworker module was created with
 -- (xml methods fail in a module created with QUOTED_IDENTIFIER or ANSI_NULLS off, Msg
 -- 1934). Runs as the owner: the worker's login sees only the modules it may execute.
-CREATE OR ALTER PROCEDURE sbworker.module_opties
+CREATE OR ALTER PROCEDURE sbworker.module_options
 WITH EXECUTE AS OWNER
 AS
 BEGIN

@@ -239,8 +239,8 @@ BEGIN
             BEGIN
                 SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
                 DELETE @telling;
-                INSERT @telling EXEC sbworker.tel_pogingen @queue = N'dbo.loonfactorberekening_data', @sleutels = @sleutel;
-                EXEC sbworker.noteer_mislukking @sleutels = @sleutel, @fout = @fout, @tijdelijk = 0;
+                INSERT @telling EXEC sbworker.count_attempts @queue = N'dbo.loonfactorberekening_data', @keys = @sleutel;
+                EXEC sbworker.note_failure @keys = @sleutel, @error = @fout, @transient = 0;
                 SELECT @pogingen = attempts FROM @telling;
                 IF @pogingen >= @max_pogingen
                 BEGIN
@@ -253,7 +253,7 @@ BEGIN
                     IF @@ROWCOUNT = 1
                     BEGIN
                         SET @tekst = CONCAT(N'diverted after ', @pogingen, N' failed attempts: ', @fout);
-                        EXEC sbworker.zet_apart @queue = N'dbo.loonfactorberekening_data', @service = @service,
+                        EXEC sbworker.set_aside @queue = N'dbo.loonfactorberekening_data', @service = @service,
                              @contract = @contract, @group = @group, @handle = @handle, @seq = @seq, @type = @type,
                              @body = @body, @attempts = @pogingen, @reason = @tekst;
                         EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;

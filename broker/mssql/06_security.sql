@@ -27,13 +27,13 @@ GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO sbwork
 -- REFERENCES on the contract and RECEIVE on the FROM service's queue).
 GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/DataContract] TO sbworker_role;
 GO
-GRANT EXECUTE ON OBJECT::sbworker.tel_pogingen TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.noteer_mislukking TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.vergeet_pogingen TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.zet_apart TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.claim_versie TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.wachtrij_status TO sbworker_role;
-GRANT EXECUTE ON OBJECT::sbworker.module_opties TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.count_attempts TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.note_failure TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.forget_attempts TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.set_aside TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.claim_version TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.queue_state TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.module_options TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sla_antwoord_op TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
@@ -45,7 +45,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8d83307daa263d44';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4e7b64dbedd5d01a';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8d83307daa263d44';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4e7b64dbedd5d01a';
 GO

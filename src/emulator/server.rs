@@ -1047,9 +1047,9 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
             }
             let mut arg = |n: &str| a.remove(n).ok_or_else(|| fail(format!("{procedure}: argument {n} is missing")));
             match procedure.to_lowercase().as_str() {
-                "sbworker.tel_pogingen" => {
+                "sbworker.count_attempts" => {
                     let queue = as_text(arg("@queue")?)?;
-                    let keys = keys_of(&as_text(arg("@sleutels")?)?)?;
+                    let keys = keys_of(&as_text(arg("@keys")?)?)?;
                     let attempts = s.count_attempts(queue_name(&queue), &keys).await?;
                     let rows: Vec<Vec<Sql>> = attempts
                         .into_iter()
@@ -1074,11 +1074,11 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     ];
                     Ok(result_set(t, &cols, &rows))
                 }
-                "sbworker.noteer_mislukking" => {
-                    let keys = keys_of(&as_text(arg("@sleutels")?)?)?;
-                    let error = as_text(arg("@fout")?)?;
-                    // @tijdelijk bit = 0 (optional, as the procedure declares it).
-                    let fault = match arg("@tijdelijk").ok() {
+                "sbworker.note_failure" => {
+                    let keys = keys_of(&as_text(arg("@keys")?)?)?;
+                    let error = as_text(arg("@error")?)?;
+                    // @transient bit = 0 (optional, as the procedure declares it).
+                    let fault = match arg("@transient").ok() {
                         Some(Sql::Bit(true)) => Fault::Transient,
                         Some(Sql::Int(i)) if i != 0 => Fault::Transient,
                         Some(Sql::BigInt(i)) if i != 0 => Fault::Transient,
@@ -1087,11 +1087,11 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     s.note_failure(&keys, &error, fault).await?;
                     Ok(None)
                 }
-                "sbworker.vergeet_pogingen" => {
-                    s.forget_attempts(&keys_of(&as_text(arg("@sleutels")?)?)?).await?;
+                "sbworker.forget_attempts" => {
+                    s.forget_attempts(&keys_of(&as_text(arg("@keys")?)?)?).await?;
                     Ok(None)
                 }
-                "sbworker.zet_apart" => {
+                "sbworker.set_aside" => {
                     let queue = as_text(arg("@queue")?)?;
                     let message = Message {
                         id: 0,
@@ -1114,13 +1114,13 @@ async fn execute(conn: &mut Conn, st: Statement, vars: &mut Params, t: &mut Toke
                     .await?;
                     Ok(None)
                 }
-                "sbworker.claim_versie" => {
+                "sbworker.claim_version" => {
                     let dv = i32::try_from(as_i64(arg("@dv")?)?).map_err(|_| fail("@dv out of range"))?;
                     let p = i32::try_from(as_i64(arg("@periode")?)?).map_err(|_| fail("@periode out of range"))?;
                     let claimed = s.claim_version(dv, p, as_i64(arg("@versie")?)?).await?;
                     Ok(result_set(t, &[("claimed", ColType::Bit)], &[vec![Sql::Bit(claimed)]]))
                 }
-                "sbworker.wachtrij_status" => {
+                "sbworker.queue_state" => {
                     let queue = as_text(arg("@queue")?)?;
                     let rows = match s.queue_state(queue_name(&queue)).await {
                         Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages), Sql::Bit(q.poison_handling)]],

@@ -971,7 +971,7 @@ mod tests {
             Statement::AssignVars(vec![("@a".into(), Value::Var("@b".into())), ("@c".into(), Value::Str("x".into()))])
         );
         assert!(
-            matches!(one("EXEC sbworker.tel_pogingen @queue = @P1, @sleutels = N'[]'"), Statement::Exec { args, .. } if args.len() == 2)
+            matches!(one("EXEC sbworker.count_attempts @queue = @P1, @keys = N'[]'"), Statement::Exec { args, .. } if args.len() == 2)
         );
     }
 

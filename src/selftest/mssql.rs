@@ -161,8 +161,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
     for q in [REKEN_QUEUE, DATA_QUEUE] {
-        let r =
-            rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.wachtrij_status {q}"), &e))?;
+        let r = rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?;
         let Some(r) = r.first() else {
             problems.push(format!("queue {q} does not exist"));
             fixes.push("run broker/mssql/01_service_broker.sql".to_owned());
@@ -192,7 +191,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
 }
 
 async fn module_options(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, stmt::MODULE_OPTIONS, &[]).await.map_err(|e| failure("sbworker.module_opties", &e))?;
+    let rows = rows(client, stmt::MODULE_OPTIONS, &[]).await.map_err(|e| failure("sbworker.module_options", &e))?;
     let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
     let expected = mssql::modules();
     let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();

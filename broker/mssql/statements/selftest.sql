@@ -19,13 +19,13 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'/Rekenserver/LoonfactorBerekening/RekenService', N'SERVICE', N'SEND'),
                (N'/Rekenserver/LoonfactorBerekening/DataService', N'SERVICE', N'SEND'),
                (N'/Rekenserver/LoonfactorBerekening/DataContract', N'CONTRACT', N'REFERENCES'),
-               (N'sbworker.tel_pogingen', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.noteer_mislukking', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.vergeet_pogingen', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.zet_apart', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.claim_versie', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.wachtrij_status', N'OBJECT', N'EXECUTE'),
-               (N'sbworker.module_opties', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.count_attempts', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.note_failure', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.forget_attempts', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.set_aside', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.claim_version', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.queue_state', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.module_options', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.export_claim', N'OBJECT', N'EXECUTE'),
@@ -39,11 +39,11 @@ SELECT d.is_broker_enabled, d.compatibility_level FROM sys.databases d WHERE d.d
 
 -- One queue: enabled, messages, poison-message handling, activation (no row: no queue).
 -- name: queue
-EXEC sbworker.wachtrij_status @queue = @P1
+EXEC sbworker.queue_state @queue = @P1
 
--- The SET options of every sbworker module (seen as the owner: sbworker.module_opties).
+-- The SET options of every sbworker module (seen as the owner: sbworker.module_options).
 -- name: module_options
-EXEC sbworker.module_opties
+EXEC sbworker.module_options
 
 -- The install's version stamp (06_security.sql).
 -- name: stamp

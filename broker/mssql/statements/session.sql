@@ -46,23 +46,23 @@ END CONVERSATION @P1 WITH ERROR = @P2 DESCRIPTION = @P3
 MOVE CONVERSATION @P1 TO @P2
 
 -- name: count_attempts
-EXEC sbworker.tel_pogingen @queue = @P1, @sleutels = @P2
+EXEC sbworker.count_attempts @queue = @P1, @keys = @P2
 
 -- name: note_failure
-EXEC sbworker.noteer_mislukking @sleutels = @P1, @fout = @P2, @tijdelijk = @P3
+EXEC sbworker.note_failure @keys = @P1, @error = @P2, @transient = @P3
 
 -- name: forget_attempts
-EXEC sbworker.vergeet_pogingen @sleutels = @P1
+EXEC sbworker.forget_attempts @keys = @P1
 
 -- name: dead_letter
-EXEC sbworker.zet_apart @queue = @P1, @service = @P2, @contract = @P3, @group = @P4, @handle = @P5, @seq = @P6,
+EXEC sbworker.set_aside @queue = @P1, @service = @P2, @contract = @P3, @group = @P4, @handle = @P5, @seq = @P6,
      @type = @P7, @body = @P8, @attempts = @P9, @reason = @P10
 
 -- name: claim_version
-EXEC sbworker.claim_versie @dv = @P1, @periode = @P2, @versie = @P3
+EXEC sbworker.claim_version @dv = @P1, @periode = @P2, @versie = @P3
 
 -- name: queue_state
-EXEC sbworker.wachtrij_status @queue = @P1
+EXEC sbworker.queue_state @queue = @P1
 
 -- name: store_antwoord
 EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
