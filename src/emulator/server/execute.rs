@@ -1,0 +1,167 @@
+//! Running one statement of a batch on the connection's PostgreSQL broker session.
+
+use super::*;
+
+/// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
+pub(super) async fn execute(
+    conn: &mut Conn,
+    st: Statement,
+    vars: &mut Params,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let params = &*vars;
+    let s = &mut conn.session;
+    match st {
+        Statement::Transaction(what) => {
+            transaction(conn, what, t).await?;
+            Ok(None)
+        }
+        Statement::SetOption { option, on } => {
+            // XACT_ABORT: the emulator always behaves as ON (an error ends the transaction).
+            if option == "NOCOUNT" {
+                conn.nocount = on;
+            }
+            Ok(None)
+        }
+        Statement::Declare(declared) => {
+            for d in declared {
+                let v = match d.value {
+                    Some(v) => value(&v, vars)?,
+                    None => Sql::Null,
+                };
+                vars.insert(d.var, v);
+            }
+            Ok(None)
+        }
+        Statement::SetVar { var, value: v } => {
+            declared(vars, &var)?;
+            let v = value(&v, params)?;
+            vars.insert(var, v);
+            Ok(None)
+        }
+        Statement::AssignVars(assignments) => {
+            for (var, v) in assignments {
+                declared(vars, &var)?;
+                let v = value(&v, vars)?;
+                vars.insert(var, v);
+            }
+            Ok(None)
+        }
+        Statement::SelectVars(names) => {
+            let mut cols = Vec::new();
+            let mut row = Vec::new();
+            for n in &names {
+                let v = value(&Value::Var(n.clone()), params)?;
+                let ty = match &v {
+                    Sql::Guid(_) => ColType::Guid,
+                    Sql::Int(_) => ColType::Int,
+                    Sql::BigInt(_) => ColType::BigInt,
+                    Sql::Bit(_) => ColType::Bit,
+                    Sql::VarBinary(_) => ColType::VarBinaryMax,
+                    Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
+                };
+                cols.push(("", ty));
+                row.push(v);
+            }
+            Ok(result_set(t, &cols, &[row]))
+        }
+        Statement::Receive { waitfor, top, columns, queue, filter, timeout } => {
+            let max = match top {
+                Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
+                None => i32::MAX,
+            };
+            let wait = wait_of(waitfor, timeout, params)?;
+            let q = queue_name(&queue);
+            let s = &mut conn.session;
+            let msgs = match filter {
+                None => s.receive(q, max, None, wait).await?,
+                Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
+                Some(Filter::Handle(v)) => {
+                    let mut m = s.receive_conversation(q, as_uuid(value(&v, params)?)?).await?;
+                    m.truncate(max.max(0) as usize);
+                    m
+                }
+            };
+            if !msgs.is_empty()
+                && let Some(f) = conn.faults.on_receive()
+            {
+                return match f {
+                    Injected::Deadlock => {
+                        warn!("fault injected: deadlock 1205 on a RECEIVE of {} messages", msgs.len());
+                        Err(deadlock())
+                    }
+                    Injected::LockTimeout => {
+                        warn!("fault injected: lock timeout 1222 on a RECEIVE of {} messages", msgs.len());
+                        Err(lock_timeout())
+                    }
+                    Injected::Drop => {
+                        conn.drop_now = true;
+                        Ok(None)
+                    }
+                };
+            }
+            conn.received |= !msgs.is_empty();
+            receive_result(&columns, &msgs, vars, t)
+        }
+        Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
+            declared(vars, &var)?;
+            let wait = wait_of(waitfor, timeout, params)?;
+            let g = s.get_conversation_group(queue_name(&queue), wait).await?;
+            vars.insert(var, g.map_or(Sql::Null, Sql::Guid));
+            Ok(None)
+        }
+        Statement::BeginDialog { handle_var, from_service, to_service, contract, related_group, lifetime, .. } => {
+            declared(vars, &handle_var)?;
+            let to = as_text(value(&to_service, params)?)?;
+            let related = match related_group {
+                Some(v) => Some(as_uuid(value(&v, params)?)?),
+                None => None,
+            };
+            let lifetime = match lifetime {
+                Some(v) => Some(i32::try_from(as_i64(value(&v, params)?)?).map_err(|_| fail("LIFETIME out of range"))?),
+                None => None,
+            };
+            let h = s.begin_dialog(&from_service, &to, &contract, related, lifetime).await?;
+            vars.insert(handle_var, Sql::Guid(h));
+            Ok(None)
+        }
+        Statement::Send { handle, message_type, body } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            let ty = message_type.unwrap_or_else(|| "DEFAULT".into());
+            let body = match body {
+                Some(v) => as_bytes(value(&v, params)?)?,
+                None => None,
+            };
+            s.send(h, &ty, body.as_deref()).await?;
+            Ok(None)
+        }
+        Statement::EndConversation { handle, error, cleanup } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            if cleanup {
+                s.end_conversation_cleanup(h).await?;
+                return Ok(None);
+            }
+            match error {
+                None => s.end_conversation(h, None).await?,
+                Some((code, text)) => {
+                    let code =
+                        i32::try_from(as_i64(value(&code, params)?)?).map_err(|_| fail("error code out of range"))?;
+                    let text = as_text(value(&text, params)?)?;
+                    s.end_conversation(h, Some((code, &text))).await?
+                }
+            }
+            Ok(None)
+        }
+        Statement::MoveConversation { handle, group } => {
+            s.move_conversation(as_uuid(value(&handle, params)?)?, as_uuid(value(&group, params)?)?).await?;
+            Ok(None)
+        }
+        Statement::Exec { procedure, args } => {
+            let mut a: HashMap<String, Sql> = HashMap::new();
+            for (name, v) in args {
+                a.insert(name, value(&v, params)?);
+            }
+            super::procedures::call(s, &procedure, a, t).await
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The faults the emulator injects (deadlocks, lock timeouts, dropped connections,
+//! delays), settable while it serves.
+
+use super::*;
+
+/// Faults the emulator injects, for tests of what a client does about them (`sbworker
+/// emulator --fault-…`). Counted over all connections; only a RECEIVE that took messages
+/// (and only the COMMIT of a transaction that did) counts, so each fault hits real work:
+/// its transaction rolls back and the messages return to the queue. A period of 0 is
+/// off; every setting can be changed while the emulator serves (a test turns the faults
+/// off to see the work finish).
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Every Nth such RECEIVE fails with deadlock 1205 instead of returning its rows.
+    deadlock_every: AtomicU64,
+    /// Every Nth such RECEIVE fails with lock timeout 1222.
+    lock_timeout_every: AtomicU64,
+    /// Every Nth such RECEIVE drops the connection instead of answering (mid-transaction).
+    drop_every: AtomicU64,
+    /// Every Nth such COMMIT fails with deadlock 1205 (the transaction rolled back).
+    commit_deadlock_every: AtomicU64,
+    /// A request still running after this many milliseconds (blocked on a lock) drops
+    /// its connection, as a killed session does; 0 is off.
+    drop_blocked_after_ms: AtomicU64,
+    /// Every response waits this long before it is written.
+    pub delay: Duration,
+    receives: AtomicU64,
+    commits: AtomicU64,
+    injected: AtomicU64,
+}
+
+/// What a RECEIVE meets.
+pub(super) enum Injected {
+    Deadlock,
+    LockTimeout,
+    Drop,
+}
+
+impl Faults {
+    pub fn new(deadlock_every: Option<u64>, drop_every: Option<u64>, delay: Duration) -> Self {
+        let f = Faults { delay, ..Faults::default() };
+        f.set_receive_faults(deadlock_every, None, drop_every);
+        f
+    }
+
+    /// The periods of the faults at RECEIVE (None: off).
+    pub fn set_receive_faults(&self, deadlock: Option<u64>, lock_timeout: Option<u64>, drop: Option<u64>) {
+        self.deadlock_every.store(deadlock.unwrap_or(0), Ordering::SeqCst);
+        self.lock_timeout_every.store(lock_timeout.unwrap_or(0), Ordering::SeqCst);
+        self.drop_every.store(drop.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The period of deadlocks at COMMIT (None: off).
+    pub fn set_commit_deadlock_every(&self, every: Option<u64>) {
+        self.commit_deadlock_every.store(every.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Drop the connection of a request still running after `after` (None: off).
+    pub fn set_drop_blocked_after(&self, after: Option<Duration>) {
+        self.drop_blocked_after_ms.store(after.map_or(0, |d| d.as_millis().max(1) as u64), Ordering::SeqCst);
+    }
+
+    /// Every fault off (the delay stays).
+    pub fn clear(&self) {
+        self.set_receive_faults(None, None, None);
+        self.set_commit_deadlock_every(None);
+        self.set_drop_blocked_after(None);
+    }
+
+    pub(super) fn drop_blocked_after(&self) -> Option<Duration> {
+        let ms = self.drop_blocked_after_ms.load(Ordering::SeqCst);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    fn hit(every: &AtomicU64, n: u64) -> bool {
+        let e = every.load(Ordering::SeqCst);
+        e > 0 && n % e == 0
+    }
+
+    fn count(&self, fault: bool) -> bool {
+        if fault {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+        }
+        fault
+    }
+
+    /// Counts a RECEIVE that took messages; the fault it meets, if any.
+    pub(super) fn on_receive(&self) -> Option<Injected> {
+        let n = self.receives.fetch_add(1, Ordering::Relaxed) + 1;
+        let fault = if Self::hit(&self.deadlock_every, n) {
+            Some(Injected::Deadlock)
+        } else if Self::hit(&self.lock_timeout_every, n) {
+            Some(Injected::LockTimeout)
+        } else if Self::hit(&self.drop_every, n) {
+            Some(Injected::Drop)
+        } else {
+            None
+        };
+        self.count(fault.is_some());
+        fault
+    }
+
+    /// Counts a COMMIT of a transaction that received messages; true: it deadlocks.
+    pub(super) fn on_commit(&self) -> bool {
+        let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        self.count(Self::hit(&self.commit_deadlock_every, n))
+    }
+
+    /// A blocked request's connection dropped.
+    pub(super) fn on_blocked_drop(&self) {
+        self.count(true);
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+}

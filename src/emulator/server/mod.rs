@@ -1,0 +1,524 @@
+//! The emulator's server: one task per TDS connection, each with a PostgreSQL broker
+//! session of its own. PRELOGIN (no TLS: a client that requires it is refused), LOGIN7
+//! against the configured credentials (error 18456 otherwise), then SQL batches, RPC
+//! (`sp_executesql` with int, bigint, bit, nvarchar, varbinary and uniqueidentifier
+//! parameters) and transaction-manager requests, run on the PostgreSQL broker.
+//! Statements outside a transaction run in one of their own. An error rolls the
+//! transaction back (`XACT_ABORT ON` behaviour) and comes back as an ERROR token with
+//! SQL Server's number. An ATTENTION packet cancels the request in progress (a waiting
+//! RECEIVE, say): its transaction rolls back and the answer is DONE with the attention
+//! bit. [`Faults`] injects deadlocks, dropped connections and slow responses for tests.
+//!
+//! Here: the listener, the login and the request loop; `execute` runs one statement,
+//! `procedures` the stored procedures, `values` converts values and writes result sets,
+//! `faults` holds the injected faults.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::codec::{self, ColType, Sql, Tokens, done, packet_type};
+use super::tsql::{self, Column, Filter, Statement, Tran, Value};
+use crate::broker::postgres::Session;
+use crate::contract::{self, Limits};
+use crate::shutdown::Stop;
+use crate::transport::{BrokerError, ErrorKind, Message};
+use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
+
+use crate::transport::{PayrollStore, Stored};
+
+/// Who may log in.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+mod execute;
+mod faults;
+mod procedures;
+mod values;
+
+use execute::execute;
+pub use faults::Faults;
+use faults::Injected;
+use values::*;
+
+/// Connection tasks that panicked, over the life of the process (none, ever: the fuzz
+/// target and the random-packet test check that malformed input is an error, not a panic).
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// How many connection tasks panicked in this process.
+pub fn connection_panics() -> u64 {
+    PANICS.load(Ordering::Relaxed)
+}
+
+/// Serves TDS connections on `listener` until `stop`, each on a session of the
+/// PostgreSQL broker at `pg_url`.
+pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, faults: Arc<Faults>, mut stop: Stop) {
+    let pg_url = Arc::new(pg_url);
+    let creds = Arc::new(creds);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.stopped() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (pg_url, creds, faults) = (pg_url.clone(), creds.clone(), faults.clone());
+                let task = tokio::spawn(async move {
+                    if let Err(e) = connection(stream, &pg_url, &creds, faults).await {
+                        debug!(%peer, "connection ended: {e}");
+                    }
+                });
+                tokio::spawn(async move {
+                    if let Err(e) = task.await
+                        && e.is_panic()
+                    {
+                        PANICS.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%peer, "a connection task panicked: {e}");
+                    }
+                });
+            }
+            Err(e) => warn!("accept failed: {e}"),
+        }
+    }
+}
+
+struct Conn {
+    session: Session,
+    in_tran: bool,
+    descriptor: u64,
+    packet_size: usize,
+    faults: Arc<Faults>,
+    /// Set by an injected fault: close the connection without answering.
+    drop_now: bool,
+    /// The open transaction received messages (a COMMIT fault hits only real work).
+    received: bool,
+    /// `SET NOCOUNT ON`: DONE tokens carry no row count.
+    nocount: bool,
+}
+
+type Params = HashMap<String, Sql>;
+
+/// A statement's failure: SQL Server's number, class and text.
+struct Failure {
+    number: i32,
+    class: u8,
+    message: String,
+}
+
+/// SQL Server's error 1205, as it writes it (severity 13).
+fn deadlock() -> Failure {
+    Failure {
+        number: 1205,
+        class: 13,
+        message: "Transaction (Process ID 57) was deadlocked on lock resources with another process and has been \
+                  chosen as the deadlock victim. Rerun the transaction."
+            .into(),
+    }
+}
+
+fn lock_timeout() -> Failure {
+    Failure { number: 1222, class: 16, message: "Lock request time out period exceeded.".into() }
+}
+
+impl From<BrokerError> for Failure {
+    fn from(e: BrokerError) -> Self {
+        match e.number {
+            1205 => deadlock(),
+            1222 => lock_timeout(),
+            0 => Failure { number: 50000, class: 16, message: e.message },
+            n => Failure { number: n, class: 16, message: e.message },
+        }
+    }
+}
+
+impl From<tsql::TsqlError> for Failure {
+    fn from(e: tsql::TsqlError) -> Self {
+        Failure { number: e.number, class: if e.number == 102 { 15 } else { 16 }, message: e.message }
+    }
+}
+
+fn fail(message: impl Into<String>) -> Failure {
+    Failure { number: 50000, class: 16, message: message.into() }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    pg_url: &str,
+    creds: &Credentials,
+    faults: Arc<Faults>,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true).ok();
+    let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
+    if ty != packet_type::PRELOGIN {
+        return Ok(());
+    }
+    let tls = codec::prelogin_encryption(&payload);
+    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response(), 4096).await?;
+    if matches!(tls, Some(1) | Some(3)) {
+        warn!("refused a client that requires TLS: the emulator speaks TDS without encryption (Encrypt=false)");
+        return Ok(());
+    }
+    let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
+    if ty != packet_type::LOGIN7 {
+        return Ok(());
+    }
+    let mut t = Tokens::default();
+    let login = match codec::parse_login7(&payload) {
+        Ok(l) => l,
+        Err(e) => {
+            t.error(18456, 1, 14, &format!("Login failed: {e}"));
+            t.done(0xFD, done::ERROR, 0);
+            return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+        }
+    };
+    if login.user != creds.user || login.password != creds.password {
+        t.error(18456, 1, 14, &format!("Login failed for user '{}'.", login.user));
+        t.done(0xFD, done::ERROR, 0);
+        return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+    }
+    let session = match Session::open(pg_url).await {
+        Ok(s) => s,
+        Err(e) => {
+            t.error(4060, 1, 11, &format!("Cannot open the database: {}", e.message));
+            t.done(0xFD, done::ERROR, 0);
+            return codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, 4096).await;
+        }
+    };
+    let packet_size = login.packet_size.clamp(512, 32767) as usize;
+    t.env_change_text(1, if login.database.is_empty() { "sbworker" } else { &login.database }, "master");
+    t.env_change_text(4, &packet_size.to_string(), "4096");
+    t.login_ack();
+    t.done(0xFD, 0, 0);
+    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, packet_size).await?;
+    let mut conn = Conn {
+        session,
+        in_tran: false,
+        descriptor: 0,
+        packet_size,
+        faults,
+        drop_now: false,
+        received: false,
+        nocount: false,
+    };
+
+    // Requests are read on a task of their own, so that an ATTENTION can arrive while a
+    // request runs (a client cancels a waiting RECEIVE that way).
+    let (mut read, mut write) = stream.into_split();
+    let (tx, mut requests) = mpsc::channel::<(u8, Vec<u8>)>(4);
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = codec::read_message(&mut read).await {
+            if tx.send(m).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut early: VecDeque<(u8, Vec<u8>)> = VecDeque::new();
+    while let Some((ty, payload)) = match early.pop_front() {
+        Some(m) => Some(m),
+        None => requests.recv().await,
+    } {
+        let mut t = Tokens::default();
+        if ty == packet_type::ATTENTION {
+            // Nothing runs: the request it meant to cancel has finished.
+            t.done(0xFD, done::ATTN, 0);
+        } else {
+            let (mut cancelled, mut gone) = (false, false);
+            // Only requests of a transaction that took messages (not an idle WAITFOR).
+            let blocked_after = if conn.received { conn.faults.drop_blocked_after() } else { None };
+            let faults = conn.faults.clone();
+            // A request whose connection goes away is cancelled on the database too: a
+            // backend waiting on a lock would otherwise hold what it locked until then.
+            let cancel = conn.session.client().cancel_token();
+            {
+                let work = handle(&mut conn, ty, &payload, &mut t);
+                tokio::pin!(work);
+                let blocked = async {
+                    match blocked_after {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::pin!(blocked);
+                loop {
+                    tokio::select! {
+                        () = &mut work => break,
+                        () = &mut blocked => {
+                            // An injected fault: the request waits (on a lock, say) and its
+                            // session is killed; the work is dropped with the connection.
+                            warn!("fault injected: a request still running after {blocked_after:?}: connection dropped");
+                            faults.on_blocked_drop();
+                            gone = true;
+                            break;
+                        }
+                        m = requests.recv() => match m {
+                            Some((packet_type::ATTENTION, _)) => {
+                                cancelled = true;
+                                break;
+                            }
+                            // A client waits for the answer before its next request;
+                            // one that does not is served in order.
+                            Some(m) => early.push_back(m),
+                            // The client went away: what ran is dropped with the session.
+                            None => {
+                                gone = true;
+                                break;
+                            }
+                        },
+                    }
+                }
+            }
+            if gone {
+                let _ = cancel.cancel_query(tokio_postgres::NoTls).await;
+                break;
+            }
+            if cancelled {
+                // What the request did is undone (XACT_ABORT ON), then acknowledged.
+                t = Tokens::default();
+                let _ = conn.session.rollback().await;
+                if conn.in_tran {
+                    conn.in_tran = false;
+                    t.env_change_tran(10, conn.descriptor);
+                }
+                t.done(0xFD, done::ATTN, 0);
+            }
+        }
+        if conn.drop_now {
+            warn!("fault injected: connection dropped mid-transaction");
+            break;
+        }
+        if !conn.faults.delay.is_zero() {
+            tokio::time::sleep(conn.faults.delay).await;
+        }
+        codec::write_message(&mut write, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
+        if conn.session.client().is_closed() {
+            // The database session behind this connection is gone (killed, or the server
+            // restarted): so is the connection, as on SQL Server.
+            warn!("the database session is gone: connection closed");
+            break;
+        }
+    }
+    reader.abort();
+    Ok(())
+}
+
+async fn handle(conn: &mut Conn, ty: u8, payload: &[u8], t: &mut Tokens) {
+    match ty {
+        packet_type::SQL_BATCH => batch(conn, payload, t).await,
+        packet_type::RPC => rpc(conn, payload, t).await,
+        packet_type::TRANSACTION_MANAGER => tm(conn, payload, t).await,
+        other => {
+            t.error(50000, 1, 16, &format!("TDS message type {other} is not supported by the emulator"));
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
+}
+
+async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    match codec::parse_sql_batch(payload) {
+        Ok(sql) => {
+            run(conn, &sql, &Params::new(), t, 0xFD).await;
+        }
+        Err(e) => {
+            t.error(50000, 1, 16, &e.to_string());
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
+}
+
+async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    let parsed =
+        codec::parse_rpc(payload).map(|(procedure, params)| (procedure, params.into_iter().collect::<Params>()));
+    match parsed {
+        Ok((procedure, mut params)) if procedure.eq_ignore_ascii_case("sp_executesql") => {
+            let sql = match params.remove("@stmt").or_else(|| params.remove("stmt")).or_else(|| params.remove("#0")) {
+                Some(Sql::NVarChar(s)) => s,
+                _ => {
+                    t.error(50000, 1, 16, "sp_executesql without a statement");
+                    t.done(0xFE, done::ERROR, 0);
+                    return;
+                }
+            };
+            let ok = run(conn, &sql, &params, t, 0xFF).await;
+            t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
+        }
+        Ok((procedure, _)) => {
+            t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
+            t.done(0xFE, done::ERROR, 0);
+        }
+        Err(e) => {
+            t.error(50000, 1, 16, &e.to_string());
+            t.done(0xFE, done::ERROR, 0);
+        }
+    }
+}
+
+async fn tm(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
+    // COMMIT and ROLLBACK requests may ask for a new transaction at once (fBeginXact):
+    // clients that never run outside a transaction use it.
+    let result = match codec::parse_tm(payload) {
+        Ok((5, _)) => transaction(conn, Tran::Begin, t).await,
+        Ok((k @ (7 | 8), again)) => {
+            let what = if k == 7 { Tran::Commit } else { Tran::Rollback };
+            match transaction(conn, what, t).await {
+                Ok(()) if again => transaction(conn, Tran::Begin, t).await,
+                other => other,
+            }
+        }
+        Ok((k, _)) => Err(fail(format!("transaction manager request {k} is not supported by the emulator"))),
+        Err(e) => Err(fail(e.to_string())),
+    };
+    match result {
+        Ok(()) => t.done(0xFD, 0, 0),
+        Err(f) => {
+            t.error(f.number, 1, f.class, &f.message);
+            t.done(0xFD, done::ERROR, 0);
+        }
+    }
+}
+
+async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), Failure> {
+    match what {
+        Tran::Begin => {
+            if conn.in_tran {
+                return Err(fail("nested transactions are not supported by the emulator"));
+            }
+            conn.session.begin().await?;
+            conn.in_tran = true;
+            conn.received = false;
+            conn.descriptor += 1;
+            t.env_change_tran(8, conn.descriptor);
+        }
+        Tran::Commit | Tran::Rollback => {
+            if !conn.in_tran {
+                let verb = if what == Tran::Commit { "COMMIT" } else { "ROLLBACK" };
+                return Err(Failure {
+                    number: if what == Tran::Commit { 3902 } else { 3903 },
+                    class: 16,
+                    message: format!("The {verb} TRANSACTION request has no corresponding BEGIN TRANSACTION."),
+                });
+            }
+            conn.in_tran = false;
+            let received = std::mem::take(&mut conn.received);
+            if what == Tran::Commit && received && conn.faults.on_commit() {
+                warn!("fault injected: deadlock 1205 at the COMMIT of a transaction that received messages");
+                conn.session.rollback().await?;
+                t.env_change_tran(10, conn.descriptor);
+                return Err(deadlock());
+            }
+            if what == Tran::Commit {
+                conn.session.commit().await?;
+                t.env_change_tran(9, conn.descriptor);
+            } else {
+                conn.session.rollback().await?;
+                t.env_change_tran(10, conn.descriptor);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a batch's statements; `done_token` is DONE for a batch, DONEINPROC inside RPC
+/// (where every one has the MORE bit: the DONEPROC that ends the call follows). False
+/// when a statement failed.
+async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_token: u8) -> bool {
+    let in_proc = if done_token == 0xFF { done::MORE } else { 0 };
+    // T-SQL variables live for the batch; parameters are variables set by the caller.
+    let mut vars = params.clone();
+    let statements = match tsql::parse_batch(sql) {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(batch = sql, "refused: {e}");
+            let f = Failure::from(e);
+            t.error(f.number, 1, f.class, &f.message);
+            t.done(done_token, done::ERROR | in_proc, 0);
+            return false;
+        }
+    };
+    let n = statements.len();
+    for (i, st) in statements.into_iter().enumerate() {
+        let more = if i + 1 < n { done::MORE } else { in_proc };
+        let implicit = !conn.in_tran && needs_transaction(&st);
+        let result = async {
+            if implicit {
+                conn.session.begin().await?;
+            }
+            let r = execute(conn, st, &mut vars, t).await;
+            if implicit && !conn.drop_now {
+                if r.is_ok() {
+                    conn.session.commit().await?;
+                } else {
+                    let _ = conn.session.rollback().await;
+                }
+            }
+            r
+        }
+        .await;
+        if conn.drop_now {
+            // An injected fault: nothing more runs, nothing commits; the connection closes.
+            return false;
+        }
+        match result {
+            Ok(rows) => {
+                let counted = if rows.is_some() && !conn.nocount { done::COUNT } else { 0 };
+                t.done(done_token, more | counted, rows.unwrap_or(0))
+            }
+            Err(f) => {
+                // XACT_ABORT ON: the whole transaction rolls back.
+                if conn.in_tran {
+                    conn.in_tran = false;
+                    let _ = conn.session.rollback().await;
+                    t.env_change_tran(10, conn.descriptor);
+                }
+                t.error(f.number, 1, f.class, &f.message);
+                t.done(done_token, done::ERROR | in_proc, 0);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+fn needs_transaction(st: &Statement) -> bool {
+    !matches!(
+        st,
+        Statement::Transaction(_)
+            | Statement::SetOption { .. }
+            | Statement::Declare(_)
+            | Statement::SetVar { .. }
+            | Statement::AssignVars(_)
+            | Statement::SelectVars(_)
+    )
+}
+
+/// Binds `addr` and serves until `stop`; the bound address (for port 0).
+pub async fn start(
+    addr: std::net::SocketAddr,
+    pg_url: String,
+    creds: Credentials,
+    stop: Stop,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    start_with(addr, pg_url, creds, Arc::new(Faults::default()), stop).await
+}
+
+/// [`start`], injecting `faults`.
+pub async fn start_with(
+    addr: std::net::SocketAddr,
+    pg_url: String,
+    creds: Credentials,
+    faults: Arc<Faults>,
+    stop: Stop,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)");
+    Ok((bound, tokio::spawn(serve(listener, pg_url, creds, faults, stop))))
+}

@@ -1,0 +1,138 @@
+//! The stored procedures the emulator serves: the worker's bookkeeping and the
+//! collector's procedures, run as the PostgreSQL broker's equivalents, and the bench's
+//! effect (a PostgreSQL function).
+
+use super::*;
+
+/// Runs `EXEC procedure` with its named arguments `a`.
+pub(super) async fn call(
+    s: &mut Session,
+    procedure: &str,
+    mut a: HashMap<String, Sql>,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let mut arg = |n: &str| a.remove(n).ok_or_else(|| fail(format!("{procedure}: argument {n} is missing")));
+    match procedure.to_lowercase().as_str() {
+        "sbworker.count_attempts" => {
+            let queue = as_text(arg("@queue")?)?;
+            let keys = keys_of(&as_text(arg("@keys")?)?)?;
+            let attempts = s.count_attempts(queue_name(&queue), &keys).await?;
+            let rows: Vec<Vec<Sql>> = attempts
+                .into_iter()
+                .map(|x| {
+                    vec![
+                        Sql::Guid(x.key.conversation_handle),
+                        Sql::BigInt(x.key.sequence),
+                        Sql::Int(x.attempts),
+                        x.last_error.map_or(Sql::Null, Sql::NVarChar),
+                        Sql::Int(x.failures),
+                        Sql::Int(x.transient_failures),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("conversation_handle", ColType::Guid),
+                ("message_sequence_number", ColType::BigInt),
+                ("attempts", ColType::Int),
+                ("last_error", ColType::NVarChar),
+                ("failures", ColType::Int),
+                ("transient_failures", ColType::Int),
+            ];
+            Ok(result_set(t, &cols, &rows))
+        }
+        "sbworker.note_failure" => {
+            let keys = keys_of(&as_text(arg("@keys")?)?)?;
+            let error = as_text(arg("@error")?)?;
+            // @transient bit = 0 (optional, as the procedure declares it).
+            let fault = match arg("@transient").ok() {
+                Some(Sql::Bit(true)) => Fault::Transient,
+                Some(Sql::Int(i)) if i != 0 => Fault::Transient,
+                Some(Sql::BigInt(i)) if i != 0 => Fault::Transient,
+                _ => Fault::Message,
+            };
+            s.note_failure(&keys, &error, fault).await?;
+            Ok(None)
+        }
+        "sbworker.forget_attempts" => {
+            s.forget_attempts(&keys_of(&as_text(arg("@keys")?)?)?).await?;
+            Ok(None)
+        }
+        "sbworker.set_aside" => {
+            let queue = as_text(arg("@queue")?)?;
+            let message = Message {
+                id: 0,
+                service: as_text(arg("@service")?)?,
+                contract: as_text(arg("@contract")?)?,
+                conversation_group_id: as_uuid(arg("@group")?)?,
+                conversation_handle: as_uuid(arg("@handle")?)?,
+                sequence: as_i64(arg("@seq")?)?,
+                message_type: as_text(arg("@type")?)?,
+                body: as_bytes(arg("@body")?)?.unwrap_or_default(),
+            };
+            let attempts = i32::try_from(as_i64(arg("@attempts")?)?).unwrap_or(i32::MAX);
+            let reason = as_text(arg("@reason")?)?;
+            s.dead_letter(DeadLetter { queue: queue_name(&queue), message: &message, attempts, reason: &reason })
+                .await?;
+            Ok(None)
+        }
+        "sbworker.claim_version" => {
+            let dv = i32::try_from(as_i64(arg("@dv")?)?).map_err(|_| fail("@dv out of range"))?;
+            let p = i32::try_from(as_i64(arg("@periode")?)?).map_err(|_| fail("@periode out of range"))?;
+            let claimed = s.claim_version(dv, p, as_i64(arg("@versie")?)?).await?;
+            Ok(result_set(t, &[("claimed", ColType::Bit)], &[vec![Sql::Bit(claimed)]]))
+        }
+        "sbworker.queue_state" => {
+            let queue = as_text(arg("@queue")?)?;
+            let rows = match s.queue_state(queue_name(&queue)).await {
+                Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages), Sql::Bit(q.poison_handling)]],
+                Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let cols = [
+                ("is_receive_enabled", ColType::Bit),
+                ("messages", ColType::BigInt),
+                ("is_poison_message_handling_enabled", ColType::Bit),
+            ];
+            Ok(result_set(t, &cols, &rows))
+        }
+        "rekenserver.sla_antwoord_op" => {
+            let handle = as_uuid(arg("@handle")?)?;
+            let xml = as_text(arg("@antwoord")?)?;
+            let a = contract::decode_antwoord(xml.as_bytes(), &Limits::default()).map_err(|e| Failure {
+                number: 9400,
+                class: 16,
+                message: format!("XML parsing: {e}"),
+            })?;
+            let superseded = a.waarschuwingen.iter().any(|w| w.code == crate::contract::VERVANGEN);
+            let outcome = match s.store_antwoord(handle, &a, superseded).await? {
+                Stored::Stored => "opgeslagen",
+                Stored::Older => "verouderd",
+                Stored::Superseded => "vervangen",
+            };
+            Ok(result_set(t, &[("uitkomst", ColType::NVarChar)], &[vec![Sql::NVarChar(outcome.into())]]))
+        }
+        // The benchmark's business effect (`sbworker bench`): a PostgreSQL function.
+        "bench.apply" => {
+            let conversation = as_uuid(arg("@conversation")?)?;
+            let seq = as_i64(arg("@seq")?)?;
+            let body = as_bytes(arg("@body")?)?;
+            s.client()
+                .execute(crate::sql::statements::postgres_emulator::BENCH_APPLY.sql, &[&conversation, &seq, &body])
+                .await
+                .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
+            Ok(None)
+        }
+        "rekenserver.noteer_fout" => {
+            let handle = as_uuid(arg("@handle")?)?;
+            s.record_fout(handle, &as_text(arg("@melding")?)?).await?;
+            Ok(None)
+        }
+        other => Err(Failure {
+            number: 2812,
+            class: 16,
+            message: format!(
+                "Could not find stored procedure '{other}' (the emulator runs sbworker's procedures only)."
+            ),
+        }),
+    }
+}

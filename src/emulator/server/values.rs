@@ -1,0 +1,297 @@
+//! Values in statements: variables and parameters, conversions between SQL Server's
+//! types and the broker's, XML checks, and the result sets the emulator writes
+//! (RECEIVE's columns, procedure results).
+
+use super::*;
+
+/// SQL Server's error for a variable used or assigned before its DECLARE.
+pub(super) fn undeclared(name: &str) -> Failure {
+    Failure { number: 137, class: 15, message: format!("Must declare the scalar variable \"{name}\".") }
+}
+
+/// A variable may be assigned only once declared.
+pub(super) fn declared(vars: &Params, name: &str) -> Result<(), Failure> {
+    if vars.contains_key(name) { Ok(()) } else { Err(undeclared(name)) }
+}
+
+pub(super) fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure> {
+    Ok(match v {
+        Value::Var(name) => params.get(name).cloned().ok_or_else(|| undeclared(name))?,
+        Value::Int(i) => Sql::BigInt(*i),
+        Value::Str(s) => Sql::NVarChar(s.clone()),
+        Value::Null => Sql::Null,
+    })
+}
+
+pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
+    match v {
+        Sql::Guid(u) => Ok(u),
+        Sql::NVarChar(s) => s.parse().map_err(|_| fail(format!("'{s}' is not a uniqueidentifier"))),
+        other => Err(fail(format!("{other:?} is not a uniqueidentifier"))),
+    }
+}
+
+pub(super) fn as_i64(v: Sql) -> Result<i64, Failure> {
+    match v {
+        Sql::Int(i) => Ok(i64::from(i)),
+        Sql::BigInt(i) => Ok(i),
+        other => Err(fail(format!("{other:?} is not an integer"))),
+    }
+}
+
+pub(super) fn as_text(v: Sql) -> Result<String, Failure> {
+    match v {
+        Sql::NVarChar(s) => Ok(s),
+        Sql::VarBinary(b) => String::from_utf8(b).map_err(|_| fail("binary text is not UTF-8")),
+        other => Err(fail(format!("{other:?} is not text"))),
+    }
+}
+
+pub(super) fn as_bytes(v: Sql) -> Result<Option<Vec<u8>>, Failure> {
+    match v {
+        Sql::Null => Ok(None),
+        Sql::VarBinary(b) => Ok(Some(b)),
+        // nvarchar converts to varbinary as UTF-16LE, as in SQL Server.
+        Sql::NVarChar(s) => Ok(Some(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
+        other => Err(fail(format!("{other:?} is not a message body"))),
+    }
+}
+
+/// How long a statement waits: nothing without WAITFOR; `TIMEOUT n` milliseconds; no
+/// TIMEOUT or -1 is "no limit", held to an hour here.
+pub(super) fn wait_of(waitfor: bool, timeout: Option<Value>, params: &Params) -> Result<Duration, Failure> {
+    Ok(match (waitfor, timeout) {
+        (false, _) => Duration::ZERO,
+        (true, Some(v)) => match as_i64(value(&v, params)?)? {
+            -1 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms.max(0) as u64),
+        },
+        (true, None) => Duration::from_secs(3600),
+    })
+}
+
+/// The PostgreSQL broker's name of a queue: its last part (schemas are SQL Server's).
+pub(super) fn queue_name(q: &str) -> &str {
+    q.rsplit('.').next().unwrap_or(q)
+}
+
+/// The columns of a queue, as SQL Server names them, in `RECEIVE *` order.
+pub(super) const RECEIVE_COLUMNS: [&str; 14] = [
+    "status",
+    "priority",
+    "queuing_order",
+    "conversation_group_id",
+    "conversation_handle",
+    "message_sequence_number",
+    "service_name",
+    "service_id",
+    "service_contract_name",
+    "service_contract_id",
+    "message_type_name",
+    "message_type_id",
+    "validation",
+    "message_body",
+];
+
+/// A queue column's type and value in a message (`None`: no such column).
+pub(super) fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> {
+    Some(match name {
+        // 1: received (RETENTION OFF keeps no other state in a result).
+        "status" => (ColType::TinyInt, Sql::Int(1)),
+        "priority" => (ColType::TinyInt, Sql::Int(5)),
+        "queuing_order" => (ColType::BigInt, Sql::BigInt(m.id)),
+        "conversation_group_id" => (ColType::Guid, Sql::Guid(m.conversation_group_id)),
+        "conversation_handle" => (ColType::Guid, Sql::Guid(m.conversation_handle)),
+        "message_sequence_number" => (ColType::BigInt, Sql::BigInt(m.sequence)),
+        "service_name" => (ColType::NVarChar, Sql::NVarChar(m.service.clone())),
+        "service_contract_name" => (ColType::NVarChar, Sql::NVarChar(m.contract.clone())),
+        "message_type_name" => (ColType::NVarChar, Sql::NVarChar(m.message_type.clone())),
+        "validation" => {
+            // E empty, X XML (system messages and bodies of XML message types), N none.
+            let v = if m.body.is_empty() {
+                "E"
+            } else if m.body.starts_with(b"<") || m.body.starts_with(&[0xFF, 0xFE]) {
+                "X"
+            } else {
+                "N"
+            };
+            (ColType::NVarChar, Sql::NVarChar(v.into()))
+        }
+        "message_body" => {
+            (ColType::VarBinaryMax, if m.body.is_empty() { Sql::Null } else { Sql::VarBinary(m.body.clone()) })
+        }
+        // Ids of SQL Server's catalog: the PostgreSQL broker names things, it has no ids.
+        "message_type_id" | "service_id" | "service_contract_id" => (ColType::Int, Sql::Null),
+        _ => return None,
+    })
+}
+
+/// `CAST(value AS ty)` of a queue column, for the types the emulator converts to.
+pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
+    match (ty, v) {
+        ("xml", Sql::Null) => Ok((ColType::Xml, Sql::Null)),
+        ("xml", Sql::VarBinary(b)) => {
+            // SQL Server reads a binary XML body as UTF-16 with a byte-order mark, else as
+            // the encoding its declaration names (UTF-8 here).
+            let text = match b.strip_prefix(&[0xFF, 0xFE]) {
+                Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
+                None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
+            };
+            well_formed(&text)?;
+            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&text))))
+        }
+        ("xml", Sql::NVarChar(s)) => {
+            well_formed(&s)?;
+            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&s))))
+        }
+        ("varbinary(max)" | "varbinary", v @ (Sql::Null | Sql::VarBinary(_))) => Ok((ColType::VarBinaryMax, v)),
+        ("uniqueidentifier", v @ (Sql::Null | Sql::Guid(_))) => Ok((ColType::Guid, v)),
+        ("nvarchar(max)" | "nvarchar" | "sysname", v @ (Sql::Null | Sql::NVarChar(_))) => Ok((ColType::NVarChar, v)),
+        ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
+        ("int", v @ (Sql::Null | Sql::Int(_))) => Ok((ColType::Int, v)),
+        (ty, v) => Err(fail(format!("CAST of {v:?} AS {ty} is not supported by the emulator"))),
+    }
+}
+
+/// SQL Server keeps no XML declaration in an `xml` value.
+pub(super) fn strip_declaration(s: &str) -> String {
+    let t = s.trim_start_matches('\u{feff}');
+    match t.strip_prefix("<?xml").and_then(|r| r.find("?>").map(|i| &r[i + 2..])) {
+        Some(rest) => rest.to_owned(),
+        None => t.to_owned(),
+    }
+}
+
+pub(super) fn xml_error(why: &str) -> Failure {
+    Failure { number: 9420, class: 16, message: format!("XML parsing: {why}") }
+}
+
+/// Error 94xx unless `s` is one well-formed XML document (or fragment of elements).
+pub(super) fn well_formed(s: &str) -> Result<(), Failure> {
+    let mut r = quick_xml::Reader::from_str(s);
+    r.config_mut().check_end_names = true;
+    loop {
+        match r.read_event() {
+            Ok(quick_xml::events::Event::Eof) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(xml_error(&e.to_string())),
+        }
+    }
+}
+
+/// What a RECEIVE returns: a result set of its columns, or (when it assigns to
+/// variables) nothing, the variables holding the last row's values.
+pub(super) fn receive_result(
+    columns: &[Column],
+    msgs: &[Message],
+    vars: &mut Params,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    struct Out {
+        name: String,
+        source: String,
+        cast: Option<String>,
+        var: Option<String>,
+    }
+    let mut outs = Vec::new();
+    for c in columns {
+        match c {
+            Column::Star => outs.extend(RECEIVE_COLUMNS.iter().map(|n| Out {
+                name: (*n).to_owned(),
+                source: (*n).to_owned(),
+                cast: None,
+                var: None,
+            })),
+            Column::Item { source, cast, alias, var } => {
+                if receive_column(&PROBE, source).is_none() {
+                    return Err(Failure {
+                        number: 207,
+                        class: 16,
+                        message: format!("Invalid column name '{source}'."),
+                    });
+                }
+                if let Some(v) = var {
+                    declared(vars, v)?;
+                }
+                outs.push(Out {
+                    name: alias.clone().unwrap_or_else(|| if cast.is_some() { String::new() } else { source.clone() }),
+                    source: source.clone(),
+                    cast: cast.clone(),
+                    var: var.clone(),
+                });
+            }
+        }
+    }
+    let cell = |m: &Message, o: &Out| -> Result<(ColType, Sql), Failure> {
+        let (ty, v) = receive_column(m, &o.source).expect("checked above");
+        match &o.cast {
+            Some(to) => cast(to, v),
+            None => Ok((ty, v)),
+        }
+    };
+    if outs.iter().any(|o| o.var.is_some()) {
+        // SQL Server leaves the variables as they were when no row comes back.
+        if let Some(last) = msgs.last() {
+            for o in &outs {
+                let (_, v) = cell(last, o)?;
+                vars.insert(o.var.clone().expect("all assign"), v);
+            }
+        }
+        return Ok(Some(msgs.len() as u64));
+    }
+    let mut types: Vec<ColType> = Vec::new();
+    for o in &outs {
+        // The type of a column does not depend on its value, so an empty probe gives it.
+        let (ty, _) = match &o.cast {
+            Some(to) => cast(to, Sql::Null)?,
+            None => receive_column(&PROBE, &o.source).expect("checked above"),
+        };
+        types.push(ty);
+    }
+    let mut rows = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        rows.push(outs.iter().map(|o| cell(m, o).map(|(_, v)| v)).collect::<Result<Vec<_>, _>>()?);
+    }
+    let cols: Vec<(&str, ColType)> = outs.iter().map(|o| o.name.as_str()).zip(types).collect();
+    Ok(result_set(t, &cols, &rows))
+}
+
+/// A message with nothing in it: its columns' types are those of every message.
+pub(super) static PROBE: Message = Message {
+    id: 0,
+    conversation_group_id: Uuid::nil(),
+    conversation_handle: Uuid::nil(),
+    sequence: 0,
+    message_type: String::new(),
+    body: Vec::new(),
+    service: String::new(),
+    contract: String::new(),
+};
+
+/// A result set.
+pub(super) fn result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<Sql>]) -> Option<u64> {
+    t.col_metadata(cols);
+    let types: Vec<ColType> = cols.iter().map(|(_, c)| *c).collect();
+    for r in rows {
+        t.row(&types, r);
+    }
+    Some(rows.len() as u64)
+}
+
+pub(super) fn keys_of(json: &str) -> Result<Vec<MessageKey>, Failure> {
+    let mut keys = Vec::new();
+    for item in json.split('{').skip(1) {
+        let h =
+            item.split("\"h\":\"").nth(1).and_then(|r| r.split('"').next()).ok_or_else(|| fail("keys: no \"h\""))?;
+        let s = item
+            .split("\"s\":")
+            .nth(1)
+            .map(|r| r.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect::<String>())
+            .ok_or_else(|| fail("keys: no \"s\""))?;
+        keys.push(MessageKey {
+            conversation_handle: h.parse().map_err(|_| fail("keys: bad handle"))?,
+            sequence: s.parse().map_err(|_| fail("keys: bad sequence"))?,
+        });
+    }
+    Ok(keys)
+}
