@@ -1,4 +1,4 @@
--- The statements the Service Broker emulator (src/emulator/server.rs) sends of its own,
+-- The statements the Service Broker emulator (src/emulator/server/procedures.rs) sends of its own,
 -- beyond the PostgreSQL session's: procedures it serves that are plain PostgreSQL
 -- functions. Parameters are $1, $2, ... as in the Rust calls.
 
