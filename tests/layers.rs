@@ -34,7 +34,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file under src/ (`src/broker/postgres.rs` → [broker, postgres]).
+/// The module path of a file under src/ (`src/broker/postgres/` → [broker, postgres]).
 fn module_path(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let last = parts.pop().unwrap();

@@ -1,4 +1,4 @@
--- The install's version stamp (src/broker/postgres.rs, after the scripts): this
+-- The install's version stamp (src/broker/postgres/, after the scripts): this
 -- sbworker's version and a hash of the part's scripts, for `sbworker selftest`.
 -- $1 the part (broker, roster), $2 the stamp.
 

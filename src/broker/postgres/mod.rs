@@ -7,6 +7,10 @@
 //! A worker's sessions share one side. Sends notify only while a receiver is marked
 //! waiting; the working connection marks itself before it waits (`sb.begin_wait`).
 
+mod errors;
+mod install;
+mod side;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -20,31 +24,12 @@ use super::{BrokerError, ErrorKind, Message};
 use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
-/// The install scripts, in order: (version, SQL).
-pub const SCRIPTS: &[(i32, &str)] = &[
-    (1, include_str!("../../broker/postgres/001_broker.sql")),
-    (2, include_str!("../../broker/postgres/002_worker.sql")),
-    (3, include_str!("../../broker/postgres/003_calculation.sql")),
-];
-
-/// The roster schema and its triggers (the sending side of the pipeline) and the
-/// housekeeping that goes with it: installed on request, for databases that hold the
-/// roster itself (the demo, the tests).
-pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
-    (4, include_str!("../../broker/postgres/004_roster.sql")),
-    (5, include_str!("../../broker/postgres/005_housekeeping.sql")),
-];
-
-/// The stamp an install writes for the broker's scripts (`part` "broker") or the
-/// roster's ("roster"): this version and a hash of the scripts.
-pub fn stamp(part: &str) -> String {
-    let scripts = if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS };
-    crate::sql::stamp(&scripts.iter().map(|(_, s)| *s).collect::<Vec<_>>())
-}
+pub use errors::{error_of, error_of_ref};
+pub use install::{ROSTER_SCRIPTS, SCRIPTS, install, install_with, stamp};
+pub use side::Side;
 
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
 use crate::sql::statements::postgres_session as S;
-use crate::sql::statements::postgres_stamp;
 
 /// The one row a `SELECT function(…)` statement returns.
 fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
@@ -53,58 +38,6 @@ fn single(rows: Vec<Row>, name: &str) -> Result<Row, BrokerError> {
         number: 0,
         message: format!("statement {name} returned no row"),
     })
-}
-
-/// A PostgreSQL error as the broker sees it: its kind and SQL Server's number.
-pub fn error_of(e: tokio_postgres::Error) -> BrokerError {
-    error_of_ref(&e)
-}
-
-/// [`error_of`], for an error still needed afterwards.
-pub fn error_of_ref(e: &tokio_postgres::Error) -> BrokerError {
-    let Some(db) = e.as_db_error() else {
-        return BrokerError { kind: ErrorKind::Connection, number: 0, message: with_causes(e) };
-    };
-    let code = db.code().code();
-    let (kind, number) = match code {
-        // The environment's faults (docs/retries.md): retried, never held against the
-        // message. Deadlock, serialization failure, lock timeout, a statement cancelled
-        // (statement_timeout, pg_cancel_backend), insufficient resources (class 53: out of
-        // memory, disk full, too many connections).
-        "40P01" => (ErrorKind::Retryable, 1205),
-        "40001" => (ErrorKind::Retryable, 1205),
-        "55P03" => (ErrorKind::Retryable, 1222),
-        "57014" => (ErrorKind::Retryable, 0),
-        c if c.starts_with("53") => (ErrorKind::Retryable, 0),
-        "SB617" => (ErrorKind::QueueDisabled, 9617),
-        "SB426" => (ErrorKind::ConversationNotFound, 8426),
-        "SB429" => (ErrorKind::InvalidState, 8429),
-        "SB431" => (ErrorKind::ContractViolation, 8431),
-        "SB432" => (ErrorKind::ContractViolation, 8432),
-        "SB615" => (ErrorKind::Validation, 9615),
-        "SB404" | "SB424" | "SB425" | "SB409" => (ErrorKind::NotFound, 0),
-        // Connection exceptions, and the server shutting down or restarting (admin,
-        // crash, cannot connect now) or ending an idle session.
-        c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "57P05") => (ErrorKind::Connection, 0),
-        _ => (ErrorKind::Other, 0),
-    };
-    BrokerError { kind, number, message: db.message().to_owned() }
-}
-
-/// `e` followed by its causes ("error connecting to server: Connection refused (os error
-/// 111)"): tokio-postgres' own text leaves the cause out.
-fn with_causes(e: &tokio_postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !text.ends_with(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// The statement `name` of `session.sql`, prepared once per connection.
@@ -140,91 +73,6 @@ async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client
         }
     });
     Ok(client)
-}
-
-/// Installs (or brings up to date) the broker in the database at `url`. Each script is
-/// idempotent and runs in a transaction of its own.
-pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
-    install_with(url, false).await
-}
-
-/// [`install`], plus the roster schema when `roster` is set.
-pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
-    let client = connect(url, None).await?;
-    let mut applied = Vec::new();
-    let extra = if roster { ROSTER_SCRIPTS } else { &[] };
-    for (version, sql) in SCRIPTS.iter().chain(extra) {
-        client
-            .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))
-            .await
-            .map_err(error_of)?;
-        applied.push(*version);
-    }
-    for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
-        client.execute(postgres_stamp::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
-    }
-    Ok(applied)
-}
-
-/// The statements that run on the side connection, prepared when it opens.
-const SIDE_STATEMENTS: [Named; 3] = [S::COUNT_ATTEMPTS, S::NOTE_FAILURE, S::QUEUE_STATE];
-
-/// The side connection: never in a transaction, it LISTENs for the queues' wake-ups and
-/// writes what must outlive a rollback (attempt counts, failure notes). One side serves
-/// one session ([`Session::open`]) or every session of a [`PostgresTransport`], whose
-/// readers then cost one connection each plus one in all. tokio-postgres pipelines the
-/// queries of sessions sharing it on the one connection; none of them waits for a lock
-/// a session's open transaction holds (a message's count is written only by the
-/// transaction that received it, and while no transaction holds the message).
-pub struct Side {
-    client: Client,
-    wakeups: watch::Receiver<u64>,
-    /// The queues LISTENed for (LISTEN twice is harmless: two sessions may race here).
-    listening: std::sync::Mutex<Vec<String>>,
-    statements: HashMap<&'static str, Statement>,
-    /// Set when a query on it failed for its connection: it is not handed out again.
-    broken: std::sync::atomic::AtomicBool,
-}
-
-impl Side {
-    /// Connects the side connection and prepares its statements.
-    pub async fn open(url: &str) -> Result<Self, BrokerError> {
-        let (tx, rx) = watch::channel(0u64);
-        let client = connect(url, Some(tx)).await?;
-        // What the side writes (attempt counts, failure notes) commits without
-        // waiting for the WAL flush: such a commit survives a crash of the worker (the
-        // server writes it out within wal_writer_delay), and the receiving transaction's
-        // own synchronous commit flushes it first. Only a crash of PostgreSQL itself can
-        // lose a count, of an attempt whose transaction it rolled back too. One flush per
-        // message instead of two.
-        client.batch_execute(S::SIDE_ASYNC_COMMIT.sql).await.map_err(error_of)?;
-        let mut statements = HashMap::new();
-        for named in SIDE_STATEMENTS {
-            statements.insert(named.name, client.prepare(named.sql).await.map_err(error_of)?);
-        }
-        Ok(Self {
-            client,
-            wakeups: rx,
-            listening: std::sync::Mutex::new(Vec::new()),
-            statements,
-            broken: Default::default(),
-        })
-    }
-
-    /// Whether its connection has closed (a new one is needed).
-    pub fn is_closed(&self) -> bool {
-        self.broken.load(std::sync::atomic::Ordering::Relaxed) || self.client.is_closed()
-    }
-
-    /// Marks it broken when `result` failed for the connection.
-    fn watch<T>(&self, result: Result<T, BrokerError>) -> Result<T, BrokerError> {
-        if let Err(e) = &result
-            && e.kind == ErrorKind::Connection
-        {
-            self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        result
-    }
 }
 
 /// One broker session: a working connection, and a side connection of its own or
@@ -745,19 +593,5 @@ impl transport::PayrollStore for Session {
     async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
         self.work(S::RECORD_FOUT, &[&handle, &message]).await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[tokio::test]
-    async fn a_connection_error_names_its_cause() {
-        // A port nobody listens on: bound, then released.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let url = format!("host=127.0.0.1 port={port} user=x dbname=x connect_timeout=5");
-        let e = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.err().expect("nothing listens");
-        let b = super::error_of(e);
-        assert_eq!(b.kind, super::ErrorKind::Connection);
-        assert!(b.message.contains("refused"), "{}", b.message);
     }
 }

@@ -1,0 +1,51 @@
+//! Installing the PostgreSQL broker: the scripts of `broker/postgres/`, in order, and
+//! the version stamp written after them.
+
+use super::{BrokerError, connect, error_of};
+use crate::sql::statements::postgres_stamp;
+
+/// The install scripts, in order: (version, SQL).
+pub const SCRIPTS: &[(i32, &str)] = &[
+    (1, include_str!("../../../broker/postgres/001_broker.sql")),
+    (2, include_str!("../../../broker/postgres/002_worker.sql")),
+    (3, include_str!("../../../broker/postgres/003_calculation.sql")),
+];
+
+/// The roster schema and its triggers (the sending side of the pipeline) and the
+/// housekeeping that goes with it: installed on request, for databases that hold the
+/// roster itself (the demo, the tests).
+pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
+    (4, include_str!("../../../broker/postgres/004_roster.sql")),
+    (5, include_str!("../../../broker/postgres/005_housekeeping.sql")),
+];
+
+/// The stamp an install writes for the broker's scripts (`part` "broker") or the
+/// roster's ("roster"): this version and a hash of the scripts.
+pub fn stamp(part: &str) -> String {
+    let scripts = if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS };
+    crate::sql::stamp(&scripts.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+}
+
+/// Installs (or brings up to date) the broker in the database at `url`. Each script is
+/// idempotent and runs in a transaction of its own.
+pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
+    install_with(url, false).await
+}
+
+/// [`install`], plus the roster schema when `roster` is set.
+pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+    let client = connect(url, None).await?;
+    let mut applied = Vec::new();
+    let extra = if roster { ROSTER_SCRIPTS } else { &[] };
+    for (version, sql) in SCRIPTS.iter().chain(extra) {
+        client
+            .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))
+            .await
+            .map_err(error_of)?;
+        applied.push(*version);
+    }
+    for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
+        client.execute(postgres_stamp::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
+    }
+    Ok(applied)
+}
