@@ -3,6 +3,7 @@
 
 mod bench_quick;
 mod broker_pg;
+mod broker_pg_races;
 mod cli_calc;
 mod cli_run;
 mod common;

@@ -1,0 +1,423 @@
+//! Races in the PostgreSQL broker, against a real server: a send into a group a
+//! receiver holds, a dialog begun as its group's last conversation ends, wake-ups racing
+//! a receiver's mark, and the side connection a transport's sessions share.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sbworker::broker::postgres::Session;
+use sbworker::broker::{ErrorKind, system};
+use uuid::Uuid;
+
+use crate::broker_pg::{ANTWOORD, NOW, VRAAG, VRIJ, bodies, dialog, state, world};
+
+/// A reply sent into a group while a receiver holds that group, committing after the
+/// receiver has taken the group's last visible message, must still be received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
+    let (url, mut s) = world().await;
+    // Two dialogs in one initiator group (RELATED_CONVERSATION_GROUP).
+    let g = Uuid::from_u128(0x5eed);
+    s.begin().await.unwrap();
+    let a = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(a, VRAAG, Some(b"<a/>")).await.unwrap();
+    let b = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(b, VRAAG, Some(b"<b/>")).await.unwrap();
+    s.commit().await.unwrap();
+    let mut target = Session::open(&url).await.unwrap();
+    let mut handles = HashMap::new();
+    for _ in 0..2 {
+        target.begin().await.unwrap();
+        let m = target.receive("tq", 10, None, NOW).await.unwrap();
+        target.commit().await.unwrap();
+        handles.insert(String::from_utf8(m[0].body.clone()).unwrap(), m[0].conversation_handle);
+    }
+    // The answer on dialog a arrives; a receiver takes it and holds the group.
+    target.begin().await.unwrap();
+    target.send(handles["<a/>"], ANTWOORD, Some(b"<ra/>")).await.unwrap();
+    target.commit().await.unwrap();
+    // A receiver holds the group (GET CONVERSATION GROUP: locked, not yet received).
+    let mut receiver = Session::open(&url).await.unwrap();
+    receiver.begin().await.unwrap();
+    assert_eq!(receiver.get_conversation_group("iq", NOW).await.unwrap(), Some(g));
+    // Meanwhile the answer on dialog b is sent into the held group.
+    let hb = handles["<b/>"];
+    let sender_pid: i32 = target.client().query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let (go, gone) = tokio::sync::oneshot::channel::<()>();
+    let sender = tokio::spawn(async move {
+        target.begin().await.unwrap();
+        target.send(hb, ANTWOORD, Some(b"<rb/>")).await.unwrap();
+        gone.await.unwrap();
+        target.commit().await.unwrap();
+    });
+    // Until that send has either been written or waits for the receiver's lock.
+    let watcher = Session::open(&url).await.unwrap();
+    crate::common::calc::wait_until("the send is written or waits for the receiver's lock", || async {
+        let (waiting, idle): (bool, bool) = watcher
+            .client()
+            .query_one(
+                "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false), \
+                        coalesce(bool_or(state = 'idle in transaction'), false) \
+                   FROM pg_stat_activity WHERE pid = $1",
+                &[&sender_pid],
+            )
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        waiting || idle
+    })
+    .await;
+    // The receiver takes what it can see (the answer on a) and commits; then the send
+    // commits.
+    let got = receiver.receive("iq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<ra/>"]);
+    receiver.commit().await.unwrap();
+    go.send(()).unwrap();
+    sender.await.unwrap();
+    receiver.begin().await.unwrap();
+    let got = receiver.receive("iq", 10, None, Duration::from_secs(5)).await.unwrap();
+    receiver.commit().await.unwrap();
+    assert_eq!(bodies(&got), ["<rb/>"], "the second answer must not be stranded");
+}
+
+/// A conversation in initiator group `g` that the target has ended and whose EndDialog
+/// the initiator has received: only the initiator's END CONVERSATION is left, and that
+/// removes the conversation and, nothing else using it, the group. Returns its handle.
+async fn last_conversation_of(s: &mut Session, g: Uuid) -> Uuid {
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    s.send(h, VRAAG, Some(b"<v/>")).await.unwrap();
+    s.commit().await.unwrap();
+    ended_by_the_target(s, g).await;
+    h
+}
+
+/// The target receives the waiting Vraag and ends its side; the initiator receives the
+/// EndDialog in group `g`, leaving its own END CONVERSATION to do.
+async fn ended_by_the_target(s: &mut Session, g: Uuid) {
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.end_conversation(got[0].conversation_handle, None).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, Some(g), NOW).await.unwrap();
+    assert_eq!(back[0].message_type, system::END_DIALOG);
+    s.commit().await.unwrap();
+}
+
+/// Until the backend `pid` waits for a lock.
+async fn until_waiting_for_a_lock(watcher: &Session, pid: i32, what: &str) {
+    crate::common::calc::wait_until(what, || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+}
+
+async fn group_of(s: &Session, handle: Uuid) -> Option<Uuid> {
+    s.client()
+        .query_opt(
+            "SELECT g.id FROM sb.endpoint e JOIN sb.conversation_group g ON g.id = e.group_id WHERE e.handle = $1",
+            &[&handle],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+async fn pid(s: &Session) -> i32 {
+    s.client().query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_dialog_begun_in_a_group_whose_last_conversation_ends_at_that_moment_keeps_or_remakes_it() {
+    let (url, mut s) = world().await;
+    let watcher = Session::open(&url).await.unwrap();
+    let g = Uuid::from_u128(0x9e7);
+
+    // The dialog begins first and holds the group; the end waits for it, then sees the
+    // new conversation and leaves the group.
+    let h = last_conversation_of(&mut s, g).await;
+    let mut beginner = Session::open(&url).await.unwrap();
+    beginner.begin().await.unwrap();
+    let new = beginner.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await.unwrap();
+    beginner.send(new, VRAAG, Some(b"<v/>")).await.unwrap();
+    let mut ender = Session::open(&url).await.unwrap();
+    let ender_pid = pid(&ender).await;
+    let ending = tokio::spawn(async move {
+        ender.begin().await?;
+        ender.end_conversation(h, None).await?;
+        ender.commit().await
+    });
+    until_waiting_for_a_lock(&watcher, ender_pid, "the end waits for the dialog that begins").await;
+    beginner.commit().await.unwrap();
+    ending.await.unwrap().expect("the end goes through");
+    assert_eq!(state(&s, h).await, None, "the old conversation is gone");
+    assert_eq!(group_of(&s, new).await, Some(g), "the group stays for the new dialog");
+
+    // The end goes first and deletes the group; the dialog waits for it, then makes the
+    // group again.
+    ended_by_the_target(&mut s, g).await;
+    let h = new;
+    let mut ender = Session::open(&url).await.unwrap();
+    ender.begin().await.unwrap();
+    ender.end_conversation(h, None).await.unwrap();
+    let mut beginner = Session::open(&url).await.unwrap();
+    let beginner_pid = pid(&beginner).await;
+    let beginning = tokio::spawn(async move {
+        beginner.begin().await?;
+        let new = beginner.begin_dialog("/t/I", "/t/T", "/t/C", Some(g), None).await?;
+        beginner.send(new, VRAAG, Some(b"<v/>")).await?;
+        beginner.commit().await.map(|_| new)
+    });
+    until_waiting_for_a_lock(&watcher, beginner_pid, "the dialog waits for the end that deletes its group").await;
+    ender.commit().await.unwrap();
+    let new = beginning.await.unwrap().expect("the dialog begins");
+    assert_eq!(state(&s, h).await, None);
+    assert_eq!(group_of(&s, new).await, Some(g), "the group is made again");
+    let groups: i64 = s
+        .client()
+        .query_one("SELECT count(*) FROM sb.conversation_group WHERE queue = 'iq'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(groups, 1);
+}
+
+/// A connection LISTENing on the channel of queue `queue`; the payloads it is sent.
+async fn listening(url: &str, queue: &str) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use futures_util::StreamExt;
+    let (client, mut conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    let channel: String = client.query_one("SELECT sb.channel($1)", &[&queue]).await.unwrap().get(0);
+    client.batch_execute(&format!("LISTEN {channel}")).await.unwrap();
+    (client, rx)
+}
+
+/// How many wake-ups (empty payloads) the listener got before `tag`, which another
+/// session notifies now: notifications arrive in commit order, so whatever the sends
+/// committed before notified has arrived by then.
+async fn wakeups_before(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    other: &Session,
+    queue: &str,
+    tag: &str,
+) -> usize {
+    other.client().execute("SELECT pg_notify(sb.channel($1), $2)", &[&queue, &tag]).await.unwrap();
+    let mut wakeups = 0;
+    loop {
+        match rx.recv().await.expect("the listener is open") {
+            p if p == tag => return wakeups,
+            p if p.is_empty() => wakeups += 1,
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_send_notifies_only_while_a_receiver_is_marked_waiting_on_its_queue() {
+    let (url, mut s) = world().await;
+    let (waiter, mut rx) = listening(&url, "tq").await;
+    dialog(&mut s, &["<a/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "nobody waits").await, 0, "nobody waits: no NOTIFY");
+
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(no_send_in_flight);
+    dialog(&mut s, &["<b/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "one waits").await, 1, "a receiver waits: the send notifies");
+
+    let held: bool = waiter.query_one("SELECT sb.end_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(held, "the mark was held");
+    dialog(&mut s, &["<c/>"]).await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "no longer waits").await, 0, "the mark is gone: no NOTIFY");
+
+    // A mark ends with its session.
+    waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap();
+    drop(waiter);
+    crate::common::calc::wait_until("the waiter's session ended", || async {
+        crate::common::calc::count(
+            &s,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305",
+        )
+        .await
+            == 0
+    })
+    .await;
+    dialog(&mut s, &["<d/>"]).await;
+    let (_w, mut rx) = listening(&url, "tq").await;
+    assert_eq!(wakeups_before(&mut rx, &s, "tq", "session gone").await, 0);
+}
+
+#[tokio::test]
+async fn a_receiver_marking_itself_while_a_send_is_in_flight_is_told_to_look_again() {
+    let (url, mut sender) = world().await;
+    let (waiter, mut rx) = listening(&url, "tq").await;
+    // The send looks for waiters now, finds none, and commits later.
+    sender.begin().await.unwrap();
+    let h = sender.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    sender.send(h, VRAAG, Some(b"<laat/>")).await.unwrap();
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(!no_send_in_flight, "a send to the queue is in flight");
+    sender.commit().await.unwrap();
+    let other = Session::open(&url).await.unwrap();
+    assert_eq!(
+        wakeups_before(&mut rx, &other, "tq", "committed").await,
+        0,
+        "the send looked before the mark: this is the wake-up the answer stands in for"
+    );
+    // Looking again finds the message; with no send in flight, waiting is safe.
+    let mut receiver = Session::open(&url).await.unwrap();
+    receiver.begin().await.unwrap();
+    assert_eq!(bodies(&receiver.receive("tq", 10, None, NOW).await.unwrap()), ["<laat/>"]);
+    receiver.commit().await.unwrap();
+    let no_send_in_flight: bool = waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap().get(0);
+    assert!(no_send_in_flight);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_receives_lose_no_wake_up_to_sends_racing_their_mark() {
+    // Ping-pong: each message is sent as soon as the previous one was received, so every
+    // send races the receiver going back to wait. A lost wake-up would leave a receive
+    // waiting out its whole 60 s and coming back empty with a message committed.
+    const MESSAGES: usize = 300;
+    let (url, mut sender) = world().await;
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+    let receiving = tokio::spawn(async move {
+        let mut r = Session::open(&url).await.unwrap();
+        let mut total = 0;
+        while total < MESSAGES {
+            r.begin().await.unwrap();
+            let got = r.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+            r.commit().await.unwrap();
+            assert!(!got.is_empty(), "a receive waited out its time with {} of {MESSAGES} received", total);
+            total += got.len();
+            got_tx.send(bodies(&got)).unwrap();
+        }
+    });
+    let h = dialog(&mut sender, &[]).await;
+    let mut received = Vec::new();
+    for i in 0..MESSAGES {
+        sender.begin().await.unwrap();
+        sender.send(h, VRIJ, Some(format!("{i}").as_bytes())).await.unwrap();
+        sender.commit().await.unwrap();
+        while received.len() <= i {
+            received.extend(got_rx.recv().await.expect("the receiver is running"));
+        }
+    }
+    receiving.await.unwrap();
+    assert_eq!(received, (0..MESSAGES).map(|i| i.to_string()).collect::<Vec<_>>());
+}
+
+/// Client backends of the test's database, but for the caller's own.
+async fn backends(watcher: &Session) -> Vec<i32> {
+    watcher
+        .client()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// A receive on tq in a transaction of its own, on a task: the bodies it got. A long
+/// timeout: were the wake-up lost, it would come back empty.
+pub(crate) fn waiting_receive(mut s: Session) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        s.begin().await.unwrap();
+        let got = s.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
+        s.commit().await.unwrap();
+        bodies(&got)
+    })
+}
+
+/// Until `n` receivers are marked waiting on a queue (`sb.begin_wait`'s advisory lock,
+/// held) and idle in their transaction.
+pub(crate) async fn until_waiting(watcher: &Session, n: i64) {
+    crate::common::calc::wait_until("the receivers wait", || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT count(*) = $1 FROM pg_stat_activity a JOIN pg_locks l USING (pid)
+                  WHERE a.state = 'idle in transaction' AND a.query LIKE '%sb.receive%'
+                    AND l.locktype = 'advisory' AND l.classid = 1396834305 AND l.granted",
+                &[&n],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_it_breaks() {
+    use sbworker::broker::postgres::PostgresTransport;
+    use sbworker::transport::{MessageKey, Session as _, Transport};
+
+    let (url, mut sender) = world().await;
+    let watcher = Session::open(&url).await.unwrap();
+    let before = backends(&watcher).await;
+    let transport = PostgresTransport::new(url.clone());
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        sessions.push(transport.open().await.unwrap());
+    }
+    let mut working = Vec::new();
+    for s in &sessions {
+        working.push(pid(s).await);
+    }
+    let new: Vec<i32> = backends(&watcher).await.into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(new.len(), 4, "three sessions, one working connection each and one side in all: {new:?}");
+    let side: Vec<i32> = new.iter().copied().filter(|p| !working.contains(p)).collect();
+    assert_eq!(side.len(), 1);
+
+    // The counts of one message, written by two sessions through the shared side, add up.
+    let key = MessageKey { conversation_handle: Uuid::from_u128(0x51de), sequence: 1 };
+    assert_eq!(sessions[0].count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    assert_eq!(sessions[1].count_attempts("tq", &[key]).await.unwrap()[0].attempts, 2);
+
+    // Both waiting sessions hear the wake-ups through the one LISTENing side.
+    let waiters: Vec<_> = sessions.drain(..2).map(waiting_receive).collect();
+    until_waiting(&watcher, 2).await;
+    dialog(&mut sender, &["<een/>"]).await;
+    dialog(&mut sender, &["<twee/>"]).await;
+    let mut got = Vec::new();
+    for w in waiters {
+        got.extend(tokio::time::timeout(Duration::from_secs(60), w).await.expect("woken").unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["<een/>", "<twee/>"]);
+
+    // The side breaks: a session using it fails as a connection failure (the worker
+    // drops such a session), and the next session opened gets a new side that works.
+    watcher.client().execute("SELECT pg_terminate_backend($1)", &[&side[0]]).await.unwrap();
+    let mut old = sessions.pop().unwrap();
+    let err = old.count_attempts("tq", &[key]).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Connection, "{err:?}");
+    let mut fresh = transport.open().await.unwrap();
+    assert_eq!(fresh.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 3);
+    let waiter = waiting_receive(fresh);
+    until_waiting(&watcher, 1).await;
+    dialog(&mut sender, &["<drie/>"]).await;
+    assert_eq!(tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("woken").unwrap(), ["<drie/>"]);
+}
