@@ -16,6 +16,9 @@
 //! [`pipeline`] (workload 5, the engine), [`report`].
 
 pub mod effect;
+mod install_peers;
+mod limit;
+mod open_loop;
 pub mod peers;
 pub mod pipeline;
 pub mod poison;

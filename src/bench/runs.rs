@@ -3,7 +3,7 @@
 //! Server transport through a real `sbworker emulator` process, or pgbench doing the
 //! same commits and row writes (the limit); and the pgbench commit calibration.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
+pub use super::install_peers::*;
+pub use super::limit::*;
+pub use super::open_loop::*;
 use super::peers::Peer;
 use super::world::{self, World};
 use super::{Contender, Workload, effect, stmt};
@@ -82,16 +85,16 @@ pub(super) async fn settle() {
 }
 
 /// Commits a reading itself adds (its own query's transaction).
-const READING: i64 = 1;
+pub(super) const READING: i64 = 1;
 
 /// Commits and WAL so far, read on a connection of its own that closes at once (a
 /// closing backend reports its statistics as it goes).
-async fn reading(url: &str) -> anyhow::Result<(i64, i64)> {
+pub(super) async fn reading(url: &str) -> anyhow::Result<(i64, i64)> {
     let c = world::connect(url).await?;
     world::commits_and_wal(&c).await
 }
 
-async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
+pub(super) async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
     let c = world::connect(&world.cluster.url("postgres")).await?;
     c.batch_execute(&format!("ALTER DATABASE \"{db}\" SET synchronous_commit = {}", if on { "on" } else { "off" }))
         .await?;
@@ -404,142 +407,6 @@ fn spawn_worker(config: &Path, log: &Path) -> anyhow::Result<Process> {
     ))
 }
 
-/// Workload 3 at one rate: what was planned, sent and measured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OpenLoop {
-    pub contender: Contender,
-    pub rate: u32,
-    pub repetition: usize,
-    pub warmup_seconds: f64,
-    pub seconds: f64,
-    /// Messages sent per second over the run (below `rate` when the senders fell behind
-    /// their plan; latency still counts from the plan).
-    pub sent_per_second: f64,
-    /// Messages planned after the warm-up, whose latency is measured.
-    pub measured: i64,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
-}
-
-/// The open loop's groups (dialogs on the broker, queues of the peers).
-const OPEN_LOOP_GROUPS: i32 = 200;
-
-/// The open loop: messages sent at `rate` per second by plan (message i at start + i /
-/// rate, over 200 groups, by two sender connections: on 2 cores more send less, as
-/// PostgreSQL serialises the commits of transactions that NOTIFY) to the contender with `readers`
-/// readers (jobs at once); latency from each message's planned time (carried in its
-/// body or payload) to its reply, for the messages planned after `warmup` (no
-/// coordinated omission: a late send counts its lateness).
-#[allow(clippy::too_many_arguments)]
-pub async fn open_loop(
-    world: &World,
-    subject: Subject<'_>,
-    rate: u32,
-    warmup: Duration,
-    duration: Duration,
-    readers: u32,
-    repetition: usize,
-    dir: &Path,
-) -> anyhow::Result<OpenLoop> {
-    let c = subject.fresh(world, true).await?;
-    let sends = match subject {
-        Subject::Sbworker(..) => Some(Sends::Broker(std::sync::Arc::new(
-            c.query(stmt::OPEN_DIALOGS.sql, &[&OPEN_LOOP_GROUPS]).await?.iter().map(|r| r.get(0)).collect(),
-        ))),
-        Subject::Peer(_) => None,
-    };
-    let tag = format!("open-loop-{}-{rate}-{repetition}", subject.contender().key());
-    let shape = Shape { groups: OPEN_LOOP_GROUPS, per_group: 0, readers };
-    let worker = subject.start(shape, dir, &tag).await?;
-    let total = (f64::from(rate) * (warmup + duration).as_secs_f64()).round() as u64;
-    // The plan starts a moment from now, so that every sender is connected by then.
-    let start_unix = unix_now() + 0.5;
-    match (sends, subject) {
-        (Some(sends), _) => send_by_plan(subject.url(), sends, rate, total, start_unix).await?,
-        (None, Subject::Peer(p)) => p.send_by_plan(rate, total, start_unix, OPEN_LOOP_GROUPS).await?,
-        (None, Subject::Sbworker(..)) => unreachable!("sbworker's sends are the broker's"),
-    }
-    let sent_seconds = unix_now() - start_unix;
-    drained(&c, &tag, total as i64, Instant::now(), Progress::Replies).await?;
-    worker.terminate().await?;
-    let row = c.query_one(stmt::LATENCY.sql, &[&(start_unix + warmup.as_secs_f64())]).await?;
-    let m = OpenLoop {
-        contender: subject.contender(),
-        rate,
-        repetition,
-        warmup_seconds: warmup.as_secs_f64(),
-        seconds: duration.as_secs_f64(),
-        sent_per_second: total as f64 / sent_seconds,
-        measured: row.get(0),
-        p50_ms: row.get(1),
-        p95_ms: row.get(2),
-        p99_ms: row.get(3),
-        max_ms: row.get(4),
-    };
-    super::progress(&format!("{tag}: p50 {:.1} ms, p99 {:.1} ms", m.p50_ms, m.p99_ms));
-    Ok(m)
-}
-
-/// What the open loop's senders send: a message on the broker's dialogs (its body the
-/// planned time), or a graphile-worker job of its group's queue (River sends with its
-/// own client, in its harness).
-pub(super) enum Sends {
-    Broker(std::sync::Arc<Vec<uuid::Uuid>>),
-    Graphile(std::sync::Arc<Vec<uuid::Uuid>>),
-}
-
-/// Sends `total` messages at `rate` per second by plan, message i at `start_unix` + i /
-/// rate, by two sender connections; round-robin over the groups.
-pub(super) async fn send_by_plan(
-    url: &str,
-    sends: Sends,
-    rate: u32,
-    total: u64,
-    start_unix: f64,
-) -> anyhow::Result<()> {
-    const SENDERS: u64 = 2;
-    let start = tokio::time::Instant::now() + Duration::from_secs_f64((start_unix - unix_now()).max(0.0));
-    let sends = std::sync::Arc::new(sends);
-    let mut senders = tokio::task::JoinSet::new();
-    for j in 0..SENDERS {
-        let (url, sends) = (url.to_owned(), sends.clone());
-        senders.spawn(async move {
-            let c = world::connect(&url).await?;
-            let statement = c
-                .prepare(match *sends {
-                    Sends::Broker(_) => stmt::SEND_PLANNED.sql,
-                    Sends::Graphile(_) => stmt::GRAPHILE_SEND.sql,
-                })
-                .await?;
-            let mut i = j;
-            while i < total {
-                let offset = i as f64 / f64::from(rate);
-                tokio::time::sleep_until(start + Duration::from_secs_f64(offset)).await;
-                let planned = format!("{:.6}", start_unix + offset);
-                match &*sends {
-                    Sends::Broker(handles) => {
-                        let h = handles[(i % handles.len() as u64) as usize];
-                        c.execute(&statement, &[&h, &planned.as_bytes()]).await?;
-                    }
-                    Sends::Graphile(groups) => {
-                        let n = groups.len() as u64;
-                        let (g, seq) = ((i % n) as usize, (i / n + 1) as i64);
-                        c.execute(&statement, &[&groups[g], &seq, &planned, &format!("g{}", g + 1)]).await?;
-                    }
-                }
-                i += SENDERS;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = senders.join_next().await {
-        r??;
-    }
-    Ok(())
-}
-
 pub(super) fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
 }
@@ -592,256 +459,10 @@ pub(super) async fn drained(
 
 /// The headline's check: messages applied out of order, and whether every message took
 /// effect exactly once with one reply.
-async fn verify_headline(c: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<(i64, bool)> {
+pub(super) async fn verify_headline(c: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<(i64, bool)> {
     let total = shape.messages() as i64;
     let v = c.query_one(stmt::VERIFY.sql, &[&(shape.per_group as i64)]).await?;
     let (incomplete, ooo, applied, replies, distinct): (i64, i64, i64, i64, i64) =
         (v.get(0), v.get(1), v.get(2), v.get(3), v.get(4));
     Ok((ooo, incomplete == 0 && applied == total && replies == total && distinct == total))
-}
-
-/// pgbench's figure for a script: transactions per second (without connection time).
-async fn pgbench(url: &str, script: &Path, clients: u32, how_long: &[&str]) -> anyhow::Result<f64> {
-    let program = crate::pg_cluster::Cluster::program("pgbench")?;
-    let out = Command::new(&program)
-        .args(["-n", "-c", &clients.to_string(), "-j", "2"])
-        .args(how_long)
-        .arg("-f")
-        .arg(script)
-        .arg(url)
-        .output()
-        .await
-        .with_context(|| format!("running {}", program.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!("pgbench failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
-    }
-    parse_tps(&text).with_context(|| format!("no tps in pgbench's output:\n{text}"))
-}
-
-fn parse_tps(text: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok())
-}
-
-/// Commits per second the machine manages with `clients` connections, each commit one
-/// row (pgbench, `seconds` long).
-pub async fn calibrate(
-    world: &World,
-    db: &str,
-    url: &str,
-    clients: u32,
-    seconds: u32,
-    dir: &Path,
-) -> anyhow::Result<f64> {
-    set_sync(world, db, true).await?;
-    let script = write(dir, "calibration.pgbench", "INSERT INTO calibration DEFAULT VALUES;\n")?;
-    let c = world::connect(url).await?;
-    c.batch_execute(stmt::LIMIT_RESET.sql).await?;
-    let tps = pgbench(url, &script, clients, &["-T", &seconds.to_string()]).await?;
-    super::progress(&format!("calibration: {tps:.0} commits/s"));
-    Ok(tps)
-}
-
-/// The limit for the headline's commit pattern: pgbench drains the same number of
-/// messages with the same connections.
-#[allow(clippy::too_many_arguments)]
-pub async fn limit(
-    world: &World,
-    db: &str,
-    url: &str,
-    shape: Shape,
-    clients: u32,
-    sync: bool,
-    repetition: usize,
-    dir: &Path,
-) -> anyhow::Result<Measured> {
-    {
-        let c = fresh(world, db, url, stmt::LIMIT_RESET.sql, sync).await?;
-        c.execute(stmt::LIMIT_PRELOAD.sql, &[&shape.groups, &shape.per_group]).await?;
-        c.execute(stmt::LIMIT_ACCOUNTS.sql, &[&shape.groups]).await?;
-    }
-    let script = write(dir, "limit.pgbench", include_str!("../../broker/postgres/bench_limit.pgbench"))?;
-    let total = shape.messages();
-    if total % clients as u64 != 0 {
-        bail!("{total} messages do not divide over {clients} pgbench clients");
-    }
-    settle().await;
-    let (commits0, wal0) = reading(url).await?;
-    let server0 = world.server_cpu();
-    let tps = pgbench(url, &script, clients, &["-t", &(total / clients as u64).to_string()]).await?;
-    let server1 = world.server_cpu();
-    settle().await;
-    let (commits1, wal1) = reading(url).await?;
-    let c = world::connect(url).await?;
-    let v = c.query_one(stmt::LIMIT_VERIFY.sql, &[]).await?;
-    let (left, replies): (i64, i64) = (v.get(0), v.get(1));
-    if left != 0 || replies != total as i64 {
-        bail!("pgbench left {left} messages and wrote {replies} replies of {total}");
-    }
-    let n = total as f64;
-    super::progress(&format!("limit: {total} messages at {tps:.0}/s"));
-    Ok(Measured {
-        workload: Workload::Headline,
-        contender: Contender::Limit,
-        synchronous_commit: sync,
-        repetition,
-        messages: total,
-        seconds: n / tps,
-        per_second: tps,
-        commits_per_message: (commits1 - commits0 - READING) as f64 / n,
-        wal_bytes_per_message: (wal1 - wal0) as f64 / n,
-        worker_cpu_per_1000: None,
-        emulator_cpu_per_1000: None,
-        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
-        worker_peak_rss_mib: None,
-        readers: clients,
-        connections: clients,
-        out_of_order: None,
-        exactly_once: Some(true),
-    })
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
-    let p = dir.join(name);
-    std::fs::write(&p, text)?;
-    Ok(p)
-}
-
-/// graphile-worker, installed with npm into `dir/graphile` (once, before anything is
-/// measured); `None` with the reason when it cannot be.
-pub async fn install_graphile(dir: &Path) -> Result<PathBuf, String> {
-    let home = dir.join("graphile");
-    std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
-    std::fs::write(home.join("package.json"), include_str!("../../bench/graphile/package.json"))
-        .map_err(|e| e.to_string())?;
-    std::fs::write(home.join("headline.js"), include_str!("../../bench/graphile/headline.js"))
-        .map_err(|e| e.to_string())?;
-    if home.join("node_modules/graphile-worker").exists() {
-        return Ok(home);
-    }
-    super::progress("installing graphile-worker 0.17.3 with npm ...");
-    let out = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&home)
-        .output()
-        .await
-        .map_err(|e| format!("npm: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("npm install failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(home)
-}
-
-/// A node-postgres URL for the cluster's database `db`.
-pub(super) fn node_url(world: &World, db: &str) -> String {
-    format!("postgres://postgres@127.0.0.1:{}/{db}", world.cluster.port())
-}
-
-/// graphile-worker's schema in `db` (its own migration).
-pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::Result<()> {
-    run_to_end(
-        Command::new("node").arg(home.join("headline.js")).args(["migrate", &node_url(world, db)]),
-        "graphile-worker's migration",
-    )
-    .await
-}
-
-/// River's harness (`bench/river`, its own Cargo project), built with cargo into
-/// `dir/river` once, before anything is measured (a no-op when it is current); the
-/// binary, or the reason it cannot be had.
-pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
-    let home = dir.join("river");
-    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
-    for (name, text) in [
-        ("Cargo.toml", include_str!("../../bench/river/Cargo.toml")),
-        ("Cargo.lock", include_str!("../../bench/river/Cargo.lock")),
-        ("src/main.rs", include_str!("../../bench/river/src/main.rs")),
-    ] {
-        // Rewritten only when changed, so that cargo sees an unchanged project as built.
-        if std::fs::read_to_string(home.join(name)).ok().as_deref() != Some(text) {
-            std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
-        }
-    }
-    super::progress("building River's harness (riverqueue 0.5) with cargo; the first build takes minutes ...");
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "--release", "--locked", "--quiet"])
-        .current_dir(&home)
-        .env("CARGO_TARGET_DIR", home.join("target"))
-        .output()
-        .await
-        .map_err(|e| format!("cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(home.join("target/release/river-bench"))
-}
-
-/// River's schema in `db` (its own migrations).
-pub async fn migrate_river(world: &World, db: &str, bin: &Path) -> anyhow::Result<()> {
-    run_to_end(Command::new(bin).args(["migrate", &node_url(world, db)]), "River's migration").await
-}
-
-/// One headline run of a peer: its jobs preloaded, its worker started (working until
-/// SIGTERM), the drain timed by replies, order and exactly once verified.
-pub async fn peer(
-    world: &World,
-    peer: &Peer,
-    shape: Shape,
-    sync: bool,
-    repetition: usize,
-    dir: &Path,
-) -> anyhow::Result<Measured> {
-    let (contender, url) = (peer.contender, peer.url.as_str());
-    let (concurrency, pool) = peer.concurrency(shape);
-    peer.load(world, shape, sync).await?;
-    let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
-    settle().await;
-    let (commits0, wal0) = reading(url).await?;
-    let server0 = world.server_cpu();
-    let started = Instant::now();
-    let worker = peer.start(shape, &dir.join(format!("{tag}.log")))?;
-    let total = shape.messages() as i64;
-    let c = world::connect(url).await?;
-    let polls = drained(&c, &tag, total, started, Progress::Replies).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    let worker_cpu = world::cpu_seconds(worker.pid());
-    let rss = world::peak_rss_mib(worker.pid());
-    let server1 = world.server_cpu();
-    worker.terminate().await?;
-    drop(c);
-    settle().await;
-    let (commits1, wal1) = reading(url).await?;
-    let c = world::connect(url).await?;
-    let (ooo, once) = verify_headline(&c, shape).await?;
-    let n = total as f64;
-    super::progress(&format!("{tag}: {total} messages in {seconds:.2} s"));
-    Ok(Measured {
-        workload: Workload::Headline,
-        contender,
-        synchronous_commit: sync,
-        repetition,
-        messages: total as u64,
-        seconds,
-        per_second: n / seconds,
-        commits_per_message: (commits1 - commits0 - READING - polls) as f64 / n,
-        wal_bytes_per_message: (wal1 - wal0) as f64 / n,
-        worker_cpu_per_1000: worker_cpu.map(|s| s * 1000.0 / n),
-        emulator_cpu_per_1000: None,
-        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
-        worker_peak_rss_mib: rss,
-        readers: concurrency,
-        connections: pool,
-        out_of_order: Some(ooo),
-        exactly_once: Some(once),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn pgbench_tps_is_read_from_its_report() {
-        let out = "latency average = 1.2 ms\ninitial connection time = 3.1 ms\ntps = 6543.210987 (without initial connection time)\n";
-        assert_eq!(super::parse_tps(out), Some(6543.210987));
-        assert_eq!(super::parse_tps("no figures"), None);
-    }
 }

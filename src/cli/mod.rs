@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, each a thin door to the library.
 
+pub mod args;
 pub mod calc;
 pub mod emulator;
 pub mod handoff;

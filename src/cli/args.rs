@@ -1,0 +1,350 @@
+//! The command line: every subcommand, its flags, its help and examples (clap).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::contract::Limits;
+
+#[derive(Parser)]
+#[command(name = "sbworker", version, about = "Service Broker worker for payroll recalculation")]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Compute the wage factors of one Vraag: the Antwoord on stdout (exit 0), or a
+    /// RekenserverFout on stdout and the reason on stderr (exit 2).
+    #[command(after_help = "Examples:\n  \
+        sbworker calc schemas/examples/valid/vraag-voorbeeld2.xml\n  \
+        sbworker calc --explain schemas/examples/valid/vraag-voorbeeld1.xml\n  \
+        cat vraag.xml | sbworker calc -")]
+    Calc {
+        /// The Vraag XML (UTF-8 or UTF-16), or - for standard input.
+        file: String,
+        /// Explain on stderr which minutes fell into which rate, and why.
+        #[arg(long)]
+        explain: bool,
+        /// Rate tables (TOML) instead of the built-in ones (data/cao.toml).
+        #[arg(long, value_name = "FILE")]
+        tables: Option<PathBuf>,
+        /// Largest Vraag accepted, in bytes.
+        #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
+        max_body_bytes: usize,
+    },
+    /// Run the worker: serve the configured queues until SIGTERM or SIGINT (a second
+    /// signal, or the grace period running out, aborts and rolls back what is in flight).
+    #[command(after_help = "Every key of the file can be overridden from the environment, with __ between\n\
+        levels: SBWORKER__BROKER__CONNECTION, SBWORKER__QUEUES__<QUEUE>__MAX_READERS, ...\n\
+        Flags override both.\n\n\
+        Examples:\n  \
+        sbworker run --config sbworker.toml\n  \
+        SBWORKER__LOG__FORMAT=json sbworker run --config sbworker.toml --metrics-listen 0.0.0.0:9187\n\n\
+        Exit status: 0 after a clean drain, 1 on an error or an aborted drain, 78 for a bad configuration.")]
+    Run {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// `run`, serving the bench's handlers as well: the worker processes `sbworker bench`
+    /// starts.
+    #[command(hide = true)]
+    BenchWorker {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// Check a configuration and print the effective one (file, environment, flags) with
+    /// secrets masked.
+    #[command(after_help = "Examples:\n  \
+        sbworker check-config --config sbworker.toml\n  \
+        SBWORKER__QUEUES__BEREKENING__MAX_READERS=8 sbworker check-config --config sbworker.toml\n\n\
+        Exit status: 0 when valid, 78 with the key that is wrong otherwise.")]
+    CheckConfig {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// The whole pipeline, end to end, on a throwaway PostgreSQL cluster: roster, triggers,
+    /// calculation and collector workers, a burst of planner edits, results, figures, and
+    /// a check that every key holds its latest version.
+    #[command(after_help = "Examples:\n  \
+        sbworker demo\n  \
+        sbworker demo --size 1000 --readers 8\n  \
+        sbworker demo --postgres 'host=localhost user=payroll dbname=empty_demo'\n\n\
+        Exit status: 0 when every key holds its latest result; 1 otherwise, with the reason.")]
+    Demo {
+        /// Employees (one key each; the edits scale with it).
+        #[arg(long, default_value_t = 200)]
+        size: usize,
+        /// Planner edits in the burst (default: three per employee).
+        #[arg(long)]
+        edits: Option<usize>,
+        /// Most readers of the calculation queue.
+        #[arg(long, default_value_t = 4)]
+        readers: u32,
+        /// Use this empty database (the broker and roster schema are installed into it)
+        /// instead of a throwaway cluster.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// Seed of the generated roster and edits.
+        #[arg(long, default_value_t = 2026)]
+        seed: u64,
+        /// Run the workers on the SQL Server transport (tiberius over TCP) through the
+        /// Service Broker emulator, started in this process on the same broker.
+        #[arg(long)]
+        mssql: bool,
+    },
+    /// Hand a period's results to payroll: claim the unexported ones in one statement and
+    /// write them (CSV: one row per factor; JSON: factors nested per employee).
+    #[command(after_help = "Modes:\n  \
+        once   marked exported when claimed (at-most-once)\n  \
+        lease  claimed for --lease-minutes; confirm with --ack BATCH (at-least-once: an\n         \
+        unconfirmed claim comes back after the lease)\n\n\
+        Examples:\n  \
+        sbworker export --postgres URL --periode 202604 --format csv --out april.csv\n  \
+        sbworker export --postgres URL --periode 202604 --mode lease --format json\n  \
+        sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77")]
+    Export {
+        /// PostgreSQL connection string.
+        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
+        postgres: String,
+        /// The period whose results to claim.
+        #[arg(long, value_name = "ID", required_unless_present = "ack")]
+        periode: Option<i32>,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: FormatArg,
+        #[arg(long, value_enum, default_value = "once")]
+        mode: ModeArg,
+        /// Lease of mode lease, in minutes.
+        #[arg(long, default_value_t = 15.0)]
+        lease_minutes: f64,
+        /// Write here (atomically) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Confirm a leased batch instead of claiming.
+        #[arg(long, value_name = "BATCH_ID", conflicts_with = "periode")]
+        ack: Option<uuid::Uuid>,
+    },
+    /// Send a Vraag for every key whose roster is newer than its stored result (and has
+    /// none in flight), under a lock, a fuse and a run log with retention.
+    #[command(after_help = "An overlapping run exits at once and logs itself as skipped. After a bulk import with\n\
+        SET rekenserver.vragen_uit = on, repeated sweeps send each stale key once, at most --fuse\n\
+        per run. The run log is rekenserver.run_log.\n\n\
+        Examples:\n  \
+        sbworker sweep --postgres URL\n  \
+        sbworker sweep --postgres URL --fuse 2000 --retention-days 90")]
+    Sweep {
+        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
+        postgres: String,
+        /// Most keys sent per run (oldest change first).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
+        fuse: i64,
+        /// Keys per committed transaction.
+        #[arg(long, default_value_t = 2000, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
+        batch: usize,
+        /// Run-log rows and dead letters older than this are deleted.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
+        retention_days: i32,
+        /// Rows deleted per statement.
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
+        delete_batch: i64,
+    },
+    /// Measure sbworker side by side with River, graphile-worker and the machine's limit
+    /// (pgbench doing the same commits and writes) on a throwaway cluster; writes
+    /// report.md, results.json and plots.
+    #[command(after_help = "Examples:\n  \
+        cargo run --release -- bench --out bench-report            (the full bench: two hours or more)\n  \
+        cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
+        cargo run --release -- bench --groups 200 --per-group 50 --reps 3\n  \
+        cargo run --release -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
+        cargo run --release -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
+        sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
+    Bench {
+        /// Every part at a tiny size (a check that the bench works, not a measurement).
+        #[arg(long)]
+        quick: bool,
+        /// Where the report goes.
+        #[arg(long, value_name = "DIR", default_value = "bench-report")]
+        out: std::path::PathBuf,
+        /// Repetitions (default 3; 1 with --quick).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        reps: Option<u64>,
+        /// Conversation groups of the headline and the burn-down (default 1000).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        groups: Option<i32>,
+        /// In-order messages per group (default 100).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        per_group: Option<i32>,
+        /// Leave out the peers installed from registries (graphile-worker with npm, River
+        /// built with cargo).
+        #[arg(long)]
+        skip_peers: bool,
+        /// Seconds each open-loop rate runs after its warm-up (default 60).
+        #[arg(long, value_name = "SECONDS")]
+        open_loop_seconds: Option<f64>,
+        /// The open loop's arrival rates, messages per second (comma-separated; default
+        /// 200,1000,2000).
+        #[arg(long, value_delimiter = ',', value_name = "RATES", value_parser = clap::value_parser!(u32).range(1..))]
+        open_loop_rates: Vec<u32>,
+        /// Seconds the bloat workload runs with xmin pinned (default 180).
+        #[arg(long, value_name = "SECONDS")]
+        bloat_seconds: Option<f64>,
+        /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
+        /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
+        /// is an A/B of a change in minutes.
+        #[arg(long, value_delimiter = ',', value_name = "PARTS", value_parser = crate::bench::Part::from_key)]
+        parts: Vec<crate::bench::Part>,
+        /// Only these contenders (comma-separated: sbworker-pg, sbworker-tds, graphile,
+        /// graphile-localqueue, river, river-per-group, limit).
+        #[arg(long, value_delimiter = ',', value_name = "CONTENDERS", value_parser = crate::bench::Contender::from_key)]
+        contenders: Vec<crate::bench::Contender>,
+        /// Measure nothing: write report.md and the plots again, into --out, from the
+        /// results.json of an earlier run.
+        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "parts", "contenders"])]
+        render: Option<std::path::PathBuf>,
+    },
+    /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
+    /// statements the worker uses on the PostgreSQL broker, for developing and testing
+    /// against "SQL Server" where none can run.
+    #[command(after_help = "Examples:\n  \
+        sbworker emulator --listen 127.0.0.1:14330\n  \
+        sbworker emulator --listen 127.0.0.1:14330 --postgres 'host=localhost dbname=broker' --user sbworker\n  \
+        sbworker emulator --fault-deadlock-every 10 --fault-delay-ms 5   (fault injection for tests)\n\n\
+        Then: [broker] kind = \"mssql\", connection = \"Server=tcp:127.0.0.1,14330;User Id=sbworker;Password=...;Encrypt=false\"")]
+    Emulator {
+        /// Address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14330")]
+        listen: std::net::SocketAddr,
+        /// The PostgreSQL broker to run on (default: a throwaway cluster).
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// The login clients must use.
+        #[arg(long, default_value = "sbworker")]
+        user: String,
+        /// Its password.
+        #[arg(long, env = "SBWORKER_EMULATOR_PASSWORD", hide_env_values = true, default_value = "sbworker")]
+        password: String,
+        /// Fault injection: every Nth RECEIVE that takes messages fails with deadlock 1205.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_deadlock_every: Option<u64>,
+        /// Fault injection: every Nth RECEIVE that takes messages drops its connection
+        /// instead of answering (the transaction rolls back).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_drop_every: Option<u64>,
+        /// Fault injection: every Nth RECEIVE that takes messages fails with lock timeout 1222.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_lock_timeout_every: Option<u64>,
+        /// Fault injection: every Nth COMMIT of a transaction that received messages fails
+        /// with deadlock 1205 (rolled back).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_commit_deadlock_every: Option<u64>,
+        /// Fault injection: a request still running after this many milliseconds (blocked
+        /// on a lock, say) has its connection dropped, as a killed session does.
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_drop_blocked_after_ms: Option<u64>,
+        /// Fault injection: every response waits this many milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        fault_delay_ms: u64,
+    },
+    /// Install the broker scripts into a database (idempotent: re-running changes nothing).
+    #[command(after_help = "Examples:\n  \
+        sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
+        sbworker install --postgres postgresql://payroll@db.example/roster")]
+    Install {
+        /// A PostgreSQL connection string (URL or key=value form).
+        #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
+        postgres: Option<String>,
+        /// Also install the roster schema and its triggers (PostgreSQL: 004 and 005).
+        #[arg(long)]
+        roster: bool,
+        /// A SQL Server ADO.NET connection string: runs broker/mssql/00..06 in order.
+        #[arg(long, value_name = "CONN")]
+        mssql: Option<String>,
+        /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+    },
+    /// Check an installed database, as the worker's login: connectivity and TLS, the
+    /// permissions the worker needs, the broker and its queues, the installed version,
+    /// then one real round trip on a scratch key (cleaned up). One line per check; stops
+    /// at the first failure, saying what to do; exit 0 only when all pass.
+    #[command(after_help = "Examples:\n  \
+        sbworker selftest --postgres 'host=db user=sbworker dbname=payroll'\n  \
+        sbworker selftest --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=sbworker;Password=...' --json\n\n\
+        Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments.")]
+    Selftest {
+        /// A PostgreSQL connection string (URL or key=value form), as the worker uses.
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "SBWORKER_SELFTEST_POSTGRES",
+            hide_env_values = true,
+            required_unless_present = "mssql",
+            conflicts_with = "mssql"
+        )]
+        postgres: Option<String>,
+        /// A SQL Server ADO.NET connection string, as the worker uses (Database= included).
+        #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_MSSQL", hide_env_values = true)]
+        mssql: Option<String>,
+        /// Write the report as JSON (backend, passed, checks: name, status, detail,
+        /// error_number, error_text, fix).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Json,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ModeArg {
+    Once,
+    Lease,
+}
+
+/// The configuration file and the flags for its common keys.
+#[derive(clap::Args)]
+pub struct ConfigFlags {
+    /// The TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The broker's connection string (broker.connection).
+    #[arg(long, value_name = "CONN")]
+    pub connection: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address (http.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// text or json (log.format).
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// A tracing filter such as info or sbworker=debug (log.level).
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+impl ConfigFlags {
+    /// The effective configuration, every queue's handler one of `handlers`; the exit
+    /// status for a bad one (after saying what is wrong).
+    pub fn load(self, handlers: &[&str]) -> Result<crate::config::Config, ExitCode> {
+        let flags = crate::cli::run::Flags {
+            config: self.config,
+            connection: self.connection,
+            metrics_listen: self.metrics_listen,
+            log_format: self.log_format,
+            log_level: self.log_level,
+        };
+        flags.load_for(handlers).map_err(|e| {
+            eprintln!("sbworker: configuration error: {e}");
+            ExitCode::from(crate::cli::run::EXIT_CONFIG)
+        })
+    }
+}
+
+/// `NAME=VALUE`, as `--var` takes it.
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(n, v)| (n.to_owned(), v.to_owned())).ok_or_else(|| format!("'{s}' is not NAME=VALUE"))
+}
