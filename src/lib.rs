@@ -14,7 +14,7 @@
 //! | `sql` | named statements in `.sql` files | |
 //! | `connstr` | connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse | |
 //! | `shutdown` | the stop signal shared by long-running tasks | |
-//! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | |
+//! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | `sql` |
 //! | `contract` | the message contract: typed model, strict decoder, encoder, Fout | |
 //! | `engine` | the payroll recalculation: rate tables, holidays, time, wage factors | `contract` |
 //! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |

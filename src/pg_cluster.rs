@@ -249,7 +249,10 @@ impl Cluster {
     pub async fn create_database(&self, name: &str) -> Result<String, tokio_postgres::Error> {
         let (client, conn) = tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls).await?;
         let task = tokio::spawn(conn);
-        client.batch_execute(&format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""))).await?;
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        client
+            .batch_execute(&crate::sql::statements::postgres_cluster::CREATE_DATABASE.sql.replace("{name}", &quoted))
+            .await?;
         drop(client);
         let _ = task.await;
         Ok(self.url(name))

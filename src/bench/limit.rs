@@ -44,7 +44,7 @@ pub async fn calibrate(
     dir: &Path,
 ) -> anyhow::Result<f64> {
     set_sync(world, db, true).await?;
-    let script = write(dir, "calibration.pgbench", "INSERT INTO calibration DEFAULT VALUES;\n")?;
+    let script = write(dir, "calibration.pgbench", include_str!("../../broker/postgres/bench_calibration.pgbench"))?;
     let c = world::connect(url).await?;
     c.batch_execute(stmt::LIMIT_RESET.sql).await?;
     let tps = pgbench(url, &script, clients, &["-T", &seconds.to_string()]).await?;

@@ -96,8 +96,13 @@ pub(super) async fn reading(url: &str) -> anyhow::Result<(i64, i64)> {
 
 pub(super) async fn set_sync(world: &World, db: &str, on: bool) -> anyhow::Result<()> {
     let c = world::connect(&world.cluster.url("postgres")).await?;
-    c.batch_execute(&format!("ALTER DATABASE \"{db}\" SET synchronous_commit = {}", if on { "on" } else { "off" }))
-        .await?;
+    c.batch_execute(
+        &stmt::SET_SYNC
+            .sql
+            .replace("{db}", &format!("\"{}\"", db.replace('"', "\"\"")))
+            .replace("{value}", if on { "on" } else { "off" }),
+    )
+    .await?;
     Ok(())
 }
 

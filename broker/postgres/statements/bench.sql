@@ -250,3 +250,8 @@ SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY($1)
 -- The session's backend (the poison run's xmin pin).
 -- name: backend_pid
 SELECT pg_backend_pid();
+
+-- synchronous_commit for a run's new connections to a contender's database ({db} and
+-- {value}: filled in, a statement takes no parameter there).
+-- name: set_sync
+ALTER DATABASE {db} SET synchronous_commit = {value};

@@ -99,3 +99,8 @@ SELECT rekenserver.noteer_fout($1, $2);
 -- WAL flush: a lost count after a server crash only gives an attempt back.
 -- name: side_async_commit
 SET synchronous_commit = off;
+
+-- The side connection listens on a queue's channel (its name from `channel`: an
+-- identifier, so filled in, not a parameter).
+-- name: listen
+LISTEN {channel};

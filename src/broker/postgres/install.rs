@@ -2,7 +2,7 @@
 //! the version stamp written after them.
 
 use super::{BrokerError, connect, error_of};
-use crate::sql::statements::postgres_stamp;
+use crate::sql::statements::postgres_install;
 
 /// The install scripts, in order: (version, SQL).
 pub const SCRIPTS: &[(i32, &str)] = &[
@@ -38,14 +38,20 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
     for (version, sql) in SCRIPTS.iter().chain(extra) {
-        client
-            .batch_execute(&format!("BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"))
-            .await
-            .map_err(error_of)?;
+        client.batch_execute("BEGIN").await.map_err(error_of)?;
+        let run = async {
+            client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
+            client.batch_execute(sql).await?;
+            client.batch_execute("COMMIT").await
+        };
+        if let Err(e) = run.await {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(error_of(e));
+        }
         applied.push(*version);
     }
     for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
-        client.execute(postgres_stamp::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
+        client.execute(postgres_install::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
     }
     Ok(applied)
 }

@@ -197,7 +197,9 @@ impl Session {
             });
         };
         // The channel name is ours (sb_queue_<id>), never user text.
-        self.side.watch(self.side.client.batch_execute(&format!("LISTEN {channel}")).await.map_err(error_of))?;
+        self.side.watch(
+            self.side.client.batch_execute(&S::LISTEN.sql.replace("{channel}", &channel)).await.map_err(error_of),
+        )?;
         self.side.listening.lock().expect("not poisoned").push(queue.to_owned());
         Ok(())
     }

@@ -1,0 +1,13 @@
+-- The statements of `sbworker install --postgres` (src/broker/postgres/install.rs),
+-- around the scripts of `broker/postgres/`. Parameters are $1, $2, ... as in the Rust
+-- calls.
+
+-- Each script runs in a transaction of its own, its notices (IF NOT EXISTS, say) quiet.
+-- name: quiet_notices
+SET LOCAL client_min_messages = warning;
+
+-- The install's version stamp: this sbworker's version and a hash of the part's
+-- scripts, for `sbworker selftest`. $1 the part (broker, roster), $2 the stamp.
+-- name: record_stamp
+INSERT INTO sbworker.installation (part, stamp) VALUES ($1, $2)
+    ON CONFLICT (part) DO UPDATE SET stamp = EXCLUDED.stamp, installed_at = clock_timestamp();
