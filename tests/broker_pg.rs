@@ -518,3 +518,55 @@ async fn a_deadlock_surfaces_as_retryable_1205() {
     a.rollback().await.unwrap();
     b.rollback().await.unwrap();
 }
+
+fn utf16le(s: &str) -> Vec<u8> {
+    s.encode_utf16().flat_map(u16::to_le_bytes).collect()
+}
+
+fn utf16be(s: &str) -> Vec<u8> {
+    s.encode_utf16().flat_map(u16::to_be_bytes).collect()
+}
+
+#[tokio::test]
+async fn xml_bodies_are_validated_in_their_own_encoding_and_kept_byte_for_byte() {
+    // As T-SQL clients send them: NVARCHAR is UTF-16LE without a mark, xml UTF-16LE with
+    // one; and UTF-16BE with a mark, UTF-8 with a mark, a character outside the BMP.
+    let (_url, mut s) = world().await;
+    let doc = "<?xml version=\"1.0\" encoding=\"utf-16\"?><Vraag Naam=\"Zoë 😀\">é</Vraag>";
+    let mut with_bom = vec![0xFF, 0xFE];
+    with_bom.extend(utf16le(doc));
+    let mut be_with_bom = vec![0xFE, 0xFF];
+    be_with_bom.extend(utf16be("<a>ok</a>"));
+    let mut utf8_bom = vec![0xEF, 0xBB, 0xBF];
+    utf8_bom.extend(b"<a>ok</a>");
+    let good: Vec<Vec<u8>> = vec![utf16le("<Vraag>nvarchar</Vraag>"), with_bom, utf16be("<a/>"), be_with_bom, utf8_bom];
+    s.begin().await.unwrap();
+    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    for body in &good {
+        s.send(h, VRAAG, Some(body)).await.unwrap_or_else(|e| panic!("{body:02x?}: {e}"));
+    }
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.commit().await.unwrap();
+    let received: Vec<Vec<u8>> = got.into_iter().map(|m| m.body).collect();
+    assert_eq!(received, good, "kept byte for byte");
+    // Malformed XML in any encoding, and what is not UTF-16 at all, is refused (9615).
+    let mut odd = utf16le("<a/>");
+    odd.push(b'x');
+    let mut lone = utf16le("<a>");
+    lone.extend([0x00, 0xD8]);
+    lone.extend(utf16le("</a>"));
+    let mut nul = utf16le("<a>");
+    nul.extend([0x00, 0x00]);
+    nul.extend(utf16le("</a>"));
+    let mut bom_only_open = vec![0xFF, 0xFE];
+    bom_only_open.extend(utf16le("<a>"));
+    for bad in [utf16le("<niet-gesloten>"), utf16be("<a>"), bom_only_open, odd, lone, nul, vec![0xFF, 0xFE]] {
+        s.begin().await.unwrap();
+        let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+        let e = s.send(h, VRAAG, Some(&bad)).await.unwrap_err();
+        assert_eq!((e.kind, e.number), (ErrorKind::Validation, 9615), "{bad:02x?}: {e}");
+        s.rollback().await.unwrap();
+    }
+}

@@ -316,43 +316,52 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
     let config = Connection::parse(&conn).unwrap().config();
     let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
     let mut c = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
-    let body = vraag_body(Uuid::new_v4());
-    let row = c
-        .query(
-            "DECLARE @h uniqueidentifier;
+    // The body in each form a T-SQL sender uses: varbinary UTF-8; NVARCHAR (UTF-16LE, no
+    // byte-order mark); and as SQL Server keeps an `xml` value, as the roster triggers
+    // send it (UTF-16LE with a byte-order mark).
+    for form in ["varbinary utf-8", "nvarchar", "xml as utf-16 with a mark"] {
+        let id = Uuid::new_v4();
+        let text = String::from_utf8(vraag_body(id)).unwrap();
+        let sql = "DECLARE @h uniqueidentifier;
              BEGIN DIALOG CONVERSATION @h
                  FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
                  TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
                  ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
                  WITH ENCRYPTION = OFF;
              SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);
-             SELECT @h;",
-            &[&body.as_slice()],
-        )
-        .await
-        .unwrap()
-        .into_row()
-        .await
-        .unwrap()
-        .expect("the handle");
-    let handle: Uuid = row.get(0).unwrap();
-    let rows = c
-        .query(
-            "WAITFOR (RECEIVE TOP (10) conversation_handle, message_type_name, message_body
-                        FROM dbo.loonfactorberekening_data), TIMEOUT 30000",
-            &[],
-        )
-        .await
-        .unwrap()
-        .into_first_result()
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].get::<Uuid, _>(0), Some(handle));
-    assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD));
-    let answer = decode_antwoord(rows[0].get::<&[u8], _>(2).unwrap(), &Limits::default()).unwrap();
-    assert!(!answer.mutaties.is_empty());
-    c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
+             SELECT @h;";
+        let result = match form {
+            "varbinary utf-8" => c.query(sql, &[&text.as_bytes()]).await,
+            "nvarchar" => c.query(sql, &[&text.as_str()]).await,
+            _ => {
+                let mut b = vec![0xFF, 0xFE];
+                b.extend(
+                    text.replace("encoding=\"UTF-8\"", "encoding=\"UTF-16\"").encode_utf16().flat_map(u16::to_le_bytes),
+                );
+                c.query(sql, &[&b.as_slice()]).await
+            }
+        };
+        let row = result.unwrap().into_row().await.unwrap().expect("the handle");
+        let handle: Uuid = row.get(0).unwrap();
+        let rows = c
+            .query(
+                "WAITFOR (RECEIVE TOP (10) conversation_handle, message_type_name, message_body
+                            FROM dbo.loonfactorberekening_data), TIMEOUT 30000",
+                &[],
+            )
+            .await
+            .unwrap()
+            .into_first_result()
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{form}");
+        assert_eq!(rows[0].get::<Uuid, _>(0), Some(handle), "{form}");
+        assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD), "{form}");
+        let answer = decode_antwoord(rows[0].get::<&[u8], _>(2).unwrap(), &Limits::default()).unwrap();
+        assert_eq!(answer.id, id, "{form}: the answer to this Vraag");
+        assert!(!answer.mutaties.is_empty(), "{form}");
+        c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
+    }
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
 }
@@ -494,6 +503,13 @@ async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_
     // Variables assigned by RECEIVE, the body read as XML.
     assert_eq!(v["assigned"], serde_json::json!(["/Rekenserver/LoonfactorBerekening/Antwoord", "1"]));
     assert_eq!(v["xml"], r#"<Hallo xmlns="urn:test">wereld</Hallo>"#);
+    // An NVARCHAR body into a WELL_FORMED_XML type is validated as UTF-16 and kept as sent.
+    let utf16: String = "<RequestMsg>Message for Target service: Zoë</RequestMsg>"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v["nvarchar_body"], utf16, "{v}");
     // A waiting RECEIVE cancelled with an ATTENTION; the connection serves the next request.
     assert_eq!(v["cancel"], "timed out", "{v}");
     assert_eq!(v["after_cancel"], 42, "{v}");

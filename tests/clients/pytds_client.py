@@ -81,6 +81,31 @@ with pytds.connect(
         cur.execute("END CONVERSATION %s WITH CLEANUP", (target,))
         cur.execute("END CONVERSATION %s WITH CLEANUP", (initiator,))
 
+        # The form of Microsoft's tutorial: the body an NVARCHAR variable (UTF-16LE, no
+        # byte-order mark) into a WELL_FORMED_XML message type; received as sent.
+        cur.execute(
+            """
+            DECLARE @h uniqueidentifier;
+            DECLARE @msg nvarchar(100);
+            BEGIN DIALOG CONVERSATION @h
+                FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                TO SERVICE N'/Rekenserver/LoonfactorBerekening/RekenService'
+                ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                WITH ENCRYPTION = OFF;
+            SELECT @msg = N'<RequestMsg>Message for Target service: Zoë</RequestMsg>';
+            SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@msg);
+            SELECT @h;
+            """
+        )
+        tutorial = cur.fetchone()[0]
+        cur.execute(
+            "WAITFOR (RECEIVE TOP (1) conversation_handle, message_body FROM dbo.loonfactorberekening_reken), TIMEOUT 10000"
+        )
+        handle, body = cur.fetchone()
+        out["nvarchar_body"] = body.hex()
+        cur.execute("END CONVERSATION %s WITH CLEANUP", (handle,))
+        cur.execute("END CONVERSATION %s WITH CLEANUP", (tutorial,))
+
         # A RECEIVE waiting on an empty queue, cancelled by the client's timeout: python-tds
         # sends an ATTENTION and waits for the server's acknowledgement.
         try:
