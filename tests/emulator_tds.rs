@@ -87,49 +87,78 @@ async fn a_wrong_password_is_login_failed_18456() {
 }
 
 /// Fails every group, on any transport.
-struct AlwaysFails;
+/// Fails every Vraag whose body contains "poison"; the rest goes to the calculation.
+/// Diverted messages are answered as the calculation answers them (a Fout).
+struct Poisoned;
 
-impl<S: sbworker::transport::Session> sbworker::worker::Handler<S> for AlwaysFails {
+impl<S: sbworker::transport::PayrollStore> sbworker::worker::Handler<S> for Poisoned {
     fn handle<'a>(
         &'a self,
-        _: &'a mut S,
-        _: &'a [sbworker::broker::Message],
+        s: &'a mut S,
+        msgs: &'a [sbworker::broker::Message],
     ) -> sbworker::worker::handler::BoxFuture<'a, Result<sbworker::worker::Handled, sbworker::worker::HandlerError>>
     {
-        Box::pin(async { Err(sbworker::worker::HandlerError::Failed("always fails over TDS".into())) })
+        Box::pin(async move {
+            if msgs.iter().any(|m| String::from_utf8_lossy(&m.body).contains("poison")) {
+                return Err(sbworker::worker::HandlerError::Failed("the handler choked on poison over TDS".into()));
+            }
+            sbworker::worker::Handler::<S>::handle(&*calculation_handler(), s, msgs).await
+        })
     }
 
-    fn divert_reply(&self, _: &sbworker::broker::Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
-        None
+    fn divert_reply(&self, m: &sbworker::broker::Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
+        sbworker::worker::Handler::<S>::divert_reply(&*calculation_handler(), m, reason)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tds_a_failing_message_is_counted_and_diverted_and_the_queue_stays_enabled() {
+    // The same checks as the PostgreSQL twin (worker_pg): the bad request gets a Fout
+    // naming the diversion and the handler's error, then the Error; the good one its
+    // Antwoord; the dead letter keeps the body byte for byte; the queue stays enabled.
     let (url, mut s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
     let transport = MssqlTransport::new(&conn).unwrap();
     let mut cfg = config(&url, "");
     cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 1000;
-    let handlers = Handlers::default().with(calculation::NAME, Arc::new(AlwaysFails));
+    let handlers = Handlers::default().with(calculation::NAME, Arc::new(Poisoned));
+    let metrics = Arc::new(Metrics::new());
+    let m = metrics.clone();
     let (tx, rx) = mpsc::channel(2);
-    let run =
-        tokio::spawn(
-            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
-        );
-    let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
-    let got = collect(&mut s, 1).await;
-    assert_eq!((got[0].conversation_handle, got[0].message_type.as_str()), (h, sbworker::broker::system::ERROR));
-    let (code, text) = sbworker::handlers::calculation::error_body(&got[0].body);
+    let run = tokio::spawn(async move { worker::run(transport, &cfg, &handlers, m, rx).await.unwrap() });
+    let mut body = vraag_body(Uuid::new_v4());
+    body.extend_from_slice(b"<!-- poison -->");
+    let bad = ask(&mut s, &body).await;
+    let good = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
+    let got = collect(&mut s, 3).await;
+    let for_bad: Vec<&sbworker::broker::Message> = got.iter().filter(|m| m.conversation_handle == bad).collect();
+    let for_good: Vec<&sbworker::broker::Message> = got.iter().filter(|m| m.conversation_handle == good).collect();
+    assert_eq!(for_good.len(), 1, "{got:?}");
+    assert_eq!(for_good[0].message_type, message_types::ANTWOORD);
+    assert_eq!(
+        for_bad.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(),
+        [message_types::FOUT, sbworker::broker::system::ERROR]
+    );
+    let fout = sbworker::contract::decode_fout(&for_bad[0].body, &Limits::default()).unwrap();
+    assert!(fout.error_message.contains("diverted after 3 failed attempts"), "{}", fout.error_message);
+    assert!(fout.error_message.contains("choked on poison over TDS"), "{}", fout.error_message);
+    let (code, text) = sbworker::handlers::calculation::error_body(&for_bad[1].body);
     assert_eq!(code, 50901);
-    assert!(text.contains("always fails over TDS"), "{text}");
-    let row = s.client().query_one("SELECT attempts, reason FROM sbworker.dead_letter", &[]).await.unwrap();
+    assert!(text.contains("choked on poison over TDS"), "{text}");
+    let row =
+        s.client().query_one("SELECT attempts, reason, message_body FROM sbworker.dead_letter", &[]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 3);
+    assert!(row.get::<_, String>(1).contains("choked on poison over TDS"));
+    assert_eq!(row.get::<_, Vec<u8>>(2), body, "the message is kept byte for byte");
     let enabled: bool =
         s.client().query_one("SELECT enabled FROM sb.queue WHERE name = $1", &[&REKEN_Q]).await.unwrap().get(0);
-    assert!(enabled);
+    assert!(enabled, "the queue must stay enabled");
+    end_all(&mut s, [good, bad]).await;
     tx.send(()).await.unwrap();
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    let text = metrics.encode();
+    assert_eq!(metric_in(&text, &format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_Q}\"}}")), 1.0);
+    assert_eq!(metric_in(&text, &format!("sbworker_groups_retried_total{{queue=\"{REKEN_Q}\"}}")), 3.0);
 }
 
 #[tokio::test]
@@ -282,6 +311,16 @@ async fn over_tds_a_real_deadlock_comes_back_as_1205_and_is_retried() {
     assert_eq!(run.await.unwrap(), RunOutcome::Drained);
     let text = metrics.encode();
     assert_eq!(metric_in(&text, &format!("sbworker_groups_retried_total{{queue=\"{REKEN_Q}\"}}")), 1.0);
+    // Retried as the environment's fault (1205 is transient), not held against the
+    // message: nothing set aside, the queue still enabled, nothing left behind.
+    assert_eq!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")), 1.0, "{text}");
+    let left = count(
+        &s,
+        "SELECT (SELECT count(*) FROM sbworker.dead_letter) + (SELECT count(*) FROM sbworker.message_attempt) \
+         + (SELECT count(*) FROM sb.message) + (SELECT count(*) FROM sb.queue WHERE NOT enabled)",
+    )
+    .await;
+    assert_eq!(left, 0, "no dead letter, no attempt row, no message, no disabled queue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,6 +417,25 @@ async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session
     answered.sort();
     asked.sort();
     assert_eq!(answered, asked, "{got:?}");
+    // Once the calculation's queue is empty and no attempt is open, nothing more comes:
+    // no second answer to any request, nothing set aside.
+    wait_until("the calculation queue is done", || async {
+        count(
+            s,
+            &format!(
+                "SELECT (SELECT count(*) FROM sb.message WHERE queue = '{REKEN_Q}') \
+                 + (SELECT count(*) FROM sbworker.message_attempt)"
+            ),
+        )
+        .await
+            == 0
+    })
+    .await;
+    assert_eq!(
+        count(s, &format!("SELECT count(*) FROM sb.message WHERE queue = '{ANTWOORD_Q}'")).await,
+        0,
+        "no answer beyond one per request"
+    );
     assert_eq!(count(s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
     end_all(s, asked).await;
 }
