@@ -357,6 +357,9 @@ async fn eight_sessions_share_a_queue_without_overlap_or_loss() {
                     }
                 }
                 *total.lock().unwrap() += got.len() as i64;
+                // Hold the group across a round trip to the server, as a handler would, so
+                // that a second session receiving it meanwhile would find it in `held`.
+                s.client().batch_execute("SELECT 1").await.unwrap();
                 held.lock().unwrap().remove(&g);
                 s.commit().await.unwrap();
             }

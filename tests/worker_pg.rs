@@ -143,17 +143,8 @@ impl Handler<Session> for Deadlocking {
 }
 
 fn pg(e: tokio_postgres::Error) -> HandlerError {
-    // The same mapping the transport uses, through a statement the broker fails.
-    let code = e.as_db_error().map(|d| d.code().code().to_owned()).unwrap_or_default();
-    if code == "40P01" {
-        HandlerError::Broker(sbworker::broker::BrokerError {
-            kind: sbworker::broker::ErrorKind::Retryable,
-            number: 1205,
-            message: e.to_string(),
-        })
-    } else {
-        HandlerError::Failed(e.to_string())
-    }
+    // The transport's own mapping (a deadlock is retryable 1205), not a copy of it.
+    HandlerError::Broker(sbworker::broker::postgres::error_of(e))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
