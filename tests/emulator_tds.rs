@@ -358,7 +358,7 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
     // The body in each form a T-SQL sender uses: varbinary UTF-8; NVARCHAR (UTF-16LE, no
     // byte-order mark); and as SQL Server keeps an `xml` value, as the roster triggers
     // send it (UTF-16LE with a byte-order mark).
-    for form in ["varbinary utf-8", "nvarchar", "xml as utf-16 with a mark"] {
+    for form in ["varbinary utf-8", "nvarchar", "xml as utf-16 with a mark", "CAST(nvarchar AS xml)"] {
         let id = Uuid::new_v4();
         let text = String::from_utf8(vraag_body(id)).unwrap();
         let sql = "DECLARE @h uniqueidentifier;
@@ -372,6 +372,14 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
         let result = match form {
             "varbinary utf-8" => c.query(sql, &[&text.as_bytes()]).await,
             "nvarchar" => c.query(sql, &[&text.as_str()]).await,
+            "CAST(nvarchar AS xml)" => {
+                // As a trigger does: SEND ON CONVERSATION (@h) … (CAST(… AS xml)).
+                let cast = sql
+                    .replace("SEND ON CONVERSATION @h", "SEND ON CONVERSATION (@h)")
+                    .replace("(@P1);", "(CAST(@P1 AS xml));");
+                let text = text.replace("encoding=\"UTF-8\"", "encoding=\"UTF-16\"");
+                c.query(cast, &[&text.as_str()]).await
+            }
             _ => {
                 let mut b = vec![0xFF, 0xFE];
                 b.extend(
@@ -568,6 +576,12 @@ async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(v["nvarchar_body"], utf16, "{v}");
+    let xml: String = [0xFF, 0xFE]
+        .into_iter()
+        .chain("<RequestMsg>As xml</RequestMsg>".encode_utf16().flat_map(u16::to_le_bytes))
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v["xml_body"], xml, "CAST(… AS xml) is kept as SQL Server keeps xml: {v}");
     // A waiting RECEIVE cancelled with an ATTENTION; the connection serves the next request.
     assert_eq!(v["cancel"], "timed out", "{v}");
     assert_eq!(v["after_cancel"], 42, "{v}");

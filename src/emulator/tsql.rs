@@ -13,6 +13,8 @@ pub enum Value {
     Int(i64),
     Str(String),
     Null,
+    /// `CAST(value AS type)` or `CONVERT(type, value[, style])`: the type lower case.
+    Cast(Box<Value>, String),
 }
 
 /// One item of a RECEIVE's column list.
@@ -346,6 +348,30 @@ impl Parser {
             Some(Tok::Int(i)) => Value::Int(i),
             Some(Tok::Str(s)) => Value::Str(s),
             Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL") => Value::Null,
+            Some(Tok::Word(w))
+                if w.eq_ignore_ascii_case("CAST") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) =>
+            {
+                self.at += 2;
+                let inner = self.value()?;
+                self.kw("AS")?;
+                let ty = self.type_name()?;
+                self.punct(')')?;
+                return Ok(Value::Cast(Box::new(inner), ty));
+            }
+            Some(Tok::Word(w))
+                if w.eq_ignore_ascii_case("CONVERT") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) =>
+            {
+                self.at += 2;
+                let ty = self.type_name()?;
+                self.punct(',')?;
+                let inner = self.value()?;
+                if self.eat_punct(',') {
+                    // A style: only the default makes sense for the types converted here.
+                    let _ = self.value()?;
+                }
+                self.punct(')')?;
+                return Ok(Value::Cast(Box::new(inner), ty));
+            }
             Some(Tok::Punct('(')) => {
                 self.at += 1;
                 let v = self.value()?;
@@ -973,6 +999,25 @@ mod tests {
         assert!(
             matches!(one("EXEC sbworker.count_attempts @queue = @P1, @keys = N'[]'"), Statement::Exec { args, .. } if args.len() == 2)
         );
+    }
+
+    #[test]
+    fn a_body_may_be_cast_or_converted_and_a_handle_parenthesised() {
+        let cast = |sql: &str| match &parse_batch(sql).unwrap()[0] {
+            Statement::Send { handle, body: Some(Value::Cast(inner, ty)), .. } => {
+                (handle.clone(), (**inner).clone(), ty.clone())
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            cast("SEND ON CONVERSATION (@h) MESSAGE TYPE [t] (CAST(@msg AS xml))"),
+            (Value::Var("@h".into()), Value::Var("@msg".into()), "xml".into())
+        );
+        assert_eq!(
+            cast("SEND ON CONVERSATION @h MESSAGE TYPE [t] (CONVERT(varbinary(max), N'<a/>'))"),
+            (Value::Var("@h".into()), Value::Str("<a/>".into()), "varbinary(max)".into())
+        );
+        assert_eq!(cast("SEND ON CONVERSATION @h MESSAGE TYPE [t] (CONVERT(xml, @m, 0));").2, "xml");
     }
 
     #[test]

@@ -103,6 +103,20 @@ with pytds.connect(
         )
         handle, body = cur.fetchone()
         out["nvarchar_body"] = body.hex()
+        # The same dialog, the body cast to xml and the handle in parentheses, as the
+        # reference page writes SEND: SQL Server keeps xml as UTF-16LE with a mark.
+        cur.execute(
+            """
+            DECLARE @msg nvarchar(100);
+            SELECT @msg = N'<RequestMsg>As xml</RequestMsg>';
+            SEND ON CONVERSATION (%s) MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (CAST(@msg AS xml));
+            """,
+            (tutorial,),
+        )
+        cur.execute(
+            "WAITFOR (RECEIVE TOP (1) message_body FROM dbo.loonfactorberekening_reken), TIMEOUT 10000"
+        )
+        out["xml_body"] = cur.fetchone()[0].hex()
         cur.execute("END CONVERSATION %s WITH CLEANUP", (handle,))
         cur.execute("END CONVERSATION %s WITH CLEANUP", (tutorial,))
 

@@ -20,7 +20,40 @@ pub(super) fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure
         Value::Int(i) => Sql::BigInt(*i),
         Value::Str(s) => Sql::NVarChar(s.clone()),
         Value::Null => Sql::Null,
+        Value::Cast(inner, ty) => convert(ty, value(inner, params)?)?,
     })
+}
+
+/// `CAST(v AS ty)` of a value, as SQL Server converts: to `xml`, checked to be
+/// well-formed and kept as SQL Server keeps xml (UTF-16LE with a byte-order mark, which
+/// is what a SEND of it puts in the queue); to `varbinary`, an nvarchar as UTF-16LE; to
+/// `nvarchar`, a varbinary read as UTF-16LE. Anything else is refused.
+pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
+    let base = ty.split('(').next().unwrap_or(ty);
+    match (base, v) {
+        (_, Sql::Null) => Ok(Sql::Null),
+        ("xml", v @ (Sql::NVarChar(_) | Sql::VarBinary(_))) => {
+            let text = match v {
+                Sql::NVarChar(s) => s,
+                Sql::VarBinary(b) => match b.strip_prefix(&[0xFF, 0xFE]) {
+                    Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
+                    None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
+                },
+                _ => unreachable!("matched above"),
+            };
+            well_formed(&text)?;
+            let mut bytes = vec![0xFF, 0xFE];
+            bytes.extend(strip_declaration(&text).encode_utf16().flat_map(u16::to_le_bytes));
+            Ok(Sql::VarBinary(bytes))
+        }
+        ("varbinary", Sql::NVarChar(s)) => Ok(Sql::VarBinary(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
+        ("varbinary", v @ Sql::VarBinary(_)) => Ok(v),
+        ("nvarchar" | "sysname", Sql::VarBinary(b)) => {
+            Ok(Sql::NVarChar(codec::utf16_string(&b).map_err(|e| fail(e.to_string()))?))
+        }
+        ("nvarchar" | "sysname", v @ Sql::NVarChar(_)) => Ok(v),
+        (_, v) => Err(fail(format!("CONVERT of {v:?} to {ty} is not supported by the emulator"))),
+    }
 }
 
 pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
