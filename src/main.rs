@@ -160,6 +160,7 @@ fn main() -> ExitCode {
             fault_drop_every,
             fault_lock_timeout_every,
             fault_commit_deadlock_every,
+            fault_send_drop_every,
             fault_drop_blocked_after_ms,
             fault_delay_ms,
         } => {
@@ -168,6 +169,7 @@ fn main() -> ExitCode {
                 sbworker::emulator::server::Faults::new(None, None, std::time::Duration::from_millis(fault_delay_ms));
             faults.set_receive_faults(fault_deadlock_every, fault_lock_timeout_every, fault_drop_every);
             faults.set_commit_deadlock_every(fault_commit_deadlock_every);
+            faults.set_send_drop_every(fault_send_drop_every);
             faults.set_drop_blocked_after(fault_drop_blocked_after_ms.map(std::time::Duration::from_millis));
             match cli::emulator::run(listen, postgres, creds, faults) {
                 Ok(()) => ExitCode::SUCCESS,

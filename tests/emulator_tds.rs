@@ -449,6 +449,25 @@ async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_between_send_and_commit_loses_nothing_and_answers_once() {
+    // Every other reply's SEND is followed by a dropped connection before its COMMIT: the
+    // transaction rolls back (the Antwoord with it), the Vraag returns to the queue, and
+    // the worker, given the attempt back as the environment's fault, answers it once.
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    faults.set_send_drop_every(Some(2));
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    every_request_answered_once(&mut s, 6).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert!(faults.injected() >= 3, "{}", faults.injected());
+    let text = metrics.encode();
+    assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_Q}\"}}")), 6.0, "{text}");
+    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 3.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_deadlocks_1205_are_retried_and_every_request_is_answered_once() {
     let (url, mut s) = calc_world().await;
     let faults = Arc::new(Faults::new(Some(2), None, std::time::Duration::from_millis(2)));

@@ -239,6 +239,10 @@ pub enum Command {
         /// with deadlock 1205 (rolled back).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         fault_commit_deadlock_every: Option<u64>,
+        /// Fault injection: every Nth SEND of a transaction that received messages (a
+        /// reply) drops the connection before its COMMIT (the transaction rolls back).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        fault_send_drop_every: Option<u64>,
         /// Fault injection: a request still running after this many milliseconds (blocked
         /// on a lock, say) has its connection dropped, as a killed session does.
         #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]

@@ -133,6 +133,10 @@ pub(super) async fn execute(
                 None => None,
             };
             s.send(h, &ty, body.as_deref()).await?;
+            if conn.received && conn.faults.on_send() {
+                warn!("fault injected: the connection drops between a SEND and its COMMIT");
+                conn.drop_now = true;
+            }
             Ok(None)
         }
         Statement::EndConversation { handle, error, cleanup } => {

@@ -17,6 +17,9 @@ pub struct Faults {
     lock_timeout_every: AtomicU64,
     /// Every Nth such RECEIVE drops the connection instead of answering (mid-transaction).
     drop_every: AtomicU64,
+    /// Every Nth SEND of a transaction that received drops the connection before COMMIT.
+    send_drop_every: AtomicU64,
+    sends: AtomicU64,
     /// Every Nth such COMMIT fails with deadlock 1205 (the transaction rolled back).
     commit_deadlock_every: AtomicU64,
     /// A request still running after this many milliseconds (blocked on a lock) drops
@@ -55,6 +58,18 @@ impl Faults {
         self.commit_deadlock_every.store(every.unwrap_or(0), Ordering::SeqCst);
     }
 
+    /// Every Nth SEND inside a transaction that received messages (a reply, between
+    /// its SEND and its COMMIT) drops the connection: the transaction rolls back (None: off).
+    pub fn set_send_drop_every(&self, every: Option<u64>) {
+        self.send_drop_every.store(every.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Counts a SEND in a transaction that received messages; true: it drops the connection.
+    pub(super) fn on_send(&self) -> bool {
+        let n = self.sends.fetch_add(1, Ordering::Relaxed) + 1;
+        self.count(Self::hit(&self.send_drop_every, n))
+    }
+
     /// Drop the connection of a request still running after `after` (None: off).
     pub fn set_drop_blocked_after(&self, after: Option<Duration>) {
         self.drop_blocked_after_ms.store(after.map_or(0, |d| d.as_millis().max(1) as u64), Ordering::SeqCst);
@@ -65,6 +80,7 @@ impl Faults {
         self.set_receive_faults(None, None, None);
         self.set_commit_deadlock_every(None);
         self.set_drop_blocked_after(None);
+        self.set_send_drop_every(None);
     }
 
     pub(super) fn drop_blocked_after(&self) -> Option<Duration> {
