@@ -481,3 +481,87 @@ async fn a_group_aborted_by_the_shutdown_is_given_back_not_counted() {
     assert!(why.contains("interrupted by the worker's shutdown"), "{why}");
     assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 1, "the message is still queued");
 }
+
+/// Handles the one conversation `handle` of `queue` with `handler`, in a transaction.
+async fn handle_one(s: &mut Session, queue: &str, handle: Uuid, handler: &dyn Handler<Session>) -> Handled {
+    s.begin().await.unwrap();
+    let msgs = s.receive_conversation(queue, handle).await.unwrap();
+    assert!(!msgs.is_empty(), "nothing on {queue} for {handle}");
+    let done = handler.handle(s, &msgs).await.unwrap();
+    s.commit().await.unwrap();
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_answered_before_version_1_keeps_version_2() {
+    // Out of order on purpose: version 2 of a key is computed and stored first, then
+    // version 1 arrives. It is answered as superseded without computing, and the stored
+    // result stays version 2's. The expected factors come from the engine run on the
+    // test's own Vraag (not from the SQL that builds the Vraags in the pipeline).
+    use sbworker::contract::{decode_vraag, encode_vraag};
+    let (_url, mut s) = calc_world().await;
+    let dv = 900_001;
+    let mut v1 = decode_vraag(&vraag_body(Uuid::new_v4()), &Limits::default()).unwrap();
+    v1.dienstverband.id = dv;
+    v1.versie = 1;
+    let mut v2 = v1.clone();
+    v2.id = Uuid::new_v4();
+    v2.versie = 2;
+    let mut second = v2.diensten.dienst[0].clone();
+    second.datum = "2026-03-11".parse().unwrap();
+    v2.diensten.dienst.push(second);
+    let h1 = ask(&mut s, encode_vraag(&v1).as_bytes()).await;
+    let h2 = ask(&mut s, encode_vraag(&v2).as_bytes()).await;
+    let target = |h: Uuid| {
+        let c = s.client();
+        async move {
+            c.query_one(
+                "SELECT t.handle FROM sb.endpoint i JOIN sb.endpoint t ON t.conversation_id = i.conversation_id \
+                 AND t.handle <> i.handle WHERE i.handle = $1",
+                &[&h],
+            )
+            .await
+            .unwrap()
+            .get::<_, Uuid>(0)
+        }
+    };
+    let (t1, t2) = (target(h1).await, target(h2).await);
+    let calc = calculation_handler();
+    let collector = sbworker::handlers::collector::Collector::new(Limits::default());
+    // Version 2 first, through to the store.
+    assert_eq!(handle_one(&mut s, REKEN_Q, t2, &*calc).await.answered, 1);
+    assert_eq!(handle_one(&mut s, ANTWOORD_Q, h2, &collector).await.answered, 1);
+    // Version 1 afterwards: superseded at the calculation, nothing stored.
+    assert_eq!(handle_one(&mut s, REKEN_Q, t1, &*calc).await.superseded, 1);
+    let stored = handle_one(&mut s, ANTWOORD_Q, h1, &collector).await;
+    assert_eq!((stored.answered, stored.superseded), (0, 1));
+    // The stored result is version 2's, factor for factor as the engine computes it.
+    let row = s
+        .client()
+        .query_one("SELECT versie FROM rekenserver.resultaat WHERE dienstverband_id = $1", &[&dv])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2);
+    let tables = sbworker::engine::Tables::built_in().unwrap();
+    let expected = sbworker::engine::calculate(&v2, &tables, false).unwrap().antwoord;
+    let rows = s
+        .client()
+        .query(
+            "SELECT loonfactor_code, waarde::text FROM rekenserver.resultaat_factor WHERE dienstverband_id = $1 \
+             ORDER BY loonfactor_code",
+            &[&dv],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let want: Vec<(String, String)> =
+        expected.mutaties.iter().map(|m| (m.loonfactor_code.clone(), m.waarde.to_string())).collect();
+    assert_eq!(got.len(), want.len());
+    for ((gc, gv), (wc, wv)) in got.iter().zip(&want) {
+        assert_eq!(gc, wc);
+        assert_eq!(gv.parse::<rust_decimal::Decimal>().unwrap(), wv.parse::<rust_decimal::Decimal>().unwrap(), "{gc}");
+    }
+    // The two versions differ, so the check tells them apart.
+    let v1_factors = sbworker::engine::calculate(&v1, &tables, false).unwrap().antwoord.mutaties;
+    assert_ne!(v1_factors, expected.mutaties);
+}
