@@ -7,6 +7,7 @@ mod broker_pg_races;
 mod cli_calc;
 mod cli_run;
 mod common;
+mod conformance;
 mod contract_examples;
 mod contract_props;
 mod doc_links;
