@@ -7,7 +7,8 @@
 //! Session level, so far: order within a conversation and one group per receive; a
 //! rollback returns the messages; a send is invisible until commit; the group stays
 //! locked until commit; an error end reaches the far side; attempt counts survive a
-//! rollback; the version claim; the state of a missing queue.
+//! rollback; MOVE CONVERSATION; EndDialog at the far side; the version claim; the state
+//! of a missing queue.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +112,52 @@ where
     assert_eq!((code, text.as_str()), (50001, "conformance"), "{name}");
     pg.begin().await.unwrap();
     pg.end_conversation(h, None).await.unwrap();
+    pg.commit().await.unwrap();
+
+    // MOVE CONVERSATION: two dialogs in two groups; one moved into the other's group is
+    // received with it, in one group.
+    let (h1, h2) = (dialog_of(pg, 1).await, dialog_of(pg, 1).await);
+    a.begin().await.unwrap();
+    let first = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    assert_eq!(first.len(), 1, "{name}");
+    let (t_first, g_first) = (first[0].conversation_handle, first[0].conversation_group_id);
+    a.rollback().await.unwrap();
+    let other = count(
+        pg,
+        &format!(
+            "SELECT count(*) FROM sb.endpoint WHERE NOT is_initiator AND handle <> '{t_first}' \
+             AND conversation_id IN (SELECT conversation_id FROM sb.endpoint WHERE handle IN ('{h1}', '{h2}'))"
+        ),
+    )
+    .await;
+    assert_eq!(other, 1, "{name}");
+    let t_other: Uuid = pg
+        .client()
+        .query_one(
+            "SELECT handle FROM sb.endpoint WHERE NOT is_initiator AND handle <> $1 \
+             AND conversation_id IN (SELECT conversation_id FROM sb.endpoint WHERE handle = ANY($2))",
+            &[&t_first, &vec![h1, h2]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    a.begin().await.unwrap();
+    a.move_conversation(t_other, g_first).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    a.commit().await.unwrap();
+    a.begin().await.unwrap();
+    let both = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    assert_eq!(both.len(), 2, "{name}: both dialogs in one group");
+    assert!(both.iter().all(|m| m.conversation_group_id == g_first), "{name}");
+    for m in &both {
+        a.end_conversation(m.conversation_handle, None).await.unwrap();
+    }
+    a.commit().await.unwrap();
+    pg.begin().await.unwrap();
+    for h in [h1, h2] {
+        let end = pg.receive_conversation(ANTWOORD_Q, h).await.unwrap();
+        assert_eq!(end.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(), [system::END_DIALOG], "{name}");
+        pg.end_conversation(h, None).await.unwrap();
+    }
     pg.commit().await.unwrap();
 
     // The version claim: newer claims, equal or older does not.
