@@ -127,7 +127,12 @@ async fn sigkill_in_the_middle_of_a_group_loses_nothing() {
     for _ in 0..6 {
         handles.push(ask(&mut s, &vraag_body(Uuid::new_v4())).await);
     }
-    let mut w = Worker::start(&dir, &config_with(&url, "[hooks]\npause_before_commit = 1"));
+    // One reader: the paused group is the only one in flight when the worker is killed
+    // (with more, another reader may be inside a group of its own at that moment).
+    let one_reader = config_with(&url, "[hooks]\npause_before_commit = 1")
+        .replace("wait_ms = 2000\n", "wait_ms = 2000\nmax_readers = 1\n");
+    assert!(one_reader.contains("max_readers = 1"), "{one_reader}");
+    let mut w = Worker::start(&dir, &one_reader);
     w.wait_for("test hook: paused before commit").await;
     w.signal(libc::SIGKILL);
     let (code, _) = w.exit().await;
