@@ -7,7 +7,7 @@
 //! Session level, so far: order within a conversation and one group per receive; a
 //! rollback returns the messages; a send is invisible until commit; the group stays
 //! locked until commit; an error end reaches the far side; attempt counts survive a
-//! rollback; MOVE CONVERSATION; EndDialog at the far side; the version claim; the state
+//! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE CONVERSATION; EndDialog at the far side; the version claim; the state
 //! of a missing queue.
 
 use std::sync::Arc;
@@ -94,6 +94,19 @@ where
     let third = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
     assert_eq!(third.len(), 3, "{name}");
     assert_eq!(a.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 2, "{name}: counted across a rollback");
+
+    // ... and across a crash: a session dropped inside its transaction (its connection
+    // gone, as when the worker is killed) leaves the count standing.
+    a.rollback().await.unwrap();
+    let mut c = transport.open().await.unwrap();
+    c.begin().await.unwrap();
+    assert_eq!(c.receive(REKEN_Q, 10, None, WAIT).await.unwrap().len(), 3, "{name}");
+    assert_eq!(c.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 3, "{name}");
+    drop(c);
+    a.begin().await.unwrap();
+    let fourth = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    assert_eq!(fourth.len(), 3, "{name}: the crashed session's messages are back");
+    assert_eq!(a.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 4, "{name}: counted across a crash");
     a.forget_attempts(&keys).await.unwrap();
 
     // A send is invisible until commit.
@@ -167,6 +180,36 @@ where
     assert!(!a.claim_version(777, 1, 1).await.unwrap(), "{name}: older");
     assert!(a.claim_version(777, 1, 3).await.unwrap(), "{name}: newer");
     a.commit().await.unwrap();
+
+    // The broker's poison rule, where it is on: five rolled-back receives of the same
+    // message in a row disable the queue (9617 to the next receive).
+    pg.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)")).await.unwrap();
+    let hp = dialog_of(pg, 1).await;
+    for round in 1..=5 {
+        a.begin().await.unwrap();
+        let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+        assert_eq!(got.len(), 1, "{name}: round {round}");
+        a.rollback().await.unwrap();
+    }
+    let st = a.queue_state(REKEN_Q).await.unwrap();
+    assert!(!st.enabled && st.poison_handling, "{name}: disabled after five rollbacks");
+    a.begin().await.unwrap();
+    let e = a.receive(REKEN_Q, 10, None, Duration::from_millis(100)).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::QueueDisabled, 9617), "{name}: {e}");
+    let _ = a.rollback().await;
+    pg.client()
+        .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_enabled => true, p_poison_handling => false)"))
+        .await
+        .unwrap();
+    a.begin().await.unwrap();
+    let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    assert_eq!(got.len(), 1, "{name}: served again once enabled");
+    a.end_conversation(got[0].conversation_handle, None).await.unwrap();
+    a.commit().await.unwrap();
+    pg.begin().await.unwrap();
+    pg.receive_conversation(ANTWOORD_Q, hp).await.unwrap();
+    pg.end_conversation(hp, None).await.unwrap();
+    pg.commit().await.unwrap();
 
     // The state of a queue, and of one that does not exist.
     let st = a.queue_state(REKEN_Q).await.unwrap();
