@@ -4,7 +4,7 @@
 //! suite reads; no assertion is silently left out. (A real SQL Server is exercised by
 //! `mssql_real` when `SBWORKER_MSSQL_URL` is set.)
 //!
-//! Session level, so far: order within a conversation and one group per receive; a
+//! Session level, so far: endpoint states; order within a conversation and one group per receive; a
 //! rollback returns the messages; a send is invisible until commit; the group stays
 //! locked until commit; an error end reaches the far side; attempt counts survive a
 //! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE CONVERSATION; EndDialog at the far side; the version claim; the state
@@ -57,6 +57,11 @@ async fn waiting(s: &PgSession, queue: &str) -> i64 {
 }
 
 const WAIT: Duration = Duration::from_secs(5);
+
+/// An endpoint's state in the broker (None: gone).
+async fn state(s: &PgSession, handle: Uuid) -> Option<String> {
+    s.client().query_opt("SELECT state FROM sb.endpoint WHERE handle = $1", &[&handle]).await.unwrap().map(|r| r.get(0))
+}
 
 /// The suite, on `transport`; `pg` is a PostgreSQL session on the same database for
 /// the initiator's side and for looking at the broker's tables.
@@ -113,9 +118,14 @@ where
     let answers_before = waiting(pg, ANTWOORD_Q).await;
     a.send(target, message_types::FOUT, Some(b"<Fout/>")).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(waiting(pg, ANTWOORD_Q).await, answers_before, "{name}: not before commit");
+    // Endpoint states as the transport drives them: the receive is not committed yet,
+    // so another session still sees the target as started inbound (SI), the initiator
+    // conversing (CO).
+    assert_eq!((state(pg, target).await.as_deref(), state(pg, h).await.as_deref()), (Some("SI"), Some("CO")), "{name}");
     // An error end reaches the far side.
     a.end_conversation(target, Some((50001, "conformance"))).await.unwrap();
     a.commit().await.unwrap();
+    assert_eq!(state(pg, h).await.as_deref(), Some("ER"), "{name}: the initiator's side is in error");
     pg.begin().await.unwrap();
     let far = pg.receive_conversation(ANTWOORD_Q, h).await.unwrap();
     pg.commit().await.unwrap();
@@ -126,6 +136,7 @@ where
     pg.begin().await.unwrap();
     pg.end_conversation(h, None).await.unwrap();
     pg.commit().await.unwrap();
+    assert_eq!((state(pg, target).await, state(pg, h).await), (None, None), "{name}: both ended, cleaned up");
 
     // MOVE CONVERSATION: two dialogs in two groups; one moved into the other's group is
     // received with it, in one group.
