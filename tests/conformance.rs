@@ -21,6 +21,7 @@ use sbworker::emulator::server::Faults;
 use sbworker::transport::{MessageKey, PayrollStore, Session, Transport};
 use uuid::Uuid;
 
+use crate::broker_pg::state;
 use crate::common::calc::*;
 
 /// What a back end can do that another cannot, declared once.
@@ -57,11 +58,6 @@ async fn waiting(s: &PgSession, queue: &str) -> i64 {
 }
 
 const WAIT: Duration = Duration::from_secs(5);
-
-/// An endpoint's state in the broker (None: gone).
-async fn state(s: &PgSession, handle: Uuid) -> Option<String> {
-    s.client().query_opt("SELECT state FROM sb.endpoint WHERE handle = $1", &[&handle]).await.unwrap().map(|r| r.get(0))
-}
 
 /// The suite, on `transport`; `pg` is a PostgreSQL session on the same database for
 /// the initiator's side and for looking at the broker's tables.

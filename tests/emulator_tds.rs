@@ -510,25 +510,7 @@ async fn a_client_that_requires_tls_is_refused() {
 
 /// python-tds, installed from PyPI into the test target directory when missing.
 fn python_tds() -> std::path::PathBuf {
-    use std::process::Command;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-tds");
-    let importable = || {
-        Command::new("python3").env("PYTHONPATH", &dir).args(["-c", "import pytds"]).status().is_ok_and(|s| s.success())
-    };
-    if !importable() {
-        let status = Command::new("python3")
-            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
-            .arg("--target")
-            .arg(&dir)
-            .arg("python-tds==1.17.1")
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()) && importable(),
-            "this test needs python3 with pip and python-tds from PyPI (.ci/run installs them)"
-        );
-    }
-    dir
+    crate::common::python_package("python-tds", "pytds", "python-tds==1.17.1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,22 +5,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// module → the modules it may use, read from the table in src/lib.rs.
-fn table() -> BTreeMap<String, BTreeSet<String>> {
+/// The rows of the table in src/lib.rs, in order: each module and the modules it may use.
+fn rows() -> Vec<(String, BTreeSet<String>)> {
     let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut out: Vec<(String, BTreeSet<String>)> = Vec::new();
     for line in lib.lines().filter_map(|l| l.strip_prefix("//! | `")) {
         let cells: Vec<&str> = line.split(" | ").collect();
         let module = cells[0].trim_end_matches('`').to_owned();
         let uses = cells.last().unwrap().trim_end_matches('|').trim();
         let allowed: BTreeSet<String> = if uses == "every module above" {
-            out.keys().cloned().collect()
+            out.iter().map(|(m, _)| m.clone()).collect()
         } else {
             uses.split(',').map(|u| u.trim().trim_matches('`').to_owned()).filter(|u| !u.is_empty()).collect()
         };
-        out.insert(module, allowed);
+        out.push((module, allowed));
     }
     out
+}
+
+/// module → the modules it may use.
+fn table() -> BTreeMap<String, BTreeSet<String>> {
+    rows().into_iter().collect()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -126,26 +131,21 @@ fn every_crate_edge_is_one_the_layer_table_allows() {
 
 #[test]
 fn the_layer_table_has_no_cycle() {
-    let table = table();
     // Each module may use only modules listed above it.
-    let order: Vec<&String> = table.keys().collect();
-    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
-    let rows: Vec<String> = lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("//! | `"))
-        .map(|l| l.split('`').next().unwrap().to_owned())
-        .collect();
-    assert_eq!(rows.len(), order.len());
-    for (i, m) in rows.iter().enumerate() {
-        for used in &table[m] {
-            let at = rows.iter().position(|r| r == used).unwrap_or_else(|| panic!("{m} may use {used}: not a module"));
+    let rows = rows();
+    let names: Vec<&String> = rows.iter().map(|(m, _)| m).collect();
+    for (i, (m, uses)) in rows.iter().enumerate() {
+        for used in uses {
+            let at =
+                names.iter().position(|r| *r == used).unwrap_or_else(|| panic!("{m} may use {used}: not a module"));
             assert!(at < i, "{m} may use {used}, which is listed below it: the table would allow a cycle");
         }
     }
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
     // Every top-level module of lib.rs is in the table.
     for line in lib.lines().filter_map(|l| l.strip_prefix("pub mod ")) {
         let m = line.trim_end_matches(';');
-        assert!(rows.iter().any(|r| r == m), "module {m} is not in the layer table");
+        assert!(names.iter().any(|r| *r == m), "module {m} is not in the layer table");
     }
 }
 

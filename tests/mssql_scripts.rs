@@ -482,29 +482,7 @@ fn the_version_stamp_is_current() {
 
 /// sqlfluff (PyPI), installed into the build directory on first use.
 fn sqlfluff() -> std::path::PathBuf {
-    use std::process::Command;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sqlfluff");
-    let importable = || {
-        Command::new("python3")
-            .env("PYTHONPATH", &dir)
-            .args(["-c", "import sqlfluff"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !importable() {
-        let status = Command::new("python3")
-            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
-            .arg("--target")
-            .arg(&dir)
-            .arg("sqlfluff==4.5.0")
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()) && importable(),
-            "this test needs python3 with pip and sqlfluff from PyPI (.ci/run installs pip)"
-        );
-    }
-    dir
+    crate::common::python_package("sqlfluff", "sqlfluff", "sqlfluff==4.5.0")
 }
 
 fn tsql_parse(files: &[std::path::PathBuf]) -> std::process::Output {

@@ -73,29 +73,19 @@ impl Report {
     }
 
     fn pass(&mut self, name: &'static str, detail: impl Into<String>) {
-        self.checks.push(Check {
-            name,
-            status: Status::Pass,
-            detail: detail.into(),
-            error_number: None,
-            error_text: None,
-            fix: None,
-        });
+        self.push(name, Status::Pass, detail.into());
     }
 
     fn skip(&mut self, name: &'static str, detail: impl Into<String>) {
-        self.checks.push(Check {
-            name,
-            status: Status::Skip,
-            detail: detail.into(),
-            error_number: None,
-            error_text: None,
-            fix: None,
-        });
+        self.push(name, Status::Skip, detail.into());
+    }
+
+    fn push(&mut self, name: &'static str, status: Status, detail: String) {
+        self.checks.push(Check { name, status, detail, error_number: None, error_text: None, fix: None });
     }
 
     /// Records a failure; the caller stops there.
-    fn fail(&mut self, name: &'static str, failure: Failure) -> &mut Self {
+    fn fail(&mut self, name: &'static str, failure: Failure) {
         self.passed = false;
         self.checks.push(Check {
             name,
@@ -105,7 +95,6 @@ impl Report {
             error_text: failure.error.map(|e| e.1),
             fix: failure.fix,
         });
-        self
     }
 
     /// The report as lines for a terminal or a log (`colour`: ANSI colours).
@@ -181,6 +170,19 @@ pub enum AnsweredBy {
     Selftest,
     /// A worker already running took it first.
     RunningWorker,
+}
+
+/// What a round trip that passed did, for its line in the report.
+pub fn round_trip_detail(by: AnsweredBy, versie: i64, factors: i64, started: std::time::Instant) -> String {
+    format!(
+        "a roster edit was answered ({}) and stored (version {versie}, {factors} wage factors), and export can claim it; \
+         {} ms; cleaned up",
+        match by {
+            AnsweredBy::Selftest => "by this selftest with the worker's handlers",
+            AnsweredBy::RunningWorker => "by a running worker",
+        },
+        started.elapsed().as_millis()
+    )
 }
 
 /// Answers the scratch dialog over `transport` as the worker and its collector would:

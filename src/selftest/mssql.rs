@@ -285,13 +285,5 @@ async fn round_trip_inner(client: &mut Tds, conn: &str) -> Result<String, Failur
     if claimed.is_empty() {
         return Err(Failure::new("export claimed nothing for the scratch period, though a result is stored"));
     }
-    Ok(format!(
-        "a roster edit was answered ({}) and stored (version {versie}, {factors} wage factors), and export can claim it; \
-         {} ms; cleaned up",
-        match by {
-            AnsweredBy::Selftest => "by this selftest with the worker's handlers",
-            AnsweredBy::RunningWorker => "by a running worker",
-        },
-        started.elapsed().as_millis()
-    ))
+    Ok(super::round_trip_detail(by, versie, i64::from(factors), started))
 }

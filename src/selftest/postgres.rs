@@ -330,15 +330,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
             batch.results()
         )));
     }
-    Ok(format!(
-        "a roster edit was answered ({}) and stored (version {versie}, {factors} wage factors), and export can claim it; \
-         {} ms; cleaned up",
-        match by {
-            AnsweredBy::Selftest => "by this selftest with the worker's handlers",
-            AnsweredBy::RunningWorker => "by a running worker",
-        },
-        started.elapsed().as_millis()
-    ))
+    Ok(super::round_trip_detail(by, versie, factors, started))
 }
 
 /// Removes everything the round trip wrote (sending switched off meanwhile).

@@ -13,6 +13,34 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A Python package from PyPI (`spec`, e.g. `python-tds==1.17.1`), installed with pip into
+/// the test target directory (`dir_name`) when `module` does not import; the directory to
+/// put on PYTHONPATH.
+pub fn python_package(dir_name: &str, module: &str, spec: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir_name);
+    let importable = || {
+        Command::new("python3")
+            .env("PYTHONPATH", &dir)
+            .args(["-c", &format!("import {module}")])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !importable() {
+        let status = Command::new("python3")
+            .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
+            .arg("--target")
+            .arg(&dir)
+            .arg(spec)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()) && importable(),
+            "this test needs python3 with pip and {spec} from PyPI (.ci/run installs pip)"
+        );
+    }
+    dir
+}
+
 /// The XSD for a root element name.
 pub fn xsd(root_element: &str) -> PathBuf {
     root().join("schemas").join(format!("{root_element}.xsd"))

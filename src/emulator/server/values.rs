@@ -33,17 +33,8 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
     match (base, v) {
         (_, Sql::Null) => Ok(Sql::Null),
         ("xml", v @ (Sql::NVarChar(_) | Sql::VarBinary(_))) => {
-            let text = match v {
-                Sql::NVarChar(s) => s,
-                Sql::VarBinary(b) => match b.strip_prefix(&[0xFF, 0xFE]) {
-                    Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
-                    None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
-                },
-                _ => unreachable!("matched above"),
-            };
-            well_formed(&text)?;
             let mut bytes = vec![0xFF, 0xFE];
-            bytes.extend(strip_declaration(&text).encode_utf16().flat_map(u16::to_le_bytes));
+            bytes.extend(xml_value(v)?.encode_utf16().flat_map(u16::to_le_bytes));
             Ok(Sql::VarBinary(bytes))
         }
         ("varbinary", Sql::NVarChar(s)) => Ok(Sql::VarBinary(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
@@ -163,20 +154,7 @@ pub(super) fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> 
 pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
     match (ty, v) {
         ("xml", Sql::Null) => Ok((ColType::Xml, Sql::Null)),
-        ("xml", Sql::VarBinary(b)) => {
-            // SQL Server reads a binary XML body as UTF-16 with a byte-order mark, else as
-            // the encoding its declaration names (UTF-8 here).
-            let text = match b.strip_prefix(&[0xFF, 0xFE]) {
-                Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
-                None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
-            };
-            well_formed(&text)?;
-            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&text))))
-        }
-        ("xml", Sql::NVarChar(s)) => {
-            well_formed(&s)?;
-            Ok((ColType::Xml, Sql::NVarChar(strip_declaration(&s))))
-        }
+        ("xml", v @ (Sql::VarBinary(_) | Sql::NVarChar(_))) => Ok((ColType::Xml, Sql::NVarChar(xml_value(v)?))),
         ("varbinary(max)" | "varbinary", v @ (Sql::Null | Sql::VarBinary(_))) => Ok((ColType::VarBinaryMax, v)),
         ("uniqueidentifier", v @ (Sql::Null | Sql::Guid(_))) => Ok((ColType::Guid, v)),
         ("nvarchar(max)" | "nvarchar" | "sysname", v @ (Sql::Null | Sql::NVarChar(_))) => Ok((ColType::NVarChar, v)),
@@ -184,6 +162,22 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
         ("int", v @ (Sql::Null | Sql::Int(_))) => Ok((ColType::Int, v)),
         (ty, v) => Err(fail(format!("CAST of {v:?} AS {ty} is not supported by the emulator"))),
     }
+}
+
+/// An nvarchar or varbinary as an `xml` value: its text, checked to be well-formed,
+/// without its declaration. SQL Server reads a binary body as UTF-16 with a byte-order
+/// mark, else as the encoding its declaration names (UTF-8 here).
+fn xml_value(v: Sql) -> Result<String, Failure> {
+    let text = match v {
+        Sql::NVarChar(s) => s,
+        Sql::VarBinary(b) => match b.strip_prefix(&[0xFF, 0xFE]) {
+            Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
+            None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
+        },
+        other => return Err(fail(format!("{other:?} is not an xml value"))),
+    };
+    well_formed(&text)?;
+    Ok(strip_declaration(&text))
 }
 
 /// SQL Server keeps no XML declaration in an `xml` value.
