@@ -8,6 +8,7 @@ mod cli_calc;
 mod cli_run;
 mod common;
 mod conformance;
+mod conformance_worker;
 mod contract_examples;
 mod contract_props;
 mod doc_links;

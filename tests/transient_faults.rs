@@ -18,7 +18,7 @@ use crate::common::calc::*;
 use crate::emulator_tds::{emulator_with, tds_worker};
 
 /// A Vraag for dienstverband `dv` (a key no other test uses), period 7.
-fn vraag_for(dv: i32) -> Vec<u8> {
+pub(crate) fn vraag_for(dv: i32) -> Vec<u8> {
     let mut v = maart(vec![dienst("2026-03-10", vec![w("07:00", "15:30")])]);
     v.id = Uuid::new_v4();
     v.dienstverband.id = dv;
@@ -26,14 +26,14 @@ fn vraag_for(dv: i32) -> Vec<u8> {
 }
 
 /// A key of its own for each test.
-fn fresh_key() -> i32 {
+pub(crate) fn fresh_key() -> i32 {
     static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(700_000);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
 }
 
 /// The answer to `asked` is an Antwoord equal to the calculation of `body`; then the
 /// initiator ends its side and the end state is checked.
-async fn answered_correctly_and_all_clean(s: &mut Session, asked: Uuid, body: &[u8]) {
+pub(crate) async fn answered_correctly_and_all_clean(s: &mut Session, asked: Uuid, body: &[u8]) {
     let got = collect(s, 1).await;
     assert_eq!(got[0].conversation_handle, asked);
     assert_eq!(got[0].message_type, message_types::ANTWOORD, "{}", String::from_utf8_lossy(&got[0].body));
@@ -47,7 +47,7 @@ async fn answered_correctly_and_all_clean(s: &mut Session, asked: Uuid, body: &[
 
 /// Nothing queued, no conversation open, no attempt left, `dead` messages set aside,
 /// both queues enabled.
-async fn the_end_state_is_clean(s: &Session, dead: i64) {
+pub(crate) async fn the_end_state_is_clean(s: &Session, dead: i64) {
     wait_until("every conversation is closed", || async {
         count(s, "SELECT count(*) FROM sb.endpoint").await == 0
             && count(s, "SELECT count(*) FROM sb.message").await == 0
@@ -60,7 +60,7 @@ async fn the_end_state_is_clean(s: &Session, dead: i64) {
 
 /// Holds the row lock the calculation's version claim of key `dv` needs, in an open
 /// transaction of its own (dropping the session releases it).
-async fn hold_version_lock(url: &str, dv: i32) -> Session {
+pub(crate) async fn hold_version_lock(url: &str, dv: i32) -> Session {
     let holder = Session::open(url).await.unwrap();
     holder
         .client()
@@ -84,7 +84,7 @@ async fn hold_version_lock(url: &str, dv: i32) -> Session {
 
 /// The backend (not `except`) that waits on a lock in this database, once there is one
 /// (polled every 20 ms, for at most 60 s).
-async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
+pub(crate) async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let rows = s
@@ -102,77 +102,6 @@ async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
         assert!(tokio::time::Instant::now() < deadline, "no session waits on the lock");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_blocked_on_a_lock_whose_session_is_killed_five_times_is_answered_and_never_diverted() {
-    let (url, mut s) = calc_world().await;
-    let dv = fresh_key();
-    let holder = hold_version_lock(&url, dv).await;
-    let w = InProcess::start(&url, config(&url, ""), calc_handlers());
-    let body = vraag_for(dv);
-    let asked = ask(&mut s, &body).await;
-    // Five times: the worker's session waits on the lock, and is killed there.
-    let mut killed = Vec::new();
-    for _ in 0..5 {
-        let pid = lock_waiter(&s, &killed).await;
-        let ok: bool = s.client().query_one("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap().get(0);
-        assert!(ok);
-        killed.push(pid);
-    }
-    // The sixth try waits on the lock too: five failures did not divert the message.
-    lock_waiter(&s, &killed).await;
-    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
-    let (attempts, transient): (i32, i32) = {
-        let r = s
-            .client()
-            .query_one("SELECT attempts, transient_failures FROM sbworker.message_attempt", &[])
-            .await
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
-    assert_eq!((attempts, transient), (1, 5), "the current attempt counts; the five killed ones were given back");
-    drop(holder);
-    answered_correctly_and_all_clean(&mut s, asked, &body).await;
-    assert!(w.metric(&format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 5.0);
-    assert_eq!(w.metric(&format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_Q}\"}}")), 0.0);
-    assert_eq!(w.shutdown().await, RunOutcome::Drained);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_held_past_many_lock_timeouts_is_waited_out_and_never_diverted() {
-    let (url, mut s) = calc_world().await;
-    // The worker's sessions give up on a lock after 100 ms (SQL Server: 1222).
-    let worker_url = url.replace("lock_timeout=60s", "lock_timeout=100ms");
-    assert_ne!(worker_url, url);
-    let dv = fresh_key();
-    let holder = hold_version_lock(&url, dv).await;
-    let mut cfg = config(&worker_url, "");
-    cfg.worker.transient_alert_ms = 300;
-    cfg.worker.scale_interval_ms = 50;
-    let w = InProcess::start(&worker_url, cfg, calc_handlers());
-    let body = vraag_for(dv);
-    let asked = ask(&mut s, &body).await;
-    // The wait shows: a group waiting on transient failures, and past the alert
-    // threshold /readyz says so.
-    wait_until("readiness names the long wait", || async {
-        w.metrics.readiness().is_err_and(|e| e.contains("groups retried on transient failures"))
-            && w.metric(&format!("sbworker_groups_waiting_transient{{queue=\"{REKEN_Q}\"}}")) == 1.0
-    })
-    .await;
-    // Far more lock timeouts than max_attempts (3), and than the broker's five.
-    wait_until("eight lock timeouts", || async {
-        count(&s, "SELECT coalesce(max(transient_failures), 0)::bigint FROM sbworker.message_attempt").await >= 8
-    })
-    .await;
-    let last: String =
-        s.client().query_one("SELECT last_transient_error FROM sbworker.message_attempt", &[]).await.unwrap().get(0);
-    assert!(last.contains("1222"), "{last}");
-    assert_eq!(count(&s, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
-    drop(holder);
-    answered_correctly_and_all_clean(&mut s, asked, &body).await;
-    wait_until("ready again once the group is answered", || async { w.metrics.readiness().is_ok() }).await;
-    assert_eq!(w.shutdown().await, RunOutcome::Drained);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

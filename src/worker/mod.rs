@@ -30,6 +30,7 @@ use crate::config::{Config, QueueConfig, WorkerSettings};
 use crate::transport::Transport;
 pub use handler::{Handled, Handler, HandlerError, Handlers};
 pub use metrics::Metrics;
+pub use reader::DIVERTED;
 use retry::RetryPolicy;
 
 pub use crate::shutdown::Stop;

@@ -12,6 +12,7 @@ use sbworker::config::{self, Config};
 use sbworker::contract::{Limits, encode_vraag, message_types};
 use sbworker::engine::Tables;
 use sbworker::handlers::calculation;
+use sbworker::transport::Transport;
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -122,10 +123,14 @@ pub struct InProcess {
 
 impl InProcess {
     pub fn start(url: &str, config: Config, handlers: Handlers<Session>) -> Self {
+        Self::start_on(PostgresTransport::new(url), config, handlers)
+    }
+
+    /// A worker on any transport.
+    pub fn start_on<T: Transport>(transport: T, config: Config, handlers: Handlers<T::Session>) -> Self {
         let metrics = Arc::new(Metrics::new());
         let (stop, rx) = mpsc::channel(4);
         let m = metrics.clone();
-        let transport = PostgresTransport::new(url);
         let done = tokio::spawn(async move { worker::run(transport, &config, &handlers, m, rx).await.unwrap() });
         Self { stop, done, metrics }
     }

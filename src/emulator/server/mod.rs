@@ -103,6 +103,9 @@ struct Conn {
     received: bool,
     /// `SET NOCOUNT ON`: DONE tokens carry no row count.
     nocount: bool,
+    /// The database session behind this connection is gone: the connection closes
+    /// without an answer, as a killed SQL Server session's does.
+    session_gone: bool,
 }
 
 type Params = HashMap<String, Sql>;
@@ -113,6 +116,10 @@ struct Failure {
     class: u8,
     message: String,
 }
+
+/// The severity from which SQL Server ends the connection: the client is not answered,
+/// its connection closes.
+const FATAL: u8 = 20;
 
 /// SQL Server's error 1205, as it writes it (severity 13).
 fn deadlock() -> Failure {
@@ -131,6 +138,11 @@ fn lock_timeout() -> Failure {
 
 impl From<BrokerError> for Failure {
     fn from(e: BrokerError) -> Self {
+        if e.kind == ErrorKind::Connection {
+            // The database session is gone (killed, or the server restarting): fatal, as a
+            // killed SQL Server session is (severity 20 and above end the connection).
+            return Failure { number: 0, class: FATAL, message: e.message };
+        }
         match e.number {
             1205 => deadlock(),
             1222 => lock_timeout(),
@@ -208,6 +220,7 @@ async fn connection(
         drop_now: false,
         received: false,
         nocount: false,
+        session_gone: false,
     };
 
     // Requests are read on a task of their own, so that an ATTENTION can arrive while a
@@ -293,6 +306,10 @@ async fn connection(
         }
         if conn.drop_now {
             warn!("fault injected: connection dropped mid-transaction");
+            break;
+        }
+        if conn.session_gone {
+            warn!("the database session is gone: connection closed without an answer");
             break;
         }
         if !conn.faults.delay.is_zero() {
@@ -470,6 +487,11 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             Ok(rows) => {
                 let counted = if rows.is_some() && !conn.nocount { done::COUNT } else { 0 };
                 t.done(done_token, more | counted, rows.unwrap_or(0))
+            }
+            Err(f) if f.class >= FATAL => {
+                debug!("fatal: {}", f.message);
+                conn.session_gone = true;
+                return false;
             }
             Err(f) => {
                 // XACT_ABORT ON: the whole transaction rolls back.
