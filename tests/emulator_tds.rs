@@ -489,3 +489,80 @@ async fn random_packets_and_garbage_bytes_never_panic_the_emulator() {
     assert!(state.enabled);
     assert_eq!(sbworker::emulator::server::connection_panics(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_pages_forms_unchanged() {
+    use serde_json::json;
+    let (url, s) = calc_world().await;
+    // The tutorial's objects, made as its set-up lesson makes them (CREATE MESSAGE TYPE …
+    // VALIDATION = WELL_FORMED_XML, a contract with one type each way, two queues, two
+    // services): here through the broker's own functions.
+    s.client()
+        .batch_execute(
+            "SELECT sb.create_message_type('//sbworker/Tutorial/RequestMessage', 'WELL_FORMED_XML');
+             SELECT sb.create_message_type('//sbworker/Tutorial/ReplyMessage', 'WELL_FORMED_XML');
+             SELECT sb.create_contract('//sbworker/Tutorial/Contract',
+                 ARRAY[['//sbworker/Tutorial/RequestMessage', 'INITIATOR'], ['//sbworker/Tutorial/ReplyMessage', 'TARGET']]);
+             SELECT sb.create_queue('TutorialTargetQueue');
+             SELECT sb.create_queue('TutorialInitiatorQueue');
+             SELECT sb.create_service('//sbworker/Tutorial/TargetService', 'TutorialTargetQueue',
+                 ARRAY['//sbworker/Tutorial/Contract']);
+             SELECT sb.create_service('//sbworker/Tutorial/InitiatorService', 'TutorialInitiatorQueue');",
+        )
+        .await
+        .unwrap();
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .env("PYTHONPATH", python_tds())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_tutorial.py"))
+        .args([port.as_str(), "sbworker", "p;w\"d"])
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out).await.expect("within 2 minutes").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Step 1 shows the request it sent; step 2 the request it received (an nvarchar
+    // variable reads the UTF-16 body as text) and, inside the IF, the reply it sent;
+    // step 3 the reply.
+    assert_eq!(v["step1"], json!([[["<RequestMsg>A request for the target</RequestMsg>"]]]), "{v}");
+    assert_eq!(
+        v["step2"],
+        json!([
+            [["<RequestMsg>A request for the target</RequestMsg>"]],
+            [["<ReplyMsg>A reply for the initiator</ReplyMsg>"]]
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["step3"], json!([[["<ReplyMsg>A reply for the initiator</ReplyMsg>"]]]), "{v}");
+    // One SEND on two conversations; GET CONVERSATION GROUP, then RECEIVE … INTO @t of
+    // that group and SELECT from @t; the IF took its ELSE.
+    let initiators = v["initiators"].as_array().unwrap();
+    assert_eq!(initiators.len(), 2, "{v}");
+    let table = v["table"].as_array().unwrap();
+    assert_eq!(table.len(), 4, "four result sets: {v}");
+    let group = table[0][0][0].as_str().unwrap();
+    let row = table[1][0].as_array().unwrap();
+    assert_eq!(row.len(), 8, "{v}");
+    assert_eq!(row[0], group, "the row of the group GET CONVERSATION GROUP locked: {v}");
+    assert_eq!(
+        (&row[2], &row[3], &row[4], &row[5], &row[6]),
+        (
+            &json!("1"),
+            &json!("//sbworker/Tutorial/TargetService"),
+            &json!("//sbworker/Tutorial/Contract"),
+            &json!("//sbworker/Tutorial/RequestMessage"),
+            &json!("X")
+        ),
+        "{v}"
+    );
+    // An nvarchar body is kept as SQL Server keeps it: UTF-16LE.
+    let body: String = "<Both/>".encode_utf16().flat_map(u16::to_le_bytes).map(|b| format!("{b:02x}")).collect();
+    assert_eq!(row[7], json!(body), "{v}");
+    assert_eq!(table[2][0][0], row[1], "{v}");
+    assert_eq!(table[3], json!([["a group"]]), "{v}");
+    // What the emulator does not run is refused, loudly.
+    assert!(v["refused"].as_str().unwrap().contains("not supported by the emulator"), "{v}");
+    // Every conversation ended: nothing left behind.
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0, "{v}");
+    assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0, "{v}");
+}

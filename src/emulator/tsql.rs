@@ -58,6 +58,8 @@ pub enum Statement {
         queue: String,
         filter: Option<Filter>,
         timeout: Option<Value>,
+        /// `INTO @table`: the rows go into a table variable, no result set.
+        into: Option<String>,
     },
     GetConversationGroup {
         waitfor: bool,
@@ -75,7 +77,8 @@ pub enum Statement {
         encryption: Option<bool>,
     },
     Send {
-        handle: Value,
+        /// One conversation, or several: `ON CONVERSATION (@a, @b)`.
+        handles: Vec<Value>,
         message_type: Option<String>,
         body: Option<Value>,
     },
@@ -103,10 +106,38 @@ pub enum Statement {
         procedure: String,
         args: Vec<(String, Value)>,
     },
-    /// `SELECT @a, @b`: the variables' values as one row.
-    SelectVars(Vec<String>),
+    /// `SELECT @a [AS x], N'text', 1`: variables' and literals' values as one row (with
+    /// the column names).
+    SelectVars(Vec<(Value, Option<String>)>),
+    /// `DECLARE @t TABLE (column type, …)`: the columns' names and types, lower case.
+    DeclareTable {
+        var: String,
+        columns: Vec<(String, String)>,
+    },
+    /// `SELECT * | column, … FROM @t`.
+    SelectTable {
+        columns: Option<Vec<String>>,
+        table: String,
+    },
+    /// `IF condition statement-or-block [ELSE statement-or-block]`.
+    If {
+        condition: Condition,
+        then: Box<Statement>,
+        otherwise: Option<Box<Statement>>,
+    },
+    /// `BEGIN … END`: statements run in order.
+    Block(Vec<Statement>),
     /// `SELECT @a = value, @b = value`: assignments, no result set.
     AssignVars(Vec<(String, Value)>),
+}
+
+/// The condition of an IF: `a = b`, `a <> b` (or `!=`), `a IS [NOT] NULL`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    Equal(Value, Value),
+    NotEqual(Value, Value),
+    IsNull(Value),
+    IsNotNull(Value),
 }
 
 /// One variable of a DECLARE.
@@ -263,7 +294,7 @@ fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
                 i += 1;
             }
             out.push(Tok::Word(chars[start..i].iter().collect()));
-        } else if "(),.=;*".contains(c) {
+        } else if "(),.=;*<>!".contains(c) {
             out.push(Tok::Punct(c));
             i += 1;
         } else {
@@ -403,8 +434,8 @@ impl Parser {
                 None
             };
             return Ok(match inner {
-                Statement::Receive { waitfor, top, columns, queue, filter, .. } => {
-                    Statement::Receive { waitfor, top, columns, queue, filter, timeout }
+                Statement::Receive { waitfor, top, columns, queue, filter, into, .. } => {
+                    Statement::Receive { waitfor, top, columns, queue, filter, timeout, into }
                 }
                 Statement::GetConversationGroup { waitfor, var, queue, .. } => {
                     Statement::GetConversationGroup { waitfor, var, queue, timeout }
@@ -425,7 +456,33 @@ impl Parser {
             if self.eat_kw("TRAN") || self.eat_kw("TRANSACTION") {
                 return Ok(Statement::Transaction(Tran::Begin));
             }
-            return Err(unsupported("BEGIN … END blocks"));
+            let mut body = Vec::new();
+            self.end_of_statement();
+            // `END` ends the block unless it begins END CONVERSATION.
+            while !self.is_kw("END")
+                || matches!(self.toks.get(self.at + 1), Some(Tok::Word(w)) if w.eq_ignore_ascii_case("CONVERSATION"))
+            {
+                if self.peek().is_none() {
+                    return Err(syntax("end of batch"));
+                }
+                body.push(self.statement()?);
+                self.end_of_statement();
+            }
+            self.kw("END")?;
+            return Ok(Statement::Block(body));
+        }
+        if self.eat_kw("IF") {
+            let condition = self.condition()?;
+            self.end_of_statement();
+            let then = Box::new(self.statement()?);
+            self.end_of_statement();
+            let otherwise = if self.eat_kw("ELSE") {
+                self.end_of_statement();
+                Some(Box::new(self.statement()?))
+            } else {
+                None
+            };
+            return Ok(Statement::If { condition, then, otherwise });
         }
         if self.eat_kw("COMMIT") {
             let _ = self.eat_kw("TRAN") || self.eat_kw("TRANSACTION") || self.eat_kw("WORK");
@@ -438,7 +495,16 @@ impl Parser {
         if self.eat_kw("SEND") {
             self.kw("ON")?;
             self.kw("CONVERSATION")?;
-            let handle = self.value()?;
+            let handles = if self.eat_punct('(') {
+                let mut h = vec![self.value()?];
+                while self.eat_punct(',') {
+                    h.push(self.value()?);
+                }
+                self.punct(')')?;
+                h
+            } else {
+                vec![self.value()?]
+            };
             let message_type = if self.eat_kw("MESSAGE") {
                 self.kw("TYPE")?;
                 Some(self.name()?)
@@ -446,7 +512,7 @@ impl Parser {
                 None
             };
             let body = if self.peek() == Some(&Tok::Punct('(')) { Some(self.value()?) } else { None };
-            return Ok(Statement::Send { handle, message_type, body });
+            return Ok(Statement::Send { handles, message_type, body });
         }
         if self.eat_kw("END") {
             self.kw("CONVERSATION")?;
@@ -510,8 +576,11 @@ impl Parser {
             loop {
                 let var = self.var()?;
                 let _ = self.eat_kw("AS");
-                if self.is_kw("TABLE") {
-                    return Err(unsupported("DECLARE of a table variable"));
+                if self.eat_kw("TABLE") {
+                    if !declared.is_empty() {
+                        return Err(syntax("TABLE"));
+                    }
+                    return self.table_columns(var);
                 }
                 let ty = self.type_name()?;
                 let value = if self.eat_punct('=') { Some(self.value()?) } else { None };
@@ -521,17 +590,23 @@ impl Parser {
                 }
             }
         }
-        if self.is_kw("SELECT") && matches!(self.toks.get(self.at + 1), Some(Tok::Var(_))) {
+        let values_only = |t: Option<&Tok>| matches!(t, Some(Tok::Var(_) | Tok::Str(_) | Tok::Int(_)));
+        if self.is_kw("SELECT") && !values_only(self.toks.get(self.at + 1)) {
+            return self.select_table();
+        }
+        if self.is_kw("SELECT") {
             self.at += 1;
             let assigns = self.toks.get(self.at + 1) == Some(&Tok::Punct('='));
             let (mut vars, mut assignments) = (Vec::new(), Vec::new());
             loop {
-                let var = self.var()?;
                 if assigns {
+                    let var = self.var()?;
                     self.punct('=')?;
                     assignments.push((var, self.value()?));
                 } else {
-                    vars.push(var);
+                    let v = self.value()?;
+                    let alias = if self.eat_kw("AS") { Some(self.alias()?) } else { None };
+                    vars.push((v, alias));
                 }
                 if !self.eat_punct(',') {
                     break;
@@ -588,8 +663,9 @@ impl Parser {
         }
         self.kw("FROM")?;
         let queue = self.name()?;
-        if self.is_kw("INTO") {
-            return Err(unsupported("RECEIVE … INTO"));
+        let into = if self.eat_kw("INTO") { Some(self.var()?) } else { None };
+        if into.is_some() && columns.iter().any(|c| matches!(c, Column::Item { var: Some(_), .. })) {
+            return Err(syntax("INTO"));
         }
         let filter = if self.eat_kw("WHERE") {
             let column = self.name()?.to_lowercase();
@@ -603,7 +679,87 @@ impl Parser {
         } else {
             None
         };
-        Ok(Statement::Receive { waitfor, top, columns, queue, filter, timeout: None })
+        Ok(Statement::Receive { waitfor, top, columns, queue, filter, timeout: None, into })
+    }
+
+    /// A column name or alias: a name or a string.
+    fn alias(&mut self) -> Result<String, TsqlError> {
+        match self.peek().cloned() {
+            Some(Tok::Str(s)) => {
+                self.at += 1;
+                Ok(s)
+            }
+            _ => self.name(),
+        }
+    }
+
+    /// `(column type [NULL | NOT NULL], …)` of `DECLARE @t TABLE`.
+    fn table_columns(&mut self, var: String) -> Result<Statement, TsqlError> {
+        self.punct('(')?;
+        let mut columns = Vec::new();
+        loop {
+            let name = self.name()?.to_lowercase();
+            let ty = self.type_name()?;
+            if self.eat_kw("NOT") {
+                self.kw("NULL")?;
+            } else {
+                let _ = self.eat_kw("NULL");
+            }
+            columns.push((name, ty));
+            if !self.eat_punct(',') {
+                break;
+            }
+        }
+        self.punct(')')?;
+        Ok(Statement::DeclareTable { var, columns })
+    }
+
+    /// `SELECT * | column [, …] FROM @t`: the only SELECT from a table the emulator runs.
+    fn select_table(&mut self) -> Result<Statement, TsqlError> {
+        self.kw("SELECT")?;
+        if !matches!(self.peek(), Some(Tok::Punct('*') | Tok::Word(_) | Tok::Quoted(_))) {
+            return Err(unsupported("SELECT beyond variables, values and table variables"));
+        }
+        let columns = if self.eat_punct('*') {
+            None
+        } else {
+            let mut c = vec![self.name()?.to_lowercase()];
+            while self.eat_punct(',') {
+                c.push(self.name()?.to_lowercase());
+            }
+            Some(c)
+        };
+        if !self.eat_kw("FROM") {
+            return Err(unsupported("SELECT beyond variables, values and table variables"));
+        }
+        let table = match self.peek().cloned() {
+            Some(Tok::Var(v)) => {
+                self.at += 1;
+                v
+            }
+            _ => return Err(unsupported("SELECT from a table other than a table variable")),
+        };
+        if self.is_kw("WHERE") || self.is_kw("ORDER") || self.is_kw("JOIN") {
+            return Err(unsupported("SELECT … FROM @t with a clause"));
+        }
+        Ok(Statement::SelectTable { columns, table })
+    }
+
+    /// An IF's condition.
+    fn condition(&mut self) -> Result<Condition, TsqlError> {
+        let a = self.value()?;
+        if self.eat_kw("IS") {
+            let not = self.eat_kw("NOT");
+            self.kw("NULL")?;
+            return Ok(if not { Condition::IsNotNull(a) } else { Condition::IsNull(a) });
+        }
+        if self.eat_punct('=') {
+            return Ok(Condition::Equal(a, self.value()?));
+        }
+        if (self.eat_punct('<') && self.eat_punct('>')) || (self.eat_punct('!') && self.eat_punct('=')) {
+            return Ok(Condition::NotEqual(a, self.value()?));
+        }
+        Err(unsupported(&format!("an IF condition near '{}'", self.near())))
     }
 
     /// One item of a RECEIVE column list: `*`, `c`, `c [AS] alias`, `alias = c`, `@v = c`,
@@ -775,6 +931,7 @@ mod tests {
                 queue: "dbo.q".into(),
                 filter: None,
                 timeout: Some(Value::Int(500)),
+                into: None,
             }
         );
         match one("RECEIVE * FROM q WHERE conversation_group_id = @g") {
@@ -956,7 +1113,7 @@ mod tests {
         assert_eq!(
             one("SEND ON CONVERSATION @h MESSAGE TYPE [/x/Vraag] (@body)"),
             Statement::Send {
-                handle: Value::Var("@h".into()),
+                handles: vec![Value::Var("@h".into())],
                 message_type: Some("/x/Vraag".into()),
                 body: Some(Value::Var("@body".into()))
             }
@@ -1004,8 +1161,8 @@ mod tests {
     #[test]
     fn a_body_may_be_cast_or_converted_and_a_handle_parenthesised() {
         let cast = |sql: &str| match &parse_batch(sql).unwrap()[0] {
-            Statement::Send { handle, body: Some(Value::Cast(inner, ty)), .. } => {
-                (handle.clone(), (**inner).clone(), ty.clone())
+            Statement::Send { handles, body: Some(Value::Cast(inner, ty)), .. } => {
+                (handles[0].clone(), (**inner).clone(), ty.clone())
             }
             other => panic!("{other:?}"),
         };
@@ -1021,12 +1178,83 @@ mod tests {
     }
 
     #[test]
+    fn send_on_several_conversations_at_once() {
+        match one("SEND ON CONVERSATION (@a, @b) MESSAGE TYPE [t] (@m)") {
+            Statement::Send { handles, .. } => {
+                assert_eq!(handles, [Value::Var("@a".into()), Value::Var("@b".into())])
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn table_variables_if_and_blocks_as_the_reference_pages_write_them() {
+        let b = parse_batch(
+            "DECLARE @procTable TABLE(service_instance_id UNIQUEIDENTIFIER, handle UNIQUEIDENTIFIER NOT NULL,
+                 message_body VARBINARY(MAX) NULL);
+             RECEIVE TOP (1) conversation_group_id, conversation_handle, message_body FROM ExpenseQueue INTO @procTable;
+             SELECT * FROM @procTable; SELECT handle, message_body FROM @procTable",
+        )
+        .unwrap();
+        assert_eq!(
+            b[0],
+            Statement::DeclareTable {
+                var: "@proctable".into(),
+                columns: vec![
+                    ("service_instance_id".into(), "uniqueidentifier".into()),
+                    ("handle".into(), "uniqueidentifier".into()),
+                    ("message_body".into(), "varbinary(max)".into()),
+                ],
+            }
+        );
+        assert!(matches!(&b[1], Statement::Receive { into: Some(t), .. } if t == "@proctable"));
+        assert_eq!(b[2], Statement::SelectTable { columns: None, table: "@proctable".into() });
+        assert_eq!(
+            b[3],
+            Statement::SelectTable {
+                columns: Some(vec!["handle".into(), "message_body".into()]),
+                table: "@proctable".into()
+            }
+        );
+        // The tutorial's IF with a block holding END CONVERSATION; ELSE with one statement.
+        let b = parse_batch(
+            "IF @name = N'//AWDB/1DBSample/RequestMessage'
+             BEGIN
+                 DECLARE @reply NVARCHAR(100);
+                 SEND ON CONVERSATION @h MESSAGE TYPE [r] (@reply);
+                 END CONVERSATION @h;
+             END
+             ELSE END CONVERSATION @h WITH CLEANUP;
+             IF @h IS NOT NULL SELECT @h AS handle",
+        )
+        .unwrap();
+        match &b[0] {
+            Statement::If { condition: Condition::Equal(Value::Var(v), Value::Str(_)), then, otherwise: Some(e) } => {
+                assert_eq!(v, "@name");
+                assert!(matches!(&**then, Statement::Block(body) if body.len() == 3), "{then:?}");
+                assert!(matches!(&**e, Statement::EndConversation { cleanup: true, .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        match &b[1] {
+            Statement::If { condition: Condition::IsNotNull(_), then, otherwise: None } => {
+                assert_eq!(**then, Statement::SelectVars(vec![(Value::Var("@h".into()), Some("handle".into()))]));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn anything_else_is_refused_clearly() {
         let e = parse_batch("SELECT * FROM sys.tables").unwrap_err();
         assert_eq!(e.number, NOT_SUPPORTED);
-        assert!(e.message.contains("SELECT is not supported by the emulator"), "{e}");
+        assert!(e.message.contains("SELECT from a table other than a table variable is not supported"), "{e}");
+        assert_eq!(parse_batch("SELECT * FROM @t WHERE a = 1").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("SELECT name FROM sys.services").unwrap_err().number, NOT_SUPPORTED);
         assert_eq!(parse_batch("SEND ON @h").unwrap_err().number, 102);
-        assert_eq!(parse_batch("RECEIVE * FROM q INTO @t").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("RECEIVE @x = message_body FROM q INTO @t").unwrap_err().number, 102);
+        assert_eq!(parse_batch("IF @a > 1 SELECT @a").unwrap_err().number, NOT_SUPPORTED);
+        assert_eq!(parse_batch("IF @a = 1 BEGIN SELECT @a").unwrap_err().number, 102);
         assert_eq!(parse_batch("SET ANSI_NULLS OFF").unwrap_err().number, NOT_SUPPORTED);
         assert_eq!(parse_batch("SET DATEFORMAT dmy").unwrap_err().number, NOT_SUPPORTED);
         assert_eq!(parse_batch("SET NOCOUNT maybe").unwrap_err().number, 102);

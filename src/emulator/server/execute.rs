@@ -26,32 +26,45 @@ pub(super) async fn execute(
         Statement::Declare(declared) => {
             for d in declared {
                 let v = match d.value {
-                    Some(v) => value(&v, vars)?,
+                    Some(v) => typed(Some(&d.ty), value(&v, vars)?)?,
                     None => Sql::Null,
                 };
+                conn.var_types.insert(d.var.clone(), d.ty);
                 vars.insert(d.var, v);
             }
             Ok(None)
         }
+        Statement::DeclareTable { var, columns } => {
+            for (_, ty) in &columns {
+                column_type(ty)?;
+            }
+            conn.tables.insert(var, TableVar { columns, rows: Vec::new() });
+            Ok(None)
+        }
+        Statement::SelectTable { columns, table } => {
+            let tv = conn.tables.get(&table).ok_or_else(|| undeclared_table(&table))?;
+            select_table(columns.as_deref(), tv, t)
+        }
         Statement::SetVar { var, value: v } => {
             declared(vars, &var)?;
-            let v = value(&v, params)?;
+            let v = typed(conn.var_types.get(&var), value(&v, params)?)?;
             vars.insert(var, v);
             Ok(None)
         }
         Statement::AssignVars(assignments) => {
             for (var, v) in assignments {
                 declared(vars, &var)?;
-                let v = value(&v, vars)?;
+                let v = typed(conn.var_types.get(&var), value(&v, vars)?)?;
                 vars.insert(var, v);
             }
             Ok(None)
         }
+        Statement::If { .. } | Statement::Block(_) => unreachable!("run takes control-of-flow statements apart"),
         Statement::SelectVars(names) => {
             let mut cols = Vec::new();
             let mut row = Vec::new();
-            for n in &names {
-                let v = value(&Value::Var(n.clone()), params)?;
+            for (n, alias) in &names {
+                let v = value(n, params)?;
                 let ty = match &v {
                     Sql::Guid(_) => ColType::Guid,
                     Sql::Int(_) => ColType::Int,
@@ -60,12 +73,17 @@ pub(super) async fn execute(
                     Sql::VarBinary(_) => ColType::VarBinaryMax,
                     Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
                 };
-                cols.push(("", ty));
+                cols.push((alias.as_deref().unwrap_or(""), ty));
                 row.push(v);
             }
             Ok(result_set(t, &cols, &[row]))
         }
-        Statement::Receive { waitfor, top, columns, queue, filter, timeout } => {
+        Statement::Receive { waitfor, top, columns, queue, filter, timeout, into } => {
+            if let Some(table) = &into
+                && !conn.tables.contains_key(table)
+            {
+                return Err(undeclared_table(table));
+            }
             let max = match top {
                 Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
                 None => i32::MAX,
@@ -101,7 +119,20 @@ pub(super) async fn execute(
                 };
             }
             conn.received |= !msgs.is_empty();
-            receive_result(&columns, &msgs, vars, t)
+            if let Some(table) = into {
+                let tv = conn.tables.get_mut(&table).expect("checked above");
+                return receive_into(&columns, &msgs, tv).map(Some);
+            }
+            let r = receive_result(&columns, &msgs, vars, t)?;
+            // Variables take their declared types.
+            for c in &columns {
+                if let Column::Item { var: Some(v), .. } = c
+                    && let Some(got) = vars.remove(v)
+                {
+                    vars.insert(v.clone(), typed(conn.var_types.get(v), got)?);
+                }
+            }
+            Ok(r)
         }
         Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
             declared(vars, &var)?;
@@ -125,14 +156,18 @@ pub(super) async fn execute(
             vars.insert(handle_var, Sql::Guid(h));
             Ok(None)
         }
-        Statement::Send { handle, message_type, body } => {
-            let h = as_uuid(value(&handle, params)?)?;
+        Statement::Send { handles, message_type, body } => {
             let ty = message_type.unwrap_or_else(|| "DEFAULT".into());
             let body = match body {
                 Some(v) => as_bytes(value(&v, params)?)?,
                 None => None,
             };
-            s.send(h, &ty, body.as_deref()).await?;
+            // On several conversations, the same message on each (SQL Server stores one
+            // copy for all; the broker here one per conversation).
+            for handle in &handles {
+                let h = as_uuid(value(handle, params)?)?;
+                s.send(h, &ty, body.as_deref()).await?;
+            }
             if conn.received && conn.faults.on_send() {
                 warn!("fault injected: the connection drops between a SEND and its COMMIT");
                 conn.drop_now = true;

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::codec::{self, ColType, Sql, Tokens, done, packet_type};
-use super::tsql::{self, Column, Filter, Statement, Tran, Value};
+use super::tsql::{self, Column, Condition, Filter, Statement, Tran, Value};
 use crate::broker::postgres::Session;
 use crate::contract::{self, Limits};
 use crate::shutdown::Stop;
@@ -106,6 +106,17 @@ struct Conn {
     /// The database session behind this connection is gone: the connection closes
     /// without an answer, as a killed SQL Server session's does.
     session_gone: bool,
+    /// The batch's declared variable types (an assignment converts to them) and table
+    /// variables: both live for one batch.
+    var_types: HashMap<String, String>,
+    tables: HashMap<String, TableVar>,
+}
+
+/// A table variable: its columns (name, type) and rows.
+#[derive(Debug, Default)]
+struct TableVar {
+    columns: Vec<(String, String)>,
+    rows: Vec<Vec<Sql>>,
 }
 
 type Params = HashMap<String, Sql>;
@@ -221,6 +232,8 @@ async fn connection(
         received: false,
         nocount: false,
         session_gone: false,
+        var_types: HashMap::new(),
+        tables: HashMap::new(),
     };
 
     // Requests are read on a task of their own, so that an ATTENTION can arrive while a
@@ -460,9 +473,37 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             return false;
         }
     };
-    let n = statements.len();
-    for (i, st) in statements.into_iter().enumerate() {
-        let more = if i + 1 < n { done::MORE } else { in_proc };
+    conn.var_types.clear();
+    conn.tables.clear();
+    let mut pending: VecDeque<Statement> = statements.into();
+    while let Some(st) = pending.pop_front() {
+        // Control of flow: a block's statements, or the branch an IF takes, run next.
+        let st = match st {
+            Statement::Block(body) => {
+                for s in body.into_iter().rev() {
+                    pending.push_front(s);
+                }
+                continue;
+            }
+            Statement::If { condition, then, otherwise } => match holds(&condition, &vars) {
+                Ok(true) => {
+                    pending.push_front(*then);
+                    continue;
+                }
+                Ok(false) => {
+                    if let Some(o) = otherwise {
+                        pending.push_front(*o);
+                    }
+                    continue;
+                }
+                Err(f) => {
+                    failed(conn, f, t, done_token, in_proc).await;
+                    return false;
+                }
+            },
+            st => st,
+        };
+        let more = if pending.is_empty() { in_proc } else { done::MORE };
         let implicit = !conn.in_tran && needs_transaction(&st);
         let result = async {
             if implicit {
@@ -494,19 +535,35 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 return false;
             }
             Err(f) => {
-                // XACT_ABORT ON: the whole transaction rolls back.
-                if conn.in_tran {
-                    conn.in_tran = false;
-                    let _ = conn.session.rollback().await;
-                    t.env_change_tran(10, conn.descriptor);
-                }
-                t.error(f.number, 1, f.class, &f.message);
-                t.done(done_token, done::ERROR | in_proc, 0);
+                failed(conn, f, t, done_token, in_proc).await;
                 return false;
             }
         }
     }
     true
+}
+
+/// A statement failed: with XACT_ABORT ON the whole transaction rolls back, and the
+/// batch ends with the error.
+async fn failed(conn: &mut Conn, f: Failure, t: &mut Tokens, done_token: u8, in_proc: u16) {
+    if conn.in_tran {
+        conn.in_tran = false;
+        let _ = conn.session.rollback().await;
+        t.env_change_tran(10, conn.descriptor);
+    }
+    t.error(f.number, 1, f.class, &f.message);
+    t.done(done_token, done::ERROR | in_proc, 0);
+}
+
+/// Whether an IF's condition holds (a comparison with NULL does not, as with ANSI_NULLS
+/// ON).
+fn holds(c: &Condition, vars: &Params) -> Result<bool, Failure> {
+    Ok(match c {
+        Condition::IsNull(v) => matches!(value(v, vars)?, Sql::Null),
+        Condition::IsNotNull(v) => !matches!(value(v, vars)?, Sql::Null),
+        Condition::Equal(a, b) => equal(value(a, vars)?, value(b, vars)?)? == Some(true),
+        Condition::NotEqual(a, b) => equal(value(a, vars)?, value(b, vars)?)? == Some(false),
+    })
 }
 
 fn needs_transaction(st: &Statement) -> bool {
@@ -515,6 +572,10 @@ fn needs_transaction(st: &Statement) -> bool {
         Statement::Transaction(_)
             | Statement::SetOption { .. }
             | Statement::Declare(_)
+            | Statement::DeclareTable { .. }
+            | Statement::SelectTable { .. }
+            | Statement::If { .. }
+            | Statement::Block(_)
             | Statement::SetVar { .. }
             | Statement::AssignVars(_)
             | Statement::SelectVars(_)

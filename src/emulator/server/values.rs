@@ -322,3 +322,151 @@ pub(super) fn keys_of(json: &str) -> Result<Vec<MessageKey>, Failure> {
     }
     Ok(keys)
 }
+
+/// `a = b` as SQL Server compares: `None` when either is NULL; text as the default
+/// collation does (case and trailing spaces ignored); a uniqueidentifier with its text.
+pub(super) fn equal(a: Sql, b: Sql) -> Result<Option<bool>, Failure> {
+    Ok(Some(match (a, b) {
+        (Sql::Null, _) | (_, Sql::Null) => return Ok(None),
+        (Sql::NVarChar(x), Sql::NVarChar(y)) => x.trim_end().to_lowercase() == y.trim_end().to_lowercase(),
+        (Sql::Guid(g), Sql::NVarChar(s)) | (Sql::NVarChar(s), Sql::Guid(g)) => as_uuid(Sql::NVarChar(s))? == g,
+        (Sql::Guid(x), Sql::Guid(y)) => x == y,
+        (Sql::VarBinary(x), Sql::VarBinary(y)) => x == y,
+        (x @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_)), y @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_))) => {
+            int_of(x) == int_of(y)
+        }
+        (x, y) => return Err(fail(format!("comparing {x:?} with {y:?} is not supported by the emulator"))),
+    }))
+}
+
+fn int_of(v: Sql) -> i64 {
+    match v {
+        Sql::Int(i) => i64::from(i),
+        Sql::BigInt(i) => i,
+        Sql::Bit(b) => i64::from(b),
+        _ => 0,
+    }
+}
+
+/// The base of a type name, for the text types under the one the emulator keeps.
+fn base_type(ty: &str) -> &str {
+    match ty.split('(').next().unwrap_or(ty) {
+        "nchar" | "varchar" | "char" | "sysname" | "nvarchar" => "nvarchar",
+        other => other,
+    }
+}
+
+/// A value assigned to a variable declared `ty`, converted as SQL Server converts it
+/// (a binary message body into an nvarchar is read as UTF-16LE; into xml, checked).
+pub(super) fn typed(ty: Option<&String>, v: Sql) -> Result<Sql, Failure> {
+    match ty.map(|t| base_type(t)) {
+        Some(base @ ("nvarchar" | "varbinary" | "xml")) => convert(base, v),
+        _ => Ok(v),
+    }
+}
+
+/// The wire type of a table variable's column.
+pub(super) fn column_type(ty: &str) -> Result<ColType, Failure> {
+    Ok(match base_type(ty) {
+        "uniqueidentifier" => ColType::Guid,
+        "bigint" => ColType::BigInt,
+        "int" => ColType::Int,
+        "tinyint" => ColType::TinyInt,
+        "bit" => ColType::Bit,
+        "varbinary" => ColType::VarBinaryMax,
+        "xml" => ColType::Xml,
+        "nvarchar" => ColType::NVarChar,
+        other => return Err(fail(format!("a table variable column of type {other} is not supported by the emulator"))),
+    })
+}
+
+/// A value stored in a table variable's column of type `ty`.
+fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
+    match (base_type(ty), v) {
+        (_, Sql::Null) => Ok(Sql::Null),
+        ("xml", v) => Ok(cast("xml", v)?.1),
+        ("nvarchar", v @ Sql::NVarChar(_)) => Ok(v),
+        (base @ ("nvarchar" | "varbinary"), v) => convert(base, v),
+        ("uniqueidentifier", v) => Ok(Sql::Guid(as_uuid(v)?)),
+        ("bigint", v) => Ok(Sql::BigInt(as_i64(v)?)),
+        ("int" | "tinyint", v) => {
+            Ok(Sql::Int(i32::try_from(as_i64(v)?).map_err(|_| fail("Arithmetic overflow converting to int"))?))
+        }
+        (_, Sql::Bit(b)) => Ok(Sql::Bit(b)),
+        (other, v) => Err(fail(format!("storing {v:?} in a column of type {other} is not supported by the emulator"))),
+    }
+}
+
+/// SQL Server's error for a table variable used before its DECLARE.
+pub(super) fn undeclared_table(name: &str) -> Failure {
+    Failure { number: 1087, class: 15, message: format!("Must declare the table variable \"{name}\".") }
+}
+
+/// `RECEIVE columns … INTO @t`: one row per message, each column converted to the
+/// table's column in order.
+pub(super) fn receive_into(columns: &[Column], msgs: &[Message], table: &mut TableVar) -> Result<u64, Failure> {
+    let mut sources: Vec<(String, Option<String>)> = Vec::new();
+    for c in columns {
+        match c {
+            Column::Star => sources.extend(RECEIVE_COLUMNS.iter().map(|n| ((*n).to_owned(), None))),
+            Column::Item { source, cast, .. } => {
+                if receive_column(&PROBE, source).is_none() {
+                    return Err(Failure {
+                        number: 207,
+                        class: 16,
+                        message: format!("Invalid column name '{source}'."),
+                    });
+                }
+                sources.push((source.clone(), cast.clone()));
+            }
+        }
+    }
+    if sources.len() != table.columns.len() {
+        return Err(Failure {
+            number: 213,
+            class: 16,
+            message: "Column name or number of supplied values does not match table definition.".into(),
+        });
+    }
+    for m in msgs {
+        let mut row = Vec::with_capacity(sources.len());
+        for ((source, to), (_, ty)) in sources.iter().zip(&table.columns) {
+            let (_, v) = receive_column(m, source).expect("checked above");
+            let v = match to {
+                Some(to) => cast(to, v)?.1,
+                None => v,
+            };
+            row.push(column_value(ty, v)?);
+        }
+        table.rows.push(row);
+    }
+    Ok(msgs.len() as u64)
+}
+
+/// `SELECT * | columns FROM @t`.
+pub(super) fn select_table(
+    columns: Option<&[String]>,
+    table: &TableVar,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let picked: Vec<usize> = match columns {
+        None => (0..table.columns.len()).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                table.columns.iter().position(|(c, _)| c == n).ok_or_else(|| Failure {
+                    number: 207,
+                    class: 16,
+                    message: format!("Invalid column name '{n}'."),
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut cols = Vec::with_capacity(picked.len());
+    for &i in &picked {
+        let (name, ty) = &table.columns[i];
+        cols.push((name.as_str(), column_type(ty)?));
+    }
+    let rows: Vec<Vec<Sql>> = table.rows.iter().map(|r| picked.iter().map(|&i| r[i].clone()).collect()).collect();
+    Ok(result_set(t, &cols, &rows))
+}
