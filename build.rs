@@ -7,15 +7,16 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The statement of one section: its text up to its first semicolon (or the whole
-/// section), without the comment lines that trail it (they belong to the next one).
+/// The statement of one section: the whole section (a T-SQL batch may hold several
+/// statements, separated by semicolons), without the comment lines that trail it (they
+/// belong to the next one) and without a final semicolon.
 fn statement(section: &str) -> String {
-    let body = section.split(';').next().unwrap_or("");
-    let mut lines: Vec<&str> = body.lines().collect();
+    let mut lines: Vec<&str> = section.lines().collect();
     while lines.last().is_some_and(|l| l.trim().is_empty() || l.trim_start().starts_with("--")) {
         lines.pop();
     }
-    lines.join("\n").trim().to_owned()
+    let text = lines.join("\n");
+    text.trim().trim_end_matches(';').trim_end().to_owned()
 }
 
 fn main() {

@@ -4,11 +4,12 @@
 //! suite reads; no assertion is silently left out. (A real SQL Server is exercised by
 //! `mssql_real` when `SBWORKER_MSSQL_URL` is set.)
 //!
-//! Session level, so far: endpoint states; order within a conversation and one group per receive; a
+//! Session level: endpoint states; order within a conversation and one group per receive; a
 //! rollback returns the messages; a send is invisible until commit; the group stays
 //! locked until commit; an error end reaches the far side; attempt counts survive a
-//! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE CONVERSATION; EndDialog at the far side; the version claim; the state
-//! of a missing queue.
+//! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE
+//! CONVERSATION; EndDialog at the far side; GET CONVERSATION GROUP; the version claim;
+//! the state of a missing queue. (The worker level is `conformance_worker`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -178,6 +179,29 @@ where
         assert_eq!(end.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(), [system::END_DIALOG], "{name}");
         pg.end_conversation(h, None).await.unwrap();
     }
+    pg.commit().await.unwrap();
+
+    // GET CONVERSATION GROUP: the group with messages waiting, locked for this
+    // transaction (another session finds none while it is); a receive of that group
+    // gets its messages; once they are gone, none is found.
+    let hg = dialog_of(pg, 2).await;
+    a.begin().await.unwrap();
+    let g = a.get_conversation_group(REKEN_Q, WAIT).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = g.unwrap_or_else(|| panic!("{name}: a group"));
+    b.begin().await.unwrap();
+    assert_eq!(b.get_conversation_group(REKEN_Q, Duration::from_millis(300)).await.unwrap(), None, "{name}: locked");
+    b.commit().await.unwrap();
+    let got = a.receive(REKEN_Q, 10, Some(g), WAIT).await.unwrap();
+    assert_eq!(got.len(), 2, "{name}");
+    assert!(got.iter().all(|m| m.conversation_group_id == g), "{name}: of that group");
+    a.end_conversation(got[0].conversation_handle, None).await.unwrap();
+    a.commit().await.unwrap();
+    a.begin().await.unwrap();
+    assert_eq!(a.get_conversation_group(REKEN_Q, Duration::from_millis(100)).await.unwrap(), None, "{name}: none left");
+    a.commit().await.unwrap();
+    pg.begin().await.unwrap();
+    pg.receive_conversation(ANTWOORD_Q, hg).await.unwrap();
+    pg.end_conversation(hg, None).await.unwrap();
     pg.commit().await.unwrap();
 
     // The version claim: newer claims, equal or older does not.

@@ -143,6 +143,15 @@ pub trait Session: Send + 'static {
 
     fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> impl Future<Output = Result<(), BrokerError>> + Send;
 
+    /// `WAITFOR (GET CONVERSATION GROUP @g FROM queue), TIMEOUT wait`: the next group with
+    /// messages waiting, locked for this transaction (no other session receives from it
+    /// until commit or rollback); `None` on timeout.
+    fn get_conversation_group(
+        &mut self,
+        queue: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<Uuid>, BrokerError>> + Send;
+
     /// Counts one more attempt of each message, durably and outside the transaction
     /// (it must survive a rollback and a crash). Returns the counts after this one.
     fn count_attempts(

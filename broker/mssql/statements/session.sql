@@ -45,6 +45,11 @@ END CONVERSATION @P1 WITH ERROR = @P2 DESCRIPTION = @P3
 -- name: move_conversation
 MOVE CONVERSATION @P1 TO @P2
 
+-- name: get_conversation_group
+DECLARE @group uniqueidentifier;
+WAITFOR (GET CONVERSATION GROUP @group FROM {queue}), TIMEOUT @P1;
+SELECT @group AS conversation_group_id
+
 -- name: count_attempts
 EXEC sbworker.count_attempts @queue = @P1, @keys = @P2
 

@@ -197,6 +197,19 @@ impl transport::Session for MssqlSession {
         Self::exec(&mut self.work, stmt::MOVE_CONVERSATION.sql, &[&handle, &group]).await
     }
 
+    async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
+        let q = quote_name(queue)?;
+        let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        let sql = stmt::GET_CONVERSATION_GROUP.sql.replace("{queue}", &q);
+        // The batch's one result set is its last statement's (the SELECT).
+        let results =
+            self.work.query(sql, &[&timeout]).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
+        match results.iter().flatten().next() {
+            Some(row) => row.try_get::<Uuid, _>(0).map_err(error_of),
+            None => Ok(None),
+        }
+    }
+
     async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
         let json = keys_json(keys);
         let rows = Self::rows(&mut self.side, stmt::COUNT_ATTEMPTS.sql, &[&queue, &json.as_str()]).await?;

@@ -494,6 +494,10 @@ impl transport::Session for Session {
         Session::move_conversation(self, handle, group).await
     }
 
+    async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
+        Session::get_conversation_group(self, queue, wait).await
+    }
+
     async fn count_attempts(&mut self, queue: &str, keys: &[MessageKey]) -> Result<Vec<Attempt>, BrokerError> {
         let (handles, seqs) = key_arrays(keys);
         // On the side connection: it is never inside a transaction, so the count

@@ -71,7 +71,12 @@ pub(super) async fn execute(
                     Sql::BigInt(_) => ColType::BigInt,
                     Sql::Bit(_) => ColType::Bit,
                     Sql::VarBinary(_) => ColType::VarBinaryMax,
-                    Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
+                    // A NULL has its variable's declared type, as in SQL Server.
+                    Sql::Null => match n {
+                        Value::Var(var) => conn.var_types.get(var).map_or(Ok(ColType::NVarChar), |t| column_type(t))?,
+                        _ => ColType::NVarChar,
+                    },
+                    Sql::NVarChar(_) => ColType::NVarChar,
                 };
                 cols.push((alias.as_deref().unwrap_or(""), ty));
                 row.push(v);
