@@ -57,6 +57,20 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
     // The employee without a salary got a Fout, recorded with its reason.
     assert_eq!(verdict.faulted.len(), 1);
     assert!(verdict.faulted[0].1.contains("salary-missing"), "{:?}", verdict.faulted);
+    // The check's second builder is independent of the SQL one: a SQL builder that
+    // misreads one roster column is caught, key by key.
+    let def: String = c.query_one("SELECT pg_get_functiondef('rekenserver.vraag'::regproc)", &[]).await.unwrap().get(0);
+    let wrong = def.replace(
+        "xmlelement(name \"DagenPerWeek\", dv.dagen_per_week)",
+        "xmlelement(name \"DagenPerWeek\", dv.dagen_per_week + 1)",
+    );
+    assert_ne!(wrong, def, "the mutation applies");
+    c.batch_execute("BEGIN").await.unwrap();
+    c.batch_execute(&wrong).await.unwrap();
+    let misread = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert_eq!(misread.problems.len(), 11, "{:?}", misread.problems);
+    assert!(misread.problems.iter().all(|p| p.contains("the SQL builder's Vraag differs from the roster rows")));
+    c.batch_execute("ROLLBACK").await.unwrap();
     // And what is stored equals what `sbworker calc` prints for the same Vraag.
     for dv in [FIRST_ID, FIRST_ID + 3, FIRST_ID + 11] {
         let xml: String = c

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rust_decimal::Decimal;
 use tokio_postgres::Client;
 
-use super::stmt;
+use super::{oracle, stmt};
 use crate::contract::{self, Limits};
 use crate::engine::{self, Tables};
 
@@ -75,7 +75,9 @@ pub struct Verdict {
 }
 
 /// Checks every key: its stored result is that of its latest roster version and
-/// equals computing the Vraag of the roster as it stands; versions never went back.
+/// equals computing the Vraag of the roster as it stands (built from the roster rows
+/// by the second builder, `oracle`, which the SQL builder must agree with); versions
+/// never went back.
 pub async fn verify(client: &Client, tables: &Tables) -> anyhow::Result<Verdict> {
     let mut v = Verdict::default();
     let backwards: i64 = client.query_one(stmt::BACKWARDS.sql, &[]).await?.get(0);
@@ -97,8 +99,20 @@ pub async fn verify(client: &Client, tables: &Tables) -> anyhow::Result<Verdict>
         }
         let xml: Option<String> = client.query_one(stmt::VRAAG_NOW.sql, &[&dv, &periode, &versie]).await?.get(0);
         let xml = xml.ok_or_else(|| anyhow::anyhow!("key ({dv}, {periode}) has no Vraag"))?;
-        let vraag = contract::decode_vraag(xml.as_bytes(), &Limits::default())
+        let sent = contract::decode_vraag(xml.as_bytes(), &Limits::default())
             .map_err(|e| anyhow::anyhow!("the Vraag of ({dv}, {periode}) does not decode: {e}"))?;
+        // The expected result comes from the second builder's Vraag, read from the roster
+        // rows; the SQL builder (what the trigger sends) must agree with it.
+        let Some(vraag) = oracle::vraag(client, dv, periode, versie, sent.id, sent.timestamp.clone()).await? else {
+            v.problems.push(format!("key ({dv}, {periode}) has no roster rows"));
+            continue;
+        };
+        if vraag != sent {
+            v.problems.push(format!(
+                "key ({dv}, {periode}): the SQL builder's Vraag differs from the roster rows: {sent:?} against {vraag:?}"
+            ));
+            continue;
+        }
         let expected: BTreeMap<String, Decimal> = match engine::calculate(&vraag, tables, false) {
             Ok(c) => c.antwoord.mutaties.iter().map(|m| (m.loonfactor_code.clone(), m.waarde)).collect(),
             Err(e) => {

@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod edits;
+pub mod oracle;
 pub mod rng;
 pub mod roster;
 

@@ -141,3 +141,26 @@ SELECT clock_timestamp()::text;
 -- How many employments the roster holds (the demo refuses a database in use).
 -- name: dienstverband_count
 SELECT count(*) FROM rooster.dienstverband;
+
+-- The check's second builder (src/demo/oracle.rs): the rows of one key, as plain text,
+-- read without rekenserver.vraag.
+-- name: oracle_dienstverband
+SELECT c.id, c.code, c.is_vier_weken, c.naam, c.werkweek_uren::text, dv.dagen_per_week::text,
+       dv.datum_in_dienst::text, dv.datum_uit_dienst::text, dv.parttime_uren::text, dv.salaris::text,
+       dv.garantie_toeslag::text, dv.garantie_trede_bedrag::text, dv.loon_toeslag::text, dv.soort,
+       dv.functiegroep
+  FROM rooster.dienstverband dv JOIN rooster.cao c ON c.id = dv.cao_id
+ WHERE dv.id = $1;
+
+-- name: oracle_periode
+SELECT begin_datum::text, eind_datum::text FROM rooster.periode WHERE id = $1;
+
+-- name: oracle_blocks
+SELECT d.id, d.datum::text, to_char(t.begin_tijd, 'HH24:MI'), to_char(t.eind_tijd, 'HH24:MI'), t.is_ziek,
+       dt.code, dt.telt_mee_in_gewerkte_uren
+  FROM rooster.dienst d
+  JOIN rooster.tijdblok t ON t.dienst_id = d.id
+  JOIN rooster.dienst_type dt ON dt.code = t.dienst_type
+  JOIN rooster.periode p ON p.id = $2
+ WHERE d.dienstverband_id = $1 AND d.datum BETWEEN p.begin_datum AND p.eind_datum
+ ORDER BY d.datum, d.id, t.begin_tijd, t.id;
