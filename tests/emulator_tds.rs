@@ -73,16 +73,12 @@ async fn the_emulator_command_serves_a_throwaway_broker() {
     assert_eq!(child.wait().await.unwrap().code(), Some(0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
-    use sbworker::demo::check::{verify, wait_drained};
-    use sbworker::demo::roster::Roster;
-    let (url, mut c) = crate::common::pg::fresh_roster_db().await;
-    let (conn, _stop) = emulator(&url).await;
-    let transport = MssqlTransport::new(&conn).unwrap();
-    let mut cfg = sbworker::demo::worker_config(&url, 3);
+/// The calculation and the collector over TDS, as `sbworker demo --mssql` runs them.
+fn tds_pipeline(conn: &str, url: &str) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>) {
+    let transport = MssqlTransport::new(conn).unwrap();
+    let mut cfg = sbworker::demo::worker_config(url, 3);
     cfg.broker.kind = sbworker::config::BrokerKind::Mssql;
-    cfg.broker.connection = conn.clone();
+    cfg.broker.connection = conn.to_owned();
     cfg.check().unwrap();
     let limits = Limits::default();
     let handlers = Handlers::default()
@@ -93,6 +89,16 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
         tokio::spawn(
             async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
         );
+    (tx, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
+    use sbworker::demo::check::{verify, wait_drained};
+    use sbworker::demo::roster::Roster;
+    let (url, mut c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    let (tx, run) = tds_pipeline(&conn, &url);
     let roster = Roster::generate(15, 5, true);
     roster.load(&mut c).await.unwrap();
     wait_drained(&c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
@@ -565,4 +571,128 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
     // Every conversation ended: nothing left behind.
     assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0, "{v}");
     assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_the_latest() {
+    use sbworker::broker::mssql::Connection;
+    use sbworker::demo::check::{verify, wait_drained};
+    use sbworker::demo::roster::{PERIODE_ID, Roster};
+    use tokio_util::compat::TokioAsyncWriteCompatExt;
+    let (url, mut c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    let (tx, run) = tds_pipeline(&conn, &url);
+    // The roster, its versions raised by the triggers but nothing sent: the T-SQL sender
+    // below sends instead.
+    c.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(6, 11, true).load(&mut c).await.unwrap();
+    let config = Connection::parse(&conn).unwrap().config();
+    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
+    let mut sender = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    // As the SQL Server trigger sends one key's Vraag: in the key's conversation group,
+    // the body an `xml` value (UTF-16LE with a byte-order mark in the queue), the log
+    // row in the same transaction (written here through PostgreSQL before the COMMIT).
+    async fn send(
+        sender: &mut tiberius::Client<tokio_util::compat::Compat<tokio::net::TcpStream>>,
+        c: &tokio_postgres::Client,
+        dv: i32,
+        versie: i64,
+        xml: &str,
+        id: Uuid,
+        group: Uuid,
+    ) {
+        sender.simple_query("BEGIN TRANSACTION").await.unwrap().into_results().await.unwrap();
+        let row = sender
+            .query(
+                "DECLARE @h uniqueidentifier;
+                 BEGIN DIALOG CONVERSATION @h
+                     FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                     TO SERVICE N'/Rekenserver/LoonfactorBerekening/RekenService'
+                     ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                     WITH RELATED_CONVERSATION_GROUP = @P2, ENCRYPTION = OFF;
+                 SEND ON CONVERSATION (@h) MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (CAST(@P1 AS xml));
+                 SELECT @h;",
+                &[&xml, &group],
+            )
+            .await
+            .unwrap()
+            .into_row()
+            .await
+            .unwrap()
+            .expect("the handle");
+        let handle: Uuid = row.get(0).unwrap();
+        c.execute(
+            "INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie) VALUES ($1, $2, $3, $4, $5)",
+            &[&handle, &id, &dv, &PERIODE_ID, &versie],
+        )
+        .await
+        .unwrap();
+        sender.simple_query("COMMIT TRANSACTION").await.unwrap().into_results().await.unwrap();
+    }
+    let vraag = |dv: i32, versie: i64, id: Uuid| {
+        let c = &c;
+        async move {
+            let r = c
+                .query_one(
+                    "SELECT rekenserver.vraag($1, $2, $3, $4)::text, group_id FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2",
+                    &[&dv, &PERIODE_ID, &versie, &id],
+                )
+                .await
+                .unwrap();
+            (r.get::<_, String>(0), r.get::<_, Uuid>(1))
+        }
+    };
+    let keys: Vec<(i32, i64)> = c
+        .query("SELECT dienstverband_id, versie FROM rekenserver.sleutel ORDER BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(keys.len(), 6);
+    // One key goes out twice: its Vraag of now, then (after a planner's edit) the newer
+    // one sent first and the older one after it, as two senders racing might.
+    let (edited, v1) = keys[0];
+    let id1 = Uuid::new_v4();
+    let (old_xml, group) = vraag(edited, v1, id1).await;
+    c.execute(
+        "UPDATE rooster.tijdblok SET is_ziek = NOT is_ziek WHERE id = (SELECT min(t.id) FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id WHERE d.dienstverband_id = $1)",
+        &[&edited],
+    )
+    .await
+    .unwrap();
+    let v2: i64 = c
+        .query_one("SELECT versie FROM rekenserver.sleutel WHERE dienstverband_id = $1", &[&edited])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v2, v1 + 1, "the edit raised the version");
+    let id2 = Uuid::new_v4();
+    let (new_xml, _) = vraag(edited, v2, id2).await;
+    send(&mut sender, &c, edited, v2, &new_xml, id2, group).await;
+    send(&mut sender, &c, edited, v1, &old_xml, id1, group).await;
+    for &(dv, versie) in &keys[1..] {
+        let id = Uuid::new_v4();
+        let (xml, group) = vraag(dv, versie, id).await;
+        send(&mut sender, &c, dv, versie, &xml, id, group).await;
+    }
+    wait_drained(&c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
+    // Every key holds the result of its latest version (the second builder's
+    // calculation); the older Vraag of the edited key was answered but not stored.
+    let verdict = verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!((verdict.latest, verdict.faulted.len()), (5, 1));
+    let outcome = |id: Uuid| {
+        let c = &c;
+        async move {
+            c.query_one("SELECT uitkomst FROM rekenserver.berekening_log WHERE vraag_id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        }
+    };
+    assert_eq!(outcome(id2).await, "opgeslagen");
+    assert_ne!(outcome(id1).await, "opgeslagen", "the older version is never stored over the newer");
+    tx.send(()).await.unwrap();
+    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
 }
