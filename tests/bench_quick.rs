@@ -7,12 +7,16 @@ use tokio::process::Command;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_bench_runs_every_part_and_writes_its_report() {
     let dir = crate::common::calc::TempDir::new("bench-quick");
-    let out = Command::new(env!("CARGO_BIN_EXE_sbworker"))
-        .args(["bench", "--quick", "--skip-peers", "--out"])
-        .arg(&dir.0)
-        .output()
-        .await
-        .unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(["bench", "--quick", "--skip-peers", "--out"])
+            .arg(&dir.0)
+            .output(),
+    )
+    .await
+    .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report = std::fs::read_to_string(dir.0.join("report.md")).unwrap();
     for section in [

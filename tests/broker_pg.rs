@@ -380,19 +380,25 @@ async fn eight_sessions_share_a_queue_without_overlap_or_loss() {
 async fn sbworker_install_puts_the_broker_in_and_again_changes_nothing() {
     let url = fresh_db().await;
     for _ in 0..2 {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
-            .args(["install", "--postgres", &url])
-            .output()
-            .await
-            .unwrap();
+        let out = crate::common::within(
+            600,
+            "the command ends",
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker")).args(["install", "--postgres", &url]).output(),
+        )
+        .await
+        .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("PostgreSQL broker installed"));
     }
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
-        .args(["install", "--postgres", "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2"])
-        .output()
-        .await
-        .unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(["install", "--postgres", "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2"])
+            .output(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("installing the PostgreSQL broker"));
 }

@@ -47,7 +47,7 @@ async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
     let sender = tokio::spawn(async move {
         target.begin().await.unwrap();
         target.send(hb, ANTWOORD, Some(b"<rb/>")).await.unwrap();
-        gone.await.unwrap();
+        crate::common::within(60, "the session ends", gone).await.unwrap();
         target.commit().await.unwrap();
     });
     // Until that send has either been written or waits for the receiver's lock.
@@ -73,7 +73,7 @@ async fn a_message_sent_into_a_group_a_receiver_holds_is_received_later() {
     assert_eq!(bodies(&got), ["<ra/>"]);
     receiver.commit().await.unwrap();
     go.send(()).unwrap();
-    sender.await.unwrap();
+    crate::common::within(60, "the sender ends", sender).await.unwrap();
     receiver.begin().await.unwrap();
     let got = receiver.receive("iq", 10, None, Duration::from_secs(5)).await.unwrap();
     receiver.commit().await.unwrap();
@@ -221,7 +221,7 @@ async fn wakeups_before(
     other.client().execute("SELECT pg_notify(sb.channel($1), $2)", &[&queue, &tag]).await.unwrap();
     let mut wakeups = 0;
     loop {
-        match rx.recv().await.expect("the listener is open") {
+        match crate::common::within(60, "a notification", rx.recv()).await.expect("the listener is open") {
             p if p == tag => return wakeups,
             p if p.is_empty() => wakeups += 1,
             _ => {}
@@ -316,10 +316,14 @@ async fn waiting_receives_lose_no_wake_up_to_sends_racing_their_mark() {
         sender.send(h, VRIJ, Some(format!("{i}").as_bytes())).await.unwrap();
         sender.commit().await.unwrap();
         while received.len() <= i {
-            received.extend(got_rx.recv().await.expect("the receiver is running"));
+            received.extend(
+                crate::common::within(60, "the receiver gets it", got_rx.recv())
+                    .await
+                    .expect("the receiver is running"),
+            );
         }
     }
-    receiving.await.unwrap();
+    crate::common::within(60, "the receiver ends", receiving).await.unwrap();
     assert_eq!(received, (0..MESSAGES).map(|i| i.to_string()).collect::<Vec<_>>());
 }
 

@@ -18,7 +18,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
 async fn run_to_end(dir: &TempDir, config: &str) -> (Option<i32>, String) {
     let path = dir.0.join("sbworker.toml");
     std::fs::write(&path, config).unwrap();
-    let out = Command::new(BIN).args(["run", "--config"]).arg(&path).stdin(Stdio::null()).output().await.unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN).args(["run", "--config"]).arg(&path).stdin(Stdio::null()).output(),
+    )
+    .await
+    .unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -70,7 +70,7 @@ async fn the_emulator_command_serves_a_throwaway_broker() {
     assert_eq!(state.messages, 0);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
-    assert_eq!(child.wait().await.unwrap().code(), Some(0));
+    assert_eq!(crate::common::within(60, "the process exits", child.wait()).await.unwrap().code(), Some(0));
 }
 
 /// The calculation and the collector over TDS, as `sbworker demo --mssql` runs them.
@@ -110,7 +110,7 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
     assert_eq!((verdict.latest, verdict.faulted.len()), (14, 1));
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
 #[tokio::test]
@@ -224,7 +224,7 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
         c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
     }
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
 /// Asks `n` questions, collects the answers: each request answered exactly once.
@@ -274,7 +274,7 @@ async fn a_connection_dropped_between_send_and_commit_loses_nothing_and_answers_
     let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     assert!(faults.injected() >= 3, "{}", faults.injected());
     let text = metrics.encode();
     assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_Q}\"}}")), 6.0, "{text}");
@@ -290,7 +290,7 @@ async fn injected_deadlocks_1205_are_retried_and_every_request_is_answered_once(
     let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     // Every other RECEIVE that took a message failed, its transaction rolled back, and the
     // reader received the same message again after a backoff.
     assert!(faults.injected() >= 5, "{}", faults.injected());
@@ -306,7 +306,7 @@ async fn a_connection_dropped_mid_transaction_is_reopened_and_nothing_is_lost() 
     let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     assert!(faults.injected() >= 3, "{}", faults.injected());
 }
 
@@ -336,9 +336,8 @@ async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_
         .env("PYTHONPATH", python_tds())
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_client.py"))
         .args([port.as_str(), "sbworker", "p;w\"d"])
-        .output()
-        .await
-        .unwrap();
+        .output();
+    let out = crate::common::within(120, "python-tds ends", out).await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // Every queue column, in SQL Server's order, with its type as python-tds decoded it.
@@ -524,7 +523,7 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_tutorial.py"))
         .args([port.as_str(), "sbworker", "p;w\"d"])
         .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out).await.expect("within 2 minutes").unwrap();
+    let out = crate::common::within(120, "python-tds ends", out).await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // Step 1 shows the request it sent; step 2 the request it received (an nvarchar
@@ -694,5 +693,5 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     assert_eq!(outcome(id2).await, "opgeslagen");
     assert_ne!(outcome(id1).await, "opgeslagen", "the older version is never stored over the newer");
     tx.send(()).await.unwrap();
-    assert_eq!(run.await.unwrap(), RunOutcome::Drained);
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }

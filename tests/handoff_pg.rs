@@ -145,12 +145,16 @@ async fn the_export_command_writes_csv_and_json_and_confirms_leases() {
     results(&c, 4).await;
     let dir = TempDir::new("export");
     let csv = dir.0.join("april.csv");
-    let out = Command::new(BIN)
-        .args(["export", "--postgres", &url, "--periode", &P.to_string(), "--mode", "lease", "--out"])
-        .arg(&csv)
-        .output()
-        .await
-        .unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN)
+            .args(["export", "--postgres", &url, "--periode", &P.to_string(), "--mode", "lease", "--out"])
+            .arg(&csv)
+            .output(),
+    )
+    .await
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("exported 4 results (12 factor rows)"), "{stderr}");
@@ -159,20 +163,36 @@ async fn the_export_command_writes_csv_and_json_and_confirms_leases() {
     assert!(text.lines().nth(1).unwrap().contains(&format!(",1-{P}-1,1,{P},1,5,100,1.2500")), "{text}");
     assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1, "no partial file is left");
     let batch = stderr.split("--ack ").nth(1).unwrap().trim().to_owned();
-    let out = Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output().await.unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output(),
+    )
+    .await
+    .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("4 results confirmed"));
-    let out = Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output().await.unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN).args(["export", "--postgres", &url, "--ack", &batch]).output(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.status.code(), Some(1), "a second confirmation says there is nothing to confirm");
     // JSON, to standard output: factors nested under each employee.
     c.batch_execute("UPDATE rekenserver.resultaat SET export_status = 0").await.unwrap();
-    let out = Command::new(BIN)
-        .args(["export", "--periode", &P.to_string(), "--format", "json"])
-        .env("SBWORKER__BROKER__CONNECTION", &url)
-        .stderr(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN)
+            .args(["export", "--periode", &P.to_string(), "--format", "json"])
+            .env("SBWORKER__BROKER__CONNECTION", &url)
+            .stderr(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert_eq!(json.matches("\"sleutel\":").count(), 4);

@@ -84,7 +84,9 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
             .get(0);
         let file = dir.0.join(format!("vraag-{dv}.xml"));
         std::fs::write(&file, &xml).unwrap();
-        let out = Command::new(BIN).arg("calc").arg(&file).output().await.unwrap();
+        let out = crate::common::within(600, "the command ends", Command::new(BIN).arg("calc").arg(&file).output())
+            .await
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let antwoord = decode_antwoord(&out.stdout, &Limits::default()).unwrap();
         let from_calc: BTreeMap<String, Decimal> =
@@ -234,7 +236,9 @@ async fn a_bulk_import_sends_one_vraag_per_key() {
 
 #[tokio::test]
 async fn sbworker_demo_runs_and_checks_itself() {
-    let out = Command::new(BIN).args(["demo", "--size", "20"]).output().await.unwrap();
+    let out = crate::common::within(600, "the command ends", Command::new(BIN).args(["demo", "--size", "20"]).output())
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
@@ -243,7 +247,13 @@ async fn sbworker_demo_runs_and_checks_itself() {
 
 #[tokio::test]
 async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
-    let out = Command::new(BIN).args(["demo", "--size", "15", "--mssql"]).output().await.unwrap();
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN).args(["demo", "--size", "15", "--mssql"]).output(),
+    )
+    .await
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("workers on the SQL Server transport through the Service Broker emulator"), "{stdout}");

@@ -121,7 +121,10 @@ fn the_forms_of_the_property_read_back_to_the_password() {
 
 /// Runs `sbworker args` with `env`; its exit code and stdout and stderr together.
 async fn sbworker(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let out = Command::new(BIN).args(args).envs(env.iter().copied()).output().await.unwrap();
+    let out =
+        crate::common::within(600, "the command ends", Command::new(BIN).args(args).envs(env.iter().copied()).output())
+            .await
+            .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code(), text)
 }
@@ -262,7 +265,7 @@ impl Worker {
     /// The first line containing `text` (waiting for it).
     async fn wait_for(&mut self, text: &str) -> String {
         loop {
-            let Some(line) = self.lines.recv().await else {
+            let Some(line) = crate::common::within(60, "a log line", self.lines.recv()).await else {
                 panic!("the worker ended before printing {text:?}:\n{}", self.seen.join("\n"))
             };
             self.seen.push(line.clone());
@@ -277,7 +280,7 @@ impl Worker {
         let pid = self.child.id().expect("running") as i32;
         // SAFETY: sending a signal to our own child process.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let status = self.child.wait().await.unwrap();
+        let status = crate::common::within(60, "the process exits", self.child.wait()).await.unwrap();
         while let Some(line) = self.lines.recv().await {
             self.seen.push(line);
         }

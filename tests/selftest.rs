@@ -148,11 +148,15 @@ async fn no_server_fails_the_first_check() {
 async fn the_command_prints_json_and_exits_by_the_outcome() {
     let (url, c) = fresh_roster_db().await;
     let run = |url: String| async move {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
-            .args(["selftest", "--json", "--postgres", &url])
-            .output()
-            .await
-            .unwrap()
+        crate::common::within(
+            600,
+            "the command ends",
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+                .args(["selftest", "--json", "--postgres", &url])
+                .output(),
+        )
+        .await
+        .unwrap()
     };
     let out = run(url.clone()).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));

@@ -71,7 +71,7 @@ async fn a_deadlock_inside_the_handler_is_retried_and_then_answered() {
     let w =
         InProcess::start(&url, config(&url, ""), Handlers::default().with("loonfactor-berekening", handler.clone()));
     let h = ask(&mut s, &vraag_body(Uuid::new_v4())).await;
-    locked_one.notified().await;
+    crate::common::within(60, "the handler locks its row", locked_one.notified()).await;
     let other = Session::open(&url).await.unwrap();
     let c = other.client();
     c.batch_execute("BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE lockpair SET n = n + 10 WHERE id = 2")

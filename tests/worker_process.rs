@@ -120,7 +120,10 @@ async fn a_worker_logging_json_writes_one_object_per_line_with_group_spans_and_s
 }
 
 async fn sbworker(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let out = Command::new(BIN).args(args).envs(env.iter().copied()).output().await.unwrap();
+    let out =
+        crate::common::within(600, "the command ends", Command::new(BIN).args(args).envs(env.iter().copied()).output())
+            .await
+            .unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 

@@ -138,7 +138,7 @@ impl InProcess {
     /// Stops it and waits for the outcome.
     pub async fn shutdown(self) -> RunOutcome {
         self.stop.send(()).await.unwrap();
-        self.done.await.unwrap()
+        super::within(60, "the worker drains", self.done).await.unwrap()
     }
 
     /// Stops it (asserting a clean drain) and returns its final metrics text: every
@@ -200,5 +200,5 @@ pub fn spawn_worker(dir: &TempDir, config: &str) -> tokio::process::Child {
 pub async fn stop_worker(mut child: tokio::process::Child) -> Option<i32> {
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id().expect("running") as i32, libc::SIGTERM) };
-    child.wait().await.unwrap().code()
+    super::within(60, "the worker exits", child.wait()).await.unwrap().code()
 }

@@ -162,3 +162,11 @@ pub mod build {
         vraag("2026-03-01", "2026-03-31", false, diensten)
     }
 }
+
+/// Awaits `f` for at most `secs` seconds, and panics naming `what` after that: no wait in
+/// a test is without a deadline.
+pub async fn within<F: std::future::Future>(secs: u64, what: &str, f: F) -> F::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {secs} s"))
+}
