@@ -14,22 +14,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sbworker::broker::mssql::MssqlTransport;
+use sbworker::broker::mssql::{Connection, MssqlTransport};
 use sbworker::broker::postgres::{PostgresTransport, Session as PgSession};
-use sbworker::broker::{ErrorKind, system};
+use sbworker::broker::{ErrorKind, Message, system};
 use sbworker::contract::message_types;
 use sbworker::emulator::server::Faults;
 use sbworker::transport::{MessageKey, PayrollStore, Session, Transport};
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 use uuid::Uuid;
 
-use crate::broker_pg::state;
 use crate::common::calc::*;
 
-/// What a back end can do that another cannot, declared once.
+/// What a back end does differently, declared once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Capability {
     /// `queue_state` of a queue that does not exist is a `NotFound` error.
     MissingQueueIsNotFound,
+    /// A target endpoint is "started inbound" (SI) until the receive of its first
+    /// message commits (the PostgreSQL broker); SQL Server creates it conversing (CO)
+    /// when the whole first message arrives at once, as it does within one instance.
+    TargetStartsInbound,
+    /// Once both sides have ended, both endpoints are gone. SQL Server keeps the
+    /// target's, closed (CD), for a while (against replayed messages).
+    EndedEndpointsRemoved,
 }
 
 struct Backend {
@@ -37,32 +44,188 @@ struct Backend {
     capabilities: &'static [Capability],
 }
 
-const POSTGRES: Backend = Backend { name: "postgres", capabilities: &[Capability::MissingQueueIsNotFound] };
-// The emulator answers `sbworker.queue_state` for a missing queue with no row, as SQL
-// Server's procedure does; the transport turns that into NotFound as well.
-const TDS: Backend = Backend { name: "tds (emulator)", capabilities: &[Capability::MissingQueueIsNotFound] };
-
-/// Sends `n` Vraags on one new dialog from the initiator (a PostgreSQL session, as the
-/// roster triggers would); the initiator's handle.
-async fn dialog_of(s: &mut PgSession, n: usize) -> Uuid {
-    s.begin().await.unwrap();
-    let h = s.begin_dialog(DATA_SERVICE, REKEN_SERVICE, CONTRACT, None, None).await.unwrap();
-    for _ in 0..n {
-        s.send(h, message_types::VRAAG, Some(&vraag_body(Uuid::new_v4()))).await.unwrap();
+impl Backend {
+    fn can(&self, c: Capability) -> bool {
+        self.capabilities.contains(&c)
     }
-    s.commit().await.unwrap();
-    h
 }
 
-async fn waiting(s: &PgSession, queue: &str) -> i64 {
-    count(s, &format!("SELECT count(*) FROM sb.message WHERE queue = '{queue}'")).await
+use Capability::*;
+const POSTGRES: Backend =
+    Backend { name: "postgres", capabilities: &[MissingQueueIsNotFound, TargetStartsInbound, EndedEndpointsRemoved] };
+// The emulator runs on the PostgreSQL broker: its endpoints are that broker's. It answers
+// `sbworker.queue_state` for a missing queue with no row, as SQL Server's procedure does;
+// the transport turns that into NotFound.
+const TDS: Backend = Backend {
+    name: "tds (emulator)",
+    capabilities: &[MissingQueueIsNotFound, TargetStartsInbound, EndedEndpointsRemoved],
+};
+const SQL_SERVER: Backend = Backend { name: "sql server", capabilities: &[MissingQueueIsNotFound] };
+
+/// The far side of the conversations (the initiator, as the roster triggers) and a look
+/// at the broker, as each back end offers them: the PostgreSQL broker's functions and
+/// tables, or T-SQL (`BEGIN DIALOG`, `SEND`, `SELECT COUNT(*) FROM queue`,
+/// `sys.conversation_endpoints`, `ALTER QUEUE`).
+trait Far {
+    /// Begins a dialog from the data service and sends `n` Vraags on it, committed; the
+    /// initiator's handle.
+    async fn dialog(&mut self, n: usize) -> Uuid;
+    /// The messages waiting (committed) on `queue`.
+    async fn waiting(&mut self, queue: &str) -> i64;
+    /// The state of an endpoint (`None`: gone).
+    async fn state(&mut self, handle: Uuid) -> Option<String>;
+    /// Receives what is left of the initiator's conversation and ends its side.
+    async fn finish(&mut self, initiator: Uuid) -> Vec<Message>;
+    /// Sets the queue's status and its poison message handling.
+    async fn alter_queue(&mut self, queue: &str, enabled: bool, poison_handling: bool);
+}
+
+/// The initiator's side through the PostgreSQL broker's own functions.
+struct PgFar(PgSession);
+
+impl Far for PgFar {
+    async fn dialog(&mut self, n: usize) -> Uuid {
+        let s = &mut self.0;
+        s.begin().await.unwrap();
+        let h = s.begin_dialog(DATA_SERVICE, REKEN_SERVICE, CONTRACT, None, None).await.unwrap();
+        for _ in 0..n {
+            s.send(h, message_types::VRAAG, Some(&vraag_body(Uuid::new_v4()))).await.unwrap();
+        }
+        s.commit().await.unwrap();
+        h
+    }
+
+    async fn waiting(&mut self, queue: &str) -> i64 {
+        count(&self.0, &format!("SELECT count(*) FROM sb.message WHERE queue = '{queue}'")).await
+    }
+
+    async fn state(&mut self, handle: Uuid) -> Option<String> {
+        crate::broker_pg::state(&self.0, handle).await
+    }
+
+    async fn finish(&mut self, initiator: Uuid) -> Vec<Message> {
+        finish_on(&mut self.0, initiator).await
+    }
+
+    async fn alter_queue(&mut self, queue: &str, enabled: bool, poison_handling: bool) {
+        self.0
+            .client()
+            .execute(
+                "SELECT sb.alter_queue($1, p_enabled => $2, p_poison_handling => $3)",
+                &[&queue, &enabled, &poison_handling],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+async fn finish_on<S: Session>(s: &mut S, initiator: Uuid) -> Vec<Message> {
+    s.begin().await.unwrap();
+    let got = s.receive_conversation(ANTWOORD_Q, initiator).await.unwrap();
+    s.end_conversation(initiator, None).await.unwrap();
+    s.commit().await.unwrap();
+    got
+}
+
+type Tds = tiberius::Client<Compat<tokio::net::TcpStream>>;
+
+/// The initiator's side in T-SQL, over its own TDS connection (a login allowed to
+/// begin dialogs on the data service and to alter the queues).
+struct TsqlFar {
+    client: Tds,
+    /// The initiator's receives and ends go through the SQL Server transport.
+    session: sbworker::broker::mssql::MssqlSession,
+}
+
+impl TsqlFar {
+    async fn connect(conn: &str) -> Self {
+        let config = Connection::parse(conn).unwrap().config();
+        let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
+        let client = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+        let session = MssqlTransport::new(conn).unwrap().open().await.unwrap();
+        Self { client, session }
+    }
+
+    async fn batch(&mut self, sql: &str) {
+        self.client.simple_query(sql).await.unwrap().into_results().await.unwrap();
+    }
+}
+
+impl Far for TsqlFar {
+    async fn dialog(&mut self, n: usize) -> Uuid {
+        self.batch("BEGIN TRANSACTION").await;
+        let row = self
+            .client
+            .query(
+                "DECLARE @h uniqueidentifier;
+                 BEGIN DIALOG CONVERSATION @h
+                     FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                     TO SERVICE N'/Rekenserver/LoonfactorBerekening/RekenService'
+                     ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                     WITH ENCRYPTION = OFF;
+                 SELECT @h;",
+                &[],
+            )
+            .await
+            .unwrap()
+            .into_row()
+            .await
+            .unwrap()
+            .expect("the handle");
+        let h: Uuid = row.get(0).unwrap();
+        for _ in 0..n {
+            let body = vraag_body(Uuid::new_v4());
+            self.client
+                .execute(
+                    "SEND ON CONVERSATION @P1 MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P2)",
+                    &[&h, &body.as_slice()],
+                )
+                .await
+                .unwrap();
+        }
+        self.batch("COMMIT TRANSACTION").await;
+        h
+    }
+
+    async fn waiting(&mut self, queue: &str) -> i64 {
+        // READPAST: a message another transaction holds (an uncommitted send) is not
+        // waiting yet.
+        let sql = format!("SELECT COUNT(*) FROM [{queue}] WITH (READPAST)");
+        let row = self.client.query(sql, &[]).await.unwrap().into_row().await.unwrap().unwrap();
+        i64::from(row.get::<i32, _>(0).unwrap())
+    }
+
+    async fn state(&mut self, handle: Uuid) -> Option<String> {
+        let row = self
+            .client
+            .query("SELECT state FROM sys.conversation_endpoints WHERE conversation_handle = @P1", &[&handle])
+            .await
+            .unwrap()
+            .into_row()
+            .await
+            .unwrap();
+        row.map(|r| r.get::<&str, _>(0).unwrap().trim().to_owned())
+    }
+
+    async fn finish(&mut self, initiator: Uuid) -> Vec<Message> {
+        finish_on(&mut self.session, initiator).await
+    }
+
+    async fn alter_queue(&mut self, queue: &str, enabled: bool, poison_handling: bool) {
+        let on = |b: bool| if b { "ON" } else { "OFF" };
+        self.batch(&format!(
+            "ALTER QUEUE [{queue}] WITH STATUS = {}, POISON_MESSAGE_HANDLING (STATUS = {})",
+            on(enabled),
+            on(poison_handling)
+        ))
+        .await;
+    }
 }
 
 const WAIT: Duration = Duration::from_secs(5);
 
-/// The suite, on `transport`; `pg` is a PostgreSQL session on the same database for
-/// the initiator's side and for looking at the broker's tables.
-async fn suite<T: Transport>(backend: &Backend, transport: &T, pg: &mut PgSession)
+/// The suite, on `transport`; `far` is the initiator's side on the same database.
+async fn suite<T: Transport, F: Far>(backend: &Backend, transport: &T, far: &mut F)
 where
     T::Session: PayrollStore,
 {
@@ -71,7 +234,7 @@ where
     let mut b = transport.open().await.unwrap();
 
     // Order within a conversation; one group per receive.
-    let h = dialog_of(pg, 3).await;
+    let h = far.dialog(3).await;
     a.begin().await.unwrap();
     let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
     assert_eq!(got.len(), 3, "{name}");
@@ -112,56 +275,47 @@ where
     a.forget_attempts(&keys).await.unwrap();
 
     // A send is invisible until commit.
-    let answers_before = waiting(pg, ANTWOORD_Q).await;
+    let answers_before = far.waiting(ANTWOORD_Q).await;
     a.send(target, message_types::FOUT, Some(b"<Fout/>")).await.unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(waiting(pg, ANTWOORD_Q).await, answers_before, "{name}: not before commit");
-    // Endpoint states as the transport drives them: the receive is not committed yet,
-    // so another session still sees the target as started inbound (SI), the initiator
-    // conversing (CO).
-    assert_eq!((state(pg, target).await.as_deref(), state(pg, h).await.as_deref()), (Some("SI"), Some("CO")), "{name}");
+    assert_eq!(far.waiting(ANTWOORD_Q).await, answers_before, "{name}: not before commit");
+    // Endpoint states as the transport drives them: the initiator is conversing (CO);
+    // where the broker has the state, the target is still started inbound (SI) while
+    // the receive is not committed.
+    assert_eq!(far.state(h).await.as_deref(), Some("CO"), "{name}");
+    if backend.can(TargetStartsInbound) {
+        assert_eq!(far.state(target).await.as_deref(), Some("SI"), "{name}");
+    }
     // An error end reaches the far side.
     a.end_conversation(target, Some((50001, "conformance"))).await.unwrap();
     a.commit().await.unwrap();
-    assert_eq!(state(pg, h).await.as_deref(), Some("ER"), "{name}: the initiator's side is in error");
-    pg.begin().await.unwrap();
-    let far = pg.receive_conversation(ANTWOORD_Q, h).await.unwrap();
-    pg.commit().await.unwrap();
-    let types: Vec<&str> = far.iter().map(|m| m.message_type.as_str()).collect();
+    assert_eq!(far.state(h).await.as_deref(), Some("ER"), "{name}: the initiator's side is in error");
+    let got = far.finish(h).await;
+    let types: Vec<&str> = got.iter().map(|m| m.message_type.as_str()).collect();
     assert_eq!(types, [message_types::FOUT, system::ERROR], "{name}");
-    let (code, text) = sbworker::handlers::calculation::error_body(&far[1].body);
+    let (code, text) = sbworker::handlers::calculation::error_body(&got[1].body);
     assert_eq!((code, text.as_str()), (50001, "conformance"), "{name}");
-    pg.begin().await.unwrap();
-    pg.end_conversation(h, None).await.unwrap();
-    pg.commit().await.unwrap();
-    assert_eq!((state(pg, target).await, state(pg, h).await), (None, None), "{name}: both ended, cleaned up");
+    assert_eq!(far.state(h).await, None, "{name}: the initiator's endpoint is gone once it ends");
+    if backend.can(EndedEndpointsRemoved) {
+        assert_eq!(far.state(target).await, None, "{name}: both ended, cleaned up");
+    } else {
+        assert_eq!(far.state(target).await.as_deref(), Some("CD"), "{name}: the target's is closed");
+    }
 
     // MOVE CONVERSATION: two dialogs in two groups; one moved into the other's group is
     // received with it, in one group.
-    let (h1, h2) = (dialog_of(pg, 1).await, dialog_of(pg, 1).await);
+    let (h1, h2) = (far.dialog(1).await, far.dialog(1).await);
     a.begin().await.unwrap();
     let first = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
     assert_eq!(first.len(), 1, "{name}");
-    let (t_first, g_first) = (first[0].conversation_handle, first[0].conversation_group_id);
+    let g_first = first[0].conversation_group_id;
+    // While `a` holds the first group, `b` receives the other: its target handle.
+    b.begin().await.unwrap();
+    let second = b.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    assert_eq!(second.len(), 1, "{name}");
+    assert_ne!(second[0].conversation_group_id, g_first, "{name}: two groups");
+    let t_other = second[0].conversation_handle;
+    b.rollback().await.unwrap();
     a.rollback().await.unwrap();
-    let other = count(
-        pg,
-        &format!(
-            "SELECT count(*) FROM sb.endpoint WHERE NOT is_initiator AND handle <> '{t_first}' \
-             AND conversation_id IN (SELECT conversation_id FROM sb.endpoint WHERE handle IN ('{h1}', '{h2}'))"
-        ),
-    )
-    .await;
-    assert_eq!(other, 1, "{name}");
-    let t_other: Uuid = pg
-        .client()
-        .query_one(
-            "SELECT handle FROM sb.endpoint WHERE NOT is_initiator AND handle <> $1 \
-             AND conversation_id IN (SELECT conversation_id FROM sb.endpoint WHERE handle = ANY($2))",
-            &[&t_first, &vec![h1, h2]],
-        )
-        .await
-        .unwrap()
-        .get(0);
     a.begin().await.unwrap();
     a.move_conversation(t_other, g_first).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     a.commit().await.unwrap();
@@ -173,18 +327,15 @@ where
         a.end_conversation(m.conversation_handle, None).await.unwrap();
     }
     a.commit().await.unwrap();
-    pg.begin().await.unwrap();
     for h in [h1, h2] {
-        let end = pg.receive_conversation(ANTWOORD_Q, h).await.unwrap();
+        let end = far.finish(h).await;
         assert_eq!(end.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(), [system::END_DIALOG], "{name}");
-        pg.end_conversation(h, None).await.unwrap();
     }
-    pg.commit().await.unwrap();
 
     // GET CONVERSATION GROUP: the group with messages waiting, locked for this
     // transaction (another session finds none while it is); a receive of that group
     // gets its messages; once they are gone, none is found.
-    let hg = dialog_of(pg, 2).await;
+    let hg = far.dialog(2).await;
     a.begin().await.unwrap();
     let g = a.get_conversation_group(REKEN_Q, WAIT).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     let g = g.unwrap_or_else(|| panic!("{name}: a group"));
@@ -199,10 +350,7 @@ where
     a.begin().await.unwrap();
     assert_eq!(a.get_conversation_group(REKEN_Q, Duration::from_millis(100)).await.unwrap(), None, "{name}: none left");
     a.commit().await.unwrap();
-    pg.begin().await.unwrap();
-    pg.receive_conversation(ANTWOORD_Q, hg).await.unwrap();
-    pg.end_conversation(hg, None).await.unwrap();
-    pg.commit().await.unwrap();
+    far.finish(hg).await;
 
     // The version claim: newer claims, equal or older does not.
     a.begin().await.unwrap();
@@ -214,8 +362,8 @@ where
 
     // The broker's poison rule, where it is on: five rolled-back receives of the same
     // message in a row disable the queue (9617 to the next receive).
-    pg.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)")).await.unwrap();
-    let hp = dialog_of(pg, 1).await;
+    far.alter_queue(REKEN_Q, true, true).await;
+    let hp = far.dialog(1).await;
     for round in 1..=5 {
         a.begin().await.unwrap();
         let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
@@ -228,19 +376,13 @@ where
     let e = a.receive(REKEN_Q, 10, None, Duration::from_millis(100)).await.unwrap_err();
     assert_eq!((e.kind, e.number), (ErrorKind::QueueDisabled, 9617), "{name}: {e}");
     let _ = a.rollback().await;
-    pg.client()
-        .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_enabled => true, p_poison_handling => false)"))
-        .await
-        .unwrap();
+    far.alter_queue(REKEN_Q, true, false).await;
     a.begin().await.unwrap();
     let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
     assert_eq!(got.len(), 1, "{name}: served again once enabled");
     a.end_conversation(got[0].conversation_handle, None).await.unwrap();
     a.commit().await.unwrap();
-    pg.begin().await.unwrap();
-    pg.receive_conversation(ANTWOORD_Q, hp).await.unwrap();
-    pg.end_conversation(hp, None).await.unwrap();
-    pg.commit().await.unwrap();
+    far.finish(hp).await;
 
     // The state of a queue, and of one that does not exist.
     let st = a.queue_state(REKEN_Q).await.unwrap();
@@ -252,20 +394,33 @@ where
         assert!(missing.is_err(), "{name}: a missing queue is an error of some kind");
     }
     // Nothing left behind on the calculation's queue.
-    assert_eq!(waiting(pg, REKEN_Q).await, 0, "{name}");
+    assert_eq!(far.waiting(REKEN_Q).await, 0, "{name}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgresql_session_conforms() {
-    let (url, mut pg) = calc_world().await;
+    let (url, pg) = calc_world().await;
     let transport = PostgresTransport::new(url.clone());
-    suite(&POSTGRES, &transport, &mut pg).await;
+    suite(&POSTGRES, &transport, &mut PgFar(pg)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_server_transport_over_tds_conforms() {
-    let (url, mut pg) = calc_world().await;
+    // The initiator's side in T-SQL too: the emulator serves both.
+    let (url, _pg) = calc_world().await;
     let (conn, _stop) = crate::emulator_tds::emulator_with(&url, Arc::new(Faults::default())).await;
     let transport = MssqlTransport::new(&conn).unwrap();
-    suite(&TDS, &transport, &mut pg).await;
+    suite(&TDS, &transport, &mut TsqlFar::connect(&conn).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_sql_server_conforms_when_one_is_given() {
+    let Some(real) = crate::mssql_real::database().await else {
+        eprintln!(
+            "conformance on a real SQL Server: SKIPPED (set SBWORKER_MSSQL_URL and a worker login: tests/mssql_real.rs)"
+        );
+        return;
+    };
+    let transport = MssqlTransport::new(&real.worker).unwrap();
+    suite(&SQL_SERVER, &transport, &mut TsqlFar::connect(&real.admin).await).await;
 }

@@ -18,18 +18,21 @@ use uuid::Uuid;
 
 use crate::common::calc::{calculation_handler, vraag_body};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn against_a_real_sql_server_when_one_is_given() {
+/// A new database on the given SQL Server with the scripts installed: a DBA's
+/// connection string into it, and the worker login's.
+pub(crate) struct RealDb {
+    pub admin: String,
+    pub worker: String,
+}
+
+/// [`RealDb`], or `None` when no SQL Server is given.
+pub(crate) async fn database() -> Option<RealDb> {
     let (Ok(admin), Ok(login), Ok(password)) = (
         std::env::var("SBWORKER_MSSQL_URL"),
         std::env::var("SBWORKER_MSSQL_WORKER_LOGIN"),
         std::env::var("SBWORKER_MSSQL_WORKER_PASSWORD"),
     ) else {
-        eprintln!(
-            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
-             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
-        );
-        return;
+        return None;
     };
     let db = format!("sbworker_test_{}", Uuid::new_v4().simple());
     let vars = [
@@ -45,10 +48,33 @@ async fn against_a_real_sql_server_when_one_is_given() {
         master.execute(format!("CREATE DATABASE [{db}]"), &[]).await.expect("CREATE DATABASE");
     }
     install(&admin, &vars).await.expect("the scripts install");
+    let server = admin_server(&admin);
+    let credentials = |s: &str| {
+        sbworker::broker::mssql::ado_pairs(s)
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| ["user id", "uid", "user", "password", "pwd", "integrated security"].contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}=\"{}\"", v.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    Some(RealDb {
+        admin: format!("{server};Database={db};{}", credentials(&admin)),
+        worker: format!("{server};Database={db};User Id={login};Password=\"{}\"", password.replace('"', "\"\"")),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_real_sql_server_when_one_is_given() {
+    let Some(real) = database().await else {
+        eprintln!(
+            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
+             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
+        );
+        return;
+    };
     // A DBA's session in the new database sends a Vraag.
-    let mut c = Connection::parse(&admin).unwrap();
-    c.database = Some(db.clone());
-    let config = c.config();
+    let config = Connection::parse(&real.admin).unwrap().config();
     let tcp = TcpStream::connect(config.get_addr()).await.unwrap();
     let mut dba = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
     let body = String::from_utf8(vraag_body(Uuid::new_v4())).unwrap();
@@ -70,11 +96,7 @@ async fn against_a_real_sql_server_when_one_is_given() {
         .unwrap();
     let handle: Uuid = row.get(0).unwrap();
     // The worker, as its own login, answers.
-    let worker_conn = format!(
-        "{};Database={db};User Id={login};Password=\"{}\"",
-        admin_server(&admin),
-        password.replace('"', "\"\"")
-    );
+    let worker_conn = real.worker.clone();
     let transport = MssqlTransport::new(&worker_conn).unwrap();
     let cfg = sbworker::config::from_str(
         &format!(

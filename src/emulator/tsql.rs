@@ -119,6 +119,22 @@ pub enum Statement {
         columns: Option<Vec<String>>,
         table: String,
     },
+    /// `SELECT COUNT(*) [AS n] FROM queue [WITH (READPAST)]`: the messages waiting.
+    CountQueue {
+        queue: String,
+        alias: Option<String>,
+    },
+    /// `SELECT * | column, … FROM sys.conversation_endpoints WHERE conversation_handle = v`.
+    SelectEndpoint {
+        columns: Option<Vec<String>>,
+        handle: Value,
+    },
+    /// `ALTER QUEUE q WITH [STATUS = ON|OFF] [,] [POISON_MESSAGE_HANDLING (STATUS = ON|OFF)]`.
+    AlterQueue {
+        queue: String,
+        enabled: Option<bool>,
+        poison_handling: Option<bool>,
+    },
     /// `IF condition statement-or-block [ELSE statement-or-block]`.
     If {
         condition: Condition,
@@ -617,6 +633,12 @@ impl Parser {
             }
             return Ok(if assigns { Statement::AssignVars(assignments) } else { Statement::SelectVars(vars) });
         }
+        if self.eat_kw("ALTER") {
+            if !self.eat_kw("QUEUE") {
+                return Err(unsupported(&format!("ALTER {}", self.near().to_uppercase())));
+            }
+            return self.alter_queue();
+        }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
             let mut args = Vec::new();
@@ -714,11 +736,75 @@ impl Parser {
         Ok(Statement::DeclareTable { var, columns })
     }
 
-    /// `SELECT * | column [, …] FROM @t`: the only SELECT from a table the emulator runs.
+    /// `ON` or `OFF`.
+    fn on_off(&mut self) -> Result<bool, TsqlError> {
+        if self.eat_kw("ON") {
+            Ok(true)
+        } else if self.eat_kw("OFF") {
+            Ok(false)
+        } else {
+            Err(syntax(&self.near()))
+        }
+    }
+
+    /// `ALTER QUEUE q WITH …` (after ALTER QUEUE): the queue's status and its poison
+    /// message handling; the other settings and actions are refused.
+    fn alter_queue(&mut self) -> Result<Statement, TsqlError> {
+        let queue = self.name()?;
+        if !self.eat_kw("WITH") {
+            return Err(unsupported(&format!("ALTER QUEUE … {}", self.near().to_uppercase())));
+        }
+        let (mut enabled, mut poison_handling) = (None, None);
+        loop {
+            if self.eat_kw("STATUS") {
+                self.punct('=')?;
+                enabled = Some(self.on_off()?);
+            } else if self.eat_kw("POISON_MESSAGE_HANDLING") {
+                self.punct('(')?;
+                self.kw("STATUS")?;
+                self.punct('=')?;
+                poison_handling = Some(self.on_off()?);
+                self.punct(')')?;
+            } else if self.is_kw("RETENTION") || self.is_kw("ACTIVATION") {
+                return Err(unsupported(&format!("ALTER QUEUE … {}", self.near().to_uppercase())));
+            } else {
+                return Err(syntax(&self.near()));
+            }
+            // Settings are separated by an optional comma.
+            let _ = self.eat_punct(',');
+            if !["STATUS", "POISON_MESSAGE_HANDLING", "RETENTION", "ACTIVATION"].iter().any(|k| self.is_kw(k)) {
+                break;
+            }
+        }
+        Ok(Statement::AlterQueue { queue, enabled, poison_handling })
+    }
+
+    /// `SELECT * | column [, …] FROM @t`, `SELECT COUNT(*) FROM queue`, `SELECT … FROM
+    /// sys.conversation_endpoints WHERE conversation_handle = …`: the SELECTs from a table
+    /// the emulator runs.
     fn select_table(&mut self) -> Result<Statement, TsqlError> {
         self.kw("SELECT")?;
         if !matches!(self.peek(), Some(Tok::Punct('*') | Tok::Word(_) | Tok::Quoted(_))) {
             return Err(unsupported("SELECT beyond variables, values and table variables"));
+        }
+        if self.is_kw("COUNT") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) {
+            self.at += 2;
+            self.punct('*')?;
+            self.punct(')')?;
+            let alias = if self.eat_kw("AS") { Some(self.alias()?) } else { None };
+            self.kw("FROM")?;
+            let queue = self.name()?;
+            if self.eat_kw("WITH") {
+                self.punct('(')?;
+                if !self.eat_kw("READPAST") {
+                    return Err(unsupported(&format!("the table hint {}", self.near().to_uppercase())));
+                }
+                self.punct(')')?;
+            }
+            if self.is_kw("WHERE") {
+                return Err(unsupported("SELECT COUNT(*) FROM a queue with WHERE"));
+            }
+            return Ok(Statement::CountQueue { queue, alias });
         }
         let columns = if self.eat_punct('*') {
             None
@@ -736,6 +822,19 @@ impl Parser {
             Some(Tok::Var(v)) => {
                 self.at += 1;
                 v
+            }
+            Some(Tok::Word(_) | Tok::Quoted(_)) => {
+                let name = self.name()?;
+                if !name.eq_ignore_ascii_case("sys.conversation_endpoints") {
+                    return Err(unsupported("SELECT from a table other than a table variable"));
+                }
+                self.kw("WHERE")?;
+                if !self.name()?.eq_ignore_ascii_case("conversation_handle") {
+                    return Err(unsupported("sys.conversation_endpoints filtered on another column"));
+                }
+                self.punct('=')?;
+                let handle = self.value()?;
+                return Ok(Statement::SelectEndpoint { columns, handle });
             }
             _ => return Err(unsupported("SELECT from a table other than a table variable")),
         };
@@ -1175,6 +1274,38 @@ mod tests {
             (Value::Var("@h".into()), Value::Str("<a/>".into()), "varbinary(max)".into())
         );
         assert_eq!(cast("SEND ON CONVERSATION @h MESSAGE TYPE [t] (CONVERT(xml, @m, 0));").2, "xml");
+    }
+
+    #[test]
+    fn queue_depth_endpoint_state_and_alter_queue() {
+        assert_eq!(
+            one("SELECT COUNT(*) AS n FROM dbo.q WITH (READPAST)"),
+            Statement::CountQueue { queue: "dbo.q".into(), alias: Some("n".into()) }
+        );
+        assert_eq!(
+            one("SELECT state, state_desc FROM sys.conversation_endpoints WHERE conversation_handle = @P1"),
+            Statement::SelectEndpoint {
+                columns: Some(vec!["state".into(), "state_desc".into()]),
+                handle: Value::Var("@p1".into())
+            }
+        );
+        assert_eq!(
+            one("ALTER QUEUE [dbo].[q] WITH STATUS = ON POISON_MESSAGE_HANDLING (STATUS = OFF)"),
+            Statement::AlterQueue { queue: "dbo.q".into(), enabled: Some(true), poison_handling: Some(false) }
+        );
+        assert_eq!(
+            one("alter queue q with poison_message_handling (status = on)"),
+            Statement::AlterQueue { queue: "q".into(), enabled: None, poison_handling: Some(true) }
+        );
+        for refused in [
+            "ALTER QUEUE q WITH RETENTION = ON",
+            "ALTER QUEUE q REBUILD",
+            "ALTER TABLE t ADD c int",
+            "SELECT COUNT(*) FROM q WITH (NOLOCK)",
+            "SELECT state FROM sys.conversation_endpoints WHERE far_service = 'x'",
+        ] {
+            assert_eq!(parse_batch(refused).unwrap_err().number, NOT_SUPPORTED, "{refused}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Running one statement of a batch on the connection's PostgreSQL broker session.
 
 use super::*;
+use crate::sql::statements::postgres_emulator as emu;
 
 /// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
 pub(super) async fn execute(
@@ -44,6 +45,28 @@ pub(super) async fn execute(
         Statement::SelectTable { columns, table } => {
             let tv = conn.tables.get(&table).ok_or_else(|| undeclared_table(&table))?;
             select_table(columns.as_deref(), tv, t)
+        }
+        Statement::CountQueue { queue, alias } => {
+            let q = queue_name(&queue);
+            let row = s.client().query_one(emu::QUEUE_DEPTH.sql, &[&q]).await.map_err(pg_failure)?;
+            if !row.get::<_, bool>(1) {
+                return Err(invalid_object(&queue));
+            }
+            let n = i32::try_from(row.get::<_, i64>(0)).unwrap_or(i32::MAX);
+            Ok(result_set(t, &[(alias.as_deref().unwrap_or(""), ColType::Int)], &[vec![Sql::Int(n)]]))
+        }
+        Statement::SelectEndpoint { columns, handle } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            let rows = s.client().query(emu::ENDPOINT.sql, &[&h]).await.map_err(pg_failure)?;
+            endpoint_rows(columns.as_deref(), &rows, t)
+        }
+        Statement::AlterQueue { queue, enabled, poison_handling } => {
+            let q = queue_name(&queue);
+            s.client().execute(emu::ALTER_QUEUE.sql, &[&q, &enabled, &poison_handling]).await.map_err(|e| {
+                let f = pg_failure(e);
+                if f.number == 50000 && f.message.contains("is not found") { invalid_object(&queue) } else { f }
+            })?;
+            Ok(None)
         }
         Statement::SetVar { var, value: v } => {
             declared(vars, &var)?;

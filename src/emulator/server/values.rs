@@ -470,3 +470,84 @@ pub(super) fn select_table(
     let rows: Vec<Vec<Sql>> = table.rows.iter().map(|r| picked.iter().map(|&i| r[i].clone()).collect()).collect();
     Ok(result_set(t, &cols, &rows))
 }
+
+/// A PostgreSQL error of a statement the emulator runs itself, as SQL Server's.
+pub(super) fn pg_failure(e: tokio_postgres::Error) -> Failure {
+    Failure::from(crate::broker::postgres::error_of(e))
+}
+
+/// SQL Server's error for a name that is not an object.
+pub(super) fn invalid_object(name: &str) -> Failure {
+    Failure { number: 208, class: 16, message: format!("Invalid object name '{name}'.") }
+}
+
+/// The columns of `sys.conversation_endpoints` the emulator has, in its order.
+const ENDPOINT_COLUMNS: [&str; 7] = [
+    "conversation_handle",
+    "conversation_id",
+    "is_initiator",
+    "conversation_group_id",
+    "state",
+    "state_desc",
+    "far_service",
+];
+
+/// `SELECT … FROM sys.conversation_endpoints`: the rows of `sb.endpoint` (handle,
+/// conversation_id, is_initiator, group_id, state, far_service) as SQL Server's columns.
+pub(super) fn endpoint_rows(
+    columns: Option<&[String]>,
+    rows: &[tokio_postgres::Row],
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let names: Vec<&str> = match columns {
+        None => ENDPOINT_COLUMNS.to_vec(),
+        Some(c) => c.iter().map(String::as_str).collect(),
+    };
+    let mut cols = Vec::with_capacity(names.len());
+    for n in &names {
+        let ty = match *n {
+            "conversation_handle" | "conversation_id" | "conversation_group_id" => ColType::Guid,
+            "is_initiator" => ColType::TinyInt,
+            "state" | "state_desc" | "far_service" => ColType::NVarChar,
+            other => {
+                return Err(Failure {
+                    number: 207,
+                    class: 16,
+                    message: format!("Invalid column name '{other}' (or one the emulator does not have)."),
+                });
+            }
+        };
+        cols.push((*n, ty));
+    }
+    let out: Vec<Vec<Sql>> = rows
+        .iter()
+        .map(|r| {
+            names
+                .iter()
+                .map(|n| match *n {
+                    "conversation_handle" => Sql::Guid(r.get(0)),
+                    "conversation_id" => Sql::Guid(r.get(1)),
+                    "is_initiator" => Sql::Int(i32::from(r.get::<_, bool>(2))),
+                    "conversation_group_id" => Sql::Guid(r.get(3)),
+                    "state" => Sql::NVarChar(r.get(4)),
+                    "state_desc" => Sql::NVarChar(state_desc(r.get(4)).to_owned()),
+                    _ => Sql::NVarChar(r.get(5)),
+                })
+                .collect()
+        })
+        .collect();
+    Ok(result_set(t, &cols, &out))
+}
+
+/// `state_desc` of a `state` code, as SQL Server spells it.
+fn state_desc(state: &str) -> &'static str {
+    match state {
+        "SO" => "STARTED_OUTBOUND",
+        "SI" => "STARTED_INBOUND",
+        "CO" => "CONVERSING",
+        "DI" => "DISCONNECTED_INBOUND",
+        "DO" => "DISCONNECTED_OUTBOUND",
+        "ER" => "ERROR",
+        _ => "CLOSED",
+    }
+}
