@@ -172,7 +172,9 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
     // The body in each form a T-SQL sender uses: varbinary UTF-8; NVARCHAR (UTF-16LE, no
     // byte-order mark); and as SQL Server keeps an `xml` value, as the roster triggers
     // send it (UTF-16LE with a byte-order mark).
-    for form in ["varbinary utf-8", "nvarchar", "xml as utf-16 with a mark", "CAST(nvarchar AS xml)"] {
+    for form in
+        ["varbinary utf-8", "nvarchar", "xml as utf-16 with a mark", "CAST(nvarchar AS xml)", "an xml parameter"]
+    {
         let id = Uuid::new_v4();
         let text = String::from_utf8(vraag_body(id)).unwrap();
         let sql = "DECLARE @h uniqueidentifier;
@@ -186,6 +188,11 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
         let result = match form {
             "varbinary utf-8" => c.query(sql, &[&text.as_bytes()]).await,
             "nvarchar" => c.query(sql, &[&text.as_str()]).await,
+            "an xml parameter" => {
+                // A parameter of type xml (TDS type 0xF1), as a client binding an xml value sends it.
+                let xml = tiberius::xml::XmlData::new(text.replace("encoding=\"UTF-8\"", "encoding=\"UTF-16\""));
+                c.query(sql, &[&xml]).await
+            }
             "CAST(nvarchar AS xml)" => {
                 // As a trigger does: SEND ON CONVERSATION (@h) … (CAST(… AS xml)).
                 let cast = sql

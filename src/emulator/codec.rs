@@ -420,9 +420,16 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
                 let n = r.u16()?;
                 r.utf16(n as usize)?;
             }
+            // Kept as SQL Server keeps an xml value (what a SEND of it puts in the queue):
+            // UTF-16LE with a byte-order mark.
             match read_plp(r)? {
                 None => Ok(Sql::Null),
-                Some(b) => Ok(Sql::NVarChar(utf16_string(b.strip_prefix(&[0xFF, 0xFE]).unwrap_or(&b))?)),
+                Some(b) => {
+                    let text = utf16_string(b.strip_prefix(&[0xFF, 0xFE]).unwrap_or(&b))?;
+                    let mut kept = vec![0xFF, 0xFE];
+                    kept.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+                    Ok(Sql::VarBinary(kept))
+                }
             }
         }
         other => Err(Malformed(format!("parameter type 0x{other:02X} is not supported by the emulator"))),
