@@ -86,6 +86,9 @@ const TOKIO_POSTGRES_KEYS: &[&str] = &[
     "options",
     "application_name",
     "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
     "sslnegotiation",
     "host",
     "hostaddr",
@@ -349,11 +352,71 @@ fn one_line(t: &str, first: bool, last: bool) -> String {
     out
 }
 
-/// `s` read by tokio-postgres. Its complaints can quote a part of the string (an
-/// unknown key that is really the rest of an unquoted password), so they are put in
-/// words of this module instead.
+/// The TLS keys sbworker reads itself (`crate::pg_tls`): tokio-postgres knows
+/// `sslmode` only as disable, prefer or require, and no certificate keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsKeys {
+    pub sslmode: Option<String>,
+    pub sslrootcert: Option<String>,
+    pub sslcert: Option<String>,
+    pub sslkey: Option<String>,
+}
+
+/// `s` for tokio-postgres, and its TLS keys apart: the configuration has `sslmode`
+/// as tokio-postgres knows it (disable; prefer; require for require, verify-ca and
+/// verify-full), the checks are `crate::pg_tls`'s.
+pub fn postgres_parts(s: &str) -> Result<(tokio_postgres::Config, TlsKeys), ParseError> {
+    let read = match parse(s) {
+        Ok(c) if c.form != Form::AdoNet => c,
+        Ok(_) => {
+            return Err(ParseError {
+                problem: "an ADO.NET connection string, not a PostgreSQL one (libpq key=value or URL)".into(),
+                at: None,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let mut keys = TlsKeys::default();
+    let mut rest = String::new();
+    for e in &read.entries {
+        let v = Some(e.value.clone());
+        match e.key.as_str() {
+            "sslmode" => keys.sslmode = v,
+            "sslrootcert" => keys.sslrootcert = v,
+            "sslcert" => keys.sslcert = v,
+            "sslkey" => keys.sslkey = v,
+            k => {
+                rest.push_str(&format!("{k}='{}' ", e.value.replace('\\', "\\\\").replace('\'', "\\'")));
+            }
+        }
+    }
+    let mut config = rest.parse::<tokio_postgres::Config>().map_err(|_| postgres_config_error(s, &rest))?;
+    config.ssl_mode(match keys.sslmode.as_deref() {
+        Some("disable") => tokio_postgres::config::SslMode::Disable,
+        Some("require" | "verify-ca" | "verify-full") => tokio_postgres::config::SslMode::Require,
+        _ => tokio_postgres::config::SslMode::Prefer,
+    });
+    Ok((config, keys))
+}
+
+/// `s` read by tokio-postgres (its TLS keys apart: [`postgres_parts`]).
 pub fn postgres_config(s: &str) -> Result<tokio_postgres::Config, ParseError> {
-    s.parse::<tokio_postgres::Config>().map_err(|e| {
+    postgres_parts(s).map(|(c, _)| c)
+}
+
+/// Why tokio-postgres cannot read `s` (`rebuilt`: its pairs without the TLS keys, as
+/// handed to tokio-postgres). Its complaints can quote a part of the string
+/// (an unknown key that is really the rest of an unquoted password), so they are put
+/// in words of this module instead.
+fn postgres_config_error(s: &str, rebuilt: &str) -> ParseError {
+    match rebuilt.parse::<tokio_postgres::Config>() {
+        Ok(_) => ParseError { problem: "tokio-postgres cannot read it".into(), at: None },
+        Err(e) => tokio_postgres_error(s, e),
+    }
+}
+
+fn tokio_postgres_error(s: &str, e: tokio_postgres::Error) -> ParseError {
+    {
         // The cause (an unknown key, say) is the error's source, not in its text.
         let said = std::error::Error::source(&e).map(|c| c.to_string()).unwrap_or_default();
         let invalid =
@@ -384,7 +447,7 @@ pub fn postgres_config(s: &str) -> Result<tokio_postgres::Config, ParseError> {
                 },
             },
         }
-    })
+    }
 }
 
 fn here(it: &mut Peekable<CharIndices<'_>>, end: usize) -> usize {

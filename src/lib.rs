@@ -13,20 +13,21 @@
 //! | --- | --- | --- |
 //! | `sql` | named statements in `.sql` files | |
 //! | `connstr` | connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse | |
+//! | `pg_tls` | TLS for every PostgreSQL connection (libpq's `sslmode`, rustls) | `connstr` |
 //! | `shutdown` | the stop signal shared by long-running tasks | |
 //! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | `sql` |
 //! | `contract` | the message contract: typed model, strict decoder, encoder, Fout | |
 //! | `engine` | the payroll recalculation: rate tables, holidays, time, wage factors | `contract` |
 //! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
 //! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
-//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr` |
+//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr`, `pg_tls` |
 //! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
 //! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
 //! | `handoff` | the payroll export and the sweep (PostgreSQL) | `sql`, `config` |
-//! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr` |
-//! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster` |
-//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster` |
+//! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr`, `pg_tls` |
+//! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
+//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
 //! | `cli` | the subcommands of the `sbworker` binary | every module above |
 
 pub mod bench;
@@ -41,6 +42,7 @@ pub mod engine;
 pub mod handlers;
 pub mod handoff;
 pub mod pg_cluster;
+pub mod pg_tls;
 pub mod selftest;
 pub mod shutdown;
 pub mod sql;

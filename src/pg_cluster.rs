@@ -169,6 +169,13 @@ impl Cluster {
     /// Starts a cluster with settings for throwaway use (no fsync: a crash loses it,
     /// which is fine for what it is). `settings` are extra `-c name=value` options.
     pub fn start(settings: &[&str]) -> Result<Self, ClusterError> {
+        Self::start_with_files(settings, &[])
+    }
+
+    /// [`Cluster::start`], with `files` (name, contents, mode) written into the data
+    /// directory before the server starts, owned by the server's user: certificates
+    /// and keys for `ssl=on`, a `pg_hba.conf` of one's own.
+    pub fn start_with_files(settings: &[&str], files: &[(&str, &[u8], u32)]) -> Result<Self, ClusterError> {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let base = std::env::temp_dir();
         sweep_stale(&base);
@@ -190,6 +197,15 @@ impl Cluster {
         let out = initdb.output()?;
         if !out.status.success() {
             return Err(ClusterError::Initdb(String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+        for (name, contents, mode) in files {
+            use std::os::unix::fs::PermissionsExt;
+            let path = data.join(name);
+            std::fs::write(&path, contents)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
+            if let Some((uid, gid)) = user {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
+            }
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut args: Vec<String> = Vec::new();

@@ -177,8 +177,16 @@ async fn check_config_shows_every_form_masked() {
     ] {
         let path = write(&dir, &config(kind, line, ""));
         let (code, out) = sbworker(&["check-config", "--config", &path], &[]).await;
-        assert_eq!(code, Some(0), "{line}: {out}");
-        assert!(out.contains(shown) && !out.contains(SECRET), "{line}: {out}");
+        assert!(!out.contains(SECRET), "{line}: {out}");
+        if line.contains("sslpassword") || shown == "not shown" {
+            // A string the worker cannot use stops check-config (EX_CONFIG), naming the
+            // key and never quoting the string.
+            assert_eq!(code, Some(78), "{line}: {out}");
+            assert!(out.contains("broker.connection: the connection string cannot be used"), "{line}: {out}");
+        } else {
+            assert_eq!(code, Some(0), "{line}: {out}");
+            assert!(out.contains(shown), "{line}: {out}");
+        }
     }
     // SQL Server refuses it (78), naming the key but not the text.
     let ado = "connection = \"Server=db.example;User Id=pay;Password=ab;s3cret;Encrypt=false\"";
@@ -233,8 +241,15 @@ async fn run_against_an_unreachable_broker_logs_no_password() {
             let extra = format!("[log]\nlevel = \"trace\"\nformat = \"{format}\"");
             let path = write(&dir, &config(kind, &format!("connection = {}", toml_string(&conn)), &extra));
             let (code, out) = sbworker(&["run", "--config", &path], &[]).await;
-            assert_eq!(code, Some(1), "{conn}: {out}");
-            assert!(out.contains("cannot reach the broker") && !out.contains(SECRET), "{conn} ({format}): {out}");
+            assert!(!out.contains(SECRET), "{conn} ({format}): {out}");
+            if conn.contains("s3cret-b=x") {
+                // Not a string the worker can use: stopped before connecting (EX_CONFIG).
+                assert_eq!(code, Some(78), "{conn}: {out}");
+                assert!(out.contains("broker.connection"), "{conn}: {out}");
+            } else {
+                assert_eq!(code, Some(1), "{conn}: {out}");
+                assert!(out.contains("cannot reach the broker"), "{conn} ({format}): {out}");
+            }
         }
     }
 }

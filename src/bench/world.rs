@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::pg_cluster::Cluster;
 
@@ -96,7 +96,7 @@ impl World {
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let (c, conn) = tokio_postgres::connect(url, NoTls).await.with_context(|| format!("connecting to {url}"))?;
+    let (c, conn) = crate::pg_tls::connect(url).await.with_context(|| format!("connecting to {url}"))?;
     tokio::spawn(conn);
     Ok(c)
 }

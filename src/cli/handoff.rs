@@ -4,7 +4,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::handoff::export::{self, Mode};
@@ -19,9 +18,11 @@ pub enum Format {
 /// Connects to `url`. Errors show it masked, and never tokio-postgres' own reading of
 /// it (which can quote a part of a password): see [`crate::connstr::postgres_config`].
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let config = crate::connstr::postgres_config(url).context("the connection string (--postgres) cannot be used")?;
-    let (client, conn) =
-        config.connect(NoTls).await.with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
+    let (config, tls) = crate::pg_tls::config(url).context("the connection string (--postgres) cannot be used")?;
+    let (client, conn) = config
+        .connect(tls.connector()?)
+        .await
+        .with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
     tokio::spawn(conn);
     Ok(client)
 }

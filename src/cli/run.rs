@@ -66,6 +66,11 @@ impl Flags {
 /// queues' waits against its Command Timeout.
 pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
     let key = |key: String, problem: String| ConfigError::Key { key, problem };
+    if config.broker.kind == BrokerKind::Postgres {
+        // The TLS keys (sslmode, sslrootcert, sslcert, sslkey) as sbworker reads them;
+        // the files themselves are read when connecting.
+        crate::pg_tls::config(&config.broker.connection).map_err(|e| key("broker.connection".into(), e.to_string()))?;
+    }
     if config.broker.kind == BrokerKind::Mssql {
         let waits: Vec<(String, u64)> =
             config.queues.iter().map(|(name, q)| (format!("queues.{name}.wait_ms"), q.wait_ms)).collect();
@@ -78,7 +83,16 @@ pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
 /// and its rate tables.
 pub fn check(config: &Config) -> anyhow::Result<String> {
     super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?;
-    Ok(format!("# sbworker: configuration is valid (secrets masked)\n{}", config.to_masked_toml()))
+    let tls = match config.broker.kind {
+        BrokerKind::Postgres => {
+            let (_, tls) = crate::pg_tls::config(&config.broker.connection).context("broker.connection")?;
+            // The certificate files are read now, so a wrong path shows here.
+            tls.connector().context("broker.connection")?;
+            format!("# PostgreSQL TLS: {}\n", tls.describe())
+        }
+        BrokerKind::Mssql => String::new(),
+    };
+    Ok(format!("# sbworker: configuration is valid (secrets masked)\n{tls}{}", config.to_masked_toml()))
 }
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {
@@ -169,7 +183,7 @@ async fn sweep_every(url: String, interval: std::time::Duration, opts: crate::ha
     loop {
         tick.tick().await;
         let result = async {
-            let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            let (mut client, conn) = crate::pg_tls::connect(&url).await?;
             tokio::spawn(conn);
             Ok::<_, anyhow::Error>(crate::handoff::sweep::run(&mut client, opts).await?)
         }

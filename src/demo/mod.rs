@@ -163,7 +163,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         }
     };
     install_with(&url, true).await.context("installing the broker and the roster schema")?;
-    let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    let (mut client, conn) = crate::pg_tls::connect(&url).await?;
     tokio::spawn(conn);
     let existing: i64 = client.query_one(stmt::DIENSTVERBAND_COUNT.sql, &[]).await?.get(0);
     anyhow::ensure!(existing == 0, "the database already holds a roster ({existing} employees): give an empty one");
@@ -213,7 +213,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let mut tasks = tokio::task::JoinSet::new();
     for p in 0..planners {
         let mine: Vec<edits::Edit> = edits.iter().skip(p).step_by(planners).cloned().collect();
-        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let (c, conn) = crate::pg_tls::connect(&url).await?;
         tokio::spawn(conn);
         tasks.spawn(async move {
             for e in &mine {

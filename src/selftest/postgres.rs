@@ -3,7 +3,7 @@
 //! and no SET options per module, so those checks say so; the round trip needs the
 //! roster schema (`sbworker install --roster`) and is skipped, saying why, without it.
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
@@ -126,9 +126,11 @@ pub async fn run(url: &str) -> Report {
 }
 
 async fn connect(url: &str) -> Result<Client, Failure> {
-    let config = crate::connstr::postgres_config(url)
+    let (config, tls) = crate::pg_tls::config(url)
         .map_err(|e| Failure::new(format!("the connection string: {e}")).fix("give a libpq URL or key=value string"))?;
-    let (client, conn) = config.connect(NoTls).await.map_err(|e| {
+    let connector =
+        tls.connector().map_err(|e| Failure::new(e.to_string()).fix("check sslrootcert, sslcert and sslkey"))?;
+    let (client, conn) = config.connect(connector).await.map_err(|e| {
         db_failure("cannot connect", &e).fix("check the host, port, database, user and password, and pg_hba.conf")
     })?;
     tokio::spawn(conn);

@@ -8,30 +8,37 @@ use sbworker::pg_cluster::Cluster;
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
-static AT_EXIT: Mutex<Option<(u32, std::path::PathBuf)>> = Mutex::new(None);
+static AT_EXIT: Mutex<Vec<(u32, std::path::PathBuf)>> = Mutex::new(Vec::new());
 
 extern "C" fn stop_at_exit() {
-    if let Ok(mut g) = AT_EXIT.lock()
-        && let Some((pid, dir)) = g.take()
-    {
-        // SAFETY: stopping our own server (SIGQUIT: immediate shutdown) and reaping it.
-        unsafe {
-            libc::kill(pid as i32, libc::SIGQUIT);
-            let mut status = 0;
-            libc::waitpid(pid as i32, &mut status, 0);
+    if let Ok(mut g) = AT_EXIT.lock() {
+        for (pid, dir) in g.drain(..) {
+            // SAFETY: stopping our own server (SIGQUIT: immediate shutdown) and reaping it.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGQUIT);
+                let mut status = 0;
+                libc::waitpid(pid as i32, &mut status, 0);
+            }
+            let _ = std::fs::remove_dir_all(dir);
         }
-        let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Stops `c` when this test process exits (a cluster in a static is never dropped).
+pub fn stop_when_done(c: &Cluster) {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    let (pid, dir) = c.pid_and_dir();
+    AT_EXIT.lock().unwrap().push((pid, dir.to_owned()));
+    // SAFETY: registering a plain extern "C" function to run at exit, once.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(stop_at_exit);
+    });
 }
 
 pub fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let c = Cluster::start(&["synchronous_commit=off"]).expect("a PostgreSQL cluster for the tests");
-        let (pid, dir) = c.pid_and_dir();
-        *AT_EXIT.lock().unwrap() = Some((pid, dir.to_owned()));
-        // SAFETY: registering a plain extern "C" function to run at exit (a static is
-        // never dropped).
-        unsafe { libc::atexit(stop_at_exit) };
+        stop_when_done(&c);
         c
     })
 }

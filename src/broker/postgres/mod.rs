@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Row, Statement};
+use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
@@ -58,12 +58,15 @@ async fn prepared(
 async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
     // Read here rather than by tokio_postgres::connect, whose complaints can quote a part
     // of the string (a password).
-    let config = crate::connstr::postgres_config(url).map_err(|e| BrokerError {
+    // TLS as the string's sslmode says (crate::pg_tls).
+    let (config, tls) = crate::pg_tls::config(url).map_err(|e| BrokerError {
         kind: ErrorKind::Connection,
         number: 0,
         message: e.to_string(),
     })?;
-    let (client, mut conn) = config.connect(NoTls).await.map_err(error_of)?;
+    let connector =
+        tls.connector().map_err(|e| BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() })?;
+    let (client, mut conn) = config.connect(connector).await.map_err(error_of)?;
     tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
         while let Some(Ok(msg)) = stream.next().await {
@@ -447,7 +450,11 @@ impl Transport for PostgresTransport {
     }
 
     fn describe(&self) -> String {
-        format!("postgres {}", crate::connstr::mask(&self.url))
+        let tls = match crate::pg_tls::config(&self.url) {
+            Ok((_, tls)) => tls.describe(),
+            Err(e) => e.to_string(),
+        };
+        format!("postgres {} ({tls})", crate::connstr::mask(&self.url))
     }
 
     fn poison_handling_off(&self, queue: &str) -> String {
