@@ -179,8 +179,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Install { postgres, roster, mssql, vars } => match (postgres, mssql) {
-            (Some(url), _) => report_install(cli::install::postgres(&url, roster)),
+        Command::Install { postgres, roster, mssql, vars, roles } => match (postgres, mssql) {
+            (Some(url), _) => report_install(cli::install::postgres(&url, roster, &roles.grants())),
             (None, Some(conn)) => report_install(cli::install::mssql(&conn, &vars)),
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },

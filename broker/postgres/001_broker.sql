@@ -126,6 +126,71 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
 END $$;
 
+-- Permissions, as Service Broker's: SEND on a service (to begin a dialog to it, and to
+-- send to it), RECEIVE on a queue (to receive from it, to wait on it, and to end or move
+-- the conversations of its services). Granted to roles by sb.grant_send and
+-- sb.grant_receive; checked against the login (session_user: the functions run with
+-- their owner's rights, see 006_security.sql). The owner of schema sb (the installer)
+-- and members of it may do everything.
+CREATE TABLE IF NOT EXISTS sb.permission (
+    right_name  text NOT NULL CHECK (right_name IN ('SEND', 'RECEIVE')),
+    object_name text NOT NULL,
+    grantee     name NOT NULL,
+    PRIMARY KEY (right_name, object_name, grantee)
+);
+
+CREATE OR REPLACE FUNCTION sb.may(p_right text, p_object text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.pg_has_role(session_user,
+               (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'sb'), 'MEMBER')
+        OR EXISTS (SELECT 1 FROM sb.permission p JOIN pg_catalog.pg_roles r ON r.rolname = p.grantee
+                    WHERE p.right_name = p_right AND p.object_name = p_object
+                      AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
+$$;
+
+-- Error 42501 (insufficient_privilege) unless the login has p_right on p_object.
+CREATE OR REPLACE FUNCTION sb.require_right(p_right text, p_object text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT sb.may(p_right, p_object) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('The %s permission was denied on %s %s for login %s.', p_right,
+                             CASE p_right WHEN 'SEND' THEN 'service' ELSE 'queue' END, p_object, session_user),
+            HINT = format('SELECT sb.grant_%s(%L, <a role of %s>) as the installer', lower(p_right), p_object, session_user);
+    END IF;
+END $$;
+
+-- GRANT SEND ON SERVICE::s TO role; GRANT RECEIVE ON queue TO role. Idempotent.
+CREATE OR REPLACE FUNCTION sb.grant_send(p_service text, p_role name) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_service) THEN
+        PERFORM sb.fail('SB424', format('service %s is not found', p_service));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
+        PERFORM sb.fail('42704', format('role %s does not exist', p_role));
+    END IF;
+    INSERT INTO sb.permission VALUES ('SEND', p_service, p_role) ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.grant_receive(p_queue text, p_role name) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = p_queue) THEN
+        PERFORM sb.fail('SB404', format('queue %s is not found', p_queue));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
+        PERFORM sb.fail('42704', format('role %s does not exist', p_role));
+    END IF;
+    INSERT INTO sb.permission VALUES ('RECEIVE', p_queue, p_role) ON CONFLICT DO NOTHING;
+END $$;
+
+-- REVOKE SEND | RECEIVE ON … FROM role.
+CREATE OR REPLACE FUNCTION sb.revoke_right(p_right text, p_object text, p_role name) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM sb.permission WHERE right_name = p_right AND object_name = p_object AND grantee = p_role
+$$;
+
 -- The text of a UTF-16 body: little-endian after FF FE or when the first character's
 -- second byte is 0 (XML 1.0 appendix F: '<' as 3C 00), big-endian after FE FF or as
 -- 00 3C. Surrogate pairs are joined; an odd length, a lone surrogate or U+0000 is an
@@ -192,9 +257,11 @@ END $$;
 
 -- The NOTIFY channel of a queue (a wake-up for waiting receivers).
 CREATE OR REPLACE FUNCTION sb.channel(p_queue text) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT 'sb_queue_' || id FROM sb.queue WHERE name = p_queue
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM sb.require_right('RECEIVE', p_queue);
+    RETURN (SELECT 'sb_queue_' || id FROM sb.queue WHERE name = p_queue);
+END $$;
 
 -- Wake-ups: a NOTIFY only when a receiver waits ------------------------------------------
 -- A transaction that NOTIFYs takes a cluster-wide lock at commit and holds it through its
@@ -259,6 +326,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_id int := sb.queue_id(p_queue);
 BEGIN
+    PERFORM sb.require_right('RECEIVE', p_queue);
     PERFORM pg_advisory_lock_shared(1396834305, v_id);
     RETURN sb.lock_is_free(1396834306, v_id);
 END $$;
@@ -267,7 +335,8 @@ END $$;
 -- no longer notify for it. Returns false if it held none.
 CREATE OR REPLACE FUNCTION sb.end_wait(p_queue text) RETURNS boolean
 LANGUAGE sql AS $$
-    SELECT pg_advisory_unlock_shared(1396834305, sb.queue_id(p_queue))
+    SELECT sb.require_right('RECEIVE', p_queue);
+    SELECT pg_advisory_unlock_shared(1396834305, sb.queue_id(p_queue));
 $$;
 
 -- Catalogue definitions (idempotent) ---------------------------------------------------
@@ -388,6 +457,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_to_service) THEN
         PERFORM sb.fail('SB424', format('target service %s is not found', p_to_service));
     END IF;
+    PERFORM sb.require_right('SEND', p_to_service);
     IF NOT EXISTS (SELECT 1 FROM sb.contract WHERE name = p_contract) THEN
         PERFORM sb.fail('SB425', format('contract %s is not found', p_contract));
     END IF;
@@ -446,6 +516,7 @@ DECLARE
     v_queue    text;
 BEGIN
     e := sb.lock_endpoint(p_handle);
+    PERFORM sb.require_right('SEND', e.far_service);
     IF e.state NOT IN ('SO', 'SI', 'CO') THEN
         PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', p_handle, e.state));
     END IF;
@@ -565,7 +636,8 @@ END $$;
 
 CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
 RETURNS uuid LANGUAGE sql AS $$
-    SELECT sb.lock_group(p_queue)
+    SELECT sb.require_right('RECEIVE', p_queue);
+    SELECT sb.lock_group(p_queue);
 $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
@@ -587,6 +659,7 @@ DECLARE
     v_group uuid := p_group;
     v_next  bigint;
 BEGIN
+    PERFORM sb.require_right('RECEIVE', p_queue);
     IF p_handle IS NOT NULL THEN
         SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = p_handle;
         IF NOT FOUND THEN
@@ -635,6 +708,8 @@ DECLARE
     v_queue text;
     v_disabled boolean := false;
 BEGIN
+    PERFORM sb.require_right('RECEIVE', q)
+       FROM (SELECT DISTINCT queue AS q FROM sb.message WHERE id = ANY (p_message_ids)) s;
     FOR v_queue IN
         WITH bumped AS (
             UPDATE sb.message SET rollbacks = rollbacks + 1 WHERE id = ANY (p_message_ids)
@@ -674,6 +749,7 @@ DECLARE
     e sb.endpoint;
 BEGIN
     e := sb.lock_endpoint(p_handle);
+    PERFORM sb.require_right('RECEIVE', (SELECT queue FROM sb.service WHERE name = e.service));
     DELETE FROM sb.message WHERE handle = p_handle;
     DELETE FROM sb.endpoint WHERE handle = p_handle;
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
@@ -692,6 +768,7 @@ DECLARE
     v_body bytea;
 BEGIN
     e := sb.lock_endpoint(p_handle);
+    PERFORM sb.require_right('RECEIVE', (SELECT queue FROM sb.service WHERE name = e.service));
     IF e.state IN ('DO', 'CD') THEN
         PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
     END IF;
@@ -780,6 +857,7 @@ BEGIN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
     END IF;
     SELECT queue INTO v_queue FROM sb.service WHERE name = e.service;
+    PERFORM sb.require_right('RECEIVE', v_queue);
     v_gqueue := sb.hold_group(p_group, v_queue);
     IF v_gqueue <> v_queue THEN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', p_group, v_gqueue, v_queue));
@@ -801,6 +879,20 @@ BEGIN
     IF e.group_id <> p_group THEN
         PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
     END IF;
+END $$;
+
+-- The state of a queue for a receiver: enabled, the messages waiting, whether poison
+-- detection is on. No row for a queue that does not exist.
+CREATE OR REPLACE FUNCTION sb.queue_state(p_queue text)
+RETURNS TABLE (enabled boolean, messages bigint, poison_handling boolean)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM sb.queue q WHERE q.name = p_queue) THEN
+        RETURN;
+    END IF;
+    PERFORM sb.require_right('RECEIVE', p_queue);
+    RETURN QUERY SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name), q.poison_handling
+                   FROM sb.queue q WHERE q.name = p_queue;
 END $$;
 
 -- Views -------------------------------------------------------------------------------------

@@ -254,7 +254,8 @@ pub enum Command {
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
-        sbworker install --postgres postgresql://payroll@db.example/roster")]
+        sbworker install --postgres postgresql://payroll@db.example/roster\n  \
+        sbworker install --postgres 'host=db user=dba dbname=payroll' --worker-role sbworker --payroll-role salaris")]
     Install {
         /// A PostgreSQL connection string (URL or key=value form).
         #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
@@ -268,6 +269,8 @@ pub enum Command {
         /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
         vars: Vec<(String, String)>,
+        #[command(flatten)]
+        roles: InstallRoles,
     },
     /// Check an installed database, as the worker's login: connectivity and TLS, the
     /// permissions the worker needs, the broker and its queues, the installed version,
@@ -351,4 +354,38 @@ impl ConfigFlags {
 /// `NAME=VALUE`, as `--var` takes it.
 fn parse_var(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(n, v)| (n.to_owned(), v.to_owned())).ok_or_else(|| format!("'{s}' is not NAME=VALUE"))
+}
+
+/// PostgreSQL: existing logins to grant sbworker's roles (the install creates the roles;
+/// each flag may be given more than once).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct InstallRoles {
+    /// A login that runs `sbworker run`: gets sbworker_worker.
+    #[arg(long = "worker-role", value_name = "LOGIN", requires = "postgres")]
+    pub worker: Vec<String>,
+    /// A login that sends requests (the roster's editors, whose triggers send): gets sbworker_sender.
+    #[arg(long = "sender-role", value_name = "LOGIN", requires = "postgres")]
+    pub sender: Vec<String>,
+    /// A login that runs `sbworker export`: gets sbworker_payroll.
+    #[arg(long = "payroll-role", value_name = "LOGIN", requires = "postgres")]
+    pub payroll: Vec<String>,
+    /// A login that runs `sbworker sweep`: gets sbworker_housekeeping.
+    #[arg(long = "housekeeping-role", value_name = "LOGIN", requires = "postgres")]
+    pub housekeeping: Vec<String>,
+}
+
+impl InstallRoles {
+    /// (group role, login) pairs to grant.
+    pub fn grants(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (role, logins) in [
+            ("sbworker_worker", &self.worker),
+            ("sbworker_sender", &self.sender),
+            ("sbworker_payroll", &self.payroll),
+            ("sbworker_housekeeping", &self.housekeeping),
+        ] {
+            out.extend(logins.iter().map(|l| (role, l.clone())));
+        }
+        out
+    }
 }

@@ -4,12 +4,16 @@ use crate::broker::postgres;
 
 /// Installs (or brings up to date) the PostgreSQL broker at `url`; returns a line to
 /// print.
-pub fn postgres(url: &str, roster: bool) -> anyhow::Result<String> {
+/// `grants`: (group role, login) pairs to grant after the scripts.
+pub fn postgres(url: &str, roster: bool, grants: &[(&'static str, String)]) -> anyhow::Result<String> {
     use anyhow::Context;
     let rt = super::runtime::runtime(false)?;
     let versions = rt.block_on(postgres::install_with(url, roster)).context("installing the PostgreSQL broker")?;
+    rt.block_on(postgres::grant_roles(url, grants)).context("granting sbworker's roles")?;
+    let granted: String = grants.iter().map(|(role, login)| format!("\n  {role} granted to {login}")).collect();
     Ok(format!(
-        "PostgreSQL broker installed (schemas sb, sbworker, rekenserver{}; scripts {versions:?}); running it again changes nothing.\n\
+        "PostgreSQL broker installed (schemas sb, sbworker, rekenserver{}; scripts {versions:?}; roles sbworker_worker, \
+         sbworker_sender, sbworker_payroll, sbworker_housekeeping); running it again changes nothing.{granted}\n\
          Next, as the worker's login: sbworker selftest --postgres URL",
         if roster { ", rooster" } else { "" }
     ))

@@ -150,6 +150,10 @@ async fn now_text(client: &tokio_postgres::Client) -> anyhow::Result<String> {
     Ok(client.query_one(stmt::SERVER_CLOCK.sql, &[]).await?.get(0))
 }
 
+/// The logins the demo's workers and planners use on its own cluster.
+pub const DEMO_WORKER: &str = "sbworker_demo_worker";
+pub const DEMO_PLANNER: &str = "sbworker_demo_planner";
+
 /// Runs the demo, writing the report to `out`; an error says what failed.
 pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result<Report> {
     let tables = Arc::new(Tables::built_in()?);
@@ -163,12 +167,33 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         }
     };
     install_with(&url, true).await.context("installing the broker and the roster schema")?;
-    let (mut client, conn) = crate::pg_tls::connect(&url).await?;
+    let (client, conn) = crate::pg_tls::connect(&url).await?;
     tokio::spawn(conn);
     let existing: i64 = client.query_one(stmt::DIENSTVERBAND_COUNT.sql, &[]).await?.get(0);
     anyhow::ensure!(existing == 0, "the database already holds a roster ({existing} employees): give an empty one");
+    // On its own cluster the demo runs as production would: the workers and the planners
+    // as logins of their own with sbworker's roles, neither a superuser. (A database given
+    // with --postgres is used with the login given.)
+    let (worker_url, planner_url) = if opts.postgres.is_none() {
+        client.batch_execute(stmt::DEMO_LOGINS.sql).await.context("creating the demo's logins")?;
+        crate::broker::postgres::grant_roles(
+            &url,
+            &[("sbworker_worker", DEMO_WORKER.to_owned()), ("sbworker_sender", DEMO_PLANNER.to_owned())],
+        )
+        .await
+        .context("granting the demo's logins their roles")?;
+        eprintln!(
+            "workers as login {DEMO_WORKER} (role sbworker_worker), planners as {DEMO_PLANNER} (sbworker_sender): \
+             neither a superuser ..."
+        );
+        (format!("{url} user={DEMO_WORKER}"), format!("{url} user={DEMO_PLANNER}"))
+    } else {
+        (url.clone(), url.clone())
+    };
+    let (mut planner, conn) = crate::pg_tls::connect(&planner_url).await?;
+    tokio::spawn(conn);
 
-    let mut config = worker_config(&url, opts.readers);
+    let mut config = worker_config(&worker_url, opts.readers);
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
     let (_emulator_stop, worker) = if opts.mssql {
@@ -190,7 +215,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         let transport = MssqlTransport::new(&config.broker.connection)?;
         (Some(stop_tx), spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
     } else {
-        let transport = PostgresTransport::new(url.clone());
+        let transport = PostgresTransport::new(worker_url.clone());
         (None, spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
     };
     let tty = std::io::stderr().is_terminal();
@@ -200,7 +225,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let roster = Roster::generate(opts.size, opts.seed, true);
     let since = now_text(&client).await?;
     let started = Instant::now();
-    roster.load(&mut client).await.context("loading the roster")?;
+    roster.load(&mut planner).await.context("loading the roster")?;
     let mut line = ProgressLine { phase: "roster import", tty, last: None, quiet: !opts.progress };
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
     let load = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
@@ -213,7 +238,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let mut tasks = tokio::task::JoinSet::new();
     for p in 0..planners {
         let mine: Vec<edits::Edit> = edits.iter().skip(p).step_by(planners).cloned().collect();
-        let (c, conn) = crate::pg_tls::connect(&url).await?;
+        let (c, conn) = crate::pg_tls::connect(&planner_url).await?;
         tokio::spawn(conn);
         tasks.spawn(async move {
             for e in &mine {

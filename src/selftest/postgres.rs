@@ -25,6 +25,8 @@ const FUNCTIONS: &[&str] = &[
     "sb.end_conversation",
     "sb.move_conversation",
     "sb.note_rollback",
+    "sb.queue_state",
+    "sb.may",
     "rekenserver.sla_antwoord_op",
     "rekenserver.noteer_fout",
 ];
@@ -37,8 +39,14 @@ const TABLES: &[(&str, &str)] = &[
     ("sbworker.answered_version", "SELECT"),
     ("sbworker.answered_version", "INSERT"),
     ("sbworker.answered_version", "UPDATE"),
-    ("sb.queue", "SELECT"),
-    ("sb.message", "SELECT"),
+];
+/// The Service Broker rights the worker needs (`sb.grant_receive`, `sb.grant_send`):
+/// RECEIVE on the calculation's queues, SEND on its services.
+const BROKER_RIGHTS: &[(&str, &str)] = &[
+    ("RECEIVE", crate::handlers::REKEN_QUEUE),
+    ("RECEIVE", crate::handlers::DATA_QUEUE),
+    ("SEND", "/Rekenserver/LoonfactorBerekening/RekenService"),
+    ("SEND", "/Rekenserver/LoonfactorBerekening/DataService"),
 ];
 const SCHEMAS: &[&str] = &["rekenserver", "sb", "sbworker"];
 
@@ -68,8 +76,8 @@ pub async fn run(url: &str) -> Report {
         Ok(row) => {
             let (version, user, db, ssl, tls): (String, String, String, bool, String) =
                 (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-            let tls =
-                if ssl { format!("TLS {tls}") } else { "no TLS (sbworker connects to PostgreSQL without TLS)".into() };
+            let mode = crate::pg_tls::config(url).map(|(_, t)| t.describe()).unwrap_or_default();
+            let tls = if ssl { format!("TLS {tls} ({mode})") } else { format!("not encrypted ({mode})") };
             report.pass("connection", format!("PostgreSQL {version}, database {db} as {user}; {tls}"));
         }
         Err(e) => {
@@ -181,6 +189,20 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
             }
         }
     }
+    if problems.is_empty() {
+        let (rights, objects): (Vec<String>, Vec<String>) =
+            BROKER_RIGHTS.iter().map(|(r, o)| (r.to_string(), o.to_string())).unzip();
+        let rows = client
+            .query(stmt::BROKER_RIGHTS.sql, &[&rights, &objects])
+            .await
+            .map_err(|e| db_failure("Service Broker rights", &e))?;
+        for r in rows {
+            let (right, object, granted): (String, String, bool) = (r.get(0), r.get(1), r.get(2));
+            if !granted {
+                problems.push(format!("no {right} on {object} (sb.grant_{})", right.to_lowercase()));
+            }
+        }
+    }
     problems.dedup();
     if problems.is_empty() {
         return Ok(());
@@ -188,8 +210,8 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
     let fix = if missing_objects {
         "install the broker: sbworker install --postgres URL (add --roster where the roster lives)".to_owned()
     } else {
-        "grant the worker's login what is listed (GRANT USAGE ON SCHEMA …, GRANT EXECUTE ON FUNCTION …, GRANT … ON \
-         TABLE …), or run the selftest as the login the worker uses"
+        "grant the worker's login the role sbworker_worker (sbworker install --postgres URL --worker-role LOGIN, or \
+         GRANT sbworker_worker TO LOGIN), or run the selftest as the login the worker uses"
             .to_owned()
     };
     Err(Failure::new(problems.join("; ")).fix(fix))
@@ -276,11 +298,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
     let started = std::time::Instant::now();
     client.batch_execute("BEGIN").await.map_err(|e| db_failure("BEGIN", &e))?;
     let scratch = async {
-        client.execute(stmt::SCRATCH_CAO.sql, &[&SCRATCH_DV]).await?;
-        client.execute(stmt::SCRATCH_PERIODE.sql, &[&SCRATCH_PERIODE]).await?;
-        client.execute(stmt::SCRATCH_DIENSTVERBAND.sql, &[&SCRATCH_DV]).await?;
-        client.execute(stmt::SCRATCH_DIENST_TYPE.sql, &[]).await?;
-        client.execute(stmt::SCRATCH_DIENST.sql, &[&SCRATCH_DV]).await?;
+        client.execute(stmt::SCRATCH.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE]).await?;
         // The commit trigger sends the Vraag.
         client.batch_execute("COMMIT").await
     }
@@ -314,22 +332,15 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
             break;
         }
     }
-    let factors: i64 = client
+    let row = client
         .query_one(stmt::SCRATCH_RESULT.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
         .await
-        .map_err(|e| db_failure("reading the stored result", &e))?
-        .get(1);
-    // Export sees it: a claim of the scratch period, rolled back.
-    let mut export_client = connect(url).await?;
-    let tx = export_client.transaction().await.map_err(|e| db_failure("BEGIN", &e))?;
-    let batch = crate::handoff::export::claim(&tx, SCRATCH_PERIODE, crate::handoff::export::Mode::Once)
-        .await
-        .map_err(|e| db_failure("the export claim failed", &e))?;
-    tx.rollback().await.map_err(|e| db_failure("ROLLBACK", &e))?;
-    if batch.results() != 1 {
+        .map_err(|e| db_failure("reading the stored result", &e))?;
+    let (factors, exportable): (i64, i64) = (row.get(1), row.get(2));
+    // Payroll's export would claim it (and only it, in the scratch period).
+    if exportable != 1 {
         return Err(Failure::new(format!(
-            "export claimed {} results for the scratch period, not the one stored",
-            batch.results()
+            "export would claim {exportable} results for the scratch period, not the one stored"
         )));
     }
     Ok(super::round_trip_detail(by, versie, factors, started))
@@ -339,28 +350,12 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
 async fn cleanup(client: &Client) -> Result<(), Failure> {
     let run = async {
         client.batch_execute("BEGIN").await?;
-        client.execute(stmt::CLEANUP_OFF.sql, &[]).await?;
-        client.query(stmt::CLEANUP_CONVERSATIONS.sql, &[&SCRATCH_DV]).await?;
-        for statement in [stmt::CLEANUP_ROSTER, stmt::CLEANUP_DIENSTVERBAND] {
-            client.execute(statement.sql, &[&SCRATCH_DV]).await?;
-        }
-        client.execute(stmt::CLEANUP_PERIODE.sql, &[&SCRATCH_PERIODE]).await?;
-        client.execute(stmt::CLEANUP_CAO.sql, &[&SCRATCH_DV]).await?;
-        client.execute(stmt::CLEANUP_DIENST_TYPE.sql, &[]).await?;
+        client.query(stmt::CLEANUP_ROSTER.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE]).await?;
         // The roster's commit trigger raises the key's version at COMMIT (sending is
         // off): the bookkeeping goes in a transaction after it.
         client.batch_execute("COMMIT").await?;
         client.batch_execute("BEGIN").await?;
-        for statement in [
-            stmt::CLEANUP_FACTORS,
-            stmt::CLEANUP_RESULTS,
-            stmt::CLEANUP_HISTORY,
-            stmt::CLEANUP_LOG,
-            stmt::CLEANUP_KEYS,
-            stmt::CLEANUP_ANSWERED,
-        ] {
-            client.execute(statement.sql, &[&SCRATCH_DV]).await?;
-        }
+        client.query(stmt::CLEANUP_BOOKS.sql, &[&SCRATCH_DV]).await?;
         client.batch_execute("COMMIT").await
     }
     .await;

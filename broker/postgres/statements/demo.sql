@@ -164,3 +164,17 @@ SELECT d.id, d.datum::text, to_char(t.begin_tijd, 'HH24:MI'), to_char(t.eind_tij
   JOIN rooster.periode p ON p.id = $2
  WHERE d.dienstverband_id = $1 AND d.datum BETWEEN p.begin_datum AND p.eind_datum
  ORDER BY d.datum, d.id, t.begin_tijd, t.id;
+
+-- On the demo's own cluster: the logins its workers and planners use (given
+-- sbworker_worker and sbworker_sender by the install's grant; neither a superuser).
+-- name: demo_logins
+DO $$
+BEGIN
+    CREATE ROLE sbworker_demo_worker LOGIN;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+DO $$
+BEGIN
+    CREATE ROLE sbworker_demo_planner LOGIN;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$

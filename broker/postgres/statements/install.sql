@@ -11,3 +11,8 @@ SET LOCAL client_min_messages = warning;
 -- name: record_stamp
 INSERT INTO sbworker.installation (part, stamp) VALUES ($1, $2)
     ON CONFLICT (part) DO UPDATE SET stamp = EXCLUDED.stamp, installed_at = clock_timestamp();
+
+-- `--worker-role LOGIN` and the like: one of sbworker's group roles to an existing
+-- login. $1 the role, $2 the login.
+-- name: grant_role
+SELECT sb.grant_role($1, $2);

@@ -75,8 +75,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- Whether a queue is enabled, how many messages wait on it, and whether the broker's
 -- poison-message detection is on for it (no row: no such queue).
 -- name: queue_state
-SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name), q.poison_handling
-  FROM sb.queue q WHERE q.name = $1;
+SELECT enabled, messages, poison_handling FROM sb.queue_state($1);
 
 -- Inside the calculation's transaction: claims a roster version of a key; a row comes
 -- back only when it is newer than every version answered before. The conflicting row

@@ -24,6 +24,9 @@ pub fn error_of_ref(e: &tokio_postgres::Error) -> BrokerError {
         "55P03" => (ErrorKind::Retryable, 1222),
         "57014" => (ErrorKind::Retryable, 0),
         c if c.starts_with("53") => (ErrorKind::Retryable, 0),
+        // Permission denied: SQL Server's 229 (a right not granted is not worth
+        // retrying, and it is not the message's fault either: the run stops on it).
+        "42501" => (ErrorKind::Other, 229),
         "SB617" => (ErrorKind::QueueDisabled, 9617),
         "SB426" => (ErrorKind::ConversationNotFound, 8426),
         "SB429" => (ErrorKind::InvalidState, 8429),

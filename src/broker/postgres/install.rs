@@ -19,11 +19,19 @@ pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
     (5, include_str!("../../../broker/postgres/005_housekeeping.sql")),
 ];
 
+/// Roles and rights (`006_security.sql`): run after the other scripts on every install,
+/// so that it covers the roster's objects where they are installed.
+pub const SECURITY: (i32, &str) = (6, include_str!("../../../broker/postgres/006_security.sql"));
+
 /// The stamp an install writes for the broker's scripts (`part` "broker") or the
 /// roster's ("roster"): this version and a hash of the scripts.
 pub fn stamp(part: &str) -> String {
-    let scripts = if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS };
-    crate::sql::stamp(&scripts.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+    let mut texts: Vec<&str> =
+        if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS }.iter().map(|(_, s)| *s).collect();
+    if part != "roster" {
+        texts.push(SECURITY.1);
+    }
+    crate::sql::stamp(&texts)
 }
 
 /// Installs (or brings up to date) the broker in the database at `url`. Each script is
@@ -37,7 +45,7 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
     let client = connect(url, None).await?;
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
-    for (version, sql) in SCRIPTS.iter().chain(extra) {
+    for (version, sql) in SCRIPTS.iter().chain(extra).chain(std::iter::once(&SECURITY)) {
         client.batch_execute("BEGIN").await.map_err(error_of)?;
         let run = async {
             client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
@@ -54,4 +62,16 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
         client.execute(postgres_install::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
     }
     Ok(applied)
+}
+
+/// Grants sbworker's group roles to existing logins: (role, login) pairs.
+pub async fn grant_roles(url: &str, grants: &[(&str, String)]) -> Result<(), BrokerError> {
+    if grants.is_empty() {
+        return Ok(());
+    }
+    let client = connect(url, None).await?;
+    for (role, login) in grants {
+        client.execute(postgres_install::GRANT_ROLE.sql, &[role, login]).await.map_err(error_of)?;
+    }
+    Ok(())
 }

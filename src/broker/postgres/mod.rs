@@ -25,7 +25,7 @@ use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 pub use errors::{error_of, error_of_ref};
-pub use install::{ROSTER_SCRIPTS, SCRIPTS, install, install_with, stamp};
+pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_with, stamp};
 pub use side::Side;
 
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
