@@ -572,8 +572,9 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
     assert_eq!(row[7], json!(body), "{v}");
     assert_eq!(table[2][0][0], row[1], "{v}");
     assert_eq!(table[3], json!([["a group"]]), "{v}");
-    // What the emulator does not run is refused, loudly.
+    // What the emulator does not run is refused, loudly; so is one handle twice in a SEND.
     assert!(v["refused"].as_str().unwrap().contains("not supported by the emulator"), "{v}");
+    assert!(v["twice"].as_str().unwrap().contains("more than once"), "{v}");
     // Every conversation ended: nothing left behind.
     assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0, "{v}");
     assert_eq!(count(&s, "SELECT count(*) FROM sb.message").await, 0, "{v}");

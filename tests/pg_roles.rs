@@ -189,12 +189,17 @@ async fn each_role_is_refused_what_is_not_its_job() {
             .await
             .contains("permission denied for function stuur_vraag")
     );
-    // The sender: no receiving, no ending, no bookkeeping.
-    assert!(
-        refused(&sender, &format!("SELECT * FROM sb.receive('{reken}')"))
-            .await
-            .contains("permission denied for function receive")
-    );
+    // The sender: sends only through the roster's triggers (which build the Vraag from
+    // the roster): no Vraag of its own making, no receiving, no bookkeeping.
+    for sql in [
+        format!("SELECT * FROM sb.receive('{reken}')"),
+        "SELECT sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService', \
+         '/Rekenserver/LoonfactorBerekening/RekenService', '/Rekenserver/LoonfactorBerekening/DataContract')"
+            .to_owned(),
+        "SELECT sb.send(gen_random_uuid(), '/Rekenserver/LoonfactorBerekening/Vraag', '<x/>')".to_owned(),
+    ] {
+        assert!(refused(&sender, &sql).await.contains("permission denied for schema sb"), "{sql}");
+    }
     assert!(
         refused(&sender, "SELECT count(*) FROM sbworker.dead_letter")
             .await
@@ -216,7 +221,7 @@ async fn each_role_is_refused_what_is_not_its_job() {
     assert!(
         refused(&housekeeping, &format!("SELECT * FROM sb.receive('{reken}')"))
             .await
-            .contains("permission denied for function receive")
+            .contains("permission denied for schema sb")
     );
     // A login with no role: nothing at all.
     for sql in [
@@ -240,12 +245,25 @@ async fn each_role_is_refused_what_is_not_its_job() {
         .unwrap();
     let e = refused(&worker, "SELECT * FROM sb.receive('other_q')").await;
     assert!(e.contains("The RECEIVE permission was denied on queue other_q"), "{e}");
-    let e = refused(
-        &sender,
-        "SELECT sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService', '/Other', '/Rekenserver/LoonfactorBerekening/DataContract')",
-    )
-    .await;
+    // A dialog from /Other to the calculation: the worker receives it, but may not
+    // answer to /Other.
+    admin
+        .batch_execute(
+            "SELECT sb.send(sb.begin_dialog('/Other', '/Rekenserver/LoonfactorBerekening/RekenService', \
+             '/Rekenserver/LoonfactorBerekening/DataContract'), '/Rekenserver/LoonfactorBerekening/Vraag', '<x/>')",
+        )
+        .await
+        .unwrap();
+    worker.batch_execute("BEGIN").await.unwrap();
+    let target: Uuid =
+        worker.query_one(&format!("SELECT conversation_handle FROM sb.receive('{reken}')"), &[]).await.unwrap().get(0);
+    let e = worker
+        .execute("SELECT sb.send($1, '/Rekenserver/LoonfactorBerekening/Antwoord', '<y/>')", &[&target])
+        .await
+        .unwrap_err();
+    let e = e.as_db_error().unwrap().message().to_owned();
     assert!(e.contains("The SEND permission was denied on service /Other"), "{e}");
+    worker.batch_execute("ROLLBACK").await.unwrap();
     // Through the transport, the refusal is SQL Server's 229, named.
     let mut s = sbworker::broker::postgres::Session::open(&as_login(&url, &l.worker)).await.unwrap();
     s.begin().await.unwrap();
@@ -311,38 +329,43 @@ async fn public_gets_nothing_and_a_search_path_attack_changes_nothing() {
         .unwrap()
         .get(0);
     assert_eq!(schema_public, 0, "PUBLIC has a right on a broker schema");
-    // The attack: the sender puts a schema of its own before pg_catalog, with a
-    // gen_random_uuid that always gives the same value, and begins dialogs.
-    let evil = format!("evil_{}", &l.sender);
-    admin.batch_execute(&format!("CREATE SCHEMA {evil} AUTHORIZATION {}", l.sender)).await.unwrap();
-    let sender = client(&as_login(&url, &l.sender)).await;
-    sender
+    // The attack: housekeeping puts a schema of its own before pg_catalog, with a
+    // gen_random_uuid that always gives the same value, and sends a key again
+    // (rekenserver.stuur_vraag, which draws the Vraag's id with gen_random_uuid).
+    let mut loader = client(&url).await;
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(1, 1, false).load(&mut loader).await.unwrap();
+    let key = (sbworker::demo::roster::FIRST_ID, PERIODE_ID);
+    let evil = format!("evil_{}", &l.housekeeping);
+    admin.batch_execute(&format!("CREATE SCHEMA {evil} AUTHORIZATION {}", l.housekeeping)).await.unwrap();
+    let keeper = client(&as_login(&url, &l.housekeeping)).await;
+    keeper
         .batch_execute(&format!(
             "CREATE FUNCTION {evil}.gen_random_uuid() RETURNS uuid LANGUAGE sql AS $$ SELECT '00000000-0000-0000-0000-000000000001'::uuid $$;
              SET search_path = {evil}, pg_catalog;"
         ))
         .await
         .unwrap();
-    let fixed: Uuid = sender.query_one("SELECT gen_random_uuid()", &[]).await.unwrap().get(0);
+    let fixed: Uuid = keeper.query_one("SELECT gen_random_uuid()", &[]).await.unwrap().get(0);
     assert_eq!(fixed, Uuid::from_u128(1), "the attacker's function wins in its own session");
-    let begin = "SELECT sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService', \
-                 '/Rekenserver/LoonfactorBerekening/RekenService', '/Rekenserver/LoonfactorBerekening/DataContract')";
-    sender.batch_execute("BEGIN").await.unwrap();
-    let a: Uuid = sender.query_one(begin, &[]).await.unwrap().get(0);
-    let b: Uuid = sender.query_one(begin, &[]).await.unwrap().get(0);
-    sender.batch_execute("ROLLBACK").await.unwrap();
-    assert!(a != b && a != fixed && b != fixed, "the pinned function used pg_catalog's: {a} {b}");
+    let send_again = async || -> Uuid {
+        let handle: Uuid =
+            keeper.query_one("SELECT rekenserver.stuur_vraag($1, $2)", &[&key.0, &key.1]).await.unwrap().get(0);
+        admin
+            .query_one("SELECT vraag_id FROM rekenserver.berekening_log WHERE dialog_handle = $1", &[&handle])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let pinned = send_again().await;
+    assert_ne!(pinned, fixed, "the pinned function used pg_catalog's gen_random_uuid");
     // The same attack on the function with its search_path not pinned does take: the
     // check above can fail.
-    admin.batch_execute("ALTER FUNCTION sb.begin_dialog(text, text, text, uuid, int) RESET search_path").await.unwrap();
-    sender.batch_execute("BEGIN").await.unwrap();
-    let hijacked: Uuid = sender.query_one(begin, &[]).await.unwrap().get(0);
-    sender.batch_execute("ROLLBACK").await.unwrap();
+    admin.batch_execute("ALTER FUNCTION rekenserver.stuur_vraag(int, int) RESET search_path").await.unwrap();
+    let hijacked = send_again().await;
     assert_eq!(hijacked, fixed, "unpinned, the caller's search_path reaches inside");
     admin
-        .batch_execute(
-            "ALTER FUNCTION sb.begin_dialog(text, text, text, uuid, int) SET search_path = pg_catalog, pg_temp",
-        )
+        .batch_execute("ALTER FUNCTION rekenserver.stuur_vraag(int, int) SET search_path = pg_catalog, pg_temp")
         .await
         .unwrap();
 }

@@ -53,57 +53,63 @@ SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
 -- `sbworker selftest`'s round trip, as the worker's login (006_security.sql grants these
 -- to sbworker_worker; they run with their owner's rights): a scratch key's roster
 -- written (the commit trigger sends its Vraag), what came of it read, and everything
--- removed again. p_dv is the scratch dienstverband (and CAO) id, p_periode its period.
-CREATE OR REPLACE FUNCTION rekenserver.selftest_scratch(p_dv int, p_periode int) RETURNS void
+-- removed again. The scratch key is fixed (dienstverband, CAO and period -1000001,
+-- src/selftest/mod.rs): taking no ids, these cannot touch any other key's rows.
+DROP FUNCTION IF EXISTS rekenserver.selftest_scratch(int, int);
+DROP FUNCTION IF EXISTS rekenserver.selftest_dialogs(int, int);
+DROP FUNCTION IF EXISTS rekenserver.selftest_result(int, int);
+DROP FUNCTION IF EXISTS rekenserver.selftest_cleanup_roster(int, int);
+DROP FUNCTION IF EXISTS rekenserver.selftest_cleanup_books(int);
+CREATE OR REPLACE FUNCTION rekenserver.selftest_scratch() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO rooster.cao (id, code, is_vier_weken, naam, werkweek_uren)
-    VALUES (p_dv, 'ZKH', false, 'sbworker selftest', 36);
+    VALUES (-1000001, 'ZKH', false, 'sbworker selftest', 36);
     INSERT INTO rooster.periode (id, is_vier_weken, begin_datum, eind_datum)
-    VALUES (p_periode, false, DATE '2099-12-01', DATE '2099-12-31');
+    VALUES (-1000001, false, DATE '2099-12-01', DATE '2099-12-31');
     INSERT INTO rooster.dienstverband (id, cao_id, dagen_per_week, datum_in_dienst, parttime_uren, salaris, soort,
                                        functiegroep)
-    VALUES (p_dv, p_dv, 5, DATE '2099-01-01', 36, 3000, 'FT', 45);
+    VALUES (-1000001, -1000001, 5, DATE '2099-01-01', 36, 3000, 'FT', 45);
     INSERT INTO rooster.dienst_type (code, omschrijving, telt_mee_in_gewerkte_uren)
     VALUES ('STEST', 'sbworker selftest', true)
         ON CONFLICT (code) DO NOTHING;
-    WITH d AS (INSERT INTO rooster.dienst (dienstverband_id, datum) VALUES (p_dv, DATE '2099-12-07') RETURNING id)
+    WITH d AS (INSERT INTO rooster.dienst (dienstverband_id, datum) VALUES (-1000001, DATE '2099-12-07') RETURNING id)
     INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type)
     SELECT id, TIME '07:00', TIME '15:30', 'STEST' FROM d;
 END $$;
 
 -- The scratch key's dialogs, newest version first: the initiator's handle, the
 -- target's (the same conversation's other endpoint), the version, the outcome.
-CREATE OR REPLACE FUNCTION rekenserver.selftest_dialogs(p_dv int, p_periode int)
+CREATE OR REPLACE FUNCTION rekenserver.selftest_dialogs()
 RETURNS TABLE (initiator uuid, target uuid, versie bigint, uitkomst text)
 LANGUAGE sql STABLE AS $$
     SELECT l.dialog_handle, t.handle, l.versie, l.uitkomst
       FROM rekenserver.berekening_log l
       LEFT JOIN sb.endpoint i ON i.handle = l.dialog_handle
       LEFT JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND t.handle <> i.handle
-     WHERE l.dienstverband_id = p_dv AND l.periode_id = p_periode
+     WHERE l.dienstverband_id = -1000001 AND l.periode_id = -1000001
      ORDER BY l.versie DESC
 $$;
 
 -- The scratch key's stored result: its version, its number of factor rows, and how
 -- many results of its period payroll's export would claim (one: the scratch key's).
-CREATE OR REPLACE FUNCTION rekenserver.selftest_result(p_dv int, p_periode int)
+CREATE OR REPLACE FUNCTION rekenserver.selftest_result()
 RETURNS TABLE (versie bigint, factors bigint, exportable bigint)
 LANGUAGE sql STABLE AS $$
     SELECT r.versie,
            (SELECT count(*) FROM rekenserver.resultaat_factor f
              WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id),
            (SELECT count(*) FROM rekenserver.resultaat e
-             WHERE e.periode_id = p_periode AND e.export_status = 0
+             WHERE e.periode_id = -1000001 AND e.export_status = 0
                AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
                             WHERE f.dienstverband_id = e.dienstverband_id AND f.periode_id = e.periode_id))
       FROM rekenserver.resultaat r
-     WHERE r.dienstverband_id = p_dv AND r.periode_id = p_periode
+     WHERE r.dienstverband_id = -1000001 AND r.periode_id = -1000001
 $$;
 
 -- Cleaning up, step 1 (sending switched off for the rest of the transaction): the
 -- scratch key's open conversations and its roster. Its commit raises the key's version.
-CREATE OR REPLACE FUNCTION rekenserver.selftest_cleanup_roster(p_dv int, p_periode int) RETURNS void
+CREATE OR REPLACE FUNCTION rekenserver.selftest_cleanup_roster() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('rekenserver.vragen_uit', 'on', true);
@@ -111,25 +117,25 @@ BEGIN
        FROM rekenserver.berekening_log l
        JOIN sb.endpoint i ON i.handle = l.dialog_handle
        JOIN sb.endpoint e ON e.conversation_id = i.conversation_id
-      WHERE l.dienstverband_id = p_dv;
-    DELETE FROM rooster.dienst WHERE dienstverband_id = p_dv;
-    DELETE FROM rooster.dienstverband WHERE id = p_dv;
-    DELETE FROM rooster.periode WHERE id = p_periode;
-    DELETE FROM rooster.cao WHERE id = p_dv;
+      WHERE l.dienstverband_id = -1000001;
+    DELETE FROM rooster.dienst WHERE dienstverband_id = -1000001;
+    DELETE FROM rooster.dienstverband WHERE id = -1000001;
+    DELETE FROM rooster.periode WHERE id = -1000001;
+    DELETE FROM rooster.cao WHERE id = -1000001;
     DELETE FROM rooster.dienst_type d
      WHERE d.code = 'STEST' AND NOT EXISTS (SELECT 1 FROM rooster.tijdblok t WHERE t.dienst_type = d.code);
 END $$;
 
 -- Step 2, in a transaction after step 1's: the key's bookkeeping.
-CREATE OR REPLACE FUNCTION rekenserver.selftest_cleanup_books(p_dv int) RETURNS void
+CREATE OR REPLACE FUNCTION rekenserver.selftest_cleanup_books() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = p_dv;
-    DELETE FROM rekenserver.resultaat WHERE dienstverband_id = p_dv;
-    DELETE FROM rekenserver.resultaat_historie WHERE dienstverband_id = p_dv;
-    DELETE FROM rekenserver.berekening_log WHERE dienstverband_id = p_dv;
-    DELETE FROM rekenserver.sleutel WHERE dienstverband_id = p_dv;
-    DELETE FROM sbworker.answered_version WHERE dienstverband_id = p_dv;
+    DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = -1000001;
+    DELETE FROM rekenserver.resultaat WHERE dienstverband_id = -1000001;
+    DELETE FROM rekenserver.resultaat_historie WHERE dienstverband_id = -1000001;
+    DELETE FROM rekenserver.berekening_log WHERE dienstverband_id = -1000001;
+    DELETE FROM rekenserver.sleutel WHERE dienstverband_id = -1000001;
+    DELETE FROM sbworker.answered_version WHERE dienstverband_id = -1000001;
 END $$;
 
 INSERT INTO sb.migration (version) VALUES (5) ON CONFLICT DO NOTHING;

@@ -5,9 +5,12 @@
 --                          services, ends conversations, keeps its bookkeeping (attempts,
 --                          dead letters, the version claim) and stores results; nothing
 --                          else: no roster, no DDL.
---   sbworker_sender        begins dialogs and sends on the calculation service (the
---                          roster triggers' side); with the roster installed, edits it
---                          (the triggers send with their owner's rights).
+--   sbworker_sender        the roster triggers' side: holds Service Broker's SEND on the
+--                          calculation service, and sends only through the triggers
+--                          (they run with their owner's rights and build the Vraag from
+--                          the roster): it may call no broker function itself, so it
+--                          cannot send a Vraag of its own making; with the roster
+--                          installed, edits it.
 --   sbworker_payroll       exports results and acknowledges them.
 --   sbworker_housekeeping  the sweep (sending stale keys again) and retention.
 -- PUBLIC gets nothing on the broker's schemas. The functions a role calls run with their
@@ -36,7 +39,9 @@ REVOKE ALL ON SCHEMA sb, sbworker, rekenserver FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA sb, sbworker, rekenserver FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA sb, sbworker, rekenserver FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA sb, sbworker, rekenserver FROM PUBLIC;
-ALTER DEFAULT PRIVILEGES IN SCHEMA sb, sbworker, rekenserver REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+-- (A function made later in these schemas is executable by PUBLIC until the next
+-- install revokes it: PostgreSQL's per-schema default privileges cannot take PUBLIC's
+-- EXECUTE away.)
 
 -- The functions each role calls (by schema and name, every overload).
 CREATE TEMPORARY TABLE sbworker_callable (role text, schema_name text, function_name text) ON COMMIT DROP;
@@ -55,8 +60,6 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'sb', 'may'),
     ('sbworker_worker', 'rekenserver', 'sla_antwoord_op'),
     ('sbworker_worker', 'rekenserver', 'noteer_fout'),
-    ('sbworker_sender', 'sb', 'begin_dialog'),
-    ('sbworker_sender', 'sb', 'send'),
     ('sbworker_worker', 'rekenserver', 'selftest_scratch'),
     ('sbworker_worker', 'rekenserver', 'selftest_dialogs'),
     ('sbworker_worker', 'rekenserver', 'selftest_result'),
@@ -91,7 +94,7 @@ BEGIN
     END LOOP;
 END $$;
 
-GRANT USAGE ON SCHEMA sb TO sbworker_worker, sbworker_sender, sbworker_housekeeping;
+GRANT USAGE ON SCHEMA sb TO sbworker_worker;
 GRANT USAGE ON SCHEMA sbworker TO sbworker_worker, sbworker_housekeeping;
 GRANT USAGE ON SCHEMA rekenserver TO sbworker_worker, sbworker_payroll, sbworker_housekeeping;
 

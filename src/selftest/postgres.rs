@@ -6,7 +6,7 @@
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use super::{AnsweredBy, Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
+use super::{AnsweredBy, Failure, Report, SCRATCH_DV};
 use crate::broker::postgres::{PostgresTransport, SCRIPTS, stamp};
 use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
 
@@ -298,7 +298,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
     let started = std::time::Instant::now();
     client.batch_execute("BEGIN").await.map_err(|e| db_failure("BEGIN", &e))?;
     let scratch = async {
-        client.execute(stmt::SCRATCH.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE]).await?;
+        client.execute(stmt::SCRATCH.sql, &[]).await?;
         // The commit trigger sends the Vraag.
         client.batch_execute("COMMIT").await
     }
@@ -308,7 +308,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
         return Err(db_failure("the scratch roster edit failed", &e));
     }
     let rows = client
-        .query(stmt::SCRATCH_DIALOGS.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .query(stmt::SCRATCH_DIALOGS.sql, &[])
         .await
         .map_err(|e| db_failure("reading the calculation log", &e))?;
     let Some(latest) = rows.first() else {
@@ -325,7 +325,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
     let wait = super::Wait::new(versie);
     loop {
         let rows = client
-            .query(stmt::SCRATCH_RESULT.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
+            .query(stmt::SCRATCH_RESULT.sql, &[])
             .await
             .map_err(|e| db_failure("reading the stored result", &e))?;
         if wait.done(rows.first().map(|r| r.get::<_, i64>(0))).await? {
@@ -333,7 +333,7 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
         }
     }
     let row = client
-        .query_one(stmt::SCRATCH_RESULT.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE])
+        .query_one(stmt::SCRATCH_RESULT.sql, &[])
         .await
         .map_err(|e| db_failure("reading the stored result", &e))?;
     let (factors, exportable): (i64, i64) = (row.get(1), row.get(2));
@@ -350,12 +350,12 @@ async fn round_trip_inner(client: &Client, url: &str) -> Result<String, Failure>
 async fn cleanup(client: &Client) -> Result<(), Failure> {
     let run = async {
         client.batch_execute("BEGIN").await?;
-        client.query(stmt::CLEANUP_ROSTER.sql, &[&SCRATCH_DV, &SCRATCH_PERIODE]).await?;
+        client.query(stmt::CLEANUP_ROSTER.sql, &[]).await?;
         // The roster's commit trigger raises the key's version at COMMIT (sending is
         // off): the bookkeeping goes in a transaction after it.
         client.batch_execute("COMMIT").await?;
         client.batch_execute("BEGIN").await?;
-        client.query(stmt::CLEANUP_BOOKS.sql, &[&SCRATCH_DV]).await?;
+        client.query(stmt::CLEANUP_BOOKS.sql, &[]).await?;
         client.batch_execute("COMMIT").await
     }
     .await;
@@ -365,4 +365,17 @@ async fn cleanup(client: &Client) -> Result<(), Failure> {
             .fix(format!("remove the rows of dienstverband {SCRATCH_DV} by hand")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_round_trips_functions_use_the_scratch_key_of_the_selftest() {
+        // They take no ids (so the worker's login cannot aim them at another key): the
+        // fixed key in their SQL must be the selftest's.
+        let sql = crate::broker::postgres::ROSTER_SCRIPTS[1].1;
+        assert_eq!(super::super::SCRATCH_DV, super::super::SCRATCH_PERIODE);
+        assert!(sql.contains(&format!("WHERE l.dienstverband_id = {}", super::SCRATCH_DV)), "005_housekeeping.sql");
+        assert!(!sql.contains("selftest_cleanup_books(p_dv"), "no parameters");
+    }
 }

@@ -203,6 +203,16 @@ END CONVERSATION @h WITH CLEANUP;
         for h in initiators + [received]:
             cur.execute("END CONVERSATION %s WITH CLEANUP", (h,))
 
+        # One handle twice in one SEND is refused, and nothing is sent.
+        try:
+            cur.execute(
+                "SEND ON CONVERSATION (%s, %s) MESSAGE TYPE [//sbworker/Tutorial/RequestMessage] (N'<Twice/>')",
+                (initiators[0], initiators[0]),
+            )
+            out["twice"] = "sent"
+        except pytds.tds_base.Error as e:  # noqa: BLE001 - reported to the test
+            out["twice"] = str(e)
+
         # Anything else still fails loudly.
         try:
             cur.execute("DECLARE @n INT = 1; IF @n > 0 SELECT @n")

@@ -51,26 +51,26 @@ SELECT w.name, q.enabled IS NOT NULL, coalesce(q.enabled, false), coalesce(q.poi
  ORDER BY w.name;
 
 -- The round trip (functions of broker/postgres/005_housekeeping.sql, granted to the
--- worker's role). $1 the scratch dienstverband, $2 its period. The scratch roster, in
+-- worker's role), on the fixed scratch key (-1000001: src/selftest/mod.rs). The scratch roster, in
 -- one transaction: its commit trigger sends one Vraag.
 -- name: scratch
-SELECT rekenserver.selftest_scratch($1, $2);
+SELECT rekenserver.selftest_scratch();
 
 -- The scratch key's dialogs, newest version first: initiator, target, version, outcome.
 -- name: scratch_dialogs
-SELECT initiator, target, versie, uitkomst FROM rekenserver.selftest_dialogs($1, $2);
+SELECT initiator, target, versie, uitkomst FROM rekenserver.selftest_dialogs();
 
 -- The scratch key's stored result: version, factor rows, results the export would claim.
 -- name: scratch_result
-SELECT versie, factors, exportable FROM rekenserver.selftest_result($1, $2);
+SELECT versie, factors, exportable FROM rekenserver.selftest_result();
 
 -- Cleaning up: the roster (sending switched off), then, in a transaction of its own
 -- after that one's commit, the bookkeeping.
 -- name: cleanup_roster
-SELECT rekenserver.selftest_cleanup_roster($1, $2);
+SELECT rekenserver.selftest_cleanup_roster();
 
 -- name: cleanup_books
-SELECT rekenserver.selftest_cleanup_books($1);
+SELECT rekenserver.selftest_cleanup_books();
 
 -- The Service Broker rights of this login ($1 rights, $2 the queue or service of each):
 -- whether it holds each (sb.may: granted to one of its roles, or the installer).

@@ -35,7 +35,7 @@ pub fn stamp(part: &str) -> String {
 }
 
 /// Installs (or brings up to date) the broker in the database at `url`. Each script is
-/// idempotent and runs in a transaction of its own.
+/// idempotent; all run in one transaction.
 pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
     install_with(url, false).await
 }
@@ -45,18 +45,21 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
     let client = connect(url, None).await?;
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
-    for (version, sql) in SCRIPTS.iter().chain(extra).chain(std::iter::once(&SECURITY)) {
-        client.batch_execute("BEGIN").await.map_err(error_of)?;
-        let run = async {
-            client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
+    // One transaction for all: replacing a function resets its rights (SECURITY DEFINER,
+    // the pinned search_path) until 006_security.sql sets them again, and running
+    // workers must never see it in between.
+    client.batch_execute("BEGIN").await.map_err(error_of)?;
+    let run = async {
+        client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
+        for (version, sql) in SCRIPTS.iter().chain(extra).chain(std::iter::once(&SECURITY)) {
             client.batch_execute(sql).await?;
-            client.batch_execute("COMMIT").await
-        };
-        if let Err(e) = run.await {
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(error_of(e));
+            applied.push(*version);
         }
-        applied.push(*version);
+        client.batch_execute("COMMIT").await
+    };
+    if let Err(e) = run.await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(error_of(e));
     }
     for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
         client.execute(postgres_install::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;

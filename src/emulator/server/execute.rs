@@ -192,8 +192,19 @@ pub(super) async fn execute(
             };
             // On several conversations, the same message on each (SQL Server stores one
             // copy for all; the broker here one per conversation).
+            let mut uuids: Vec<Uuid> = Vec::with_capacity(handles.len());
             for handle in &handles {
                 let h = as_uuid(value(handle, params)?)?;
+                if uuids.contains(&h) {
+                    // SEND's reference page: the same handle can be used only once.
+                    return Err(fail(format!(
+                        "The conversation handle {h} is given more than once in SEND ON CONVERSATION: \
+                         the same conversation handle can be used only once."
+                    )));
+                }
+                uuids.push(h);
+            }
+            for h in uuids {
                 s.send(h, &ty, body.as_deref()).await?;
             }
             if conn.received && conn.faults.on_send() {
