@@ -222,7 +222,9 @@ impl Far for TsqlFar {
     }
 }
 
-const WAIT: Duration = Duration::from_secs(5);
+/// The longest a receive that expects messages waits (it returns as soon as they are
+/// there; under load, a crashed session's rollback can take seconds to be seen).
+const WAIT: Duration = Duration::from_secs(30);
 
 /// The suite, on `transport`; `far` is the initiator's side on the same database.
 async fn suite<T: Transport, F: Far>(backend: &Backend, transport: &T, far: &mut F)

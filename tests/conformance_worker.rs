@@ -195,7 +195,7 @@ impl<S: PayrollStore> Handler<S> for Held {
 // ---------------------------------------------------------------------------------
 // The scenarios.
 
-async fn answers_requests_and_ends_on_end_dialog(kind: Kind) {
+async fn answers_each_request_and_ends_its_side_with_the_answer(kind: Kind) {
     let mut w = World::new(kind).await;
     let name = w.name();
     let worker = w.start_calculation(w.config());
@@ -215,7 +215,7 @@ async fn answers_requests_and_ends_on_end_dialog(kind: Kind) {
     answered.sort();
     handles.sort();
     assert_eq!(answered, handles, "{name}: one answer per dialog");
-    // The initiator ends; the worker ends its side on EndDialog; nothing is left.
+    // The worker ended its side with each answer; the initiator ends too; nothing is left.
     end_all(&mut w.s, handles).await;
     the_end_state_is_clean(&w.s, 0).await;
     let m = worker.finish().await;
@@ -632,7 +632,7 @@ macro_rules! on_every_back_end {
 }
 
 on_every_back_end!(
-    answers_requests_and_ends_on_end_dialog,
+    answers_each_request_and_ends_its_side_with_the_answer,
     a_malformed_vraag_gets_a_fout_naming_the_problem_and_an_error_end,
     an_error_from_the_initiator_ends_our_side_without_an_answer,
     an_unknown_message_type_is_a_contract_breach_ended_with_an_error,

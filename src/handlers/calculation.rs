@@ -1,6 +1,10 @@
 //! The `loonfactor-berekening` handler: the calculation service's side of the dialog.
-//! A Vraag gets an Antwoord (the conversation stays open for the initiator to end), or,
-//! when it cannot be answered, a Fout and END CONVERSATION WITH ERROR. A Vraag older
+//! A Vraag gets an Antwoord and our side ends in the same transaction (the initiator
+//! receives the Antwoord and the EndDialog together and ends its side: one transaction
+//! less per request than waiting for its EndDialog), or, when it cannot be answered, a
+//! Fout and END CONVERSATION WITH ERROR. A dialog carries one request, as the roster
+//! triggers send; several Vraags of one dialog in one receive are all answered before
+//! it ends. A Vraag older
 //! than a version already answered for its (dienstverband, periode) is answered as
 //! superseded, without computing. EndDialog ends
 //! our side; an Error is logged and ends our side; any other message type breaks the
@@ -77,7 +81,15 @@ impl Calculation {
             .filter(|m| m.message_type == system::END_DIALOG || m.message_type == system::ERROR)
             .map(|m| m.conversation_handle)
             .collect();
-        for m in messages {
+        // The last Vraag of each conversation in this batch: our side ends once it is answered.
+        let last_vraag: std::collections::HashMap<Uuid, usize> = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.message_type == message_types::VRAAG)
+            .map(|(i, m)| (m.conversation_handle, i))
+            .collect();
+        for (i, m) in messages.iter().enumerate() {
+            let end_after = last_vraag.get(&m.conversation_handle) == Some(&i);
             let h = m.conversation_handle;
             let span = info_span!("message", conversation = %h, seq = m.sequence, message_type = %m.message_type);
             async {
@@ -112,18 +124,24 @@ impl Calculation {
                             let xml = contract::encode_antwoord(&superseded(&vraag));
                             s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
                             done.superseded += 1;
-                            return Ok(());
+                        } else {
+                            match self.compute(&vraag) {
+                                Ok(xml) => {
+                                    s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
+                                    done.answered += 1;
+                                }
+                                Err((fout, reason)) => {
+                                    self.fault(s, h, fout, &reason).await?;
+                                    ended.insert(h);
+                                    done.faulted += 1;
+                                    return Ok(());
+                                }
+                            }
                         }
-                        match self.compute(&vraag) {
-                            Ok(xml) => {
-                                s.send(h, message_types::ANTWOORD, Some(xml.as_bytes())).await?;
-                                done.answered += 1;
-                            }
-                            Err((fout, reason)) => {
-                                self.fault(s, h, fout, &reason).await?;
-                                ended.insert(h);
-                                done.faulted += 1;
-                            }
+                        if end_after {
+                            s.end_conversation(h, None).await?;
+                            ended.insert(h);
+                            done.ended += 1;
                         }
                     }
                     system::END_DIALOG => {

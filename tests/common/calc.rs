@@ -54,8 +54,10 @@ pub async fn ask(s: &mut Session, body: &[u8]) -> Uuid {
     h
 }
 
-/// Receives from the answer queue until `n` messages have come (each receive waits for
-/// the next commit), committing as it goes. Panics after 60 s without progress.
+/// Receives from the answer queue until `n` messages other than EndDialog have come
+/// (each receive waits for the next commit), committing as it goes; the EndDialogs the
+/// calculation sends after its answers are left out. Panics after 60 s without
+/// progress.
 pub async fn collect(s: &mut Session, n: usize) -> Vec<Message> {
     let mut got = Vec::new();
     while got.len() < n {
@@ -63,7 +65,7 @@ pub async fn collect(s: &mut Session, n: usize) -> Vec<Message> {
         let batch = s.receive(ANTWOORD_Q, 1000, None, Duration::from_secs(60)).await.unwrap();
         s.commit().await.unwrap();
         assert!(!batch.is_empty(), "no answer within 60 s; have {} of {n}", got.len());
-        got.extend(batch);
+        got.extend(batch.into_iter().filter(|m| m.message_type != sbworker::broker::system::END_DIALOG));
     }
     got
 }
