@@ -575,6 +575,17 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
     assert_eq!(row[7], json!(body), "{v}");
     assert_eq!(table[2][0][0], row[1], "{v}");
     assert_eq!(table[3], json!([["a group"]]), "{v}");
+    // A CASE in the column list, into a table variable: the request's body as xml
+    // (validation X: an NVARCHAR body, UTF-16 without a mark), the initiator's EndDialog
+    // (validation E) as the ELSE branch's stand-in.
+    assert_eq!(
+        v["case_into"],
+        json!([
+            ["//sbworker/Tutorial/RequestMessage", "<Expense>42</Expense>"],
+            ["http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog", "<none/>"]
+        ]),
+        "{v}"
+    );
     // What the emulator does not run is refused, loudly; so is one handle twice in a SEND.
     assert!(v["refused"].as_str().unwrap().contains("not supported by the emulator"), "{v}");
     assert!(v["twice"].as_str().unwrap().contains("more than once"), "{v}");

@@ -33,6 +33,25 @@ pub enum Column {
         /// `@v = c`: the value goes into a variable (the last row's, as in SQL Server).
         var: Option<String>,
     },
+    /// `CASE WHEN … END [AS alias]`.
+    Case(Case),
+}
+
+/// A searched `CASE WHEN column = literal THEN operand … [ELSE operand] END [AS alias]`
+/// in a RECEIVE's column list (the RECEIVE reference page's examples).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    /// (queue column, literal it equals, what the CASE gives then).
+    pub whens: Vec<(String, Value, Operand)>,
+    pub otherwise: Option<Operand>,
+    pub alias: Option<String>,
+}
+
+/// A value a CASE gives: a queue column or a literal, perhaps cast.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operand {
+    Column { source: String, cast: Option<String> },
+    Literal { value: Value, cast: Option<String> },
 }
 
 /// `WHERE conversation_group_id = …` or `WHERE conversation_handle = …`.
@@ -867,6 +886,32 @@ impl Parser {
         if self.eat_punct('*') {
             return Ok(Column::Star);
         }
+        if self.eat_kw("CASE") {
+            let mut whens = Vec::new();
+            while self.eat_kw("WHEN") {
+                let column = self.name()?.to_lowercase();
+                let column = column.rsplit('.').next().unwrap_or(&column).to_owned();
+                self.punct('=')?;
+                let equals = self.value()?;
+                self.kw("THEN")?;
+                whens.push((column, equals, self.operand()?));
+            }
+            if whens.is_empty() {
+                return Err(unsupported("CASE without WHEN (a simple CASE)"));
+            }
+            let otherwise = if self.eat_kw("ELSE") { Some(self.operand()?) } else { None };
+            self.kw("END")?;
+            let alias = if self.eat_kw("AS") {
+                Some(self.alias()?)
+            } else if matches!(self.peek(), Some(Tok::Quoted(_)))
+                || matches!(self.peek(), Some(Tok::Word(w)) if !w.eq_ignore_ascii_case("FROM"))
+            {
+                Some(self.name()?)
+            } else {
+                None
+            };
+            return Ok(Column::Case(Case { whens, otherwise, alias }));
+        }
         let (mut alias, mut var) = (None, None);
         if self.toks.get(self.at + 1) == Some(&Tok::Punct('=')) {
             match self.peek().cloned() {
@@ -914,6 +959,32 @@ impl Parser {
         // A column of the queue may be written with its table: `q.message_body`.
         let source = source.rsplit('.').next().unwrap_or(&source).to_lowercase();
         Ok(Column::Item { source, cast, alias, var })
+    }
+
+    /// What a CASE gives: a queue column, a literal, `NULL`, or either in `CAST(… AS type)`.
+    fn operand(&mut self) -> Result<Operand, TsqlError> {
+        let is_literal = |t: Option<&Tok>| {
+            matches!(t, Some(Tok::Str(_) | Tok::Int(_) | Tok::Var(_)))
+                || matches!(t, Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL"))
+        };
+        if self.is_kw("CAST") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) {
+            self.at += 2;
+            let inner_literal = is_literal(self.peek());
+            let (value, source) = if inner_literal { (Some(self.value()?), None) } else { (None, Some(self.name()?)) };
+            self.kw("AS")?;
+            let cast = Some(self.type_name()?);
+            self.punct(')')?;
+            return Ok(match (value, source) {
+                (Some(value), _) => Operand::Literal { value, cast },
+                (_, Some(source)) => Operand::Column { source: source.to_lowercase(), cast },
+                _ => unreachable!("one of them"),
+            });
+        }
+        if is_literal(self.peek()) {
+            return Ok(Operand::Literal { value: self.value()?, cast: None });
+        }
+        let source = self.name()?.to_lowercase();
+        Ok(Operand::Column { source: source.rsplit('.').next().unwrap_or(&source).to_owned(), cast: None })
     }
 
     /// A type name: `xml`, `varbinary(max)`, `nvarchar(100)`, lower case.
@@ -1274,6 +1345,47 @@ mod tests {
             (Value::Var("@h".into()), Value::Str("<a/>".into()), "varbinary(max)".into())
         );
         assert_eq!(cast("SEND ON CONVERSATION @h MESSAGE TYPE [t] (CONVERT(xml, @m, 0));").2, "xml");
+    }
+
+    #[test]
+    fn case_in_a_receive_column_list_as_the_reference_page_writes_it() {
+        match one("WAITFOR (RECEIVE message_type_name,
+                 CASE WHEN validation = 'X' THEN CAST(message_body AS XML) ELSE CAST(N'<none/>' AS XML) END,
+                 conversation_handle
+             FROM ExpenseQueue INTO @receiveTable), TIMEOUT 60000")
+        {
+            Statement::Receive { columns, into: Some(t), .. } => {
+                assert_eq!(t, "@receivetable");
+                assert_eq!(
+                    columns[1],
+                    Column::Case(Case {
+                        whens: vec![(
+                            "validation".into(),
+                            Value::Str("X".into()),
+                            Operand::Column { source: "message_body".into(), cast: Some("xml".into()) }
+                        )],
+                        otherwise: Some(Operand::Literal {
+                            value: Value::Str("<none/>".into()),
+                            cast: Some("xml".into())
+                        }),
+                        alias: None,
+                    })
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match one(
+            "RECEIVE CASE WHEN validation = 'X' THEN CAST(message_body AS XML) ELSE NULL END AS message_body FROM q",
+        ) {
+            Statement::Receive { columns, .. } => {
+                assert!(matches!(&columns[0], Column::Case(c) if c.alias.as_deref() == Some("message_body")))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse_batch("RECEIVE CASE validation WHEN 'X' THEN 1 END FROM q").unwrap_err().number,
+            NOT_SUPPORTED
+        );
     }
 
     #[test]

@@ -203,6 +203,45 @@ END CONVERSATION @h WITH CLEANUP;
         for h in initiators + [received]:
             cur.execute("END CONVERSATION %s WITH CLEANUP", (h,))
 
+        # The RECEIVE page's examples I and J: a CASE in the column list (the body as
+        # xml when it is XML, otherwise NULL or a stand-in), and into a table variable.
+        cur.execute(
+            """
+DECLARE @d UNIQUEIDENTIFIER;
+BEGIN DIALOG @d FROM SERVICE [//sbworker/Tutorial/InitiatorService]
+    TO SERVICE '//sbworker/Tutorial/TargetService' ON CONTRACT [//sbworker/Tutorial/Contract]
+    WITH ENCRYPTION = OFF;
+SEND ON CONVERSATION @d MESSAGE TYPE [//sbworker/Tutorial/RequestMessage] (N'<Expense>42</Expense>');
+END CONVERSATION @d;
+"""
+        )
+        cur.execute(
+            """
+DECLARE @receiveTable TABLE(
+    message_type sysname,
+    message_body xml,
+    message_dialog uniqueidentifier);
+WAITFOR
+    (RECEIVE
+        message_type_name,
+        CASE
+            WHEN validation = 'X' THEN CAST(message_body AS XML)
+            ELSE CAST(N'<none/>' AS XML)
+        END,
+        conversation_handle
+    FROM TutorialTargetQueue
+    INTO @receiveTable
+    ), TIMEOUT 10000;
+SELECT message_type, message_body FROM @receiveTable;
+SELECT message_dialog FROM @receiveTable;
+"""
+        )
+        case_rows = rows(cur)
+        out["case_into"] = case_rows[0]
+        # The target ends too (the initiator has): the conversation is gone.
+        for (h,) in case_rows[1][:1]:
+            cur.execute("END CONVERSATION %s", (h,))
+
         # One handle twice in one SEND is refused, and nothing is sent.
         try:
             cur.execute(

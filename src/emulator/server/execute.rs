@@ -149,7 +149,7 @@ pub(super) async fn execute(
             conn.received |= !msgs.is_empty();
             if let Some(table) = into {
                 let tv = conn.tables.get_mut(&table).expect("checked above");
-                return receive_into(&columns, &msgs, tv).map(Some);
+                return receive_into(&columns, &msgs, params, tv).map(Some);
             }
             let r = receive_result(&columns, &msgs, vars, t)?;
             // Variables take their declared types.

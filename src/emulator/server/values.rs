@@ -168,11 +168,22 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
 /// without its declaration. SQL Server reads a binary body as UTF-16 with a byte-order
 /// mark, else as the encoding its declaration names (UTF-8 here).
 fn xml_value(v: Sql) -> Result<String, Failure> {
+    let utf16 = |b: &[u8]| codec::utf16_string(b).map_err(|e| fail(e.to_string()));
+    let swapped = |b: &[u8]| b.chunks(2).flat_map(|c| c.iter().rev().copied()).collect::<Vec<u8>>();
     let text = match v {
         Sql::NVarChar(s) => s,
-        Sql::VarBinary(b) => match b.strip_prefix(&[0xFF, 0xFE]) {
-            Some(u16) => codec::utf16_string(u16).map_err(|e| fail(e.to_string()))?,
-            None => String::from_utf8(b).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?,
+        // The encoding as the XML specification's appendix F detects it: a byte-order
+        // mark, else a first character with a zero byte (UTF-16 without a mark, as an
+        // NVARCHAR body is sent), else UTF-8.
+        Sql::VarBinary(b) => match (b.first(), b.get(1)) {
+            (Some(0xFF), Some(0xFE)) => utf16(&b[2..])?,
+            (Some(0xFE), Some(0xFF)) => utf16(&swapped(&b[2..]))?,
+            (Some(&x), Some(0)) if x != 0 => utf16(&b)?,
+            (Some(0), Some(&y)) if y != 0 => utf16(&swapped(&b))?,
+            _ => {
+                let body = b.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(&b);
+                String::from_utf8(body.to_vec()).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?
+            }
         },
         other => return Err(fail(format!("{other:?} is not an xml value"))),
     };
@@ -208,76 +219,159 @@ pub(super) fn well_formed(s: &str) -> Result<(), Failure> {
 
 /// What a RECEIVE returns: a result set of its columns, or (when it assigns to
 /// variables) nothing, the variables holding the last row's values.
+/// One output column of a RECEIVE: its name, what it gives, the variable it goes into.
+struct Out {
+    name: String,
+    expr: Expr,
+    var: Option<String>,
+}
+
+enum Expr {
+    Column { source: String, cast: Option<String> },
+    Case(tsql::Case),
+}
+
+fn invalid_column(name: &str) -> Failure {
+    Failure { number: 207, class: 16, message: format!("Invalid column name '{name}'.") }
+}
+
+fn known_column(name: &str) -> Result<(), Failure> {
+    if receive_column(&PROBE, name).is_some() { Ok(()) } else { Err(invalid_column(name)) }
+}
+
+/// The output columns of a RECEIVE's column list, every queue column named checked.
+fn outs_of(columns: &[Column], vars: &Params) -> Result<Vec<Out>, Failure> {
+    let mut outs = Vec::new();
+    for c in columns {
+        match c {
+            Column::Star => outs.extend(RECEIVE_COLUMNS.iter().map(|n| Out {
+                name: (*n).to_owned(),
+                expr: Expr::Column { source: (*n).to_owned(), cast: None },
+                var: None,
+            })),
+            Column::Item { source, cast, alias, var } => {
+                known_column(source)?;
+                if let Some(v) = var {
+                    declared(vars, v)?;
+                }
+                outs.push(Out {
+                    name: alias.clone().unwrap_or_else(|| if cast.is_some() { String::new() } else { source.clone() }),
+                    expr: Expr::Column { source: source.clone(), cast: cast.clone() },
+                    var: var.clone(),
+                });
+            }
+            Column::Case(case) => {
+                for (column, _, then) in &case.whens {
+                    known_column(column)?;
+                    if let tsql::Operand::Column { source, .. } = then {
+                        known_column(source)?;
+                    }
+                }
+                if let Some(tsql::Operand::Column { source, .. }) = &case.otherwise {
+                    known_column(source)?;
+                }
+                outs.push(Out {
+                    name: case.alias.clone().unwrap_or_default(),
+                    expr: Expr::Case(case.clone()),
+                    var: None,
+                });
+            }
+        }
+    }
+    Ok(outs)
+}
+
+/// The type of a plain value.
+fn type_of(v: &Sql) -> ColType {
+    match v {
+        Sql::Guid(_) => ColType::Guid,
+        Sql::Int(_) => ColType::Int,
+        Sql::BigInt(_) => ColType::BigInt,
+        Sql::Bit(_) => ColType::Bit,
+        Sql::VarBinary(_) => ColType::VarBinaryMax,
+        Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
+    }
+}
+
+/// A CASE operand's type and value in message `m`.
+fn operand(m: &Message, o: &tsql::Operand, vars: &Params) -> Result<(ColType, Sql), Failure> {
+    match o {
+        tsql::Operand::Column { source, cast: to } => {
+            let (ty, v) = receive_column(m, source).ok_or_else(|| invalid_column(source))?;
+            match to {
+                Some(to) => cast(to, v),
+                None => Ok((ty, v)),
+            }
+        }
+        tsql::Operand::Literal { value: lit, cast: to } => {
+            let v = value(lit, vars)?;
+            match to {
+                Some(to) => cast(to, v),
+                None => Ok((type_of(&v), v)),
+            }
+        }
+    }
+}
+
+/// An output column's type and value in message `m`.
+fn cell(m: &Message, e: &Expr, vars: &Params) -> Result<(ColType, Sql), Failure> {
+    match e {
+        Expr::Column { source, cast: to } => {
+            let (ty, v) = receive_column(m, source).ok_or_else(|| invalid_column(source))?;
+            match to {
+                Some(to) => cast(to, v),
+                None => Ok((ty, v)),
+            }
+        }
+        Expr::Case(case) => {
+            // The CASE's type is its first branch's (SQL Server takes the highest of them;
+            // the documented forms give every branch the same type).
+            let (ty, _) = operand(&PROBE, &case.whens[0].2, vars)?;
+            for (column, equals, then) in &case.whens {
+                let (_, v) = receive_column(m, column).ok_or_else(|| invalid_column(column))?;
+                if equal(v, value(equals, vars)?)? == Some(true) {
+                    return Ok((ty, operand(m, then, vars)?.1));
+                }
+            }
+            match &case.otherwise {
+                Some(o) => Ok((ty, operand(m, o, vars)?.1)),
+                None => Ok((ty, Sql::Null)),
+            }
+        }
+    }
+}
+
 pub(super) fn receive_result(
     columns: &[Column],
     msgs: &[Message],
     vars: &mut Params,
     t: &mut Tokens,
 ) -> Result<Option<u64>, Failure> {
-    struct Out {
-        name: String,
-        source: String,
-        cast: Option<String>,
-        var: Option<String>,
-    }
-    let mut outs = Vec::new();
-    for c in columns {
-        match c {
-            Column::Star => outs.extend(RECEIVE_COLUMNS.iter().map(|n| Out {
-                name: (*n).to_owned(),
-                source: (*n).to_owned(),
-                cast: None,
-                var: None,
-            })),
-            Column::Item { source, cast, alias, var } => {
-                if receive_column(&PROBE, source).is_none() {
-                    return Err(Failure {
-                        number: 207,
-                        class: 16,
-                        message: format!("Invalid column name '{source}'."),
-                    });
-                }
-                if let Some(v) = var {
-                    declared(vars, v)?;
-                }
-                outs.push(Out {
-                    name: alias.clone().unwrap_or_else(|| if cast.is_some() { String::new() } else { source.clone() }),
-                    source: source.clone(),
-                    cast: cast.clone(),
-                    var: var.clone(),
-                });
-            }
-        }
-    }
-    let cell = |m: &Message, o: &Out| -> Result<(ColType, Sql), Failure> {
-        let (ty, v) = receive_column(m, &o.source).expect("checked above");
-        match &o.cast {
-            Some(to) => cast(to, v),
-            None => Ok((ty, v)),
-        }
-    };
+    let outs = outs_of(columns, vars)?;
     if outs.iter().any(|o| o.var.is_some()) {
         // SQL Server leaves the variables as they were when no row comes back.
         if let Some(last) = msgs.last() {
+            let mut values = Vec::with_capacity(outs.len());
             for o in &outs {
-                let (_, v) = cell(last, o)?;
+                values.push(cell(last, &o.expr, vars)?.1);
+            }
+            for (o, v) in outs.iter().zip(values) {
                 vars.insert(o.var.clone().expect("all assign"), v);
             }
         }
         return Ok(Some(msgs.len() as u64));
     }
+    // The type of a column does not depend on its value, so an empty probe gives it.
     let mut types: Vec<ColType> = Vec::new();
     for o in &outs {
-        // The type of a column does not depend on its value, so an empty probe gives it.
-        let (ty, _) = match &o.cast {
-            Some(to) => cast(to, Sql::Null)?,
-            None => receive_column(&PROBE, &o.source).expect("checked above"),
-        };
-        types.push(ty);
+        types.push(match &o.expr {
+            Expr::Column { cast: Some(to), .. } => cast(to, Sql::Null)?.0,
+            e => cell(&PROBE, e, vars)?.0,
+        });
     }
     let mut rows = Vec::with_capacity(msgs.len());
     for m in msgs {
-        rows.push(outs.iter().map(|o| cell(m, o).map(|(_, v)| v)).collect::<Result<Vec<_>, _>>()?);
+        rows.push(outs.iter().map(|o| cell(m, &o.expr, vars).map(|(_, v)| v)).collect::<Result<Vec<_>, _>>()?);
     }
     let cols: Vec<(&str, ColType)> = outs.iter().map(|o| o.name.as_str()).zip(types).collect();
     Ok(result_set(t, &cols, &rows))
@@ -404,24 +498,14 @@ pub(super) fn undeclared_table(name: &str) -> Failure {
 
 /// `RECEIVE columns … INTO @t`: one row per message, each column converted to the
 /// table's column in order.
-pub(super) fn receive_into(columns: &[Column], msgs: &[Message], table: &mut TableVar) -> Result<u64, Failure> {
-    let mut sources: Vec<(String, Option<String>)> = Vec::new();
-    for c in columns {
-        match c {
-            Column::Star => sources.extend(RECEIVE_COLUMNS.iter().map(|n| ((*n).to_owned(), None))),
-            Column::Item { source, cast, .. } => {
-                if receive_column(&PROBE, source).is_none() {
-                    return Err(Failure {
-                        number: 207,
-                        class: 16,
-                        message: format!("Invalid column name '{source}'."),
-                    });
-                }
-                sources.push((source.clone(), cast.clone()));
-            }
-        }
-    }
-    if sources.len() != table.columns.len() {
+pub(super) fn receive_into(
+    columns: &[Column],
+    msgs: &[Message],
+    vars: &Params,
+    table: &mut TableVar,
+) -> Result<u64, Failure> {
+    let outs = outs_of(columns, vars)?;
+    if outs.len() != table.columns.len() {
         return Err(Failure {
             number: 213,
             class: 16,
@@ -429,13 +513,9 @@ pub(super) fn receive_into(columns: &[Column], msgs: &[Message], table: &mut Tab
         });
     }
     for m in msgs {
-        let mut row = Vec::with_capacity(sources.len());
-        for ((source, to), (_, ty)) in sources.iter().zip(&table.columns) {
-            let (_, v) = receive_column(m, source).expect("checked above");
-            let v = match to {
-                Some(to) => cast(to, v)?.1,
-                None => v,
-            };
+        let mut row = Vec::with_capacity(outs.len());
+        for (o, (_, ty)) in outs.iter().zip(&table.columns) {
+            let (_, v) = cell(m, &o.expr, vars)?;
             row.push(column_value(ty, v)?);
         }
         table.rows.push(row);
