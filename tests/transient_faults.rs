@@ -82,8 +82,9 @@ pub(crate) async fn hold_version_lock(url: &str, dv: i32) -> Session {
     holder
 }
 
-/// The backend (not `except`) that waits on a lock in this database, once there is one
-/// (polled every 20 ms, for at most 60 s).
+/// The backend (not `except`) that waits on a row or transaction lock in this database,
+/// once there is one (polled every 20 ms, for at most 60 s). Advisory locks are left
+/// out: a receiver about to wait takes one, and can meet a sender's brief try of it.
 pub(crate) async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -91,7 +92,7 @@ pub(crate) async fn lock_waiter(s: &Session, except: &[i32]) -> i32 {
             .client()
             .query(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                 AND wait_event_type = 'Lock' AND wait_event <> 'advisory' AND pid <> pg_backend_pid()",
                 &[],
             )
             .await
