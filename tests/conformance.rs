@@ -14,13 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sbworker::broker::mssql::{Connection, MssqlTransport};
+use sbworker::broker::mssql::{Connection, MssqlTransport, Tds};
 use sbworker::broker::postgres::{PostgresTransport, Session as PgSession};
 use sbworker::broker::{ErrorKind, Message, system};
 use sbworker::contract::message_types;
 use sbworker::emulator::server::Faults;
 use sbworker::transport::{MessageKey, PayrollStore, Session, Transport};
-use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 use uuid::Uuid;
 
 use crate::common::calc::*;
@@ -127,8 +126,6 @@ async fn finish_on<S: Session>(s: &mut S, initiator: Uuid) -> Vec<Message> {
     got
 }
 
-type Tds = tiberius::Client<Compat<tokio::net::TcpStream>>;
-
 /// The initiator's side in T-SQL, over its own TDS connection (a login allowed to
 /// begin dialogs on the data service and to alter the queues).
 struct TsqlFar {
@@ -139,9 +136,7 @@ struct TsqlFar {
 
 impl TsqlFar {
     async fn connect(conn: &str) -> Self {
-        let config = Connection::parse(conn).unwrap().config();
-        let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
-        let client = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+        let client = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
         let session = MssqlTransport::new(conn).unwrap().open().await.unwrap();
         Self { client, session }
     }

@@ -117,12 +117,9 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
 async fn error_tokens_from_the_wire_are_classified_by_number() {
     use sbworker::broker::ErrorKind;
     use sbworker::broker::mssql::{Connection, error_of};
-    use tokio_util::compat::TokioAsyncWriteCompatExt;
     let (url, s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let config = Connection::parse(&conn).unwrap().config();
-    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
-    let mut c = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
     let mut fails = async |sql: &str, params: &[&dyn tiberius::ToSql]| {
         let e = match c.query(sql, params).await {
             Ok(stream) => stream.into_results().await.expect_err(sql),
@@ -162,13 +159,10 @@ pub(crate) fn tds_worker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_tds() {
     use sbworker::broker::mssql::Connection;
-    use tokio_util::compat::TokioAsyncWriteCompatExt;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
     let (tx, run, _) = tds_worker(&conn, &url, |_| {});
-    let config = Connection::parse(&conn).unwrap().config();
-    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
-    let mut c = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
     // The body in each form a T-SQL sender uses: varbinary UTF-8; NVARCHAR (UTF-16LE, no
     // byte-order mark); and as SQL Server keeps an `xml` value, as the roster triggers
     // send it (UTF-16LE with a byte-order mark).
@@ -599,7 +593,6 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     use sbworker::broker::mssql::Connection;
     use sbworker::demo::check::{verify, wait_drained};
     use sbworker::demo::roster::{PERIODE_ID, Roster};
-    use tokio_util::compat::TokioAsyncWriteCompatExt;
     let (url, mut c) = crate::common::pg::fresh_roster_db().await;
     let (conn, _stop) = emulator(&url).await;
     let (tx, run) = tds_pipeline(&conn, &url);
@@ -607,14 +600,12 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     // below sends instead.
     c.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
     Roster::generate(6, 11, true).load(&mut c).await.unwrap();
-    let config = Connection::parse(&conn).unwrap().config();
-    let tcp = tokio::net::TcpStream::connect(config.get_addr()).await.unwrap();
-    let mut sender = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let mut sender = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
     // As the SQL Server trigger sends one key's Vraag: in the key's conversation group,
     // the body an `xml` value (UTF-16LE with a byte-order mark in the queue), the log
     // row in the same transaction (written here through PostgreSQL before the COMMIT).
     async fn send(
-        sender: &mut tiberius::Client<tokio_util::compat::Compat<tokio::net::TcpStream>>,
+        sender: &mut sbworker::broker::mssql::Tds,
         c: &tokio_postgres::Client,
         dv: i32,
         versie: i64,

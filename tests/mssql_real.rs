@@ -12,8 +12,6 @@ use sbworker::broker::mssql::{Connection, MssqlTransport, install};
 use sbworker::contract::message_types;
 use sbworker::handlers::calculation;
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome};
-use tokio::net::TcpStream;
-use tokio_util::compat::TokioAsyncWriteCompatExt;
 use uuid::Uuid;
 
 use crate::common::calc::{calculation_handler, vraag_body};
@@ -42,9 +40,7 @@ pub(crate) async fn database() -> Option<RealDb> {
     ];
     // The DBA creates the database (script 00 checks it, it does not create it).
     {
-        let config = Connection::parse(&admin).unwrap().config();
-        let tcp = TcpStream::connect(config.get_addr()).await.unwrap();
-        let mut master = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+        let mut master = sbworker::broker::mssql::connect(&Connection::parse(&admin).unwrap()).await.unwrap();
         master.execute(format!("CREATE DATABASE [{db}]"), &[]).await.expect("CREATE DATABASE");
     }
     install(&admin, &vars).await.expect("the scripts install");
@@ -74,9 +70,7 @@ async fn against_a_real_sql_server_when_one_is_given() {
         return;
     };
     // A DBA's session in the new database sends a Vraag.
-    let config = Connection::parse(&real.admin).unwrap().config();
-    let tcp = TcpStream::connect(config.get_addr()).await.unwrap();
-    let mut dba = tiberius::Client::connect(config, tcp.compat_write()).await.unwrap();
+    let mut dba = sbworker::broker::mssql::connect(&Connection::parse(&real.admin).unwrap()).await.unwrap();
     let body = String::from_utf8(vraag_body(Uuid::new_v4())).unwrap();
     let row = dba
         .query(
