@@ -136,7 +136,7 @@ struct TsqlFar {
 
 impl TsqlFar {
     async fn connect(conn: &str) -> Self {
-        let client = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+        let client = sbworker::broker::mssql::connect(&Connection::parse(conn).unwrap()).await.unwrap();
         let session = MssqlTransport::new(conn).unwrap().open().await.unwrap();
         Self { client, session }
     }
