@@ -88,18 +88,12 @@ pub(super) async fn execute(
             let mut row = Vec::new();
             for (n, alias) in &names {
                 let v = value(n, params)?;
-                let ty = match &v {
-                    Sql::Guid(_) => ColType::Guid,
-                    Sql::Int(_) => ColType::Int,
-                    Sql::BigInt(_) => ColType::BigInt,
-                    Sql::Bit(_) => ColType::Bit,
-                    Sql::VarBinary(_) => ColType::VarBinaryMax,
+                let ty = match (&v, n) {
                     // A NULL has its variable's declared type, as in SQL Server.
-                    Sql::Null => match n {
-                        Value::Var(var) => conn.var_types.get(var).map_or(Ok(ColType::NVarChar), |t| column_type(t))?,
-                        _ => ColType::NVarChar,
-                    },
-                    Sql::NVarChar(_) => ColType::NVarChar,
+                    (Sql::Null, Value::Var(var)) => {
+                        conn.var_types.get(var).map_or(Ok(ColType::NVarChar), |t| column_type(t))?
+                    }
+                    (v, _) => type_of(v),
                 };
                 cols.push((alias.as_deref().unwrap_or(""), ty));
                 row.push(v);

@@ -227,8 +227,13 @@ struct Out {
 }
 
 enum Expr {
-    Column { source: String, cast: Option<String> },
+    /// A queue column, perhaps cast (a CASE's operands are the same thing).
+    Column(tsql::Operand),
     Case(tsql::Case),
+}
+
+fn column(source: &str, cast: Option<String>) -> Expr {
+    Expr::Column(tsql::Operand::Column { source: source.to_owned(), cast })
 }
 
 fn invalid_column(name: &str) -> Failure {
@@ -246,7 +251,7 @@ fn outs_of(columns: &[Column], vars: &Params) -> Result<Vec<Out>, Failure> {
         match c {
             Column::Star => outs.extend(RECEIVE_COLUMNS.iter().map(|n| Out {
                 name: (*n).to_owned(),
-                expr: Expr::Column { source: (*n).to_owned(), cast: None },
+                expr: column(n, None),
                 var: None,
             })),
             Column::Item { source, cast, alias, var } => {
@@ -256,7 +261,7 @@ fn outs_of(columns: &[Column], vars: &Params) -> Result<Vec<Out>, Failure> {
                 }
                 outs.push(Out {
                     name: alias.clone().unwrap_or_else(|| if cast.is_some() { String::new() } else { source.clone() }),
-                    expr: Expr::Column { source: source.clone(), cast: cast.clone() },
+                    expr: column(source, cast.clone()),
                     var: var.clone(),
                 });
             }
@@ -282,7 +287,7 @@ fn outs_of(columns: &[Column], vars: &Params) -> Result<Vec<Out>, Failure> {
 }
 
 /// The type of a plain value.
-fn type_of(v: &Sql) -> ColType {
+pub(super) fn type_of(v: &Sql) -> ColType {
     match v {
         Sql::Guid(_) => ColType::Guid,
         Sql::Int(_) => ColType::Int,
@@ -316,13 +321,7 @@ fn operand(m: &Message, o: &tsql::Operand, vars: &Params) -> Result<(ColType, Sq
 /// An output column's type and value in message `m`.
 fn cell(m: &Message, e: &Expr, vars: &Params) -> Result<(ColType, Sql), Failure> {
     match e {
-        Expr::Column { source, cast: to } => {
-            let (ty, v) = receive_column(m, source).ok_or_else(|| invalid_column(source))?;
-            match to {
-                Some(to) => cast(to, v),
-                None => Ok((ty, v)),
-            }
-        }
+        Expr::Column(o) => operand(m, o, vars),
         Expr::Case(case) => {
             // The CASE's type is its first branch's (SQL Server takes the highest of them;
             // the documented forms give every branch the same type).
@@ -365,7 +364,7 @@ pub(super) fn receive_result(
     let mut types: Vec<ColType> = Vec::new();
     for o in &outs {
         types.push(match &o.expr {
-            Expr::Column { cast: Some(to), .. } => cast(to, Sql::Null)?.0,
+            Expr::Column(tsql::Operand::Column { cast: Some(to), .. }) => cast(to, Sql::Null)?.0,
             e => cell(&PROBE, e, vars)?.0,
         });
     }
