@@ -97,14 +97,19 @@ CREATE TABLE IF NOT EXISTS rekenserver.te_berekenen (
 );
 
 -- The periods of a dienstverband that hold `datum` (months or four-week periods, as
--- its CAO counts).
+-- its CAO counts). PL/pgSQL, not SQL: every function here has a pinned search_path
+-- (006_security.sql), so a language sql function is not inlined into the triggers'
+-- queries, and its body would be planned again on every trigger run; PL/pgSQL keeps
+-- its plan for the session.
 CREATE OR REPLACE FUNCTION rooster.perioden(p_dv int, p_datum date)
-RETURNS SETOF int LANGUAGE sql STABLE AS $$
+RETURNS SETOF int LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT p.id FROM rooster.dienstverband dv
       JOIN rooster.cao c ON c.id = dv.cao_id
       JOIN rooster.periode p ON p.is_vier_weken = c.is_vier_weken AND p_datum BETWEEN p.begin_datum AND p.eind_datum
-     WHERE dv.id = p_dv
-$$;
+     WHERE dv.id = p_dv;
+END $$;
 
 -- The Vraag of one key at roster version p_versie (NULL when the key has no
 -- dienstverband or period). Listing 10's FOR XML PATH, in SQL/XML.
