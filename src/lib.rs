@@ -25,6 +25,7 @@
 //! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
 //! | `handoff` | the payroll export and the sweep (PostgreSQL) | `sql`, `config` |
+//! | `ops` | `sbworker status` and `sbworker dead-letter` on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls` |
 //! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr`, `pg_tls` |
 //! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
 //! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
@@ -41,6 +42,7 @@ pub mod emulator;
 pub mod engine;
 pub mod handlers;
 pub mod handoff;
+pub mod ops;
 pub mod pg_cluster;
 pub mod pg_tls;
 pub mod selftest;

@@ -185,6 +185,21 @@ fn main() -> ExitCode {
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
         Command::Selftest { postgres, mssql, json } => cli::selftest::run(postgres, mssql, json),
+        Command::Status { flags, json, watch, stale_minutes, recent_minutes, silent_seconds } => {
+            let config = match flags.load(cli::run::HANDLERS) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let o = cli::ops::StatusOptions { json, watch, stale_minutes, recent_minutes, silent_seconds };
+            cli::ops::status(&config, o)
+        }
+        Command::DeadLetter { flags, action } => {
+            let config = match flags.load(cli::run::HANDLERS) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            cli::ops::dead_letters(&config, action)
+        }
     }
 }
 

@@ -19,6 +19,7 @@ mod handoff_pg;
 mod layers;
 mod mssql_real;
 mod mssql_scripts;
+mod ops;
 mod pg_roles;
 mod pg_tls;
 mod pipeline_pg;

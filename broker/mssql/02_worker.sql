@@ -68,6 +68,17 @@ IF OBJECT_ID(N'sbworker.dead_letter', N'U') IS NULL
         INDEX ix_dead_letter_at (dead_lettered_at));
 GO
 
+-- Where a diverted message came from (to send it again: `sbworker dead-letter replay`)
+-- and its replays.
+IF COL_LENGTH(N'sbworker.dead_letter', N'far_service') IS NULL
+    ALTER TABLE sbworker.dead_letter ADD
+        far_service   nvarchar(256) NULL,
+        replays       int NOT NULL CONSTRAINT df_dead_letter_replays DEFAULT 0,
+        replayed_at   datetime2(3) NULL,
+        replayed_by   nvarchar(512) NULL,
+        replay_handle uniqueidentifier NULL;
+GO
+
 IF OBJECT_ID(N'sbworker.answered_version', N'U') IS NULL
     CREATE TABLE sbworker.answered_version (
         dienstverband_id int NOT NULL,
@@ -125,17 +136,23 @@ BEGIN
 END;
 GO
 
--- Inside the receiving transaction: keeps a diverted message.
+-- Inside the receiving transaction: keeps a diverted message, with the service that
+-- sent it (read from its conversation, which still exists; as the owner, since the
+-- catalog view shows a caller only what it may see).
 CREATE OR ALTER PROCEDURE sbworker.set_aside
     @queue sysname, @service nvarchar(512), @contract nvarchar(256), @group uniqueidentifier,
     @handle uniqueidentifier, @seq bigint, @type nvarchar(256), @body varbinary(max), @attempts int,
     @reason nvarchar(3000)
+WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @far nvarchar(256) =
+        (SELECT far_service FROM sys.conversation_endpoints WHERE conversation_handle = @handle);
     INSERT sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
-        conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason)
-    VALUES (@queue, @service, @contract, @group, @handle, @seq, @type, @body, @attempts, @reason);
+        conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason,
+        far_service)
+    VALUES (@queue, @service, @contract, @group, @handle, @seq, @type, @body, @attempts, @reason, @far);
 END;
 GO
 

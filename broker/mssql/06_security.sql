@@ -40,12 +40,21 @@ GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.selftest TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.heartbeat TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.heartbeat_end TO sbworker_role;
+GO
+-- The operator's role: status and dead letters (08_operations.sql), nothing else.
+GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_operator_role;
 GO
 
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4e7b64dbedd5d01a';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+6f1a8f5fc6ab6a74';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4e7b64dbedd5d01a';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+6f1a8f5fc6ab6a74';
 GO

@@ -67,7 +67,14 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_books'),
     ('sbworker_housekeeping', 'rekenserver', 'stuur_vraag'),
     ('sbworker_housekeeping', 'rekenserver', 'fout_te_herstellen'),
-    ('sbworker_housekeeping', 'sb', 'expire_dialogs');
+    ('sbworker_worker', 'sbworker', 'heartbeat'),
+    ('sbworker_worker', 'sbworker', 'heartbeat_end'),
+    ('sbworker_housekeeping', 'sb', 'expire_dialogs'),
+    ('sbworker_housekeeping', 'sbworker', 'dead_letters'),
+    ('sbworker_housekeeping', 'sbworker', 'dead_letter'),
+    ('sbworker_housekeeping', 'sbworker', 'replay_dead_letter'),
+    ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters'),
+    ('sbworker_housekeeping', 'sbworker', 'status_report');
 
 DO $$
 DECLARE
@@ -91,6 +98,7 @@ BEGIN
           FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
          WHERE (n.nspname, p.proname) IN (SELECT schema_name, function_name FROM sbworker_callable)
             OR (n.nspname = 'rekenserver' AND p.proname IN ('verstuur_vraag', 'bij_commit'))
+            OR (n.nspname = 'sbworker' AND p.proname = 'dead_letter_far_service')
             OR (n.nspname = 'rooster' AND p.proname LIKE 'noteer\_%')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f.proc);

@@ -299,6 +299,94 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+
+    /// The installation at a glance: per queue enabled or not, depth, the oldest
+    /// message, busy readers, recent retries, dead letters; the workers alive (their
+    /// heartbeats); conversations by state; stale keys; the last sweep and export.
+    #[command(after_help = "Examples:\n  \
+        sbworker status --config /etc/sbworker/sbworker.toml\n  \
+        sbworker status --config sbworker.toml --json | jq .queues\n  \
+        sbworker status --config sbworker.toml --watch 5\n\n\
+        The login needs the housekeeping role (PostgreSQL: sbworker_housekeeping; SQL Server:\n\
+        EXECUTE on sbworker.status_report). The JSON shape is in docs/operations.md.\n\n\
+        Exit status: 0 all is well; 1 something needs attention (a disabled queue, no worker\n\
+        alive, stale keys); 2 the broker could not be asked; 78 a bad configuration.")]
+    Status {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Print the status document as JSON (for scripts and monitoring).
+        #[arg(long)]
+        json: bool,
+        /// Show the status again every SECONDS until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+        /// A key is stale when its roster changed more than this many minutes ago and its
+        /// stored result is older.
+        #[arg(long, value_name = "MINUTES", default_value_t = 60)]
+        stale_minutes: i32,
+        /// Retries within this many minutes count as recent.
+        #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+        recent_minutes: i32,
+        /// A worker silent for longer than this is not alive (default: three heartbeats).
+        #[arg(long, value_name = "SECONDS")]
+        silent_seconds: Option<u64>,
+    },
+    /// The messages the worker set aside after failed attempts: list them, show one,
+    /// send them again, or purge old ones.
+    #[command(after_help = "Examples:\n  \
+        sbworker dead-letter --config sbworker.toml list\n  \
+        sbworker dead-letter --config sbworker.toml show 17\n  \
+        sbworker dead-letter --config sbworker.toml replay 17 18\n  \
+        sbworker dead-letter --config sbworker.toml replay --all --since 2026-12-01\n  \
+        sbworker dead-letter --config sbworker.toml purge --before 2026-11-01\n\n\
+        A replay sends the original body, byte for byte, on a new dialog from the service\n\
+        that sent it; the entry stays, marked replayed (by whom, when, the new dialog).\n\
+        The latest roster version still wins: an outdated request is answered as superseded.\n\n\
+        Exit status: 0 done; 1 an entry could not be replayed or found; 2 the broker could\n\
+        not be asked; 78 a bad configuration.")]
+    DeadLetter {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        #[command(subcommand)]
+        action: DeadLetterAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DeadLetterAction {
+    /// Id, queue, key, reason, attempts and when, newest first.
+    List {
+        /// Only those diverted at or after this time (2026-12-01 or 2026-12-01T08:00:00Z).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+        /// As JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One entry: where it came from, the reason, and the body pretty-printed.
+    Show { id: i64 },
+    /// Send entries again on new dialogs.
+    Replay {
+        /// The entries' ids.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<i64>,
+        /// Every entry not replayed yet (with --since: diverted at or after it).
+        #[arg(long)]
+        all: bool,
+        #[arg(long, value_name = "TIME", requires = "all")]
+        since: Option<String>,
+    },
+    /// Delete the entries diverted before a date, in batches.
+    Purge {
+        /// 2026-11-01 or 2026-11-01T00:00:00Z.
+        #[arg(long, value_name = "TIME")]
+        before: String,
+        #[arg(long, default_value_t = 1000)]
+        batch: i32,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -5,6 +5,7 @@ pub mod calc;
 pub mod emulator;
 pub mod handoff;
 pub mod install;
+pub mod ops;
 pub mod run;
 pub mod runtime;
 pub mod selftest;

@@ -113,6 +113,9 @@ pub struct WorkerSettings {
     /// rule disables a queue after five rolled-back receives, which transient faults
     /// alone can reach, so the worker refuses to start on such a queue.
     pub allow_broker_poison_detection: bool,
+    /// How often the worker records that it is alive, with its readers per queue, for
+    /// `sbworker status` (0: never).
+    pub heartbeat_ms: u64,
 }
 
 impl Default for WorkerSettings {
@@ -128,6 +131,7 @@ impl Default for WorkerSettings {
             idle_exit_ms: 60_000,
             transient_alert_ms: 60_000,
             allow_broker_poison_detection: false,
+            heartbeat_ms: 10_000,
         }
     }
 }

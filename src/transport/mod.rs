@@ -179,4 +179,36 @@ pub trait Session: Send + 'static {
     /// Outside any transaction: is the queue enabled, and how deep is it? `NotFound`
     /// error when there is no such queue.
     fn queue_state(&mut self, queue: &str) -> impl Future<Output = Result<QueueState, BrokerError>> + Send;
+
+    /// Outside any transaction: this worker instance is alive, with its readers
+    /// (`sbworker status` reads it).
+    fn heartbeat(&mut self, beat: &Heartbeat) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// Outside any transaction: this worker instance stops; its heartbeat goes.
+    fn heartbeat_end(&mut self, instance: Uuid) -> impl Future<Output = Result<(), BrokerError>> + Send;
+}
+
+/// A worker instance's heartbeat.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    pub instance: Uuid,
+    pub host: String,
+    pub pid: i32,
+    pub version: &'static str,
+    /// When the instance started, seconds since the Unix epoch.
+    pub started_unix: i64,
+    /// Per queue: readers running, readers holding a group.
+    pub queues: Vec<(String, u32, u32)>,
+}
+
+impl Heartbeat {
+    /// The queues as the JSON object the broker keeps: {"queue": {"readers": n, "busy": n}}.
+    pub fn queues_json(&self) -> String {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .queues
+            .iter()
+            .map(|(q, readers, busy)| (q.clone(), serde_json::json!({ "readers": readers, "busy": busy })))
+            .collect();
+        serde_json::Value::Object(map).to_string()
+    }
 }

@@ -10,6 +10,7 @@
 //! (`/metrics`, `/healthz`, `/readyz`). It uses the transport's traits only.
 
 pub mod handler;
+mod heartbeat;
 mod http;
 pub mod metrics;
 mod queue;
@@ -224,6 +225,16 @@ pub async fn run<T: Transport>(
     for ctx in &queues {
         supervisors.spawn(queue::supervise(ctx.clone(), stop.clone()));
     }
+    let (beat_stop_tx, beat_stop) = Stop::new();
+    let beat = (settings.heartbeat_ms > 0).then(|| {
+        tokio::spawn(heartbeat::beat(
+            transport.clone(),
+            queues.clone(),
+            heartbeat::identity(),
+            Duration::from_millis(settings.heartbeat_ms),
+            beat_stop,
+        ))
+    });
 
     tokio::select! {
         _ = signals.recv() => {}
@@ -248,6 +259,10 @@ pub async fn run<T: Transport>(
         info!("stopped: every group in flight was committed");
     }
     settle_unfinished(transport.as_ref(), &queues).await;
+    let _ = beat_stop_tx.send(true);
+    if let Some(b) = beat {
+        let _ = b.await;
+    }
     let _ = http_stop_tx.send(true);
     if let Some(h) = http {
         let _ = h.await;

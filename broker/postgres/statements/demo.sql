@@ -96,10 +96,10 @@ SELECT count(*),
 SELECT s.dienstverband_id, s.periode_id, s.versie, r.versie,
        (SELECT l.uitkomst FROM rekenserver.berekening_log l
          WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
-         ORDER BY l.versie DESC LIMIT 1),
+         ORDER BY l.versie DESC, l.verzonden_op DESC LIMIT 1),
        (SELECT l.foutmelding FROM rekenserver.berekening_log l
          WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
-         ORDER BY l.versie DESC LIMIT 1)
+         ORDER BY l.versie DESC, l.verzonden_op DESC LIMIT 1)
   FROM rekenserver.sleutel s
   LEFT JOIN rekenserver.resultaat r USING (dienstverband_id, periode_id)
  ORDER BY 1, 2;

@@ -276,6 +276,23 @@ impl transport::Session for MssqlSession {
             poison_handling: r.try_get::<bool, _>(2).ok().flatten().unwrap_or(true),
         })
     }
+
+    async fn heartbeat(&mut self, b: &transport::Heartbeat) -> Result<(), BrokerError> {
+        let queues = b.queues_json();
+        let version = b.version.to_string();
+        Self::exec(
+            &mut self.side,
+            stmt::HEARTBEAT.sql,
+            &[&b.instance, &b.host.as_str(), &b.pid, &version.as_str(), &b.started_unix, &queues.as_str()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn heartbeat_end(&mut self, instance: Uuid) -> Result<(), BrokerError> {
+        Self::exec(&mut self.side, stmt::HEARTBEAT_END.sql, &[&instance]).await?;
+        Ok(())
+    }
 }
 
 impl transport::PayrollStore for MssqlSession {

@@ -88,6 +88,9 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("03_results.sql", include_str!("../../../broker/mssql/03_results.sql")),
     ("04_roster.sql", include_str!("../../../broker/mssql/04_roster.sql")),
     ("05_handoff.sql", include_str!("../../../broker/mssql/05_handoff.sql")),
+    // Before 06_security.sql, which grants its procedures (the numbers are in the order
+    // the scripts were written; 06 runs last, as 006 does on PostgreSQL).
+    ("08_operations.sql", include_str!("../../../broker/mssql/08_operations.sql")),
     ("06_security.sql", include_str!("../../../broker/mssql/06_security.sql")),
 ];
 

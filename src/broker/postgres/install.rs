@@ -9,6 +9,7 @@ pub const SCRIPTS: &[(i32, &str)] = &[
     (1, include_str!("../../../broker/postgres/001_broker.sql")),
     (2, include_str!("../../../broker/postgres/002_worker.sql")),
     (3, include_str!("../../../broker/postgres/003_calculation.sql")),
+    (7, include_str!("../../../broker/postgres/007_operations.sql")),
 ];
 
 /// The roster schema and its triggers (the sending side of the pipeline) and the

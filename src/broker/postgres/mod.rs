@@ -29,6 +29,7 @@ pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, insta
 pub use side::Side;
 
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
+use crate::sql::statements::postgres_operations as O;
 use crate::sql::statements::postgres_session as S;
 
 /// The one row a `SELECT function(…)` statement returns.
@@ -158,6 +159,19 @@ impl Session {
             });
         };
         self.side.watch(self.side.client.query(st, params).await.map_err(error_of))
+    }
+
+    /// A heartbeat with its version and queues given as text (the emulator passes on what
+    /// a T-SQL client sent).
+    pub async fn heartbeat_as(
+        &mut self,
+        b: &transport::Heartbeat,
+        version: &str,
+        queues: &str,
+    ) -> Result<(), BrokerError> {
+        let params: [&(dyn ToSql + Sync); 6] = [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues];
+        self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
+        Ok(())
     }
 
     /// The working connection, for the caller's own statements in the same transaction.
@@ -566,6 +580,15 @@ impl transport::Session for Session {
             });
         };
         Ok(QueueState { enabled: row.get(0), messages: row.get(1), poison_handling: row.get(2) })
+    }
+
+    async fn heartbeat(&mut self, b: &transport::Heartbeat) -> Result<(), BrokerError> {
+        self.heartbeat_as(b, b.version, &b.queues_json()).await
+    }
+
+    async fn heartbeat_end(&mut self, instance: Uuid) -> Result<(), BrokerError> {
+        self.side.watch(self.side.client.query(O::HEARTBEAT_END.sql, &[&instance]).await.map_err(error_of))?;
+        Ok(())
     }
 }
 

@@ -75,6 +75,24 @@ pub(super) async fn call(
                 .await?;
             Ok(None)
         }
+        "sbworker.heartbeat" => {
+            let beat = crate::transport::Heartbeat {
+                instance: as_uuid(arg("@instance")?)?,
+                host: as_text(arg("@host")?)?,
+                pid: i32::try_from(as_i64(arg("@pid")?)?).map_err(|_| fail("@pid out of range"))?,
+                version: "",
+                started_unix: as_i64(arg("@started_unix")?)?,
+                queues: Vec::new(),
+            };
+            let version = as_text(arg("@version")?)?;
+            let queues = as_text(arg("@queues")?)?;
+            s.heartbeat_as(&beat, &version, &queues).await?;
+            Ok(None)
+        }
+        "sbworker.heartbeat_end" => {
+            s.heartbeat_end(as_uuid(arg("@instance")?)?).await?;
+            Ok(None)
+        }
         "sbworker.claim_version" => {
             let dv = i32::try_from(as_i64(arg("@dv")?)?).map_err(|_| fail("@dv out of range"))?;
             let p = i32::try_from(as_i64(arg("@periode")?)?).map_err(|_| fail("@periode out of range"))?;
@@ -122,6 +140,51 @@ pub(super) async fn call(
                 .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
             Ok(None)
         }
+        // `sbworker status` and `sbworker dead-letter` (08_operations.sql): the PostgreSQL
+        // broker's functions (007_operations.sql), the same shapes.
+        "sbworker.status_report" => {
+            let recent = int32(arg("@recent_minutes")?, "@recent_minutes")?;
+            let stale = int32(arg("@stale_minutes")?, "@stale_minutes")?;
+            let row = s.client().query_one(ops::STATUS_REPORT.sql, &[&recent, &stale]).await.map_err(pg)?;
+            Ok(result_set(t, &[("report", ColType::NVarChar)], &[vec![Sql::NVarChar(row.get(0))]]))
+        }
+        "sbworker.dead_letters" => {
+            let since = optional_text(arg("@since")?)?;
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s.client().query(ops::DEAD_LETTERS.sql, &[&since, &limit]).await.map_err(pg)?;
+            Ok(letters(t, &rows))
+        }
+        "sbworker.dead_letter_show" => {
+            let id = as_i64(arg("@id")?)?;
+            let rows = s.client().query(ops::DEAD_LETTER.sql, &[&id]).await.map_err(pg)?;
+            Ok(letters(t, &rows))
+        }
+        "sbworker.replay_dead_letter" => {
+            let id = as_i64(arg("@id")?)?;
+            let by = as_text(arg("@by")?)?;
+            let vraag_id = match arg("@vraag_id")? {
+                Sql::Null => None,
+                v => Some(as_uuid(v)?),
+            };
+            let dv = optional_int32(arg("@dv")?, "@dv")?;
+            let periode = optional_int32(arg("@periode")?, "@periode")?;
+            let versie = match arg("@versie")? {
+                Sql::Null => None,
+                v => Some(as_i64(v)?),
+            };
+            let row = s
+                .client()
+                .query_one(ops::REPLAY.sql, &[&id, &by, &vraag_id, &dv, &periode, &versie])
+                .await
+                .map_err(pg)?;
+            Ok(result_set(t, &[("conversation_handle", ColType::Guid)], &[vec![Sql::Guid(row.get(0))]]))
+        }
+        "sbworker.purge_dead_letters" => {
+            let before = as_text(arg("@before")?)?;
+            let batch = int32(arg("@batch")?, "@batch")?;
+            let row = s.client().query_one(ops::PURGE.sql, &[&before, &batch]).await.map_err(pg)?;
+            Ok(result_set(t, &[("deleted", ColType::Int)], &[vec![Sql::Int(row.get(0))]]))
+        }
         "rekenserver.noteer_fout" => {
             let handle = as_uuid(arg("@handle")?)?;
             s.record_fout(handle, &as_text(arg("@melding")?)?).await?;
@@ -135,4 +198,69 @@ pub(super) async fn call(
             ),
         }),
     }
+}
+
+use crate::sql::statements::postgres_operations as ops;
+
+fn pg(e: tokio_postgres::Error) -> Failure {
+    Failure::from(crate::broker::postgres::error_of(e))
+}
+
+fn int32(v: Sql, name: &str) -> Result<i32, Failure> {
+    i32::try_from(as_i64(v)?).map_err(|_| fail(format!("{name} out of range")))
+}
+
+fn optional_int32(v: Sql, name: &str) -> Result<Option<i32>, Failure> {
+    match v {
+        Sql::Null => Ok(None),
+        v => int32(v, name).map(Some),
+    }
+}
+
+fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
+    match v {
+        Sql::Null => Ok(None),
+        v => as_text(v).map(Some),
+    }
+}
+
+/// Dead letters as sbworker.dead_letters returns them on SQL Server (times as ISO text).
+fn letters(t: &mut Tokens, rows: &[tokio_postgres::Row]) -> Option<u64> {
+    let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+    let out: Vec<Vec<Sql>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Sql::BigInt(r.get(0)),
+                Sql::NVarChar(r.get(1)),
+                Sql::NVarChar(r.get(2)),
+                text(r.get(3)),
+                Sql::NVarChar(r.get(4)),
+                r.get::<_, Option<Vec<u8>>>(5).map_or(Sql::Null, Sql::VarBinary),
+                Sql::Int(r.get(6)),
+                Sql::NVarChar(r.get(7)),
+                Sql::NVarChar(r.get(8)),
+                Sql::Int(r.get(9)),
+                text(r.get(10)),
+                text(r.get(11)),
+                r.get::<_, Option<Uuid>>(12).map_or(Sql::Null, Sql::Guid),
+            ]
+        })
+        .collect();
+    let cols = [
+        ("id", ColType::BigInt),
+        ("queue", ColType::NVarChar),
+        ("service_name", ColType::NVarChar),
+        ("far_service", ColType::NVarChar),
+        ("message_type_name", ColType::NVarChar),
+        ("message_body", ColType::VarBinaryMax),
+        ("attempts", ColType::Int),
+        ("reason", ColType::NVarChar),
+        ("dead_lettered_at", ColType::NVarChar),
+        ("replays", ColType::Int),
+        ("replayed_at", ColType::NVarChar),
+        ("replayed_by", ColType::NVarChar),
+        ("replay_handle", ColType::Guid),
+    ];
+    result_set(t, &cols, &out)
 }

@@ -1,0 +1,281 @@
+-- sbworker on SQL Server, script 08: what an operator needs (`sbworker status`,
+-- `sbworker dead-letter`, src/ops/) and the workers' heartbeats, as 007_operations.sql
+-- on PostgreSQL, with the same result shapes. Times travel as ISO 8601 text in UTC.
+-- Runs before 06_security.sql, which grants the operator's role (sbworker_operator_role,
+-- 00_database.sql) these procedures and nothing else, and the worker's role the
+-- heartbeat.
+
+:on error exit
+-- The SET options every module here needs, whatever client runs the script (the ODBC
+-- sqlcmd turns QUOTED_IDENTIFIER off without -I): procedures, functions and triggers
+-- keep QUOTED_IDENTIFIER and ANSI_NULLS as they were at CREATE; xml methods, filtered
+-- indexes and indexed views need all seven. Parse-time options: a batch of their own.
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+GO
+USE [$(Database)];
+GO
+
+-- One row per running worker process, written every worker.heartbeat_ms and deleted
+-- when it stops cleanly.
+IF OBJECT_ID(N'sbworker.worker_instance', N'U') IS NULL
+    CREATE TABLE sbworker.worker_instance (
+        instance   uniqueidentifier NOT NULL CONSTRAINT pk_worker_instance PRIMARY KEY,
+        host       nvarchar(256) NOT NULL,
+        pid        int NOT NULL,
+        version    nvarchar(64) NOT NULL,
+        started_at datetime2(3) NOT NULL,
+        beat_at    datetime2(3) NOT NULL,
+        -- Per queue: {"queue": {"readers": n, "busy": n}}.
+        queues     nvarchar(max) NOT NULL CONSTRAINT ck_worker_instance_queues CHECK (ISJSON(queues) = 1));
+GO
+
+-- @started_unix: when the instance started, seconds since the Unix epoch.
+CREATE OR ALTER PROCEDURE sbworker.heartbeat
+    @instance uniqueidentifier, @host nvarchar(256), @pid int, @version nvarchar(64), @started_unix bigint,
+    @queues nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @now datetime2(3) = SYSUTCDATETIME();
+    UPDATE sbworker.worker_instance SET beat_at = @now, queues = @queues WHERE instance = @instance;
+    IF @@ROWCOUNT = 0
+        INSERT sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues)
+        VALUES (@instance, @host, @pid, @version,
+                DATEADD(SECOND, CAST(@started_unix % 86400 AS int),
+                        DATEADD(DAY, CAST(@started_unix / 86400 AS int), CAST('1970-01-01' AS datetime2(3)))),
+                @now, @queues);
+    -- Instances silent for a day are gone for good.
+    DELETE sbworker.worker_instance WHERE beat_at < DATEADD(DAY, -1, @now);
+END;
+GO
+
+CREATE OR ALTER PROCEDURE sbworker.heartbeat_end @instance uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DELETE sbworker.worker_instance WHERE instance = @instance;
+END;
+GO
+
+-- The dead letters, newest first: those diverted at or after @since (NULL: any), at
+-- most @limit.
+CREATE OR ALTER PROCEDURE sbworker.dead_letters @since nvarchar(40) = NULL, @limit int = 100
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @from datetime2(3) = CONVERT(datetime2(3), @since, 127);
+    SELECT TOP (@limit) d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body,
+           d.attempts, d.reason, CONVERT(nvarchar(30), d.dead_lettered_at, 127) + N'Z' AS dead_lettered_at,
+           d.replays, CONVERT(nvarchar(30), d.replayed_at, 127) + N'Z' AS replayed_at, d.replayed_by,
+           d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE @from IS NULL OR d.dead_lettered_at >= @from
+     ORDER BY d.id DESC;
+END;
+GO
+
+-- One dead letter (no row: no such id).
+CREATE OR ALTER PROCEDURE sbworker.dead_letter_show @id bigint
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body,
+           d.attempts, d.reason, CONVERT(nvarchar(30), d.dead_lettered_at, 127) + N'Z' AS dead_lettered_at,
+           d.replays, CONVERT(nvarchar(30), d.replayed_at, 127) + N'Z' AS replayed_at, d.replayed_by,
+           d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE d.id = @id;
+END;
+GO
+
+-- Sends a dead letter's message again, byte for byte, on a new dialog from the service
+-- that sent it to the service that received it, and marks the entry replayed (by whom
+-- and which login, when, the new dialog); the entry is kept. With the request's key
+-- (@dv ...), the calculation log gets its row, as for every Vraag sent. Returns the new
+-- dialog's handle. As the owner: FROM SERVICE, ON CONTRACT and MESSAGE TYPE take names,
+-- not variables, so the dialog is begun in dynamic SQL, where ownership chaining does
+-- not reach.
+CREATE OR ALTER PROCEDURE sbworker.replay_dead_letter
+    @id bigint, @by nvarchar(256), @vraag_id uniqueidentifier = NULL, @dv int = NULL, @periode int = NULL,
+    @versie bigint = NULL
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @far nvarchar(256), @service nvarchar(256), @contract nvarchar(256), @type nvarchar(256),
+            @body varbinary(max), @h uniqueidentifier, @sql nvarchar(max), @msg nvarchar(2048);
+    BEGIN TRANSACTION;
+    SELECT @far = far_service, @service = service_name, @contract = service_contract_name,
+           @type = message_type_name, @body = message_body
+      FROM sbworker.dead_letter WITH (UPDLOCK, HOLDLOCK)
+     WHERE id = @id;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
+        THROW 50404, @msg, 1;
+    END;
+    IF @far IS NULL
+    BEGIN
+        SET @msg = CONCAT(N'dead letter ', @id, N' does not say which service sent it (it was diverted after its ',
+                          N'conversation was gone), so it cannot be sent again');
+        THROW 50422, @msg, 1;
+    END;
+    SET @sql = N'BEGIN DIALOG CONVERSATION @h FROM SERVICE ' + QUOTENAME(@far)
+             + N' TO SERVICE @to ON CONTRACT ' + QUOTENAME(@contract) + N' WITH ENCRYPTION = OFF; '
+             + N'SEND ON CONVERSATION @h MESSAGE TYPE ' + QUOTENAME(@type) + N' (@body);';
+    IF @sql IS NULL
+    BEGIN
+        SET @msg = CONCAT(N'dead letter ', @id, N': a service, contract or message type name is longer than 128 ',
+                          N'characters, which QUOTENAME cannot quote');
+        THROW 50422, @msg, 1;
+    END;
+    EXEC sys.sp_executesql @sql, N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @body varbinary(max)',
+        @h = @h OUTPUT, @to = @service, @body = @body;
+    IF @dv IS NOT NULL
+        INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
+        VALUES (@h, @vraag_id, @dv, @periode, @versie);
+    UPDATE sbworker.dead_letter
+       SET replays = replays + 1, replayed_at = SYSUTCDATETIME(),
+           replayed_by = CONCAT(@by, N' as ', ORIGINAL_LOGIN()), replay_handle = @h
+     WHERE id = @id;
+    COMMIT;
+    SELECT @h AS conversation_handle;
+END;
+GO
+
+-- Deletes up to @batch dead letters diverted before @before, oldest first; one row:
+-- how many. The caller repeats until it is 0 (short transactions, no long locks).
+CREATE OR ALTER PROCEDURE sbworker.purge_dead_letters @before nvarchar(40), @batch int = 1000
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @until datetime2(3) = CONVERT(datetime2(3), @before, 127), @n int;
+    WITH old AS (
+        SELECT TOP (@batch) id FROM sbworker.dead_letter WHERE dead_lettered_at < @until ORDER BY dead_lettered_at
+    )
+    DELETE FROM old;
+    SET @n = @@ROWCOUNT;
+    SELECT @n AS deleted;
+END;
+GO
+
+-- Everything `sbworker status` shows, as one JSON document in one row (column report);
+-- its shape is documented in docs/operations.md and is the PostgreSQL broker's.
+-- @recent_minutes: the window of "retried recently"; @stale_minutes: a key is stale
+-- when its roster changed more than this long ago and its stored result is older. As
+-- the owner: the catalog views show a caller only what it may see, and the queues are
+-- read directly. SQL Server keeps no creation time of a conversation endpoint: the
+-- oldest open conversation is the oldest request still unanswered in the calculation
+-- log.
+CREATE OR ALTER PROCEDURE sbworker.status_report @recent_minutes int = 10, @stale_minutes int = 60
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @now datetime2(3) = SYSUTCDATETIME();
+    -- Per queue: the groups waiting and the age of the oldest message, read from the
+    -- queue itself (one statement per queue: a queue's name is not a variable).
+    DECLARE @q TABLE (object_id int PRIMARY KEY, groups bigint NULL, oldest_ms bigint NULL);
+    DECLARE @oid int, @name nvarchar(300), @sql nvarchar(max), @groups bigint, @oldest_ms bigint;
+    DECLARE queues CURSOR LOCAL FAST_FORWARD FOR
+        SELECT object_id, QUOTENAME(SCHEMA_NAME(schema_id)) + N'.' + QUOTENAME(name)
+          FROM sys.service_queues WHERE is_ms_shipped = 0;
+    OPEN queues;
+    FETCH NEXT FROM queues INTO @oid, @name;
+    WHILE @@FETCH_STATUS = 0
+    BEGIN
+        SET @sql = N'SELECT @g = COUNT_BIG(DISTINCT conversation_group_id), '
+                 + N'@o = DATEDIFF_BIG(MILLISECOND, MIN(message_enqueue_time), SYSDATETIMEOFFSET()) FROM '
+                 + @name + N' WITH (NOLOCK)';
+        EXEC sys.sp_executesql @sql, N'@g bigint OUTPUT, @o bigint OUTPUT', @g = @groups OUTPUT, @o = @oldest_ms OUTPUT;
+        INSERT @q (object_id, groups, oldest_ms) VALUES (@oid, @groups, @oldest_ms);
+        FETCH NEXT FROM queues INTO @oid, @name;
+    END;
+    CLOSE queues;
+    DEALLOCATE queues;
+
+    DECLARE @by_state nvarchar(max) = (
+        SELECT N'{' + ISNULL(STRING_AGG(N'"' + s.state + N'":' + CAST(s.n AS nvarchar(20)), N','), N'') + N'}'
+          FROM (SELECT state, COUNT_BIG(*) AS n FROM sys.conversation_endpoints GROUP BY state) s);
+
+    SELECT (
+        SELECT N'sqlserver' AS backend,
+               CONVERT(nvarchar(30), @now, 127) + N'Z' AS [at],
+               JSON_QUERY(ISNULL((
+                   SELECT SCHEMA_NAME(sq.schema_id) + N'.' + sq.name AS queue,
+                          sq.is_receive_enabled AS enabled,
+                          sq.is_poison_message_handling_enabled AS poison_handling,
+                          CAST(sq.max_readers AS bigint) AS max_readers,
+                          CAST(ISNULL((SELECT SUM(p.rows) FROM sys.internal_tables it
+                                         JOIN sys.partitions p ON p.object_id = it.object_id AND p.index_id IN (0, 1)
+                                        WHERE it.parent_object_id = sq.object_id), 0) AS bigint) AS messages,
+                          x.groups AS groups_waiting,
+                          x.oldest_ms / 1000.0 AS oldest_message_seconds,
+                          (SELECT COUNT_BIG(*) FROM sbworker.message_attempt a
+                            WHERE a.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name
+                              AND (a.attempts > 1 OR a.transient_failures > 0)
+                              AND a.last_attempt_at > DATEADD(MINUTE, -@recent_minutes, @now)) AS retried_recently,
+                          (SELECT COUNT_BIG(*) FROM sbworker.dead_letter d
+                            WHERE d.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name) AS dead_letters,
+                          (SELECT COUNT_BIG(*) FROM sbworker.dead_letter d
+                            WHERE d.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name AND d.replays = 0)
+                              AS dead_letters_not_replayed
+                     FROM sys.service_queues sq JOIN @q x ON x.object_id = sq.object_id
+                    ORDER BY queue
+                      FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS queues,
+               JSON_QUERY(ISNULL((
+                   SELECT CAST(w.instance AS nvarchar(36)) AS instance, w.host, CAST(w.pid AS bigint) AS pid, w.version,
+                          CONVERT(nvarchar(30), w.started_at, 127) + N'Z' AS started_at,
+                          DATEDIFF_BIG(MILLISECOND, w.beat_at, @now) / 1000.0 AS beat_seconds_ago,
+                          JSON_QUERY(w.queues) AS queues
+                     FROM sbworker.worker_instance w
+                    ORDER BY w.started_at
+                      FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS workers,
+               JSON_QUERY(@by_state) AS [conversations.by_state],
+               JSON_QUERY((
+                   SELECT TOP (1) CAST(l.dialog_handle AS nvarchar(36)) AS handle,
+                          CAST(ce.far_service AS nvarchar(256)) AS service,
+                          CAST(ce.state AS nvarchar(2)) AS state,
+                          DATEDIFF_BIG(MILLISECOND, l.verzonden_op, @now) / 1000.0 AS age_seconds
+                     FROM Rekenserver.berekening_log l
+                     JOIN sys.conversation_endpoints ce ON ce.conversation_handle = l.dialog_handle
+                    WHERE l.uitkomst IS NULL
+                    ORDER BY l.verzonden_op
+                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS [conversations.oldest_open],
+               JSON_QUERY((
+                   SELECT COUNT_BIG(*) AS [count],
+                          DATEDIFF_BIG(MILLISECOND, MIN(s.gewijzigd_op), @now) / 1000.0 AS oldest_seconds
+                     FROM Rekenserver.sleutel s
+                     LEFT JOIN Rekenserver.resultaat r
+                       ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+                    WHERE s.versie > ISNULL(r.versie, 0)
+                      AND s.gewijzigd_op < DATEADD(MINUTE, -@stale_minutes, @now)
+                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS stale_keys,
+               JSON_QUERY(ISNULL((
+                   SELECT CONVERT(nvarchar(30), r.start, 127) + N'Z' AS started_at,
+                          CONVERT(nvarchar(30), r.eind, 127) + N'Z' AS ended_at,
+                          CAST(r.ms AS bigint) AS ms, CAST(r.kandidaten AS bigint) AS candidates,
+                          CAST(r.verzonden AS bigint) AS sent, CAST(r.verwijderd AS bigint) AS deleted,
+                          NULLIF(r.fout, N'') AS error
+                     FROM (SELECT TOP (5) * FROM Rekenserver.run_log WHERE run_id IS NULL ORDER BY id DESC) r
+                    ORDER BY r.id DESC
+                      FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS sweeps,
+               JSON_QUERY((
+                   SELECT TOP (1) CAST(r.export_batch AS nvarchar(36)) AS batch,
+                          CONVERT(nvarchar(30), MAX(r.geclaimd_op), 127) + N'Z' AS claimed_at,
+                          COUNT_BIG(*) AS results,
+                          COUNT_BIG(CASE WHEN r.export_status = 2 THEN 1 END) AS confirmed
+                     FROM Rekenserver.resultaat r
+                    WHERE r.export_batch IS NOT NULL
+                    GROUP BY r.export_batch
+                    ORDER BY MAX(r.geclaimd_op) DESC
+                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS last_export
+           FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES) AS report;
+END;
+GO

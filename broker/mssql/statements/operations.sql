@@ -1,0 +1,23 @@
+-- The T-SQL `sbworker status` and `sbworker dead-letter` send (src/ops/), one per
+-- "-- name:" section, each one batch. Parameters are @P1, @P2, ... as tiberius binds
+-- them. The procedures are in 08_operations.sql; times travel as ISO 8601 text.
+
+-- @P1 minutes counted as recent (retries), @P2 minutes after which a key is stale.
+-- name: status_report
+EXEC sbworker.status_report @recent_minutes = @P1, @stale_minutes = @P2
+
+-- @P1 diverted at or after (NULL: any time), @P2 at most this many.
+-- name: dead_letters
+EXEC sbworker.dead_letters @since = @P1, @limit = @P2
+
+-- @P1 the id.
+-- name: dead_letter
+EXEC sbworker.dead_letter_show @id = @P1
+
+-- @P1 the id, @P2 who replays, @P3..@P6 the request's id and key when it is a Vraag.
+-- name: replay
+EXEC sbworker.replay_dead_letter @id = @P1, @by = @P2, @vraag_id = @P3, @dv = @P4, @periode = @P5, @versie = @P6
+
+-- @P1 diverted before, @P2 batch size; one row: how many were deleted.
+-- name: purge
+EXEC sbworker.purge_dead_letters @before = @P1, @batch = @P2

@@ -1,0 +1,217 @@
+-- sbworker PostgreSQL broker, version 7: what an operator needs (`sbworker status`,
+-- `sbworker dead-letter`) and the workers' heartbeats.
+--
+-- Idempotent, like 001. Runs with the broker's scripts, before 006_security.sql (which
+-- runs last on every install and grants these functions to their roles).
+
+-- One row per running worker process, written by the worker every few seconds
+-- (worker.heartbeat_ms) and deleted when it stops cleanly. A row whose beat is old is a
+-- worker that died or lost its database.
+CREATE TABLE IF NOT EXISTS sbworker.worker_instance (
+    instance   uuid PRIMARY KEY,
+    host       text NOT NULL,
+    pid        int NOT NULL,
+    version    text NOT NULL,
+    started_at timestamptz NOT NULL,
+    beat_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- Per queue: {"queue": {"readers": n, "busy": n}}.
+    queues     jsonb NOT NULL DEFAULT '{}'
+);
+
+-- p_started_unix: when the instance started, seconds since the Unix epoch.
+CREATE OR REPLACE FUNCTION sbworker.heartbeat(p_instance uuid, p_host text, p_pid int, p_version text,
+    p_started_unix bigint, p_queues jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues)
+    VALUES (p_instance, p_host, p_pid, p_version, to_timestamp(p_started_unix), clock_timestamp(), p_queues)
+    ON CONFLICT (instance) DO UPDATE
+        SET beat_at = excluded.beat_at, queues = excluded.queues;
+    -- Instances silent for a day are gone for good.
+    DELETE FROM sbworker.worker_instance WHERE beat_at < clock_timestamp() - interval '1 day';
+END $$;
+
+CREATE OR REPLACE FUNCTION sbworker.heartbeat_end(p_instance uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM sbworker.worker_instance WHERE instance = p_instance;
+END $$;
+
+-- Dead letters: where the message came from (to send it again), and its replays.
+ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS far_service text;
+ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replays int NOT NULL DEFAULT 0;
+ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_at timestamptz;
+ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_by text;
+ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replay_handle uuid;
+
+-- The service that sent a diverted message, filled from its conversation while that
+-- still exists (the worker diverts inside the receiving transaction).
+CREATE OR REPLACE FUNCTION sbworker.dead_letter_far_service() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.far_service IS NULL THEN
+        SELECT far_service INTO NEW.far_service FROM sb.endpoint WHERE handle = NEW.conversation_handle;
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
+CREATE TRIGGER far_service BEFORE INSERT ON sbworker.dead_letter
+    FOR EACH ROW EXECUTE FUNCTION sbworker.dead_letter_far_service();
+
+-- The dead letters, newest first, with their bodies (the caller reads the key from
+-- them): those diverted at or after p_since, at most p_limit.
+CREATE OR REPLACE FUNCTION sbworker.dead_letters(p_since timestamptz, p_limit int)
+RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
+               message_body bytea, attempts int, reason text, dead_lettered_at timestamptz, replays int,
+               replayed_at timestamptz, replayed_by text, replay_handle uuid)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body, d.attempts,
+           d.reason, d.dead_lettered_at, d.replays, d.replayed_at, d.replayed_by, d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE p_since IS NULL OR d.dead_lettered_at >= p_since
+     ORDER BY d.id DESC
+     LIMIT p_limit;
+END $$;
+
+-- One dead letter (no row: no such id).
+CREATE OR REPLACE FUNCTION sbworker.dead_letter(p_id bigint)
+RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
+               message_body bytea, attempts int, reason text, dead_lettered_at timestamptz, replays int,
+               replayed_at timestamptz, replayed_by text, replay_handle uuid)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body, d.attempts,
+           d.reason, d.dead_lettered_at, d.replays, d.replayed_at, d.replayed_by, d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE d.id = p_id;
+END $$;
+
+-- Sends a dead letter's message again, byte for byte, on a new dialog from the service
+-- that sent it to the service that received it, and marks the entry replayed (by whom
+-- and which login, when, the new dialog); the entry is kept. When the caller has read the request's key
+-- from the body (p_vraag_id … p_versie), the calculation log gets its row, as for every
+-- Vraag sent. Returns the new dialog's handle.
+CREATE OR REPLACE FUNCTION sbworker.replay_dead_letter(p_id bigint, p_by text, p_vraag_id uuid DEFAULT NULL,
+    p_dv int DEFAULT NULL, p_periode int DEFAULT NULL, p_versie bigint DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    d        sbworker.dead_letter;
+    v_handle uuid;
+BEGIN
+    SELECT * INTO d FROM sbworker.dead_letter WHERE id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('P0002', format('dead letter %s does not exist', p_id));
+    END IF;
+    IF d.far_service IS NULL THEN
+        PERFORM sb.fail('22023', format('dead letter %s does not say which service sent it (it was diverted '
+            'after its conversation was gone), so it cannot be sent again', p_id));
+    END IF;
+    v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, NULL, NULL);
+    PERFORM sb.send(v_handle, d.message_type_name, d.message_body);
+    IF p_dv IS NOT NULL THEN
+        INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
+        VALUES (v_handle, p_vraag_id, p_dv, p_periode, p_versie);
+    END IF;
+    UPDATE sbworker.dead_letter
+       SET replays = replays + 1, replayed_at = clock_timestamp(), replayed_by = p_by || ' as ' || session_user,
+           replay_handle = v_handle
+     WHERE id = p_id;
+    RETURN v_handle;
+END $$;
+
+-- Deletes up to p_batch dead letters diverted before p_before, oldest first; returns
+-- how many. The caller repeats until it returns 0 (short transactions, no long locks).
+CREATE OR REPLACE FUNCTION sbworker.purge_dead_letters(p_before timestamptz, p_batch int)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    DELETE FROM sbworker.dead_letter
+     WHERE id IN (SELECT id FROM sbworker.dead_letter WHERE dead_lettered_at < p_before
+                   ORDER BY dead_lettered_at LIMIT p_batch FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END $$;
+
+-- Everything `sbworker status` shows, as one JSON document (its shape is documented in
+-- docs/operations.md and is the same from SQL Server). p_recent_minutes: the window of
+-- "retried recently"; p_stale_minutes: a key is stale when its roster changed more than
+-- this long ago and its stored result is older.
+CREATE OR REPLACE FUNCTION sbworker.status_report(p_recent_minutes int, p_stale_minutes int)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_queues    jsonb;
+    v_workers   jsonb;
+    v_convs     jsonb;
+    v_oldest    jsonb;
+    v_stale     jsonb := NULL;
+    v_runs      jsonb := NULL;
+    v_export    jsonb;
+BEGIN
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'queue', q.name,
+               'enabled', q.enabled,
+               'poison_handling', q.poison_handling,
+               'max_readers', q.max_readers,
+               'messages', (SELECT count(*) FROM sb.message m WHERE m.queue = q.name),
+               'groups_waiting', (SELECT count(*) FROM sb.group_ready g WHERE g.queue = q.name),
+               'oldest_message_seconds', (SELECT extract(epoch FROM clock_timestamp() - min(m.enqueued_at))
+                                            FROM sb.message m WHERE m.queue = q.name),
+               'retried_recently', (SELECT count(*) FROM sbworker.message_attempt a
+                                     WHERE a.queue = q.name AND (a.attempts > 1 OR a.transient_failures > 0)
+                                       AND a.last_attempt_at > clock_timestamp() - make_interval(mins => p_recent_minutes)),
+               'dead_letters', (SELECT count(*) FROM sbworker.dead_letter d WHERE d.queue = q.name),
+               'dead_letters_not_replayed', (SELECT count(*) FROM sbworker.dead_letter d
+                                              WHERE d.queue = q.name AND d.replays = 0))
+             ORDER BY q.name), '[]')
+      INTO v_queues FROM sb.queue q;
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'instance', w.instance, 'host', w.host, 'pid', w.pid, 'version', w.version,
+               'started_at', w.started_at, 'beat_seconds_ago', extract(epoch FROM clock_timestamp() - w.beat_at),
+               'queues', w.queues) ORDER BY w.started_at), '[]')
+      INTO v_workers FROM sbworker.worker_instance w;
+    SELECT coalesce(jsonb_object_agg(state, n), '{}') INTO v_convs
+      FROM (SELECT state, count(*) AS n FROM sb.endpoint GROUP BY state) s;
+    SELECT jsonb_build_object('handle', e.handle, 'service', e.service, 'state', e.state,
+                              'age_seconds', extract(epoch FROM clock_timestamp() - e.created_at))
+      INTO v_oldest FROM sb.endpoint e WHERE e.state <> 'CD' ORDER BY e.created_at LIMIT 1;
+    IF to_regclass('rekenserver.sleutel') IS NOT NULL THEN
+        EXECUTE $q$
+            SELECT jsonb_build_object('count', count(*), 'oldest_seconds',
+                       extract(epoch FROM clock_timestamp() - min(s.gewijzigd_op)))
+              FROM rekenserver.sleutel s LEFT JOIN rekenserver.resultaat r USING (dienstverband_id, periode_id)
+             WHERE s.versie > coalesce(r.versie, 0)
+               AND s.gewijzigd_op < clock_timestamp() - make_interval(mins => $1)$q$
+          INTO v_stale USING p_stale_minutes;
+    END IF;
+    IF to_regclass('rekenserver.run_log') IS NOT NULL THEN
+        EXECUTE $q$
+            SELECT coalesce(jsonb_agg(jsonb_build_object('started_at', r.start, 'ended_at', r.eind,
+                       'ms', r.ms, 'candidates', r.kandidaten, 'sent', r.verzonden, 'deleted', r.verwijderd,
+                       'error', nullif(r.fout, '')) ORDER BY r.id DESC), '[]')
+              FROM (SELECT * FROM rekenserver.run_log WHERE run_id IS NULL ORDER BY id DESC LIMIT 5) r$q$
+          INTO v_runs;
+    END IF;
+    -- The last export batch claimed (sbworker export): when, how many, how many confirmed.
+    SELECT jsonb_build_object('batch', b.export_batch, 'claimed_at', b.claimed_at, 'results', b.results,
+                              'confirmed', b.confirmed)
+      INTO v_export
+      FROM (SELECT r.export_batch, max(r.geclaimd_op) AS claimed_at, count(*) AS results,
+                   count(*) FILTER (WHERE r.export_status = 2) AS confirmed
+              FROM rekenserver.resultaat r WHERE r.export_batch IS NOT NULL
+             GROUP BY r.export_batch ORDER BY max(r.geclaimd_op) DESC LIMIT 1) b;
+    RETURN jsonb_build_object(
+        'backend', 'postgresql',
+        'at', clock_timestamp(),
+        'queues', v_queues,
+        'workers', v_workers,
+        'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest),
+        'stale_keys', v_stale,
+        'sweeps', v_runs,
+        'last_export', v_export);
+END $$;
+
+INSERT INTO sb.migration (version) VALUES (7) ON CONFLICT DO NOTHING;

@@ -1,0 +1,37 @@
+-- The statements of `sbworker status` and `sbworker dead-letter` (src/ops/), and the
+-- worker's heartbeat (src/broker/postgres/). Parameters are $1, $2, ... as in the Rust
+-- calls. The functions are in 007_operations.sql.
+
+-- $1 minutes counted as recent (retries), $2 minutes after which a key is stale.
+-- name: status_report
+SELECT sbworker.status_report($1, $2)::text;
+
+-- $1 diverted at or after (NULL: any time), $2 at most this many.
+-- name: dead_letters
+SELECT id, queue, service_name, far_service, message_type_name, message_body, attempts, reason,
+       to_char(dead_lettered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replays,
+       to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
+  FROM sbworker.dead_letters($1::text::timestamptz, $2);
+
+-- $1 the id.
+-- name: dead_letter
+SELECT id, queue, service_name, far_service, message_type_name, message_body, attempts, reason,
+       to_char(dead_lettered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replays,
+       to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
+  FROM sbworker.dead_letter($1);
+
+-- $1 the id, $2 who replays, $3..$6 the request's id and key when it is a Vraag (or NULL).
+-- name: replay
+SELECT sbworker.replay_dead_letter($1, $2, $3, $4, $5, $6);
+
+-- $1 diverted before, $2 batch size; returns how many were deleted.
+-- name: purge
+SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
+
+-- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text).
+-- name: heartbeat
+SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb);
+
+-- $1 instance.
+-- name: heartbeat_end
+SELECT sbworker.heartbeat_end($1);

@@ -1,0 +1,234 @@
+//! `sbworker status` and `sbworker dead-letter`: connect as the configuration says, ask
+//! the broker ([`crate::ops`]), print.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cli::args::DeadLetterAction;
+use crate::config::Config;
+use crate::ops::status::{self, Status, Thresholds};
+use crate::ops::{Db, dead_letter};
+
+/// Exit status when the broker could not be asked.
+const EXIT_UNREACHABLE: u8 = 2;
+
+pub struct StatusOptions {
+    pub json: bool,
+    pub watch: Option<u64>,
+    pub stale_minutes: i32,
+    pub recent_minutes: i32,
+    pub silent_seconds: Option<u64>,
+}
+
+fn fail(e: anyhow::Error) -> ExitCode {
+    eprintln!("sbworker: {e:#}");
+    ExitCode::from(EXIT_UNREACHABLE)
+}
+
+/// One status; its text (or JSON) and whether it needs attention.
+async fn one_status(db: &mut Db, o: &StatusOptions, t: Thresholds, colour: bool) -> anyhow::Result<(String, bool)> {
+    let text = db
+        .status_json(o.recent_minutes, o.stale_minutes)
+        .await
+        .context("asking the broker for its status (the login needs the housekeeping role)")?;
+    let s: Status = serde_json::from_str(&text).context("the broker's status document")?;
+    let needs = !status::attention(&s, t).is_empty();
+    let out = if o.json { serde_json::to_string_pretty(&s)? + "\n" } else { status::render(&s, t, colour) };
+    Ok((out, needs))
+}
+
+pub fn status(config: &Config, o: StatusOptions) -> ExitCode {
+    let silent = o.silent_seconds.unwrap_or_else(|| (config.worker.heartbeat_ms.max(1_000) * 3).div_ceil(1_000));
+    let t = Thresholds { worker_silent_seconds: silent as f64, stale_minutes: o.stale_minutes };
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let rt = match super::runtime::runtime(false) {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    rt.block_on(async {
+        let mut db = match Db::connect(&config.broker).await {
+            Ok(db) => db,
+            Err(e) => return fail(e),
+        };
+        loop {
+            let (out, needs) = match one_status(&mut db, &o, t, colour).await {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
+            let mut stdout = std::io::stdout().lock();
+            if o.watch.is_some() && colour {
+                // Clear the screen and go home, as watch(1) does.
+                let _ = write!(stdout, "\x1b[2J\x1b[H");
+            }
+            let _ = stdout.write_all(out.as_bytes());
+            let _ = stdout.flush();
+            drop(stdout);
+            match o.watch {
+                None => return if needs { ExitCode::FAILURE } else { ExitCode::SUCCESS },
+                Some(secs) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(secs.max(1))) => {}
+                        _ = tokio::signal::ctrl_c() => return if needs { ExitCode::FAILURE } else { ExitCode::SUCCESS },
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Who replays: the login of the operating system user, as the entry records it.
+fn operator() -> String {
+    let user = std::env::var("SUDO_USER").or_else(|_| std::env::var("USER")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+    if host.is_empty() { user } else { format!("{user}@{host}") }
+}
+
+/// A time as the broker takes it: a date is its midnight UTC.
+fn time_arg(s: &str) -> anyhow::Result<String> {
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(format!("{d}T00:00:00Z"));
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .map_err(|_| anyhow::anyhow!("'{s}' is not a date (2026-12-01) or a time (2026-12-01T08:00:00Z)"))
+}
+
+pub fn dead_letters(config: &Config, action: DeadLetterAction) -> ExitCode {
+    let rt = match super::runtime::runtime(false) {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    rt.block_on(async {
+        let mut db = match Db::connect(&config.broker).await {
+            Ok(db) => db,
+            Err(e) => return fail(e),
+        };
+        match run_action(&mut db, action).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Ok(false): done, but something asked for could not be (said on stderr).
+async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<bool> {
+    let mut out = std::io::stdout().lock();
+    match action {
+        DeadLetterAction::List { since, limit, json } => {
+            let since = since.as_deref().map(time_arg).transpose()?;
+            let letters = db.dead_letters(since.as_deref(), limit).await.context("listing the dead letters")?;
+            if json {
+                for l in &letters {
+                    let mut v = serde_json::to_value(l)?;
+                    v["key"] = serde_json::Value::String(dead_letter::key_text(l));
+                    writeln!(out, "{v}")?;
+                }
+            } else {
+                writeln!(
+                    out,
+                    "{:>6}  {:<28}  {:<16}  {:>8}  {:<24}  REASON",
+                    "ID", "QUEUE", "KEY", "ATTEMPTS", "WHEN"
+                )?;
+                for l in &letters {
+                    let replayed = if l.replays > 0 { format!(" [replayed {}×]", l.replays) } else { String::new() };
+                    writeln!(
+                        out,
+                        "{:>6}  {:<28}  {:<16}  {:>8}  {:<24}  {}{replayed}",
+                        l.id,
+                        l.queue,
+                        dead_letter::key_text(l),
+                        l.attempts,
+                        l.dead_lettered_at,
+                        l.reason.lines().next().unwrap_or("")
+                    )?;
+                }
+                writeln!(out, "{} dead letters", letters.len())?;
+            }
+            Ok(true)
+        }
+        DeadLetterAction::Show { id } => {
+            let Some(l) = db.dead_letter(id).await.context("reading the dead letter")? else {
+                eprintln!("sbworker: dead letter {id} does not exist");
+                return Ok(false);
+            };
+            writeln!(out, "id:            {}", l.id)?;
+            writeln!(out, "queue:         {}", l.queue)?;
+            writeln!(out, "service:       {} (sent by {})", l.service, l.far_service.as_deref().unwrap_or("unknown"))?;
+            writeln!(out, "message type:  {}", l.message_type)?;
+            writeln!(out, "key:           {}", dead_letter::key_text(&l))?;
+            writeln!(out, "attempts:      {}", l.attempts)?;
+            writeln!(out, "diverted at:   {}", l.dead_lettered_at)?;
+            if l.replays > 0 {
+                writeln!(
+                    out,
+                    "replayed:      {}× , last at {} by {} on dialog {}",
+                    l.replays,
+                    l.replayed_at.as_deref().unwrap_or("-"),
+                    l.replayed_by.as_deref().unwrap_or("-"),
+                    l.replay_handle.map_or("-".into(), |h| h.to_string())
+                )?;
+            }
+            writeln!(out, "reason:\n  {}", l.reason.replace('\n', "\n  "))?;
+            match &l.body {
+                Some(b) => writeln!(out, "body ({} bytes):\n{}", b.len(), dead_letter::pretty(b))?,
+                None => writeln!(out, "body: none")?,
+            }
+            Ok(true)
+        }
+        DeadLetterAction::Replay { ids, all, since } => {
+            let ids: Vec<i64> = if all {
+                let since = since.as_deref().map(time_arg).transpose()?;
+                let mut all = db.dead_letters(since.as_deref(), i32::MAX).await.context("listing the dead letters")?;
+                all.retain(|l| l.replays == 0);
+                all.sort_by_key(|l| l.id);
+                all.into_iter().map(|l| l.id).collect()
+            } else {
+                ids
+            };
+            let by = operator();
+            let mut ok = true;
+            for id in ids {
+                let letter = match db.dead_letter(id).await.context("reading the dead letter")? {
+                    Some(l) => l,
+                    None => {
+                        eprintln!("sbworker: dead letter {id} does not exist");
+                        ok = false;
+                        continue;
+                    }
+                };
+                match db.replay(id, &by, dead_letter::request_key(&letter)).await {
+                    Ok(handle) => writeln!(
+                        out,
+                        "dead letter {id} ({}) sent again on dialog {handle}",
+                        dead_letter::key_text(&letter)
+                    )?,
+                    Err(e) => {
+                        eprintln!("sbworker: dead letter {id} was not sent again: {e}");
+                        ok = false;
+                    }
+                }
+            }
+            Ok(ok)
+        }
+        DeadLetterAction::Purge { before, batch } => {
+            let before = time_arg(&before)?;
+            anyhow::ensure!(batch > 0, "--batch must be at least 1");
+            let mut total = 0i64;
+            loop {
+                let n = db.purge_batch(&before, batch).await.context("purging dead letters")?;
+                if n == 0 {
+                    break;
+                }
+                total += n;
+                tracing::info!(deleted = n, total, before = %before, "dead letters purged");
+                writeln!(out, "deleted {n} dead letters diverted before {before} ({total} so far)")?;
+            }
+            writeln!(out, "purged {total} dead letters diverted before {before}")?;
+            Ok(true)
+        }
+    }
+}

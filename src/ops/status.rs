@@ -1,0 +1,255 @@
+//! `sbworker status`: the broker's status document (one JSON document, the same shape
+//! from both back ends; documented in docs/operations.md), what in it needs attention,
+//! and a table for a terminal.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+
+/// The status document. Fields the broker cannot know are null (SQL Server keeps no
+/// creation time of a conversation endpoint, so `oldest_open` has no age there).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub backend: String,
+    pub at: String,
+    pub queues: Vec<QueueStatus>,
+    pub workers: Vec<WorkerStatus>,
+    pub conversations: Conversations,
+    /// Keys whose roster is newer than their stored result (null without the roster).
+    pub stale_keys: Option<StaleKeys>,
+    /// The last sweep runs, newest first (null without the roster).
+    pub sweeps: Option<Vec<SweepRun>>,
+    pub last_export: Option<ExportBatch>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueStatus {
+    pub queue: String,
+    pub enabled: bool,
+    pub poison_handling: bool,
+    pub max_readers: Option<i64>,
+    pub messages: i64,
+    pub groups_waiting: Option<i64>,
+    pub oldest_message_seconds: Option<f64>,
+    pub retried_recently: i64,
+    pub dead_letters: i64,
+    pub dead_letters_not_replayed: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub instance: String,
+    pub host: String,
+    pub pid: i64,
+    pub version: String,
+    pub started_at: String,
+    pub beat_seconds_ago: f64,
+    /// Per queue: {"readers": n, "busy": n}.
+    pub queues: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Conversations {
+    /// Endpoints per state (SO, SI, CO, DI, DO, ER, CD).
+    pub by_state: std::collections::BTreeMap<String, i64>,
+    pub oldest_open: Option<OldestOpen>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OldestOpen {
+    pub handle: String,
+    pub service: String,
+    pub state: String,
+    pub age_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StaleKeys {
+    pub count: i64,
+    pub oldest_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepRun {
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub ms: Option<i64>,
+    pub candidates: Option<i64>,
+    pub sent: Option<i64>,
+    pub deleted: Option<i64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportBatch {
+    pub batch: String,
+    pub claimed_at: Option<String>,
+    pub results: i64,
+    pub confirmed: i64,
+}
+
+/// When a status needs attention.
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    /// A worker whose last beat is older than this is not alive.
+    pub worker_silent_seconds: f64,
+    /// A key stale for longer than this (minutes) needs attention (the document
+    /// counts only these).
+    pub stale_minutes: i32,
+}
+
+/// What needs attention, one line each; empty when all is well.
+pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
+    let mut out = Vec::new();
+    for q in s.queues.iter().filter(|q| !q.enabled) {
+        out.push(format!("queue {} is disabled (RECEIVE is refused; messages wait)", q.queue));
+    }
+    let alive = s.workers.iter().filter(|w| w.beat_seconds_ago <= t.worker_silent_seconds).count();
+    if alive == 0 {
+        out.push(format!("no worker alive (no heartbeat in the last {:.0} s)", t.worker_silent_seconds));
+    }
+    if let Some(k) = &s.stale_keys
+        && k.count > 0
+    {
+        out.push(format!(
+            "{} keys are stale: their roster changed more than {} minutes ago and their stored result is older",
+            k.count, t.stale_minutes
+        ));
+    }
+    out
+}
+
+fn seconds(s: Option<f64>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if s < 120.0 => format!("{s:.0} s"),
+        Some(s) if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        Some(s) => format!("{:.1} h", s / 3600.0),
+    }
+}
+
+/// The status as text for a terminal; `colour` marks what needs attention in red.
+pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
+    let red = |x: &str| if colour { format!("\x1b[31m{x}\x1b[0m") } else { x.to_string() };
+    let green = |x: &str| if colour { format!("\x1b[32m{x}\x1b[0m") } else { x.to_string() };
+    let mut o = String::new();
+    let _ = writeln!(o, "sbworker status ({}, {})\n", s.backend, s.at);
+    let _ = writeln!(
+        o,
+        "{:<32} {:<9} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9}",
+        "QUEUE", "STATE", "MESSAGES", "GROUPS", "OLDEST", "BUSY", "RETRIED", "DEAD(NEW)"
+    );
+    for q in &s.queues {
+        let busy: i64 = s
+            .workers
+            .iter()
+            .filter(|w| w.beat_seconds_ago <= t.worker_silent_seconds)
+            .filter_map(|w| w.queues.get(&q.queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
+            .sum();
+        let state = if q.enabled { green("enabled") } else { red("DISABLED") };
+        let pad = if colour { 9 + 9 } else { 9 };
+        let _ = writeln!(
+            o,
+            "{:<32} {:<pad$} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9}",
+            q.queue,
+            state,
+            q.messages,
+            q.groups_waiting.map_or("-".into(), |g| g.to_string()),
+            seconds(q.oldest_message_seconds),
+            busy,
+            q.retried_recently,
+            format!("{}({})", q.dead_letters, q.dead_letters_not_replayed),
+        );
+    }
+    let _ = writeln!(o, "\nworkers:");
+    if s.workers.is_empty() {
+        let _ = writeln!(o, "  {}", red("none"));
+    }
+    for w in &s.workers {
+        let alive = w.beat_seconds_ago <= t.worker_silent_seconds;
+        let readers: Vec<String> = w
+            .queues
+            .iter()
+            .map(|(q, v)| {
+                let n = |k: &str| v.get(k).and_then(|x| x.as_i64()).unwrap_or(0);
+                format!("{q} {} readers ({} busy)", n("readers"), n("busy"))
+            })
+            .collect();
+        let beat = format!("beat {} ago", seconds(Some(w.beat_seconds_ago)));
+        let _ = writeln!(
+            o,
+            "  {} pid {} v{} since {}, {}: {}",
+            w.host,
+            w.pid,
+            w.version,
+            w.started_at,
+            if alive { beat } else { red(&format!("SILENT, {beat}")) },
+            readers.join(", ")
+        );
+    }
+    let states: Vec<String> = s.conversations.by_state.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(o, "\nconversations: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
+    if let Some(c) = &s.conversations.oldest_open {
+        let _ = writeln!(
+            o,
+            "  oldest open: {} ({}, {}), {}",
+            c.handle,
+            c.service,
+            c.state,
+            c.age_seconds.map_or("age unknown".into(), |a| format!("open {}", seconds(Some(a))))
+        );
+    }
+    match &s.stale_keys {
+        Some(k) if k.count > 0 => {
+            let _ = writeln!(
+                o,
+                "\n{}",
+                red(&format!("stale keys: {} (the oldest changed {} ago)", k.count, seconds(k.oldest_seconds)))
+            );
+        }
+        Some(_) => {
+            let _ = writeln!(o, "\nstale keys: none");
+        }
+        None => {}
+    }
+    if let Some(runs) = &s.sweeps {
+        match runs.first() {
+            Some(r) => {
+                let outcome = match &r.error {
+                    Some(e) => red(&format!("error: {e}")),
+                    None if r.ended_at.is_none() => "running or interrupted".into(),
+                    None => format!("{} candidates, {} sent", r.candidates.unwrap_or(0), r.sent.unwrap_or(0)),
+                };
+                let _ = writeln!(o, "last sweep: {}, {outcome}", r.started_at);
+            }
+            None => {
+                let _ = writeln!(o, "last sweep: never");
+            }
+        }
+    }
+    match &s.last_export {
+        Some(e) => {
+            let _ = writeln!(
+                o,
+                "last export: batch {} at {}, {} results, {} confirmed",
+                e.batch,
+                e.claimed_at.as_deref().unwrap_or("-"),
+                e.results,
+                e.confirmed
+            );
+        }
+        None => {
+            let _ = writeln!(o, "last export: never");
+        }
+    }
+    let needs = attention(s, t);
+    if needs.is_empty() {
+        let _ = writeln!(o, "\n{}", green("all is well"));
+    } else {
+        let _ = writeln!(o, "\nneeds attention:");
+        for n in needs {
+            let _ = writeln!(o, "  {}", red(&n));
+        }
+    }
+    o
+}

@@ -1,0 +1,279 @@
+//! `sbworker status` and `sbworker dead-letter` against a live installation, on the
+//! PostgreSQL broker (as a housekeeping login) and over TDS through the emulator: a
+//! request the calculation kept failing on is diverted, then listed, shown and replayed
+//! with the real worker running, and its key ends with its latest result; `status`
+//! exits 1 with no worker alive and on a disabled queue, 0 when all is well, and its
+//! JSON has the documented shape.
+
+use std::process::Output;
+use std::sync::Arc;
+
+use sbworker::broker::Message;
+use sbworker::broker::mssql::MssqlTransport;
+use sbworker::broker::postgres::PostgresTransport;
+use sbworker::contract::Limits;
+use sbworker::demo::check;
+use sbworker::demo::roster::{FIRST_ID, PERIODE_ID, Roster};
+use sbworker::demo::{self, DATA_QUEUE, REKEN_QUEUE};
+use sbworker::engine::Tables;
+use sbworker::handlers::{calculation, collector};
+use sbworker::transport::PayrollStore;
+use sbworker::worker::Handlers;
+use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+use crate::common::calc::{InProcess, TempDir, calculation_handler, spawn_worker, stop_worker, wait_until};
+use crate::common::pg::fresh_roster_db;
+use crate::common::within;
+use crate::emulator_tds::emulator_with;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
+
+/// The calculation, except that every request of one dienstverband fails.
+struct FailsFor(i32);
+
+impl<S: PayrollStore> Handler<S> for FailsFor {
+    fn handle<'a>(&'a self, s: &'a mut S, msgs: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+        Box::pin(async move {
+            let marker = format!("<Dienstverband Id=\"{}\">", self.0);
+            if msgs.iter().any(|m| String::from_utf8_lossy(&m.body).contains(&marker)) {
+                return Err(HandlerError::Failed(format!("the calculation choked on dienstverband {}", self.0)));
+            }
+            Handler::<S>::handle(&*calculation_handler(), s, msgs).await
+        })
+    }
+
+    fn divert_reply(&self, m: &Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
+        Handler::<S>::divert_reply(&*calculation_handler(), m, reason)
+    }
+}
+
+fn handlers<S: PayrollStore>(fails_for: i32) -> Handlers<S> {
+    Handlers::default()
+        .with(calculation::NAME, Arc::new(FailsFor(fails_for)))
+        .with(collector::NAME, Arc::new(collector::Collector::new(Limits::default())))
+}
+
+async fn count(c: &Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// Runs `sbworker ARGS` with the configuration file `config`.
+async fn sbworker(config: &std::path::Path, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(&args[..1]).arg("--config").arg(config).args(&args[1..]);
+    cmd.env("NO_COLOR", "1").env("USER", "ops-test").env_remove("SUDO_USER");
+    within(60, "sbworker status / dead-letter", cmd.output()).await.unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Postgres,
+    Tds,
+}
+
+async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_latest_result(kind: Kind) {
+    let (url, mut c) = fresh_roster_db().await;
+    let keys = 4;
+    let bad = FIRST_ID + 1;
+    Roster::generate(keys, 5, false).load(&mut c).await.unwrap();
+    let dir = TempDir::new("ops");
+    // The worker's configuration, on this back end; the operator's: the same, as a
+    // login with the housekeeping role on PostgreSQL (through the emulator, the
+    // emulator's own).
+    let mut worker_cfg = demo::worker_config_text(&url, 2);
+    let ops_cfg;
+    let _emulator = match kind {
+        Kind::Postgres => {
+            let login = format!("ops_{}", &Uuid::new_v4().simple().to_string()[..8]);
+            c.batch_execute(&format!("CREATE ROLE {login} LOGIN; GRANT sbworker_housekeeping TO {login};"))
+                .await
+                .unwrap();
+            let ops_url = url.replace("user=postgres", &format!("user={login}"));
+            assert_ne!(ops_url, url);
+            ops_cfg = demo::worker_config_text(&ops_url, 2);
+            None
+        }
+        Kind::Tds => {
+            let (conn, stop) = emulator_with(&url, Arc::new(Default::default())).await;
+            let pg_broker = format!("kind = \"postgres\"\nconnection = {}\n", toml::Value::String(url.clone()));
+            let ms_broker = format!("kind = \"mssql\"\nconnection = {}\n", toml::Value::String(conn.clone()));
+            assert!(worker_cfg.contains(&pg_broker));
+            worker_cfg = worker_cfg.replace(&pg_broker, &ms_broker);
+            ops_cfg = worker_cfg.clone();
+            Some((conn, stop))
+        }
+    };
+    let ops = dir.0.join("ops.toml");
+    std::fs::write(&ops, &ops_cfg).unwrap();
+
+    // A worker whose calculation fails every request of one key: it is diverted after
+    // three attempts; the other keys are stored.
+    let mut config = sbworker::config::from_str(&worker_cfg, &Vec::new()).unwrap();
+    config.worker.heartbeat_ms = 200;
+    let w = match kind {
+        Kind::Postgres => InProcess::start_on(PostgresTransport::new(&url), config, handlers(bad)),
+        Kind::Tds => {
+            let conn = &config.broker.connection;
+            InProcess::start_on(MssqlTransport::new(conn).unwrap(), config.clone(), handlers(bad))
+        }
+    };
+    wait_until("the failing request is diverted and the others are stored", || async {
+        count(&c, "SELECT count(*) FROM sbworker.dead_letter").await == 1
+            && count(&c, "SELECT count(*) FROM rekenserver.resultaat").await == keys as i64 - 1
+    })
+    .await;
+    // While it runs, status sees it (its heartbeat) and the dead letter.
+    let o = sbworker(&ops, &["status", "--json"]).await;
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    assert_eq!(s["workers"].as_array().unwrap().len(), 1, "{s}");
+    assert!(s["workers"][0]["queues"][REKEN_QUEUE]["readers"].as_i64().unwrap() >= 1, "{s}");
+    w.finish().await;
+
+    // Stopped cleanly, it removed its heartbeat: no worker alive needs attention.
+    let o = sbworker(&ops, &["status"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no worker alive"), "{}", text(&o));
+
+    // The real worker, as a process.
+    let worker = spawn_worker(&dir, &worker_cfg);
+    wait_until("the worker beats", || async { count(&c, "SELECT count(*) FROM sbworker.worker_instance").await == 1 })
+        .await;
+
+    // list: the id, the queue, the key, the attempts, the reason.
+    let o = sbworker(&ops, &["dead-letter", "list"]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    let listed = text(&o);
+    let id: i64 = count(&c, "SELECT id FROM sbworker.dead_letter").await;
+    assert!(listed.contains(&format!("{bad}/{PERIODE_ID} v1")), "{listed}");
+    assert!(listed.contains(REKEN_QUEUE) && listed.contains("choked on dienstverband"), "{listed}");
+    assert!(listed.lines().any(|l| l.trim_start().starts_with(&id.to_string())), "{listed}");
+
+    // show: where it came from, the reason, the body indented.
+    let o = sbworker(&ops, &["dead-letter", "show", &id.to_string()]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    let shown = text(&o);
+    assert!(shown.contains("sent by /Rekenserver/LoonfactorBerekening/DataService"), "{shown}");
+    assert!(shown.contains(&format!("\n  <Dienstverband Id=\"{bad}\">")), "the body is indented: {shown}");
+    assert!(shown.contains("attempts:      3"), "{shown}");
+
+    // A roster edit to another key while the entry waits: replay changes nothing there.
+    // replay: sent again; the key ends with its latest result.
+    let o = sbworker(&ops, &["dead-letter", "replay", &id.to_string()]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("sent again on dialog"), "{}", text(&o));
+    wait_until("the replayed key is stored", || async {
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.resultaat r JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id) \
+                 WHERE r.dienstverband_id = {bad} AND r.versie = s.versie"
+            ),
+        )
+        .await
+            == 1
+    })
+    .await;
+    check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest, keys);
+    // The replay is in the calculation log, answered and stored.
+    assert_eq!(
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {bad} AND uitkomst = 'opgeslagen'"
+            )
+        )
+        .await,
+        1
+    );
+
+    // The entry stays, marked replayed: by whom, when, on which dialog.
+    let o = sbworker(&ops, &["dead-letter", "list", "--json"]).await;
+    let line: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    assert_eq!(line["replays"], 1, "{line}");
+    assert!(line["replayed_by"].as_str().unwrap().starts_with("ops-test"), "{line}");
+    assert!(line["replay_handle"].as_str().unwrap().parse::<Uuid>().is_ok(), "{line}");
+    assert_eq!(line["key"], format!("{bad}/{PERIODE_ID} v1"), "{line}");
+
+    // A missing entry is said, and the exit status says it.
+    let o = sbworker(&ops, &["dead-letter", "replay", "999999"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("dead letter 999999 does not exist"), "{}", text(&o));
+
+    // status: all is well (exit 0), and the documented shape.
+    let o = sbworker(&ops, &["status", "--json"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for field in ["backend", "at", "queues", "workers", "conversations", "stale_keys", "sweeps", "last_export"] {
+        assert!(s.get(field).is_some(), "{field} missing: {s}");
+    }
+    let queue = |name: &str| s["queues"].as_array().unwrap().iter().find(|q| q["queue"] == name).cloned().unwrap();
+    let reken = queue(REKEN_QUEUE);
+    assert_eq!((reken["enabled"].as_bool(), reken["dead_letters"].as_i64()), (Some(true), Some(1)), "{reken}");
+    assert_eq!(reken["dead_letters_not_replayed"], 0, "{reken}");
+    assert!(queue(DATA_QUEUE)["messages"].is_i64(), "{s}");
+    assert_eq!(s["stale_keys"]["count"], 0, "{s}");
+    assert!(s["conversations"]["by_state"].is_object(), "{s}");
+
+    // A disabled queue needs attention: exit 1, said in the table.
+    c.batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_enabled => false)")).await.unwrap();
+    let o = sbworker(&ops, &["status"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("DISABLED"), "{}", text(&o));
+    assert!(text(&o).contains(&format!("queue {REKEN_QUEUE} is disabled")), "{}", text(&o));
+    c.batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_enabled => true)")).await.unwrap();
+    let o = sbworker(&ops, &["status"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("all is well"), "{}", text(&o));
+
+    // purge: by date, in batches, said.
+    let o = sbworker(&ops, &["dead-letter", "purge", "--before", "2000-01-01"]).await;
+    assert!(text(&o).contains("purged 0"), "{}", text(&o));
+    let o = sbworker(&ops, &["dead-letter", "purge", "--before", "2999-01-01", "--batch", "1"]).await;
+    assert!(o.status.success() && text(&o).contains("purged 1"), "{}", text(&o));
+    assert_eq!(count(&c, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+
+    assert_eq!(stop_worker(worker).await, Some(0));
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM sbworker.worker_instance").await,
+        0,
+        "a clean stop removes its heartbeat"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_latest_result() {
+    a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_latest_result(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tds_a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_latest_result() {
+    a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_latest_result(Kind::Tds).await;
+}
+
+/// The status of an installation nobody serves, through the library, on the PostgreSQL
+/// broker: the document parses into the documented type, and needs attention.
+#[tokio::test]
+async fn status_without_workers_needs_attention_and_parses_into_the_documented_type() {
+    let (url, _c) = fresh_roster_db().await;
+    let cfg = sbworker::config::from_str(&demo::worker_config_text(&url, 1), &Vec::new()).unwrap();
+    let mut db = sbworker::ops::Db::connect(&cfg.broker).await.unwrap();
+    let json = db.status_json(10, 60).await.unwrap();
+    let s: sbworker::ops::status::Status = serde_json::from_str(&json).unwrap();
+    assert_eq!(s.backend, "postgresql");
+    assert_eq!(s.queues.len(), 2);
+    let t = sbworker::ops::status::Thresholds { worker_silent_seconds: 30.0, stale_minutes: 60 };
+    let needs = sbworker::ops::status::attention(&s, t);
+    assert_eq!(needs, vec!["no worker alive (no heartbeat in the last 30 s)".to_string()]);
+    let table = sbworker::ops::status::render(&s, t, false);
+    assert!(table.contains(REKEN_QUEUE) && table.contains("needs attention"), "{table}");
+}
