@@ -209,6 +209,25 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("dead letter 999999 does not exist"), "{}", text(&o));
 
+    // Only a request can begin a dialog again: an answer set aside on the data side is
+    // refused with the reason.
+    let answer: i64 = c
+        .query_one(
+            "INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id, \
+             conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason, \
+             far_service) VALUES ($1, '/Rekenserver/LoonfactorBerekening/DataService', \
+             '/Rekenserver/LoonfactorBerekening/DataContract', gen_random_uuid(), gen_random_uuid(), 1, \
+             '/Rekenserver/LoonfactorBerekening/Antwoord', '\\x3c612f3e', 3, 'the collector failed', \
+             '/Rekenserver/LoonfactorBerekening/RekenService') RETURNING id",
+            &[&DATA_QUEUE],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let o = sbworker(&ops, &["dead-letter", "replay", &answer.to_string()]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("only requests can be sent again"), "{}", text(&o));
+
     // status: all is well (exit 0), and the documented shape.
     let o = sbworker(&ops, &["status", "--json"]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -239,7 +258,12 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     let o = sbworker(&ops, &["dead-letter", "purge", "--before", "2000-01-01"]).await;
     assert!(text(&o).contains("purged 0"), "{}", text(&o));
     let o = sbworker(&ops, &["dead-letter", "purge", "--before", "2999-01-01", "--batch", "1"]).await;
-    assert!(o.status.success() && text(&o).contains("purged 1"), "{}", text(&o));
+    assert!(o.status.success() && text(&o).contains("purged 2"), "{}", text(&o));
+    assert!(
+        text(&o).contains("deleted 1 dead letters diverted before 2999-01-01T00:00:00.000Z (2 so far)"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(count(&c, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
 
     assert_eq!(stop_worker(worker).await, Some(0));

@@ -120,6 +120,16 @@ BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
         THROW 50404, @msg, 1;
     END;
+    -- Only what the initiator sends (a request) can begin a dialog again.
+    IF NOT EXISTS (SELECT 1 FROM sys.service_contract_message_usages u
+                     JOIN sys.service_contracts c ON c.service_contract_id = u.service_contract_id
+                     JOIN sys.service_message_types m ON m.message_type_id = u.message_type_id
+                    WHERE c.name = @contract AND m.name = @type AND u.is_sent_by_initiator = 1)
+    BEGIN
+        SET @msg = CONCAT(N'dead letter ', @id, N' is a ', @type, N', which the initiator of contract ', @contract,
+                          N' does not send: only requests can be sent again (a stale key is sent again by the sweep)');
+        THROW 50422, @msg, 1;
+    END;
     IF @far IS NULL
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not say which service sent it (it was diverted after its ',
@@ -128,7 +138,9 @@ BEGIN
     END;
     SET @sql = N'BEGIN DIALOG CONVERSATION @h FROM SERVICE ' + QUOTENAME(@far)
              + N' TO SERVICE @to ON CONTRACT ' + QUOTENAME(@contract) + N' WITH ENCRYPTION = OFF; '
-             + N'SEND ON CONVERSATION @h MESSAGE TYPE ' + QUOTENAME(@type) + N' (@body);';
+             + N'SEND ON CONVERSATION @h MESSAGE TYPE ' + QUOTENAME(@type)
+             -- SEND takes no NULL body: a message without one is sent without one.
+             + CASE WHEN @body IS NULL THEN N';' ELSE N' (@body);' END;
     IF @sql IS NULL
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N': a service, contract or message type name is longer than 128 ',
@@ -137,7 +149,7 @@ BEGIN
     END;
     EXEC sys.sp_executesql @sql, N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @body varbinary(max)',
         @h = @h OUTPUT, @to = @service, @body = @body;
-    IF @dv IS NOT NULL
+    IF @dv IS NOT NULL AND @vraag_id IS NOT NULL
         INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
         VALUES (@h, @vraag_id, @dv, @periode, @versie);
     UPDATE sbworker.dead_letter
@@ -182,7 +194,7 @@ BEGIN
     -- Per queue: the groups waiting and the age of the oldest message, read from the
     -- queue itself (one statement per queue: a queue's name is not a variable).
     DECLARE @q TABLE (object_id int PRIMARY KEY, groups bigint NULL, oldest_ms bigint NULL);
-    DECLARE @oid int, @name nvarchar(300), @sql nvarchar(max), @groups bigint, @oldest_ms bigint;
+    DECLARE @oid int, @name nvarchar(600), @sql nvarchar(max), @groups bigint, @oldest_ms bigint;
     DECLARE queues CURSOR LOCAL FAST_FORWARD FOR
         SELECT object_id, QUOTENAME(SCHEMA_NAME(schema_id)) + N'.' + QUOTENAME(name)
           FROM sys.service_queues WHERE is_ms_shipped = 0;
@@ -200,9 +212,12 @@ BEGIN
     CLOSE queues;
     DEALLOCATE queues;
 
-    DECLARE @by_state nvarchar(max) = (
-        SELECT N'{' + ISNULL(STRING_AGG(N'"' + s.state + N'":' + CAST(s.n AS nvarchar(20)), N','), N'') + N'}'
-          FROM (SELECT state, COUNT_BIG(*) AS n FROM sys.conversation_endpoints GROUP BY state) s);
+    -- {"CO": n, ...}: FOR XML PATH concatenation (STRING_AGG needs SQL Server 2017; the
+    -- scripts run on 2016 SP1). The states are two letters, nothing to escape.
+    DECLARE @by_state nvarchar(max) = N'{' + ISNULL(STUFF((
+        SELECT N',"' + RTRIM(s.state) + N'":' + CAST(s.n AS nvarchar(20))
+          FROM (SELECT state, COUNT_BIG(*) AS n FROM sys.conversation_endpoints GROUP BY state) s
+           FOR XML PATH(''), TYPE).value('.', 'nvarchar(max)'), 1, 1, N''), N'') + N'}';
 
     SELECT (
         SELECT N'sqlserver' AS backend,

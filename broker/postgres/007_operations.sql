@@ -105,13 +105,21 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM sb.fail('P0002', format('dead letter %s does not exist', p_id));
     END IF;
+    -- Only what the initiator sends (a request) can begin a dialog again.
+    IF NOT EXISTS (SELECT 1 FROM sb.contract_message cm
+                    WHERE cm.contract = d.service_contract_name AND cm.message_type = d.message_type_name
+                      AND cm.sent_by IN ('INITIATOR', 'ANY')) THEN
+        PERFORM sb.fail('22023', format('dead letter %s is a %s, which the initiator of contract %s does not send: '
+            'only requests can be sent again (a stale key is sent again by the sweep)', p_id, d.message_type_name,
+            d.service_contract_name));
+    END IF;
     IF d.far_service IS NULL THEN
         PERFORM sb.fail('22023', format('dead letter %s does not say which service sent it (it was diverted '
             'after its conversation was gone), so it cannot be sent again', p_id));
     END IF;
     v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, NULL, NULL);
     PERFORM sb.send(v_handle, d.message_type_name, d.message_body);
-    IF p_dv IS NOT NULL THEN
+    IF p_dv IS NOT NULL AND p_vraag_id IS NOT NULL THEN
         INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
         VALUES (v_handle, p_vraag_id, p_dv, p_periode, p_versie);
     END IF;

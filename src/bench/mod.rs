@@ -21,6 +21,7 @@ mod limit;
 mod open_loop;
 pub mod peers;
 pub mod pipeline;
+pub mod plan;
 pub mod poison;
 pub mod report;
 pub mod runs;
@@ -376,13 +377,69 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     )
     .filter(|s| opts.takes(s.contender()))
     .collect();
+    // Every step, in the order the loops below take them (each loop step starts one).
+    let headline_contenders: Vec<Contender> = Contender::ALL
+        .into_iter()
+        .filter(|&c| opts.takes(c))
+        .filter(|&c| {
+            matches!(c, Contender::Limit | Contender::SbworkerPostgres | Contender::SbworkerTds)
+                || peers.iter().any(|p| p.contender == c)
+        })
+        .collect();
+    let mut steps = Vec::new();
+    for rep in 1..=sizes.reps {
+        let r = if sizes.reps > 1 { format!(", repetition {rep}/{}", sizes.reps) } else { String::new() };
+        steps.push(plan::Step::fixed(
+            "calibration",
+            format!("commit calibration{r}"),
+            sizes.calibration_seconds as f64,
+        ));
+        for sync in [true, false].into_iter().filter(|_| opts.runs(Part::Headline)) {
+            for c in &headline_contenders {
+                let on = if sync { "on" } else { "off" };
+                steps.push(plan::Step::open("headline", format!("headline: {}, synchronous_commit {on}{r}", c.key())));
+            }
+        }
+        for c in [Contender::SbworkerPostgres, Contender::SbworkerTds]
+            .into_iter()
+            .filter(|&c| opts.runs(Part::BurnDown) && opts.takes(c))
+        {
+            steps.push(plan::Step::open("burn-down", format!("burn-down: {}{r}", c.key())));
+        }
+        for s in subjects.iter().filter(|_| opts.runs(Part::Poison)) {
+            steps.push(plan::Step::open("poison", format!("poison: {}{r}", s.contender().key())));
+        }
+        for s in subjects.iter().filter(|_| opts.runs(Part::Bloat)) {
+            let label = format!("bloat with xmin pinned: {}{r}", s.contender().key());
+            steps.push(plan::Step::fixed("bloat", label, sizes.bloat_seconds));
+        }
+        for rate in sizes.open_loop_rates.iter().filter(|_| opts.runs(Part::OpenLoop)) {
+            for s in &subjects {
+                let label = format!("open loop at {rate}/s: {}{r}", s.contender().key());
+                steps.push(plan::Step::fixed(
+                    "open-loop",
+                    label,
+                    sizes.open_loop_warmup_seconds + sizes.open_loop_seconds,
+                ));
+            }
+        }
+        for readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
+            steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers{r}")));
+        }
+        if opts.runs(Part::Engine) {
+            steps.push(plan::Step::fixed("engine", format!("engine alone{r}"), sizes.engine_seconds));
+        }
+    }
+    let mut tracker = plan::Tracker::new(steps);
     for rep in 0..sizes.reps {
+        tracker.next();
         results.calibrations.push(
             runs::calibrate(&w, "bench_limit", &limit, sizes.connections, sizes.calibration_seconds, &work).await?,
         );
         for sync in [true, false].into_iter().filter(|_| opts.runs(Part::Headline)) {
             // Interleaved: every contender once per repetition, in turn.
-            for contender in Contender::ALL.into_iter().filter(|&c| opts.takes(c)) {
+            for &contender in &headline_contenders {
+                tracker.next();
                 let m = match contender {
                     Contender::Limit => {
                         runs::limit(&w, "bench_limit", &limit, shape, sizes.connections, sync, rep, &work).await?
@@ -406,21 +463,25 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         .into_iter()
         .filter(|&(_, _, c)| opts.runs(Part::BurnDown) && opts.takes(c))
         {
+            tracker.next();
             results
                 .runs
                 .push(runs::sbworker(&w, db, url, contender, Workload::BurnDown, shape, true, rep, &work).await?);
         }
         for &subject in subjects.iter().filter(|_| opts.runs(Part::Poison)) {
+            tracker.next();
             results.poison.push(poison::poison(&w, subject, shape, rep, &work).await?);
         }
         let bloat_shape =
             Shape { groups: sizes.bloat_groups, per_group: sizes.bloat_per_group, readers: sizes.readers };
         let bloat_time = Duration::from_secs_f64(sizes.bloat_seconds);
         for &subject in subjects.iter().filter(|_| opts.runs(Part::Bloat)) {
+            tracker.next();
             results.bloat.push(poison::bloat(&w, subject, bloat_shape, bloat_time, rep, &work).await?);
         }
         for &rate in sizes.open_loop_rates.iter().filter(|_| opts.runs(Part::OpenLoop)) {
             for &subject in &subjects {
+                tracker.next();
                 results.open_loop.push(
                     runs::open_loop(
                         &w,
@@ -437,12 +498,15 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
             }
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
+            tracker.next();
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
         }
         if opts.runs(Part::Engine) {
+            tracker.next();
             results.engine_per_second.push(pipeline::engine_alone(Duration::from_secs_f64(sizes.engine_seconds))?);
         }
     }
+    debug_assert_eq!(tracker.started(), tracker.total(), "the plan and the loops took different steps");
     report::write(&opts.out, &results)?;
     progress(&format!("report: {}", opts.out.join("report.md").display()));
     let _ = writeln!(std::io::stderr());

@@ -89,7 +89,7 @@ fn operator() -> String {
 /// A time as the broker takes it: a date is its midnight UTC.
 fn time_arg(s: &str) -> anyhow::Result<String> {
     if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        return Ok(format!("{d}T00:00:00Z"));
+        return Ok(format!("{d}T00:00:00.000Z"));
     }
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Millis, true))

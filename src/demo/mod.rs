@@ -7,11 +7,12 @@
 //! Service Broker emulator, started in this process on the same broker.
 //!
 //! Layout: [`roster`] (generated roster, bulk load), [`edits`] (the burst), [`check`]
-//! (drain and verify), `rng`.
+//! (drain and verify), [`progress`] (durations as progress lines say them), `rng`.
 
 pub mod check;
 pub mod edits;
 pub mod oracle;
+pub mod progress;
 pub mod rng;
 pub mod roster;
 
@@ -116,14 +117,23 @@ impl ProgressLine {
         }
         self.last = Some(now);
         let secs = started.elapsed().as_secs_f64().max(0.001);
+        let rate = p.answered as f64 / secs;
+        // The time left at the rate so far (the requests sent so far: in the edits phase
+        // the planners may still be sending).
+        let left = match p.sent - p.answered {
+            0 => "done".to_string(),
+            n if rate > 0.0 => format!("about {} left", progress::human(n as f64 / rate)),
+            _ => "time left: after the first answers".to_string(),
+        };
         let line = format!(
-            "[{}] {}/{} answered, {} faults, {} messages waiting, {:.0} answers/s",
+            "[{}] {}/{} answered, {} faults, {} messages waiting, {:.0} answers/s, {} elapsed, {left}",
             self.phase,
             p.answered,
             p.sent,
             p.faults,
             p.messages,
-            p.answered as f64 / secs
+            rate,
+            progress::human(secs),
         );
         let mut err = std::io::stderr().lock();
         let _ = if self.tty { write!(err, "\r\x1b[2K{line}") } else { writeln!(err, "{line}") };
