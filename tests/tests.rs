@@ -20,6 +20,7 @@ mod layers;
 mod mssql_real;
 mod mssql_scripts;
 mod ops;
+mod packaging;
 mod pg_roles;
 mod pg_tls;
 mod pipeline_pg;

@@ -5,7 +5,7 @@ pub fn human(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
     match s {
         0..=99 => format!("{s} s"),
-        100..=3569 => format!("{} min", (s + 30) / 60),
+        100..=3599 => format!("{} min", (s + 30) / 60),
         _ => format!("{} h {:02} min", s / 3600, (s % 3600) / 60),
     }
 }
