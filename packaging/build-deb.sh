@@ -32,7 +32,7 @@ if ((${#need[@]})); then
 fi
 
 say "cargo deb (release build)"
-deb=$(cargo deb --locked --quiet 2>/dev/null | tail -n 1)
+deb=$(cargo deb --locked --quiet | tail -n 1)
 [[ -f "$deb" ]] || { echo "build-deb: cargo deb wrote no package" >&2; exit 1; }
 say "built $deb"
 dpkg-deb --info "$deb" | sed -n 's/^ \(Package\|Version\|Depends\|Architecture\):/  \1:/p'

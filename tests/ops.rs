@@ -88,15 +88,24 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     // emulator's own).
     let mut worker_cfg = demo::worker_config_text(&url, 2);
     let ops_cfg;
+    let mut monitor_cfg = None;
     let _emulator = match kind {
         Kind::Postgres => {
-            let login = format!("ops_{}", &Uuid::new_v4().simple().to_string()[..8]);
-            c.batch_execute(&format!("CREATE ROLE {login} LOGIN; GRANT sbworker_housekeeping TO {login};"))
-                .await
-                .unwrap();
-            let ops_url = url.replace("user=postgres", &format!("user={login}"));
-            assert_ne!(ops_url, url);
-            ops_cfg = demo::worker_config_text(&ops_url, 2);
+            let tag = &Uuid::new_v4().simple().to_string()[..8];
+            let (login, monitor) = (format!("ops_{tag}"), format!("mon_{tag}"));
+            c.batch_execute(&format!(
+                "CREATE ROLE {login} LOGIN; GRANT sbworker_housekeeping TO {login}; \
+                 CREATE ROLE {monitor} LOGIN; GRANT sbworker_monitor TO {monitor};"
+            ))
+            .await
+            .unwrap();
+            let as_login = |l: &str| {
+                let u = url.replace("user=postgres", &format!("user={l}"));
+                assert_ne!(u, url);
+                demo::worker_config_text(&u, 2)
+            };
+            ops_cfg = as_login(&login);
+            monitor_cfg = Some(as_login(&monitor));
             None
         }
         Kind::Tds => {
@@ -162,7 +171,37 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     assert!(shown.contains(&format!("\n  <Dienstverband Id=\"{bad}\">")), "the body is indented: {shown}");
     assert!(shown.contains("attempts:      3"), "{shown}");
 
-    // A roster edit to another key while the entry waits: replay changes nothing there.
+    // The key waits for its result: with a threshold of 0 minutes it is stale.
+    let o = sbworker(&ops, &["status", "--stale-minutes", "0"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("1 keys are stale"), "{}", text(&o));
+
+    // An entry whose Vraag asks for a version the roster never reached (planted by hand
+    // here, as a compromised worker could) is refused: it would block the key's real
+    // results. The sending service is always the conversation's, whatever the row said.
+    let forged: i64 = c
+        .query_one(
+            "INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id, \
+             conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason, \
+             far_service) \
+             SELECT queue, service_name, service_contract_name, conversation_group_id, conversation_handle, \
+                    message_sequence_number, message_type_name, \
+                    convert_to(replace(convert_from(message_body, 'UTF8'), 'Versie=\"1\"', 'Versie=\"99\"'), 'UTF8'), \
+                    attempts, 'planted', 'forged' \
+               FROM sbworker.dead_letter WHERE id = $1 RETURNING id",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let far: Option<String> =
+        c.query_one("SELECT far_service FROM sbworker.dead_letter WHERE id = $1", &[&forged]).await.unwrap().get(0);
+    assert_ne!(far.as_deref(), Some("forged"));
+    let o = sbworker(&ops, &["dead-letter", "replay", &forged.to_string()]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("which the roster never reached"), "{}", text(&o));
+    c.execute("DELETE FROM sbworker.dead_letter WHERE id = $1", &[&forged]).await.unwrap();
+
     // replay: sent again; the key ends with its latest result.
     let o = sbworker(&ops, &["dead-letter", "replay", &id.to_string()]).await;
     assert!(o.status.success(), "{}", text(&o));
@@ -228,10 +267,17 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("only requests can be sent again"), "{}", text(&o));
 
+    // replay --all: the answer set aside on the data side is not a request, the Vraag is
+    // replayed already: nothing is sent, nothing fails.
+    let o = sbworker(&ops, &["dead-letter", "replay", "--all"]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("replayed 0 dead letters, left 1 alone"), "{}", text(&o));
+
     // status: all is well (exit 0), and the documented shape.
     let o = sbworker(&ops, &["status", "--json"]).await;
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["attention"], serde_json::json!([]), "{s}");
     for field in ["backend", "at", "queues", "workers", "conversations", "stale_keys", "sweeps", "last_export"] {
         assert!(s.get(field).is_some(), "{field} missing: {s}");
     }
@@ -242,6 +288,17 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     assert!(queue(DATA_QUEUE)["messages"].is_i64(), "{s}");
     assert_eq!(s["stale_keys"]["count"], 0, "{s}");
     assert!(s["conversations"]["by_state"].is_object(), "{s}");
+
+    // The monitor's login reads the status and nothing else.
+    if let Some(cfg) = &monitor_cfg {
+        let monitor = dir.0.join("monitor.toml");
+        std::fs::write(&monitor, cfg).unwrap();
+        let o = sbworker(&monitor, &["status"]).await;
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let o = sbworker(&monitor, &["dead-letter", "list"]).await;
+        assert_eq!(o.status.code(), Some(69), "{}", text(&o));
+        assert!(text(&o).contains("permission denied"), "{}", text(&o));
+    }
 
     // A disabled queue needs attention: exit 1, said in the table.
     c.batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_enabled => false)")).await.unwrap();
@@ -295,9 +352,15 @@ async fn status_without_workers_needs_attention_and_parses_into_the_documented_t
     let s: sbworker::ops::status::Status = serde_json::from_str(&json).unwrap();
     assert_eq!(s.backend, "postgresql");
     assert_eq!(s.queues.len(), 2);
-    let t = sbworker::ops::status::Thresholds { worker_silent_seconds: 30.0, stale_minutes: 60 };
+    let t = sbworker::ops::status::Thresholds { worker_silent_seconds: Some(30.0), stale_minutes: 60 };
     let needs = sbworker::ops::status::attention(&s, t);
-    assert_eq!(needs, vec!["no worker alive (no heartbeat in the last 30 s)".to_string()]);
+    assert_eq!(
+        needs,
+        vec![
+            "no worker alive (no heartbeat in the last 30 s; a worker with worker.heartbeat_ms = 0 does not beat)"
+                .to_string()
+        ]
+    );
     let table = sbworker::ops::status::render(&s, t, false);
     assert!(table.contains(REKEN_QUEUE) && table.contains("needs attention"), "{table}");
 }

@@ -132,9 +132,12 @@ IF EXISTS (SELECT 1 FROM sys.database_principals u
 GO
 IF DATABASE_PRINCIPAL_ID(N'sbworker_role') IS NULL CREATE ROLE sbworker_role AUTHORIZATION dbo;
 GO
--- The operator's role (`sbworker status`, `sbworker dead-letter`): 06_security.sql grants
--- it those procedures and nothing else; the DBA adds the operators' users to it.
+-- The operator's role (`sbworker status`, `sbworker dead-letter`) and the monitor's
+-- (`sbworker status` only): 06_security.sql grants them those procedures and nothing
+-- else; the DBA adds the operators' and the monitoring system's users to them.
 IF DATABASE_PRINCIPAL_ID(N'sbworker_operator_role') IS NULL CREATE ROLE sbworker_operator_role AUTHORIZATION dbo;
+GO
+IF DATABASE_PRINCIPAL_ID(N'sbworker_monitor_role') IS NULL CREATE ROLE sbworker_monitor_role AUTHORIZATION dbo;
 GO
 -- Membership read from the catalog (IS_ROLEMEMBER can be NULL, which would skip this).
 IF NOT EXISTS (SELECT 1 FROM sys.database_role_members rm

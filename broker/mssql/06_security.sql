@@ -49,12 +49,14 @@ GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_operator_role;
+-- The monitor's role: the status, nothing else.
+GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_monitor_role;
 GO
 
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+69a97fb17359459f';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7a38be3cbc03b2fe';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+69a97fb17359459f';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7a38be3cbc03b2fe';
 GO

@@ -34,22 +34,28 @@ IF OBJECT_ID(N'sbworker.worker_instance', N'U') IS NULL
         -- Per queue: {"queue": {"readers": n, "busy": n}}.
         queues     nvarchar(max) NOT NULL CONSTRAINT ck_worker_instance_queues CHECK (ISJSON(queues) = 1));
 GO
+-- How often the instance beats (worker.heartbeat_ms): status judges its silence by it.
+IF COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL
+    ALTER TABLE sbworker.worker_instance ADD interval_ms int NOT NULL CONSTRAINT df_worker_instance_interval DEFAULT 10000;
+GO
 
--- @started_unix: when the instance started, seconds since the Unix epoch.
+-- @started_unix: when the instance started, seconds since the Unix epoch;
+-- @interval_ms: how often it beats.
 CREATE OR ALTER PROCEDURE sbworker.heartbeat
     @instance uniqueidentifier, @host nvarchar(256), @pid int, @version nvarchar(64), @started_unix bigint,
-    @queues nvarchar(max)
+    @queues nvarchar(max), @interval_ms int = 10000
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @now datetime2(3) = SYSUTCDATETIME();
-    UPDATE sbworker.worker_instance SET beat_at = @now, queues = @queues WHERE instance = @instance;
+    UPDATE sbworker.worker_instance SET beat_at = @now, queues = @queues, interval_ms = @interval_ms
+     WHERE instance = @instance;
     IF @@ROWCOUNT = 0
-        INSERT sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues)
+        INSERT sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms)
         VALUES (@instance, @host, @pid, @version,
                 DATEADD(SECOND, CAST(@started_unix % 86400 AS int),
                         DATEADD(DAY, CAST(@started_unix / 86400 AS int), CAST('1970-01-01' AS datetime2(3)))),
-                @now, @queues);
+                @now, @queues, @interval_ms);
     -- Instances silent for a day are gone for good.
     DELETE sbworker.worker_instance WHERE beat_at < DATEADD(DAY, -1, @now);
 END;
@@ -96,29 +102,64 @@ GO
 
 -- Sends a dead letter's message again, byte for byte, on a new dialog from the service
 -- that sent it to the service that received it, and marks the entry replayed (by whom
--- and which login, when, the new dialog); the entry is kept. With the request's key
--- (@dv ...), the calculation log gets its row, as for every Vraag sent. Returns the new
--- dialog's handle. As the owner: FROM SERVICE, ON CONTRACT and MESSAGE TYPE take names,
--- not variables, so the dialog is begun in dynamic SQL, where ownership chaining does
--- not reach.
+-- and which login, when, the new dialog); the entry is kept. When the body is a Vraag,
+-- its key and version are read from it here (never taken from the caller): the dialog
+-- joins the key's conversation group, the calculation log gets its row as for every
+-- Vraag sent, and a version the roster never reached is refused. With
+-- @unless_replayed = 1 an entry replayed already is left alone (the handle is NULL).
+-- As the owner: FROM SERVICE, ON CONTRACT and MESSAGE TYPE take names, not variables,
+-- so the dialog is begun in dynamic SQL, where ownership chaining does not reach.
 CREATE OR ALTER PROCEDURE sbworker.replay_dead_letter
-    @id bigint, @by nvarchar(256), @vraag_id uniqueidentifier = NULL, @dv int = NULL, @periode int = NULL,
-    @versie bigint = NULL
+    @id bigint, @by nvarchar(256), @unless_replayed bit = 0
 WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @far nvarchar(256), @service nvarchar(256), @contract nvarchar(256), @type nvarchar(256),
-            @body varbinary(max), @h uniqueidentifier, @sql nvarchar(max), @msg nvarchar(2048);
+            @body varbinary(max), @replays int, @h uniqueidentifier, @sql nvarchar(max), @msg nvarchar(2048),
+            @x xml, @vraag_id uniqueidentifier, @dv int, @periode int, @versie bigint, @group uniqueidentifier,
+            @roster bigint;
+    SELECT @type = message_type_name, @body = message_body FROM sbworker.dead_letter WHERE id = @id;
+    IF @@ROWCOUNT = 0
+    BEGIN
+        SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
+        THROW 50404, @msg, 1;
+    END;
+    -- The key of a Vraag, read before any transaction: a body that is not one is no error.
+    IF @type = N'/Rekenserver/LoonfactorBerekening/Vraag'
+    BEGIN
+        BEGIN TRY
+            SET @x = CAST(@body AS xml);
+            WITH XMLNAMESPACES (DEFAULT N'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+            SELECT @vraag_id = @x.value(N'(/LoonfactorBerekeningVraag/@Id)[1]', N'uniqueidentifier'),
+                   @versie = @x.value(N'(/LoonfactorBerekeningVraag/@Versie)[1]', N'bigint'),
+                   @dv = @x.value(N'(/LoonfactorBerekeningVraag/Dienstverband/@Id)[1]', N'int'),
+                   @periode = @x.value(N'(/LoonfactorBerekeningVraag/Periode/@Id)[1]', N'int');
+        END TRY
+        BEGIN CATCH
+            -- Not raised again: a body that cannot be read as a Vraag has no key, and is
+            -- sent again as it is, without a calculation log row.
+            SELECT @vraag_id = NULL, @versie = NULL, @dv = NULL, @periode = NULL;
+        END CATCH;
+    END;
+    IF @vraag_id IS NULL OR @versie IS NULL OR @dv IS NULL OR @periode IS NULL
+        SELECT @vraag_id = NULL, @versie = NULL, @dv = NULL, @periode = NULL;
+
     BEGIN TRANSACTION;
     SELECT @far = far_service, @service = service_name, @contract = service_contract_name,
-           @type = message_type_name, @body = message_body
+           @type = message_type_name, @body = message_body, @replays = replays
       FROM sbworker.dead_letter WITH (UPDLOCK, HOLDLOCK)
      WHERE id = @id;
     IF @@ROWCOUNT = 0
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
         THROW 50404, @msg, 1;
+    END;
+    IF @unless_replayed = 1 AND @replays > 0
+    BEGIN
+        COMMIT;
+        SELECT CAST(NULL AS uniqueidentifier) AS conversation_handle;
+        RETURN;
     END;
     -- Only what the initiator sends (a request) can begin a dialog again.
     IF NOT EXISTS (SELECT 1 FROM sys.service_contract_message_usages u
@@ -130,6 +171,18 @@ BEGIN
                           N' does not send: only requests can be sent again (a stale key is sent again by the sweep)');
         THROW 50422, @msg, 1;
     END;
+    IF @vraag_id IS NOT NULL
+    BEGIN
+        SELECT @roster = versie, @group = group_id FROM Rekenserver.sleutel
+         WHERE dienstverband_id = @dv AND periode_id = @periode;
+        IF @roster IS NULL OR @versie > @roster
+        BEGIN
+            SET @msg = CONCAT(N'dead letter ', @id, N' asks for version ', @versie, N' of key (', @dv, N', ', @periode,
+                              N'), which the roster never reached (it is at ', ISNULL(CAST(@roster AS nvarchar(20)),
+                              N'no version'), N'): it is not sent');
+            THROW 50422, @msg, 1;
+        END;
+    END;
     IF @far IS NULL
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not say which service sent it (it was diverted after its ',
@@ -137,7 +190,9 @@ BEGIN
         THROW 50422, @msg, 1;
     END;
     SET @sql = N'BEGIN DIALOG CONVERSATION @h FROM SERVICE ' + QUOTENAME(@far)
-             + N' TO SERVICE @to ON CONTRACT ' + QUOTENAME(@contract) + N' WITH ENCRYPTION = OFF; '
+             + N' TO SERVICE @to ON CONTRACT ' + QUOTENAME(@contract) + N' WITH '
+             + CASE WHEN @group IS NULL THEN N'' ELSE N'RELATED_CONVERSATION_GROUP = @g, ' END
+             + N'ENCRYPTION = OFF; '
              + N'SEND ON CONVERSATION @h MESSAGE TYPE ' + QUOTENAME(@type)
              -- SEND takes no NULL body: a message without one is sent without one.
              + CASE WHEN @body IS NULL THEN N';' ELSE N' (@body);' END;
@@ -147,9 +202,10 @@ BEGIN
                           N'characters, which QUOTENAME cannot quote');
         THROW 50422, @msg, 1;
     END;
-    EXEC sys.sp_executesql @sql, N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @body varbinary(max)',
-        @h = @h OUTPUT, @to = @service, @body = @body;
-    IF @dv IS NOT NULL AND @vraag_id IS NOT NULL
+    EXEC sys.sp_executesql @sql,
+        N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @g uniqueidentifier, @body varbinary(max)',
+        @h = @h OUTPUT, @to = @service, @g = @group, @body = @body;
+    IF @vraag_id IS NOT NULL
         INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
         VALUES (@h, @vraag_id, @dv, @periode, @versie);
     UPDATE sbworker.dead_letter
@@ -233,29 +289,30 @@ BEGIN
                           x.groups AS groups_waiting,
                           x.oldest_ms / 1000.0 AS oldest_message_seconds,
                           (SELECT COUNT_BIG(*) FROM sbworker.message_attempt a
-                            WHERE a.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name
+                            WHERE a.queue IN (SCHEMA_NAME(sq.schema_id) + N'.' + sq.name, sq.name)
                               AND (a.attempts > 1 OR a.transient_failures > 0)
                               AND a.last_attempt_at > DATEADD(MINUTE, -@recent_minutes, @now)) AS retried_recently,
                           (SELECT COUNT_BIG(*) FROM sbworker.dead_letter d
-                            WHERE d.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name) AS dead_letters,
+                            WHERE d.queue IN (SCHEMA_NAME(sq.schema_id) + N'.' + sq.name, sq.name)) AS dead_letters,
                           (SELECT COUNT_BIG(*) FROM sbworker.dead_letter d
-                            WHERE d.queue = SCHEMA_NAME(sq.schema_id) + N'.' + sq.name AND d.replays = 0)
+                            WHERE d.queue IN (SCHEMA_NAME(sq.schema_id) + N'.' + sq.name, sq.name) AND d.replays = 0)
                               AS dead_letters_not_replayed
                      FROM sys.service_queues sq JOIN @q x ON x.object_id = sq.object_id
                     ORDER BY queue
                       FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS queues,
                JSON_QUERY(ISNULL((
-                   SELECT CAST(w.instance AS nvarchar(36)) AS instance, w.host, CAST(w.pid AS bigint) AS pid, w.version,
-                          CONVERT(nvarchar(30), w.started_at, 127) + N'Z' AS started_at,
+                   SELECT LOWER(CAST(w.instance AS nvarchar(36))) AS instance, w.host, CAST(w.pid AS bigint) AS pid,
+                          w.version, CONVERT(nvarchar(30), w.started_at, 127) + N'Z' AS started_at,
                           DATEDIFF_BIG(MILLISECOND, w.beat_at, @now) / 1000.0 AS beat_seconds_ago,
+                          CAST(w.interval_ms AS bigint) AS interval_ms,
                           JSON_QUERY(w.queues) AS queues
                      FROM sbworker.worker_instance w
                     ORDER BY w.started_at
                       FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS workers,
                JSON_QUERY(@by_state) AS [conversations.by_state],
                JSON_QUERY((
-                   SELECT TOP (1) CAST(l.dialog_handle AS nvarchar(36)) AS handle,
-                          CAST(ce.far_service AS nvarchar(256)) AS service,
+                   SELECT TOP (1) LOWER(CAST(l.dialog_handle AS nvarchar(36))) AS handle,
+                          (SELECT sv.name FROM sys.services sv WHERE sv.service_id = ce.service_id) AS service,
                           CAST(ce.state AS nvarchar(2)) AS state,
                           DATEDIFF_BIG(MILLISECOND, l.verzonden_op, @now) / 1000.0 AS age_seconds
                      FROM Rekenserver.berekening_log l
@@ -278,11 +335,12 @@ BEGIN
                           CAST(r.ms AS bigint) AS ms, CAST(r.kandidaten AS bigint) AS candidates,
                           CAST(r.verzonden AS bigint) AS sent, CAST(r.verwijderd AS bigint) AS deleted,
                           NULLIF(r.fout, N'') AS error
-                     FROM (SELECT TOP (5) * FROM Rekenserver.run_log WHERE run_id IS NULL ORDER BY id DESC) r
+                     FROM (SELECT TOP (5) * FROM Rekenserver.run_log WHERE run_id IS NULL AND stap = 'run'
+                            ORDER BY id DESC) r
                     ORDER BY r.id DESC
                       FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS sweeps,
                JSON_QUERY((
-                   SELECT TOP (1) CAST(r.export_batch AS nvarchar(36)) AS batch,
+                   SELECT TOP (1) LOWER(CAST(r.export_batch AS nvarchar(36))) AS batch,
                           CONVERT(nvarchar(30), MAX(r.geclaimd_op), 127) + N'Z' AS claimed_at,
                           COUNT_BIG(*) AS results,
                           COUNT_BIG(CASE WHEN r.export_status = 2 THEN 1 END) AS confirmed

@@ -12,7 +12,10 @@
 --                          cannot send a Vraag of its own making; with the roster
 --                          installed, edits it.
 --   sbworker_payroll       exports results and acknowledges them.
---   sbworker_housekeeping  the sweep (sending stale keys again) and retention.
+--   sbworker_housekeeping  the sweep (sending stale keys again) and retention; the
+--                          dead letters (`sbworker dead-letter`) and the status.
+--   sbworker_monitor       reads the status (`sbworker status`) and nothing else: for
+--                          monitoring systems.
 -- PUBLIC gets nothing on the broker's schemas. The functions a role calls run with their
 -- owner's rights (SECURITY DEFINER) and a pinned search_path, so no table of the broker
 -- is reachable but through them, and a caller's search_path changes nothing they run.
@@ -23,7 +26,8 @@ DO $$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['sbworker_worker', 'sbworker_sender', 'sbworker_payroll', 'sbworker_housekeeping'] LOOP
+    FOREACH r IN ARRAY ARRAY['sbworker_worker', 'sbworker_sender', 'sbworker_payroll', 'sbworker_housekeeping',
+                             'sbworker_monitor'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -74,7 +78,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'sbworker', 'dead_letter'),
     ('sbworker_housekeeping', 'sbworker', 'replay_dead_letter'),
     ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters'),
-    ('sbworker_housekeeping', 'sbworker', 'status_report');
+    ('sbworker_housekeeping', 'sbworker', 'status_report'),
+    ('sbworker_monitor', 'sbworker', 'status_report');
 
 DO $$
 DECLARE
@@ -114,7 +119,7 @@ BEGIN
 END $$;
 
 GRANT USAGE ON SCHEMA sb TO sbworker_worker;
-GRANT USAGE ON SCHEMA sbworker TO sbworker_worker, sbworker_housekeeping;
+GRANT USAGE ON SCHEMA sbworker TO sbworker_worker, sbworker_housekeeping, sbworker_monitor;
 GRANT USAGE ON SCHEMA rekenserver TO sbworker_worker, sbworker_payroll, sbworker_housekeeping;
 
 -- The worker's bookkeeping: attempts, dead letters, the version claim.
@@ -160,7 +165,8 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.grant_role(p_role text, p_login text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_role NOT IN ('sbworker_worker', 'sbworker_sender', 'sbworker_payroll', 'sbworker_housekeeping') THEN
+    IF p_role NOT IN ('sbworker_worker', 'sbworker_sender', 'sbworker_payroll', 'sbworker_housekeeping',
+                      'sbworker_monitor') THEN
         PERFORM sb.fail('22023', format('%s is not one of sbworker''s roles', p_role));
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_login) THEN

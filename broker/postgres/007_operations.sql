@@ -17,16 +17,21 @@ CREATE TABLE IF NOT EXISTS sbworker.worker_instance (
     -- Per queue: {"queue": {"readers": n, "busy": n}}.
     queues     jsonb NOT NULL DEFAULT '{}'
 );
+-- How often the instance beats (worker.heartbeat_ms): status judges its silence by it.
+ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS interval_ms int NOT NULL DEFAULT 10000;
 
--- p_started_unix: when the instance started, seconds since the Unix epoch.
+-- p_started_unix: when the instance started, seconds since the Unix epoch;
+-- p_interval_ms: how often it beats.
+DROP FUNCTION IF EXISTS sbworker.heartbeat(uuid, text, int, text, bigint, jsonb);
 CREATE OR REPLACE FUNCTION sbworker.heartbeat(p_instance uuid, p_host text, p_pid int, p_version text,
-    p_started_unix bigint, p_queues jsonb)
+    p_started_unix bigint, p_queues jsonb, p_interval_ms int)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues)
-    VALUES (p_instance, p_host, p_pid, p_version, to_timestamp(p_started_unix), clock_timestamp(), p_queues)
+    INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms)
+    VALUES (p_instance, p_host, p_pid, p_version, to_timestamp(p_started_unix), clock_timestamp(), p_queues,
+            p_interval_ms)
     ON CONFLICT (instance) DO UPDATE
-        SET beat_at = excluded.beat_at, queues = excluded.queues;
+        SET beat_at = excluded.beat_at, queues = excluded.queues, interval_ms = excluded.interval_ms;
     -- Instances silent for a day are gone for good.
     DELETE FROM sbworker.worker_instance WHERE beat_at < clock_timestamp() - interval '1 day';
 END $$;
@@ -46,12 +51,13 @@ ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replay_handle uuid;
 
 -- The service that sent a diverted message, filled from its conversation while that
 -- still exists (the worker diverts inside the receiving transaction).
+-- Always from the endpoint, whatever the inserting session gave: the sender a replay
+-- begins its dialog from is the one the conversation really had (NULL when the
+-- conversation is gone).
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_far_service() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.far_service IS NULL THEN
-        SELECT far_service INTO NEW.far_service FROM sb.endpoint WHERE handle = NEW.conversation_handle;
-    END IF;
+    NEW.far_service := (SELECT far_service FROM sb.endpoint WHERE handle = NEW.conversation_handle);
     RETURN NEW;
 END $$;
 DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
@@ -89,21 +95,58 @@ BEGIN
      WHERE d.id = p_id;
 END $$;
 
+-- The key a Vraag stands for, read from its body (UTF-8, or UTF-16 as T-SQL clients
+-- send it): no row when the body is not a Vraag that can be read.
+CREATE OR REPLACE FUNCTION sbworker.vraag_key(p_body bytea,
+    OUT vraag_id uuid, OUT dienstverband_id int, OUT periode_id int, OUT versie bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_xml  xml;
+    v_ns   text[] := ARRAY[ARRAY['v', 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008']];
+BEGIN
+    BEGIN
+        IF length(p_body) >= 2 AND (get_byte(p_body, 0) IN (0, 254, 255) OR get_byte(p_body, 1) = 0) THEN
+            v_xml := xmlparse(DOCUMENT sb.utf16_text(p_body));
+        ELSE
+            v_xml := xmlparse(DOCUMENT convert_from(p_body, 'UTF8'));
+        END IF;
+        vraag_id := ((xpath('/v:LoonfactorBerekeningVraag/@Id', v_xml, v_ns))[1])::text::uuid;
+        versie := ((xpath('/v:LoonfactorBerekeningVraag/@Versie', v_xml, v_ns))[1])::text::bigint;
+        dienstverband_id := ((xpath('/v:LoonfactorBerekeningVraag/v:Dienstverband/@Id', v_xml, v_ns))[1])::text::int;
+        periode_id := ((xpath('/v:LoonfactorBerekeningVraag/v:Periode/@Id', v_xml, v_ns))[1])::text::int;
+    EXCEPTION WHEN OTHERS THEN
+        vraag_id := NULL;
+    END;
+    IF vraag_id IS NULL OR versie IS NULL OR dienstverband_id IS NULL OR periode_id IS NULL THEN
+        vraag_id := NULL; dienstverband_id := NULL; periode_id := NULL; versie := NULL;
+    END IF;
+END $$;
+
 -- Sends a dead letter's message again, byte for byte, on a new dialog from the service
 -- that sent it to the service that received it, and marks the entry replayed (by whom
--- and which login, when, the new dialog); the entry is kept. When the caller has read the request's key
--- from the body (p_vraag_id … p_versie), the calculation log gets its row, as for every
--- Vraag sent. Returns the new dialog's handle.
-CREATE OR REPLACE FUNCTION sbworker.replay_dead_letter(p_id bigint, p_by text, p_vraag_id uuid DEFAULT NULL,
-    p_dv int DEFAULT NULL, p_periode int DEFAULT NULL, p_versie bigint DEFAULT NULL)
+-- and which login, when, the new dialog); the entry is kept. When the body is a Vraag,
+-- its key and version are read from it here (never taken from the caller): the dialog
+-- joins the key's conversation group, the calculation log gets its row as for every
+-- Vraag sent, and a version the roster never reached is refused (a forged entry cannot
+-- block the key's real results). With p_unless_replayed, an entry replayed already is
+-- left alone (NULL is returned): `replay --all` run twice at once sends each entry once.
+-- Returns the new dialog's handle.
+DROP FUNCTION IF EXISTS sbworker.replay_dead_letter(bigint, text, uuid, int, int, bigint);
+CREATE OR REPLACE FUNCTION sbworker.replay_dead_letter(p_id bigint, p_by text, p_unless_replayed boolean DEFAULT false)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     d        sbworker.dead_letter;
+    k        record;
+    v_group  uuid;
+    v_roster bigint;
     v_handle uuid;
 BEGIN
     SELECT * INTO d FROM sbworker.dead_letter WHERE id = p_id FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM sb.fail('P0002', format('dead letter %s does not exist', p_id));
+    END IF;
+    IF p_unless_replayed AND d.replays > 0 THEN
+        RETURN NULL;
     END IF;
     -- Only what the initiator sends (a request) can begin a dialog again.
     IF NOT EXISTS (SELECT 1 FROM sb.contract_message cm
@@ -113,15 +156,25 @@ BEGIN
             'only requests can be sent again (a stale key is sent again by the sweep)', p_id, d.message_type_name,
             d.service_contract_name));
     END IF;
+    SELECT * INTO k FROM sbworker.vraag_key(d.message_body);
+    IF k.vraag_id IS NOT NULL AND to_regclass('rekenserver.sleutel') IS NOT NULL THEN
+        EXECUTE 'SELECT versie, group_id FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2'
+           INTO v_roster, v_group USING k.dienstverband_id, k.periode_id;
+        IF v_roster IS NULL OR k.versie > v_roster THEN
+            PERFORM sb.fail('22023', format('dead letter %s asks for version %s of key (%s, %s), which the roster '
+                'never reached (it is at %s): it is not sent', p_id, k.versie, k.dienstverband_id, k.periode_id,
+                coalesce(v_roster::text, 'no version')));
+        END IF;
+    END IF;
     IF d.far_service IS NULL THEN
         PERFORM sb.fail('22023', format('dead letter %s does not say which service sent it (it was diverted '
             'after its conversation was gone), so it cannot be sent again', p_id));
     END IF;
-    v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, NULL, NULL);
+    v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, v_group, NULL);
     PERFORM sb.send(v_handle, d.message_type_name, d.message_body);
-    IF p_dv IS NOT NULL AND p_vraag_id IS NOT NULL THEN
+    IF k.vraag_id IS NOT NULL THEN
         INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
-        VALUES (v_handle, p_vraag_id, p_dv, p_periode, p_versie);
+        VALUES (v_handle, k.vraag_id, k.dienstverband_id, k.periode_id, k.versie);
     END IF;
     UPDATE sbworker.dead_letter
        SET replays = replays + 1, replayed_at = clock_timestamp(), replayed_by = p_by || ' as ' || session_user,
@@ -143,6 +196,12 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END $$;
+
+-- A time as the status document writes it: ISO 8601 in UTC with milliseconds.
+CREATE OR REPLACE FUNCTION sbworker.utc_text(p_at timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
 
 -- Everything `sbworker status` shows, as one JSON document (its shape is documented in
 -- docs/operations.md and is the same from SQL Server). p_recent_minutes: the window of
@@ -178,8 +237,9 @@ BEGIN
       INTO v_queues FROM sb.queue q;
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'instance', w.instance, 'host', w.host, 'pid', w.pid, 'version', w.version,
-               'started_at', w.started_at, 'beat_seconds_ago', extract(epoch FROM clock_timestamp() - w.beat_at),
-               'queues', w.queues) ORDER BY w.started_at), '[]')
+               'started_at', sbworker.utc_text(w.started_at),
+               'beat_seconds_ago', extract(epoch FROM clock_timestamp() - w.beat_at),
+               'interval_ms', w.interval_ms, 'queues', w.queues) ORDER BY w.started_at), '[]')
       INTO v_workers FROM sbworker.worker_instance w;
     SELECT coalesce(jsonb_object_agg(state, n), '{}') INTO v_convs
       FROM (SELECT state, count(*) AS n FROM sb.endpoint GROUP BY state) s;
@@ -197,14 +257,16 @@ BEGIN
     END IF;
     IF to_regclass('rekenserver.run_log') IS NOT NULL THEN
         EXECUTE $q$
-            SELECT coalesce(jsonb_agg(jsonb_build_object('started_at', r.start, 'ended_at', r.eind,
+            SELECT coalesce(jsonb_agg(jsonb_build_object('started_at', sbworker.utc_text(r.start),
+                       'ended_at', sbworker.utc_text(r.eind),
                        'ms', r.ms, 'candidates', r.kandidaten, 'sent', r.verzonden, 'deleted', r.verwijderd,
                        'error', nullif(r.fout, '')) ORDER BY r.id DESC), '[]')
-              FROM (SELECT * FROM rekenserver.run_log WHERE run_id IS NULL ORDER BY id DESC LIMIT 5) r$q$
+              FROM (SELECT * FROM rekenserver.run_log WHERE run_id IS NULL AND stap = 'run'
+                     ORDER BY id DESC LIMIT 5) r$q$
           INTO v_runs;
     END IF;
     -- The last export batch claimed (sbworker export): when, how many, how many confirmed.
-    SELECT jsonb_build_object('batch', b.export_batch, 'claimed_at', b.claimed_at, 'results', b.results,
+    SELECT jsonb_build_object('batch', b.export_batch, 'claimed_at', sbworker.utc_text(b.claimed_at), 'results', b.results,
                               'confirmed', b.confirmed)
       INTO v_export
       FROM (SELECT r.export_batch, max(r.geclaimd_op) AS claimed_at, count(*) AS results,
@@ -213,7 +275,7 @@ BEGIN
              GROUP BY r.export_batch ORDER BY max(r.geclaimd_op) DESC LIMIT 1) b;
     RETURN jsonb_build_object(
         'backend', 'postgresql',
-        'at', clock_timestamp(),
+        'at', sbworker.utc_text(clock_timestamp()),
         'queues', v_queues,
         'workers', v_workers,
         'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest),

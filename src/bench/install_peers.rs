@@ -99,6 +99,7 @@ pub async fn peer(
     let (concurrency, pool) = peer.concurrency(shape);
     peer.load(world, shape, sync).await?;
     let tag = format!("headline-{}-{}-{repetition}", contender.key(), if sync { "sync" } else { "async" });
+    let pgss = super::runs::statements_reset(url).await?;
     settle().await;
     let (commits0, wal0) = reading(url).await?;
     let server0 = world.server_cpu();
@@ -115,9 +116,10 @@ pub async fn peer(
     drop(c);
     settle().await;
     let (commits1, wal1) = reading(url).await?;
+    let n = total as f64;
+    let statements = super::runs::statements_top(url, pgss, n).await?;
     let c = world::connect(url).await?;
     let (ooo, once) = verify_headline(&c, shape).await?;
-    let n = total as f64;
     super::progress(&format!("{tag}: {total} messages in {seconds:.2} s"));
     Ok(Measured {
         workload: Workload::Headline,
@@ -137,5 +139,6 @@ pub async fn peer(
         connections: pool,
         out_of_order: Some(ooo),
         exactly_once: Some(once),
+        statements,
     })
 }

@@ -75,6 +75,7 @@ pub async fn limit(
     if total % clients as u64 != 0 {
         bail!("{total} messages do not divide over {clients} pgbench clients");
     }
+    let pgss = super::runs::statements_reset(url).await?;
     settle().await;
     let (commits0, wal0) = reading(url).await?;
     let server0 = world.server_cpu();
@@ -89,6 +90,7 @@ pub async fn limit(
         bail!("pgbench left {left} messages and wrote {replies} replies of {total}");
     }
     let n = total as f64;
+    let statements = super::runs::statements_top(url, pgss, n).await?;
     super::progress(&format!("limit: {total} messages at {tps:.0}/s"));
     Ok(Measured {
         workload: Workload::Headline,
@@ -108,6 +110,7 @@ pub async fn limit(
         connections: clients,
         out_of_order: None,
         exactly_once: Some(true),
+        statements,
     })
 }
 

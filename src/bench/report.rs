@@ -149,6 +149,7 @@ pub fn markdown(r: &Results) -> String {
     let has = |w: Workload| r.runs.iter().any(|m| m.workload == w);
     if has(Workload::Headline) {
         headline_section(&mut out, r, &all);
+        statements_section(&mut out, r);
     }
     if has(Workload::BurnDown) {
         let _ = writeln!(
@@ -215,6 +216,51 @@ fn headline_section(out: &mut String, r: &Results, all: &[Contender]) {
     queue_table(out, r, Workload::Headline, true, all);
     let _ = writeln!(out, "\n### synchronous_commit = off (CPU cost without the flush)\n");
     queue_table(out, r, Workload::Headline, false, all);
+}
+
+/// The server's time per statement of each contender's first headline run with durable
+/// commits (`pg_stat_statements`, nested statements included, so times overlap).
+fn statements_section(out: &mut String, r: &Results) {
+    let firsts: Vec<&Measured> = r
+        .runs
+        .iter()
+        .filter(|m| m.workload == Workload::Headline && m.synchronous_commit && m.repetition == 0)
+        .filter(|m| !m.statements.is_empty())
+        .collect();
+    if firsts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "
+### Server time per statement (headline, synchronous_commit = on, repetition 1)
+
+         From `pg_stat_statements` (track = all) over each contender's run: the statements by total time,          per message. Nested statements (inside functions) are counted too, so the times overlap;          top-level ones are what the client sent. Tracking every nested statement costs time itself,          the same for every contender.
+"
+    );
+    for m in firsts {
+        let _ = writeln!(
+            out,
+            "**{}** ({:.0} messages/s)
+
+| statement | top level | calls/msg | mean ms | ms/msg |
+| --- | --- | --- | --- | --- |",
+            m.contender.label(),
+            m.per_second
+        );
+        for st in m.statements.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {:.2} | {:.3} | {:.3} |",
+                st.statement.replace('|', "\\|").replace('`', "'"),
+                if st.top_level { "yes" } else { "" },
+                st.calls_per_request,
+                st.mean_ms,
+                st.ms_per_request
+            );
+        }
+        let _ = writeln!(out);
+    }
 }
 
 /// Workload 3: latency by plan, per rate and contender.
@@ -403,9 +449,21 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
     let verdict = |ok: bool, by: String| if ok { "met".to_owned() } else { format!("missed: {by}") };
     if let Some(ratio) = ratios(r, Workload::Headline, Contender::SbworkerPostgres, Contender::Limit, true) {
         t.push((
-            "headline: at least 50% of the pgbench limit".into(),
-            format!("{:.0}% (PostgreSQL broker)", ratio.median * 100.0),
-            verdict(ratio.median >= 0.5, format!("{:.0} points short", (0.5 - ratio.median) * 100.0)),
+            "headline: at least 80% of the pgbench limit".into(),
+            format!(
+                "{:.0}% (PostgreSQL broker; {:.0}–{:.0}%)",
+                ratio.median * 100.0,
+                ratio.min * 100.0,
+                ratio.max * 100.0
+            ),
+            verdict(ratio.median >= 0.8, format!("{:.0} points short", (0.8 - ratio.median) * 100.0)),
+        ));
+    }
+    if let Some(ratio) = ratios(r, Workload::Headline, Contender::SbworkerPostgres, Contender::RiverPerGroup, true) {
+        t.push((
+            "headline: at least 1.5× River with a queue per group in every repetition".into(),
+            format!("{:.2}× (lowest {:.2}×)", ratio.median, ratio.min),
+            verdict(ratio.min >= 1.5, format!("the lowest repetition at {:.2}×", ratio.min)),
         ));
     }
     for peer in Contender::ALL.into_iter().filter(|c| c.is_peer()) {
@@ -452,6 +510,28 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             format!("{:.0}/s", s.median),
             verdict(s.median >= 1000.0, format!("{:.1}× too slow", 1000.0 / s.median.max(1e-9))),
         ));
+    }
+    // Server time per call in the real pipeline with 4 readers (its top-level statements).
+    for (name, prefix, limit) in [
+        ("`sb.send`", "SELECT sb.send($1", 0.3),
+        ("receiving one group", "SELECT message_id", 0.3),
+        ("`END CONVERSATION`", "SELECT sb.end_conversation(", 0.2),
+    ] {
+        let means: Vec<f64> = r
+            .pipeline
+            .iter()
+            .filter(|p| p.readers == 4)
+            .flat_map(|p| p.statements.iter())
+            .filter(|st| st.top_level && st.statement.starts_with(prefix))
+            .map(|st| st.mean_ms)
+            .collect();
+        if let Some(s) = spread(&means) {
+            t.push((
+                format!("server time per call: {name} at most {limit} ms (pipeline, 4 readers)"),
+                format!("{:.2} ms", s.median),
+                verdict(s.median <= limit, format!("{:.1}× over", s.median / limit)),
+            ));
+        }
     }
     if let Some(s) = spread(&r.engine_per_second) {
         t.push((
@@ -611,7 +691,11 @@ mod tests {
             assert!(!md.contains(absent), "{absent} shown although it did not run:\n{md}");
         }
         assert!(md.contains("| sbworker, PostgreSQL broker | 740 (678–867) | 0.66 (0.57–0.67) |"), "{md}");
-        assert!(md.contains("| headline: at least 50% of the pgbench limit | 66% (PostgreSQL broker) | met |"), "{md}");
+        assert!(
+            md.contains("| headline: at least 80% of the pgbench limit | 66% (PostgreSQL broker; 57–67%) | missed: 14 points short |"),
+            "{md}"
+        );
+        assert!(md.contains("| headline: at least 1.5× River with a queue per group in every repetition | "), "{md}");
     }
 
     /// The headline plot has a bar for each contender and mode that ran, none for the rest.

@@ -43,6 +43,46 @@ pub struct Measured {
     pub out_of_order: Option<i64>,
     /// Headline: every message took effect once and has one reply.
     pub exactly_once: Option<bool>,
+    /// The statements that took the server's time in the run, per message
+    /// (`pg_stat_statements`, nested ones too; empty where it is not installed).
+    #[serde(default)]
+    pub statements: Vec<super::pipeline::StatementTime>,
+}
+
+/// Resets `pg_stat_statements` before a run (it counts for the whole cluster; the runs
+/// take turns). False when the cluster has none.
+pub(super) async fn statements_reset(url: &str) -> anyhow::Result<bool> {
+    let c = world::connect(url).await?;
+    let available: bool = c.query_one(stmt::PGSS_AVAILABLE.sql, &[]).await?.get(0);
+    if available {
+        c.batch_execute(stmt::PGSS_INSTALL.sql).await?;
+        c.batch_execute(stmt::PGSS_RESET.sql).await?;
+    }
+    Ok(available)
+}
+
+/// The statements of the run in `url`'s database that took the server's time, per
+/// message (empty when `pg_stat_statements` is not there).
+pub(super) async fn statements_top(
+    url: &str,
+    available: bool,
+    messages: f64,
+) -> anyhow::Result<Vec<super::pipeline::StatementTime>> {
+    if !available {
+        return Ok(Vec::new());
+    }
+    let c = world::connect(url).await?;
+    Ok(c.query(stmt::PGSS_TOP.sql, &[&messages.max(1.0)])
+        .await?
+        .iter()
+        .map(|r| super::pipeline::StatementTime {
+            statement: r.get(0),
+            calls_per_request: r.get(1),
+            mean_ms: r.get(2),
+            ms_per_request: r.get(3),
+            top_level: r.get(4),
+        })
+        .collect())
 }
 
 /// The shape of a run.
@@ -253,6 +293,7 @@ pub async fn sbworker(
     let config_path = dir.join(format!("{tag}.toml"));
     std::fs::write(&config_path, config)?;
 
+    let pgss = statements_reset(url).await?;
     settle().await;
     let (commits0, wal0) = reading(url).await?;
     let server0 = world.server_cpu();
@@ -275,8 +316,9 @@ pub async fn sbworker(
     drop(c);
     settle().await;
     let (commits1, wal1) = reading(url).await?;
-    let c = world::connect(url).await?;
     let n = shape.messages() as f64;
+    let statements = statements_top(url, pgss, n).await?;
+    let c = world::connect(url).await?;
     let (out_of_order, exactly_once) = match workload {
         Workload::Headline => {
             let (ooo, once) = verify_headline(&c, shape).await?;
@@ -303,6 +345,7 @@ pub async fn sbworker(
         connections,
         out_of_order,
         exactly_once,
+        statements,
     })
 }
 

@@ -307,10 +307,11 @@ pub enum Command {
         sbworker status --config /etc/sbworker/sbworker.toml\n  \
         sbworker status --config sbworker.toml --json | jq .queues\n  \
         sbworker status --config sbworker.toml --watch 5\n\n\
-        The login needs the housekeeping role (PostgreSQL: sbworker_housekeeping; SQL Server:\n\
-        EXECUTE on sbworker.status_report). The JSON shape is in docs/operations.md.\n\n\
+        The login needs a role that may read it (PostgreSQL: sbworker_monitor or\n\
+        sbworker_housekeeping; SQL Server: sbworker_monitor_role or sbworker_operator_role).\n\
+        The JSON shape is in docs/operations.md.\n\n\
         Exit status: 0 all is well; 1 something needs attention (a disabled queue, no worker\n\
-        alive, stale keys); 2 the broker could not be asked; 78 a bad configuration.")]
+        alive, stale keys); 69 the broker could not be asked; 78 a bad configuration.")]
     Status {
         #[command(flatten)]
         flags: ConfigFlags,
@@ -327,7 +328,8 @@ pub enum Command {
         /// Retries within this many minutes count as recent.
         #[arg(long, value_name = "MINUTES", default_value_t = 10)]
         recent_minutes: i32,
-        /// A worker silent for longer than this is not alive (default: three heartbeats).
+        /// A worker silent for longer than this is not alive (default: three of its own
+        /// heartbeat intervals).
         #[arg(long, value_name = "SECONDS")]
         silent_seconds: Option<u64>,
     },
@@ -342,7 +344,7 @@ pub enum Command {
         A replay sends the original body, byte for byte, on a new dialog from the service\n\
         that sent it; the entry stays, marked replayed (by whom, when, the new dialog).\n\
         The latest roster version still wins: an outdated request is answered as superseded.\n\n\
-        Exit status: 0 done; 1 an entry could not be replayed or found; 2 the broker could\n\
+        Exit status: 0 done; 1 an entry could not be replayed or found; 69 the broker could\n\
         not be asked; 78 a bad configuration.")]
     DeadLetter {
         #[command(flatten)]
@@ -457,9 +459,12 @@ pub struct InstallRoles {
     /// A login that runs `sbworker export`: gets sbworker_payroll.
     #[arg(long = "payroll-role", value_name = "LOGIN", requires = "postgres")]
     pub payroll: Vec<String>,
-    /// A login that runs `sbworker sweep`: gets sbworker_housekeeping.
+    /// A login that runs `sbworker sweep` and `sbworker dead-letter`: gets sbworker_housekeeping.
     #[arg(long = "housekeeping-role", value_name = "LOGIN", requires = "postgres")]
     pub housekeeping: Vec<String>,
+    /// A login that only reads `sbworker status` (monitoring): gets sbworker_monitor.
+    #[arg(long = "monitor-role", value_name = "LOGIN", requires = "postgres")]
+    pub monitor: Vec<String>,
 }
 
 impl InstallRoles {
@@ -471,6 +476,7 @@ impl InstallRoles {
             ("sbworker_sender", &self.sender),
             ("sbworker_payroll", &self.payroll),
             ("sbworker_housekeeping", &self.housekeeping),
+            ("sbworker_monitor", &self.monitor),
         ] {
             out.extend(logins.iter().map(|l| (role, l.clone())));
         }

@@ -12,8 +12,9 @@ use crate::config::Config;
 use crate::ops::status::{self, Status, Thresholds};
 use crate::ops::{Db, dead_letter};
 
-/// Exit status when the broker could not be asked.
-const EXIT_UNREACHABLE: u8 = 2;
+/// Exit status when the broker could not be asked (sysexits' EX_UNAVAILABLE; 2 is clap's
+/// for bad arguments).
+pub const EXIT_UNREACHABLE: u8 = 69;
 
 pub struct StatusOptions {
     pub json: bool,
@@ -35,14 +36,24 @@ async fn one_status(db: &mut Db, o: &StatusOptions, t: Thresholds, colour: bool)
         .await
         .context("asking the broker for its status (the login needs the housekeeping role)")?;
     let s: Status = serde_json::from_str(&text).context("the broker's status document")?;
-    let needs = !status::attention(&s, t).is_empty();
-    let out = if o.json { serde_json::to_string_pretty(&s)? + "\n" } else { status::render(&s, t, colour) };
+    let attention = status::attention(&s, t);
+    let needs = !attention.is_empty();
+    let out = if o.json {
+        // The broker's document as it came (a field it adds is kept), with what needs
+        // attention.
+        let mut doc: serde_json::Value = serde_json::from_str(&text)?;
+        doc["attention"] = serde_json::json!(attention);
+        serde_json::to_string_pretty(&doc)? + "\n"
+    } else {
+        status::render(&s, t, colour)
+    };
     Ok((out, needs))
 }
 
 pub fn status(config: &Config, o: StatusOptions) -> ExitCode {
-    let silent = o.silent_seconds.unwrap_or_else(|| (config.worker.heartbeat_ms.max(1_000) * 3).div_ceil(1_000));
-    let t = Thresholds { worker_silent_seconds: silent as f64, stale_minutes: o.stale_minutes };
+    // (The configuration gives the broker; each worker's own heartbeat interval, in its
+    // heartbeat, says when it counts as silent.)
+    let t = Thresholds { worker_silent_seconds: o.silent_seconds.map(|s| s as f64), stale_minutes: o.stale_minutes };
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
@@ -190,7 +201,7 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
                 ids
             };
             let by = operator();
-            let mut ok = true;
+            let (mut ok, mut sent, mut skipped) = (true, 0, 0);
             for id in ids {
                 let letter = match db.dead_letter(id).await.context("reading the dead letter")? {
                     Some(l) => l,
@@ -200,17 +211,34 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
                         continue;
                     }
                 };
-                match db.replay(id, &by, dead_letter::request_key(&letter)).await {
-                    Ok(handle) => writeln!(
-                        out,
-                        "dead letter {id} ({}) sent again on dialog {handle}",
-                        dead_letter::key_text(&letter)
-                    )?,
+                // With --all, an entry another run replayed meanwhile is left alone, and so
+                // is one that is not a request (an answer set aside on the data side: a
+                // stale key is sent again by the sweep).
+                match db.replay(id, &by, all).await {
+                    Ok(Some(handle)) => {
+                        sent += 1;
+                        writeln!(
+                            out,
+                            "dead letter {id} ({}) sent again on dialog {handle}",
+                            dead_letter::key_text(&letter)
+                        )?
+                    }
+                    Ok(None) => {
+                        skipped += 1;
+                        writeln!(out, "dead letter {id}: replayed meanwhile by another run; left alone")?
+                    }
+                    Err(e) if all && e.message.contains("only requests can be sent again") => {
+                        skipped += 1;
+                        writeln!(out, "dead letter {id}: not a request; left alone ({})", e.message)?
+                    }
                     Err(e) => {
                         eprintln!("sbworker: dead letter {id} was not sent again: {e}");
                         ok = false;
                     }
                 }
+            }
+            if all {
+                writeln!(out, "replayed {sent} dead letters, left {skipped} alone")?;
             }
             Ok(ok)
         }

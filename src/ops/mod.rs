@@ -45,7 +45,8 @@ fn handle_text<S: serde::Serializer>(h: &Option<Uuid>, s: S) -> Result<S::Ok, S:
     }
 }
 
-/// The request a replayed Vraag stands for, read from its body: the calculation log's row.
+/// The request a Vraag stands for, read from its body (for showing it: the broker reads
+/// the key itself when it replays one).
 #[derive(Debug, Clone, Copy)]
 pub struct RequestKey {
     pub vraag_id: Uuid,
@@ -120,22 +121,20 @@ impl Db {
         }
     }
 
-    /// Sends letter `id` again on a new dialog and marks it replayed by `by`; the new handle.
-    pub async fn replay(&mut self, id: i64, by: &str, key: Option<RequestKey>) -> Result<Uuid, BrokerError> {
-        let (vid, dv, p, v) = match key {
-            Some(k) => (Some(k.vraag_id), Some(k.dienstverband_id), Some(k.periode_id), Some(k.versie)),
-            None => (None, None, None, None),
-        };
+    /// Sends letter `id` again on a new dialog and marks it replayed by `by`; the new
+    /// handle. With `unless_replayed`, an entry replayed already is left alone (`None`).
+    pub async fn replay(&mut self, id: i64, by: &str, unless_replayed: bool) -> Result<Option<Uuid>, BrokerError> {
         match self {
             Db::Postgres(c) => {
-                let row = c.query_one(pg::REPLAY.sql, &[&id, &by, &vid, &dv, &p, &v]).await.map_err(pg_err)?;
+                let row = c.query_one(pg::REPLAY.sql, &[&id, &by, &unless_replayed]).await.map_err(pg_err)?;
                 Ok(row.get(0))
             }
             Db::Mssql(t) => {
-                let rows = ms_rows(t, ms::REPLAY.sql, &[&id, &by, &vid, &dv, &p, &v]).await?;
-                rows.first()
-                    .and_then(|r| r.get::<Uuid, _>(0))
-                    .ok_or_else(|| other("sbworker.replay_dead_letter returned no handle"))
+                let rows = ms_rows(t, ms::REPLAY.sql, &[&id, &by, &unless_replayed]).await?;
+                let Some(row) = rows.first() else {
+                    return Err(other("sbworker.replay_dead_letter returned no row"));
+                };
+                Ok(row.get::<Uuid, _>(0))
             }
         }
     }

@@ -44,6 +44,9 @@ pub struct WorkerStatus {
     pub version: String,
     pub started_at: String,
     pub beat_seconds_ago: f64,
+    /// How often it beats (worker.heartbeat_ms).
+    #[serde(default)]
+    pub interval_ms: Option<i64>,
     /// Per queue: {"readers": n, "busy": n}.
     pub queues: serde_json::Map<String, serde_json::Value>,
 }
@@ -91,11 +94,28 @@ pub struct ExportBatch {
 /// When a status needs attention.
 #[derive(Debug, Clone, Copy)]
 pub struct Thresholds {
-    /// A worker whose last beat is older than this is not alive.
-    pub worker_silent_seconds: f64,
+    /// A worker whose last beat is older than this is not alive; `None`: older than
+    /// three of its own heartbeat intervals (at least 3 s).
+    pub worker_silent_seconds: Option<f64>,
     /// A key stale for longer than this (minutes) needs attention (the document
     /// counts only these).
     pub stale_minutes: i32,
+}
+
+/// How long worker `w` may be silent and still count as alive.
+pub fn silence_allowed(w: &WorkerStatus, t: Thresholds) -> f64 {
+    t.worker_silent_seconds.unwrap_or_else(|| (w.interval_ms.unwrap_or(10_000) as f64 * 3.0 / 1000.0).max(3.0))
+}
+
+pub fn alive(w: &WorkerStatus, t: Thresholds) -> bool {
+    w.beat_seconds_ago <= silence_allowed(w, t)
+}
+
+/// A worker's readers of `queue`: the worker names its queues as its configuration
+/// does, with or without the schema (`dbo.q` and `q` are the same queue).
+pub fn worker_queue<'a>(w: &'a WorkerStatus, queue: &str) -> Option<&'a serde_json::Value> {
+    let bare = |n: &str| n.rsplit('.').next().unwrap_or(n).to_lowercase();
+    w.queues.get(queue).or_else(|| w.queues.iter().find(|(k, _)| bare(k) == bare(queue)).map(|(_, v)| v))
 }
 
 /// What needs attention, one line each; empty when all is well.
@@ -104,9 +124,12 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
     for q in s.queues.iter().filter(|q| !q.enabled) {
         out.push(format!("queue {} is disabled (RECEIVE is refused; messages wait)", q.queue));
     }
-    let alive = s.workers.iter().filter(|w| w.beat_seconds_ago <= t.worker_silent_seconds).count();
-    if alive == 0 {
-        out.push(format!("no worker alive (no heartbeat in the last {:.0} s)", t.worker_silent_seconds));
+    if !s.workers.iter().any(|w| alive(w, t)) {
+        let how = match t.worker_silent_seconds {
+            Some(secs) => format!("in the last {secs:.0} s"),
+            None => "within three of its heartbeat intervals".to_string(),
+        };
+        out.push(format!("no worker alive (no heartbeat {how}; a worker with worker.heartbeat_ms = 0 does not beat)"));
     }
     if let Some(k) = &s.stale_keys
         && k.count > 0
@@ -143,8 +166,8 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
         let busy: i64 = s
             .workers
             .iter()
-            .filter(|w| w.beat_seconds_ago <= t.worker_silent_seconds)
-            .filter_map(|w| w.queues.get(&q.queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
+            .filter(|w| alive(w, t))
+            .filter_map(|w| worker_queue(w, &q.queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
             .sum();
         let state = if q.enabled { green("enabled") } else { red("DISABLED") };
         let pad = if colour { 9 + 9 } else { 9 };
@@ -166,7 +189,7 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
         let _ = writeln!(o, "  {}", red("none"));
     }
     for w in &s.workers {
-        let alive = w.beat_seconds_ago <= t.worker_silent_seconds;
+        let alive = alive(w, t);
         let readers: Vec<String> = w
             .queues
             .iter()

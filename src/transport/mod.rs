@@ -199,6 +199,8 @@ pub struct Heartbeat {
     pub started_unix: i64,
     /// Per queue: readers running, readers holding a group.
     pub queues: Vec<(String, u32, u32)>,
+    /// How often it beats, milliseconds (`sbworker status` judges its silence by it).
+    pub interval_ms: i32,
 }
 
 impl Heartbeat {

@@ -29,6 +29,7 @@ pub(super) fn identity() -> Heartbeat {
         version: env!("CARGO_PKG_VERSION"),
         started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
         queues: Vec::new(),
+        interval_ms: 0,
     }
 }
 
@@ -52,17 +53,25 @@ pub(super) async fn beat<T: Transport>(
             .iter()
             .map(|q| (q.name.clone(), q.readers.load(Ordering::SeqCst), q.busy.load(Ordering::SeqCst)))
             .collect();
-        let result = async {
-            if session.is_none() {
-                session = Some(transport.open().await?);
-            }
-            session.as_mut().expect("opened above").heartbeat(&me).await
-        }
-        .await;
+        // A beat never holds up a stop, and one that hangs (a half-open connection) is
+        // given up after an interval: the next one opens a new session.
+        let result = tokio::select! {
+            r = tokio::time::timeout(every, async {
+                if session.is_none() {
+                    session = Some(transport.open().await?);
+                }
+                session.as_mut().expect("opened above").heartbeat(&me).await
+            }) => r,
+            _ = stop.stopped() => break,
+        };
         match result {
-            Ok(()) => debug!(instance = %me.instance, "heartbeat"),
-            Err(e) => {
+            Ok(Ok(())) => debug!(instance = %me.instance, "heartbeat"),
+            Ok(Err(e)) => {
                 warn!(instance = %me.instance, "cannot record the heartbeat (sbworker status will not see this worker): {e}");
+                session = None;
+            }
+            Err(_) => {
+                warn!(instance = %me.instance, "the heartbeat took longer than its interval; trying again on a new session");
                 session = None;
             }
         }
@@ -74,7 +83,8 @@ pub(super) async fn beat<T: Transport>(
         };
         s.heartbeat_end(me.instance).await
     };
-    match tokio::time::timeout(Duration::from_secs(5), end).await {
+    // Bounded: the worker's exit waits for this at most two seconds.
+    match tokio::time::timeout(Duration::from_secs(2), end).await {
         Ok(Ok(())) => debug!(instance = %me.instance, "heartbeat removed"),
         Ok(Err(e)) => warn!(instance = %me.instance, "cannot remove the heartbeat: {e}"),
         Err(_) => warn!(instance = %me.instance, "cannot remove the heartbeat: timed out"),

@@ -230,7 +230,10 @@ pub async fn run<T: Transport>(
         tokio::spawn(heartbeat::beat(
             transport.clone(),
             queues.clone(),
-            heartbeat::identity(),
+            crate::transport::Heartbeat {
+                interval_ms: i32::try_from(settings.heartbeat_ms).unwrap_or(i32::MAX),
+                ..heartbeat::identity()
+            },
             Duration::from_millis(settings.heartbeat_ms),
             beat_stop,
         ))

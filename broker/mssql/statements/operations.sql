@@ -14,9 +14,9 @@ EXEC sbworker.dead_letters @since = @P1, @limit = @P2
 -- name: dead_letter
 EXEC sbworker.dead_letter_show @id = @P1
 
--- @P1 the id, @P2 who replays, @P3..@P6 the request's id and key when it is a Vraag.
+-- @P1 the id, @P2 who replays, @P3 leave an entry replayed already alone (NULL back).
 -- name: replay
-EXEC sbworker.replay_dead_letter @id = @P1, @by = @P2, @vraag_id = @P3, @dv = @P4, @periode = @P5, @versie = @P6
+EXEC sbworker.replay_dead_letter @id = @P1, @by = @P2, @unless_replayed = @P3
 
 -- @P1 diverted before, @P2 batch size; one row: how many were deleted.
 -- name: purge

@@ -76,9 +76,10 @@ EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
 EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2
 
 -- The worker's heartbeat (08_operations.sql): @P1 instance, @P2 host, @P3 pid, @P4
--- version, @P5 started (seconds since the Unix epoch), @P6 queues (JSON).
+-- version, @P5 started (seconds since the Unix epoch), @P6 queues (JSON), @P7 how often
+-- it beats (ms).
 -- name: heartbeat
-EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6
+EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6, @interval_ms = @P7
 
 -- name: heartbeat_end
 EXEC sbworker.heartbeat_end @instance = @P1

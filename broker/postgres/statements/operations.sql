@@ -20,17 +20,17 @@ SELECT id, queue, service_name, far_service, message_type_name, message_body, at
        to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
   FROM sbworker.dead_letter($1);
 
--- $1 the id, $2 who replays, $3..$6 the request's id and key when it is a Vraag (or NULL).
+-- $1 the id, $2 who replays, $3 leave an entry replayed already alone (NULL back).
 -- name: replay
-SELECT sbworker.replay_dead_letter($1, $2, $3, $4, $5, $6);
+SELECT sbworker.replay_dead_letter($1, $2, $3);
 
 -- $1 diverted before, $2 batch size; returns how many were deleted.
 -- name: purge
 SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
 
--- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text).
+-- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text), $7 interval (ms).
 -- name: heartbeat
-SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb);
+SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7);
 
 -- $1 instance.
 -- name: heartbeat_end

@@ -283,7 +283,15 @@ impl transport::Session for MssqlSession {
         Self::exec(
             &mut self.side,
             stmt::HEARTBEAT.sql,
-            &[&b.instance, &b.host.as_str(), &b.pid, &version.as_str(), &b.started_unix, &queues.as_str()],
+            &[
+                &b.instance,
+                &b.host.as_str(),
+                &b.pid,
+                &version.as_str(),
+                &b.started_unix,
+                &queues.as_str(),
+                &b.interval_ms,
+            ],
         )
         .await?;
         Ok(())

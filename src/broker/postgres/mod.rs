@@ -169,7 +169,8 @@ impl Session {
         version: &str,
         queues: &str,
     ) -> Result<(), BrokerError> {
-        let params: [&(dyn ToSql + Sync); 6] = [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues];
+        let params: [&(dyn ToSql + Sync); 7] =
+            [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms];
         self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
         Ok(())
     }

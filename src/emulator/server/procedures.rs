@@ -83,6 +83,10 @@ pub(super) async fn call(
                 version: "",
                 started_unix: as_i64(arg("@started_unix")?)?,
                 queues: Vec::new(),
+                interval_ms: match arg("@interval_ms").ok() {
+                    None | Some(Sql::Null) => 10_000,
+                    Some(v) => int32(v, "@interval_ms")?,
+                },
             };
             let version = as_text(arg("@version")?)?;
             let queues = as_text(arg("@queues")?)?;
@@ -162,22 +166,14 @@ pub(super) async fn call(
         "sbworker.replay_dead_letter" => {
             let id = as_i64(arg("@id")?)?;
             let by = as_text(arg("@by")?)?;
-            let vraag_id = match arg("@vraag_id")? {
-                Sql::Null => None,
-                v => Some(as_uuid(v)?),
+            let unless_replayed = match arg("@unless_replayed").ok() {
+                None | Some(Sql::Null) => false,
+                Some(Sql::Bit(b)) => b,
+                Some(v) => as_i64(v)? != 0,
             };
-            let dv = optional_int32(arg("@dv")?, "@dv")?;
-            let periode = optional_int32(arg("@periode")?, "@periode")?;
-            let versie = match arg("@versie")? {
-                Sql::Null => None,
-                v => Some(as_i64(v)?),
-            };
-            let row = s
-                .client()
-                .query_one(ops::REPLAY.sql, &[&id, &by, &vraag_id, &dv, &periode, &versie])
-                .await
-                .map_err(pg)?;
-            Ok(result_set(t, &[("conversation_handle", ColType::Guid)], &[vec![Sql::Guid(row.get(0))]]))
+            let row = s.client().query_one(ops::REPLAY.sql, &[&id, &by, &unless_replayed]).await.map_err(pg)?;
+            let handle = row.get::<_, Option<Uuid>>(0).map_or(Sql::Null, Sql::Guid);
+            Ok(result_set(t, &[("conversation_handle", ColType::Guid)], &[vec![handle]]))
         }
         "sbworker.purge_dead_letters" => {
             let before = as_text(arg("@before")?)?;
@@ -208,13 +204,6 @@ fn pg(e: tokio_postgres::Error) -> Failure {
 
 fn int32(v: Sql, name: &str) -> Result<i32, Failure> {
     i32::try_from(as_i64(v)?).map_err(|_| fail(format!("{name} out of range")))
-}
-
-fn optional_int32(v: Sql, name: &str) -> Result<Option<i32>, Failure> {
-    match v {
-        Sql::Null => Ok(None),
-        v => int32(v, name).map(Some),
-    }
 }
 
 fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
