@@ -134,11 +134,12 @@ END $$;
 
 -- Records a Fout (or an error end without one) for the dialog.
 CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     UPDATE rekenserver.berekening_log
        SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout',
            foutmelding = coalesce(foutmelding, p_melding)
      WHERE dialog_handle = p_handle AND (uitkomst IS NULL OR uitkomst = 'fout');
-$$;
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (3) ON CONFLICT DO NOTHING;
