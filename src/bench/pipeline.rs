@@ -56,6 +56,7 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
     let c = super::world::connect(opts.postgres.as_deref().expect("set above")).await?;
     let pgss = c.query_one(super::stmt::PGSS_AVAILABLE.sql, &[]).await?.get::<_, bool>(0);
     if pgss {
+        c.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
         c.batch_execute(super::stmt::PGSS_INSTALL.sql).await?;
         c.batch_execute(super::stmt::PGSS_RESET.sql).await?;
     }

@@ -71,6 +71,10 @@ SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_state
 -- name: pgss_install
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
+-- The pipeline's database: nested statements tracked too (sessions that start after it).
+-- name: pgss_track_all
+DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET pg_stat_statements.track = %L', current_database(), 'all'); END $$;
+
 -- name: pgss_reset
 SELECT pg_stat_statements_reset();
 
