@@ -80,6 +80,38 @@ pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
     Ok(home.join("target/release/river-bench"))
 }
 
+/// pgmq's harness (`bench/pgmq`, its own Cargo project), built as River's is.
+pub async fn install_pgmq(dir: &Path) -> Result<PathBuf, String> {
+    let home = dir.join("pgmq");
+    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
+    for (name, text) in [
+        ("Cargo.toml", include_str!("../../bench/pgmq/Cargo.toml")),
+        ("Cargo.lock", include_str!("../../bench/pgmq/Cargo.lock")),
+        ("src/main.rs", include_str!("../../bench/pgmq/src/main.rs")),
+    ] {
+        if std::fs::read_to_string(home.join(name)).ok().as_deref() != Some(text) {
+            std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
+        }
+    }
+    super::progress("building pgmq's harness (pgmq 0.33.7, its SQL 1.11) with cargo; the first build takes minutes ...");
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--release", "--locked", "--quiet"])
+        .current_dir(&home)
+        .env("CARGO_TARGET_DIR", home.join("target"))
+        .output()
+        .await
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(home.join("target/release/pgmq-bench"))
+}
+
+/// pgmq's SQL and the queue in `db` (installed by the pgmq crate, no extension).
+pub async fn migrate_pgmq(world: &World, db: &str, bin: &Path) -> anyhow::Result<()> {
+    run_to_end(Command::new(bin).args(["migrate", &node_url(world, db)]), "pgmq's install").await
+}
+
 /// River's schema in `db` (its own migrations).
 pub async fn migrate_river(world: &World, db: &str, bin: &Path) -> anyhow::Result<()> {
     run_to_end(Command::new(bin).args(["migrate", &node_url(world, db)]), "River's migration").await

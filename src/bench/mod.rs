@@ -54,6 +54,7 @@ pub enum Contender {
     GraphileLocalQueue,
     River,
     RiverPerGroup,
+    Pgmq,
     Limit,
 }
 
@@ -67,13 +68,14 @@ impl Contender {
     }
 
     /// Every contender of the headline, in the order the runs interleave and the report lists.
-    pub const ALL: [Contender; 7] = [
+    pub const ALL: [Contender; 8] = [
         Contender::SbworkerPostgres,
         Contender::SbworkerTds,
         Contender::Graphile,
         Contender::GraphileLocalQueue,
         Contender::River,
         Contender::RiverPerGroup,
+        Contender::Pgmq,
         Contender::Limit,
     ];
 
@@ -81,7 +83,11 @@ impl Contender {
     pub fn is_peer(self) -> bool {
         matches!(
             self,
-            Contender::Graphile | Contender::GraphileLocalQueue | Contender::River | Contender::RiverPerGroup
+            Contender::Graphile
+                | Contender::GraphileLocalQueue
+                | Contender::River
+                | Contender::RiverPerGroup
+                | Contender::Pgmq
         )
     }
 
@@ -93,6 +99,7 @@ impl Contender {
             Contender::GraphileLocalQueue => "graphile-localqueue",
             Contender::River => "river",
             Contender::RiverPerGroup => "river-per-group",
+            Contender::Pgmq => "pgmq",
             Contender::Limit => "limit",
         }
     }
@@ -105,6 +112,7 @@ impl Contender {
             Contender::GraphileLocalQueue => "graphile-worker 0.17.3 (7 jobs at once, pool 8, local queue 50)",
             Contender::River => "River, riverqueue 0.5 (one queue, 7 workers, pool 8)",
             Contender::RiverPerGroup => "River, riverqueue 0.5 (a queue of 1 worker per group, pool 8)",
+            Contender::Pgmq => "pgmq 1.11 (FIFO groups, read_grouped; 7 workers, pool 8)",
             Contender::Limit => "limit: pgbench, same commits and writes",
         }
     }
@@ -333,7 +341,19 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs::migrate_river,
     )
     .await?;
-    let peers_notes: Vec<String> = [("graphile-worker", graphile.as_ref().err()), ("River", river.as_ref().err())]
+    let pgmq = peer_world(
+        &w,
+        opts.skip_peers || !opts.takes(Contender::Pgmq),
+        "bench_pgmq",
+        runs::install_pgmq(&work),
+        runs::migrate_pgmq,
+    )
+    .await?;
+    let peers_notes: Vec<String> = [
+        ("graphile-worker", graphile.as_ref().err()),
+        ("River", river.as_ref().err()),
+        ("pgmq", pgmq.as_ref().err()),
+    ]
         .into_iter()
         .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
         .collect();
@@ -363,7 +383,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     // The installed peers; and the contenders of workloads 3 and 4: sbworker on both
     // transports, and the peers that keep order.
     let peers: Vec<peers::Peer> =
-        Contender::ALL.into_iter().filter_map(|c| peers::Peer::of(&w, c, &graphile, &river)).collect();
+        Contender::ALL.into_iter().filter_map(|c| peers::Peer::of(&w, c, &graphile, &river, &pgmq)).collect();
     let subjects: Vec<runs::Subject> = [
         runs::Subject::Sbworker(Contender::SbworkerPostgres, "bench_sbworker_pg", &pg),
         runs::Subject::Sbworker(Contender::SbworkerTds, "bench_sbworker_tds", &tds),
@@ -372,7 +392,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     .chain(
         peers
             .iter()
-            .filter(|p| matches!(p.contender, Contender::Graphile | Contender::RiverPerGroup))
+            .filter(|p| matches!(p.contender, Contender::Graphile | Contender::RiverPerGroup | Contender::Pgmq))
             .map(runs::Subject::Peer),
     )
     .filter(|s| opts.takes(s.contender()))

@@ -1,4 +1,4 @@
-//! The peers, graphile-worker and River, in every workload they take part in: how each
+//! The peers, graphile-worker, River and pgmq, in every workload they take part in: how each
 //! gets its jobs (preloaded, or sent at planned times for the open loop), how it is
 //! started, how poison is marked in its jobs and where its dead letters are read. The
 //! runs themselves ([`super::runs`], [`super::poison`]) are the same for every contender.
@@ -39,10 +39,12 @@ impl Peer {
         contender: Contender,
         graphile: &Result<(PathBuf, String), String>,
         river: &Result<(PathBuf, String), String>,
+        pgmq: &Result<(PathBuf, String), String>,
     ) -> Option<Peer> {
         let (db, (home, url)) = match contender {
             Contender::Graphile | Contender::GraphileLocalQueue => ("bench_graphile", graphile.as_ref().ok()?),
             Contender::River | Contender::RiverPerGroup => ("bench_river", river.as_ref().ok()?),
+            Contender::Pgmq => ("bench_pgmq", pgmq.as_ref().ok()?),
             _ => return None,
         };
         Some(Peer { contender, db, url: url.clone(), peer_url: runs::node_url(w, db), home: home.clone() })
@@ -57,14 +59,30 @@ impl Peer {
         if self.contender == Contender::RiverPerGroup { "per-group" } else { "one" }
     }
 
-    /// One of the peer's own statements: the graphile-worker one or the River one.
-    pub fn pick(&self, graphile: crate::sql::Named, river: crate::sql::Named) -> &'static str {
-        if self.is_graphile() { graphile.sql } else { river.sql }
+    fn is_pgmq(&self) -> bool {
+        self.contender == Contender::Pgmq
+    }
+
+    /// One of the peer's own statements: the graphile-worker one, the River one or the
+    /// pgmq one.
+    pub fn pick(&self, graphile: crate::sql::Named, river: crate::sql::Named, pgmq: crate::sql::Named) -> &'static str {
+        if self.is_graphile() {
+            graphile.sql
+        } else if self.is_pgmq() {
+            pgmq.sql
+        } else {
+            river.sql
+        }
+    }
+
+    /// The harness's arguments after the counts: River's mode (pgmq has none).
+    fn mode_args(&self) -> Vec<String> {
+        if self.is_pgmq() { Vec::new() } else { vec![self.river_mode().to_owned()] }
     }
 
     /// The peer's tables emptied and vacuumed, `synchronous_commit` set; a connection.
     pub(super) async fn fresh(&self, w: &World, sync: bool) -> anyhow::Result<tokio_postgres::Client> {
-        let reset = self.pick(stmt::GRAPHILE_RESET, stmt::RIVER_RESET);
+        let reset = self.pick(stmt::GRAPHILE_RESET, stmt::RIVER_RESET, stmt::PGMQ_RESET);
         runs::fresh(w, self.db, &self.url, reset, sync).await
     }
 
@@ -75,14 +93,10 @@ impl Peer {
             c.execute(stmt::GRAPHILE_PRELOAD.sql, &[&shape.groups, &shape.per_group]).await.context("adding jobs")?;
         } else {
             runs::run_to_end(
-                Command::new(&self.home).args([
-                    "preload",
-                    &self.peer_url,
-                    &shape.groups.to_string(),
-                    &shape.per_group.to_string(),
-                    self.river_mode(),
-                ]),
-                "River's preload",
+                Command::new(&self.home)
+                    .args(["preload", &self.peer_url, &shape.groups.to_string(), &shape.per_group.to_string()])
+                    .args(self.mode_args()),
+                "the peer's preload",
             )
             .await?;
         }
@@ -110,6 +124,10 @@ impl Peer {
                 local.to_string(),
             ]);
             c
+        } else if self.is_pgmq() {
+            let mut c = Command::new(&self.home);
+            c.args(["work", &self.peer_url, &shape.readers.to_string(), &POOL.to_string()]);
+            c
         } else {
             let mut c = Command::new(&self.home);
             c.args([
@@ -135,18 +153,20 @@ impl Peer {
     /// over `groups` groups, from `start_unix` on.
     pub(super) async fn send_by_plan(&self, rate: u32, total: u64, start_unix: f64, groups: i32) -> anyhow::Result<()> {
         if !self.is_graphile() {
-            // River's own client inserts (and notifies its workers): the harness sends.
+            // River's own client inserts (and notifies its workers), pgmq's harness sends
+            // with pgmq.send: the harness sends.
             return runs::run_to_end(
-                Command::new(&self.home).args([
-                    "send",
-                    &self.peer_url,
-                    &rate.to_string(),
-                    &total.to_string(),
-                    &format!("{start_unix:.6}"),
-                    &groups.to_string(),
-                    self.river_mode(),
-                ]),
-                "River's open-loop sender",
+                Command::new(&self.home)
+                    .args([
+                        "send",
+                        &self.peer_url,
+                        &rate.to_string(),
+                        &total.to_string(),
+                        &format!("{start_unix:.6}"),
+                        &groups.to_string(),
+                    ])
+                    .args(self.mode_args()),
+                "the peer's open-loop sender",
             )
             .await;
         }

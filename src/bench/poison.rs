@@ -57,9 +57,9 @@ pub async fn poison(
     let (mark, progress, verify) = match subject {
         Subject::Sbworker(..) => (stmt::POISON_MARK.sql, Progress::RepliedOrDiverted, stmt::POISON_VERIFY.sql),
         Subject::Peer(p) => {
-            c.batch_execute(p.pick(stmt::GRAPHILE_DEAD, stmt::RIVER_DEAD)).await?;
+            c.batch_execute(p.pick(stmt::GRAPHILE_DEAD, stmt::RIVER_DEAD, stmt::PGMQ_DEAD)).await?;
             (
-                p.pick(stmt::GRAPHILE_POISON_MARK, stmt::RIVER_POISON_MARK),
+                p.pick(stmt::GRAPHILE_POISON_MARK, stmt::RIVER_POISON_MARK, stmt::PGMQ_POISON_MARK),
                 Progress::PeerRepliedOrDead,
                 stmt::PEER_POISON_VERIFY.sql,
             )

@@ -268,7 +268,7 @@ fn open_loop_section(out: &mut String, r: &Results) {
         "\n## Open loop\n\nMessages sent at a fixed rate by plan (message i at start + i / rate, over 200 \
          groups, two sender connections) to each contender ({} readers or jobs at once, one message per \
          transaction, `synchronous_commit` on; sbworker's sends are the broker's `sb.send`, graphile-worker's \
-         its `add_job`, River's its client's insert); latency from each message's planned send time to its \
+         its `add_job`, River's its client's insert, pgmq's `pgmq.send` with the group's header); latency from each message's planned send time to its \
          reply (one machine, one clock), for the messages planned after a {} s warm-up, over {} s. A sender \
          that falls behind its plan does not hide it: the lateness counts.\n\n\
          | contender | rate/s | sent/s | measured | p50 ms | p95 ms | p99 ms | max ms |\n\
@@ -359,6 +359,7 @@ fn poison_section(out: &mut String, r: &Results) {
          conversation go to the dead-letter table (a conversation is one ordered stream) and the conversation \
          is ended with an error. The peers fail a poison job for good after its 3 attempts and go on with the \
          rest of its group: River with the same backoff as sbworker (a retry policy of the harness's), \
+         pgmq archives it after its third read (the harness makes it visible again after the same backoff), \
          graphile-worker with its own, exp(attempts) seconds, which it does not let a user change. Checked: \
          every group without poison complete, in order, each message once; each poisoned group as the \
          contender's semantics say (sbworker: applied up to its first poison message; a peer: every other \

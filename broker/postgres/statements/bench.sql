@@ -63,6 +63,9 @@ SELECT bench.preload_graphile($1, $2);
 -- name: river_reset
 TRUNCATE bench.account, bench.reply, bench.poison, river_job RESTART IDENTITY;
 
+-- name: pgmq_reset
+TRUNCATE bench.account, bench.reply, bench.poison, pgmq.q_bench, pgmq.a_bench RESTART IDENTITY;
+
 -- Where the pipeline's time goes (pg_stat_statements, when the server has it loaded).
 -- name: pgss_available
 SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements')
@@ -159,7 +162,7 @@ SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid = $
 -- name: dead_tuples
 SELECT schemaname || '.' || relname, n_dead_tup, n_live_tup
   FROM pg_stat_user_tables
- WHERE schemaname IN ('sb', 'bench', 'sbworker', 'graphile_worker') OR relname LIKE 'river%'
+ WHERE schemaname IN ('sb', 'bench', 'sbworker', 'graphile_worker', 'pgmq') OR relname LIKE 'river%'
  ORDER BY n_dead_tup DESC;
 
 -- The peers in workloads 3 and 4. The poison messages: `$1` jobs (chosen by hash: 1%)
@@ -188,6 +191,17 @@ CREATE OR REPLACE TEMP VIEW peer_dead AS
 SELECT (payload->>'c')::uuid AS c, (payload->>'s')::bigint AS s,
        run_at - exp(least(attempts, 10)) * interval '1 second' AS at
   FROM graphile_worker._private_jobs WHERE attempts >= max_attempts AND locked_at IS NULL;
+
+-- name: pgmq_poison_mark
+WITH picked AS (SELECT msg_id FROM pgmq.q_bench ORDER BY md5(msg_id::text) LIMIT $1::bigint),
+marked AS (
+    UPDATE pgmq.q_bench q SET message = q.message || '{"p": true}'::jsonb FROM picked WHERE q.msg_id = picked.msg_id
+    RETURNING q.message)
+INSERT INTO bench.poison SELECT (message->>'c')::uuid, (message->>'s')::bigint FROM marked;
+
+-- name: pgmq_dead
+CREATE OR REPLACE TEMP VIEW peer_dead AS
+SELECT (message->>'c')::uuid AS c, (message->>'s')::bigint AS s, archived_at AS at FROM pgmq.a_bench;
 
 -- name: river_dead
 CREATE OR REPLACE TEMP VIEW peer_dead AS
