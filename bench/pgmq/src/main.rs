@@ -133,7 +133,12 @@ async fn send(url: &str, rate: f64, total: u64, start_unix: f64, groups: u64) ->
                 tokio::time::sleep_until(start + Duration::from_secs_f64(offset)).await;
                 let g = i % groups + 1;
                 let c = conversations[(g - 1) as usize].clone();
-                let job = Apply { c: c.clone(), s: (i / groups + 1) as i64, p: false, t: Some(format!("{:.6}", start_unix + offset)) };
+                let job = Apply {
+                    c: c.clone(),
+                    s: (i / groups + 1) as i64,
+                    p: false,
+                    t: Some(format!("{:.6}", start_unix + offset)),
+                };
                 sqlx::query("SELECT pgmq.send($1, $2, $3)")
                     .bind(QUEUE)
                     .bind(serde_json::to_value(&job)?)
@@ -197,7 +202,12 @@ async fn main() -> Result<(), Error> {
                 }
             }
             if !msgs.is_empty() {
-                sqlx::query("SELECT pgmq.send_batch($1, $2, $3)").bind(QUEUE).bind(msgs).bind(headers).execute(&pool).await?;
+                sqlx::query("SELECT pgmq.send_batch($1, $2, $3)")
+                    .bind(QUEUE)
+                    .bind(msgs)
+                    .bind(headers)
+                    .execute(&pool)
+                    .await?;
             }
         }
         Some("work") => {
