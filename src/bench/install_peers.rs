@@ -93,7 +93,9 @@ pub async fn install_pgmq(dir: &Path) -> Result<PathBuf, String> {
             std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
         }
     }
-    super::progress("building pgmq's harness (pgmq 0.33.7, its SQL 1.11) with cargo; the first build takes minutes ...");
+    super::progress(
+        "building pgmq's harness (pgmq 0.33.7, its SQL 1.11) with cargo; the first build takes minutes ...",
+    );
     let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--release", "--locked", "--quiet"])
         .current_dir(&home)

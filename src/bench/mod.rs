@@ -349,14 +349,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs::migrate_pgmq,
     )
     .await?;
-    let peers_notes: Vec<String> = [
-        ("graphile-worker", graphile.as_ref().err()),
-        ("River", river.as_ref().err()),
-        ("pgmq", pgmq.as_ref().err()),
-    ]
-        .into_iter()
-        .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
-        .collect();
+    let peers_notes: Vec<String> =
+        [("graphile-worker", graphile.as_ref().err()), ("River", river.as_ref().err()), ("pgmq", pgmq.as_ref().err())]
+            .into_iter()
+            .filter_map(|(name, why)| why.map(|why| format!("{name}: {why}")))
+            .collect();
     let mut results = Results {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         started: chrono_like_now(),
@@ -470,7 +467,20 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                     }
                     peer => {
                         let Some(peer) = peers.iter().find(|p| p.contender == peer) else { continue };
-                        runs::peer(&w, peer, shape, sync, rep, &work).await?
+                        // A peer that cannot finish (pgmq's read_grouped with a large backlog
+                        // takes hours) is said in the report; the bench goes on.
+                        match runs::peer(&w, peer, shape, sync, rep, &work).await {
+                            Ok(m) => m,
+                            Err(e) => {
+                                progress(&format!("{}: {e:#}", peer.contender.key()));
+                                results.notes.push(format!(
+                                    "{}, headline, repetition {}: {e:#}",
+                                    peer.contender.label(),
+                                    rep + 1
+                                ));
+                                continue;
+                            }
+                        }
                     }
                 };
                 results.runs.push(m);
@@ -490,7 +500,18 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         for &subject in subjects.iter().filter(|_| opts.runs(Part::Poison)) {
             tracker.next();
-            results.poison.push(poison::poison(&w, subject, shape, rep, &work).await?);
+            match poison::poison(&w, subject, shape, rep, &work).await {
+                Ok(m) => results.poison.push(m),
+                Err(e) if subject.contender().is_peer() => {
+                    progress(&format!("{}: {e:#}", subject.contender().key()));
+                    results.notes.push(format!(
+                        "{}, poison, repetition {}: {e:#}",
+                        subject.contender().label(),
+                        rep + 1
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
         }
         let bloat_shape =
             Shape { groups: sizes.bloat_groups, per_group: sizes.bloat_per_group, readers: sizes.readers };
@@ -502,19 +523,26 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         for &rate in sizes.open_loop_rates.iter().filter(|_| opts.runs(Part::OpenLoop)) {
             for &subject in &subjects {
                 tracker.next();
-                results.open_loop.push(
-                    runs::open_loop(
-                        &w,
-                        subject,
-                        rate,
-                        Duration::from_secs_f64(sizes.open_loop_warmup_seconds),
-                        Duration::from_secs_f64(sizes.open_loop_seconds),
-                        sizes.readers,
-                        rep,
-                        &work,
-                    )
-                    .await?,
-                );
+                let run = runs::open_loop(
+                    &w,
+                    subject,
+                    rate,
+                    Duration::from_secs_f64(sizes.open_loop_warmup_seconds),
+                    Duration::from_secs_f64(sizes.open_loop_seconds),
+                    sizes.readers,
+                    rep,
+                    &work,
+                )
+                .await;
+                match run {
+                    Ok(m) => results.open_loop.push(m),
+                    Err(e) if subject.contender().is_peer() => {
+                        progress(&format!("{}: {e:#}", subject.contender().key()));
+                        let label = subject.contender().label();
+                        results.notes.push(format!("{label}, open loop at {rate}/s, repetition {}: {e:#}", rep + 1));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
