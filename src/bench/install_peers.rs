@@ -54,48 +54,43 @@ pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::R
 /// `dir/river` once, before anything is measured (a no-op when it is current); the
 /// binary, or the reason it cannot be had.
 pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
-    let home = dir.join("river");
-    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
-    for (name, text) in [
+    let files = [
         ("Cargo.toml", include_str!("../../bench/river/Cargo.toml")),
         ("Cargo.lock", include_str!("../../bench/river/Cargo.lock")),
         ("src/main.rs", include_str!("../../bench/river/src/main.rs")),
-    ] {
-        // Rewritten only when changed, so that cargo sees an unchanged project as built.
-        if std::fs::read_to_string(home.join(name)).ok().as_deref() != Some(text) {
-            std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
-        }
-    }
-    super::progress("building River's harness (riverqueue 0.5) with cargo; the first build takes minutes ...");
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "--release", "--locked", "--quiet"])
-        .current_dir(&home)
-        .env("CARGO_TARGET_DIR", home.join("target"))
-        .output()
-        .await
-        .map_err(|e| format!("cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(home.join("target/release/river-bench"))
+    ];
+    build_harness(dir, "river", &files, "river-bench", "River's harness (riverqueue 0.5)").await
 }
 
 /// pgmq's harness (`bench/pgmq`, its own Cargo project), built as River's is.
 pub async fn install_pgmq(dir: &Path) -> Result<PathBuf, String> {
-    let home = dir.join("pgmq");
-    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
-    for (name, text) in [
+    let files = [
         ("Cargo.toml", include_str!("../../bench/pgmq/Cargo.toml")),
         ("Cargo.lock", include_str!("../../bench/pgmq/Cargo.lock")),
         ("src/main.rs", include_str!("../../bench/pgmq/src/main.rs")),
-    ] {
-        if std::fs::read_to_string(home.join(name)).ok().as_deref() != Some(text) {
-            std::fs::write(home.join(name), text).map_err(|e| e.to_string())?;
+    ];
+    build_harness(dir, "pgmq", &files, "pgmq-bench", "pgmq's harness (pgmq 0.33.7, its SQL 1.11)").await
+}
+
+/// A peer's harness (a Cargo project of its own, `files` by path) written into
+/// `dir/name` and built there with cargo (a no-op when it is current); the binary `bin`,
+/// or the reason it cannot be had.
+async fn build_harness(
+    dir: &Path,
+    name: &str,
+    files: &[(&str, &str)],
+    bin: &str,
+    what: &str,
+) -> Result<PathBuf, String> {
+    let home = dir.join(name);
+    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
+    for (file, text) in files {
+        // Rewritten only when changed, so that cargo sees an unchanged project as built.
+        if std::fs::read_to_string(home.join(file)).ok().as_deref() != Some(*text) {
+            std::fs::write(home.join(file), text).map_err(|e| e.to_string())?;
         }
     }
-    super::progress(
-        "building pgmq's harness (pgmq 0.33.7, its SQL 1.11) with cargo; the first build takes minutes ...",
-    );
+    super::progress(&format!("building {what} with cargo; the first build takes minutes ..."));
     let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--release", "--locked", "--quiet"])
         .current_dir(&home)
@@ -106,7 +101,7 @@ pub async fn install_pgmq(dir: &Path) -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    Ok(home.join("target/release/pgmq-bench"))
+    Ok(home.join("target/release").join(bin))
 }
 
 /// pgmq's SQL and the queue in `db` (installed by the pgmq crate, no extension).

@@ -53,30 +53,15 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
         progress: false,
     };
     super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
-    let c = super::world::connect(opts.postgres.as_deref().expect("set above")).await?;
-    let pgss = c.query_one(super::stmt::PGSS_AVAILABLE.sql, &[]).await?.get::<_, bool>(0);
+    let url = opts.postgres.as_deref().expect("set above");
+    let pgss = super::runs::statements_reset(url).await?;
     if pgss {
-        c.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
-        c.batch_execute(super::stmt::PGSS_INSTALL.sql).await?;
-        c.batch_execute(super::stmt::PGSS_RESET.sql).await?;
+        // Nested statements too, here (the demo's sessions start after this).
+        super::world::connect(url).await?.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
     }
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
     let requests = (report.load.requests + report.burst.requests).max(1) as f64;
-    let statements = if pgss {
-        c.query(super::stmt::PGSS_TOP.sql, &[&requests])
-            .await?
-            .iter()
-            .map(|r| StatementTime {
-                statement: r.get(0),
-                calls_per_request: r.get(1),
-                mean_ms: r.get(2),
-                ms_per_request: r.get(3),
-                top_level: r.get(4),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let statements = super::runs::statements_top(url, pgss, requests).await?;
     let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     Ok(PipelineRun {
         readers,
