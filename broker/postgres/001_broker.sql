@@ -243,12 +243,11 @@ BEGIN
 END $$;
 
 -- Locks both endpoints of a conversation, always in handle order (so that two sides
--- acting at once wait for each other instead of deadlocking), in one statement, and
--- returns this side.
-CREATE OR REPLACE FUNCTION sb.lock_endpoint(p_handle uuid) RETURNS sb.endpoint
+-- acting at once wait for each other instead of deadlocking), in one statement; returns
+-- this side (e) and the far one (far: NULLs when there is none, or it was removed).
+CREATE OR REPLACE FUNCTION sb.lock_conversation(p_handle uuid, OUT e sb.endpoint, OUT far sb.endpoint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    e sb.endpoint;
     r sb.endpoint;
 BEGIN
     FOR r IN SELECT * FROM sb.endpoint
@@ -257,12 +256,24 @@ BEGIN
     LOOP
         IF r.handle = p_handle THEN
             e := r;
+        ELSE
+            far := r;
         END IF;
     END LOOP;
     IF e.handle IS NULL THEN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
     END IF;
-    RETURN e;
+    IF e.far_handle IS NOT NULL AND far.handle IS DISTINCT FROM e.far_handle THEN
+        -- The far side appeared while this waited for the lock (the dialog's first SEND).
+        SELECT * INTO far FROM sb.endpoint WHERE handle = e.far_handle;
+    END IF;
+END $$;
+
+-- sb.lock_conversation's this side.
+CREATE OR REPLACE FUNCTION sb.lock_endpoint(p_handle uuid) RETURNS sb.endpoint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (sb.lock_conversation(p_handle)).e;
 END $$;
 
 -- The NOTIFY channel of a queue (a wake-up for waiting receivers).
@@ -815,31 +826,16 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     e       sb.endpoint;
     v_far   sb.endpoint;
-    r       sb.endpoint;
+    c       record;
     v_queue text;
     v_qid   int;
     v_seq   bigint;
     v_type  text;
     v_body  bytea;
 BEGIN
-    -- Both endpoints, locked in handle order (as sb.lock_endpoint), in one statement.
-    FOR r IN SELECT * FROM sb.endpoint
-              WHERE handle IN (p_handle, (SELECT far_handle FROM sb.endpoint WHERE handle = p_handle))
-              ORDER BY handle FOR UPDATE
-    LOOP
-        IF r.handle = p_handle THEN
-            e := r;
-        ELSE
-            v_far := r;
-        END IF;
-    END LOOP;
-    IF e.handle IS NULL THEN
-        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
-    END IF;
-    IF e.far_handle IS NOT NULL AND v_far.handle IS DISTINCT FROM e.far_handle THEN
-        -- The far side appeared while this waited for the lock (the dialog's first SEND).
-        SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
-    END IF;
+    SELECT * INTO c FROM sb.lock_conversation(p_handle);
+    e := c.e;
+    v_far := c.far;
     PERFORM sb.require_right('RECEIVE', (SELECT queue FROM sb.service WHERE name = e.service));
     IF e.state IN ('DO', 'CD') THEN
         PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
