@@ -24,14 +24,16 @@ pub mod statements {
 /// FNV-1a hash of their text, lines naming the stamp itself (`sbworker_version`) left
 /// out. `sbworker selftest` compares what an install wrote with its own.
 pub fn stamp(scripts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for script in scripts {
-        for line in script.lines().filter(|l| !l.contains("sbworker_version")) {
-            for b in line.bytes().chain([b'\n']) {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        }
-    }
-    format!("{}+{h:016x}", env!("CARGO_PKG_VERSION"))
+    let text: Vec<u8> = scripts
+        .iter()
+        .flat_map(|s| s.lines())
+        .filter(|l| !l.contains("sbworker_version"))
+        .flat_map(|l| l.bytes().chain([b'\n']))
+        .collect();
+    format!("{}+{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(&text))
+}
+
+/// The 64-bit FNV-1a hash of `bytes` (stable across builds and platforms).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }

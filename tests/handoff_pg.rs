@@ -336,21 +336,23 @@ async fn a_key_whose_latest_version_was_diverted_is_sent_again_by_the_sweep_at_m
         .map(|r| r.get(0))
         .collect();
     assert_eq!(keys.len(), 3);
-    let fail_open = |dv: i32, melding: &'static str| {
+    // Recorded as the collector records them: the text, and whether the failure was the
+    // environment's (repairable).
+    let fail_open = |dv: i32, melding: &'static str, repairable: bool| {
         let c = &c;
         async move {
             c.execute(
-                "UPDATE rekenserver.berekening_log SET uitkomst = 'fout', foutmelding = $2 \
+                "SELECT rekenserver.noteer_fout(dialog_handle, $2, $3) FROM rekenserver.berekening_log \
                  WHERE dienstverband_id = $1 AND uitkomst IS NULL",
-                &[&dv, &melding],
+                &[&dv, &melding, &repairable],
             )
             .await
             .unwrap()
         }
     };
-    fail_open(keys[0], "internal (50016): diverted after 3 failed attempts: each time the worker stopped").await;
-    fail_open(keys[1], "invalid-value (50012): Dienst/@Datum is not a date").await;
-    fail_open(keys[2], "error 50901: diverted after 3 failed attempts: lost").await;
+    fail_open(keys[0], "internal (50016): diverted after 3 failed attempts: each time the worker stopped", true).await;
+    fail_open(keys[1], "invalid-value (50012): Dienst/@Datum is not a date", false).await;
+    fail_open(keys[2], "error 50901: diverted after 3 failed attempts: lost", true).await;
     let mut s = connect(&url).await;
     let mut runs = Vec::new();
     for _ in 0..3 {
@@ -359,8 +361,8 @@ async fn a_key_whose_latest_version_was_diverted_is_sent_again_by_the_sweep_at_m
             Outcome::Skipped => panic!("nothing else holds the lock"),
         }
         // The repairs fail again the same way.
-        fail_open(keys[0], "internal (50016): diverted again").await;
-        fail_open(keys[2], "error 50901: diverted again").await;
+        fail_open(keys[0], "internal (50016): diverted again", true).await;
+        fail_open(keys[2], "error 50901: diverted again", true).await;
     }
     // Repaired twice more each (three failures of the same version in all), then left.
     assert_eq!(runs, [(2, 2), (2, 2), (0, 0)]);

@@ -242,7 +242,7 @@ fn names_match_the_worker_its_configuration_and_the_postgresql_broker() {
     assert!(pg.contains(&format!("'{contract}'")));
     // Every procedure the worker EXECs exists and its role may execute it; the role
     // may RECEIVE from both queues and SEND on both services.
-    let security = include_str!("../broker/mssql/06_security.sql").to_lowercase();
+    let security = include_str!("../broker/mssql/07_security.sql").to_lowercase();
     let procs = created_names("PROCEDURE");
     // Every EXEC the transport sends (broker/mssql/statements/session.sql).
     let execs: Vec<_> = stmt::ALL.iter().filter(|s| s.sql.starts_with("EXEC ")).collect();
@@ -276,19 +276,37 @@ fn names_match_the_worker_its_configuration_and_the_postgresql_broker() {
 #[test]
 fn the_schema_collection_script_is_generated_from_the_xsds_and_current() {
     let expected = sbworker::broker::mssql::schema_collection_script();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/07_schema_collection.sql");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/optional/schema_collection.sql");
     if std::env::var("SBWORKER_WRITE_GENERATED").is_ok() {
         std::fs::write(path, &expected).unwrap();
     }
     let actual = std::fs::read_to_string(path).unwrap();
     assert!(
         actual == expected,
-        "broker/mssql/07_schema_collection.sql is not current: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts"
+        "broker/mssql/optional/schema_collection.sql is not current: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts"
     );
     let (_, script) = sbworker::broker::mssql::OPTIONAL_SCRIPTS[0];
     let batches = split(script);
-    assert_eq!(batches.len(), 6, "SET options, USE, the collection, three message types");
+    assert_eq!(batches.len(), 4, "SET options, USE, the collection, the message types moved to it");
     assert!(batches[2].contains("IF NOT EXISTS") && batches[2].matches("<xs:schema").count() == 3);
+    // C7 of the third review: a collection's components cannot be replaced, so its name
+    // carries the hash of its XSDs (a changed XSD is a new collection), the Vraag's type
+    // moves to it in one transaction, and older ones are dropped.
+    let xsd_start = batches[2].find("AS N'").unwrap() + 5;
+    let xsd_end = batches[2].rfind("';").unwrap();
+    let xsd = batches[2][xsd_start..xsd_end].to_owned();
+    let name = format!("LoonfactorBerekening_{:016x}", sbworker::sql::fnv1a(xsd.as_bytes()));
+    assert!(batches[2].contains(&format!("N'{name}'")) && batches[2].contains(&format!("Rekenserver.{name} AS")));
+    let switch = &batches[3];
+    assert!(switch.contains("BEGIN TRANSACTION") && switch.trim_end().ends_with("COMMIT TRANSACTION;"), "{switch}");
+    assert!(switch.contains(&format!(
+        "[/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.{name};"
+    )));
+    // S3: the answers stay WELL_FORMED_XML (a VALID_XML failure there would be lost).
+    for t in ["/Rekenserver/LoonfactorBerekening/Antwoord", "/Rekenserver/Fout"] {
+        assert!(switch.contains(&format!("[{t}] VALIDATION = WELL_FORMED_XML;")), "{t}");
+    }
+    assert!(switch.contains(&format!("c.name <> N'{name}'")) && switch.contains("DROP XML SCHEMA COLLECTION"));
     assert!(!script.contains("<?xml"), "an nvarchar literal cannot carry an encoding declaration");
     for constraint in ["<xs:unique", "<xs:key", "<xs:keyref"] {
         assert!(!script.contains(constraint), "SQL Server cannot register a schema holding {constraint}");
@@ -457,7 +475,7 @@ fn every_catch_raises_again_or_says_why_not() {
 
 #[test]
 fn the_version_stamp_is_current() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/06_security.sql");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/07_security.sql");
     let text = std::fs::read_to_string(path).unwrap();
     let stamp = sbworker::broker::mssql::scripts_stamp();
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("@name = N'sbworker_version'")).collect();
@@ -477,7 +495,7 @@ fn the_version_stamp_is_current() {
         std::fs::write(path, out).unwrap();
         return;
     }
-    assert!(current, "06_security.sql's stamp is not {stamp}: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts");
+    assert!(current, "07_security.sql's stamp is not {stamp}: run SBWORKER_WRITE_GENERATED=1 cargo test mssql_scripts");
 }
 
 /// sqlfluff (PyPI), installed into the build directory on first use.
@@ -543,7 +561,7 @@ fn the_selftest_knows_every_module_the_scripts_create() {
     let created: BTreeSet<String> = created()
         .into_iter()
         .filter(|(file, k, _)| {
-            *file != "07_schema_collection.sql" && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
+            *file != "optional/schema_collection.sql" && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
         })
         .map(|(_, _, n)| n)
         .collect();
@@ -552,4 +570,178 @@ fn the_selftest_knows_every_module_the_scripts_create() {
     {
         assert!(modules.contains(m), "{m} in {modules:?}");
     }
+}
+
+/// The loops the docs give for sqlcmd: the glob of each `for f in broker/mssql/…; do`.
+fn documented_loops() -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for (doc, text) in [
+        ("docs/deployment.md", include_str!("../docs/deployment.md")),
+        ("docs/sqlserver.md", include_str!("../docs/sqlserver.md")),
+    ] {
+        for line in text.lines() {
+            if let Some(rest) = line.trim().strip_prefix("for f in broker/mssql/") {
+                out.push((doc, rest.split(';').next().unwrap_or("").trim().to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// Matches a file name against the shell's glob forms the docs use (`[0-9]`, `*`, text).
+fn glob_matches(glob: &str, name: &str) -> bool {
+    fn go(g: &[u8], n: &[u8]) -> bool {
+        match g.first() {
+            None => n.is_empty(),
+            Some(b'*') => (0..=n.len()).any(|i| go(&g[1..], &n[i..])),
+            Some(b'[') => {
+                let close = g.iter().position(|&c| c == b']').expect("a closed bracket");
+                let (lo, hi) = (g[1], g[3]);
+                !n.is_empty() && n[0] >= lo && n[0] <= hi && go(&g[close + 1..], &n[1..])
+            }
+            Some(&c) => n.first() == Some(&c) && go(&g[1..], &n[1..]),
+        }
+    }
+    go(glob.as_bytes(), name.as_bytes())
+}
+
+/// C1 of the third SQL Server review: the documented sqlcmd loop skipped a script that
+/// the security script grants on. The installer's list, the folder's numbered files in
+/// the shell's order, and every loop in the docs are one list.
+#[test]
+fn the_documented_sqlcmd_loop_runs_the_installers_scripts_in_its_order() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    files.sort(); // the shell sorts a glob's matches (in the C locale: byte order)
+    let installer: Vec<&str> = SCRIPTS.iter().map(|(n, _)| *n).collect();
+    let numbered: Vec<&str> =
+        files.iter().map(String::as_str).filter(|n| n.as_bytes()[..2].iter().all(u8::is_ascii_digit)).collect();
+    assert_eq!(numbered, installer, "broker/mssql's numbered scripts are not the installer's list, in its order");
+    assert!(files.len() == numbered.len(), "a script in broker/mssql/ without a number: {files:?}");
+    let loops = documented_loops();
+    assert!(loops.len() >= 2, "the sqlcmd loops of docs/deployment.md and docs/sqlserver.md: {loops:?}");
+    for (doc, glob) in loops {
+        let run: Vec<&str> = files.iter().map(String::as_str).filter(|n| glob_matches(&glob, n)).collect();
+        assert_eq!(run, installer, "{doc}: the loop over broker/mssql/{glob} runs other scripts than the installer");
+    }
+    // The check itself: the loop of the review's finding misses the operations script.
+    let old: Vec<&str> = files.iter().map(String::as_str).filter(|n| glob_matches("0[0-6]_*.sql", n)).collect();
+    assert_ne!(old, installer);
+    // The security script grants what the others create, so it runs last.
+    assert!(installer.last().unwrap().ends_with("_security.sql"), "{installer:?}");
+}
+
+/// Every SQL Server script and statement file, comments removed, with its name.
+fn all_sql_code() -> Vec<(String, String)> {
+    let strip = |text: &str| -> String {
+        text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (file, script) in all_scripts() {
+        out.push(((*file).to_owned(), split(script).iter().map(|b| strip(b)).collect::<Vec<_>>().join("\nGO\n")));
+    }
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/statements");
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        out.push((path.file_name().unwrap().to_string_lossy().into_owned(), strip(&text)));
+    }
+    out
+}
+
+/// C2 of the third review: a dialog without LIFETIME lives 68 years when it is lost.
+/// Every BEGIN DIALOG, in the scripts and in dynamic SQL they build, has one.
+#[test]
+fn every_begin_dialog_has_a_lifetime() {
+    let mut seen = 0;
+    for (file, code) in all_sql_code() {
+        let upper = code.to_uppercase();
+        for (at, _) in upper.match_indices("BEGIN DIALOG") {
+            seen += 1;
+            let rest = &upper[at..];
+            let statement = &rest[..rest.find(';').unwrap_or(rest.len())];
+            assert!(statement.contains("LIFETIME = @"), "{file}: BEGIN DIALOG without a LIFETIME: {statement}");
+        }
+    }
+    assert!(seen >= 2, "the roster's and the replay's BEGIN DIALOG: {seen}");
+}
+
+/// C5 of the third review: END CONVERSATION's page says not to use WITH CLEANUP in an
+/// application's code. None of ours does (the PostgreSQL broker's cleanup function is
+/// the repair path the docs name).
+#[test]
+fn no_script_or_statement_ends_a_conversation_with_cleanup() {
+    for (file, code) in all_sql_code() {
+        let upper = mask_literals(&code).to_uppercase();
+        assert!(!upper.contains("WITH CLEANUP"), "{file}: END CONVERSATION ... WITH CLEANUP");
+    }
+}
+
+/// C10 of the third review: `%` is reserved in THROW's message. A message from a
+/// variable is doubled where the variable is last set before the THROW; a literal one
+/// holds no sqlcmd variable (its value could hold a `%`) and no bare `%`.
+#[test]
+fn every_throw_message_doubles_its_percent_signs() {
+    let mut from_variables = 0;
+    for (file, code) in all_sql_code() {
+        for (at, _) in code.match_indices("THROW ") {
+            let rest = &code[at + 6..];
+            let statement = &rest[..rest.find(';').unwrap_or(rest.len())];
+            let parts: Vec<&str> = statement.splitn(3, ',').map(str::trim).collect();
+            if parts.len() < 3 {
+                continue; // THROW; re-raises what was caught, as it was
+            }
+            let message = parts[1];
+            if let Some(var) = message.strip_prefix('@') {
+                from_variables += 1;
+                let before = &code[..at];
+                // The last `@var [type] =` before the THROW (DECLARE … = or SET … =).
+                let name = format!("@{var}");
+                let set = before
+                    .rmatch_indices(name.as_str())
+                    .map(|(i, _)| i)
+                    .find(|&i| {
+                        let after = &before[i + name.len()..];
+                        let line = &after[..after.find('\n').unwrap_or(after.len())];
+                        line.find('=').is_some_and(|e| !line[..e].contains(['@', ',', ';']))
+                    })
+                    .unwrap_or_else(|| panic!("{file}: THROW of @{var}, which is never set before it"));
+                let assignment = &before[set..];
+                assert!(
+                    assignment.contains("N'%', N'%%'"),
+                    "{file}: THROW {statement}: @{var} is not doubled where it is last set"
+                );
+            } else {
+                assert!(!message.contains("$("), "{file}: THROW {statement}: a sqlcmd variable in a literal message");
+                assert!(!message.contains('%'), "{file}: THROW {statement}: a bare % in the message");
+            }
+        }
+    }
+    assert!(from_variables >= 10, "{from_variables}");
+}
+
+/// C3 of the third review: the sweep read the failure's class from the log's text in
+/// formats one collector wrote and the other did not. The class is a column now: every
+/// caller of noteer_fout says it, and the sweep reads the column, never the text.
+#[test]
+fn every_failure_is_recorded_with_its_class_and_the_sweep_reads_the_class() {
+    let mut calls = 0;
+    for (file, code) in all_sql_code() {
+        for (at, _) in code.match_indices("EXEC Rekenserver.noteer_fout") {
+            calls += 1;
+            let rest = &code[at..];
+            let statement = &rest[..rest.find(['\n', ';']).unwrap_or(rest.len())];
+            assert!(statement.contains("@herstelbaar = "), "{file}: {statement}");
+        }
+    }
+    assert!(calls >= 5, "{calls}");
+    let handoff = SCRIPTS.iter().find(|(n, _)| *n == "05_handoff.sql").unwrap().1;
+    let sweep = &handoff[handoff.find("CREATE OR ALTER PROCEDURE Rekenserver.sweep").unwrap()..];
+    let sweep = &sweep[..sweep.find("\nGO").unwrap()];
+    assert!(!sweep.contains("foutmelding"), "the sweep reads the failure's text");
+    assert!(sweep.contains("l.herstelbaar") && sweep.contains("EXEC Rekenserver.markeer_verloren"));
 }

@@ -17,6 +17,7 @@ mod engine_cases;
 mod engine_props;
 mod handoff_pg;
 mod layers;
+mod lost_dialogs;
 mod mssql_real;
 mod mssql_scripts;
 mod ops;

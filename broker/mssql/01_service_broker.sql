@@ -41,17 +41,20 @@ GO
 -- rule on the queues it serves (a message failing by its own fault is answered with a
 -- Fout and set aside after worker.max_attempts). The broker's rule (disable the queue
 -- after five rolled-back RECEIVEs in a row) would count deadlock victims and dropped
--- connections too, and stop every group for one message. An existing queue is altered.
+-- connections too, and stop every group for one message. An existing queue that has it
+-- on is altered (only then: ALTER QUEUE takes a schema lock on a live queue).
 IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_reken' AND schema_id = SCHEMA_ID(N'dbo'))
     CREATE QUEUE dbo.loonfactorberekening_reken
         WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = OFF);
-ELSE
+ELSE IF EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_reken'
+                 AND schema_id = SCHEMA_ID(N'dbo') AND is_poison_message_handling_enabled = 1)
     ALTER QUEUE dbo.loonfactorberekening_reken WITH POISON_MESSAGE_HANDLING (STATUS = OFF);
 GO
 IF NOT EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_data' AND schema_id = SCHEMA_ID(N'dbo'))
     CREATE QUEUE dbo.loonfactorberekening_data
         WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = OFF);
-ELSE
+ELSE IF EXISTS (SELECT 1 FROM sys.service_queues WHERE name = N'loonfactorberekening_data'
+                 AND schema_id = SCHEMA_ID(N'dbo') AND is_poison_message_handling_enabled = 1)
     ALTER QUEUE dbo.loonfactorberekening_data WITH POISON_MESSAGE_HANDLING (STATUS = OFF);
 GO
 

@@ -20,7 +20,7 @@ GO
 
 -- Earlier versions named these procedures in Dutch (tel_pogingen, noteer_mislukking,
 -- vergeet_pogingen, zet_apart, claim_versie, wachtrij_status): the old ones go, their
--- English successors are created below, and 06_security.sql grants those.
+-- English successors are created below, and 07_security.sql grants those.
 IF OBJECT_ID(N'sbworker.tel_pogingen', N'P') IS NOT NULL DROP PROCEDURE sbworker.tel_pogingen;
 IF OBJECT_ID(N'sbworker.noteer_mislukking', N'P') IS NOT NULL DROP PROCEDURE sbworker.noteer_mislukking;
 IF OBJECT_ID(N'sbworker.vergeet_pogingen', N'P') IS NOT NULL DROP PROCEDURE sbworker.vergeet_pogingen;

@@ -74,6 +74,43 @@ IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
         INDEX ix_berekening_log_key (dienstverband_id, periode_id, versie));
 GO
 
+-- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog
+-- the roster and a replay begin (no row: 7 days). A dialog still open then ends with
+-- the broker's error (-8489) on both sides, which the collector records as the
+-- environment's fault, so the sweep sends its key again: a lost request is found, at
+-- the latest, a lifetime after it was sent. It must outlive the longest backlog.
+--   INSERT Rekenserver.instelling (naam, waarde) VALUES ('dialog_lifetime_seconds', 86400);
+IF OBJECT_ID(N'Rekenserver.instelling', N'U') IS NULL
+    CREATE TABLE Rekenserver.instelling (
+        naam  varchar(60) NOT NULL CONSTRAINT pk_instelling PRIMARY KEY
+              CONSTRAINT ck_instelling_naam CHECK (naam IN ('dialog_lifetime_seconds')),
+        waarde int NOT NULL CONSTRAINT ck_instelling_waarde CHECK (waarde >= 1));
+GO
+
+CREATE OR ALTER FUNCTION Rekenserver.dialog_levensduur ()
+RETURNS int
+AS
+BEGIN
+    RETURN ISNULL((SELECT waarde FROM Rekenserver.instelling WHERE naam = 'dialog_lifetime_seconds'), 604800);
+END;
+GO
+
+-- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
+-- the sweep sends the same version again: an internal Fout (a diversion), an error end
+-- (a diversion that sent no Fout, an expired LIFETIME, a broker error), a lost dialog
+-- (Rekenserver.markeer_verloren). Written by whoever records the failure, never parsed
+-- from the text. Rows of an older install get it from their text, in the formats the
+-- collectors wrote (the in-database collector's 'error: ' too).
+IF COL_LENGTH(N'Rekenserver.berekening_log', N'herstelbaar') IS NULL
+BEGIN
+    ALTER TABLE Rekenserver.berekening_log ADD herstelbaar bit NULL;
+    EXEC sys.sp_executesql N'UPDATE Rekenserver.berekening_log
+           SET herstelbaar = CASE WHEN foutmelding LIKE N''internal (%'' OR foutmelding LIKE N''error %''
+                                       OR foutmelding LIKE N''error: %'' THEN 1 ELSE 0 END
+         WHERE uitkomst = ''fout'';';
+END
+GO
+
 -- Stores an Antwoord (nodes() and value(), as in the original system): replaces the key's
 -- factors only when its version is newer than the stored one, logs the version, and
 -- completes the calculation log. One result row per outcome: opgeslagen, verouderd
@@ -141,14 +178,20 @@ BEGIN
 END;
 GO
 
--- Records why a dialog got no answer (a Fout's reason, an error end).
-CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000)
+-- Records why a dialog got no answer (a Fout's reason, an error end), and whether
+-- sending the same version again can succeed (@herstelbaar: the environment's fault).
+-- The first record of a dialog stands. A caller of an older release passes no
+-- @herstelbaar: it is then read from the text, in the formats those releases wrote.
+CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000),
+    @herstelbaar bit = NULL
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    IF @herstelbaar IS NULL
+        SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
     UPDATE Rekenserver.berekening_log
        SET beantwoord_op = ISNULL(beantwoord_op, SYSUTCDATETIME()), uitkomst = 'fout',
-           foutmelding = ISNULL(foutmelding, @melding)
+           foutmelding = ISNULL(foutmelding, @melding), herstelbaar = ISNULL(herstelbaar, @herstelbaar)
      WHERE dialog_handle = @handle AND (uitkomst IS NULL OR uitkomst = 'fout');
 END;
 GO
@@ -171,7 +214,7 @@ BEGIN
     SET NUMERIC_ROUNDABORT OFF;
     DECLARE @handle uniqueidentifier, @seq bigint, @group uniqueidentifier, @type sysname, @body varbinary(max),
             @service nvarchar(512), @contract nvarchar(256), @tekst nvarchar(3000), @fout nvarchar(3000),
-            @nummer int, @pogingen int, @max_pogingen int = 3;
+            @nummer int, @pogingen int, @max_pogingen int = 3, @reden nvarchar(40), @herstelbaar bit;
     DECLARE @uit TABLE (uitkomst varchar(10));
     DECLARE @sleutel nvarchar(200), @antwoord xml;
     DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
@@ -199,17 +242,28 @@ BEGIN
             END
             ELSE IF @type = N'/Rekenserver/Fout'
             BEGIN
+                -- The Rust collector's text, "reden (number): message"; an internal Fout
+                -- (a diversion) is the environment's fault, any other is the request's.
+                SET @antwoord = CAST(@body AS xml);
                 WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
-                SELECT @tekst = CAST(@body AS xml).value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                SELECT @reden = @antwoord.value('(/RekenserverFout/Reden)[1]', 'nvarchar(40)'),
+                       @nummer = @antwoord.value('(/RekenserverFout/ErrorNumber)[1]', 'int'),
+                       @tekst = @antwoord.value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
+                SET @tekst = LEFT(CONCAT(@reden, N' (', @nummer, N'): ', @tekst), 3000);
+                SET @herstelbaar = CASE WHEN @reden = N'internal' THEN 1 ELSE 0 END;
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = @herstelbaar;
                 END CONVERSATION @handle;
             END
             ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
             BEGIN
+                -- "error code: description", as the Rust collector writes it; an error end
+                -- (a diversion, an expired LIFETIME, a broker error) is the environment's.
+                SET @antwoord = CAST(@body AS xml);
                 WITH XMLNAMESPACES (DEFAULT 'http://schemas.microsoft.com/SQL/ServiceBroker/Error')
-                SELECT @tekst = CAST(@body AS xml).value('(/Error/Description)[1]', 'nvarchar(3000)');
-                SET @tekst = CONCAT(N'error: ', @tekst);   -- EXEC takes a value or a variable, not an expression
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                SELECT @nummer = @antwoord.value('(/Error/Code)[1]', 'int'),
+                       @tekst = @antwoord.value('(/Error/Description)[1]', 'nvarchar(3000)');
+                SET @tekst = LEFT(CONCAT(N'error ', @nummer, N': ', @tekst), 3000);   -- EXEC takes a variable, not an expression
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 1;
                 END CONVERSATION @handle;
             END
             ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'
@@ -218,7 +272,7 @@ BEGIN
             BEGIN
                 -- Outside the contract: ended with an error, as the Rust collector does.
                 SET @tekst = CONCAT(N'message type ', @type, N' is not part of the calculation contract');
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 0;
                 END CONVERSATION @handle WITH ERROR = 50900 DESCRIPTION = @tekst;
             END
             DELETE sbworker.message_attempt WHERE conversation_handle = @handle AND message_sequence_number = @seq;
@@ -252,11 +306,12 @@ BEGIN
                       FROM dbo.loonfactorberekening_data WHERE conversation_handle = @handle;
                     IF @@ROWCOUNT = 1
                     BEGIN
-                        SET @tekst = CONCAT(N'diverted after ', @pogingen, N' failed attempts: ', @fout);
+                        SET @tekst = LEFT(CONCAT(N'internal (50901): diverted after ', @pogingen, N' failed attempts: ', @fout),
+                                          3000);
                         EXEC sbworker.set_aside @queue = N'dbo.loonfactorberekening_data', @service = @service,
                              @contract = @contract, @group = @group, @handle = @handle, @seq = @seq, @type = @type,
                              @body = @body, @attempts = @pogingen, @reason = @tekst;
-                        EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst;
+                        EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 1;
                         DELETE sbworker.message_attempt
                          WHERE conversation_handle = @handle AND message_sequence_number = @seq;
                         SET @tekst = LEFT(@tekst, 3000);

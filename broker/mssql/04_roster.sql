@@ -3,11 +3,16 @@
 --
 -- Differs from PostgreSQL's 004_roster.sql in one respect: SQL Server has no trigger
 -- that runs at COMMIT, so a trigger sends one Vraag per key per *statement* (each with
--- the next version), not per transaction. A statement touching 10,000 rows of one key
--- still sends one Vraag; a transaction of several statements on one key sends several,
--- the last carrying the final roster and the highest version, and latest-wins keeps
--- the right result. For bulk imports set EXEC sp_set_session_context N'vragen_uit', 1
--- (versions still rise, nothing is sent) and run the sweep.
+-- the next version), not per transaction; and per *action* for MERGE, which fires the
+-- AFTER trigger once for each of its insert, update and delete actions (MERGE, "Trigger
+-- implementation"), so one MERGE can send up to three per key. A statement touching
+-- 10,000 rows of one key still sends one Vraag; a transaction of several statements on
+-- one key sends several, the last carrying the final roster and the highest version,
+-- and latest-wins keeps the right result. For bulk imports set EXEC
+-- sp_set_session_context N'vragen_uit', 1 (versions still rise, nothing is sent) and run
+-- the sweep. A load that fires no trigger (bcp or BULK INSERT without FIRE_TRIGGERS,
+-- SqlBulkCopy without SqlBulkCopyOptions.FireTriggers, TRUNCATE TABLE) raises no version:
+-- load with FIRE_TRIGGERS (docs/sqlserver.md).
 
 :on error exit
 -- The SET options every module here needs, whatever client runs the script (the ODBC
@@ -118,28 +123,63 @@ BEGIN
 END;
 GO
 
--- Sends the Vraag of one key at its current version, in the key's group, and logs it.
+-- Keys whose Vraag could not be built at their current version (the dienstverband, its
+-- CAO or the period is gone): recorded with the reason, left out of the sweep until the
+-- key's version rises again, and never counted as sent.
+IF OBJECT_ID(N'Rekenserver.onverzendbaar', N'U') IS NULL
+    CREATE TABLE Rekenserver.onverzendbaar (
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        reden            nvarchar(200) NOT NULL,
+        sinds            datetime2(3) NOT NULL CONSTRAINT df_onverzendbaar_sinds DEFAULT SYSUTCDATETIME(),
+        CONSTRAINT pk_onverzendbaar PRIMARY KEY (dienstverband_id, periode_id));
+GO
+
+-- Sends the Vraag of one key at its current version, in the key's group, with the
+-- configured LIFETIME (Rekenserver.instelling), and logs it. @verzonden says whether it
+-- sent: not when the key does not exist, nor when its Vraag cannot be built (then
+-- recorded in Rekenserver.onverzendbaar with the reason).
 -- Runs as the worker's user, so the worker owns the dialogs and its collector can end
--- them (END CONVERSATION requires the conversation's owner).
-CREATE OR ALTER PROCEDURE Rekenserver.stuur_vraag @dv int, @periode int
+-- them (END CONVERSATION requires the conversation's owner). READ COMMITTED whatever the
+-- caller's level: under SNAPSHOT, two edits of one key would fail on the key's row
+-- (Msg 3960); the level is the caller's again on return (SET TRANSACTION ISOLATION LEVEL).
+CREATE OR ALTER PROCEDURE Rekenserver.stuur_vraag @dv int, @periode int, @verzonden bit = NULL OUTPUT
 WITH EXECUTE AS N'$(WorkerUser)'
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
-    DECLARE @versie bigint, @group uniqueidentifier, @id uniqueidentifier = NEWID(), @vraag xml, @handle uniqueidentifier;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    DECLARE @versie bigint, @group uniqueidentifier, @id uniqueidentifier = NEWID(), @vraag xml, @handle uniqueidentifier,
+            @lifetime int = Rekenserver.dialog_levensduur(), @reden nvarchar(200);
+    SET @verzonden = 0;
     SELECT @versie = versie, @group = group_id FROM Rekenserver.sleutel WITH (UPDLOCK)
      WHERE dienstverband_id = @dv AND periode_id = @periode;
     IF @versie IS NULL RETURN;
     SET @vraag = Rekenserver.vraag(@dv, @periode, @versie, @id);
-    IF @vraag IS NULL RETURN;
+    IF @vraag IS NULL
+    BEGIN
+        SET @reden = CASE WHEN NOT EXISTS (SELECT 1 FROM Rooster.dienstverband WHERE id = @dv)
+                              THEN CONCAT(N'dienstverband ', @dv, N' does not exist')
+                          WHEN NOT EXISTS (SELECT 1 FROM Rooster.periode WHERE id = @periode)
+                              THEN CONCAT(N'periode ', @periode, N' does not exist')
+                          ELSE CONCAT(N'the CAO of dienstverband ', @dv, N' does not exist') END;
+        UPDATE Rekenserver.onverzendbaar SET versie = @versie, reden = @reden, sinds = SYSUTCDATETIME()
+         WHERE dienstverband_id = @dv AND periode_id = @periode;
+        IF @@ROWCOUNT = 0
+            INSERT Rekenserver.onverzendbaar (dienstverband_id, periode_id, versie, reden)
+            VALUES (@dv, @periode, @versie, @reden);
+        RETURN;
+    END;
     BEGIN DIALOG CONVERSATION @handle
         FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
         TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
         ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
-        WITH RELATED_CONVERSATION_GROUP = @group, ENCRYPTION = OFF;
+        WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
     SEND ON CONVERSATION @handle MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@vraag);
     INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
     VALUES (@handle, @id, @dv, @periode, @versie);
+    SET @verzonden = 1;
 END;
 GO
 
@@ -149,6 +189,9 @@ CREATE OR ALTER PROCEDURE Rekenserver.verstuur_vragen @sleutels nvarchar(max)
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- Under a caller's SNAPSHOT isolation the MERGE below would fail on a key another
+    -- transaction changed since this one began (Msg 3960); reset on return.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
     INSERT @k SELECT DISTINCT dv, p FROM OPENJSON(@sleutels) WITH (dv int '$.dv', p int '$.p');
     MERGE Rekenserver.sleutel WITH (HOLDLOCK) AS s

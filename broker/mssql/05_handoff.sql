@@ -29,13 +29,19 @@ GO
 
 -- @mode 'once' (marked exported when claimed: at-most-once) or 'lease' (claimed, and
 -- claims older than @lease_minutes taken again; confirm with Rekenserver.export_ack).
--- Only results with factor rows are claimed.
-CREATE OR ALTER PROCEDURE Rekenserver.export_claim @periode int, @mode varchar(5), @lease_minutes int = 15,
+-- Only results with factor rows are claimed. The claim and the read of the factors are
+-- one transaction: the claimed rows stay locked until the factors are read, so a newer
+-- Antwoord stored meanwhile cannot be exported under the old version. READ COMMITTED
+-- whatever the caller's level (READPAST is refused under SNAPSHOT, Msg 650); reset on
+-- return.
+CREATE OR ALTER PROCEDURE Rekenserver.export_claim @periode int, @mode varchar(10), @lease_minutes int = 15,
     @batch uniqueidentifier
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     IF @mode NOT IN ('once', 'lease') THROW 50101, 'mode must be once or lease', 1;
+    BEGIN TRANSACTION;
     DECLARE @claimed TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL,
                             PRIMARY KEY (dienstverband_id, periode_id));
     UPDATE r
@@ -53,6 +59,32 @@ BEGIN
       FROM @claimed c JOIN Rekenserver.resultaat_factor f
         ON f.dienstverband_id = c.dienstverband_id AND f.periode_id = c.periode_id
      ORDER BY c.dienstverband_id, f.loonfactor_code;
+    COMMIT TRANSACTION;
+END;
+GO
+
+-- Lost dialogs: requests without an outcome whose dialog no longer exists at the data
+-- side (its endpoint ended WITH CLEANUP, removed by SET NEW_BROKER or a restore, or
+-- closed without an answer). No answer can come for them any more, so they are recorded
+-- as failed by the environment, and the sweep sends their keys again. The sweep runs
+-- this first; run it by hand after SET NEW_BROKER or a restore. Returns how many it
+-- marked. As the owner: sys.conversation_endpoints shows a user only the endpoints of
+-- what it owns or has a permission on (metadata visibility), and the worker's user owns
+-- these. (A request in flight has its endpoint until the collector records its outcome
+-- and ends it, in one transaction, so it is never marked.)
+CREATE OR ALTER PROCEDURE Rekenserver.markeer_verloren
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    UPDATE l
+       SET uitkomst = 'fout', herstelbaar = 1, beantwoord_op = SYSUTCDATETIME(),
+           foutmelding = N'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) without an answer'
+      FROM Rekenserver.berekening_log l
+     WHERE l.uitkomst IS NULL
+       AND NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints e
+                        WHERE e.conversation_handle = l.dialog_handle AND e.state <> 'CD');
+    SELECT @@ROWCOUNT AS verloren;
 END;
 GO
 
@@ -68,11 +100,20 @@ GO
 
 -- The sweep (the original system's pattern): an application lock taken without waiting, a fuse, sends in
 -- batches, one run-log row per run and per step, retention in batches.
-CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 2000, @retention_days int = 60,
+-- First the requests whose dialog is gone are marked lost (Rekenserver.markeer_verloren):
+-- "in flight" is a log row without an outcome, and every such row either has its dialog
+-- or gets an outcome here, so no key stays in flight for good. Keys whose Vraag cannot be
+-- built are recorded (Rekenserver.onverzendbaar), not counted as sent, and left out until
+-- their version rises. A batch holds each key's conversation group until it commits
+-- (BEGIN DIALOG locks it), so batches are small. Refused inside a caller's transaction:
+-- its CATCH would roll the caller's work back.
+CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 100, @retention_days int = 60,
     @delete_batch int = 5000
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    IF @@TRANCOUNT > 0
+        THROW 50115, N'Rekenserver.sweep commits its own batches: run it outside a transaction', 1;
     -- A batch size of 0 would loop for ever; a retention of 0 days would delete this run's
     -- own log rows.
     IF @fuse IS NULL OR @fuse < 1 THROW 50110, N'@fuse must be 1 or more (keys sent at most per run)', 1;
@@ -82,7 +123,8 @@ BEGIN
     IF @delete_batch IS NULL OR @delete_batch < 1
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
-            @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0;
+            @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0;
+    DECLARE @gemarkeerd TABLE (verloren int);
     INSERT Rekenserver.run_log (stap) VALUES ('run');
     SET @run = SCOPE_IDENTITY();
     EXEC @lock = sp_getapplock @Resource = N'Rekenserver.sweep', @LockMode = 'Exclusive', @LockOwner = 'Session',
@@ -97,6 +139,8 @@ BEGIN
     BEGIN TRY
         INSERT Rekenserver.run_log (run_id, stap) VALUES (@run, 'sweep');
         SET @step = SCOPE_IDENTITY();
+        INSERT @gemarkeerd EXEC Rekenserver.markeer_verloren;
+        SELECT @verloren = verloren FROM @gemarkeerd;
         DECLARE @kand TABLE (nr int IDENTITY PRIMARY KEY, dv int NOT NULL, p int NOT NULL);
         INSERT @kand (dv, p)
         SELECT TOP (@fuse + 1) s.dienstverband_id, s.periode_id
@@ -104,14 +148,17 @@ BEGIN
           LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
          WHERE s.versie > ISNULL(r.versie, 0)
            -- In flight, or the latest version ended in a Fout about the request itself:
-           -- not sent. One that failed by the environment (an internal Fout after a
-           -- diversion, an error end) is sent again, at most three times per version.
+           -- not sent. One that failed by the environment (herstelbaar: an internal Fout
+           -- after a diversion, an error end, a lost dialog) is sent again, at most three
+           -- times per version.
            AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
                             WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
                               AND (l.uitkomst IS NULL
-                                   OR (l.versie = s.versie AND l.uitkomst = 'fout'
-                                       AND ISNULL(l.foutmelding, N'') NOT LIKE N'internal (%'
-                                       AND ISNULL(l.foutmelding, N'') NOT LIKE N'error %')))
+                                   OR (l.versie = s.versie AND l.uitkomst = 'fout' AND ISNULL(l.herstelbaar, 0) = 0)))
+           -- Its Vraag could not be built at this version: it waits for a roster change.
+           AND NOT EXISTS (SELECT 1 FROM Rekenserver.onverzendbaar o
+                            WHERE o.dienstverband_id = s.dienstverband_id AND o.periode_id = s.periode_id
+                              AND o.versie = s.versie)
            AND (SELECT COUNT(*) FROM Rekenserver.berekening_log l
                  WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
                    AND l.versie = s.versie AND l.uitkomst = 'fout') < 3
@@ -132,14 +179,19 @@ BEGIN
             FETCH NEXT FROM keys INTO @dv, @p;
             WHILE @@FETCH_STATUS = 0
             BEGIN
-                EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p;
-                SET @sent += 1;
+                EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p, @verzonden = @verzonden OUTPUT;
+                SET @sent += CAST(@verzonden AS int);
                 FETCH NEXT FROM keys INTO @dv, @p;
             END
             CLOSE keys; DEALLOCATE keys;
             COMMIT TRANSACTION;
             SET @done += @batch;
         END
+        IF @n > @sent
+            SET @fout = CONCAT(@fout + N'; ', @n - @sent,
+                               N' keys not sent: their Vraag cannot be built (Rekenserver.onverzendbaar says why)');
+        IF @verloren > 0
+            SET @fout = CONCAT(@fout + N'; ', N'lost dialogs: ', @verloren, N' requests without their dialog marked lost');
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
                kandidaten = @n, verzonden = @sent, fout = @fout
          WHERE id = @step;
@@ -194,6 +246,9 @@ GO
 --               the target's (the same conversation's other endpoint), the version;
 --   'resultaat' the stored result's version and number of wage factors (no row: none);
 --   'einde'     removes every row of the scratch key and ends its open conversations.
+-- Its open dialogs are ended normally at the initiator (never WITH CLEANUP, which END
+-- CONVERSATION's page reserves for conversations that cannot complete): the worker ends
+-- the target side when the EndDialog arrives.
 CREATE OR ALTER PROCEDURE Rekenserver.selftest @stap varchar(10)
 WITH EXECUTE AS OWNER
 AS
@@ -207,16 +262,15 @@ BEGIN
         BEGIN TRANSACTION;
         EXEC sp_set_session_context N'vragen_uit', 1;
         DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
-            SELECT e.conversation_handle
+            SELECT i.conversation_handle
               FROM Rekenserver.berekening_log l
               JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
-              JOIN sys.conversation_endpoints e ON e.conversation_id = i.conversation_id
-             WHERE l.dienstverband_id = @dv;
+             WHERE l.dienstverband_id = @dv AND i.state NOT IN ('DO', 'CD');
         OPEN open_dialogs;
         FETCH NEXT FROM open_dialogs INTO @handle;
         WHILE @@FETCH_STATUS = 0
         BEGIN
-            END CONVERSATION @handle WITH CLEANUP;
+            END CONVERSATION @handle;
             FETCH NEXT FROM open_dialogs INTO @handle;
         END
         CLOSE open_dialogs; DEALLOCATE open_dialogs;

@@ -878,15 +878,21 @@ BEGIN
 END $$;
 
 -- Dialogs past their LIFETIME: as in Service Broker, both sides get an Error message
--- (code -8489) and their endpoints go to ER; each side then ends its conversation.
--- Called by the worker's housekeeping; returns how many dialogs it expired.
+-- (code -8489) and their endpoints go to ER; each side then ends its conversation. The
+-- lifetime is the initiator's to enforce: when the target is gone (ended WITH CLEANUP),
+-- the initiator still hears of it, from the broker itself, so a lost dialog always
+-- surfaces at its sender. Called by the sweep (sbworker sweep); returns how many
+-- dialogs it expired.
 CREATE OR REPLACE FUNCTION sb.expire_dialogs() RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_handle uuid;
-    e        sb.endpoint;
-    v_far    sb.endpoint;
+    c        record;
+    v_queue  text;
+    v_qid    int;
+    v_seq    bigint;
     v_n      int := 0;
+    v_type   text := 'http://schemas.microsoft.com/SQL/ServiceBroker/Error';
     v_body   bytea := convert_to('<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>-8489</Code>'
                         || '<Description>The dialog has exceeded the specified LIFETIME.</Description></Error>', 'UTF8');
 BEGIN
@@ -895,21 +901,47 @@ BEGIN
          WHERE is_initiator AND expires_at < now() AND state IN ('SO', 'SI', 'CO', 'DI')
          FOR UPDATE SKIP LOCKED
     LOOP
-        e := sb.lock_endpoint(v_handle);
-        IF e.far_handle IS NOT NULL THEN
-            SELECT * INTO v_far FROM sb.endpoint WHERE handle = e.far_handle;
-            IF v_far.state IN ('SO', 'SI', 'CO', 'DI') THEN
-                -- The target hears it from the initiator's side, the initiator from the target's.
-                PERFORM sb.enqueue(e, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
-                PERFORM sb.enqueue(v_far, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
-                UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_far.handle;
-            ELSE
-                PERFORM sb.enqueue(v_far, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', v_body);
+        SELECT * INTO c FROM sb.lock_conversation(v_handle);
+        IF (c.far).handle IS NOT NULL THEN
+            IF (c.far).state IN ('SO', 'SI', 'CO', 'DI') THEN
+                -- The target hears it from the initiator's side.
+                PERFORM sb.enqueue(c.e, v_type, v_body);
+                UPDATE sb.endpoint SET state = 'ER' WHERE handle = (c.far).handle;
             END IF;
+            -- The initiator hears it from the target's side.
+            PERFORM sb.enqueue(c.far, v_type, v_body);
+        ELSE
+            -- No target endpoint: the broker tells the initiator itself, numbered after
+            -- anything the target sent it before it went.
+            SELECT q.name, q.id INTO v_queue, v_qid
+              FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
+            SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
+            PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body);
         END IF;
-        UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.handle;
+        UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
         v_n := v_n + 1;
     END LOOP;
+    RETURN v_n;
+END $$;
+
+-- ALTER DATABASE ... SET NEW_BROKER: every conversation removed at once, its endpoints,
+-- groups and messages, with no message to either side. For a copy of a database
+-- (a test or staging environment) that must not carry on its original's dialogs. Not
+-- granted to any role: the owner runs it. The requests it cuts off have no outcome in
+-- the calculation log; rekenserver.markeer_verloren (the sweep runs it) marks them, so
+-- the sweep sends their keys again.
+CREATE OR REPLACE FUNCTION sb.new_broker() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    LOCK TABLE sb.endpoint, sb.message, sb.group_ready, sb.conversation_group IN EXCLUSIVE MODE;
+    DELETE FROM sb.message;
+    DELETE FROM sb.group_ready;
+    DELETE FROM sb.endpoint WHERE is_initiator;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    DELETE FROM sb.endpoint;
+    DELETE FROM sb.conversation_group;
     RETURN v_n;
 END $$;
 

@@ -99,6 +99,41 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
 CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
     WHERE uitkomst IS NULL;
 
+-- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
+-- the sweep sends the same version again: an internal Fout (a diversion), an error end
+-- (a diversion that sent no Fout, an expired LIFETIME, a broker error), a lost dialog
+-- (rekenserver.markeer_verloren). Written by whoever records the failure, never parsed
+-- from the text; rows of an older install get it from their text, once.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = 'rekenserver' AND table_name = 'berekening_log'
+                      AND column_name = 'herstelbaar') THEN
+        ALTER TABLE rekenserver.berekening_log ADD COLUMN herstelbaar boolean;
+        UPDATE rekenserver.berekening_log
+           SET herstelbaar = (foutmelding LIKE 'internal (%' OR foutmelding LIKE 'error %')
+         WHERE uitkomst = 'fout';
+    END IF;
+END $$;
+
+-- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog
+-- the roster and a replay begin (no row: 7 days). A dialog still open then ends with
+-- the broker's error -8489 on both sides, which the collector records as the
+-- environment's fault, so the sweep sends its key again: a lost request is found, at
+-- the latest, a lifetime after it was sent. It must outlive the longest backlog.
+--   INSERT INTO rekenserver.instelling VALUES ('dialog_lifetime_seconds', 86400)
+--       ON CONFLICT (naam) DO UPDATE SET waarde = EXCLUDED.waarde;
+CREATE TABLE IF NOT EXISTS rekenserver.instelling (
+    naam   text PRIMARY KEY CHECK (naam IN ('dialog_lifetime_seconds')),
+    waarde bigint NOT NULL CHECK (waarde BETWEEN 1 AND 2147483647)
+);
+
+CREATE OR REPLACE FUNCTION rekenserver.dialog_levensduur() RETURNS int
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT waarde FROM rekenserver.instelling WHERE naam = 'dialog_lifetime_seconds'), 604800);
+END $$;
+
 -- Stores an Antwoord: replaces the key's factors when its version is newer than the
 -- stored one (never otherwise, so a stored result never goes back), logs the version,
 -- and completes the calculation log. Returns the outcome.
@@ -132,14 +167,50 @@ BEGIN
     RETURN v_uitkomst;
 END $$;
 
--- Records a Fout (or an error end without one) for the dialog.
-CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text)
+-- Records a Fout (or an error end without one) for the dialog, and whether sending the
+-- same version again can succeed (p_herstelbaar: the environment's fault). The first
+-- record of a dialog stands. A worker of an older release passes no p_herstelbaar: it
+-- is then read from the text, in the formats that release wrote.
+DROP FUNCTION IF EXISTS rekenserver.noteer_fout(uuid, text);
+CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text, p_herstelbaar boolean DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE rekenserver.berekening_log
        SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout',
-           foutmelding = coalesce(foutmelding, p_melding)
+           foutmelding = coalesce(foutmelding, p_melding),
+           herstelbaar = coalesce(herstelbaar, p_herstelbaar,
+                                  p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
      WHERE dialog_handle = p_handle AND (uitkomst IS NULL OR uitkomst = 'fout');
+END $$;
+
+-- The sweep's way to sb.expire_dialogs (housekeeping has no rights in schema sb): the
+-- dialogs past their LIFETIME end with the broker's error on both sides.
+CREATE OR REPLACE FUNCTION rekenserver.verlopen_dialogen() RETURNS int
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN sb.expire_dialogs();
+END $$;
+
+-- Lost dialogs: requests without an outcome whose dialog no longer exists at the data
+-- side (its endpoint ended WITH CLEANUP, removed by sb.new_broker, or closed without an
+-- answer). No answer can come for them any more, so they are recorded as failed by the
+-- environment, and the sweep sends their keys again. The sweep runs this first; run it
+-- by hand after anything that removes conversations. Returns how many it marked.
+-- (A request in flight has its endpoint until the collector records its outcome and
+-- ends it, in one transaction, so it is never marked.)
+CREATE OR REPLACE FUNCTION rekenserver.markeer_verloren() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    UPDATE rekenserver.berekening_log l
+       SET uitkomst = 'fout', herstelbaar = true, beantwoord_op = clock_timestamp(),
+           foutmelding = 'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) '
+                         || 'without an answer'
+     WHERE l.uitkomst IS NULL
+       AND NOT EXISTS (SELECT 1 FROM sb.endpoint e WHERE e.handle = l.dialog_handle AND e.state <> 'CD');
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END $$;
 
 INSERT INTO sb.migration (version) VALUES (3) ON CONFLICT DO NOTHING;

@@ -88,6 +88,18 @@ CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
     PRIMARY KEY (dienstverband_id, periode_id)
 );
 
+-- Keys whose Vraag could not be built at their current version (the dienstverband, its
+-- CAO or the period is gone): recorded with the reason, left out of the sweep until the
+-- key's version rises again, and never counted as sent.
+CREATE TABLE IF NOT EXISTS rekenserver.onverzendbaar (
+    dienstverband_id int NOT NULL,
+    periode_id       int NOT NULL,
+    versie           bigint NOT NULL,
+    reden            text NOT NULL,
+    sinds            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (dienstverband_id, periode_id)
+);
+
 -- Keys touched by the open transaction (rows live only until its COMMIT).
 CREATE TABLE IF NOT EXISTS rekenserver.te_berekenen (
     xid              xid8 NOT NULL DEFAULT pg_current_xact_id(),
@@ -168,8 +180,10 @@ BEGIN
      WHERE dv.id = p_dv);
 END $$;
 
--- Sends the Vraag of one key at its current roster version, in the key's group, and
--- logs it. Returns the initiator's dialog handle (NULL when the key no longer exists).
+-- Sends the Vraag of one key at its current roster version, in the key's group, with
+-- the configured LIFETIME (rekenserver.instelling), and logs it. Returns the initiator's
+-- dialog handle; NULL when nothing was sent: no such key, or its Vraag cannot be built
+-- (then recorded in rekenserver.onverzendbaar with the reason).
 -- Used by the commit trigger (after raising the version) and by the sweep.
 CREATE OR REPLACE FUNCTION rekenserver.stuur_vraag(p_dv int, p_periode int)
 RETURNS uuid LANGUAGE plpgsql AS $$
@@ -187,11 +201,21 @@ BEGIN
     END IF;
     v_vraag := rekenserver.vraag(p_dv, p_periode, v_versie, v_id);
     IF v_vraag IS NULL THEN
+        INSERT INTO rekenserver.onverzendbaar AS o (dienstverband_id, periode_id, versie, reden)
+        VALUES (p_dv, p_periode, v_versie,
+                CASE WHEN NOT EXISTS (SELECT 1 FROM rooster.dienstverband WHERE id = p_dv)
+                         THEN format('dienstverband %s does not exist', p_dv)
+                     WHEN NOT EXISTS (SELECT 1 FROM rooster.periode WHERE id = p_periode)
+                         THEN format('periode %s does not exist', p_periode)
+                     ELSE format('the CAO of dienstverband %s does not exist', p_dv) END)
+        ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
+            SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
     v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
                                 '/Rekenserver/LoonfactorBerekening/RekenService',
-                                '/Rekenserver/LoonfactorBerekening/DataContract', v_group, NULL);
+                                '/Rekenserver/LoonfactorBerekening/DataContract', v_group,
+                                rekenserver.dialog_levensduur());
     PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_vraag::text, 'UTF8'));
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie);

@@ -18,21 +18,19 @@ CREATE TABLE IF NOT EXISTS rekenserver.run_log (
 );
 CREATE INDEX IF NOT EXISTS run_log_start ON rekenserver.run_log (start);
 
--- Whether a calculation's failure was the environment's, not the request's, so sending
--- the same roster version again can succeed: an internal Fout (the message was diverted
--- after failed attempts) or an error end (a diversion that could not send a Fout, a
--- broker error). A Fout of any other reason is about the request itself.
-CREATE OR REPLACE FUNCTION rekenserver.fout_te_herstellen(p_melding text)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(p_melding LIKE 'internal (%' OR p_melding LIKE 'error %', false)
-$$;
+-- (The failure's class was read from its text once; it is a column of the log now,
+-- berekening_log.herstelbaar, written by whoever records the failure.)
+DROP FUNCTION IF EXISTS rekenserver.fout_te_herstellen(text) CASCADE;
 
 -- Keys whose roster version is newer than their stored result, with no calculation in
--- flight, oldest change first. A key whose latest version ended in a Fout about the
--- request is left out (it would only fail again: it waits for a roster change); one
--- whose latest version failed by the environment (herstel: a repair) is sent again, at
--- most three times for the same version, so a request that keeps killing the worker is
--- not sent forever.
+-- flight, oldest change first. In flight means a log row without an outcome; a lost
+-- dialog's row gets one from rekenserver.markeer_verloren (the sweep runs it first), and
+-- every dialog has a LIFETIME, so no key stays "in flight" for good. A key whose latest
+-- version ended in a Fout about the request is left out (it would only fail again: it
+-- waits for a roster change), and so is one whose Vraag cannot be built at its version
+-- (rekenserver.onverzendbaar); one whose latest version failed by the environment
+-- (herstel: a repair) is sent again, at most three times for the same version, so a
+-- request that keeps killing the worker is not sent forever.
 CREATE OR REPLACE VIEW rekenserver.verouderde_sleutel AS
 SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
        EXISTS (SELECT 1 FROM rekenserver.berekening_log l
@@ -44,8 +42,10 @@ SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
    AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log l
                     WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
                       AND (l.uitkomst IS NULL
-                           OR (l.versie = s.versie AND l.uitkomst = 'fout'
-                               AND NOT rekenserver.fout_te_herstellen(l.foutmelding))))
+                           OR (l.versie = s.versie AND l.uitkomst = 'fout' AND NOT coalesce(l.herstelbaar, false))))
+   AND NOT EXISTS (SELECT 1 FROM rekenserver.onverzendbaar o
+                    WHERE o.dienstverband_id = s.dienstverband_id AND o.periode_id = s.periode_id
+                      AND o.versie = s.versie)
    AND (SELECT count(*) FROM rekenserver.berekening_log l
          WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
            AND l.versie = s.versie AND l.uitkomst = 'fout') < 3;

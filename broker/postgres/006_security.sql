@@ -1,4 +1,4 @@
--- Roles and rights, as strict as Service Broker's on SQL Server (broker/mssql/06_security.sql).
+-- Roles and rights, as strict as Service Broker's on SQL Server (broker/mssql/07_security.sql).
 -- Four group roles (NOLOGIN; `sbworker install --worker-role LOGIN …` grants them to
 -- logins):
 --   sbworker_worker        receives from the calculation's queues, sends on its
@@ -70,7 +70,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_roster'),
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_books'),
     ('sbworker_housekeeping', 'rekenserver', 'stuur_vraag'),
-    ('sbworker_housekeeping', 'rekenserver', 'fout_te_herstellen'),
+    ('sbworker_housekeeping', 'rekenserver', 'markeer_verloren'),
+    ('sbworker_housekeeping', 'rekenserver', 'verlopen_dialogen'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sb', 'expire_dialogs'),

@@ -170,7 +170,8 @@ BEGIN
         PERFORM sb.fail('22023', format('dead letter %s does not say which service sent it (it was diverted '
             'after its conversation was gone), so it cannot be sent again', p_id));
     END IF;
-    v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, v_group, NULL);
+    v_handle := sb.begin_dialog(d.far_service, d.service_name, d.service_contract_name, v_group,
+                                rekenserver.dialog_levensduur());
     PERFORM sb.send(v_handle, d.message_type_name, d.message_body);
     IF k.vraag_id IS NOT NULL THEN
         INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)

@@ -263,7 +263,7 @@ pub enum Command {
         /// Also install the roster schema and its triggers (PostgreSQL: 004 and 005).
         #[arg(long)]
         roster: bool,
-        /// A SQL Server ADO.NET connection string: runs broker/mssql/00..06 in order.
+        /// A SQL Server ADO.NET connection string: runs broker/mssql/NN_*.sql in the order of their numbers.
         #[arg(long, value_name = "CONN")]
         mssql: Option<String>,
         /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).

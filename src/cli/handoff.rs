@@ -111,10 +111,21 @@ pub fn sweep(url: &str, opts: sweep::Options) -> anyhow::Result<String> {
 pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
     match o {
         sweep::Outcome::Skipped => "skipped: a previous sweep still holds the lock (logged)".into(),
-        sweep::Outcome::Ran { candidates, sent, repaired, fuse_reached, deleted_log_rows, deleted_dead_letters } => {
+        sweep::Outcome::Ran {
+            expired,
+            lost,
+            candidates,
+            sent,
+            repaired,
+            fuse_reached,
+            deleted_log_rows,
+            deleted_dead_letters,
+        } => {
             format!(
-                "{candidates} stale keys ({repaired} of them repairs of a diverted or failed request), {sent} Vraags \
-             sent{}; retention deleted {deleted_log_rows} run-log rows and {deleted_dead_letters} dead letters",
+                "{expired} dialogs ended by their lifetime, {lost} requests without their dialog marked lost; \
+                 {candidates} stale keys ({repaired} of them repairs of a diverted, failed or lost request), {sent} \
+                 Vraags sent{}; retention deleted {deleted_log_rows} run-log rows and {deleted_dead_letters} dead \
+                 letters",
                 if *fuse_reached {
                     format!(" (fuse of {} reached: more wait for the next run)", opts.fuse)
                 } else {

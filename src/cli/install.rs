@@ -28,7 +28,7 @@ pub fn mssql(connection_string: &str, vars: &[(String, String)]) -> anyhow::Resu
         .block_on(crate::broker::mssql::install(connection_string, vars))
         .context("installing the SQL Server scripts")?;
     Ok(format!(
-        "SQL Server scripts installed ({n} batches of broker/mssql/00..06); running them again changes nothing.\n\
+        "SQL Server scripts installed ({n} batches of broker/mssql/00..07); running them again changes nothing.\n\
          Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...)"
     ))
 }

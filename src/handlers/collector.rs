@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use uuid::Uuid;
 
 use super::calculation::{CONTRACT_BREACH, VERVANGEN, error_body};
-use crate::contract::{self, Limits, message_types};
+use crate::contract::{self, Limits, Reden, message_types};
 use crate::transport::{Message, system};
 use crate::transport::{PayrollStore, Stored};
 use crate::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
@@ -54,25 +54,31 @@ impl Collector {
                         Err(e) => {
                             let reason = format!("unreadable Antwoord: {e}");
                             warn!(reason = %reason, "Antwoord refused");
-                            s.record_fout(h, &reason).await?;
+                            s.record_fout(h, &reason, false).await?;
                             s.end_conversation(h, Some((e.reden.error_number(), &reason))).await?;
                             done.faulted += 1;
                         }
                     },
                     message_types::FOUT => {
-                        let reason = match contract::decode_fout(&m.body, &self.limits) {
-                            Ok(f) => format!("{} ({}): {}", f.reden, f.error_number, f.error_message),
-                            Err(e) => format!("unreadable Fout: {e}"),
+                        // An internal Fout (the request was diverted) is the environment's
+                        // fault: the sweep sends the version again. Any other is the request's.
+                        let (reason, repairable) = match contract::decode_fout(&m.body, &self.limits) {
+                            Ok(f) => (
+                                format!("{} ({}): {}", f.reden, f.error_number, f.error_message),
+                                f.reden == Reden::Internal,
+                            ),
+                            Err(e) => (format!("unreadable Fout: {e}"), false),
                         };
                         warn!(reason = %reason, "the calculation answered with a Fout");
-                        s.record_fout(h, &reason).await?;
+                        s.record_fout(h, &reason, repairable).await?;
                         s.end_conversation(h, None).await?;
                         done.faulted += 1;
                     }
                     system::ERROR => {
                         let (code, text) = error_body(&m.body);
                         warn!(code, description = %text, "the calculation ended the dialog with an error");
-                        s.record_fout(h, &format!("error {code}: {text}")).await?;
+                        // A diversion without a Fout, an expired LIFETIME, a broker error.
+                        s.record_fout(h, &format!("error {code}: {text}"), true).await?;
                         s.end_conversation(h, None).await?;
                         done.ended += 1;
                     }
@@ -91,7 +97,7 @@ impl Collector {
                             "message type outside the contract; conversation ended with an error"
                         );
                         let text = format!("message type {other} is not part of the calculation contract");
-                        s.record_fout(h, &text).await?;
+                        s.record_fout(h, &text, false).await?;
                         s.end_conversation(h, Some((CONTRACT_BREACH, &text))).await?;
                         done.faulted += 1;
                     }
@@ -119,5 +125,21 @@ impl<S: PayrollStore> Handler<S> for Collector {
     /// ends with an error, so the calculation side ends too).
     fn divert_reply(&self, _: &Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
         None
+    }
+
+    /// A diverted answer leaves its request without an outcome unless recorded here: an
+    /// internal failure (the environment's, in the format of an internal Fout), which
+    /// the sweep sends again.
+    fn on_diverted<'a>(
+        &'a self,
+        s: &'a mut S,
+        handle: Uuid,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let text = format!("{} ({}): {reason}", Reden::Internal, crate::worker::DIVERTED);
+            s.record_fout(handle, &text, true).await?;
+            Ok(())
+        })
     }
 }

@@ -1,7 +1,10 @@
 //! `sbworker sweep`: sends a Vraag for every key whose roster version is newer than its
 //! stored result and that has no calculation in flight (after a bulk import with
 //! sending switched off, a lost request, or a request diverted or answered with an
-//! internal Fout: a repair, at most three times per version), oldest change first. Guarded like seed
+//! internal Fout: a repair, at most three times per version), oldest change first.
+//! First it ends the dialogs past their LIFETIME (the collector records the broker's
+//! error) and marks the requests whose dialog no longer exists as lost, so that no key
+//! stays "in flight" for good. Guarded like seed
 //! 000's run: a session advisory lock taken without waiting (an overlapping run logs
 //! itself as skipped and exits), a fuse on the keys per run (a warning when reached),
 //! sends committed in batches, and a run log with retention applied in batches, to the
@@ -62,6 +65,10 @@ pub enum Outcome {
     /// Another run held the lock: nothing was done.
     Skipped,
     Ran {
+        /// Dialogs ended by their LIFETIME in this run.
+        expired: i64,
+        /// Requests found without their dialog (cleaned up, a broker reset), marked lost.
+        lost: i64,
         candidates: i64,
         sent: i64,
         /// Of the keys sent, those sent again because their latest version failed by the
@@ -141,6 +148,9 @@ pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepErr
 async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcome, SweepError> {
     // Sweep: stale keys, oldest first, at most the fuse; sent in committed batches.
     let step = log_start(client, Some(run_id), "sweep").await.map_err(at("log"))?;
+    // Lost requests first, so that their keys are among the stale ones.
+    let expired: i32 = client.query_one(stmt::EXPIRE_DIALOGS.sql, &[]).await.map_err(at("sweep"))?.get(0);
+    let lost: i32 = client.query_one(stmt::MARK_LOST.sql, &[]).await.map_err(at("sweep"))?.get(0);
     let found = client.query(stmt::CANDIDATES.sql, &[&(opts.fuse + 1)]).await.map_err(at("sweep"))?;
     let fuse_reached = found.len() as i64 > opts.fuse;
     let taken = &found[..found.len().min(opts.fuse.max(0) as usize)];
@@ -171,9 +181,18 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
             "repair: {repaired} keys sent again, their latest version having failed by a diversion or an internal error"
         )
     });
+    let losses = (expired > 0 || lost > 0).then(|| {
+        format!("lost dialogs: {expired} ended by their lifetime, {lost} requests without their dialog marked lost")
+    });
     let text = match &failure {
         Some(e) => Some(format!("error: {}", e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned()))),
-        None => [warning, repairs].into_iter().flatten().reduce(|a, b| format!("{a}; {b}")),
+        None => {
+            let unsendable = keys.len() as i64 - sent;
+            let unsendable = (unsendable > 0).then(|| {
+                format!("{unsendable} keys not sent: their Vraag cannot be built (rekenserver.onverzendbaar says why)")
+            });
+            [warning, repairs, losses, unsendable].into_iter().flatten().reduce(|a, b| format!("{a}; {b}"))
+        }
     };
     log_end(client, step, (clamp(keys.len() as i64), clamp(sent), None), text.as_deref()).await.map_err(at("log"))?;
     if let Some(e) = failure {
@@ -198,6 +217,8 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     }
     log_end(client, step, (None, None, clamp(deleted[0] + deleted[1])), None).await.map_err(at("log"))?;
     Ok(Outcome::Ran {
+        expired: i64::from(expired),
+        lost: i64::from(lost),
         candidates: keys.len() as i64,
         sent,
         repaired,

@@ -1,7 +1,7 @@
 //! What an operator runs against a live installation, on either back end:
 //! `sbworker status` ([`status`]) and `sbworker dead-letter` ([`dead_letter`]). [`Db`]
 //! is the connection: the PostgreSQL broker's functions (`007_operations.sql`) or
-//! SQL Server's procedures (`broker/mssql/08_operations.sql`), which return the same
+//! SQL Server's procedures (`broker/mssql/06_operations.sql`), which return the same
 //! shapes. Times travel as ISO 8601 text (UTC).
 
 pub mod dead_letter;

@@ -134,7 +134,7 @@ async fn permissions(client: &mut Tds) -> Result<String, Failure> {
         Ok(format!("{} permissions the worker needs, each granted (HAS_PERMS_BY_NAME)", rows.len()))
     } else {
         Err(Failure::new(format!("missing: {}", missing.join("; "))).fix(
-            "run broker/mssql/06_security.sql (it grants sbworker_role exactly these), make the worker's user a member \
+            "run broker/mssql/07_security.sql (it grants sbworker_role exactly these), make the worker's user a member \
              of sbworker_role (00_database.sql), and run the selftest as the worker's login",
         ))
     }
@@ -200,7 +200,7 @@ async fn module_options(client: &mut Tds) -> Result<String, Failure> {
             "not installed: {}",
             missing.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
         ))
-        .fix("run broker/mssql/00..06 again (idempotent), or sbworker install --mssql"));
+        .fix("run broker/mssql/[0-9][0-9]_*.sql again (idempotent), or sbworker install --mssql"));
     }
     let bad: Vec<String> = rows
         .iter()
@@ -231,7 +231,7 @@ async fn version(client: &mut Tds) -> Result<String, Failure> {
             "the scripts were installed by another sbworker (stamp {}; this one is {mine})",
             other.as_deref().unwrap_or("none")
         ))
-        .fix("run this sbworker's broker/mssql/00..06 again (idempotent), or sbworker install --mssql")),
+        .fix("run this sbworker's broker/mssql/[0-9][0-9]_*.sql again (idempotent), or sbworker install --mssql")),
     }
 }
 

@@ -44,6 +44,12 @@ pub trait PayrollStore: Session {
     ) -> impl Future<Output = Result<Stored, BrokerError>> + Send;
 
     /// The collector: records why the dialog `handle` got no answer (a Fout's reason,
-    /// an error end).
-    fn record_fout(&mut self, handle: Uuid, message: &str) -> impl Future<Output = Result<(), BrokerError>> + Send;
+    /// an error end), and whether it was the environment's fault (`repairable`: an
+    /// internal Fout, an error end), so that the sweep sends the same version again.
+    fn record_fout(
+        &mut self,
+        handle: Uuid,
+        message: &str,
+        repairable: bool,
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send;
 }

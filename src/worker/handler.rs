@@ -7,6 +7,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use uuid::Uuid;
+
 use crate::transport::Session;
 use crate::transport::{BrokerError, ErrorKind, Message};
 
@@ -85,6 +87,19 @@ pub trait Handler<S: Session>: Send + Sync + 'static {
     /// reply to send before ending its conversation with an error (message type and
     /// body), if the contract lets this side send one.
     fn divert_reply(&self, message: &Message, reason: &str) -> Option<(&'static str, Vec<u8>)>;
+
+    /// When the messages of conversation `handle` of this queue are diverted, before it
+    /// ends with an error: what this side records of it, in the same transaction (the
+    /// collector: the calculation log's outcome, so that no request is left without
+    /// one). Nothing by default.
+    fn on_diverted<'a>(
+        &'a self,
+        _session: &'a mut S,
+        _handle: Uuid,
+        _reason: &'a str,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The handlers by the name a queue's `handler` key uses.

@@ -416,6 +416,7 @@ async fn divert<S: Session, T: Transport<Session = S>>(
             if !closed && let Some((message_type, body)) = first.and_then(|m| ctx.handler.divert_reply(m, &reason)) {
                 s.send(*h, message_type, Some(&body)).await?;
             }
+            ctx.handler.on_diverted(s, *h, &reason).await?;
             s.end_conversation(*h, Some((DIVERTED, &reason))).await?;
         }
         error!(messages = letters.len(), conversations = handles.len(), reason = %reason, "messages diverted to the dead-letter table");

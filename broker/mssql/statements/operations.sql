@@ -1,6 +1,6 @@
 -- The T-SQL `sbworker status` and `sbworker dead-letter` send (src/ops/), one per
 -- "-- name:" section, each one batch. Parameters are @P1, @P2, ... as tiberius binds
--- them. The procedures are in 08_operations.sql; times travel as ISO 8601 text.
+-- them. The procedures are in 06_operations.sql; times travel as ISO 8601 text.
 
 -- @P1 minutes counted as recent (retries), @P2 minutes after which a key is stale.
 -- name: status_report

@@ -26,6 +26,8 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'sbworker.claim_version', N'OBJECT', N'EXECUTE'),
                (N'sbworker.queue_state', N'OBJECT', N'EXECUTE'),
                (N'sbworker.module_options', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.heartbeat', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.heartbeat_end', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.export_claim', N'OBJECT', N'EXECUTE'),
@@ -45,7 +47,7 @@ EXEC sbworker.queue_state @queue = @P1
 -- name: module_options
 EXEC sbworker.module_options
 
--- The install's version stamp (06_security.sql).
+-- The install's version stamp (07_security.sql).
 -- name: stamp
 SELECT CONVERT(nvarchar(200), p.value) FROM sys.extended_properties p WHERE p.class = 0 AND p.name = N'sbworker_version'
 

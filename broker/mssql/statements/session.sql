@@ -73,9 +73,9 @@ EXEC sbworker.queue_state @queue = @P1
 EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
 
 -- name: record_fout
-EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2
+EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2, @herstelbaar = @P3
 
--- The worker's heartbeat (08_operations.sql): @P1 instance, @P2 host, @P3 pid, @P4
+-- The worker's heartbeat (06_operations.sql): @P1 instance, @P2 host, @P3 pid, @P4
 -- version, @P5 started (seconds since the Unix epoch), @P6 queues (JSON), @P7 how often
 -- it beats (ms).
 -- name: heartbeat

@@ -61,6 +61,16 @@ UPDATE rekenserver.run_log
        kandidaten = $2, verzonden = $3, verwijderd = $4, fout = $5
  WHERE id = $1;
 
+-- Dialogs past their LIFETIME end with the broker's error on both sides (the collector
+-- records it, and a later run sends the key again); how many.
+-- name: expire_dialogs
+SELECT rekenserver.verlopen_dialogen();
+
+-- Requests whose dialog no longer exists get their outcome (lost, the environment's
+-- fault), so their keys are stale again; how many.
+-- name: mark_lost
+SELECT rekenserver.markeer_verloren();
+
 -- Up to $1 stale keys, oldest change first, and whether each is a repair (its latest
 -- version failed by the environment's fault).
 -- name: candidates

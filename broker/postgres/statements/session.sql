@@ -92,7 +92,7 @@ RETURNING versie;
 SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[]);
 
 -- name: record_fout
-SELECT rekenserver.noteer_fout($1, $2);
+SELECT rekenserver.noteer_fout($1, $2, $3);
 
 -- The side connection's writes (attempt counts, failure notes) need not wait for the
 -- WAL flush: a lost count after a server crash only gives an attempt back.

@@ -333,9 +333,9 @@ impl transport::PayrollStore for MssqlSession {
         })
     }
 
-    async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
+    async fn record_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
         let text: String = message.chars().take(3000).collect();
-        Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &text.as_str()]).await
+        Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &text.as_str(), &repairable]).await
     }
 }
 

@@ -80,7 +80,11 @@ pub fn sqlcmd_batches(script: &str, vars: &SqlcmdVars<'_>) -> Result<Vec<String>
     Ok(batches)
 }
 
-/// The scripts of `broker/mssql/`, in the order they run.
+/// The scripts of `broker/mssql/`, in the order they run: every `NN_*.sql` file of the
+/// folder, in the order of its number, so that sqlcmd's loop over
+/// `broker/mssql/[0-9][0-9]_*.sql` (docs/deployment.md) runs the same files in the same
+/// order (`tests/mssql_scripts.rs` compares the three). The security script runs last:
+/// it grants what the others create.
 pub const SCRIPTS: &[(&str, &str)] = &[
     ("00_database.sql", include_str!("../../../broker/mssql/00_database.sql")),
     ("01_service_broker.sql", include_str!("../../../broker/mssql/01_service_broker.sql")),
@@ -88,13 +92,11 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("03_results.sql", include_str!("../../../broker/mssql/03_results.sql")),
     ("04_roster.sql", include_str!("../../../broker/mssql/04_roster.sql")),
     ("05_handoff.sql", include_str!("../../../broker/mssql/05_handoff.sql")),
-    // Before 06_security.sql, which grants its procedures (the numbers are in the order
-    // the scripts were written; 06 runs last, as 006 does on PostgreSQL).
-    ("08_operations.sql", include_str!("../../../broker/mssql/08_operations.sql")),
-    ("06_security.sql", include_str!("../../../broker/mssql/06_security.sql")),
+    ("06_operations.sql", include_str!("../../../broker/mssql/06_operations.sql")),
+    ("07_security.sql", include_str!("../../../broker/mssql/07_security.sql")),
 ];
 
-/// The version stamp 06_security.sql writes (`sbworker_version`, an extended property
+/// The version stamp 07_security.sql writes (`sbworker_version`, an extended property
 /// of the database): this version and the hash of the scripts. A test keeps the script's
 /// literal equal to it.
 pub fn scripts_stamp() -> String {
@@ -127,7 +129,7 @@ pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANS
 
 /// Optional scripts, run by hand: VALID_XML validation against `schemas/`.
 pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
-    &[("07_schema_collection.sql", include_str!("../../../broker/mssql/07_schema_collection.sql"))];
+    &[("optional/schema_collection.sql", include_str!("../../../broker/mssql/optional/schema_collection.sql"))];
 
 /// `xsd` without its identity constraints (`xs:unique`, `xs:key`, `xs:keyref`): SQL
 /// Server cannot register a schema holding them. What they say is checked elsewhere
@@ -153,7 +155,7 @@ fn without_identity_constraints(xsd: &str) -> String {
     out
 }
 
-/// What `broker/mssql/07_schema_collection.sql` must hold: the three XSDs of `schemas/`
+/// What `broker/mssql/optional/schema_collection.sql` must hold: the three XSDs of `schemas/`
 /// (without their XML declarations, which an nvarchar literal cannot carry) in one XML
 /// SCHEMA COLLECTION, and the message types switched to VALID_XML against it.
 pub fn schema_collection_script() -> String {
@@ -172,29 +174,58 @@ pub fn schema_collection_script() -> String {
             without_identity_constraints(x.trim()).replace('\'', "''")
         })
         .collect();
+    let xsd = body.join("\n");
+    // The collection's name carries a hash of its XSDs: an XML schema collection's
+    // components cannot be changed (ALTER XML SCHEMA COLLECTION only adds), so a changed
+    // XSD gets a collection of its own, the message type moves to it in one
+    // transaction, and the old one is dropped once nothing references it.
+    let name = format!("LoonfactorBerekening_{:016x}", crate::sql::fnv1a(xsd.as_bytes()));
     let mut out = String::from(
-        "-- sbworker on SQL Server, script 07 (optional, run by hand after 01): message types\n\
-         -- validated as VALID_XML against the XSDs of schemas/, in one XML SCHEMA COLLECTION.\n\
+        "-- sbworker on SQL Server, optional script (run by hand after the numbered ones): the\n\
+         -- Vraag message type validated as VALID_XML against the XSDs of schemas/, in one XML\n\
+         -- SCHEMA COLLECTION named with a hash of the XSDs. Running a newer version of this\n\
+         -- script creates the new collection, moves the message type to it and drops the old\n\
+         -- one, in one transaction, with the queues running. The Antwoord and the Fout stay\n\
+         -- WELL_FORMED_XML: the collector validates them in code, where a failure is recorded;\n\
+         -- a VALID_XML failure there would be discarded at the data queue, and its error sent\n\
+         -- to the calculation side, which has ended its endpoint already.\n\
          -- Generated from schemas/ by sbworker::broker::mssql::schema_collection_script: do not\n\
          -- edit; a test fails when it is not current (SBWORKER_WRITE_GENERATED=1 rewrites it).\n\n\
          :on error exit\n",
     );
     out.push_str(SET_OPTIONS);
-    out.push_str(
+    out.push_str(&format!(
         "GO\nUSE [$(Database)];\nGO\n\n\
          IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections\n\
-         \x20              WHERE name = N'LoonfactorBerekening' AND schema_id = SCHEMA_ID(N'Rekenserver'))\n\
-         \x20   CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening AS N'",
-    );
-    out.push_str(&body.join("\n"));
+         \x20              WHERE name = N'{name}' AND schema_id = SCHEMA_ID(N'Rekenserver'))\n\
+         \x20   CREATE XML SCHEMA COLLECTION Rekenserver.{name} AS N'"
+    ));
+    out.push_str(&xsd);
     out.push_str("';\nGO\n\n");
-    for t in
-        ["/Rekenserver/LoonfactorBerekening/Vraag", "/Rekenserver/LoonfactorBerekening/Antwoord", "/Rekenserver/Fout"]
-    {
-        out.push_str(&format!(
-            "ALTER MESSAGE TYPE [{t}] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening;\nGO\n"
-        ));
-    }
+    out.push_str(&format!(
+        "SET XACT_ABORT ON;\n\
+         BEGIN TRANSACTION;\n\
+         ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.{name};\n\
+         ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;\n\
+         ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;\n\
+         -- Earlier versions' collections, now referenced by no message type.\n\
+         DECLARE @old sysname, @drop nvarchar(400);\n\
+         DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR\n\
+         \x20   SELECT c.name FROM sys.xml_schema_collections c\n\
+         \x20    WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name LIKE N'LoonfactorBerekening%' AND c.name <> N'{name}'\n\
+         \x20      AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id);\n\
+         OPEN old_collections;\n\
+         FETCH NEXT FROM old_collections INTO @old;\n\
+         WHILE @@FETCH_STATUS = 0\n\
+         BEGIN\n\
+         \x20   SET @drop = N'DROP XML SCHEMA COLLECTION Rekenserver.' + QUOTENAME(@old) + N';';\n\
+         \x20   EXEC sys.sp_executesql @drop;\n\
+         \x20   FETCH NEXT FROM old_collections INTO @old;\n\
+         END\n\
+         CLOSE old_collections; DEALLOCATE old_collections;\n\
+         COMMIT TRANSACTION;\n\
+         GO\n"
+    ));
     out
 }
 

@@ -627,8 +627,8 @@ impl transport::PayrollStore for Session {
         })
     }
 
-    async fn record_fout(&mut self, handle: Uuid, message: &str) -> Result<(), BrokerError> {
-        self.work(S::RECORD_FOUT, &[&handle, &message]).await?;
+    async fn record_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
+        self.work(S::RECORD_FOUT, &[&handle, &message, &repairable]).await?;
         Ok(())
     }
 }

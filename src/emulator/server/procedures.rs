@@ -144,7 +144,7 @@ pub(super) async fn call(
                 .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
             Ok(None)
         }
-        // `sbworker status` and `sbworker dead-letter` (08_operations.sql): the PostgreSQL
+        // `sbworker status` and `sbworker dead-letter` (06_operations.sql): the PostgreSQL
         // broker's functions (007_operations.sql), the same shapes.
         "sbworker.status_report" => {
             let recent = int32(arg("@recent_minutes")?, "@recent_minutes")?;
@@ -183,7 +183,15 @@ pub(super) async fn call(
         }
         "rekenserver.noteer_fout" => {
             let handle = as_uuid(arg("@handle")?)?;
-            s.record_fout(handle, &as_text(arg("@melding")?)?).await?;
+            // A caller of an older release passes no @herstelbaar: read from the text,
+            // as the procedure does (broker/mssql/03_results.sql).
+            let text = as_text(arg("@melding")?)?;
+            let repairable = match arg("@herstelbaar").ok() {
+                Some(Sql::Bit(b)) => b,
+                Some(Sql::Int(i)) => i != 0,
+                _ => text.starts_with("internal (") || text.starts_with("error "),
+            };
+            s.record_fout(handle, &text, repairable).await?;
             Ok(None)
         }
         other => Err(Failure {

@@ -43,7 +43,7 @@ GRANT EXECUTE ON OBJECT::Rekenserver.selftest TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat_end TO sbworker_role;
 GO
--- The operator's role: status and dead letters (08_operations.sql), nothing else.
+-- The operator's role: status and dead letters (06_operations.sql), nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_operator_role;
@@ -56,7 +56,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7a38be3cbc03b2fe';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+43a9b646189d60ee';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7a38be3cbc03b2fe';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+43a9b646189d60ee';
 GO

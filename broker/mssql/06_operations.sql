@@ -1,7 +1,7 @@
 -- sbworker on SQL Server, script 08: what an operator needs (`sbworker status`,
 -- `sbworker dead-letter`, src/ops/) and the workers' heartbeats, as 007_operations.sql
 -- on PostgreSQL, with the same result shapes. Times travel as ISO 8601 text in UTC.
--- Runs before 06_security.sql, which grants the operator's role (sbworker_operator_role,
+-- Runs before 07_security.sql, which grants the operator's role (sbworker_operator_role,
 -- 00_database.sql) these procedures and nothing else, and the worker's role the
 -- heartbeat.
 
@@ -108,13 +108,20 @@ GO
 -- Vraag sent, and a version the roster never reached is refused. With
 -- @unless_replayed = 1 an entry replayed already is left alone (the handle is NULL).
 -- As the owner: FROM SERVICE, ON CONTRACT and MESSAGE TYPE take names, not variables,
--- so the dialog is begun in dynamic SQL, where ownership chaining does not reach.
+-- so the dialog is begun in dynamic SQL, where ownership chaining does not reach. The
+-- dialog is begun as the worker's user (EXECUTE AS USER ... REVERT), as the roster's are, so
+-- that the worker owns it and its collector can end it (END CONVERSATION needs the
+-- owner), with the configured LIFETIME.
 CREATE OR ALTER PROCEDURE sbworker.replay_dead_letter
     @id bigint, @by nvarchar(256), @unless_replayed bit = 0
 WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- The run-time options xml methods need, whatever the caller's session has.
+    SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
+    SET NUMERIC_ROUNDABORT OFF;
+    DECLARE @lifetime int = Rekenserver.dialog_levensduur();
     DECLARE @far nvarchar(256), @service nvarchar(256), @contract nvarchar(256), @type nvarchar(256),
             @body varbinary(max), @replays int, @h uniqueidentifier, @sql nvarchar(max), @msg nvarchar(2048),
             @x xml, @vraag_id uniqueidentifier, @dv int, @periode int, @versie bigint, @group uniqueidentifier,
@@ -123,6 +130,7 @@ BEGIN
     IF @@ROWCOUNT = 0
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
+        SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
         THROW 50404, @msg, 1;
     END;
     -- The key of a Vraag, read before any transaction: a body that is not one is no error.
@@ -137,8 +145,11 @@ BEGIN
                    @periode = @x.value(N'(/LoonfactorBerekeningVraag/Periode/@Id)[1]', N'int');
         END TRY
         BEGIN CATCH
-            -- Not raised again: a body that cannot be read as a Vraag has no key, and is
-            -- sent again as it is, without a calculation log row.
+            -- A body that cannot be read as a Vraag (not XML: 9400-9499; a value of the
+            -- wrong type: 245, 8114, 8169) has no key, and is sent again as it is, without
+            -- a calculation log row. Any other error is raised again.
+            IF NOT (ERROR_NUMBER() BETWEEN 9400 AND 9499 OR ERROR_NUMBER() IN (245, 8114, 8169))
+                THROW;
             SELECT @vraag_id = NULL, @versie = NULL, @dv = NULL, @periode = NULL;
         END CATCH;
     END;
@@ -153,6 +164,7 @@ BEGIN
     IF @@ROWCOUNT = 0
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not exist');
+        SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
         THROW 50404, @msg, 1;
     END;
     IF @unless_replayed = 1 AND @replays > 0
@@ -169,6 +181,7 @@ BEGIN
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' is a ', @type, N', which the initiator of contract ', @contract,
                           N' does not send: only requests can be sent again (a stale key is sent again by the sweep)');
+        SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
         THROW 50422, @msg, 1;
     END;
     IF @vraag_id IS NOT NULL
@@ -180,6 +193,7 @@ BEGIN
             SET @msg = CONCAT(N'dead letter ', @id, N' asks for version ', @versie, N' of key (', @dv, N', ', @periode,
                               N'), which the roster never reached (it is at ', ISNULL(CAST(@roster AS nvarchar(20)),
                               N'no version'), N'): it is not sent');
+            SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
             THROW 50422, @msg, 1;
         END;
     END;
@@ -187,24 +201,27 @@ BEGIN
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N' does not say which service sent it (it was diverted after its ',
                           N'conversation was gone), so it cannot be sent again');
+        SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
         THROW 50422, @msg, 1;
     END;
-    SET @sql = N'BEGIN DIALOG CONVERSATION @h FROM SERVICE ' + QUOTENAME(@far)
+    SET @sql = N'EXECUTE AS USER = @u; BEGIN DIALOG CONVERSATION @h FROM SERVICE ' + QUOTENAME(@far)
              + N' TO SERVICE @to ON CONTRACT ' + QUOTENAME(@contract) + N' WITH '
              + CASE WHEN @group IS NULL THEN N'' ELSE N'RELATED_CONVERSATION_GROUP = @g, ' END
-             + N'ENCRYPTION = OFF; '
+             + N'LIFETIME = @lifetime, ENCRYPTION = OFF; '
              + N'SEND ON CONVERSATION @h MESSAGE TYPE ' + QUOTENAME(@type)
              -- SEND takes no NULL body: a message without one is sent without one.
-             + CASE WHEN @body IS NULL THEN N';' ELSE N' (@body);' END;
+             + CASE WHEN @body IS NULL THEN N';' ELSE N' (@body);' END
+             + N' REVERT;';
     IF @sql IS NULL
     BEGIN
         SET @msg = CONCAT(N'dead letter ', @id, N': a service, contract or message type name is longer than 128 ',
                           N'characters, which QUOTENAME cannot quote');
+        SET @msg = REPLACE(LEFT(@msg, 1000), N'%', N'%%');   -- THROW reserves % (2,048 characters at most)
         THROW 50422, @msg, 1;
     END;
     EXEC sys.sp_executesql @sql,
-        N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @g uniqueidentifier, @body varbinary(max)',
-        @h = @h OUTPUT, @to = @service, @g = @group, @body = @body;
+        N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @g uniqueidentifier, @body varbinary(max), @lifetime int, @u sysname',
+        @h = @h OUTPUT, @to = @service, @g = @group, @body = @body, @lifetime = @lifetime, @u = N'$(WorkerUser)';
     IF @vraag_id IS NOT NULL
         INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
         VALUES (@h, @vraag_id, @dv, @periode, @versie);

@@ -1,5 +1,11 @@
--- sbworker on SQL Server, script 07 (optional, run by hand after 01): message types
--- validated as VALID_XML against the XSDs of schemas/, in one XML SCHEMA COLLECTION.
+-- sbworker on SQL Server, optional script (run by hand after the numbered ones): the
+-- Vraag message type validated as VALID_XML against the XSDs of schemas/, in one XML
+-- SCHEMA COLLECTION named with a hash of the XSDs. Running a newer version of this
+-- script creates the new collection, moves the message type to it and drops the old
+-- one, in one transaction, with the queues running. The Antwoord and the Fout stay
+-- WELL_FORMED_XML: the collector validates them in code, where a failure is recorded;
+-- a VALID_XML failure there would be discarded at the data queue, and its error sent
+-- to the calculation side, which has ended its endpoint already.
 -- Generated from schemas/ by sbworker::broker::mssql::schema_collection_script: do not
 -- edit; a test fails when it is not current (SBWORKER_WRITE_GENERATED=1 rewrites it).
 
@@ -16,8 +22,8 @@ USE [$(Database)];
 GO
 
 IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
-               WHERE name = N'LoonfactorBerekening' AND schema_id = SCHEMA_ID(N'Rekenserver'))
-    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening AS N'<!--
+               WHERE name = N'LoonfactorBerekening_221a461e0039086e' AND schema_id = SCHEMA_ID(N'Rekenserver'))
+    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_221a461e0039086e AS N'<!--
   LoonfactorBerekeningVraag: the calculation request a roster trigger sends to the
   calculation service (one dienstverband, one salary period, its shifts).
 
@@ -335,9 +341,25 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
 </xs:schema>';
 GO
 
-ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening;
-GO
-ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening;
-GO
-ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_221a461e0039086e;
+ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;
+ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
+-- Earlier versions' collections, now referenced by no message type.
+DECLARE @old sysname, @drop nvarchar(400);
+DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR
+    SELECT c.name FROM sys.xml_schema_collections c
+     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name LIKE N'LoonfactorBerekening%' AND c.name <> N'LoonfactorBerekening_221a461e0039086e'
+       AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id);
+OPEN old_collections;
+FETCH NEXT FROM old_collections INTO @old;
+WHILE @@FETCH_STATUS = 0
+BEGIN
+    SET @drop = N'DROP XML SCHEMA COLLECTION Rekenserver.' + QUOTENAME(@old) + N';';
+    EXEC sys.sp_executesql @drop;
+    FETCH NEXT FROM old_collections INTO @old;
+END
+CLOSE old_collections; DEALLOCATE old_collections;
+COMMIT TRANSACTION;
 GO

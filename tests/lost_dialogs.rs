@@ -1,0 +1,182 @@
+//! Lost dialogs on PostgreSQL (the third SQL Server review's C2, and its C4): a request
+//! whose dialog is lost (its far side ended WITH CLEANUP before any receive, its LIFETIME
+//! over, the broker reset) is found by the sweep and its key answered again; a key whose
+//! Vraag cannot be built is recorded with its reason, is not counted as sent, and does
+//! not block the others. Each test ends with the end-state check: every key holds the
+//! result of its latest roster version, recomputed, and no conversation is left open.
+
+use std::time::Duration;
+
+use sbworker::demo::check::{verify, wait_drained};
+use sbworker::demo::roster::Roster;
+use sbworker::engine::Tables;
+use sbworker::handoff::sweep::{self, Outcome};
+use tokio_postgres::Client;
+
+use crate::common::calc::{TempDir, spawn_worker, stop_worker, wait_until};
+use crate::common::pg::fresh_roster_db;
+
+async fn connect(url: &str) -> Client {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c
+}
+
+async fn count(c: &Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// One sweep run with the default limits: (expired, lost, candidates, sent, repaired).
+async fn sweep_once(url: &str) -> (i64, i64, i64, i64, i64) {
+    let mut s = connect(url).await;
+    match sweep::run(&mut s, sweep::Options::default()).await.unwrap() {
+        Outcome::Ran { expired, lost, candidates, sent, repaired, .. } => (expired, lost, candidates, sent, repaired),
+        Outcome::Skipped => panic!("nothing else holds the sweep's lock"),
+    }
+}
+
+/// The end state: every key has its latest version's result (recomputed and equal), no
+/// request is without an outcome, and no conversation is left.
+async fn assert_end_state(c: &Client) {
+    wait_drained(c, Duration::from_secs(60), |_| {}).await.unwrap();
+    let verdict = verify(c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest, verdict.keys, "{verdict:?}");
+    assert_eq!(count(c, "SELECT count(*) FROM rekenserver.berekening_log WHERE uitkomst IS NULL").await, 0);
+    wait_until("every conversation ended on both sides", || async {
+        count(c, "SELECT count(*) FROM sb.endpoint").await == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialog_lost_by_its_far_side_or_its_lifetime_is_answered_again_after_the_sweep() {
+    let (url, c) = fresh_roster_db().await;
+    // A lifetime of one second for the roster's first dialogs (no worker runs yet).
+    c.batch_execute("INSERT INTO rekenserver.instelling VALUES ('dialog_lifetime_seconds', 1)").await.unwrap();
+    let mut loader = connect(&url).await;
+    Roster::generate(3, 11, false).load(&mut loader).await.unwrap();
+    let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
+    assert!(keys >= 3, "{keys}");
+    // Every dialog has the configured lifetime.
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM rekenserver.berekening_log l JOIN sb.endpoint e ON e.handle = l.dialog_handle
+              WHERE e.expires_at > l.verzonden_op AND e.expires_at <= l.verzonden_op + interval '2 seconds'"
+        )
+        .await,
+        keys
+    );
+    // The repairs get the default lifetime (7 days) again.
+    c.batch_execute("DELETE FROM rekenserver.instelling").await.unwrap();
+    // The first key's dialog loses its far side before any receive (the Vraag with it).
+    c.batch_execute(
+        "SELECT sb.end_conversation_cleanup(t.handle)
+           FROM (SELECT dialog_handle FROM rekenserver.berekening_log ORDER BY dienstverband_id, periode_id LIMIT 1) l
+           JOIN sb.endpoint i ON i.handle = l.dialog_handle
+           JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND NOT t.is_initiator",
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&c, "SELECT count(*) FROM sb.endpoint WHERE NOT is_initiator").await, keys - 1);
+    // Before their lifetime is over, every request is in flight: nothing to send.
+    if count(&c, "SELECT count(*) FROM sb.endpoint WHERE is_initiator AND expires_at < now()").await == 0 {
+        assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
+    }
+    wait_until("the dialogs' lifetime is over", || async {
+        count(&c, "SELECT count(*) FROM sb.endpoint WHERE is_initiator AND expires_at >= now()").await == 0
+    })
+    .await;
+    // The sweep ends them with the broker's error on both sides; the one without a far
+    // side hears it from the broker. They are in flight until the collector records it.
+    assert_eq!(sweep_once(&url).await, (keys, 0, 0, 0, 0));
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM sb.message m JOIN sb.endpoint e ON e.handle = m.handle
+              WHERE e.is_initiator AND m.message_type = 'http://schemas.microsoft.com/SQL/ServiceBroker/Error'"
+        )
+        .await,
+        keys
+    );
+    let dir = TempDir::new("lost-lifetime");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    wait_until("the collector recorded every expiry as the environment's fault", || async {
+        count(
+            &c,
+            "SELECT count(*) FROM rekenserver.berekening_log
+              WHERE uitkomst = 'fout' AND herstelbaar AND foutmelding LIKE 'error -8489: %'",
+        )
+        .await
+            == keys
+    })
+    .await;
+    // Every key is stale, not in flight, and a repair: the next run sends them all.
+    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys, keys));
+    assert_end_state(&c).await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_reset_loses_no_key() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(4, 12, false).load(&mut loader).await.unwrap();
+    let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
+    // NEW_BROKER: every conversation removed, no message to either side.
+    let removed: i32 = c.query_one("SELECT sb.new_broker()", &[]).await.unwrap().get(0);
+    assert_eq!(i64::from(removed), keys);
+    assert_eq!(count(&c, "SELECT count(*) FROM sb.message").await, 0);
+    // One run marks the cut-off requests lost and sends their keys again.
+    assert_eq!(sweep_once(&url).await, (0, keys, keys, keys, keys));
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM rekenserver.berekening_log WHERE uitkomst = 'fout' AND foutmelding LIKE 'lost:%'"
+        )
+        .await,
+        keys
+    );
+    let dir = TempDir::new("lost-reset");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    assert_end_state(&c).await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    // Nothing left for the sweep.
+    assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_key_whose_vraag_cannot_be_built_is_recorded_and_blocks_no_other() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    // Loaded with sending off (a bulk import): every key waits for the sweep.
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(3, 13, false).load(&mut loader).await.unwrap();
+    let gone: i32 = c.query_one("SELECT min(id) FROM rooster.dienstverband", &[]).await.unwrap().get(0);
+    // The employment removed after its roster rows (the versions of its keys rose).
+    loader
+        .batch_execute(&format!(
+            "DELETE FROM rooster.dienst WHERE dienstverband_id = {gone}; DELETE FROM rooster.dienstverband WHERE id = {gone}"
+        ))
+        .await
+        .unwrap();
+    let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
+    let unbuildable =
+        count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id = {gone}")).await;
+    assert!(unbuildable >= 1 && keys > unbuildable, "{keys} {unbuildable}");
+    // Its keys are candidates once, never counted as sent, and recorded with the reason.
+    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys - unbuildable, 0));
+    let reasons: Vec<String> =
+        c.query("SELECT reden FROM rekenserver.onverzendbaar", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(reasons.len() as i64, unbuildable);
+    assert!(reasons.iter().all(|r| r == &format!("dienstverband {gone} does not exist")), "{reasons:?}");
+    let fout: String = c
+        .query_one("SELECT fout FROM rekenserver.run_log WHERE stap = 'sweep' ORDER BY id DESC LIMIT 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(fout.contains(&format!("{unbuildable} keys not sent")), "{fout}");
+    // The next run does not pick them again: the others are in flight, they are left out.
+    assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
+}
