@@ -163,6 +163,8 @@ fn main() -> ExitCode {
             fault_send_drop_every,
             fault_drop_blocked_after_ms,
             fault_delay_ms,
+            instance,
+            browser,
         } => {
             let creds = sbworker::emulator::server::Credentials { user, password };
             let faults =
@@ -171,7 +173,8 @@ fn main() -> ExitCode {
             faults.set_commit_deadlock_every(fault_commit_deadlock_every);
             faults.set_send_drop_every(fault_send_drop_every);
             faults.set_drop_blocked_after(fault_drop_blocked_after_ms.map(std::time::Duration::from_millis));
-            match cli::emulator::run(listen, postgres, creds, faults) {
+            let browser = instance.zip(browser);
+            match cli::emulator::run(listen, postgres, creds, faults, browser) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sbworker emulator: {e:#}");

@@ -708,3 +708,40 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
+
+/// Issue 33: `Server=host\INSTANCE` without a port is found through the SQL Server
+/// Browser's protocol (MC-SQLR over real UDP), as a Windows shop's named instance is;
+/// an instance the browser does not have gets no answer, and the error says what to check.
+#[tokio::test]
+async fn a_named_instance_is_found_through_the_sql_server_browser() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port: u16 = conn.split("127.0.0.1,").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let browser_port = socket.local_addr().unwrap().port();
+    let (_browser_stop, stop) = Stop::new();
+    tokio::spawn(sbworker::emulator::browser::serve(socket, "PAYROLL".into(), port, stop));
+    let named = conn.replace(&format!("tcp:127.0.0.1,{port}"), "127.0.0.1\\payroll");
+    let mut c = Connection::parse(&named).unwrap();
+    assert_eq!((c.instance.as_deref(), c.port_given), (Some("payroll"), false));
+    c.browser_port = browser_port;
+    let mut client = sbworker::broker::mssql::connect(&c).await.unwrap();
+    let n: i32 = client
+        .query("SELECT COUNT(*) FROM dbo.loonfactorberekening_reken", &[])
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(n, 0);
+    c.instance = Some("OTHER".into());
+    let e = match sbworker::broker::mssql::connect(&c).await {
+        Ok(_) => panic!("connected to an instance the browser does not have"),
+        Err(e) => e,
+    };
+    assert!(e.message.contains("no answer from the SQL Server Browser") && e.message.contains("OTHER"), "{e}");
+}

@@ -210,7 +210,8 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         sbworker emulator --listen 127.0.0.1:14330\n  \
         sbworker emulator --listen 127.0.0.1:14330 --postgres 'host=localhost dbname=broker' --user sbworker\n  \
-        sbworker emulator --fault-deadlock-every 10 --fault-delay-ms 5   (fault injection for tests)\n\n\
+        sbworker emulator --fault-deadlock-every 10 --fault-delay-ms 5   (fault injection for tests)\n  \
+        sbworker emulator --instance PAYROLL --browser 127.0.0.1:1434   (then Server=127.0.0.1\\PAYROLL)\n\n\
         Then: [broker] kind = \"mssql\", connection = \"Server=tcp:127.0.0.1,14330;User Id=sbworker;Password=...;Encrypt=false\"")]
     Emulator {
         /// Address to listen on.
@@ -250,6 +251,13 @@ pub enum Command {
         /// Fault injection: every response waits this many milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 0)]
         fault_delay_ms: u64,
+        /// Serve as this named instance: a SQL Server Browser on `--browser` answers for
+        /// it with the TDS port (clients then connect with `Server=host\INSTANCE`).
+        #[arg(long, value_name = "NAME", requires = "browser")]
+        instance: Option<String>,
+        /// The UDP address of that SQL Server Browser (SQL Server's is port 1434).
+        #[arg(long, value_name = "ADDR", requires = "instance")]
+        browser: Option<std::net::SocketAddr>,
     },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \

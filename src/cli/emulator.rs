@@ -16,6 +16,7 @@ pub fn run(
     postgres: Option<String>,
     creds: Credentials,
     faults: Faults,
+    browser: Option<(String, std::net::SocketAddr)>,
 ) -> anyhow::Result<()> {
     // Log lines go to stderr: refused clients, injected faults; SBWORKER_LOG (a tracing
     // filter, default `info`) shows more, e.g. `sbworker=debug` for refused batches.
@@ -34,9 +35,15 @@ pub fn run(
             }
         };
         let (stop_tx, stop) = Stop::new();
-        let (addr, task) = start_with(listen, url, creds.clone(), Arc::new(faults), stop)
+        let (addr, task) = start_with(listen, url, creds.clone(), Arc::new(faults), stop.clone())
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
+        if let Some((instance, at)) = browser {
+            let socket =
+                tokio::net::UdpSocket::bind(at).await.with_context(|| format!("cannot listen on {at} (UDP)"))?;
+            println!("SQL Server Browser on {at} (UDP) for instance {instance}: Server={}\\{instance}", addr.ip());
+            tokio::spawn(crate::emulator::browser::serve(socket, instance, addr.port(), stop));
+        }
         println!(
             "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=false",
             addr.ip(),

@@ -2,6 +2,7 @@
 //! format in [`codec`]) that runs the Service Broker statements it recognises ([`tsql`])
 //! on the PostgreSQL broker, so the SQL Server transport meets a real peer over TCP.
 
+pub mod browser;
 pub mod codec;
 pub mod fuzz;
 pub mod server;

@@ -13,7 +13,18 @@ use super::{BrokerError, ErrorKind, error_of, stmt};
 #[derive(Clone, PartialEq)]
 pub struct Connection {
     pub host: String,
+    /// The TCP port: given (`host,port`), the default 1433, or, for a named instance
+    /// without one, asked of the SQL Server Browser when connecting.
     pub port: u16,
+    /// A named instance (`host\INSTANCE`).
+    pub instance: Option<String>,
+    /// Whether the string gave the port (a named instance's port then needs no browser).
+    pub port_given: bool,
+    /// The SQL Server Browser's UDP port (1434; another only in tests).
+    pub browser_port: u16,
+    /// `Connect Timeout`: opening the connection (the browser's lookup, TCP, TLS and
+    /// login) gives up after this (15 s, as ADO.NET's default).
+    pub connect_timeout: Duration,
     pub database: Option<String>,
     pub user: String,
     pub password: String,
@@ -29,6 +40,7 @@ impl std::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("instance", &self.instance)
             .field("database", &self.database)
             .field("user", &self.user)
             .field("password", &"***")
@@ -45,6 +57,11 @@ impl std::fmt::Debug for Connection {
 #[error("connection string: {0}")]
 pub struct ConnectionStringError(pub String);
 
+/// The keys sbworker honours, as the refusal of any other names them.
+const HONOURED: &str = "Server (Data Source), Database (Initial Catalog), User Id, Password, Encrypt, \
+                        TrustServerCertificate, Application Name, Command Timeout, Connect Timeout; \
+                        MultiSubnetFailover, ApplicationIntent and MultipleActiveResultSets at their defaults";
+
 /// The ADO.NET reader (moved to [`crate::connstr`], where the masking uses it too).
 pub use crate::connstr::ado_pairs;
 
@@ -59,11 +76,16 @@ fn truthy(key: &str, v: &str) -> Result<bool, ConnectionStringError> {
 impl Connection {
     /// Reads an ADO.NET connection string (`Server=tcp:host,1433;Database=…;User
     /// Id=…;Password=…;Encrypt=true;TrustServerCertificate=false;Command Timeout=30`).
-    /// TLS is required unless `Encrypt=false` (or `optional`) says otherwise.
+    /// TLS is required unless `Encrypt=false` (or `optional`) says otherwise. A key that
+    /// sbworker cannot honour is refused, naming it and why; nothing is silently ignored.
     pub fn parse(s: &str) -> Result<Self, ConnectionStringError> {
         let mut c = Connection {
             host: String::new(),
             port: 1433,
+            instance: None,
+            port_given: false,
+            browser_port: super::browser::BROWSER_PORT,
+            connect_timeout: Duration::from_secs(15),
             database: None,
             user: String::new(),
             password: String::new(),
@@ -77,18 +99,21 @@ impl Connection {
                 "server" | "data source" | "address" | "addr" | "network address" => {
                     let v = value.strip_prefix("tcp:").unwrap_or(&value);
                     let (host, port) = match v.rsplit_once(',') {
-                        Some((h, p)) => {
-                            (h, p.trim().parse().map_err(|_| ConnectionStringError(format!("'{p}' is not a port")))?)
-                        }
-                        None => (v, 1433),
+                        Some((h, p)) => (
+                            h,
+                            Some(p.trim().parse().map_err(|_| ConnectionStringError(format!("'{p}' is not a port")))?),
+                        ),
+                        None => (v, None),
                     };
-                    if host.contains('\\') {
-                        return Err(ConnectionStringError(
-                            "named instances (host\\instance) are not supported: give host,port".into(),
-                        ));
-                    }
+                    let (host, instance) = match host.split_once('\\') {
+                        Some((h, i)) if !i.trim().is_empty() => (h, Some(i.trim().to_owned())),
+                        Some(_) => return Err(ConnectionStringError("'Server' names no instance after '\\'".into())),
+                        None => (host, None),
+                    };
                     c.host = host.trim().to_owned();
-                    c.port = port;
+                    c.port = port.unwrap_or(1433);
+                    c.port_given = port.is_some();
+                    c.instance = instance;
                 }
                 "database" | "initial catalog" => c.database = Some(value),
                 "user id" | "uid" | "user" => c.user = value,
@@ -111,12 +136,66 @@ impl Connection {
                     })?;
                     c.command_timeout = Duration::from_secs(secs);
                 }
-                "integrated security" | "trusted_connection" if truthy(&key, &value)? => {
+                "connect timeout" | "connection timeout" | "timeout" => {
+                    let secs: u64 = value.parse().map_err(|_| {
+                        ConnectionStringError(format!("'Connect Timeout' must be seconds, not '{value}'"))
+                    })?;
+                    c.connect_timeout = Duration::from_secs(secs.max(1));
+                }
+                "integrated security" | "trusted_connection" => {
+                    if truthy(&key, &value).unwrap_or(value.eq_ignore_ascii_case("sspi")) {
+                        return Err(ConnectionStringError(format!(
+                            "'{key}={value}' (Windows or Kerberos authentication) is not supported by this build: \
+                             use SQL authentication (User Id, Password); docs/sqlserver.md says why"
+                        )));
+                    }
+                }
+                "multisubnetfailover" | "multi subnet failover" => {
+                    if truthy(&key, &value)? {
+                        return Err(ConnectionStringError(
+                            "'MultiSubnetFailover=true' is not supported: sbworker connects to the first address of \
+                             the name and does not try all of a listener's subnets at once; remove the key (a failover \
+                             is then found on reconnecting, within the listener's DNS TTL)"
+                                .into(),
+                        ));
+                    }
+                }
+                "applicationintent" | "application intent" => match value.to_ascii_lowercase().as_str() {
+                    "readwrite" => {}
+                    "readonly" => {
+                        return Err(ConnectionStringError(
+                            "'ApplicationIntent=ReadOnly' cannot be honoured: the worker writes (RECEIVE, SEND, \
+                             results), which a read-only replica refuses; remove the key"
+                                .into(),
+                        ));
+                    }
+                    _ => {
+                        return Err(ConnectionStringError(format!(
+                            "'ApplicationIntent' must be ReadWrite or ReadOnly, not '{value}'"
+                        )));
+                    }
+                },
+                "failover partner" | "failoverpartner" => {
                     return Err(ConnectionStringError(
-                        "integrated security is not supported: use SQL authentication (User Id, Password)".into(),
+                        "'Failover Partner' (database mirroring) is not supported: connect through the \
+                         availability group listener's name instead"
+                            .into(),
                     ));
                 }
-                _ => {}
+                "multipleactiveresultsets" | "multiple active result sets" | "mars" => {
+                    if truthy(&key, &value)? {
+                        return Err(ConnectionStringError(
+                            "'MultipleActiveResultSets=true' is not supported (sbworker opens a connection per \
+                             reader): remove the key"
+                                .into(),
+                        ));
+                    }
+                }
+                other => {
+                    return Err(ConnectionStringError(format!(
+                        "'{other}' is not a key sbworker honours: remove it. Honoured: {HONOURED}"
+                    )));
+                }
             }
         }
         if c.host.is_empty() {
@@ -171,17 +250,33 @@ pub type Tds = Client<Compat<TcpStream>>;
 
 /// A connection as the transport opens them: TLS as configured, the session's SET
 /// options run.
+/// A named instance without a port is looked up with the SQL Server Browser first. The
+/// whole opening is bounded by `Connect Timeout`.
 pub async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
-    let config = c.config();
-    let tcp = TcpStream::connect(config.get_addr()).await.map_err(|e| BrokerError {
-        kind: ErrorKind::Connection,
-        number: 0,
-        message: format!("cannot reach {}:{}: {e}", c.host, c.port),
-    })?;
-    tcp.set_nodelay(true).ok();
-    let mut client = Client::connect(config, tcp.compat_write()).await.map_err(error_of)?;
-    client.simple_query(stmt::SESSION_INIT.sql).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
-    Ok(client)
+    let unreachable = |message: String| BrokerError { kind: ErrorKind::Connection, number: 0, message };
+    let open = async {
+        let mut config = c.config();
+        let mut port = c.port;
+        if let (Some(instance), false) = (&c.instance, c.port_given) {
+            port = super::browser::resolve(&c.host, c.browser_port, instance).await.map_err(unreachable)?;
+            config.port(port);
+        }
+        let tcp = TcpStream::connect((c.host.as_str(), port))
+            .await
+            .map_err(|e| unreachable(format!("cannot reach {}:{port}: {e}", c.host)))?;
+        tcp.set_nodelay(true).ok();
+        let mut client = Client::connect(config, tcp.compat_write()).await.map_err(error_of)?;
+        client.simple_query(stmt::SESSION_INIT.sql).await.map_err(error_of)?.into_results().await.map_err(error_of)?;
+        Ok(client)
+    };
+    tokio::time::timeout(c.connect_timeout, open).await.unwrap_or_else(|_| {
+        Err(unreachable(format!(
+            "no connection to {}{} within the Connect Timeout of {} s",
+            c.host,
+            c.instance.as_deref().map(|i| format!("\\{i}")).unwrap_or_default(),
+            c.connect_timeout.as_secs()
+        )))
+    })
 }
 
 #[cfg(test)]
@@ -209,8 +304,38 @@ mod tests {
         );
         assert!(Connection::parse("User Id=u").unwrap_err().0.contains("'Server'"));
         assert!(Connection::parse("Server=h;User Id=u;Password=\"open").unwrap_err().0.contains("not closed"));
-        assert!(Connection::parse("Server=h\\SQLEXPRESS;User Id=u").unwrap_err().0.contains("named instances"));
-        assert!(Connection::parse("Server=h;Integrated Security=true").unwrap_err().0.contains("SQL authentication"));
+        let named = Connection::parse("Server=h\\SQLEXPRESS;User Id=u").unwrap();
+        assert_eq!(
+            (named.host.as_str(), named.instance.as_deref(), named.port_given),
+            ("h", Some("SQLEXPRESS"), false)
+        );
+        let both = Connection::parse("Server=tcp:h\\SQLEXPRESS,1500;User Id=u").unwrap();
+        assert_eq!((both.instance.as_deref(), both.port, both.port_given), (Some("SQLEXPRESS"), 1500, true));
+        assert!(Connection::parse("Server=h\\;User Id=u").is_err());
+        // Nothing silently ignored: each key is honoured or refused, naming it.
+        for (string, says) in [
+            ("Integrated Security=true", "Integrated Security=true"),
+            ("Integrated Security=SSPI", "Integrated Security=SSPI"),
+            ("Trusted_Connection=yes", "trusted_connection=yes"),
+            ("MultiSubnetFailover=True", "MultiSubnetFailover=true"),
+            ("ApplicationIntent=ReadOnly", "ApplicationIntent=ReadOnly"),
+            ("Failover Partner=mirror", "Failover Partner"),
+            ("MultipleActiveResultSets=true", "MultipleActiveResultSets=true"),
+            ("Pooling=false", "'pooling' is not a key sbworker honours"),
+        ] {
+            let e = Connection::parse(&format!("Server=h;User Id=u;{string}")).unwrap_err().0;
+            assert!(e.to_lowercase().contains(&says.to_lowercase()), "{string}: {e}");
+        }
+        for accepted in [
+            "MultiSubnetFailover=false",
+            "ApplicationIntent=ReadWrite",
+            "Integrated Security=false",
+            "MultipleActiveResultSets=false",
+        ] {
+            assert!(Connection::parse(&format!("Server=h;User Id=u;{accepted}")).is_ok(), "{accepted}");
+        }
+        let timeout = Connection::parse("Server=h;User Id=u;Connect Timeout=3").unwrap();
+        assert_eq!(timeout.connect_timeout, Duration::from_secs(3));
         assert!(Connection::parse("Server=h;User Id=u;Encrypt=maybe").is_err());
         let debug = format!("{c:?}");
         assert!(!debug.contains("p;w") && debug.contains("password: \"***\""), "{debug}");

@@ -6,6 +6,7 @@
 //! one for the work, and one outside its transactions for the durable attempt counts.
 //! Errors are classified by SQL Server error number in [`classify`].
 
+pub mod browser;
 mod connection;
 mod errors;
 mod scripts;
