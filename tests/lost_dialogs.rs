@@ -180,3 +180,50 @@ async fn a_key_whose_vraag_cannot_be_built_is_recorded_and_blocks_no_other() {
     // The next run does not pick them again: the others are in flight, they are left out.
     assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
 }
+
+/// C8 of the third review: changes the triggers never saw. A TRUNCATE raises every known
+/// key's version (its own trigger); a change made with the triggers off is found by
+/// `rekenserver.markeer_sleutels` over a range. The sweep sends both, and every key ends
+/// on the result of the roster as it now stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_the_roster_triggers_never_saw_are_marked_and_sent_by_the_sweep() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(4, 14, false).load(&mut loader).await.unwrap();
+    let dir = TempDir::new("unseen-keys");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    assert_end_state(&c).await;
+    let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
+
+    // Blocks deleted with the triggers off (as a replication apply or a disabled trigger
+    // would): no version rises, nothing is stale, the stored results are now wrong.
+    let lo: i32 = c.query_one("SELECT min(id) FROM rooster.dienstverband", &[]).await.unwrap().get(0);
+    loader
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             DELETE FROM rooster.tijdblok t USING rooster.dienst d
+              WHERE d.id = t.dienst_id AND d.dienstverband_id = {lo} AND t.id % 2 = 0;
+             SET session_replication_role = origin;"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(sweep_once(&url).await.2, 0, "nothing looks stale");
+    // ... yet the stored results no longer follow the roster.
+    let wrong = verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(!wrong.problems.is_empty(), "the blocks deleted with the triggers off changed nothing: {wrong:?}");
+    let marked: i32 = c
+        .query_one("SELECT rekenserver.markeer_sleutels($1, $1, DATE '2000-01-01', DATE '2100-12-31')", &[&lo])
+        .await
+        .unwrap()
+        .get(0);
+    let of_lo = count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id = {lo}")).await;
+    assert_eq!(i64::from(marked), of_lo);
+    assert_eq!(sweep_once(&url).await, (0, 0, of_lo, of_lo, 0));
+    assert_end_state(&c).await;
+
+    // TRUNCATE fires no DELETE trigger; its own trigger raises every known key.
+    loader.batch_execute("TRUNCATE rooster.tijdblok").await.unwrap();
+    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys, 0));
+    assert_end_state(&c).await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+}

@@ -212,6 +212,45 @@ BEGIN
 END;
 GO
 
+-- Keys the triggers never saw: a load that fires no trigger (bcp or BULK INSERT without
+-- FIRE_TRIGGERS, SqlBulkCopy without SqlBulkCopyOptions.FireTriggers, TRUNCATE TABLE,
+-- DISABLE TRIGGER) raises no version. This raises the version of every key of the
+-- employees @dv_van..@dv_tot in the dates @datum_van..@datum_tot, both the keys of the
+-- roster's duties there and the keys known before whose period overlaps the dates (their
+-- duties may be gone), and sends nothing: Rekenserver.sweep sends them. Run by the DBA
+-- (granted to no role). Returns the number of keys raised.
+--   EXEC Rekenserver.markeer_sleutels @dv_van = 1, @dv_tot = 2147483647,
+--        @datum_van = '20260101', @datum_tot = '20261231';
+CREATE OR ALTER PROCEDURE Rekenserver.markeer_sleutels @dv_van int, @dv_tot int, @datum_van date, @datum_tot date
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    IF @dv_van IS NULL OR @dv_tot IS NULL OR @datum_van IS NULL OR @datum_tot IS NULL
+       OR @dv_van > @dv_tot OR @datum_van > @datum_tot
+        THROW 50130, N'Rekenserver.markeer_sleutels needs two ranges, each from its lower to its upper bound', 1;
+    DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
+    INSERT @k (dv, p)
+    SELECT d.dienstverband_id, p.id
+      FROM Rooster.dienst d
+      JOIN Rooster.dienstverband x ON x.id = d.dienstverband_id
+      JOIN Rooster.cao c ON c.id = x.cao_id
+      JOIN Rooster.periode p ON p.is_vier_weken = c.is_vier_weken AND d.datum BETWEEN p.begin_datum AND p.eind_datum
+     WHERE d.dienstverband_id BETWEEN @dv_van AND @dv_tot AND d.datum BETWEEN @datum_van AND @datum_tot
+    UNION
+    SELECT s.dienstverband_id, s.periode_id
+      FROM Rekenserver.sleutel s
+      JOIN Rooster.periode p ON p.id = s.periode_id
+     WHERE s.dienstverband_id BETWEEN @dv_van AND @dv_tot
+       AND p.begin_datum <= @datum_tot AND p.eind_datum >= @datum_van;
+    MERGE Rekenserver.sleutel WITH (HOLDLOCK) AS s
+    USING @k AS k ON s.dienstverband_id = k.dv AND s.periode_id = k.p
+    WHEN MATCHED THEN UPDATE SET versie = s.versie + 1, gewijzigd_op = SYSUTCDATETIME()
+    WHEN NOT MATCHED THEN INSERT (dienstverband_id, periode_id, versie, group_id) VALUES (k.dv, k.p, 1, NEWID());
+    SELECT @@ROWCOUNT AS gemarkeerd;
+END;
+GO
+
 -- The keys (dienstverband, periode) of duties on dates, as JSON for verstuur_vragen.
 CREATE OR ALTER FUNCTION Rooster.sleutels_json (@duties nvarchar(max))
 RETURNS nvarchar(max)

@@ -240,6 +240,47 @@ BEGIN
     RETURN rekenserver.stuur_vraag(p_dv, p_periode);
 END $$;
 
+-- Keys the triggers never saw: a change made with the roster's triggers off
+-- (session_replication_role = replica, ALTER TABLE ... DISABLE TRIGGER) raises no
+-- version. This raises the version of every key of the employees p_dv_van..p_dv_tot in
+-- the dates p_datum_van..p_datum_tot, both the keys of the roster's duties there and the
+-- keys known before whose period overlaps the dates (their duties may be gone), and
+-- sends nothing: `sbworker sweep` sends them. Returns how many keys it raised.
+--   SELECT rekenserver.markeer_sleutels(1, 2147483647, DATE '2026-01-01', DATE '2026-12-31');
+CREATE OR REPLACE FUNCTION rekenserver.markeer_sleutels(p_dv_van int, p_dv_tot int, p_datum_van date, p_datum_tot date)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    IF p_dv_van IS NULL OR p_dv_tot IS NULL OR p_datum_van IS NULL OR p_datum_tot IS NULL
+       OR p_dv_van > p_dv_tot OR p_datum_van > p_datum_tot THEN
+        PERFORM sb.fail('22023', 'markeer_sleutels needs two ranges, each from its lower to its upper bound');
+    END IF;
+    INSERT INTO rekenserver.sleutel AS s (dienstverband_id, periode_id, versie, group_id)
+    SELECT k.dv, k.p, 1, gen_random_uuid()
+      FROM (SELECT d.dienstverband_id AS dv, p.id AS p
+              FROM rooster.dienst d
+             CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
+             WHERE d.dienstverband_id BETWEEN p_dv_van AND p_dv_tot AND d.datum BETWEEN p_datum_van AND p_datum_tot
+            UNION
+            SELECT s.dienstverband_id, s.periode_id
+              FROM rekenserver.sleutel s JOIN rooster.periode p ON p.id = s.periode_id
+             WHERE s.dienstverband_id BETWEEN p_dv_van AND p_dv_tot
+               AND p.begin_datum <= p_datum_tot AND p.eind_datum >= p_datum_van) k
+     ORDER BY k.dv, k.p
+    ON CONFLICT (dienstverband_id, periode_id) DO UPDATE SET versie = s.versie + 1, gewijzigd_op = clock_timestamp();
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END $$;
+
+-- TRUNCATE fires no DELETE trigger: a TRUNCATE of the duties or their blocks raises the
+-- version of every key known (in rekenserver.sleutel), to be sent by the sweep.
+CREATE OR REPLACE FUNCTION rooster.noteer_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE rekenserver.sleutel SET versie = versie + 1, gewijzigd_op = clock_timestamp();
+    RETURN NULL;
+END $$;
+
 -- The deferred trigger: at COMMIT, once per key the transaction touched.
 CREATE OR REPLACE FUNCTION rekenserver.bij_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -354,5 +395,11 @@ CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE
     FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del();
 CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw
     FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband();
+DROP TRIGGER IF EXISTS noteer_truncate ON rooster.dienst;
+DROP TRIGGER IF EXISTS noteer_truncate ON rooster.tijdblok;
+CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.dienst
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
+CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.tijdblok
+    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
 
 INSERT INTO sb.migration (version) VALUES (4) ON CONFLICT DO NOTHING;

@@ -72,6 +72,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'stuur_vraag'),
     ('sbworker_housekeeping', 'rekenserver', 'markeer_verloren'),
     ('sbworker_housekeeping', 'rekenserver', 'verlopen_dialogen'),
+    ('sbworker_housekeeping', 'rekenserver', 'markeer_sleutels'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sb', 'expire_dialogs'),
