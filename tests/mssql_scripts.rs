@@ -745,3 +745,30 @@ fn every_failure_is_recorded_with_its_class_and_the_sweep_reads_the_class() {
     assert!(!sweep.contains("foutmelding"), "the sweep reads the failure's text");
     assert!(sweep.contains("l.herstelbaar") && sweep.contains("EXEC Rekenserver.markeer_verloren"));
 }
+
+/// Issue 33: the same four roles (and the monitor) on both back ends. Every role flag of
+/// `sbworker install` has a SQL Server role that script 00 creates, the grant statement
+/// accepts and script 07 grants something to; export and sweep are no longer the worker's.
+#[test]
+fn each_install_role_flag_has_its_sql_server_role() {
+    let roles = sbworker::cli::args::InstallRoles {
+        worker: vec!["w".into()],
+        sender: vec!["s".into()],
+        payroll: vec!["p".into()],
+        housekeeping: vec!["h".into()],
+        monitor: vec!["m".into()],
+    };
+    let database = SCRIPTS[0].1;
+    let security = SCRIPTS.iter().find(|(n, _)| n.ends_with("_security.sql")).unwrap().1;
+    let grant = include_str!("../broker/mssql/statements/install.sql");
+    for (pg, _) in roles.grants() {
+        let role = sbworker::broker::mssql::role_for(pg).unwrap_or_else(|| panic!("{pg} has no SQL Server role"));
+        assert!(database.contains(&format!("CREATE ROLE {role} AUTHORIZATION dbo")), "{role} not created by 00");
+        assert!(grant.contains(&format!("N''{role}''")), "{role} refused by the grant statement");
+        assert!(security.contains(&format!(" TO {role};")), "{role} is granted nothing");
+    }
+    for job in ["export_claim", "export_ack", "sweep"] {
+        assert!(!security.contains(&format!("Rekenserver.{job} TO sbworker_role;")), "{job} granted to the worker");
+        assert!(security.contains(&format!("Rekenserver.{job} FROM sbworker_role;")), "{job} not revoked");
+    }
+}

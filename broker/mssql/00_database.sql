@@ -188,6 +188,16 @@ IF DATABASE_PRINCIPAL_ID(N'sbworker_operator_role') IS NULL CREATE ROLE sbworker
 GO
 IF DATABASE_PRINCIPAL_ID(N'sbworker_monitor_role') IS NULL CREATE ROLE sbworker_monitor_role AUTHORIZATION dbo;
 GO
+-- One role per job, as on PostgreSQL: the roster's editors (whose triggers send), the
+-- payroll export, the housekeeping (sweep, the keys the triggers never saw, status, dead
+-- letters). `sbworker install --mssql ... --payroll-role LOGIN` (and the others) adds a
+-- login's user to one.
+IF DATABASE_PRINCIPAL_ID(N'sbworker_sender_role') IS NULL CREATE ROLE sbworker_sender_role AUTHORIZATION dbo;
+GO
+IF DATABASE_PRINCIPAL_ID(N'sbworker_payroll_role') IS NULL CREATE ROLE sbworker_payroll_role AUTHORIZATION dbo;
+GO
+IF DATABASE_PRINCIPAL_ID(N'sbworker_housekeeping_role') IS NULL CREATE ROLE sbworker_housekeeping_role AUTHORIZATION dbo;
+GO
 -- Membership read from the catalog (IS_ROLEMEMBER can be NULL, which would skip this).
 IF NOT EXISTS (SELECT 1 FROM sys.database_role_members rm
                 WHERE rm.role_principal_id = DATABASE_PRINCIPAL_ID(N'sbworker_role')

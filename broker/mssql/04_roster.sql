@@ -217,8 +217,8 @@ GO
 -- DISABLE TRIGGER) raises no version. This raises the version of every key of the
 -- employees @dv_van..@dv_tot in the dates @datum_van..@datum_tot, both the keys of the
 -- roster's duties there and the keys known before whose period overlaps the dates (their
--- duties may be gone), and sends nothing: Rekenserver.sweep sends them. Run by the DBA
--- (granted to no role). Returns the number of keys raised.
+-- duties may be gone), and sends nothing: Rekenserver.sweep sends them. Granted to
+-- sbworker_housekeeping_role. Returns the number of keys raised.
 --   EXEC Rekenserver.markeer_sleutels @dv_van = 1, @dv_tot = 2147483647,
 --        @datum_van = '20260101', @datum_tot = '20261231';
 CREATE OR ALTER PROCEDURE Rekenserver.markeer_sleutels @dv_van int, @dv_tot int, @datum_van date, @datum_tot date

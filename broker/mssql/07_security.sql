@@ -1,6 +1,8 @@
--- sbworker on SQL Server, script 06: what the worker's role may do, and nothing more:
--- RECEIVE on its queues, SEND on the services it answers from and sends to, EXECUTE on
--- the procedures it calls. No db_owner, no TRUSTWORTHY, no CLR.
+-- sbworker on SQL Server, script 07 (last): what each role may do, and nothing more. The
+-- worker's role: RECEIVE on its queues, SEND on the services it answers from and sends
+-- to, EXECUTE on the procedures it calls. The roster's editors, the payroll export and
+-- the housekeeping each get their own job's rights, as the four roles on PostgreSQL.
+-- No db_owner, no TRUSTWORTHY, no CLR.
 
 :on error exit
 -- The SET options every module here needs, whatever client runs the script (the ODBC
@@ -36,12 +38,28 @@ GRANT EXECUTE ON OBJECT::sbworker.queue_state TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.module_options TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sla_antwoord_op TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
-GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_role;
-GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_role;
-GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.selftest TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat_end TO sbworker_role;
+GO
+-- The export and the sweep are not the worker's (an earlier install granted them to it).
+REVOKE EXECUTE ON OBJECT::Rekenserver.export_claim FROM sbworker_role;
+REVOKE EXECUTE ON OBJECT::Rekenserver.export_ack FROM sbworker_role;
+REVOKE EXECUTE ON OBJECT::Rekenserver.sweep FROM sbworker_role;
+GO
+-- The roster's editors: the roster's tables; their triggers send (as the worker's user).
+GRANT SELECT, INSERT, UPDATE, DELETE ON SCHEMA::Rooster TO sbworker_sender_role;
+-- The payroll export: claim and confirm.
+GRANT EXECUTE ON OBJECT::Rekenserver.export_claim TO sbworker_payroll_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_payroll_role;
+-- The housekeeping: the sweep, the keys the triggers never saw, status and dead letters.
+GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.markeer_sleutels TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_housekeeping_role;
 GO
 -- The operator's role: status and dead letters (06_operations.sql), nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_operator_role;
@@ -56,7 +74,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+0ce273eb44271c9c';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+f69a8e6495abc1a8';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+0ce273eb44271c9c';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+f69a8e6495abc1a8';
 GO

@@ -263,7 +263,9 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
         sbworker install --postgres postgresql://payroll@db.example/roster\n  \
-        sbworker install --postgres 'host=db user=dba dbname=payroll' --worker-role sbworker --payroll-role salaris")]
+        sbworker install --postgres 'host=db user=dba dbname=payroll' --worker-role sbworker --payroll-role salaris\n  \
+        sbworker install --mssql 'Server=tcp:db,1433;User Id=dba;Password=...' --var Database=Payroll \\\n      \
+        --var WorkerLogin=sbworker --var WorkerUser=sbworker --payroll-role salaris --housekeeping-role beheer")]
     Install {
         /// A PostgreSQL connection string (URL or key=value form).
         #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
@@ -458,20 +460,23 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 /// each flag may be given more than once).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct InstallRoles {
-    /// A login that runs `sbworker run`: gets sbworker_worker.
-    #[arg(long = "worker-role", value_name = "LOGIN", requires = "postgres")]
+    /// A login that runs `sbworker run`: gets sbworker_worker (SQL Server: its user joins sbworker_role).
+    #[arg(long = "worker-role", value_name = "LOGIN")]
     pub worker: Vec<String>,
-    /// A login that sends requests (the roster's editors, whose triggers send): gets sbworker_sender.
-    #[arg(long = "sender-role", value_name = "LOGIN", requires = "postgres")]
+    /// A login that sends requests (the roster's editors, whose triggers send): gets sbworker_sender
+    /// (SQL Server: sbworker_sender_role).
+    #[arg(long = "sender-role", value_name = "LOGIN")]
     pub sender: Vec<String>,
-    /// A login that runs `sbworker export`: gets sbworker_payroll.
-    #[arg(long = "payroll-role", value_name = "LOGIN", requires = "postgres")]
+    /// A login that runs `sbworker export`: gets sbworker_payroll (SQL Server: sbworker_payroll_role).
+    #[arg(long = "payroll-role", value_name = "LOGIN")]
     pub payroll: Vec<String>,
-    /// A login that runs `sbworker sweep` and `sbworker dead-letter`: gets sbworker_housekeeping.
-    #[arg(long = "housekeeping-role", value_name = "LOGIN", requires = "postgres")]
+    /// A login that runs `sbworker sweep` and `sbworker dead-letter`: gets sbworker_housekeeping
+    /// (SQL Server: sbworker_housekeeping_role).
+    #[arg(long = "housekeeping-role", value_name = "LOGIN")]
     pub housekeeping: Vec<String>,
-    /// A login that only reads `sbworker status` (monitoring): gets sbworker_monitor.
-    #[arg(long = "monitor-role", value_name = "LOGIN", requires = "postgres")]
+    /// A login that only reads `sbworker status` (monitoring): gets sbworker_monitor
+    /// (SQL Server: sbworker_monitor_role).
+    #[arg(long = "monitor-role", value_name = "LOGIN")]
     pub monitor: Vec<String>,
 }
 

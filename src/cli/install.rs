@@ -21,14 +21,35 @@ pub fn postgres(url: &str, roster: bool, grants: &[(&'static str, String)]) -> a
 
 /// Runs the SQL Server scripts (`broker/mssql/`, in order) with sqlcmd-style
 /// variables; returns a line to print.
-pub fn mssql(connection_string: &str, vars: &[(String, String)]) -> anyhow::Result<String> {
+/// `grants`: (group role, login) pairs, as for PostgreSQL; each login's user in the
+/// database (made if missing) joins the job's SQL Server role.
+pub fn mssql(
+    connection_string: &str,
+    vars: &[(String, String)],
+    grants: &[(&'static str, String)],
+) -> anyhow::Result<String> {
     use anyhow::Context;
     let rt = super::runtime::runtime(false)?;
     let n = rt
         .block_on(crate::broker::mssql::install(connection_string, vars))
         .context("installing the SQL Server scripts")?;
+    // The database the scripts were run for: sqlcmd's precedence (environment, then --var).
+    let database = vars
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case("Database"))
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("Database").ok())
+        .unwrap_or_default();
+    let granted = rt
+        .block_on(crate::broker::mssql::grant_roles(connection_string, &database, grants))
+        .context("adding logins to sbworker's roles")?;
+    let granted: String =
+        granted.iter().map(|(role, login, user)| format!("\n  login {login} (user {user}) added to {role}")).collect();
     Ok(format!(
-        "SQL Server scripts installed ({n} batches of broker/mssql/00..07); running them again changes nothing.\n\
+        "SQL Server scripts installed ({n} batches of broker/mssql/00..07; roles sbworker_role, sbworker_sender_role, \
+         sbworker_payroll_role, sbworker_housekeeping_role, sbworker_monitor_role, sbworker_operator_role); running \
+         them again changes nothing.{granted}\n\
          Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...)"
     ))
 }

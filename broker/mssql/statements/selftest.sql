@@ -30,9 +30,6 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'sbworker.heartbeat_end', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
-               (N'Rekenserver.export_claim', N'OBJECT', N'EXECUTE'),
-               (N'Rekenserver.export_ack', N'OBJECT', N'EXECUTE'),
-               (N'Rekenserver.sweep', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.selftest', N'OBJECT', N'EXECUTE')) AS v(securable, class, permission)
 
 -- The database: broker enabled, compatibility level (OPENJSON needs 130).

@@ -264,6 +264,49 @@ pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Resu
     Ok(n)
 }
 
+/// sbworker's SQL Server database role for each job's PostgreSQL group role (the names
+/// `sbworker install`'s role flags use).
+pub fn role_for(postgres_role: &str) -> Option<&'static str> {
+    Some(match postgres_role {
+        "sbworker_worker" => "sbworker_role",
+        "sbworker_sender" => "sbworker_sender_role",
+        "sbworker_payroll" => "sbworker_payroll_role",
+        "sbworker_housekeeping" => "sbworker_housekeeping_role",
+        "sbworker_monitor" => "sbworker_monitor_role",
+        _ => return None,
+    })
+}
+
+/// Adds logins' users in `database` to sbworker's roles: (PostgreSQL group role name, as
+/// the flags give it, login) pairs. A login without a user there gets one named as the
+/// login. Returns (role, login, user) per grant.
+pub async fn grant_roles(
+    connection_string: &str,
+    database: &str,
+    grants: &[(&str, String)],
+) -> Result<Vec<(&'static str, String, String)>, BrokerError> {
+    let other = |message: String| BrokerError { kind: ErrorKind::Other, number: 0, message };
+    if grants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let c = Connection::parse(connection_string).map_err(|e| other(e.to_string()))?;
+    let mut client = connect(&c).await?;
+    let mut out = Vec::new();
+    for (role, login) in grants {
+        let role = role_for(role).ok_or_else(|| other(format!("{role} is not one of sbworker's roles")))?;
+        let row = client
+            .query(crate::sql::statements::mssql_install::GRANT_ROLE.sql, &[&database, &role, &login.as_str()])
+            .await
+            .map_err(error_of)?
+            .into_row()
+            .await
+            .map_err(error_of)?;
+        let user = row.and_then(|r| r.get::<&str, _>(0).map(str::to_owned)).unwrap_or_else(|| login.clone());
+        out.push((role, login.clone(), user));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,30 @@
+-- The statements of `sbworker install --mssql` after the scripts (src/broker/mssql/scripts.rs).
+
+-- A login's user in the database, added to one of sbworker's roles: the user the login
+-- has there (whatever its name), or a new one named as the login. @P1 the database, @P2
+-- the role (one of sbworker's, checked by the caller and again here), @P3 the login.
+-- name: grant_role
+DECLARE @sql nvarchar(max) = N'USE ' + QUOTENAME(@P1) + N';
+IF @role NOT IN (N''sbworker_role'', N''sbworker_sender_role'', N''sbworker_payroll_role'',
+                 N''sbworker_housekeeping_role'', N''sbworker_monitor_role'', N''sbworker_operator_role'')
+    THROW 50140, N''not one of sbworker''''s roles'', 1;
+IF SUSER_ID(@login) IS NULL
+    THROW 50141, N''the login does not exist: create it first (CREATE LOGIN)'', 1;
+DECLARE @user sysname = (SELECT u.name FROM sys.database_principals u
+                           JOIN sys.server_principals l ON l.sid = u.sid WHERE l.name = @login);
+DECLARE @ddl nvarchar(max);
+IF @user IS NULL
+BEGIN
+    SET @user = @login;
+    SET @ddl = N''CREATE USER '' + QUOTENAME(@user) + N'' FOR LOGIN '' + QUOTENAME(@login) + N'';'';
+    EXEC sys.sp_executesql @ddl;
+END;
+IF NOT EXISTS (SELECT 1 FROM sys.database_role_members rm
+                WHERE rm.role_principal_id = DATABASE_PRINCIPAL_ID(@role)
+                  AND rm.member_principal_id = DATABASE_PRINCIPAL_ID(@user))
+BEGIN
+    SET @ddl = N''ALTER ROLE '' + QUOTENAME(@role) + N'' ADD MEMBER '' + QUOTENAME(@user) + N'';'';
+    EXEC sys.sp_executesql @ddl;
+END;
+SELECT @user AS member_user;';
+EXEC sys.sp_executesql @sql, N'@role sysname, @login sysname', @role = @P2, @login = @P3;
