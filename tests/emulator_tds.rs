@@ -709,7 +709,7 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
-/// Issue 33: `Server=host\INSTANCE` without a port is found through the SQL Server
+/// `Server=host\INSTANCE` without a port is found through the SQL Server
 /// Browser's protocol (MC-SQLR over real UDP), as a Windows shop's named instance is;
 /// an instance the browser does not have gets no answer, and the error says what to check.
 #[tokio::test]

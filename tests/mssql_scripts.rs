@@ -746,7 +746,7 @@ fn every_failure_is_recorded_with_its_class_and_the_sweep_reads_the_class() {
     assert!(sweep.contains("l.herstelbaar") && sweep.contains("EXEC Rekenserver.markeer_verloren"));
 }
 
-/// Issue 33: the same four roles (and the monitor) on both back ends. Every role flag of
+/// The same four roles (and the monitor) on both back ends. Every role flag of
 /// `sbworker install` has a SQL Server role that script 00 creates, the grant statement
 /// accepts and script 07 grants something to; export and sweep are no longer the worker's.
 #[test]

@@ -73,6 +73,13 @@ IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
         foutmelding      nvarchar(3000) NULL,
         INDEX ix_berekening_log_key (dienstverband_id, periode_id, versie));
 GO
+-- Requests without an outcome, for Rekenserver.markeer_verloren (every sweep run). A plain
+-- index: a filtered one would make every writer of the log (the roster's triggers) depend
+-- on its session's SET options.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_berekening_log_uitkomst'
+                AND object_id = OBJECT_ID(N'Rekenserver.berekening_log'))
+    CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst) INCLUDE (dialog_handle);
+GO
 
 -- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog
 -- the roster and a replay begin (no row: 7 days). A dialog still open then ends with
@@ -145,6 +152,18 @@ BEGIN
            @versie = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Versie)[1]', 'bigint'),
            @vraag = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Id)[1]', 'uniqueidentifier'),
            @vervangen = @antwoord.exist('/LoonfactorBerekeningAntwoord/Waarschuwing[@Code = "vervangen"]');
+    -- The answer must be for the request its dialog carried: an answer naming another key
+    -- or version is refused (the transaction fails; after the worker's attempts it is set
+    -- aside), never stored under the wrong key.
+    IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log
+                WHERE dialog_handle = @handle
+                  AND (dienstverband_id <> @dv OR periode_id <> @periode OR versie <> @versie OR vraag_id <> @vraag
+                       OR @dv IS NULL OR @periode IS NULL OR @versie IS NULL OR @vraag IS NULL))
+    BEGIN
+        SET @melding = REPLACE(CONCAT(N'invalid-value: the Antwoord on dialog ', @handle, N' is for dienstverband ', @dv,
+            N', periode ', @periode, N', version ', @versie, N', not for the request its dialog carried'), N'%', N'%%');
+        THROW 50013, @melding, 1;
+    END;
     IF @vervangen = 1
         SET @uitkomst = 'vervangen';
     ELSE
@@ -199,11 +218,15 @@ GO
 -- Optional, for shops that want the collector inside the database: an internal
 -- activation procedure for the answers' queue doing what the Rust collector does, by
 -- the worker's rules: a message that fails is rolled back and tried again; a transient
--- failure (deadlock 1205, lock timeout 1222) is not counted; after three counted
--- failures the message is set aside in sbworker.dead_letter, the calculation log says
+-- failure (deadlock 1205, lock timeout 1222) is not counted; a message that has failed
+-- three counted times is, when it is received again, set aside in sbworker.dead_letter
+-- before it is handled, in the transaction that holds its group (Handling Transact-SQL
+-- Errors: hold the group's lock to change a message's state), the calculation log says
 -- why, and its conversation is ended with error 50901. The queue is never disabled
--- (poison-message handling is off on it, 01_service_broker.sql). Not activated by this
--- script; to use it instead of sbworker's collector:
+-- (poison-message handling is off on it, 01_service_broker.sql). A failure that ends
+-- the task before its CATCH runs (a KILL, severity 20 and up) is not counted: the Rust
+-- collector, which counts on a connection of its own before handling, has no such gap.
+-- Not activated by this script; to use it instead of sbworker's collector:
 --   ALTER QUEUE dbo.loonfactorberekening_data WITH ACTIVATION (STATUS = ON,
 --     PROCEDURE_NAME = Rekenserver.antwoorden_activatie, MAX_QUEUE_READERS = 2, EXECUTE AS OWNER);
 CREATE OR ALTER PROCEDURE Rekenserver.antwoorden_activatie
@@ -233,6 +256,24 @@ BEGIN
                 ROLLBACK TRANSACTION;
                 BREAK;
             END
+            SELECT @pogingen = attempts, @fout = last_error FROM sbworker.message_attempt
+             WHERE conversation_handle = @handle AND message_sequence_number = @seq;
+            IF @@ROWCOUNT = 0 SELECT @pogingen = 0, @fout = NULL;
+            IF @pogingen >= @max_pogingen
+            BEGIN
+                -- Failed too often: set aside, not handled, while this transaction holds
+                -- the group.
+                SET @tekst = LEFT(CONCAT(N'internal (50901): diverted after ', @pogingen, N' failed attempts: ', @fout),
+                                  3000);
+                EXEC sbworker.set_aside @queue = N'dbo.loonfactorberekening_data', @service = @service,
+                     @contract = @contract, @group = @group, @handle = @handle, @seq = @seq, @type = @type,
+                     @body = @body, @attempts = @pogingen, @reason = @tekst;
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 1;
+                DELETE sbworker.message_attempt WHERE conversation_handle = @handle AND message_sequence_number = @seq;
+                END CONVERSATION @handle WITH ERROR = 50901 DESCRIPTION = @tekst;
+                COMMIT TRANSACTION;
+                CONTINUE;
+            END
             IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
             BEGIN
                 DELETE @uit;
@@ -244,13 +285,19 @@ BEGIN
             BEGIN
                 -- The Rust collector's text, "reden (number): message"; an internal Fout
                 -- (a diversion) is the environment's fault, any other is the request's.
-                SET @antwoord = CAST(@body AS xml);
+                -- A Fout that cannot be read is recorded as such, as the Rust collector does
+                -- (not the environment's fault), not retried.
+                SET @antwoord = TRY_CAST(@body AS xml);
                 WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
                 SELECT @reden = @antwoord.value('(/RekenserverFout/Reden)[1]', 'nvarchar(40)'),
-                       @nummer = @antwoord.value('(/RekenserverFout/ErrorNumber)[1]', 'int'),
+                       @nummer = TRY_CONVERT(int, @antwoord.value('(/RekenserverFout/ErrorNumber)[1]', 'nvarchar(40)')),
                        @tekst = @antwoord.value('(/RekenserverFout/ErrorMessage)[1]', 'nvarchar(3000)');
-                SET @tekst = LEFT(CONCAT(@reden, N' (', @nummer, N'): ', @tekst), 3000);
-                SET @herstelbaar = CASE WHEN @reden = N'internal' THEN 1 ELSE 0 END;
+                IF @reden IS NULL OR @nummer IS NULL OR @tekst IS NULL
+                    SELECT @tekst = N'unreadable Fout: not a RekenserverFout with Reden, ErrorNumber and ErrorMessage',
+                           @herstelbaar = 0;
+                ELSE
+                    SELECT @tekst = LEFT(CONCAT(@reden, N' (', @nummer, N'): ', @tekst), 3000),
+                           @herstelbaar = CASE WHEN @reden = N'internal' THEN 1 ELSE 0 END;
                 EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = @herstelbaar;
                 END CONVERSATION @handle;
             END
@@ -280,8 +327,9 @@ BEGIN
         END TRY
         BEGIN CATCH
             -- Not raised again: the failure is handled here by the worker's rules (the
-            -- message goes back to the queue and is counted; after three, set aside), and
-            -- raising it would end the activated task with the message still failing.
+            -- message goes back to the queue and is counted; once it has failed three
+            -- times, the next receive sets it aside), and raising it would end the
+            -- activated task with the message still failing.
             SELECT @nummer = ERROR_NUMBER(),
                    @fout = CONVERT(nvarchar(3000), CONCAT(N'error ', ERROR_NUMBER(), N': ', ERROR_MESSAGE()));
             IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
@@ -291,34 +339,18 @@ BEGIN
                 WAITFOR DELAY '00:00:00.200';   -- the environment's fault: not counted
             ELSE
             BEGIN
-                SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
-                DELETE @telling;
-                INSERT @telling EXEC sbworker.count_attempts @queue = N'dbo.loonfactorberekening_data', @keys = @sleutel;
-                EXEC sbworker.note_failure @keys = @sleutel, @error = @fout, @transient = 0;
-                SELECT @pogingen = attempts FROM @telling;
-                IF @pogingen >= @max_pogingen
-                BEGIN
-                    -- Set aside: the same message, received again on its conversation.
-                    BEGIN TRANSACTION;
-                    RECEIVE TOP (1) @handle = conversation_handle, @seq = message_sequence_number,
-                                    @group = conversation_group_id, @type = message_type_name, @body = message_body,
-                                    @service = service_name, @contract = service_contract_name
-                      FROM dbo.loonfactorberekening_data WHERE conversation_handle = @handle;
-                    IF @@ROWCOUNT = 1
-                    BEGIN
-                        SET @tekst = LEFT(CONCAT(N'internal (50901): diverted after ', @pogingen, N' failed attempts: ', @fout),
-                                          3000);
-                        EXEC sbworker.set_aside @queue = N'dbo.loonfactorberekening_data', @service = @service,
-                             @contract = @contract, @group = @group, @handle = @handle, @seq = @seq, @type = @type,
-                             @body = @body, @attempts = @pogingen, @reason = @tekst;
-                        EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 1;
-                        DELETE sbworker.message_attempt
-                         WHERE conversation_handle = @handle AND message_sequence_number = @seq;
-                        SET @tekst = LEFT(@tekst, 3000);
-                        END CONVERSATION @handle WITH ERROR = 50901 DESCRIPTION = @tekst;
-                    END
-                    COMMIT TRANSACTION;
-                END
+                BEGIN TRY
+                    SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
+                    DELETE @telling;
+                    INSERT @telling EXEC sbworker.count_attempts @queue = N'dbo.loonfactorberekening_data',
+                                                                 @keys = @sleutel;
+                    EXEC sbworker.note_failure @keys = @sleutel, @error = @fout, @transient = 0;
+                END TRY
+                BEGIN CATCH
+                    -- Counting failed too (the database is in trouble): raised, ending the
+                    -- task; activation starts it again, and the message is received again.
+                    THROW;
+                END CATCH
             END
         END CATCH
     END

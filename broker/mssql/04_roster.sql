@@ -81,7 +81,12 @@ BEGIN
     DECLARE @vraag xml;
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
     SELECT @vraag = (
-        SELECT @id AS '@Id', CONVERT(char(23), SYSDATETIME(), 126) AS '@Timestamp', @versie AS '@Versie',
+        -- The time in Amsterdam, as the PostgreSQL builder writes it, whatever the server's
+        -- own time zone (AT TIME ZONE, SQL Server 2016).
+        SELECT @id AS '@Id',
+               CONVERT(char(23), CONVERT(datetime2(3),
+                   SYSUTCDATETIME() AT TIME ZONE 'UTC' AT TIME ZONE 'W. Europe Standard Time'), 126) AS '@Timestamp',
+               @versie AS '@Versie',
             (SELECT dv.id AS '@Id',
                 (SELECT c.id AS '@Id', c.code AS 'Code', CAST(c.is_vier_weken AS int) AS 'IsVierWeken', c.naam AS 'Naam',
                         c.werkweek_uren AS 'WerkweekUren'
@@ -179,6 +184,7 @@ BEGIN
     SEND ON CONVERSATION @handle MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@vraag);
     INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
     VALUES (@handle, @id, @dv, @periode, @versie);
+    DELETE Rekenserver.onverzendbaar WHERE dienstverband_id = @dv AND periode_id = @periode;
     SET @verzonden = 1;
 END;
 GO

@@ -32,8 +32,8 @@ GO
 -- Only results with factor rows are claimed. The claim and the read of the factors are
 -- one transaction: the claimed rows stay locked until the factors are read, so a newer
 -- Antwoord stored meanwhile cannot be exported under the old version. READ COMMITTED
--- whatever the caller's level (READPAST is refused under SNAPSHOT, Msg 650); reset on
--- return.
+-- whatever the caller's level (READPAST is a READ COMMITTED hint: Table Hints, Msg 650),
+-- reset on return.
 CREATE OR ALTER PROCEDURE Rekenserver.export_claim @periode int, @mode varchar(10), @lease_minutes int = 15,
     @batch uniqueidentifier
 AS
@@ -111,9 +111,16 @@ CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 100, @
     @delete_batch int = 5000
 AS
 BEGIN
-    SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    SET NOCOUNT ON;
+    -- RAISERROR, not THROW: THROW honours XACT_ABORT (SET XACT_ABORT) and would roll the
+    -- caller's transaction back, which this check exists to spare.
     IF @@TRANCOUNT > 0
-        THROW 50115, N'Rekenserver.sweep commits its own batches: run it outside a transaction', 1;
+    BEGIN
+        RAISERROR (N'Rekenserver.sweep commits its own batches: run it outside a transaction', 16, 1);
+        RETURN 1;
+    END;
+    SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- the run log's text joins its parts with @fout + N'; '
     -- A batch size of 0 would loop for ever; a retention of 0 days would delete this run's
     -- own log rows.
     IF @fuse IS NULL OR @fuse < 1 THROW 50110, N'@fuse must be 1 or more (keys sent at most per run)', 1;

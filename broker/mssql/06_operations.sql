@@ -146,9 +146,9 @@ BEGIN
         END TRY
         BEGIN CATCH
             -- A body that cannot be read as a Vraag (not XML: 9400-9499; a value of the
-            -- wrong type: 245, 8114, 8169) has no key, and is sent again as it is, without
+            -- wrong type or too large: 245, 248, 8114, 8169) has no key, and is sent again as it is, without
             -- a calculation log row. Any other error is raised again.
-            IF NOT (ERROR_NUMBER() BETWEEN 9400 AND 9499 OR ERROR_NUMBER() IN (245, 8114, 8169))
+            IF NOT (ERROR_NUMBER() BETWEEN 9400 AND 9499 OR ERROR_NUMBER() IN (245, 248, 8114, 8169))
                 THROW;
             SELECT @vraag_id = NULL, @versie = NULL, @dv = NULL, @periode = NULL;
         END CATCH;

@@ -142,7 +142,19 @@ CREATE OR REPLACE FUNCTION rekenserver.sla_antwoord_op(p_handle uuid, p_vraag_id
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_uitkomst text := 'vervangen';
+    v_log      rekenserver.berekening_log;
 BEGIN
+    -- The answer must be for the request its dialog carried: an answer naming another
+    -- key or version is refused (the transaction fails; after the worker's attempts it
+    -- is set aside), never stored under the wrong key.
+    SELECT * INTO v_log FROM rekenserver.berekening_log WHERE dialog_handle = p_handle;
+    IF FOUND AND (v_log.dienstverband_id, v_log.periode_id, v_log.versie, v_log.vraag_id)
+                 IS DISTINCT FROM (p_dv, p_periode, p_versie, p_vraag_id) THEN
+        PERFORM sb.fail('22023', format(
+            'the Antwoord on dialog %s is for dienstverband %s, periode %s, version %s, Vraag %s; the dialog '
+            || 'carried dienstverband %s, periode %s, version %s, Vraag %s', p_handle, p_dv, p_periode, p_versie,
+            p_vraag_id, v_log.dienstverband_id, v_log.periode_id, v_log.versie, v_log.vraag_id));
+    END IF;
     IF NOT p_vervangen THEN
         INSERT INTO rekenserver.resultaat AS r (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
         VALUES (p_dv, p_periode, p_versie, p_vraag_id, p_handle)

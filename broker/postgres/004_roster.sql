@@ -219,6 +219,7 @@ BEGIN
     PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_vraag::text, 'UTF8'));
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie);
+    DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     RETURN v_handle;
 END $$;
 

@@ -190,10 +190,10 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 if e.kind == ErrorKind::Connection || s.rollback().await.is_err() {
                     session = None;
                 }
-                if let Some(g) = group {
-                    // The group being retried is tried again after this delay.
-                    retry = Some((g, Duration::ZERO, max));
-                }
+                // A group being retried is not asked for again: RECEIVE … WHERE
+                // conversation_group_id = g errors once the group is gone (another reader
+                // finished it; the RECEIVE page), and would fail for ever. The plain
+                // RECEIVE finds the group again while it has messages.
                 if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
                 }

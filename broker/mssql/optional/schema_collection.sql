@@ -350,8 +350,11 @@ ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
 DECLARE @old sysname, @drop nvarchar(400);
 DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR
     SELECT c.name FROM sys.xml_schema_collections c
-     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name LIKE N'LoonfactorBerekening%' AND c.name <> N'LoonfactorBerekening_221a461e0039086e'
-       AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id);
+     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_221a461e0039086e'
+       AND (c.name = N'LoonfactorBerekening' OR c.name LIKE N'LoonfactorBerekening[_]________________')
+       AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id)
+       AND NOT EXISTS (SELECT 1 FROM sys.columns k WHERE k.xml_collection_id = c.xml_collection_id)
+       AND NOT EXISTS (SELECT 1 FROM sys.parameters k WHERE k.xml_collection_id = c.xml_collection_id);
 OPEN old_collections;
 FETCH NEXT FROM old_collections INTO @old;
 WHILE @@FETCH_STATUS = 0

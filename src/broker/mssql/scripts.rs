@@ -212,8 +212,11 @@ pub fn schema_collection_script() -> String {
          DECLARE @old sysname, @drop nvarchar(400);\n\
          DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR\n\
          \x20   SELECT c.name FROM sys.xml_schema_collections c\n\
-         \x20    WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name LIKE N'LoonfactorBerekening%' AND c.name <> N'{name}'\n\
-         \x20      AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id);\n\
+         \x20    WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'{name}'\n\
+         \x20      AND (c.name = N'LoonfactorBerekening' OR c.name LIKE N'LoonfactorBerekening[_]________________')\n\
+         \x20      AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id)\n\
+         \x20      AND NOT EXISTS (SELECT 1 FROM sys.columns k WHERE k.xml_collection_id = c.xml_collection_id)\n\
+         \x20      AND NOT EXISTS (SELECT 1 FROM sys.parameters k WHERE k.xml_collection_id = c.xml_collection_id);\n\
          OPEN old_collections;\n\
          FETCH NEXT FROM old_collections INTO @old;\n\
          WHILE @@FETCH_STATUS = 0\n\

@@ -227,3 +227,42 @@ async fn keys_the_roster_triggers_never_saw_are_marked_and_sent_by_the_sweep() {
     assert_end_state(&c).await;
     assert_eq!(stop_worker(worker).await, Some(0));
 }
+
+/// T7 of the third review: an Antwoord is stored only under the key and version its
+/// dialog carried; one naming another is refused, and nothing is stored.
+#[tokio::test]
+async fn an_antwoord_for_another_key_than_its_dialog_carried_is_refused() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(2, 15, false).load(&mut loader).await.unwrap();
+    let row = c
+        .query_one(
+            "SELECT dialog_handle, vraag_id, dienstverband_id, periode_id, versie FROM rekenserver.berekening_log
+              ORDER BY dienstverband_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (h, id, dv, p, v): (uuid::Uuid, uuid::Uuid, i32, i32, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let store = |dv: i32, v: i64| {
+        let c = &c;
+        async move {
+            c.query_one(
+                "SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, false, ARRAY[5], ARRAY['100'], ARRAY[1.0])",
+                &[&h, &id, &dv, &p, &v],
+            )
+            .await
+        }
+    };
+    for (wrong_dv, wrong_v) in [(dv + 1000, v), (dv, v + 1)] {
+        let e = store(wrong_dv, wrong_v).await.unwrap_err();
+        let db = e.as_db_error().expect("a database error");
+        assert_eq!(db.code().code(), "22023", "{db:?}");
+        assert!(db.message().contains("the dialog carried"), "{}", db.message());
+    }
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.resultaat").await, 0);
+    // The right key is stored.
+    let outcome: String = store(dv, v).await.unwrap().get(0);
+    assert_eq!(outcome, "opgeslagen");
+}
