@@ -21,10 +21,10 @@
 //! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
 //! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
 //! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr`, `pg_tls` |
+//! | `handoff` | the payroll export and the sweep, on either back end | `sql`, `config`, `broker` |
 //! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
-//! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown` |
+//! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown`, `handoff` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
-//! | `handoff` | the payroll export and the sweep (PostgreSQL) | `sql`, `config` |
 //! | `ops` | `sbworker status` and `sbworker dead-letter` on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls` |
 //! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr`, `pg_tls` |
 //! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |

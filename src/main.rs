@@ -50,9 +50,14 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Export { postgres, periode, format, mode, lease_minutes, out, ack } => {
+        Command::Export { postgres, mssql, periode, format, mode, lease_minutes, out, ack } => {
+            let target = match (postgres, mssql) {
+                (_, Some(conn)) => cli::handoff::Target::Mssql(conn),
+                (Some(url), None) => cli::handoff::Target::Postgres(url),
+                (None, None) => unreachable!("clap requires --postgres or --mssql"),
+            };
             let result = match (ack, periode) {
-                (Some(batch), _) => cli::handoff::ack(&postgres, batch),
+                (Some(batch), _) => cli::handoff::ack(&target, batch),
                 (None, Some(periode)) => {
                     let format = match format {
                         FormatArg::Csv => cli::handoff::Format::Csv,
@@ -62,7 +67,7 @@ fn main() -> ExitCode {
                         ModeArg::Once => sbworker::handoff::export::Mode::Once,
                         ModeArg::Lease => sbworker::handoff::export::Mode::Lease { seconds: lease_minutes * 60.0 },
                     };
-                    cli::handoff::export(&postgres, periode, format, mode, out.as_deref())
+                    cli::handoff::export(&target, periode, format, mode, out.as_deref())
                 }
                 (None, None) => Err(anyhow::anyhow!("give --periode ID or --ack BATCH_ID")),
             };
@@ -77,9 +82,14 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Sweep { postgres, fuse, batch, retention_days, delete_batch } => {
+        Command::Sweep { postgres, mssql, fuse, batch, retention_days, delete_batch } => {
             let opts = sbworker::handoff::sweep::Options { fuse, batch, retention_days, delete_batch };
-            match cli::handoff::sweep(&postgres, opts) {
+            let target = match (postgres, mssql) {
+                (_, Some(conn)) => cli::handoff::Target::Mssql(conn),
+                (Some(url), None) => cli::handoff::Target::Postgres(url),
+                (None, None) => unreachable!("clap requires --postgres or --mssql"),
+            };
+            match cli::handoff::sweep(&target, opts) {
                 Ok(line) => {
                     println!("{line}");
                     ExitCode::SUCCESS

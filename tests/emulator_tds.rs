@@ -745,3 +745,84 @@ async fn a_named_instance_is_found_through_the_sql_server_browser() {
     };
     assert!(e.message.contains("no answer from the SQL Server Browser") && e.message.contains("OTHER"), "{e}");
 }
+
+/// `sbworker sweep --mssql` and `sbworker export --mssql` (the real binary, over TDS):
+/// the sweep sends the keys of a bulk import, and the payroll export claims, writes and
+/// confirms them through `Rekenserver.sweep`, `export_claim` and `export_ack` (the
+/// emulator runs the PostgreSQL hand-off behind them; the T-SQL procedures themselves
+/// are checked by the script tests and the doc review, no SQL Server runs here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_sweep_run_on_the_sql_server_transport() {
+    use sbworker::demo::roster::Roster;
+    let (url, c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    let (mut loader, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    loader.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    Roster::generate(5, 21, false).load(&mut loader).await.unwrap();
+    let keys: i64 = c.query_one("SELECT count(*) FROM rekenserver.sleutel", &[]).await.unwrap().get(0);
+    let bin = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(args)
+            .env_remove("SBWORKER__BROKER__CONNECTION")
+            .env("SBWORKER_HANDOFF_MSSQL", &conn)
+            .output()
+            .unwrap()
+    };
+    let swept = bin(&["sweep"]);
+    let said = String::from_utf8_lossy(&swept.stdout);
+    assert!(swept.status.success(), "{said} {}", String::from_utf8_lossy(&swept.stderr));
+    assert!(said.contains(&format!("{keys} stale keys")) && said.contains(&format!("{keys} Vraags sent")), "{said}");
+    assert!(!said.contains("Password") && !String::from_utf8_lossy(&swept.stderr).contains("p;w"), "a secret shown");
+
+    let dir = TempDir::new("mssql-handoff");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    sbworker::demo::check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let stored: i64 = c
+        .query_one("SELECT count(*) FROM rekenserver.resultaat_factor WHERE periode_id = 202604", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(stored > 0);
+
+    // A leased claim to a file, confirmed by its batch; then nothing is left to claim.
+    let out = dir.0.join("april.csv");
+    let exported = bin(&["export", "--periode", "202604", "--mode", "lease", "--out", out.to_str().unwrap()]);
+    let summary = String::from_utf8_lossy(&exported.stderr).into_owned();
+    assert!(exported.status.success(), "{summary}");
+    let csv = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde");
+    assert_eq!(lines.len() as i64 - 1, stored, "{summary}");
+    // The amounts exactly as stored.
+    let first: Vec<&str> = lines[1].split(',').collect();
+    let (dv, code): (i32, &str) = (first[2].parse().unwrap(), first[6]);
+    let waarde: String = c
+        .query_one(
+            "SELECT waarde::text FROM rekenserver.resultaat_factor WHERE dienstverband_id = $1 AND loonfactor_code = $2",
+            &[&dv, &code],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(first[7], waarde);
+    let batch = summary.split("--ack ").nth(1).expect("the confirmation command").trim().to_owned();
+    let acked = bin(&["export", "--ack", &batch]);
+    assert!(acked.status.success(), "{}", String::from_utf8_lossy(&acked.stderr));
+    let results: i64 = c
+        .query_one("SELECT count(*) FROM rekenserver.resultaat WHERE periode_id = 202604 AND export_status = 2", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(String::from_utf8_lossy(&acked.stderr).contains(&format!("{results} results confirmed")));
+    let again = bin(&["export", "--periode", "202604"]);
+    assert!(again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("exported 0 results"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    // Confirming it twice: nothing to confirm, an error.
+    assert!(!bin(&["export", "--ack", &batch]).status.success());
+}

@@ -54,8 +54,10 @@ BEGIN
             OR (@mode = 'lease' AND r.export_status = 1 AND r.geclaimd_op < DATEADD(MINUTE, -@lease_minutes, SYSUTCDATETIME())))
        AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id);
+    -- waarde as text, exactly as stored (decimal(18, 4)), as the PostgreSQL export gives it.
     SELECT @batch AS batch, CONCAT(c.dienstverband_id, '-', c.periode_id, '-', c.versie) AS sleutel,
-           c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde
+           c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code,
+           CONVERT(varchar(40), f.waarde) AS waarde
       FROM @claimed c JOIN Rekenserver.resultaat_factor f
         ON f.dienstverband_id = c.dienstverband_id AND f.periode_id = c.periode_id
      ORDER BY c.dienstverband_id, f.loonfactor_code;
@@ -106,7 +108,9 @@ GO
 -- built are recorded (Rekenserver.onverzendbaar), not counted as sent, and left out until
 -- their version rises. A batch holds each key's conversation group until it commits
 -- (BEGIN DIALOG locks it), so batches are small. Refused inside a caller's transaction:
--- its CATCH would roll the caller's work back.
+-- its CATCH would roll the caller's work back. Ends with one row saying what it did
+-- (skipped, lost, candidates, sent, repairs, fuse reached, run-log rows and dead letters
+-- deleted), for `sbworker sweep --mssql`.
 CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 100, @retention_days int = 60,
     @delete_batch int = 5000
 AS
@@ -130,7 +134,8 @@ BEGIN
     IF @delete_batch IS NULL OR @delete_batch < 1
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
-            @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0;
+            @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0,
+            @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0;
     DECLARE @gemarkeerd TABLE (verloren int);
     INSERT Rekenserver.run_log (stap) VALUES ('run');
     SET @run = SCOPE_IDENTITY();
@@ -141,6 +146,8 @@ BEGIN
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = 0,
                fout = CONCAT(N'skipped: a previous run still holds the lock (code ', @lock, N')')
          WHERE id = @run;
+        SELECT CAST(1 AS bit) AS skipped, 0 AS lost, 0 AS candidates, 0 AS sent, 0 AS repaired,
+               CAST(0 AS bit) AS fuse_reached, 0 AS deleted_log_rows, 0 AS deleted_dead_letters;
         RETURN;
     END
     BEGIN TRY
@@ -148,9 +155,12 @@ BEGIN
         SET @step = SCOPE_IDENTITY();
         INSERT @gemarkeerd EXEC Rekenserver.markeer_verloren;
         SELECT @verloren = verloren FROM @gemarkeerd;
-        DECLARE @kand TABLE (nr int IDENTITY PRIMARY KEY, dv int NOT NULL, p int NOT NULL);
-        INSERT @kand (dv, p)
-        SELECT TOP (@fuse + 1) s.dienstverband_id, s.periode_id
+        DECLARE @kand TABLE (nr int IDENTITY PRIMARY KEY, dv int NOT NULL, p int NOT NULL, herstel bit NOT NULL);
+        INSERT @kand (dv, p, herstel)
+        SELECT TOP (@fuse + 1) s.dienstverband_id, s.periode_id,
+               CASE WHEN EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
+                                  WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
+                                    AND l.versie = s.versie AND l.uitkomst = 'fout') THEN 1 ELSE 0 END
           FROM Rekenserver.sleutel s
           LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
          WHERE s.versie > ISNULL(r.versie, 0)
@@ -175,8 +185,9 @@ BEGIN
         BEGIN
             DELETE @kand WHERE nr > @fuse;
             SET @fout = CONCAT(N'warning: fuse of ', @fuse, N' keys reached; the rest waits for the next run');
-            SET @n = @fuse;
+            SELECT @n = @fuse, @fuse_bereikt = 1;
         END
+        SELECT @kandidaten = @n, @herstel = (SELECT COUNT(*) FROM @kand WHERE herstel = 1);
         WHILE @done < @n
         BEGIN
             BEGIN TRANSACTION;
@@ -208,13 +219,13 @@ BEGIN
         WHILE 1 = 1
         BEGIN
             DELETE TOP (@delete_batch) FROM Rekenserver.run_log WHERE start < DATEADD(DAY, -@retention_days, SYSUTCDATETIME());
-            SET @n = @@ROWCOUNT; SET @deleted += @n;
+            SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_log += @n;
             IF @n < @delete_batch BREAK;
         END
         WHILE 1 = 1
         BEGIN
             DELETE TOP (@delete_batch) FROM sbworker.dead_letter WHERE dead_lettered_at < DATEADD(DAY, -@retention_days, SYSUTCDATETIME());
-            SET @n = @@ROWCOUNT; SET @deleted += @n;
+            SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_dead += @n;
             IF @n < @delete_batch BREAK;
         END
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
@@ -240,6 +251,8 @@ BEGIN
         DECLARE @raise nvarchar(2048) = REPLACE(LEFT(@fout, 1000), N'%', N'%%');
         THROW 50114, @raise, 1;
     END
+    SELECT CAST(0 AS bit) AS skipped, @verloren AS lost, @kandidaten AS candidates, @sent AS sent, @herstel AS repaired,
+           @fuse_bereikt AS fuse_reached, @del_log AS deleted_log_rows, @del_dead AS deleted_dead_letters;
 END;
 GO
 

@@ -104,11 +104,22 @@ pub enum Command {
         Examples:\n  \
         sbworker export --postgres URL --periode 202604 --format csv --out april.csv\n  \
         sbworker export --postgres URL --periode 202604 --mode lease --format json\n  \
-        sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77")]
+        sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77\n  \
+        sbworker export --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=salaris;Password=...' --periode 202604")]
     Export {
         /// PostgreSQL connection string.
-        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
-        postgres: String,
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "SBWORKER__BROKER__CONNECTION",
+            hide_env_values = true,
+            required_unless_present = "mssql"
+        )]
+        postgres: Option<String>,
+        /// SQL Server ADO.NET connection string (Database= included): Rekenserver.export_claim
+        /// and export_ack. Taken over --postgres.
+        #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
+        mssql: Option<String>,
         /// The period whose results to claim.
         #[arg(long, value_name = "ID", required_unless_present = "ack")]
         periode: Option<i32>,
@@ -133,10 +144,22 @@ pub enum Command {
         per run. The run log is rekenserver.run_log.\n\n\
         Examples:\n  \
         sbworker sweep --postgres URL\n  \
-        sbworker sweep --postgres URL --fuse 2000 --retention-days 90")]
+        sbworker sweep --postgres URL --fuse 2000 --retention-days 90\n  \
+        sbworker sweep --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=beheer;Password=...'   (Rekenserver.sweep)")]
     Sweep {
-        #[arg(long, value_name = "URL", env = "SBWORKER__BROKER__CONNECTION", hide_env_values = true)]
-        postgres: String,
+        /// PostgreSQL connection string.
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "SBWORKER__BROKER__CONNECTION",
+            hide_env_values = true,
+            required_unless_present = "mssql"
+        )]
+        postgres: Option<String>,
+        /// SQL Server ADO.NET connection string (Database= included): runs Rekenserver.sweep.
+        /// Taken over --postgres.
+        #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
+        mssql: Option<String>,
         /// Most keys sent per run (oldest change first).
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
         fuse: i64,

@@ -7,7 +7,7 @@ use anyhow::Context;
 use uuid::Uuid;
 
 use crate::handoff::export::{self, Mode};
-use crate::handoff::sweep;
+use crate::handoff::{mssql, sweep};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -31,47 +31,97 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     super::runtime::runtime(false)
 }
 
-/// Claims the period's results and writes them to `out` (or standard output); returns
-/// the summary line. With a file, the output is written to `FILE.partial-BATCH` and
-/// synced before the claim commits, then renamed: a failure before the commit marks
-/// nothing; a crash between commit and rename leaves the data in the partial file.
-pub fn export(url: &str, periode: i32, format: Format, mode: Mode, out: Option<&Path>) -> anyhow::Result<String> {
-    runtime()?.block_on(async {
-        let mut client = connect(url).await?;
-        let tx = client.transaction().await?;
-        let batch = export::claim(&tx, periode, mode).await.context("claiming the results")?;
-        let write = |w: &mut dyn Write| match format {
-            Format::Csv => batch.write_csv(w),
-            Format::Json => batch.write_json(w),
-        };
-        match out {
-            Some(path) => {
-                let partial = PathBuf::from(format!("{}.partial-{}", path.display(), batch.id));
-                let written = (|| -> std::io::Result<()> {
-                    let mut f = std::io::BufWriter::new(std::fs::File::create(&partial)?);
-                    write(&mut f)?;
-                    f.into_inner().map_err(|e| e.into_error())?.sync_all()
-                })();
-                if let Err(e) = written {
-                    let _ = std::fs::remove_file(&partial);
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("cannot write {}; nothing was marked", partial.display())));
-                }
-                if let Err(e) = tx.commit().await {
-                    let _ = std::fs::remove_file(&partial);
-                    return Err(anyhow::Error::new(e).context("the claim did not commit; nothing was marked"));
-                }
-                std::fs::rename(&partial, path).with_context(|| {
-                    format!("claimed and written to {}, but cannot rename it to {}", partial.display(), path.display())
-                })?;
+/// Where the hand-off runs: a PostgreSQL connection string, or a SQL Server ADO.NET one.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Postgres(String),
+    Mssql(String),
+}
+
+async fn connect_mssql(conn: &str) -> anyhow::Result<crate::broker::mssql::Tds> {
+    let c = crate::broker::mssql::Connection::parse(conn).context("the connection string (--mssql) cannot be used")?;
+    crate::broker::mssql::connect(&c).await.with_context(|| format!("cannot connect to {}", crate::connstr::mask(conn)))
+}
+
+/// Writes `batch` to `out` (or standard output), then runs `commit`. With a file, the
+/// output is written to `FILE.partial-BATCH` and synced before the claim commits, then
+/// renamed: a failure before the commit marks nothing; a crash between commit and rename
+/// leaves the data in the partial file.
+async fn deliver(
+    batch: &export::Batch,
+    format: Format,
+    out: Option<&Path>,
+    commit: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let write = |w: &mut dyn Write| match format {
+        Format::Csv => batch.write_csv(w),
+        Format::Json => batch.write_json(w),
+    };
+    match out {
+        Some(path) => {
+            let partial = PathBuf::from(format!("{}.partial-{}", path.display(), batch.id));
+            let written = (|| -> std::io::Result<()> {
+                let mut f = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+                write(&mut f)?;
+                f.into_inner().map_err(|e| e.into_error())?.sync_all()
+            })();
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&partial);
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot write {}; nothing was marked", partial.display()))
+                );
             }
-            None => {
-                let mut stdout = std::io::stdout().lock();
-                write(&mut stdout).context("cannot write to standard output; nothing was marked")?;
-                stdout.flush()?;
-                tx.commit().await.context("the claim did not commit; nothing was marked")?;
+            if let Err(e) = commit.await {
+                let _ = std::fs::remove_file(&partial);
+                return Err(e.context("the claim did not commit; nothing was marked"));
             }
+            std::fs::rename(&partial, path).with_context(|| {
+                format!("claimed and written to {}, but cannot rename it to {}", partial.display(), path.display())
+            })?;
         }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            write(&mut stdout).context("cannot write to standard output; nothing was marked")?;
+            stdout.flush()?;
+            commit.await.context("the claim did not commit; nothing was marked")?;
+        }
+    }
+    Ok(())
+}
+
+/// Claims the period's results and writes them to `out` (or standard output), committing
+/// the claim only once they are written ([`deliver`]); returns the summary line.
+pub fn export(target: &Target, periode: i32, format: Format, mode: Mode, out: Option<&Path>) -> anyhow::Result<String> {
+    runtime()?.block_on(async {
+        let batch = match target {
+            Target::Postgres(url) => {
+                let mut client = connect(url).await?;
+                let tx = client.transaction().await?;
+                let batch = export::claim(&tx, periode, mode).await.context("claiming the results")?;
+                deliver(&batch, format, out, async { tx.commit().await.map_err(anyhow::Error::new) }).await?;
+                batch
+            }
+            Target::Mssql(conn) => {
+                let mut client = connect_mssql(conn).await?;
+                mssql::begin(&mut client).await.context("claiming the results")?;
+                let batch = match mssql::claim(&mut client, periode, mode).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = mssql::rollback(&mut client).await;
+                        return Err(anyhow::Error::new(e).context("claiming the results"));
+                    }
+                };
+                let delivered = deliver(&batch, format, out, async {
+                    mssql::commit(&mut client).await.map_err(anyhow::Error::new)
+                })
+                .await;
+                if delivered.is_err() {
+                    let _ = mssql::rollback(&mut client).await;
+                }
+                delivered?;
+                batch
+            }
+        };
         Ok(format!(
             "exported {} results ({} factor rows) of period {periode}, batch {}, mode {}{}",
             batch.results(),
@@ -88,10 +138,12 @@ pub fn export(url: &str, periode: i32, format: Format, mode: Mode, out: Option<&
 }
 
 /// Confirms a leased batch.
-pub fn ack(url: &str, batch: Uuid) -> anyhow::Result<String> {
+pub fn ack(target: &Target, batch: Uuid) -> anyhow::Result<String> {
     runtime()?.block_on(async {
-        let client = connect(url).await?;
-        let n = export::ack(&client, batch).await?;
+        let n = match target {
+            Target::Postgres(url) => export::ack(&connect(url).await?, batch).await?,
+            Target::Mssql(conn) => mssql::ack(&mut connect_mssql(conn).await?, batch).await?,
+        };
         anyhow::ensure!(
             n > 0,
             "batch {batch}: nothing to confirm (unknown, already confirmed, or claimed again after its lease passed)"
@@ -101,10 +153,13 @@ pub fn ack(url: &str, batch: Uuid) -> anyhow::Result<String> {
 }
 
 /// One sweep run; the summary line.
-pub fn sweep(url: &str, opts: sweep::Options) -> anyhow::Result<String> {
+pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
     runtime()?.block_on(async {
-        let mut client = connect(url).await?;
-        Ok(describe(&sweep::run(&mut client, opts).await?, opts))
+        let outcome = match target {
+            Target::Postgres(url) => sweep::run(&mut connect(url).await?, opts).await?,
+            Target::Mssql(conn) => mssql::sweep(&mut connect_mssql(conn).await?, opts).await?,
+        };
+        Ok(describe(&outcome, opts))
     })
 }
 

@@ -11,7 +11,7 @@ impl Config {
         if self.broker.kind == BrokerKind::Mssql && self.sweep.interval_ms > 0 {
             return Err(key_error(
                 "sweep.interval_ms",
-                "the worker sweeps PostgreSQL only; on SQL Server schedule EXEC Rekenserver.sweep (SQL Agent)",
+                "the worker sweeps PostgreSQL only; on SQL Server schedule sbworker sweep --mssql (a systemd timer) or EXEC Rekenserver.sweep (SQL Agent)",
             ));
         }
         let w = &self.worker;

@@ -180,6 +180,12 @@ impl Session {
         &self.client
     }
 
+    /// The working connection, for a caller that opens transactions of its own on it
+    /// (outside this session's: the emulator's `Rekenserver.sweep`).
+    pub fn client_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
     pub async fn begin(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
         self.client.batch_execute("BEGIN").await.map_err(error_of)

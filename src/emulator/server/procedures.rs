@@ -181,6 +181,122 @@ pub(super) async fn call(
             let row = s.client().query_one(ops::PURGE.sql, &[&before, &batch]).await.map_err(pg)?;
             Ok(result_set(t, &[("deleted", ColType::Int)], &[vec![Sql::Int(row.get(0))]]))
         }
+        // `sbworker export --mssql` and `sbworker sweep --mssql` (05_handoff.sql): the
+        // PostgreSQL hand-off's statements and sweep, the same shapes.
+        "rekenserver.export_claim" => {
+            let periode = int32(arg("@periode")?, "@periode")?;
+            let mode = as_text(arg("@mode")?)?;
+            let minutes = match arg("@lease_minutes").ok() {
+                None | Some(Sql::Null) => 15,
+                Some(v) => int32(v, "@lease_minutes")?,
+            };
+            let batch = as_uuid(arg("@batch")?)?;
+            let rows = match mode.as_str() {
+                "once" => s.client().query(handoff::CLAIM_ONCE.sql, &[&periode, &batch]).await,
+                "lease" => {
+                    let seconds = f64::from(minutes) * 60.0;
+                    s.client().query(handoff::CLAIM_LEASE.sql, &[&periode, &batch, &seconds]).await
+                }
+                _ => return Err(Failure { number: 50101, class: 16, message: "mode must be once or lease".into() }),
+            }
+            .map_err(pg)?;
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    let (dv, p, v): (i32, i32, i64) = (r.get(0), r.get(1), r.get(2));
+                    vec![
+                        Sql::Guid(batch),
+                        Sql::NVarChar(format!("{dv}-{p}-{v}")),
+                        Sql::Int(dv),
+                        Sql::Int(p),
+                        Sql::BigInt(v),
+                        Sql::Int(r.get(3)),
+                        Sql::NVarChar(r.get(4)),
+                        Sql::NVarChar(r.get(5)),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("batch", ColType::Guid),
+                ("sleutel", ColType::NVarChar),
+                ("dienstverband_id", ColType::Int),
+                ("periode_id", ColType::Int),
+                ("versie", ColType::BigInt),
+                ("kaart_soort", ColType::Int),
+                ("loonfactor_code", ColType::NVarChar),
+                ("waarde", ColType::NVarChar),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
+        "rekenserver.export_ack" => {
+            let batch = as_uuid(arg("@batch")?)?;
+            let n: i64 = s.client().query_one(handoff::ACK.sql, &[&batch]).await.map_err(pg)?.get(0);
+            Ok(result_set(t, &[("confirmed", ColType::Int)], &[vec![Sql::Int(n as i32)]]))
+        }
+        "rekenserver.sweep" => {
+            let mut n = |name: &str, default: i64| match arg(name).ok() {
+                None | Some(Sql::Null) => Ok(default),
+                Some(v) => as_i64(v),
+            };
+            let opts = crate::handoff::sweep::Options {
+                fuse: n("@fuse", 500)?,
+                batch: n("@batch", 100)?.max(1) as usize,
+                retention_days: int32(Sql::BigInt(n("@retention_days", 60)?), "@retention_days")?,
+                delete_batch: n("@delete_batch", 5000)?,
+            };
+            if let Err((name, problem)) = opts.check() {
+                return Err(Failure { number: 50110, class: 16, message: format!("@{name} {problem}") });
+            }
+            let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
+                number: 50114,
+                class: 16,
+                message: e.to_string(),
+            })?;
+            let row = match outcome {
+                crate::handoff::sweep::Outcome::Skipped => {
+                    vec![
+                        Sql::Bit(true),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Bit(false),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                    ]
+                }
+                crate::handoff::sweep::Outcome::Ran {
+                    lost,
+                    candidates,
+                    sent,
+                    repaired,
+                    fuse_reached,
+                    deleted_log_rows,
+                    deleted_dead_letters,
+                    ..
+                } => vec![
+                    Sql::Bit(false),
+                    Sql::Int(lost as i32),
+                    Sql::Int(candidates as i32),
+                    Sql::Int(sent as i32),
+                    Sql::Int(repaired as i32),
+                    Sql::Bit(fuse_reached),
+                    Sql::Int(deleted_log_rows as i32),
+                    Sql::Int(deleted_dead_letters as i32),
+                ],
+            };
+            let cols = [
+                ("skipped", ColType::Bit),
+                ("lost", ColType::Int),
+                ("candidates", ColType::Int),
+                ("sent", ColType::Int),
+                ("repaired", ColType::Int),
+                ("fuse_reached", ColType::Bit),
+                ("deleted_log_rows", ColType::Int),
+                ("deleted_dead_letters", ColType::Int),
+            ];
+            Ok(result_set(t, &cols, &[row]))
+        }
         "rekenserver.noteer_fout" => {
             let handle = as_uuid(arg("@handle")?)?;
             // A caller of an older release passes no @herstelbaar: read from the text,
@@ -204,6 +320,7 @@ pub(super) async fn call(
     }
 }
 
+use crate::sql::statements::postgres_handoff as handoff;
 use crate::sql::statements::postgres_operations as ops;
 
 fn pg(e: tokio_postgres::Error) -> Failure {
