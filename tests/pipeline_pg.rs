@@ -259,3 +259,54 @@ async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
     assert!(stdout.contains("workers on the SQL Server transport through the Service Broker emulator"), "{stdout}");
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
 }
+
+/// Upgrade in place: `sbworker install` run again over a live database, while planners
+/// edit and the worker runs, replaces every function in one transaction. No message
+/// fails by it (no counted failure, no dead letter), and every key ends on its latest
+/// version's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_again_over_running_workers_fails_no_message() {
+    let (url, mut c) = pipeline_world().await;
+    let dir = TempDir::new("upgrade");
+    let config = dir.0.join("worker.toml");
+    std::fs::write(&config, demo::worker_config_text(&url, 2)).unwrap();
+    let log = dir.0.join("worker.log");
+    let worker = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let roster = Roster::generate(12, 8, false);
+    roster.load(&mut c).await.unwrap();
+    let edits = sbworker::demo::edits::burst(&roster, 120, 8);
+    let planner = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let (p, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            for e in edits {
+                e.apply(&p).await.unwrap();
+            }
+        })
+    };
+    // Three installs while the edits and the calculations go on.
+    for _ in 0..3 {
+        let out = Command::new(BIN).args(["install", "--postgres", &url, "--roster"]).output().await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    planner.await.unwrap();
+    drained(&c).await;
+    let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest, verdict.keys);
+    assert_eq!(count(&c, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let counted: Vec<&str> =
+        text.lines().filter(|l| l.contains("group rolled back") && !l.contains("transient=true")).collect();
+    assert!(counted.is_empty(), "failures counted against messages during the installs: {counted:#?}");
+}

@@ -41,8 +41,28 @@ pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
     install_with(url, false).await
 }
 
-/// [`install`], plus the roster schema when `roster` is set.
+/// Tries of one install: a deadlock with running workers and planners (the install
+/// replaces triggers, which locks their tables, while they hold some of the same locks
+/// in another order) rolls the whole install back, and it is run again.
+const TRIES: u32 = 8;
+
+/// [`install`], plus the roster schema when `roster` is set. The install is one
+/// transaction, idempotent: one that loses a deadlock or a serialization conflict to
+/// the running system is rolled back and run again, after a growing pause, a few times.
 pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match install_once(url, roster).await {
+            Err(e) if e.kind == crate::transport::ErrorKind::Retryable && tries < TRIES => {
+                tokio::time::sleep(std::time::Duration::from_millis(100 << tries.min(5))).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
     let client = connect(url, None).await?;
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
