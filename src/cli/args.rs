@@ -164,7 +164,7 @@ pub enum Command {
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
         fuse: i64,
         /// Keys per committed transaction.
-        #[arg(long, default_value_t = 2000, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
+        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
         batch: usize,
         /// Run-log rows and dead letters older than this are deleted.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]

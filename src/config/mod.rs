@@ -56,7 +56,7 @@ pub struct SweepConfig {
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { interval_ms: 0, fuse: 500, batch: 2000, retention_days: 60, delete_batch: 5000 }
+        Self { interval_ms: 0, fuse: 500, batch: 100, retention_days: 60, delete_batch: 5000 }
     }
 }
 
