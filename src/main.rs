@@ -50,12 +50,8 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Export { postgres, mssql, periode, format, mode, lease_minutes, out, ack } => {
-            let target = match (postgres, mssql) {
-                (_, Some(conn)) => cli::handoff::Target::Mssql(conn),
-                (Some(url), None) => cli::handoff::Target::Postgres(url),
-                (None, None) => unreachable!("clap requires --postgres or --mssql"),
-            };
+        Command::Export { database, periode, format, mode, lease_minutes, out, ack } => {
+            let target = database.target();
             let result = match (ack, periode) {
                 (Some(batch), _) => cli::handoff::ack(&target, batch),
                 (None, Some(periode)) => {
@@ -82,13 +78,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Sweep { postgres, mssql, fuse, batch, retention_days, delete_batch } => {
+        Command::Sweep { database, fuse, batch, retention_days, delete_batch } => {
             let opts = sbworker::handoff::sweep::Options { fuse, batch, retention_days, delete_batch };
-            let target = match (postgres, mssql) {
-                (_, Some(conn)) => cli::handoff::Target::Mssql(conn),
-                (Some(url), None) => cli::handoff::Target::Postgres(url),
-                (None, None) => unreachable!("clap requires --postgres or --mssql"),
-            };
+            let target = database.target();
             match cli::handoff::sweep(&target, opts) {
                 Ok(line) => {
                     println!("{line}");

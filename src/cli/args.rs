@@ -107,19 +107,8 @@ pub enum Command {
         sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77\n  \
         sbworker export --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=salaris;Password=...' --periode 202604")]
     Export {
-        /// PostgreSQL connection string.
-        #[arg(
-            long,
-            value_name = "URL",
-            env = "SBWORKER__BROKER__CONNECTION",
-            hide_env_values = true,
-            required_unless_present = "mssql"
-        )]
-        postgres: Option<String>,
-        /// SQL Server ADO.NET connection string (Database= included): Rekenserver.export_claim
-        /// and export_ack. Taken over --postgres.
-        #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
-        mssql: Option<String>,
+        #[command(flatten)]
+        database: HandoffDatabase,
         /// The period whose results to claim.
         #[arg(long, value_name = "ID", required_unless_present = "ack")]
         periode: Option<i32>,
@@ -147,19 +136,8 @@ pub enum Command {
         sbworker sweep --postgres URL --fuse 2000 --retention-days 90\n  \
         sbworker sweep --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=beheer;Password=...'   (Rekenserver.sweep)")]
     Sweep {
-        /// PostgreSQL connection string.
-        #[arg(
-            long,
-            value_name = "URL",
-            env = "SBWORKER__BROKER__CONNECTION",
-            hide_env_values = true,
-            required_unless_present = "mssql"
-        )]
-        postgres: Option<String>,
-        /// SQL Server ADO.NET connection string (Database= included): runs Rekenserver.sweep.
-        /// Taken over --postgres.
-        #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
-        mssql: Option<String>,
+        #[command(flatten)]
+        database: HandoffDatabase,
         /// Most keys sent per run (oldest change first).
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
         fuse: i64,
@@ -434,6 +412,35 @@ pub enum FormatArg {
 pub enum ModeArg {
     Once,
     Lease,
+}
+
+/// The database of `sbworker export` and `sbworker sweep`: PostgreSQL, or SQL Server
+/// (through `Rekenserver.export_claim`, `export_ack` and `sweep`).
+#[derive(clap::Args)]
+pub struct HandoffDatabase {
+    /// PostgreSQL connection string.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SBWORKER__BROKER__CONNECTION",
+        hide_env_values = true,
+        required_unless_present = "mssql"
+    )]
+    pub postgres: Option<String>,
+    /// SQL Server ADO.NET connection string (Database= included). Taken over --postgres.
+    #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
+    pub mssql: Option<String>,
+}
+
+impl HandoffDatabase {
+    /// The back end given (SQL Server when both are).
+    pub fn target(self) -> crate::cli::handoff::Target {
+        match (self.mssql, self.postgres) {
+            (Some(conn), _) => crate::cli::handoff::Target::Mssql(conn),
+            (None, Some(url)) => crate::cli::handoff::Target::Postgres(url),
+            (None, None) => unreachable!("clap requires --postgres or --mssql"),
+        }
+    }
 }
 
 /// The configuration file and the flags for its common keys.
