@@ -826,3 +826,85 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
     // Confirming it twice: nothing to confirm, an error.
     assert!(!bin(&["export", "--ack", &batch]).status.success());
 }
+
+/// A lost dialog on the SQL Server side: the far side of one request ended WITH CLEANUP
+/// over TDS before any receive, and every request's LIFETIME over. `sbworker sweep
+/// --mssql` ends them (the emulator's broker), the worker on the SQL Server transport
+/// records the broker's Error as the environment's fault (`Rekenserver.noteer_fout
+/// @herstelbaar = 1`), and the next sweep sends the keys again: every key ends on its
+/// latest version's result and no conversation is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_dialog_is_answered_again_on_the_sql_server_transport() {
+    use sbworker::broker::mssql::Connection;
+    use sbworker::demo::roster::Roster;
+    let (url, c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    c.batch_execute("INSERT INTO rekenserver.instelling VALUES ('dialog_lifetime_seconds', 1)").await.unwrap();
+    let (mut loader, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    Roster::generate(2, 22, false).load(&mut loader).await.unwrap();
+    c.batch_execute("DELETE FROM rekenserver.instelling").await.unwrap();
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move { c.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    let keys = count("SELECT count(*) FROM rekenserver.sleutel").await;
+    let target: Uuid = c
+        .query_one(
+            "SELECT t.handle FROM rekenserver.berekening_log l JOIN sb.endpoint i ON i.handle = l.dialog_handle
+               JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND NOT t.is_initiator
+              ORDER BY l.dienstverband_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let mut tds = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    tds.execute("END CONVERSATION @P1 WITH CLEANUP", &[&target]).await.unwrap();
+    wait_until("the dialogs' lifetime is over", || async {
+        count("SELECT count(*) FROM sb.endpoint WHERE is_initiator AND expires_at >= now()").await == 0
+    })
+    .await;
+    let sweep = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .arg("sweep")
+            .env_remove("SBWORKER__BROKER__CONNECTION")
+            .env("SBWORKER_HANDOFF_MSSQL", &conn)
+            .output()
+            .unwrap()
+    };
+    let first = sweep();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let pg_broker = format!("kind = \"postgres\"\nconnection = {}\n", toml::Value::String(url.clone()));
+    let ms_broker = format!("kind = \"mssql\"\nconnection = {}\n", toml::Value::String(conn.clone()));
+    let config = sbworker::demo::worker_config_text(&url, 2);
+    assert!(config.contains(&pg_broker));
+    let dir = TempDir::new("mssql-lost");
+    let worker = spawn_worker(&dir, &config.replace(&pg_broker, &ms_broker));
+    wait_until("the collector on the SQL Server transport recorded every expiry", || async {
+        count(
+            "SELECT count(*) FROM rekenserver.berekening_log
+              WHERE uitkomst = 'fout' AND herstelbaar AND foutmelding LIKE 'error -8489: %'",
+        )
+        .await
+            == keys
+    })
+    .await;
+    let second = sweep();
+    let said = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(
+        said.contains(&format!("{keys} stale keys ({keys} of them repairs"))
+            && said.contains(&format!("{keys} Vraags sent")),
+        "{said}"
+    );
+    sbworker::demo::check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    let verdict = sbworker::demo::check::verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest as i64, keys);
+    wait_until("every conversation ended on both sides", || async {
+        count("SELECT count(*) FROM sb.endpoint").await == 0
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+}
