@@ -365,6 +365,13 @@ async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_
             "message_body"
         ]
     );
+    // The payroll hand-off's procedures, called by python-tds.
+    let export: Vec<&str> = v["export_columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(
+        export,
+        ["batch", "sleutel", "dienstverband_id", "periode_id", "versie", "kaart_soort", "loonfactor_code", "waarde"]
+    );
+    assert_eq!((v["export_rows"].as_i64(), v["export_confirmed"].as_i64()), (Some(0), Some(0)), "{v}");
     let row = &v["row"];
     let types = &v["types"];
     assert_eq!(row["message_type_name"], "/Rekenserver/LoonfactorBerekening/Vraag");

@@ -120,6 +120,19 @@ with pytds.connect(
         cur.execute("END CONVERSATION %s WITH CLEANUP", (handle,))
         cur.execute("END CONVERSATION %s WITH CLEANUP", (tutorial,))
 
+        # The payroll hand-off as a tool of the shop's own would call it: a claim of a
+        # period (nothing stored here: no rows, the columns as documented) and a
+        # confirmation of a batch that does not exist (nothing confirmed).
+        batch = uuid.uuid4()
+        cur.execute(
+            "EXEC Rekenserver.export_claim @periode = %s, @mode = %s, @lease_minutes = %s, @batch = %s",
+            (202604, "lease", 15, batch),
+        )
+        out["export_columns"] = [d[0] for d in cur.description]
+        out["export_rows"] = len(cur.fetchall())
+        cur.execute("EXEC Rekenserver.export_ack @batch = %s", (batch,))
+        out["export_confirmed"] = cur.fetchone()[0]
+
         # A RECEIVE waiting on an empty queue, cancelled by the client's timeout: python-tds
         # sends an ATTENTION and waits for the server's acknowledgement.
         try:
