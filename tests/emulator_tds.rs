@@ -915,3 +915,37 @@ async fn a_lost_dialog_is_answered_again_on_the_sql_server_transport() {
     .await;
     assert_eq!(stop_worker(worker).await, Some(0));
 }
+
+/// python-tds, a client we did not write, finds a named instance through the emulator's
+/// SQL Server Browser with its default settings (`host\INSTANCE`, no port: it asks UDP
+/// 1434 with CLNT_UCAST_EX and reads the answer). The browser's port is fixed, so this
+/// needs to bind 127.0.0.1:1434 (root, or the port free); otherwise it says so and stops
+/// (our own client's lookup is tested above on a free port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_tds_finds_a_named_instance_through_the_sql_server_browser() {
+    let socket = match tokio::net::UdpSocket::bind("127.0.0.1:1434").await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("not run: cannot bind the SQL Server Browser's port 127.0.0.1:1434 ({e})");
+            return;
+        }
+    };
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port: u16 = conn.split("127.0.0.1,").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+    let (_browser_stop, stop) = Stop::new();
+    tokio::spawn(sbworker::emulator::browser::serve(socket, "PAYROLL".into(), port, stop));
+    let script = r#"
+import sys, pytds
+with pytds.connect("127.0.0.1\\PAYROLL", database="payroll", user="sbworker", password=sys.argv[1],
+                   autocommit=True, timeout=30) as conn:
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM dbo.loonfactorberekening_reken")
+        print(cur.fetchone()[0])
+"#;
+    let out =
+        tokio::process::Command::new("python3").env("PYTHONPATH", python_tds()).args(["-c", script, "p;w\"d"]).output();
+    let out = crate::common::within(120, "python-tds ends", out).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+}
