@@ -737,6 +737,12 @@ pub fn ado_entries(s: &str) -> Result<Vec<Entry>, ParseError> {
 }
 
 /// [`ado_entries`] as (key, value) pairs.
+/// Whether `key` (lower case) is a key of ADO.NET: only such a key may be named in a
+/// message (anything else may be a piece of a password holding `;`).
+pub fn is_ado_key(key: &str) -> bool {
+    ADO_KEYS.contains(&key)
+}
+
 pub fn ado_pairs(s: &str) -> Result<Vec<(String, String)>, ParseError> {
     Ok(ado_entries(s)?.into_iter().map(|e| (e.key, e.value)).collect())
 }

@@ -51,7 +51,13 @@ fn main() -> ExitCode {
             })
         }
         Command::Export { database, periode, format, mode, lease_minutes, out, ack } => {
-            let target = database.target();
+            let target = match database.target() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sbworker export: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let result = match (ack, periode) {
                 (Some(batch), _) => cli::handoff::ack(&target, batch),
                 (None, Some(periode)) => {
@@ -80,7 +86,13 @@ fn main() -> ExitCode {
         }
         Command::Sweep { database, fuse, batch, retention_days, delete_batch } => {
             let opts = sbworker::handoff::sweep::Options { fuse, batch, retention_days, delete_batch };
-            let target = database.target();
+            let target = match database.target() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sbworker sweep: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             match cli::handoff::sweep(&target, opts) {
                 Ok(line) => {
                     println!("{line}");

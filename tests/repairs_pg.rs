@@ -52,8 +52,8 @@ async fn assert_end_state(c: &Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dialog_lost_by_its_far_side_or_its_lifetime_is_answered_again_after_the_sweep() {
     let (url, c) = fresh_roster_db().await;
-    // A lifetime of one second for the roster's first dialogs (no worker runs yet).
-    c.batch_execute("INSERT INTO rekenserver.instelling VALUES ('dialog_lifetime_seconds', 1)").await.unwrap();
+    // A lifetime of an hour for the roster's first dialogs (no worker runs yet).
+    c.batch_execute("INSERT INTO rekenserver.instelling VALUES ('dialog_lifetime_seconds', 3600)").await.unwrap();
     let mut loader = connect(&url).await;
     Roster::generate(3, 11, false).load(&mut loader).await.unwrap();
     let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
@@ -63,7 +63,8 @@ async fn a_dialog_lost_by_its_far_side_or_its_lifetime_is_answered_again_after_t
         count(
             &c,
             "SELECT count(*) FROM rekenserver.berekening_log l JOIN sb.endpoint e ON e.handle = l.dialog_handle
-              WHERE e.expires_at > l.verzonden_op AND e.expires_at <= l.verzonden_op + interval '2 seconds'"
+              WHERE e.expires_at BETWEEN l.verzonden_op + interval '3590 seconds'
+                                     AND l.verzonden_op + interval '3600 seconds'"
         )
         .await,
         keys
@@ -81,13 +82,11 @@ async fn a_dialog_lost_by_its_far_side_or_its_lifetime_is_answered_again_after_t
     .unwrap();
     assert_eq!(count(&c, "SELECT count(*) FROM sb.endpoint WHERE NOT is_initiator").await, keys - 1);
     // Before their lifetime is over, every request is in flight: nothing to send.
-    if count(&c, "SELECT count(*) FROM sb.endpoint WHERE is_initiator AND expires_at < now()").await == 0 {
-        assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
-    }
-    wait_until("the dialogs' lifetime is over", || async {
-        count(&c, "SELECT count(*) FROM sb.endpoint WHERE is_initiator AND expires_at >= now()").await == 0
-    })
-    .await;
+    assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
+    // The hour passes (the clock is not waited for: the dialogs are made older).
+    c.batch_execute("UPDATE sb.endpoint SET expires_at = now() - interval '1 second' WHERE is_initiator")
+        .await
+        .unwrap();
     // The sweep ends them with the broker's error on both sides; the one without a far
     // side hears it from the broker. They are in flight until the collector records it.
     assert_eq!(sweep_once(&url).await, (keys, 0, 0, 0, 0));
@@ -165,8 +164,31 @@ async fn a_key_whose_vraag_cannot_be_built_is_recorded_and_blocks_no_other() {
     let unbuildable =
         count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id = {gone}")).await;
     assert!(unbuildable >= 1 && keys > unbuildable, "{keys} {unbuildable}");
-    // Its keys are candidates once, never counted as sent, and recorded with the reason.
-    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys - unbuildable, 0));
+    // The others changed later, so the unbuildable keys head the oldest-first list, and a
+    // fuse of their number is all a run takes: the case that blocked every later key.
+    let raised: i32 = c
+        .query_one(
+            "SELECT rekenserver.markeer_sleutels($1 + 1, 2147483647, DATE '2000-01-01', DATE '2100-12-31')",
+            &[&gone],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(i64::from(raised), keys - unbuildable);
+    let small = sweep::Options { fuse: unbuildable, ..sweep::Options::default() };
+    let run = |opts: sweep::Options| {
+        let url = url.clone();
+        async move {
+            match sweep::run(&mut connect(&url).await, opts).await.unwrap() {
+                Outcome::Ran { candidates, sent, .. } => (candidates, sent),
+                Outcome::Skipped => panic!("nothing else holds the sweep's lock"),
+            }
+        }
+    };
+    // Its keys are candidates once, never counted as sent, and recorded with the reason;
+    // the next run (the same fuse) takes the others.
+    assert_eq!(run(small).await, (unbuildable, 0));
+    assert_eq!(run(small).await, (unbuildable.min(keys - unbuildable), unbuildable.min(keys - unbuildable)));
     let reasons: Vec<String> =
         c.query("SELECT reden FROM rekenserver.onverzendbaar", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(reasons.len() as i64, unbuildable);
@@ -176,8 +198,16 @@ async fn a_key_whose_vraag_cannot_be_built_is_recorded_and_blocks_no_other() {
         .await
         .unwrap()
         .get(0);
-    assert!(fout.contains(&format!("{unbuildable} keys not sent")), "{fout}");
-    // The next run does not pick them again: the others are in flight, they are left out.
+    assert!(!fout.contains("not sent"), "the last run sent every key it took: {fout}");
+    let first: String = c
+        .query_one("SELECT fout FROM rekenserver.run_log WHERE stap = 'sweep' ORDER BY id LIMIT 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(first.contains(&format!("{unbuildable} keys not sent")), "{first}");
+    // The rest go in the next run; the unbuildable keys are never picked again.
+    let rest = keys - unbuildable - unbuildable.min(keys - unbuildable);
+    assert_eq!(sweep_once(&url).await, (0, 0, rest, rest, 0));
     assert_eq!(sweep_once(&url).await, (0, 0, 0, 0, 0));
 }
 
@@ -265,4 +295,49 @@ async fn an_antwoord_for_another_key_than_its_dialog_carried_is_refused() {
     // The right key is stored.
     let outcome: String = store(dv, v).await.unwrap().get(0);
     assert_eq!(outcome, "opgeslagen");
+}
+
+/// An answer the collector sets aside after its attempts leaves its request with an
+/// outcome: the collector's divert records an internal failure (repairable), the answer
+/// is kept as a dead letter, and the sweep sends the key again once the fault is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_collector_diverts_is_recorded_and_its_key_sent_again() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    let roster = Roster::generate(2, 16, false);
+    let bad: i32 = sbworker::demo::roster::FIRST_ID;
+    // Storing the first employee's results fails (the collector's fault, every time).
+    c.batch_execute(&format!(
+        "CREATE FUNCTION public.weiger() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'the store refuses dienstverband %', NEW.dienstverband_id; END $$;
+         CREATE TRIGGER weiger BEFORE INSERT OR UPDATE ON rekenserver.resultaat
+             FOR EACH ROW WHEN (NEW.dienstverband_id = {bad}) EXECUTE FUNCTION public.weiger();"
+    ))
+    .await
+    .unwrap();
+    roster.load(&mut loader).await.unwrap();
+    let keys = count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id = {bad}")).await;
+    assert!(keys >= 1);
+    let dir = TempDir::new("collector-divert");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    wait_until("the collector set the refused answers aside and recorded them", || async {
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {bad} AND uitkomst = 'fout'
+                   AND herstelbaar AND foutmelding LIKE 'internal (50901): diverted after %'"
+            ),
+        )
+        .await
+            == keys
+    })
+    .await;
+    assert!(
+        count(&c, "SELECT count(*) FROM sbworker.dead_letter WHERE queue = 'loonfactorberekening_data'").await >= keys
+    );
+    // The fault mended, the sweep repairs the key.
+    c.batch_execute("DROP TRIGGER weiger ON rekenserver.resultaat").await.unwrap();
+    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys, keys));
+    assert_end_state(&c).await;
+    assert_eq!(stop_worker(worker).await, Some(0));
 }

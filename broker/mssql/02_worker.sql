@@ -156,9 +156,11 @@ BEGIN
 END;
 GO
 
--- Inside the calculation's transaction: claims a roster version of a key; 1 when it is
--- newer than every version answered before, else 0 (superseded). The key stays locked
--- (UPDLOCK, HOLDLOCK) to the end of the transaction.
+-- Inside the calculation's transaction: claims a roster version of a key; 1 unless it is
+-- older than a version answered before, else 0 (superseded). The same version again is
+-- claimed: a repair (the sweep's, after its answer was lost or set aside on the data
+-- side) or a replay must be computed again. The key stays locked (UPDLOCK, HOLDLOCK) to
+-- the end of the transaction.
 CREATE OR ALTER PROCEDURE sbworker.claim_version @dv int, @periode int, @versie bigint
 AS
 BEGIN
@@ -168,10 +170,10 @@ BEGIN
      WHERE dienstverband_id = @dv AND periode_id = @periode;
     IF @stored IS NULL
         INSERT sbworker.answered_version (dienstverband_id, periode_id, versie) VALUES (@dv, @periode, @versie);
-    ELSE IF @stored < @versie
+    ELSE IF @stored <= @versie
         UPDATE sbworker.answered_version SET versie = @versie, answered_at = SYSUTCDATETIME()
          WHERE dienstverband_id = @dv AND periode_id = @periode;
-    SELECT CAST(CASE WHEN @stored IS NULL OR @stored < @versie THEN 1 ELSE 0 END AS bit) AS claimed;
+    SELECT CAST(CASE WHEN @stored IS NULL OR @stored <= @versie THEN 1 ELSE 0 END AS bit) AS claimed;
 END;
 GO
 

@@ -79,6 +79,7 @@ WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;   -- the caller's, again on return
     UPDATE l
        SET uitkomst = 'fout', herstelbaar = 1, beantwoord_op = SYSUTCDATETIME(),
            foutmelding = N'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) without an answer'
@@ -124,6 +125,7 @@ BEGIN
         RETURN 1;
     END;
     SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;   -- under SNAPSHOT its updates could fail (3960)
     SET CONCAT_NULL_YIELDS_NULL ON;   -- the run log's text joins its parts with @fout + N'; '
     -- A batch size of 0 would loop for ever; a retention of 0 days would delete this run's
     -- own log rows.
@@ -135,7 +137,8 @@ BEGIN
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
             @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0,
-            @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0;
+            @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0,
+            @batch_sent int;
     DECLARE @gemarkeerd TABLE (verloren int);
     INSERT Rekenserver.run_log (stap) VALUES ('run');
     SET @run = SCOPE_IDENTITY();
@@ -191,6 +194,7 @@ BEGIN
         WHILE @done < @n
         BEGIN
             BEGIN TRANSACTION;
+            SET @batch_sent = 0;
             DECLARE keys CURSOR LOCAL FAST_FORWARD FOR
                 SELECT dv, p FROM @kand WHERE nr > @done AND nr <= @done + @batch ORDER BY nr;
             OPEN keys;
@@ -198,16 +202,17 @@ BEGIN
             WHILE @@FETCH_STATUS = 0
             BEGIN
                 EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p, @verzonden = @verzonden OUTPUT;
-                SET @sent += CAST(@verzonden AS int);
+                SET @batch_sent += CAST(@verzonden AS int);
                 FETCH NEXT FROM keys INTO @dv, @p;
             END
             CLOSE keys; DEALLOCATE keys;
             COMMIT TRANSACTION;
+            SET @sent += @batch_sent;   -- counted once committed
             SET @done += @batch;
         END
         IF @n > @sent
             SET @fout = CONCAT(@fout + N'; ', @n - @sent,
-                               N' keys not sent: their Vraag cannot be built (Rekenserver.onverzendbaar says why)');
+                               N' keys not sent: no longer a key, or their Vraag cannot be built (Rekenserver.onverzendbaar says why)');
         IF @verloren > 0
             SET @fout = CONCAT(@fout + N'; ', N'lost dialogs: ', @verloren, N' requests without their dialog marked lost');
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),

@@ -55,6 +55,7 @@ GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_payroll_role;
 -- The housekeeping: the sweep, the keys the triggers never saw, status and dead letters.
 GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.markeer_sleutels TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.markeer_verloren TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_housekeeping_role;
@@ -74,7 +75,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+f3b3d34910d80ace';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+c4aa282624081107';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+f3b3d34910d80ace';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+c4aa282624081107';
 GO

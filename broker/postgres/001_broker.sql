@@ -899,9 +899,25 @@ BEGIN
     FOR v_handle IN
         SELECT handle FROM sb.endpoint
          WHERE is_initiator AND expires_at < now() AND state IN ('SO', 'SI', 'CO', 'DI')
-         FOR UPDATE SKIP LOCKED
     LOOP
+        -- Both endpoints, in handle order, without waiting: a conversation a worker is
+        -- busy with is left for the next run. Waiting here could deadlock with a worker
+        -- that holds one endpoint and waits for the other.
+        BEGIN
+            PERFORM 1 FROM sb.endpoint
+             WHERE handle = v_handle OR handle = (SELECT far_handle FROM sb.endpoint WHERE handle = v_handle)
+             ORDER BY handle FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            CONTINUE;
+        END;
+        IF NOT EXISTS (SELECT 1 FROM sb.endpoint WHERE handle = v_handle) THEN
+            CONTINUE;   -- ended and removed since it was listed
+        END IF;
         SELECT * INTO c FROM sb.lock_conversation(v_handle);
+        -- Read again under the locks: the worker may have ended it meanwhile.
+        IF (c.e).handle IS NULL OR NOT ((c.e).expires_at < now() AND (c.e).state IN ('SO', 'SI', 'CO', 'DI')) THEN
+            CONTINUE;
+        END IF;
         IF (c.far).handle IS NOT NULL THEN
             IF (c.far).state IN ('SO', 'SI', 'CO', 'DI') THEN
                 -- The target hears it from the initiator's side.

@@ -75,7 +75,6 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'markeer_sleutels'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
-    ('sbworker_housekeeping', 'sb', 'expire_dialogs'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letter'),
     ('sbworker_housekeeping', 'sbworker', 'replay_dead_letter'),

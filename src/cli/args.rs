@@ -427,18 +427,25 @@ pub struct HandoffDatabase {
         required_unless_present = "mssql"
     )]
     pub postgres: Option<String>,
-    /// SQL Server ADO.NET connection string (Database= included). Taken over --postgres.
+    /// SQL Server ADO.NET connection string (Database= included).
     #[arg(long, value_name = "CONN", env = "SBWORKER_HANDOFF_MSSQL", hide_env_values = true)]
     pub mssql: Option<String>,
 }
 
 impl HandoffDatabase {
-    /// The back end given (SQL Server when both are).
-    pub fn target(self) -> crate::cli::handoff::Target {
+    /// The back end given; both (a flag, or a variable of the environment) is refused,
+    /// saying where each can come from, rather than one silently taken.
+    pub fn target(self) -> Result<crate::cli::handoff::Target, String> {
         match (self.mssql, self.postgres) {
-            (Some(conn), _) => crate::cli::handoff::Target::Mssql(conn),
-            (None, Some(url)) => crate::cli::handoff::Target::Postgres(url),
-            (None, None) => unreachable!("clap requires --postgres or --mssql"),
+            (Some(conn), None) => Ok(crate::cli::handoff::Target::Mssql(conn)),
+            (None, Some(url)) => Ok(crate::cli::handoff::Target::Postgres(url)),
+            (Some(_), Some(_)) => {
+                Err("both a PostgreSQL database (--postgres, or SBWORKER__BROKER__CONNECTION in the \
+                                       environment) and a SQL Server one (--mssql, or SBWORKER_HANDOFF_MSSQL) are \
+                                       given: give one"
+                    .into())
+            }
+            (None, None) => Err("give --postgres URL or --mssql CONN".into()),
         }
     }
 }

@@ -38,8 +38,15 @@ pub enum Target {
     Mssql(String),
 }
 
+/// A SQL Server connection for the hand-off. `Rekenserver.sweep` and a large claim answer
+/// only when done, so without a `Command Timeout` of the string's own the statement may
+/// take an hour, not the worker's 30 s.
 async fn connect_mssql(conn: &str) -> anyhow::Result<crate::broker::mssql::Tds> {
-    let c = crate::broker::mssql::Connection::parse(conn).context("the connection string (--mssql) cannot be used")?;
+    let mut c =
+        crate::broker::mssql::Connection::parse(conn).context("the connection string (--mssql) cannot be used")?;
+    if !c.command_timeout_given {
+        c.command_timeout = std::time::Duration::from_secs(3600);
+    }
     crate::broker::mssql::connect(&c).await.with_context(|| format!("cannot connect to {}", crate::connstr::mask(conn)))
 }
 
@@ -176,11 +183,13 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
             deleted_log_rows,
             deleted_dead_letters,
         } => {
+            // (SQL Server ends dialogs past their lifetime itself: its runs say 0 here.)
+            let expiry =
+                if *expired > 0 { format!("{expired} dialogs ended by their lifetime, ") } else { String::new() };
             format!(
-                "{expired} dialogs ended by their lifetime, {lost} requests without their dialog marked lost; \
-                 {candidates} stale keys ({repaired} of them repairs of a diverted, failed or lost request), {sent} \
-                 Vraags sent{}; retention deleted {deleted_log_rows} run-log rows and {deleted_dead_letters} dead \
-                 letters",
+                "{expiry}{lost} requests without their dialog marked lost; {candidates} stale keys ({repaired} of \
+                 them repairs of a diverted, failed or lost request), {sent} Vraags sent{}; retention deleted \
+                 {deleted_log_rows} run-log rows and {deleted_dead_letters} dead letters",
                 if *fuse_reached {
                     format!(" (fuse of {} reached: more wait for the next run)", opts.fuse)
                 } else {

@@ -29,18 +29,24 @@ pub fn mssql(
     grants: &[(&'static str, String)],
 ) -> anyhow::Result<String> {
     use anyhow::Context;
+    let env = |name: &str| std::env::var(name).ok();
+    let sqlcmd = crate::broker::mssql::SqlcmdVars { given: vars, env: &env };
+    // On SQL Server the worker must be the scripts' WorkerLogin: its user owns the services
+    // and the dialogs, and only the owner may END a conversation; another login in
+    // sbworker_role could receive but never end, and every group would fail.
+    let worker_login = sqlcmd.value("WorkerLogin").unwrap_or_default();
+    if let Some((_, other)) = grants.iter().find(|(role, login)| *role == "sbworker_worker" && *login != worker_login) {
+        anyhow::bail!(
+            "--worker-role {other}: on SQL Server the worker runs as the scripts' WorkerLogin ({worker_login}), whose \
+             user owns the services and the dialogs (END CONVERSATION needs the owner); run every worker as that login"
+        );
+    }
     let rt = super::runtime::runtime(false)?;
     let n = rt
         .block_on(crate::broker::mssql::install(connection_string, vars))
         .context("installing the SQL Server scripts")?;
-    // The database the scripts were run for: sqlcmd's precedence (environment, then --var).
-    let database = vars
-        .iter()
-        .rev()
-        .find(|(k, _)| k.eq_ignore_ascii_case("Database"))
-        .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("Database").ok())
-        .unwrap_or_default();
+    // The database the scripts were run for, by sqlcmd's precedence.
+    let database = sqlcmd.value("Database").unwrap_or_default();
     let granted = rt
         .block_on(crate::broker::mssql::grant_roles(connection_string, &database, grants))
         .context("adding logins to sbworker's roles")?;

@@ -189,7 +189,10 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         None => {
             let unsendable = keys.len() as i64 - sent;
             let unsendable = (unsendable > 0).then(|| {
-                format!("{unsendable} keys not sent: their Vraag cannot be built (rekenserver.onverzendbaar says why)")
+                format!(
+                    "{unsendable} keys not sent: no longer a key, or their Vraag cannot be built \
+                     (rekenserver.onverzendbaar says why)"
+                )
             });
             [warning, repairs, losses, unsendable].into_iter().flatten().reduce(|a, b| format!("{a}; {b}"))
         }

@@ -24,9 +24,10 @@ pub enum Stored {
 /// Where the payroll results live, reached inside the receiving transaction.
 pub trait PayrollStore: Session {
     /// The calculation side: claims roster version `versie` of (dienstverband, periode)
-    /// for answering. False when an equal or newer version was answered already
-    /// (superseded). The key stays locked until the transaction ends, so one key is
-    /// answered by one transaction at a time.
+    /// for answering. False when a newer version was answered already (superseded);
+    /// the same version again (a repair, a replay) is claimed and computed again. The
+    /// key stays locked until the transaction ends, so one key is answered by one
+    /// transaction at a time.
     fn claim_version(
         &mut self,
         dienstverband_id: i32,

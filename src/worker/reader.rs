@@ -120,6 +120,9 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
     // After a failure: the group to try again, when, and how many messages to take
     // (one at a time isolates a bad message from the rest of its group).
     let mut retry: Option<(Uuid, Duration, i32)> = None;
+    // How many messages the next plain RECEIVE takes, when a group retry had to fall back
+    // to it: the retry's own number (one at a time, isolating a bad message), not a batch.
+    let mut fallback_max: Option<i32> = None;
     // Transient failures in a row: of the group being retried, and of RECEIVE itself.
     let mut transient_streak = 0u32;
     let mut receive_streak = 0u32;
@@ -157,7 +160,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 }
                 (max, Some(g), Duration::ZERO)
             }
-            None => (ctx.cfg.batch as i32, None, ctx.wait()),
+            None => (fallback_max.take().unwrap_or(ctx.cfg.batch as i32), None, ctx.wait()),
         };
         if let Err(e) = s.begin().await {
             warn!("BEGIN failed; reconnecting: {e}");
@@ -193,7 +196,11 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 // A group being retried is not asked for again: RECEIVE … WHERE
                 // conversation_group_id = g errors once the group is gone (another reader
                 // finished it; the RECEIVE page), and would fail for ever. The plain
-                // RECEIVE finds the group again while it has messages.
+                // RECEIVE finds the group again while it has messages, taking as many as
+                // the retry would have.
+                if group.is_some() {
+                    fallback_max = Some(max);
+                }
                 if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
                 }

@@ -2,9 +2,13 @@
 -- around the scripts of `broker/postgres/`. Parameters are $1, $2, ... as in the Rust
 -- calls.
 
--- Each script runs in a transaction of its own, its notices (IF NOT EXISTS, say) quiet.
+-- The install's transaction: its notices (IF NOT EXISTS, say) quiet, and no lock waited
+-- for longer than 5 s. Behind a session idle in a transaction it would otherwise wait for
+-- ever, and every planner and worker queued behind its locks with it; it gives up
+-- (55P03) and is run again.
 -- name: quiet_notices
 SET LOCAL client_min_messages = warning;
+SET LOCAL lock_timeout = '5s';
 
 -- The install's version stamp: this sbworker's version and a hash of the part's
 -- scripts, for `sbworker selftest`. $1 the part (broker, roster), $2 the stamp.

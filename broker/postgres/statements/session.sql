@@ -78,12 +78,15 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 SELECT enabled, messages, poison_handling FROM sb.queue_state($1);
 
 -- Inside the calculation's transaction: claims a roster version of a key; a row comes
--- back only when it is newer than every version answered before. The conflicting row
--- is locked either way, until the transaction ends.
+-- back unless an older version than one answered before (superseded). The same version
+-- again is claimed: it is a repair (the sweep's, after its answer was lost or set aside
+-- on the data side) or a replay, and must be computed again, not answered as superseded,
+-- or its key would never get a result. The conflicting row is locked either way, until
+-- the transaction ends.
 -- name: claim_version
 INSERT INTO sbworker.answered_version AS a (dienstverband_id, periode_id, versie) VALUES ($1, $2, $3)
     ON CONFLICT (dienstverband_id, periode_id)
-    DO UPDATE SET versie = EXCLUDED.versie, answered_at = clock_timestamp() WHERE a.versie < EXCLUDED.versie
+    DO UPDATE SET versie = EXCLUDED.versie, answered_at = clock_timestamp() WHERE a.versie <= EXCLUDED.versie
 RETURNING versie;
 
 -- The collector (broker/postgres/003_calculation.sql). --------------------------------

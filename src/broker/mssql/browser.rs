@@ -51,10 +51,16 @@ pub fn tcp_port(response: &[u8], instance: &str) -> Option<u16> {
 /// Asks the browser at `host`:`browser_port` for the TCP port of `instance`.
 pub async fn resolve(host: &str, browser_port: u16, instance: &str) -> Result<u16, String> {
     let what = format!("the SQL Server Browser at {host}:{browser_port} (UDP) for instance {instance}");
-    let socket = UdpSocket::bind(if host.contains(':') { "[::]:0" } else { "0.0.0.0:0" })
+    // The host's first address, and a socket of its family.
+    let to = tokio::net::lookup_host((host, browser_port))
+        .await
+        .map_err(|e| format!("cannot ask {what}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("cannot ask {what}: the name has no address"))?;
+    let socket = UdpSocket::bind(if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })
         .await
         .map_err(|e| format!("cannot ask {what}: {e}"))?;
-    socket.connect((host, browser_port)).await.map_err(|e| format!("cannot ask {what}: {e}"))?;
+    socket.connect(to).await.map_err(|e| format!("cannot ask {what}: {e}"))?;
     let mut buf = vec![0u8; 65_535];
     for _ in 0..TRIES {
         socket.send(&request(instance)).await.map_err(|e| format!("cannot ask {what}: {e}"))?;

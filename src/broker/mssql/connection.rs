@@ -32,6 +32,9 @@ pub struct Connection {
     pub trust_server_certificate: bool,
     pub application_name: String,
     pub command_timeout: Duration,
+    /// Whether the string gave `Command Timeout` (a tool whose one statement runs long,
+    /// the sweep, takes a longer default when it did not).
+    pub command_timeout_given: bool,
 }
 
 /// Debug output never shows the password.
@@ -93,8 +96,11 @@ impl Connection {
             trust_server_certificate: false,
             application_name: "sbworker".into(),
             command_timeout: Duration::from_secs(30),
+            command_timeout_given: false,
         };
-        for (key, value) in ado_pairs(s).map_err(|e| ConnectionStringError(e.to_string()))? {
+        let entries = crate::connstr::ado_entries(s).map_err(|e| ConnectionStringError(e.to_string()))?;
+        for entry in entries {
+            let (key, value) = (entry.key, entry.value);
             match key.as_str() {
                 "server" | "data source" | "address" | "addr" | "network address" => {
                     let v = value.strip_prefix("tcp:").unwrap_or(&value);
@@ -135,15 +141,21 @@ impl Connection {
                         ConnectionStringError(format!("'Command Timeout' must be seconds, not '{value}'"))
                     })?;
                     c.command_timeout = Duration::from_secs(secs);
+                    c.command_timeout_given = true;
                 }
                 "connect timeout" | "connection timeout" | "timeout" => {
                     let secs: u64 = value.parse().map_err(|_| {
                         ConnectionStringError(format!("'Connect Timeout' must be seconds, not '{value}'"))
                     })?;
-                    c.connect_timeout = Duration::from_secs(secs.max(1));
+                    if secs == 0 {
+                        return Err(ConnectionStringError(
+                            "'Connect Timeout' must be 1 or more seconds (0, no limit, is not supported)".into(),
+                        ));
+                    }
+                    c.connect_timeout = Duration::from_secs(secs);
                 }
                 "integrated security" | "trusted_connection" => {
-                    if truthy(&key, &value).unwrap_or(value.eq_ignore_ascii_case("sspi")) {
+                    if value.eq_ignore_ascii_case("sspi") || truthy(&key, &value)? {
                         return Err(ConnectionStringError(format!(
                             "'{key}={value}' (Windows or Kerberos authentication) is not supported by this build: \
                              use SQL authentication (User Id, Password); docs/sqlserver.md says why"
@@ -191,9 +203,17 @@ impl Connection {
                         ));
                     }
                 }
-                other => {
+                other if crate::connstr::is_ado_key(other) => {
                     return Err(ConnectionStringError(format!(
                         "'{other}' is not a key sbworker honours: remove it. Honoured: {HONOURED}"
+                    )));
+                }
+                // Not named: an unknown "key" may be a piece of a password holding ';'.
+                _ => {
+                    let at = s[..entry.key_at.min(s.len())].chars().count() + 1;
+                    return Err(ConnectionStringError(format!(
+                        "a key ADO.NET does not know at character {at} (a value holding ';' must be quoted: \
+                         \"...\", '...' or {{...}})"
                     )));
                 }
             }
@@ -322,6 +342,8 @@ mod tests {
             ("Failover Partner=mirror", "Failover Partner"),
             ("MultipleActiveResultSets=true", "MultipleActiveResultSets=true"),
             ("Pooling=false", "'pooling' is not a key sbworker honours"),
+            ("Connect Timeout=0", "1 or more seconds"),
+            ("Integrated Security=maybe", "must be true or false"),
         ] {
             let e = Connection::parse(&format!("Server=h;User Id=u;{string}")).unwrap_err().0;
             assert!(e.to_lowercase().contains(&says.to_lowercase()), "{string}: {e}");
@@ -334,6 +356,11 @@ mod tests {
         ] {
             assert!(Connection::parse(&format!("Server=h;User Id=u;{accepted}")).is_ok(), "{accepted}");
         }
+        // A password holding ';' unquoted: its piece after the ';' reads as a key, and is
+        // not named (it is part of the secret).
+        let e = Connection::parse("Server=h;User Id=u;Password=s3cr;et=Tail9").unwrap_err().0;
+        assert!(e.contains("a key ADO.NET does not know at character 34"), "{e}");
+        assert!(!e.contains("'et'") && !e.contains("Tail9") && !e.contains("s3cr"), "{e}");
         let timeout = Connection::parse("Server=h;User Id=u;Connect Timeout=3").unwrap();
         assert_eq!(timeout.connect_timeout, Duration::from_secs(3));
         assert!(Connection::parse("Server=h;User Id=u;Encrypt=maybe").is_err());

@@ -19,6 +19,16 @@ impl SqlcmdVars<'_> {
     pub fn only(given: &[(String, String)]) -> SqlcmdVars<'_> {
         SqlcmdVars { given, env: &|_| None }
     }
+
+    /// A variable's value outside a script (no `:setvar`): `-v`, else the environment.
+    pub fn value(&self, name: &str) -> Option<String> {
+        self.given
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .or_else(|| (self.env)(name))
+    }
 }
 
 /// A sqlcmd script made ready to send: `$(Name)` replaced by its value (see
@@ -29,10 +39,12 @@ impl SqlcmdVars<'_> {
 pub fn sqlcmd_batches(script: &str, vars: &SqlcmdVars<'_>) -> Result<Vec<String>, String> {
     let mut setvars: Vec<(String, String)> = Vec::new();
     let lookup = |setvars: &[(String, String)], name: &str| -> Option<String> {
-        let find = |list: &[(String, String)]| {
-            list.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
-        };
-        find(setvars).or_else(|| find(vars.given)).or_else(|| (vars.env)(name))
+        setvars
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .or_else(|| vars.value(name))
     };
     let mut batches = Vec::new();
     let mut current = String::new();
@@ -304,7 +316,10 @@ pub async fn grant_roles(
             .into_row()
             .await
             .map_err(error_of)?;
-        let user = row.and_then(|r| r.get::<&str, _>(0).map(str::to_owned)).unwrap_or_else(|| login.clone());
+        // No row: the statement ran nothing (a name QUOTENAME cannot quote): not done.
+        let user = row.and_then(|r| r.get::<&str, _>(0).map(str::to_owned)).ok_or_else(|| {
+            other(format!("adding login {login} to {role} in database {database} did nothing (a name too long?)"))
+        })?;
         out.push((role, login.clone(), user));
     }
     Ok(out)

@@ -43,18 +43,20 @@ pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
 
 /// Tries of one install: a deadlock with running workers and planners (the install
 /// replaces triggers, which locks their tables, while they hold some of the same locks
-/// in another order) rolls the whole install back, and it is run again.
+/// in another order), or a lock not had within the install's lock timeout, rolls the
+/// whole install back, and it is run again; eight tries in all.
 const TRIES: u32 = 8;
 
 /// [`install`], plus the roster schema when `roster` is set. The install is one
-/// transaction, idempotent: one that loses a deadlock or a serialization conflict to
-/// the running system is rolled back and run again, after a growing pause, a few times.
+/// transaction, idempotent: one that loses a deadlock (1205: 40P01, 40001) or waits too
+/// long for a lock (1222: 55P03) is rolled back and run again, after a growing pause.
+/// Anything else (a cancel, a full disk) stops it at once.
 pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
     let mut tries = 0;
     loop {
         tries += 1;
         match install_once(url, roster).await {
-            Err(e) if e.kind == crate::transport::ErrorKind::Retryable && tries < TRIES => {
+            Err(e) if matches!(e.number, 1205 | 1222) && tries < TRIES => {
                 tokio::time::sleep(std::time::Duration::from_millis(100 << tries.min(5))).await;
             }
             done => return done,

@@ -504,6 +504,17 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             st => st,
         };
         let more = if pending.is_empty() { in_proc } else { done::MORE };
+        if conn.in_tran && commits_itself(&st) {
+            // As the procedure does (05_handoff.sql): its batches commit, which would
+            // commit the caller's work too.
+            let f = Failure {
+                number: 50000,
+                class: 16,
+                message: "Rekenserver.sweep commits its own batches: run it outside a transaction".into(),
+            };
+            failed(conn, f, t, done_token, in_proc).await;
+            return false;
+        }
         let implicit = !conn.in_tran && needs_transaction(&st);
         let result = async {
             if implicit {
@@ -566,20 +577,27 @@ fn holds(c: &Condition, vars: &Params) -> Result<bool, Failure> {
     })
 }
 
+/// A procedure that commits transactions of its own (`Rekenserver.sweep`): never run in
+/// one of the client's, nor in an implicit one.
+fn commits_itself(st: &Statement) -> bool {
+    matches!(st, Statement::Exec { procedure, .. } if procedure.eq_ignore_ascii_case("rekenserver.sweep"))
+}
+
 fn needs_transaction(st: &Statement) -> bool {
-    !matches!(
-        st,
-        Statement::Transaction(_)
-            | Statement::SetOption { .. }
-            | Statement::Declare(_)
-            | Statement::DeclareTable { .. }
-            | Statement::SelectTable { .. }
-            | Statement::If { .. }
-            | Statement::Block(_)
-            | Statement::SetVar { .. }
-            | Statement::AssignVars(_)
-            | Statement::SelectVars(_)
-    )
+    !commits_itself(st)
+        && !matches!(
+            st,
+            Statement::Transaction(_)
+                | Statement::SetOption { .. }
+                | Statement::Declare(_)
+                | Statement::DeclareTable { .. }
+                | Statement::SelectTable { .. }
+                | Statement::If { .. }
+                | Statement::Block(_)
+                | Statement::SetVar { .. }
+                | Statement::AssignVars(_)
+                | Statement::SelectVars(_)
+        )
 }
 
 /// Binds `addr` and serves until `stop`; the bound address (for port 0).

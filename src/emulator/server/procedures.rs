@@ -234,19 +234,20 @@ pub(super) async fn call(
             Ok(result_set(t, &[("confirmed", ColType::Int)], &[vec![Sql::Int(n as i32)]]))
         }
         "rekenserver.sweep" => {
-            let mut n = |name: &str, default: i64| match arg(name).ok() {
+            // The procedure's bounds and error numbers (50110-50113), checked before use.
+            let mut n = |name: &str, default: i64, number: i32| match arg(name).ok() {
                 None | Some(Sql::Null) => Ok(default),
-                Some(v) => as_i64(v),
+                Some(v) => match as_i64(v)? {
+                    x if x >= 1 => Ok(x),
+                    _ => Err(Failure { number, class: 16, message: format!("{name} must be 1 or more") }),
+                },
             };
             let opts = crate::handoff::sweep::Options {
-                fuse: n("@fuse", 500)?,
-                batch: n("@batch", 100)?.max(1) as usize,
-                retention_days: int32(Sql::BigInt(n("@retention_days", 60)?), "@retention_days")?,
-                delete_batch: n("@delete_batch", 5000)?,
+                fuse: n("@fuse", 500, 50110)?,
+                batch: n("@batch", 100, 50111)? as usize,
+                retention_days: int32(Sql::BigInt(n("@retention_days", 60, 50112)?), "@retention_days")?,
+                delete_batch: n("@delete_batch", 5000, 50113)?,
             };
-            if let Err((name, problem)) = opts.check() {
-                return Err(Failure { number: 50110, class: 16, message: format!("@{name} {problem}") });
-            }
             let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
                 number: 50114,
                 class: 16,
