@@ -94,3 +94,24 @@ async fn a_start_up_error_says_its_cause_once() {
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(err.matches("error connecting to server").count(), 1, "{err}");
 }
+
+/// The configuration's flags are taken where people type them: after a subcommand's own
+/// subcommand too (`sbworker dead-letter list --config F`), with the same meaning as
+/// before it. Here both forms reach the configuration (and stop at its missing queue,
+/// exit 78), rather than one being refused as a bad argument (exit 2).
+#[tokio::test]
+async fn the_configuration_flags_are_taken_after_the_subcommand_too() {
+    let dir = TempDir::new("flags-after");
+    let path = dir.0.join("sbworker.toml");
+    std::fs::write(&path, "[broker]\nkind = \"postgres\"\nconnection = \"host=127.0.0.1 dbname=x\"\n").unwrap();
+    let path = path.to_str().unwrap();
+    let mut said = Vec::new();
+    for args in [["dead-letter", "--config", path, "list"], ["dead-letter", "list", "--config", path]] {
+        let out = Command::new(BIN).args(args).stdin(Stdio::null()).output().await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+        assert!(err.contains("no queue is configured"), "{args:?}: {err}");
+        said.push(err);
+    }
+    assert_eq!(said[0], said[1]);
+}

@@ -450,23 +450,24 @@ impl HandoffDatabase {
     }
 }
 
-/// The configuration file and the flags for its common keys.
+/// The configuration file and the flags for its common keys. Global: accepted after a
+/// subcommand's own subcommand too (`sbworker dead-letter list --config F`).
 #[derive(clap::Args)]
 pub struct ConfigFlags {
     /// The TOML configuration file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
     /// The broker's connection string (broker.connection).
-    #[arg(long, value_name = "CONN")]
+    #[arg(long, value_name = "CONN", global = true)]
     pub connection: Option<String>,
     /// Serve /metrics, /healthz and /readyz on this address (http.listen).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", global = true)]
     pub metrics_listen: Option<String>,
     /// text or json (log.format).
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", global = true)]
     pub log_format: Option<String>,
     /// A tracing filter such as info or sbworker=debug (log.level).
-    #[arg(long, value_name = "FILTER")]
+    #[arg(long, value_name = "FILTER", global = true)]
     pub log_level: Option<String>,
 }
 
