@@ -97,7 +97,7 @@ async fn deliver(
 }
 
 /// Claims the period's results and writes them to `out` (or standard output), committing
-/// the claim only once they are written ([`deliver`]); returns the summary line.
+/// the claim only once they are written (see `deliver`); returns the summary line.
 pub fn export(target: &Target, periode: i32, format: Format, mode: Mode, out: Option<&Path>) -> anyhow::Result<String> {
     runtime()?.block_on(async {
         let batch = match target {
