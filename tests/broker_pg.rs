@@ -6,58 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sbworker::broker::postgres::{Session, install};
-use sbworker::broker::{ErrorKind, Message, system};
+use sbworker::broker::{ErrorKind, system};
 use uuid::Uuid;
 
-use crate::broker_pg_races::{until_waiting, waiting_receive};
+use crate::common::broker::{
+    ANTWOORD, LEEG, NOW, VRAAG, VRIJ, bodies, dialog, state, until_waiting, waiting_receive, world,
+};
 use crate::common::pg::fresh_db;
-
-pub(crate) const VRAAG: &str = "/t/Vraag";
-pub(crate) const ANTWOORD: &str = "/t/Antwoord";
-pub(crate) const LEEG: &str = "/t/Leeg";
-pub(crate) const VRIJ: &str = "/t/Vrij";
-pub(crate) const NOW: Duration = Duration::ZERO;
-
-/// A database with two queues (iq: initiator, tq: target) and a contract between them.
-pub(crate) async fn world() -> (String, Session) {
-    let url = fresh_db().await;
-    let s = Session::open(&url).await.unwrap();
-    s.client()
-        .batch_execute(
-            "SELECT sb.create_message_type('/t/Vraag', 'WELL_FORMED_XML');
-             SELECT sb.create_message_type('/t/Antwoord', 'WELL_FORMED_XML');
-             SELECT sb.create_message_type('/t/Leeg', 'EMPTY');
-             SELECT sb.create_message_type('/t/Vrij', 'NONE');
-             SELECT sb.create_contract('/t/C', ARRAY[['/t/Vraag','INITIATOR'],['/t/Antwoord','TARGET'],
-                                                     ['/t/Leeg','ANY'],['/t/Vrij','ANY']]);
-             SELECT sb.create_queue('iq');
-             SELECT sb.create_queue('tq');
-             SELECT sb.create_service('/t/I', 'iq');
-             SELECT sb.create_service('/t/T', 'tq', ARRAY['/t/C']);",
-        )
-        .await
-        .unwrap();
-    (url, s)
-}
-
-/// Begins a dialog and sends bodies on it, committed; returns the initiator handle.
-pub(crate) async fn dialog(s: &mut Session, bodies: &[&str]) -> Uuid {
-    s.begin().await.unwrap();
-    let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
-    for b in bodies {
-        s.send(h, VRAAG, Some(b.as_bytes())).await.unwrap();
-    }
-    s.commit().await.unwrap();
-    h
-}
-
-pub(crate) async fn state(s: &Session, handle: Uuid) -> Option<String> {
-    s.client().query_opt("SELECT state FROM sb.endpoint WHERE handle = $1", &[&handle]).await.unwrap().map(|r| r.get(0))
-}
-
-pub(crate) fn bodies(msgs: &[Message]) -> Vec<String> {
-    msgs.iter().map(|m| String::from_utf8(m.body.clone()).unwrap()).collect()
-}
 
 #[tokio::test]
 async fn install_is_idempotent() {

@@ -9,7 +9,7 @@ use sbworker::broker::postgres::Session;
 use sbworker::broker::{ErrorKind, system};
 use uuid::Uuid;
 
-use crate::broker_pg::{ANTWOORD, NOW, VRAAG, VRIJ, bodies, dialog, state, world};
+use crate::common::broker::{ANTWOORD, NOW, VRAAG, VRIJ, bodies, dialog, state, until_waiting, waiting_receive, world};
 
 /// A reply sent into a group while a receiver holds that group, committing after the
 /// receiver has taken the group's last visible message, must still be received.
@@ -341,36 +341,6 @@ async fn backends(watcher: &Session) -> Vec<i32> {
         .iter()
         .map(|r| r.get(0))
         .collect()
-}
-
-/// A receive on tq in a transaction of its own, on a task: the bodies it got. A long
-/// timeout: were the wake-up lost, it would come back empty.
-pub(crate) fn waiting_receive(mut s: Session) -> tokio::task::JoinHandle<Vec<String>> {
-    tokio::spawn(async move {
-        s.begin().await.unwrap();
-        let got = s.receive("tq", 10, None, Duration::from_secs(120)).await.unwrap();
-        s.commit().await.unwrap();
-        bodies(&got)
-    })
-}
-
-/// Until `n` receivers are marked waiting on a queue (`sb.begin_wait`'s advisory lock,
-/// held) and idle in their transaction.
-pub(crate) async fn until_waiting(watcher: &Session, n: i64) {
-    crate::common::calc::wait_until("the receivers wait", || async {
-        watcher
-            .client()
-            .query_one(
-                "SELECT count(*) = $1 FROM pg_stat_activity a JOIN pg_locks l USING (pid)
-                  WHERE a.state = 'idle in transaction' AND a.query LIKE '%sb.receive%'
-                    AND l.locktype = 'advisory' AND l.classid = 1396834305 AND l.granted",
-                &[&n],
-            )
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

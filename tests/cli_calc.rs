@@ -145,5 +145,5 @@ fn characters_xml_does_not_allow_get_a_well_formed_fout() {
         fouts.push(out.stdout);
     }
     let docs: Vec<&[u8]> = fouts.iter().map(Vec::as_slice).collect();
-    crate::contract_props::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
+    crate::common::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
 }

@@ -99,7 +99,7 @@ impl Far for PgFar {
     }
 
     async fn state(&mut self, handle: Uuid) -> Option<String> {
-        crate::broker_pg::state(&self.0, handle).await
+        crate::common::broker::state(&self.0, handle).await
     }
 
     async fn finish(&mut self, initiator: Uuid) -> Vec<Message> {
@@ -417,14 +417,14 @@ async fn the_postgresql_session_conforms() {
 async fn the_sql_server_transport_over_tds_conforms() {
     // The initiator's side in T-SQL too: the emulator serves both.
     let (url, _pg) = calc_world().await;
-    let (conn, _stop) = crate::emulator_tds::emulator_with(&url, Arc::new(Faults::default())).await;
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, Arc::new(Faults::default())).await;
     let transport = MssqlTransport::new(&conn).unwrap();
     suite(&TDS, &transport, &mut TsqlFar::connect(&conn).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_sql_server_conforms_when_one_is_given() {
-    let Some(real) = crate::mssql_real::database().await else {
+    let Some(real) = crate::common::mssql_real::database().await else {
         eprintln!(
             "conformance on a real SQL Server: SKIPPED (set SBWORKER_MSSQL_URL and a worker login: tests/mssql_real.rs)"
         );

@@ -32,11 +32,11 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::common::calc::*;
-use crate::emulator_tds::emulator_with;
-use crate::transient_faults::{
+use crate::common::faults::{
     answered_correctly_and_all_clean, fresh_key, hold_version_lock, lock_waiter, the_end_state_is_clean, vraag_for,
 };
-use crate::worker_process::Worker;
+use crate::common::process::Worker;
+use crate::common::tds::emulator_with;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -200,7 +200,7 @@ fn errors_point_at_the_element_past_the_indentation_and_text_keeps_its_white_spa
 
 /// The characters XML 1.0 does not allow that a string can hold.
 fn forbidden() -> Vec<char> {
-    crate::contract_props::forbidden_chars()
+    crate::common::forbidden_chars()
 }
 
 /// `text` with `from` replaced once by `to`; and the 1-based line and column where `to`
@@ -284,7 +284,7 @@ fn characters_xml_does_not_allow_are_refused_raw_and_as_references_in_utf8_and_u
     }
     // Every Fout is valid (one xmllint process for all of them).
     let docs: Vec<&[u8]> = fouts.iter().map(|f| f.as_bytes()).collect();
-    crate::contract_props::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
+    crate::common::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
 
     // An unpaired surrogate is no character in UTF-16 at all: the body is not UTF-16.
     let mut units: Vec<u16> = body.encode_utf16().collect();

@@ -10,39 +10,7 @@ use sbworker::contract::values::{ClockTime, Timestamp};
 use sbworker::contract::*;
 use uuid::Uuid;
 
-use crate::common::{root, xmllint, xsd};
-
-/// Checks many documents with one xmllint process: well-formedness only, or validity
-/// against `schema`. Returns xmllint's complaint (naming the document) on failure.
-pub fn xmllint_all(schema: Option<&std::path::Path>, docs: &[&[u8]]) -> Result<(), String> {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("sbworker-xmllint-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let files: Vec<std::path::PathBuf> = docs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let f = dir.join(format!("doc{i}.xml"));
-            std::fs::write(&f, d).unwrap();
-            f
-        })
-        .collect();
-    let mut cmd = std::process::Command::new("xmllint");
-    cmd.args(["--noout", "--nonet"]);
-    if let Some(x) = schema {
-        cmd.arg("--schema").arg(x);
-    }
-    let out = cmd.args(&files).output().expect("xmllint must be installed (Debian package libxml2-utils)");
-    std::fs::remove_dir_all(&dir).unwrap();
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
-}
-
-/// The characters XML 1.0 does not allow that a Rust string can hold: the C0 controls
-/// but tab, LF and CR, and U+FFFE, U+FFFF.
-pub fn forbidden_chars() -> Vec<char> {
-    (0u32..0x20).filter(|c| !matches!(c, 0x9 | 0xA | 0xD)).chain([0xFFFE, 0xFFFF]).filter_map(char::from_u32).collect()
-}
+use crate::common::{forbidden_chars, root, xmllint, xmllint_all, xsd};
 
 /// `s` as the encoder and the Fout write it: each character XML does not allow as its
 /// escape (`\u{1}`).

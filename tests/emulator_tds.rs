@@ -6,29 +6,14 @@ use std::sync::Arc;
 
 use sbworker::broker::mssql::MssqlTransport;
 use sbworker::contract::{Limits, decode_antwoord, message_types};
-use sbworker::emulator::server::{Credentials, Faults, start_with};
+use sbworker::emulator::server::Faults;
 use sbworker::handlers::calculation;
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::common::calc::*;
-
-async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
-    emulator_with(url, Arc::new(Faults::default())).await
-}
-
-/// An emulator that injects `faults`.
-pub(crate) async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
-    let (stop_tx, stop) = Stop::new();
-    let creds = Credentials { user: "sbworker".into(), password: "p;w\"d".into() };
-    let (addr, _task) = start_with("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, stop).await.unwrap();
-    let conn = format!(
-        "Server=tcp:127.0.0.1,{};Database=payroll;User Id=sbworker;Password=\"p;w\"\"d\";Encrypt=false;Command Timeout=30",
-        addr.port()
-    );
-    (conn, stop_tx)
-}
+use crate::common::tds::{emulator, emulator_with, tds_worker};
 
 #[tokio::test]
 async fn a_wrong_password_is_login_failed_18456() {
@@ -137,23 +122,6 @@ async fn error_tokens_from_the_wire_are_classified_by_number() {
     s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', false)")).await.unwrap();
     let e = fails("RECEIVE * FROM dbo.loonfactorberekening_reken", &[]).await;
     assert_eq!((e.number, e.kind), (9617, ErrorKind::QueueDisabled), "{e}");
-}
-
-/// The worker on the SQL Server transport through the emulator, with `handlers`.
-pub(crate) fn tds_worker(
-    conn: &str,
-    url: &str,
-    tune: impl FnOnce(&mut sbworker::config::Config),
-) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
-    let transport = MssqlTransport::new(conn).unwrap();
-    let mut cfg = config(url, "");
-    cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 500;
-    tune(&mut cfg);
-    let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
-    let metrics = Arc::new(Metrics::new());
-    let (tx, rx) = mpsc::channel(2);
-    let m = metrics.clone();
-    (tx, tokio::spawn(async move { worker::run(transport, &cfg, &handlers, m, rx).await.unwrap() }), metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

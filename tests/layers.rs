@@ -164,3 +164,41 @@ fn the_two_back_ends_never_use_each_other() {
         }
     }
 }
+
+/// The test modules that `crate::X::` names in `text` (`common` left out).
+fn topics_named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() && name != "common" && rest[name.len()..].starts_with("::") {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// Test topic files share helpers through `tests/common/` only: no topic file uses
+/// another (two once imported each other, a cycle).
+#[test]
+fn test_topics_never_use_each_other() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".rs") || name == "tests.rs" || name == "layers.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for topic in topics_named(&text) {
+            found.push(format!("{name} uses crate::{topic}"));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    // The check itself: an import of another topic is found, common's is not.
+    assert_eq!(
+        topics_named("use crate::emulator_tds::emulator_with; use crate::common::tds::x;"),
+        BTreeSet::from(["emulator_tds".to_owned()])
+    );
+}

@@ -25,8 +25,8 @@ use uuid::Uuid;
 
 use crate::common::calc::{InProcess, TempDir, calculation_handler, spawn_worker, stop_worker, wait_until};
 use crate::common::pg::fresh_roster_db;
+use crate::common::tds::emulator_with;
 use crate::common::within;
-use crate::emulator_tds::emulator_with;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
 

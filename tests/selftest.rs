@@ -181,7 +181,7 @@ async fn over_tds_the_emulator_logs_in_and_the_first_catalog_check_says_what_it_
     // logs in (connection passes) and stops at the permissions check with the
     // emulator's error, number and text, as it would with a real server's.
     let (url, _s) = crate::common::calc::calc_world().await;
-    let (conn, _stop) = crate::emulator_tds::emulator_with(&url, Default::default()).await;
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, Default::default()).await;
     let r = sbworker::selftest::mssql::run(&conn).await;
     assert_eq!(statuses(&r), [("connection", Status::Pass), ("permissions", Status::Fail)], "{}", r.text(false));
     assert!(r.checks[0].detail.contains("without TLS"), "{}", r.checks[0].detail);

@@ -1,8 +1,13 @@
 //! Helpers shared by the test modules: paths, the xmllint validator, the PostgreSQL
 //! cluster (`pg`) and Vraag builders (`build`).
 
+pub mod broker;
 pub mod calc;
+pub mod faults;
+pub mod mssql_real;
 pub mod pg;
+pub mod process;
+pub mod tds;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -169,4 +174,36 @@ pub async fn within<F: std::future::Future>(secs: u64, what: &str, f: F) -> F::O
     tokio::time::timeout(std::time::Duration::from_secs(secs), f)
         .await
         .unwrap_or_else(|_| panic!("{what}: not within {secs} s"))
+}
+
+/// Checks many documents with one xmllint process: well-formedness only, or validity
+/// against `schema`. Returns xmllint's complaint (naming the document) on failure.
+pub fn xmllint_all(schema: Option<&std::path::Path>, docs: &[&[u8]]) -> Result<(), String> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("sbworker-xmllint-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<std::path::PathBuf> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let f = dir.join(format!("doc{i}.xml"));
+            std::fs::write(&f, d).unwrap();
+            f
+        })
+        .collect();
+    let mut cmd = std::process::Command::new("xmllint");
+    cmd.args(["--noout", "--nonet"]);
+    if let Some(x) = schema {
+        cmd.arg("--schema").arg(x);
+    }
+    let out = cmd.args(&files).output().expect("xmllint must be installed (Debian package libxml2-utils)");
+    std::fs::remove_dir_all(&dir).unwrap();
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+}
+
+/// The characters XML 1.0 does not allow that a Rust string can hold: the C0 controls
+/// but tab, LF and CR, and U+FFFE, U+FFFF.
+pub fn forbidden_chars() -> Vec<char> {
+    (0u32..0x20).filter(|c| !matches!(c, 0x9 | 0xA | 0xD)).chain([0xFFFE, 0xFFFF]).filter_map(char::from_u32).collect()
 }

@@ -1,0 +1,47 @@
+//! The Service Broker emulator for the tests: on a free port over a test's PostgreSQL
+//! broker (with faults injected when asked), and the worker on the SQL Server transport
+//! through it.
+
+use std::sync::Arc;
+
+use sbworker::broker::mssql::MssqlTransport;
+use sbworker::emulator::server::{Credentials, Faults, start_with};
+use sbworker::handlers::calculation;
+use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop};
+use tokio::sync::mpsc;
+
+use super::calc::{REKEN_Q, calculation_handler, config};
+
+/// An emulator on a free port, with the tests' login: its connection string and its stop.
+pub async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
+    emulator_with(url, Arc::new(Faults::default())).await
+}
+
+/// An emulator that injects `faults`.
+pub async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
+    let (stop_tx, stop) = Stop::new();
+    let creds = Credentials { user: "sbworker".into(), password: "p;w\"d".into() };
+    let (addr, _task) = start_with("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, stop).await.unwrap();
+    let conn = format!(
+        "Server=tcp:127.0.0.1,{};Database=payroll;User Id=sbworker;Password=\"p;w\"\"d\";Encrypt=false;Command Timeout=30",
+        addr.port()
+    );
+    (conn, stop_tx)
+}
+
+/// The worker on the SQL Server transport through the emulator, with `handlers`.
+pub fn tds_worker(
+    conn: &str,
+    url: &str,
+    tune: impl FnOnce(&mut sbworker::config::Config),
+) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
+    let transport = MssqlTransport::new(conn).unwrap();
+    let mut cfg = config(url, "");
+    cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 500;
+    tune(&mut cfg);
+    let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
+    let metrics = Arc::new(Metrics::new());
+    let (tx, rx) = mpsc::channel(2);
+    let m = metrics.clone();
+    (tx, tokio::spawn(async move { worker::run(transport, &cfg, &handlers, m, rx).await.unwrap() }), metrics)
+}
