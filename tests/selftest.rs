@@ -203,10 +203,7 @@ fn the_selftest_statements_the_emulator_knows_are_recognised() {
     const CATALOG: &[&str] = &["server", "permissions", "database", "stamp"];
     let statements = sbworker::selftest::mssql::statements();
     let names: Vec<&str> = statements.iter().map(|(n, _)| *n).collect();
-    assert_eq!(
-        names,
-        ["server", "permissions", "database", "queue", "module_options", "stamp", "step", "export_visible"]
-    );
+    assert_eq!(names, ["server", "permissions", "database", "queue", "module_options", "stamp", "step"]);
     for (name, sql) in statements {
         if CATALOG.contains(&name) {
             continue;

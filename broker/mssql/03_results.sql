@@ -237,14 +237,15 @@ BEGIN
     SET NUMERIC_ROUNDABORT OFF;
     DECLARE @handle uniqueidentifier, @seq bigint, @group uniqueidentifier, @type sysname, @body varbinary(max),
             @service nvarchar(512), @contract nvarchar(256), @tekst nvarchar(3000), @fout nvarchar(3000),
-            @nummer int, @pogingen int, @max_pogingen int = 3, @reden nvarchar(40), @herstelbaar bit;
+            @nummer int, @pogingen int, @max_pogingen int = 3, @reden nvarchar(40), @herstelbaar bit,
+            @opzij bit;
     DECLARE @uit TABLE (uitkomst varchar(10));
     DECLARE @sleutel nvarchar(200), @antwoord xml;
     DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
                             transient_failures int);
     WHILE 1 = 1
     BEGIN
-        SET @handle = NULL;
+        SELECT @handle = NULL, @opzij = 0;
         BEGIN TRY
             BEGIN TRANSACTION;
             WAITFOR (RECEIVE TOP (1) @handle = conversation_handle, @seq = message_sequence_number,
@@ -262,7 +263,9 @@ BEGIN
             IF @pogingen >= @max_pogingen
             BEGIN
                 -- Failed too often: set aside, not handled, while this transaction holds
-                -- the group.
+                -- the group. (A failure here is raised from CATCH: counting it would bring
+                -- the same message back at once, for ever.)
+                SET @opzij = 1;
                 SET @tekst = LEFT(CONCAT(N'internal (50901): diverted after ', @pogingen, N' failed attempts: ', @fout),
                                   3000);
                 EXEC sbworker.set_aside @queue = N'dbo.loonfactorberekening_data', @service = @service,
@@ -285,9 +288,10 @@ BEGIN
             BEGIN
                 -- The Rust collector's text, "reden (number): message"; an internal Fout
                 -- (a diversion) is the environment's fault, any other is the request's.
-                -- A Fout that cannot be read is recorded as such, as the Rust collector does
-                -- (not the environment's fault), not retried.
-                SET @antwoord = TRY_CAST(@body AS xml);
+                -- A Fout that cannot be read (its elements missing or not numbers) is
+                -- recorded as such, as the Rust collector does (not the environment's
+                -- fault), not retried. The body is well-formed (WELL_FORMED_XML).
+                SET @antwoord = CAST(@body AS xml);
                 WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
                 SELECT @reden = @antwoord.value('(/RekenserverFout/Reden)[1]', 'nvarchar(40)'),
                        @nummer = TRY_CONVERT(int, @antwoord.value('(/RekenserverFout/ErrorNumber)[1]', 'nvarchar(40)')),
@@ -333,24 +337,18 @@ BEGIN
             SELECT @nummer = ERROR_NUMBER(),
                    @fout = CONVERT(nvarchar(3000), CONCAT(N'error ', ERROR_NUMBER(), N': ', ERROR_MESSAGE()));
             IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
-            IF @handle IS NULL
-                THROW;   -- the RECEIVE itself failed: nothing to count; the activation retries
+            IF @handle IS NULL OR @opzij = 1
+                THROW;   -- the RECEIVE or the set-aside failed: the task ends, activation starts it again
             IF @nummer IN (1205, 1222)
                 WAITFOR DELAY '00:00:00.200';   -- the environment's fault: not counted
             ELSE
             BEGIN
-                BEGIN TRY
-                    SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
-                    DELETE @telling;
-                    INSERT @telling EXEC sbworker.count_attempts @queue = N'dbo.loonfactorberekening_data',
-                                                                 @keys = @sleutel;
-                    EXEC sbworker.note_failure @keys = @sleutel, @error = @fout, @transient = 0;
-                END TRY
-                BEGIN CATCH
-                    -- Counting failed too (the database is in trouble): raised, ending the
-                    -- task; activation starts it again, and the message is received again.
-                    THROW;
-                END CATCH
+                -- Counted. Should counting fail too (the database is in trouble), its error
+                -- leaves this CATCH and ends the task; activation starts it again.
+                SET @sleutel = CONCAT(N'[{"h":"', @handle, N'","s":', @seq, N'}]');
+                DELETE @telling;
+                INSERT @telling EXEC sbworker.count_attempts @queue = N'dbo.loonfactorberekening_data', @keys = @sleutel;
+                EXEC sbworker.note_failure @keys = @sleutel, @error = @fout, @transient = 0;
             END
         END CATCH
     END

@@ -84,8 +84,10 @@ BEGIN
         -- The time in Amsterdam, as the PostgreSQL builder writes it, whatever the server's
         -- own time zone (AT TIME ZONE, SQL Server 2016).
         SELECT @id AS '@Id',
-               CONVERT(char(23), CONVERT(datetime2(3),
-                   SYSUTCDATETIME() AT TIME ZONE 'UTC' AT TIME ZONE 'W. Europe Standard Time'), 126) AS '@Timestamp',
+               -- Style 121 always writes the milliseconds (126 drops them when they are 0).
+               STUFF(CONVERT(char(23), CONVERT(datetime2(3),
+                   SYSUTCDATETIME() AT TIME ZONE 'UTC' AT TIME ZONE 'W. Europe Standard Time'), 121), 11, 1, 'T')
+                   AS '@Timestamp',
                @versie AS '@Versie',
             (SELECT dv.id AS '@Id',
                 (SELECT c.id AS '@Id', c.code AS 'Code', CAST(c.is_vier_weken AS int) AS 'IsVierWeken', c.naam AS 'Naam',

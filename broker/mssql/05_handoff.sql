@@ -117,6 +117,9 @@ CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 100, @
 AS
 BEGIN
     SET NOCOUNT ON;
+    -- A caller with IMPLICIT_TRANSACTIONS on (a driver with autocommit off) would have
+    -- its first statement open a transaction that the batches' COMMITs only nest in.
+    SET IMPLICIT_TRANSACTIONS OFF;
     -- RAISERROR, not THROW: THROW honours XACT_ABORT (SET XACT_ABORT) and would roll the
     -- caller's transaction back, which this check exists to spare.
     IF @@TRANCOUNT > 0
@@ -270,6 +273,8 @@ GO
 --   'dialogen'  the scratch key's dialogs, newest version first: the initiator's handle,
 --               the target's (the same conversation's other endpoint), the version;
 --   'resultaat' the stored result's version and number of wage factors (no row: none);
+--   'export'    how many results export_claim would claim for the scratch period now
+--               (read only: the worker's login may not claim, the payroll role does);
 --   'einde'     removes every row of the scratch key and ends its open conversations.
 -- Its open dialogs are ended normally at the initiator (never WITH CLEANUP, which END
 -- CONVERSATION's page reserves for conversations that cannot complete): the worker ends
@@ -280,8 +285,8 @@ AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @dv int = -1000001, @periode int = -1000001, @handle uniqueidentifier;
-    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'einde')
-        THROW 50120, N'@stap must be begin, dialogen, resultaat or einde', 1;
+    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'export', 'einde')
+        THROW 50120, N'@stap must be begin, dialogen, resultaat, export or einde', 1;
     IF @stap IN ('begin', 'einde')
     BEGIN
         BEGIN TRANSACTION;
@@ -339,10 +344,17 @@ BEGIN
           LEFT JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
          WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
          ORDER BY l.versie DESC;
-    ELSE
+    ELSE IF @stap = 'resultaat'
         SELECT r.versie, (SELECT COUNT(*) FROM Rekenserver.resultaat_factor f
                            WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id) AS factoren
           FROM Rekenserver.resultaat r
          WHERE r.dienstverband_id = @dv AND r.periode_id = @periode;
+    ELSE
+        -- What export_claim's WHERE takes, read without claiming.
+        SELECT COUNT(*) AS exporteerbaar
+          FROM Rekenserver.resultaat r
+         WHERE r.periode_id = @periode AND r.export_status = 0
+           AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_factor f
+                        WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id);
 END;
 GO

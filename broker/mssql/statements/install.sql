@@ -15,11 +15,14 @@ DECLARE @user sysname = (SELECT u.name FROM sys.database_principals u
 DECLARE @ddl nvarchar(max);
 IF @user IS NULL
 BEGIN
+    IF DATABASE_PRINCIPAL_ID(@login) IS NOT NULL
+        THROW 50142, N''a user named as the login exists but belongs to no login or another one (orphaned after a restore?): map it with ALTER USER ... WITH LOGIN, or drop it'', 1;
     SET @user = @login;
     SET @ddl = N''CREATE USER '' + QUOTENAME(@user) + N'' FOR LOGIN '' + QUOTENAME(@login) + N'';'';
     EXEC sys.sp_executesql @ddl;
 END;
-IF NOT EXISTS (SELECT 1 FROM sys.database_role_members rm
+-- The database owner (dbo) may do everything already, and cannot be a role member.
+IF @user <> N''dbo'' AND NOT EXISTS (SELECT 1 FROM sys.database_role_members rm
                 WHERE rm.role_principal_id = DATABASE_PRINCIPAL_ID(@role)
                   AND rm.member_principal_id = DATABASE_PRINCIPAL_ID(@user))
 BEGIN

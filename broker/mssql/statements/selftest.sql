@@ -51,9 +51,3 @@ SELECT CONVERT(nvarchar(200), p.value) FROM sys.extended_properties p WHERE p.cl
 -- The round trip's steps (Rekenserver.selftest).
 -- name: step
 EXEC Rekenserver.selftest @stap = @P1
-
--- Export can see the stored result: a claim of the scratch period, rolled back.
--- name: export_visible
-BEGIN TRANSACTION
-EXEC Rekenserver.export_claim @periode = @P1, @mode = 'once', @batch = @P2
-ROLLBACK TRANSACTION
