@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds sbworker's .deb with cargo-deb, checks its systemd unit, installs it with dpkg,
 # runs the installed `sbworker --version` and `sbworker check-config` as the service's
-# user, and (unless --keep) purges it again. Run as root from the repository's root:
+# user, checks that neither the binary nor the package carries the development tools,
+# and (unless --keep) purges it again. Run as root from the repository's root:
 #
 #   packaging/build-deb.sh            # build, install, check, purge
 #   packaging/build-deb.sh --keep     # leave it installed
@@ -63,6 +64,18 @@ say "the unit verifies clean"
 getent passwd sbworker >/dev/null || { echo "build-deb: no sbworker user" >&2; exit 1; }
 stat -c '  %U:%G %a %n' /etc/sbworker/sbworker.toml /etc/sbworker/sbworker.env
 say "installed: $(/usr/bin/sbworker --version)"
+# The package ships the worker without the development tools (the `tools` feature).
+for tool in demo emulator bench bench-worker; do
+    if /usr/bin/sbworker "$tool" --help >/dev/null 2>&1; then
+        echo "build-deb: the packaged binary has the development tool '$tool'" >&2
+        exit 1
+    fi
+done
+if dpkg-deb --contents "$deb" | grep -qE 'usr/share/sbworker/.*(bench|demo|cluster|emulator)'; then
+    echo "build-deb: the package ships the tools' SQL" >&2
+    exit 1
+fi
+say "no development tools in the package"
 say "check-config as the service's user"
 runuser -u sbworker -- /usr/bin/sbworker check-config --config /etc/sbworker/sbworker.toml | head -n 2
 say "ok"

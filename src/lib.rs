@@ -3,50 +3,26 @@
 //! A roster change in the database sends an XML *Vraag* over a broker queue; sbworker
 //! receives it, computes the wage factors and sends back an *Antwoord* or a *Fout*.
 //!
-//! # Layers
+//! # Crates
 //!
-//! Each module uses only those it lists here. `tests/layers.rs` reads `src/` and fails on
-//! any other `crate::` edge outside tests, and on a cycle in this table. The broker's
-//! two back ends (`broker::postgres`, `broker::mssql`) never use each other.
+//! The layers are crates, so Cargo enforces what may use what between them; inside a
+//! crate, its own layer table holds (`tests/layers.rs` checks it):
 //!
-//! | module | what it holds | may use |
+//! | crate | what it holds | may use |
 //! | --- | --- | --- |
-//! | `sql` | named statements in `.sql` files | |
-//! | `connstr` | connection strings (libpq, URL, ADO.NET) parsed; secrets masked from the parse | |
-//! | `pg_tls` | TLS for every PostgreSQL connection (libpq's `sslmode`, rustls) | `connstr` |
-//! | `shutdown` | the stop signal shared by long-running tasks | |
-//! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | `sql` |
-//! | `contract` | the message contract: typed model, strict decoder, encoder, Fout | |
-//! | `engine` | the payroll recalculation: rate tables, holidays, time, wage factors | `contract` |
-//! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
-//! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
-//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr`, `pg_tls` |
-//! | `handoff` | the payroll export and the sweep, on either back end | `sql`, `config`, `broker` |
-//! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
-//! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown`, `handoff` |
-//! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
-//! | `ops` | `sbworker status` and `sbworker dead-letter` on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls` |
-//! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr`, `pg_tls` |
-//! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
-//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
-//! | `cli` | the subcommands of the `sbworker` binary | every module above |
+//! | `sbworker-core` (`crates/core`) | the production library: contract, engine, configuration, transport, the two back ends, the worker runtime, the handlers, the hand-off, operations, the selftest | |
+//! | `sbworker-tools` (`crates/tools`) | the development tools: the TDS emulator, the bench, the demo, the throwaway PostgreSQL cluster | `sbworker-core` |
+//! | `sbworker` (this crate) | the command line (`cli`) and the binary; the tools' subcommands only with the `tools` feature | `sbworker-core`, `sbworker-tools` (feature `tools`) |
+//!
+//! The modules of both libraries are re-exported here under their own names
+//! (`sbworker::contract`, `sbworker::emulator`), so the tests, benches and the fuzz
+//! targets name them as one library.
 
-pub mod bench;
-pub mod broker;
 pub mod cli;
-pub mod config;
-pub mod connstr;
-pub mod contract;
-pub mod demo;
-pub mod emulator;
-pub mod engine;
-pub mod handlers;
-pub mod handoff;
-pub mod ops;
-pub mod pg_cluster;
-pub mod pg_tls;
-pub mod selftest;
-pub mod shutdown;
-pub mod sql;
-pub mod transport;
-pub mod worker;
+
+pub use sbworker_core::{
+    broker, config, connstr, contract, engine, handlers, handoff, ops, pg_tls, selftest, shutdown, sql, transport,
+    worker,
+};
+#[cfg(feature = "tools")]
+pub use sbworker_tools::{bench, demo, emulator, pg_cluster, statements as tool_statements};

@@ -8,7 +8,20 @@ use sbworker::cli;
 use sbworker::cli::args::{Args, Command, FormatArg, ModeArg};
 use sbworker::contract::Limits;
 
+/// The development tools' subcommands, which a build without the `tools` feature (the
+/// shipped worker) does not have.
+#[cfg(not(feature = "tools"))]
+const TOOLS: [&str; 4] = ["demo", "emulator", "bench", "bench-worker"];
+
 fn main() -> ExitCode {
+    #[cfg(not(feature = "tools"))]
+    if let Some(tool) = std::env::args().nth(1).filter(|a| TOOLS.contains(&a.as_str())) {
+        eprintln!(
+            "sbworker: `{tool}` is a development tool, not in this build of the worker.\n\
+             From the repository: cargo run --release --features tools -- {tool}"
+        );
+        return ExitCode::from(2);
+    }
     let args = Args::parse();
     match args.command {
         Command::Run { flags } => {
@@ -18,6 +31,7 @@ fn main() -> ExitCode {
             };
             report_run(cli::run::run(config))
         }
+        #[cfg(feature = "tools")]
         Command::BenchWorker { flags } => {
             let config = match flags.load(sbworker::bench::effect::HANDLERS) {
                 Ok(c) => c,
@@ -41,6 +55,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        #[cfg(feature = "tools")]
         Command::Demo { size, edits, readers, postgres, seed, mssql } => {
             let opts =
                 sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql, progress: true };
@@ -130,6 +145,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        #[cfg(feature = "tools")]
         Command::Bench {
             quick,
             out,
@@ -165,6 +181,7 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
+        #[cfg(feature = "tools")]
         Command::Emulator {
             listen,
             postgres,
@@ -249,6 +266,7 @@ fn report_install(r: anyhow::Result<String>) -> ExitCode {
 
 /// Runs `job` on a multi-threaded runtime, logging errors only to stderr (SBWORKER_LOG,
 /// a tracing filter, shows more): exit 0, or 1 with the error.
+#[cfg(feature = "tools")]
 fn run_logged(name: &str, job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let run = || -> anyhow::Result<()> {
         use cli::runtime::{Filter, logging, runtime};

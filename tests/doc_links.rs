@@ -4,8 +4,20 @@
 
 use std::path::{Path, PathBuf};
 
-const ROOTS: &[&str] =
-    &["src/", "broker/", "docs/", "tests/", "schemas/", "examples/", "data/", "bench/", "benches/", "fuzz/", ".ci/"];
+const ROOTS: &[&str] = &[
+    "src/",
+    "crates/",
+    "broker/",
+    "docs/",
+    "tests/",
+    "schemas/",
+    "examples/",
+    "data/",
+    "bench/",
+    "benches/",
+    "fuzz/",
+    ".ci/",
+];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,7 +89,7 @@ fn every_link_and_cited_path_in_the_docs_exists() {
 fn every_path_a_doc_comment_cites_exists() {
     let root = repo();
     let mut code = Vec::new();
-    for dir in ["src", "tests", "benches"] {
+    for dir in ["src", "crates", "tests", "benches"] {
         files(&root.join(dir), "rs", &mut code);
     }
     let mut problems = Vec::new();
@@ -111,9 +123,15 @@ fn no_issue_numbers_in_code_or_docs() {
     // An issue number means nothing to a reader of the repository.
     let root = repo();
     let mut all = vec![root.join("README.md"), root.join("CHANGELOG.md")];
-    for (dir, ext) in
-        [("docs", "md"), ("src", "rs"), ("tests", "rs"), ("benches", "rs"), ("broker", "sql"), ("src", "sql")]
-    {
+    for (dir, ext) in [
+        ("docs", "md"),
+        ("src", "rs"),
+        ("crates", "rs"),
+        ("tests", "rs"),
+        ("benches", "rs"),
+        ("broker", "sql"),
+        ("crates", "sql"),
+    ] {
         files(&root.join(dir), ext, &mut all);
     }
     let mut found = Vec::new();

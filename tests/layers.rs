@@ -1,13 +1,23 @@
-//! The crate's layers (the table in `src/lib.rs`) hold: every `crate::` edge outside
-//! tests is one the table allows, the table has no cycle, and the broker's two back ends
-//! never use each other.
+//! The layers hold. Between crates Cargo enforces them (and a test here checks that each
+//! crate's manifest depends on what the crate table of `src/lib.rs` says); inside
+//! `sbworker-core` and `sbworker-tools` the table of the crate's `lib.rs` holds: every
+//! `crate::` edge outside tests is one the table allows, the table has no cycle, and the
+//! broker's two back ends never use each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The rows of the table in src/lib.rs, in order: each module and the modules it may use.
-fn rows() -> Vec<(String, BTreeSet<String>)> {
-    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+/// The library crates whose modules have a layer table in their `lib.rs`.
+const CRATES: [&str; 2] = ["crates/core", "crates/tools"];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The rows of the table in `{krate}/src/lib.rs`, in order: each module and the modules
+/// it may use.
+fn rows(krate: &str) -> Vec<(String, BTreeSet<String>)> {
+    let lib = std::fs::read_to_string(root().join(krate).join("src/lib.rs")).unwrap();
     let mut out: Vec<(String, BTreeSet<String>)> = Vec::new();
     for line in lib.lines().filter_map(|l| l.strip_prefix("//! | `")) {
         let cells: Vec<&str> = line.split(" | ").collect();
@@ -24,8 +34,18 @@ fn rows() -> Vec<(String, BTreeSet<String>)> {
 }
 
 /// module → the modules it may use.
-fn table() -> BTreeMap<String, BTreeSet<String>> {
-    rows().into_iter().collect()
+fn table(krate: &str) -> BTreeMap<String, BTreeSet<String>> {
+    rows(krate).into_iter().collect()
+}
+
+/// The modules a `crate::` path of `krate` can name: its own rows and, for the tools,
+/// the core's modules it re-exports under their own names.
+fn known_modules(krate: &str) -> BTreeSet<String> {
+    let mut m: BTreeSet<String> = table(krate).into_keys().collect();
+    if krate != "crates/core" {
+        m.extend(table("crates/core").into_keys());
+    }
+    m
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -39,7 +59,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file under src/ (`src/broker/postgres/` → [broker, postgres]).
+/// The module path of a file under src/ (`crates/core/src/broker/postgres/` → [broker, postgres]).
 fn module_path(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let last = parts.pop().unwrap();
@@ -84,15 +104,18 @@ fn edges(path: &[String], code: &str, modules: &BTreeSet<String>) -> BTreeSet<St
     out
 }
 
-fn check(files: &[(Vec<String>, String)], table: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
-    let modules: BTreeSet<String> = table.keys().cloned().collect();
+fn check(
+    files: &[(Vec<String>, String)],
+    table: &BTreeMap<String, BTreeSet<String>>,
+    modules: &BTreeSet<String>,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (path, code) in files {
         let Some(allowed) = table.get(&path[0]) else {
-            problems.push(format!("{}: module {} is not in the table of src/lib.rs", path.join("::"), path[0]));
+            problems.push(format!("{}: module {} is not in the table of its lib.rs", path.join("::"), path[0]));
             continue;
         };
-        for used in edges(path, code, &modules) {
+        for used in edges(path, code, modules) {
             if !allowed.contains(&used) {
                 problems.push(format!("{} uses {used}, which its layer may not", path.join("::")));
             }
@@ -101,8 +124,9 @@ fn check(files: &[(Vec<String>, String)], table: &BTreeMap<String, BTreeSet<Stri
     problems
 }
 
-fn sources() -> Vec<(Vec<String>, String)> {
-    let src = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+fn sources(krate: &str) -> Vec<(Vec<String>, String)> {
+    let src = root().join(krate).join("src");
+    let src = src.as_path();
     let mut files = Vec::new();
     rust_files(src, &mut files);
     files
@@ -114,44 +138,95 @@ fn sources() -> Vec<(Vec<String>, String)> {
 
 #[test]
 fn every_crate_edge_is_one_the_layer_table_allows() {
-    let table = table();
-    assert!(table.len() >= 17, "the table was read: {table:?}");
-    let files = sources();
-    assert!(files.len() > 60, "{}", files.len());
-    let problems = check(&files, &table);
-    assert!(problems.is_empty(), "{problems:#?}");
+    for krate in CRATES {
+        let table = table(krate);
+        assert!(table.len() >= 4, "the table of {krate} was read: {table:?}");
+        let files = sources(krate);
+        assert!(files.len() > 20, "{krate}: {}", files.len());
+        let problems = check(&files, &table, &known_modules(krate));
+        assert!(problems.is_empty(), "{krate}: {problems:#?}");
+    }
+    let (core, tools) = (table("crates/core"), table("crates/tools"));
+    assert!(core.len() >= 14 && tools.len() == 4, "{core:?} {tools:?}");
     // The check finds a forbidden edge, through `crate::` or a `super::` chain.
     let bad = vec![
         (vec!["transport".to_owned()], "use crate::broker::postgres::Session;".to_owned()),
         (vec!["worker".to_owned(), "reader".to_owned()], "use super::super::handlers::calculation;".to_owned()),
         (vec!["emulator".to_owned(), "server".to_owned()], "fn f() { crate::worker::run(); }".to_owned()),
     ];
-    assert_eq!(check(&bad, &table).len(), 3, "{:?}", check(&bad, &table));
+    let mut both = core.clone();
+    both.extend(tools.clone());
+    let modules = known_modules("crates/tools");
+    assert_eq!(check(&bad, &both, &modules).len(), 3, "{:?}", check(&bad, &both, &modules));
 }
 
 #[test]
-fn the_layer_table_has_no_cycle() {
-    // Each module may use only modules listed above it.
-    let rows = rows();
-    let names: Vec<&String> = rows.iter().map(|(m, _)| m).collect();
-    for (i, (m, uses)) in rows.iter().enumerate() {
-        for used in uses {
-            let at =
-                names.iter().position(|r| *r == used).unwrap_or_else(|| panic!("{m} may use {used}: not a module"));
-            assert!(at < i, "{m} may use {used}, which is listed below it: the table would allow a cycle");
+fn the_layer_tables_have_no_cycle() {
+    let core: BTreeSet<String> = table("crates/core").into_keys().collect();
+    for krate in CRATES {
+        // Each module may use only modules listed above it (or, in the tools, the core's).
+        let rows = rows(krate);
+        let names: Vec<&String> = rows.iter().map(|(m, _)| m).collect();
+        for (i, (m, uses)) in rows.iter().enumerate() {
+            for used in uses {
+                match names.iter().position(|r| *r == used) {
+                    Some(at) => assert!(at < i, "{krate}: {m} may use {used}, which is listed below it"),
+                    None => assert!(
+                        krate != "crates/core" && core.contains(used),
+                        "{krate}: {m} may use {used}: not a module"
+                    ),
+                }
+            }
+        }
+        let lib = std::fs::read_to_string(root().join(krate).join("src/lib.rs")).unwrap();
+        // Every top-level module file of lib.rs is in the table.
+        for line in lib.lines().filter_map(|l| l.strip_prefix("pub mod ")).filter(|l| l.ends_with(';')) {
+            let m = line.trim_end_matches(';');
+            assert!(names.iter().any(|r| *r == m), "{krate}: module {m} is not in the layer table");
         }
     }
-    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
-    // Every top-level module of lib.rs is in the table.
-    for line in lib.lines().filter_map(|l| l.strip_prefix("pub mod ")) {
-        let m = line.trim_end_matches(';');
-        assert!(names.iter().any(|r| *r == m), "module {m} is not in the layer table");
+}
+
+/// The `sbworker-*` crates a manifest depends on (its `[dependencies]` only).
+fn crate_deps(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(manifest)).unwrap();
+    let deps = text.split("[dependencies]").nth(1).unwrap_or("");
+    let deps = deps.split("\n[").next().unwrap_or("");
+    deps.lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(n, _)| n.trim().to_owned())
+        .filter(|n| n.starts_with("sbworker-"))
+        .collect()
+}
+
+/// The crate table of src/lib.rs is what the manifests say: Cargo then enforces it.
+#[test]
+fn the_crate_table_is_what_the_manifests_say() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let mut rows = BTreeMap::new();
+    for line in lib.lines().filter_map(|l| l.strip_prefix("//! | `")) {
+        let name = line.split('`').next().unwrap().to_owned();
+        let uses = line.trim_end_matches('|').rsplit(" | ").next().unwrap();
+        let uses: BTreeSet<String> =
+            uses.split('`').skip(1).step_by(2).map(str::to_owned).filter(|u| u.starts_with("sbworker-")).collect();
+        rows.insert(name, uses);
     }
+    let manifests = [
+        ("sbworker-core", "crates/core/Cargo.toml"),
+        ("sbworker-tools", "crates/tools/Cargo.toml"),
+        ("sbworker", "Cargo.toml"),
+    ];
+    assert_eq!(rows.len(), manifests.len(), "{rows:?}");
+    for (name, manifest) in manifests {
+        assert_eq!(rows.get(name), Some(&crate_deps(manifest)), "{name}: the table of src/lib.rs and {manifest}");
+    }
+    // The worker's library never has the tools, not even as an optional dependency.
+    assert!(!std::fs::read_to_string(root().join("crates/core/Cargo.toml")).unwrap().contains("sbworker-tools"));
 }
 
 #[test]
 fn the_two_back_ends_never_use_each_other() {
-    for (path, code) in sources() {
+    for (path, code) in sources("crates/core") {
         let code = code.split("#[cfg(test)]").next().unwrap_or("").to_owned();
         match path.as_slice() {
             [b, p, ..] if b == "broker" && p == "postgres" => {

@@ -54,7 +54,7 @@ SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
 -- to sbworker_worker; they run with their owner's rights): a scratch key's roster
 -- written (the commit trigger sends its Vraag), what came of it read, and everything
 -- removed again. The scratch key is fixed (dienstverband, CAO and period -1000001,
--- src/selftest/mod.rs): taking no ids, these cannot touch any other key's rows.
+-- crates/core/src/selftest/mod.rs): taking no ids, these cannot touch any other key's rows.
 DROP FUNCTION IF EXISTS rekenserver.selftest_scratch(int, int);
 DROP FUNCTION IF EXISTS rekenserver.selftest_dialogs(int, int);
 DROP FUNCTION IF EXISTS rekenserver.selftest_result(int, int);

@@ -48,6 +48,7 @@ pub enum Command {
         #[command(flatten)]
         flags: ConfigFlags,
     },
+    #[cfg(feature = "tools")]
     /// `run`, serving the bench's handlers as well: the worker processes `sbworker bench`
     /// starts.
     #[command(hide = true)]
@@ -65,6 +66,7 @@ pub enum Command {
         #[command(flatten)]
         flags: ConfigFlags,
     },
+    #[cfg(feature = "tools")]
     /// The whole pipeline, end to end, on a throwaway PostgreSQL cluster: roster, triggers,
     /// calculation and collector workers, a burst of planner edits, results, figures, and
     /// a check that every key holds its latest version.
@@ -151,15 +153,16 @@ pub enum Command {
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
         delete_batch: i64,
     },
+    #[cfg(feature = "tools")]
     /// Measure sbworker side by side with River, graphile-worker and the machine's limit
     /// (pgbench doing the same commits and writes) on a throwaway cluster; writes
     /// report.md, results.json and plots.
     #[command(after_help = "Examples:\n  \
-        cargo run --release -- bench --out bench-report            (the full bench: two hours or more)\n  \
-        cargo run --release -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
-        cargo run --release -- bench --groups 200 --per-group 50 --reps 3\n  \
-        cargo run --release -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
-        cargo run --release -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
+        cargo run --release --features tools -- bench --out bench-report            (the full bench: two hours or more)\n  \
+        cargo run --release --features tools -- bench --quick --out /tmp/bench      (every part at a tiny size)\n  \
+        cargo run --release --features tools -- bench --groups 200 --per-group 50 --reps 3\n  \
+        cargo run --release --features tools -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
+        cargo run --release --features tools -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
         sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
     Bench {
         /// Every part at a tiny size (a check that the bench works, not a measurement).
@@ -205,6 +208,7 @@ pub enum Command {
         #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "parts", "contenders"])]
         render: Option<std::path::PathBuf>,
     },
+    #[cfg(feature = "tools")]
     /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
     /// against "SQL Server" where none can run.

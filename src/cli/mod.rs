@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod calc;
+#[cfg(feature = "tools")]
 pub mod emulator;
 pub mod handoff;
 pub mod install;

@@ -121,11 +121,15 @@ pub fn run(config: Config) -> anyhow::Result<RunOutcome> {
 
 /// [`run`], serving the bench's handlers as well (`sbworker bench`'s worker processes:
 /// the hidden `bench-worker` subcommand; the bench registers them).
+#[cfg(feature = "tools")]
 pub fn run_for_bench(config: Config) -> anyhow::Result<RunOutcome> {
     run_serving(config, true)
 }
 
 fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
+    // Without the tools there are no bench handlers to serve.
+    #[cfg(not(feature = "tools"))]
+    let _ = bench;
     init_logging(&config)?;
     let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
@@ -135,12 +139,14 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
             BrokerKind::Postgres => {
                 let transport = PostgresTransport::new(config.broker.connection.clone());
                 let h = handlers(tables, limits);
+                #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
                 serve(transport, &config, h).await
             }
             BrokerKind::Mssql => {
                 let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
                 let h = handlers(tables, limits);
+                #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
                 serve(transport, &config, h).await
             }

@@ -1,5 +1,5 @@
 -- The statements of `sbworker export --mssql` and `sbworker sweep --mssql`
--- (src/handoff/mssql.rs): the procedures of broker/mssql/05_handoff.sql.
+-- (crates/core/src/handoff/mssql.rs): the procedures of broker/mssql/05_handoff.sql.
 
 -- The claim runs in the caller's transaction, so that the batch is written before it
 -- commits (a failure before the commit marks nothing).

@@ -1,4 +1,4 @@
--- The statements of `sbworker install --mssql` after the scripts (src/broker/mssql/scripts.rs).
+-- The statements of `sbworker install --mssql` after the scripts (crates/core/src/broker/mssql/scripts.rs).
 
 -- A login's user in the database, added to one of sbworker's roles: the user the login
 -- has there (whatever its name), or a new one named as the login. @P1 the database, @P2

@@ -1,4 +1,4 @@
--- The T-SQL `sbworker status` and `sbworker dead-letter` send (src/ops/), one per
+-- The T-SQL `sbworker status` and `sbworker dead-letter` send (crates/core/src/ops/), one per
 -- "-- name:" section, each one batch. Parameters are @P1, @P2, ... as tiberius binds
 -- them. The procedures are in 06_operations.sql; times travel as ISO 8601 text.
 

@@ -1,4 +1,4 @@
--- The T-SQL `sbworker selftest --mssql` sends (src/selftest/mssql.rs), one per
+-- The T-SQL `sbworker selftest --mssql` sends (crates/core/src/selftest/mssql.rs), one per
 -- "-- name:" section, each one batch without semicolons. Parameters are @P1, @P2, ...
 -- as tiberius binds them. It runs as the worker's login: everything it checks is what
 -- that login can do. The round trip's roster work is Rekenserver.selftest (05_handoff.sql).

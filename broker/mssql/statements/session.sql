@@ -1,4 +1,4 @@
--- The T-SQL statements the SQL Server transport (src/broker/mssql.rs) sends, one per
+-- The T-SQL statements the SQL Server transport (crates/core/src/broker/mssql.rs) sends, one per
 -- "-- name:" section. Parameters are @P1, @P2, ... as tiberius binds them. {queue} and
 -- {message_type} are identifiers the transport bracket-quotes (T-SQL takes no
 -- parameters there); everything else is a parameter. Transactions go through

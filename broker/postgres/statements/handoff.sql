@@ -1,5 +1,5 @@
 -- The statements of the payroll hand-off (sbworker export) and the housekeeping
--- (sbworker sweep), src/handoff/. Parameters are $1, $2, ... as in the Rust calls.
+-- (sbworker sweep), crates/core/src/handoff/. Parameters are $1, $2, ... as in the Rust calls.
 
 -- Mode once: claims and marks exported in one statement (at-most-once). Only results
 -- with factor rows are claimed: a result with nothing to export is never marked.

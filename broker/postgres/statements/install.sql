@@ -1,4 +1,4 @@
--- The statements of `sbworker install --postgres` (src/broker/postgres/install.rs),
+-- The statements of `sbworker install --postgres` (crates/core/src/broker/postgres/install.rs),
 -- around the scripts of `broker/postgres/`. Parameters are $1, $2, ... as in the Rust
 -- calls.
 

@@ -1,5 +1,5 @@
--- The statements of `sbworker status` and `sbworker dead-letter` (src/ops/), and the
--- worker's heartbeat (src/broker/postgres/). Parameters are $1, $2, ... as in the Rust
+-- The statements of `sbworker status` and `sbworker dead-letter` (crates/core/src/ops/), and the
+-- worker's heartbeat (crates/core/src/broker/postgres/). Parameters are $1, $2, ... as in the Rust
 -- calls. The functions are in 007_operations.sql.
 
 -- $1 minutes counted as recent (retries), $2 minutes after which a key is stale.

@@ -1,4 +1,4 @@
--- The statements of `sbworker selftest --postgres` (src/selftest/postgres.rs), one per
+-- The statements of `sbworker selftest --postgres` (crates/core/src/selftest/postgres.rs), one per
 -- "-- name:" section. Parameters are
 -- $1, $2, ... as in the Rust calls. The scratch key of the round trip is dienstverband
 -- $1 in a period of its own, $2 (December 2099, a month no real roster holds).
@@ -51,7 +51,7 @@ SELECT w.name, q.enabled IS NOT NULL, coalesce(q.enabled, false), coalesce(q.poi
  ORDER BY w.name;
 
 -- The round trip (functions of broker/postgres/005_housekeeping.sql, granted to the
--- worker's role), on the fixed scratch key (-1000001: src/selftest/mod.rs). The scratch roster, in
+-- worker's role), on the fixed scratch key (-1000001: crates/core/src/selftest/mod.rs). The scratch roster, in
 -- one transaction: its commit trigger sends one Vraag.
 -- name: scratch
 SELECT rekenserver.selftest_scratch();

@@ -1,4 +1,4 @@
--- The statements the PostgreSQL transport (src/broker/postgres/) sends, one per
+-- The statements the PostgreSQL transport (crates/core/src/broker/postgres/) sends, one per
 -- "-- name:" section. Parameters are $1, $2, ... as in the Rust calls.
 
 -- name: channel

@@ -1,5 +1,0 @@
--- The statements of the throwaway cluster (src/pg_cluster.rs). {name} is an identifier
--- the code quotes (a statement takes no parameter there).
-
--- name: create_database
-CREATE DATABASE {name};

@@ -1,0 +1,103 @@
+//! Installing the PostgreSQL broker: the scripts of `broker/postgres/`, in order, and
+//! the version stamp written after them.
+
+use super::{BrokerError, connect, error_of};
+use crate::sql::statements::postgres_install;
+
+/// The install scripts, in order: (version, SQL).
+pub const SCRIPTS: &[(i32, &str)] = &[
+    (1, include_str!("../../../../../broker/postgres/001_broker.sql")),
+    (2, include_str!("../../../../../broker/postgres/002_worker.sql")),
+    (3, include_str!("../../../../../broker/postgres/003_calculation.sql")),
+    (7, include_str!("../../../../../broker/postgres/007_operations.sql")),
+];
+
+/// The roster schema and its triggers (the sending side of the pipeline) and the
+/// housekeeping that goes with it: installed on request, for databases that hold the
+/// roster itself (the demo, the tests).
+pub const ROSTER_SCRIPTS: &[(i32, &str)] = &[
+    (4, include_str!("../../../../../broker/postgres/004_roster.sql")),
+    (5, include_str!("../../../../../broker/postgres/005_housekeeping.sql")),
+];
+
+/// Roles and rights (`006_security.sql`): run after the other scripts on every install,
+/// so that it covers the roster's objects where they are installed.
+pub const SECURITY: (i32, &str) = (6, include_str!("../../../../../broker/postgres/006_security.sql"));
+
+/// The stamp an install writes for the broker's scripts (`part` "broker") or the
+/// roster's ("roster"): this version and a hash of the scripts.
+pub fn stamp(part: &str) -> String {
+    let mut texts: Vec<&str> =
+        if part == "roster" { ROSTER_SCRIPTS } else { SCRIPTS }.iter().map(|(_, s)| *s).collect();
+    if part != "roster" {
+        texts.push(SECURITY.1);
+    }
+    crate::sql::stamp(&texts)
+}
+
+/// Installs (or brings up to date) the broker in the database at `url`. Each script is
+/// idempotent; all run in one transaction.
+pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
+    install_with(url, false).await
+}
+
+/// Tries of one install: a deadlock with running workers and planners (the install
+/// replaces triggers, which locks their tables, while they hold some of the same locks
+/// in another order), or a lock not had within the install's lock timeout, rolls the
+/// whole install back, and it is run again; eight tries in all.
+const TRIES: u32 = 8;
+
+/// [`install`], plus the roster schema when `roster` is set. The install is one
+/// transaction, idempotent: one that loses a deadlock (1205: 40P01, 40001) or waits too
+/// long for a lock (1222: 55P03) is rolled back and run again, after a growing pause.
+/// Anything else (a cancel, a full disk) stops it at once.
+pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match install_once(url, roster).await {
+            Err(e) if matches!(e.number, 1205 | 1222) && tries < TRIES => {
+                tokio::time::sleep(std::time::Duration::from_millis(100 << tries.min(5))).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+    let client = connect(url, None).await?;
+    let mut applied = Vec::new();
+    let extra = if roster { ROSTER_SCRIPTS } else { &[] };
+    // One transaction for all: replacing a function resets its rights (SECURITY DEFINER,
+    // the pinned search_path) until 006_security.sql sets them again, and running
+    // workers must never see it in between.
+    client.batch_execute("BEGIN").await.map_err(error_of)?;
+    let run = async {
+        client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
+        for (version, sql) in SCRIPTS.iter().chain(extra).chain(std::iter::once(&SECURITY)) {
+            client.batch_execute(sql).await?;
+            applied.push(*version);
+        }
+        client.batch_execute("COMMIT").await
+    };
+    if let Err(e) = run.await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(error_of(e));
+    }
+    for part in ["broker"].into_iter().chain(roster.then_some("roster")) {
+        client.execute(postgres_install::RECORD_STAMP.sql, &[&part, &stamp(part)]).await.map_err(error_of)?;
+    }
+    Ok(applied)
+}
+
+/// Grants sbworker's group roles to existing logins: (role, login) pairs.
+pub async fn grant_roles(url: &str, grants: &[(&str, String)]) -> Result<(), BrokerError> {
+    if grants.is_empty() {
+        return Ok(());
+    }
+    let client = connect(url, None).await?;
+    for (role, login) in grants {
+        client.execute(postgres_install::GRANT_ROLE.sql, &[role, login]).await.map_err(error_of)?;
+    }
+    Ok(())
+}

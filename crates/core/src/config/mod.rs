@@ -1,0 +1,347 @@
+//! The worker's configuration: a TOML file, every key overridable from the environment
+//! (`SBWORKER__SECTION__KEY=value`, `__` between levels) and the common ones by flags;
+//! checked at start-up so that a mistake stops the worker with the key that is wrong.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+mod check;
+mod load;
+
+pub use load::{Overrides, env_overrides, from_str, is_secret_key, load};
+
+/// Prefix of environment overrides.
+pub const ENV_PREFIX: &str = "SBWORKER__";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub broker: BrokerConfig,
+    #[serde(default)]
+    pub worker: WorkerSettings,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    /// The queues to serve, by queue name.
+    #[serde(default)]
+    pub queues: BTreeMap<String, QueueConfig>,
+    #[serde(default)]
+    pub sweep: SweepConfig,
+    #[serde(default)]
+    pub hooks: Hooks,
+}
+
+/// `sbworker sweep` run by the worker on an interval (PostgreSQL, with the roster
+/// schema installed); off unless `interval_ms` is set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepConfig {
+    /// How often; 0 turns it off (run `sbworker sweep` from a scheduler instead).
+    pub interval_ms: u64,
+    /// Most keys sent per run.
+    pub fuse: i64,
+    /// Keys per committed transaction.
+    pub batch: u32,
+    /// Run-log rows and dead letters older than this are deleted.
+    pub retention_days: i32,
+    /// Rows deleted per statement.
+    pub delete_batch: i64,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self { interval_ms: 0, fuse: 500, batch: 100, retention_days: 60, delete_batch: 5000 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerKind {
+    Postgres,
+    Mssql,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub kind: BrokerKind,
+    /// PostgreSQL: a libpq URL or key=value string. SQL Server: an ADO.NET string.
+    pub connection: String,
+}
+
+/// Debug output shows the connection string masked, like every other output.
+impl std::fmt::Debug for BrokerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerConfig")
+            .field("kind", &self.kind)
+            .field("connection", &mask_secrets(&self.connection))
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSettings {
+    /// Failed attempts of a message before it is diverted, counting only failures that
+    /// were the message's fault or that the worker did not survive (docs/retries.md);
+    /// 1 to 3: where the broker's poison detection is on, it disables a queue at 5
+    /// rolled-back receives, and diverting may need two tries.
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt, with jitter, up to the maximum.
+    pub retry_min_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+    /// Longest wait between attempts to reconnect.
+    pub reconnect_max_delay_ms: u64,
+    /// After a stop signal, how long groups in flight may take to finish.
+    pub shutdown_grace_ms: u64,
+    /// How often a disabled queue is checked again.
+    pub disabled_recheck_ms: u64,
+    /// At most one reader is added per this interval.
+    pub scale_interval_ms: u64,
+    /// A reader that received nothing for this long exits (down to the minimum).
+    pub idle_exit_ms: u64,
+    /// A group waiting this long on transient failures (deadlocks, lock timeouts, a lost
+    /// database) makes `/readyz` answer 503; it goes on being retried.
+    pub transient_alert_ms: u64,
+    /// Serve queues whose broker poison-message detection is on. Off by default: that
+    /// rule disables a queue after five rolled-back receives, which transient faults
+    /// alone can reach, so the worker refuses to start on such a queue.
+    pub allow_broker_poison_detection: bool,
+    /// How often the worker records that it is alive, with its readers per queue, for
+    /// `sbworker status` (0: never).
+    pub heartbeat_ms: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            retry_min_delay_ms: 100,
+            retry_max_delay_ms: 10_000,
+            reconnect_max_delay_ms: 30_000,
+            shutdown_grace_ms: 30_000,
+            disabled_recheck_ms: 30_000,
+            scale_interval_ms: 1_000,
+            idle_exit_ms: 60_000,
+            transient_alert_ms: 60_000,
+            allow_broker_poison_detection: false,
+            heartbeat_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; off when absent.
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter: `info`, `sbworker=debug`, …
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Rate tables (TOML) instead of the built-in ones.
+    pub tables: Option<PathBuf>,
+    /// Largest Vraag accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { tables: None, max_body_bytes: crate::contract::Limits::default().max_body_bytes }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// What to do with the messages: `loonfactor-berekening`, …
+    pub handler: String,
+    #[serde(default = "one")]
+    pub min_readers: u32,
+    #[serde(default = "four")]
+    pub max_readers: u32,
+    /// Most messages taken by one RECEIVE.
+    #[serde(default = "hundred")]
+    pub batch: u32,
+    /// How long one WAITFOR (RECEIVE) waits.
+    #[serde(default = "five_seconds")]
+    pub wait_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn four() -> u32 {
+    4
+}
+fn hundred() -> u32 {
+    100
+}
+fn five_seconds() -> u64 {
+    5_000
+}
+
+/// Test hooks: they do nothing unless set, and exist so that tests can wait for a
+/// state instead of sleeping. Never set them in production.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hooks {
+    /// The first N groups pause after their sends, before COMMIT, until shutdown is
+    /// requested (logging "test hook: paused before commit").
+    pub pause_before_commit: u32,
+}
+
+/// A configuration that cannot be used: the key, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// `message` gives the line, column and key, never the text there (it may be a
+    /// password).
+    #[error("{path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{key}: {problem}")]
+    Key { key: String, problem: String },
+}
+
+fn key_error(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Key { key: key.into(), problem: problem.into() }
+}
+
+/// A connection string with its secrets replaced by `***`, from its parse
+/// ([`crate::connstr::mask`]): libpq key=value (`password`, `sslpassword`, …), URL
+/// (user info and query) and ADO.NET (`Password`, `PWD`). A string that cannot be
+/// parsed is not shown at all.
+pub fn mask_secrets(conn: &str) -> String {
+    crate::connstr::mask(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load::override_value;
+    use super::*;
+
+    #[test]
+    fn masks_passwords_in_every_form() {
+        assert_eq!(mask_secrets("postgresql://pay:s3cret@db/roster"), "postgresql://pay:***@db/roster");
+        assert_eq!(mask_secrets("host=db user=pay password=s3cret dbname=x"), "host=db user=pay password=*** dbname=x");
+        assert_eq!(mask_secrets("host=db password = 'a b' dbname=x"), "host=db password = *** dbname=x");
+        assert_eq!(mask_secrets("host=db\nuser=pay\npassword=s3cret\n"), "host=db user=pay password=***");
+        assert_eq!(mask_secrets(r"host=db password='a\'b-secret' dbname=x"), "host=db password=*** dbname=x");
+        assert_eq!(mask_secrets("Server=db;PWD=x"), "Server=db;PWD=***");
+        assert_eq!(mask_secrets("postgresql://db/x?user=a&password=b"), "postgresql://db/x?user=a&password=***");
+        assert_eq!(mask_secrets("host=db user=pay"), "host=db user=pay");
+        // An unquoted ';' leaves "cret" where a key goes: the whole string is held back.
+        let held = mask_secrets("Server=tcp:db,1433;User Id=pay;Password=s3;cret;Encrypt=true");
+        assert!(held.starts_with("<connection string not shown") && !held.contains("cret"), "{held}");
+    }
+
+    #[test]
+    fn a_syntax_error_gives_line_column_and_key_but_never_the_text() {
+        let head = "[broker]\nkind = \"postgres\"\n";
+        let tail = "\n[queues.q]\nhandler = \"h\"\n";
+        for (body, line, key) in [
+            // Not closed; a TOML escape that is not one (libpq's \' in a basic string);
+            // not quoted at all; inside a multi-line string; a later key.
+            ("connection = \"host=db password=s3cret", 3, "broker.connection"),
+            ("connection = \"host=db password='a\\'b-s3cret'\"", 3, "broker.connection"),
+            ("connection = host=db password=s3cret", 3, "broker.connection"),
+            ("connection = \"\"\"\nhost=db\npassword='a\\'b-s3cret'\n\"\"\"", 5, "broker.connection"),
+            ("connection = '''\nhost=db\npassword=s3cret\n'''\n[worker]\nmax_attempts = = 3", 8, "worker.max_attempts"),
+        ] {
+            let text = format!("{head}{body}{tail}");
+            let e = from_str(&text, &Vec::new()).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("line {line}, column ")) && e.contains(&format!(", in {key}: ")),
+                "{text}\n{e}"
+            );
+            assert!(!e.contains("s3cret") && !e.contains("host=db"), "{e}");
+        }
+        // A line or header inside a multi-line string is not taken for a key.
+        let text = format!("{head}connection = '''\n[queues.x]\npassword = s3cret\n'''\nkind = = 1\n");
+        let e = from_str(&text, &Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("line 7,") && e.contains("in broker.kind"), "{e}");
+    }
+
+    #[test]
+    fn a_secret_of_the_wrong_type_is_named_but_not_shown() {
+        let e = from_str("[broker]\nkind = \"postgres\"\nconnection = 987654321\n", &Vec::new()).unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("broker.connection: must be a string") && !e.contains("987654321"), "{e}");
+        let e = from_str("[broker]\nkind = \"postgres\"\nconnection = \"x\"\n[log]\nlevel = 987654321\n", &Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("987654321"), "other keys say what they were given: {e}");
+        assert!(is_secret_key("broker.connection") && is_secret_key("x.sslpassword") && !is_secret_key("broker.kind"));
+    }
+
+    #[test]
+    fn debug_output_masks_the_connection() {
+        let c = from_str(
+            "[broker]\nkind = \"postgres\"\nconnection = \"host=db password=s3cret\"\n[queues.q]\nhandler = \"h\"\n",
+            &Vec::new(),
+        )
+        .unwrap();
+        let printed = format!("{c:?}");
+        assert!(printed.contains("host=db password=***") && !printed.contains("s3cret"), "{printed}");
+    }
+
+    #[test]
+    fn the_example_configuration_is_valid_and_complete() {
+        let text = include_str!("../../../../examples/sbworker.toml");
+        let c = from_str(text, &Vec::new()).expect("examples/sbworker.toml is valid");
+        c.check_handlers(&["loonfactor-berekening", "resultaat-opslag"]).unwrap();
+        // It shows every default: reading it gives what an empty section gives.
+        let d = WorkerSettings::default();
+        assert_eq!((c.worker.max_attempts, c.worker.shutdown_grace_ms), (d.max_attempts, d.shutdown_grace_ms));
+        assert_eq!(c.engine.max_body_bytes, EngineConfig::default().max_body_bytes);
+    }
+
+    #[test]
+    fn the_pipeline_example_is_valid() {
+        let c =
+            from_str(include_str!("../../../../examples/pipeline.toml"), &Vec::new()).expect("examples/pipeline.toml");
+        c.check_handlers(&["loonfactor-berekening", "resultaat-opslag"]).unwrap();
+        assert_eq!(c.queues.len(), 2);
+    }
+
+    #[test]
+    fn env_keys_become_dotted_paths() {
+        let o = env_overrides([
+            ("SBWORKER__QUEUES__BEREKENING__MAX_READERS".to_owned(), "8".to_owned()),
+            ("PATH".to_owned(), "/bin".to_owned()),
+        ]);
+        assert_eq!(o, vec![("queues.berekening.max_readers".to_owned(), "8".to_owned())]);
+        assert_eq!(override_value("8"), toml::Value::Integer(8));
+        assert_eq!(override_value("host=db user=x"), toml::Value::String("host=db user=x".into()));
+        assert_eq!(override_value("true"), toml::Value::Boolean(true));
+    }
+}

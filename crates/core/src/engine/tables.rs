@@ -1,0 +1,449 @@
+//! Rate tables as data: ORT windows per CAO and effective date, public-holiday rules
+//! and the ORT hourly-wage cap, parsed from TOML and validated before use.
+//!
+//! The shipped tables are `data/cao.toml`, built into the binary; another file can be
+//! given at start-up. Any problem stops start-up with a message naming the entry.
+
+use chrono::{Datelike, NaiveDate};
+use rust_decimal::Decimal;
+use serde::Deserialize;
+
+use super::holidays::HolidayRule;
+
+/// The tables shipped with sbworker.
+pub const BUILT_IN: &str = include_str!("../../../../data/cao.toml");
+
+/// A rate table that cannot be used, and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("rate tables: {at}: {message}")]
+pub struct TableError {
+    /// Which entry, e.g. `cao[0] (ZKH).versie[1].vensters[3]`.
+    pub at: String,
+    pub message: String,
+}
+
+fn bad(at: impl Into<String>, message: impl Into<String>) -> TableError {
+    TableError { at: at.into(), message: message.into() }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    kaart_soort: i32,
+    cao: Vec<RawCao>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCao {
+    code: String,
+    #[serde(default)]
+    aliases: Vec<String>,
+    naam: String,
+    ort_max_functiegroep: i32,
+    feestdagen: Vec<RawHoliday>,
+    #[serde(default)]
+    ort_max_uurloon: Vec<RawCap>,
+    versie: Vec<RawVersion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHoliday {
+    naam: String,
+    regel: String,
+    #[serde(default)]
+    elke: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCap {
+    vanaf: String,
+    bedrag: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVersion {
+    vanaf: String,
+    vensters: Vec<RawWindow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    dagen: String,
+    van: String,
+    tot: String,
+    pct: u32,
+    code: String,
+}
+
+/// Which days a window applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DaySet {
+    /// Bit 0 = Monday … bit 6 = Sunday.
+    pub weekdays: u8,
+    pub holiday: bool,
+    /// Calendar days (month, day).
+    pub dates: Vec<(u32, u32)>,
+}
+
+impl DaySet {
+    pub fn matches(&self, day: &DayInfo<'_>) -> bool {
+        self.weekdays & (1 << day.weekday) != 0
+            || (self.holiday && day.holiday.is_some())
+            || self.dates.iter().any(|&(m, d)| m == day.month && d == day.day)
+    }
+}
+
+/// What a local calendar day is, for window matching.
+#[derive(Debug, Clone, Copy)]
+pub struct DayInfo<'a> {
+    /// 0 = Monday … 6 = Sunday.
+    pub weekday: u8,
+    pub month: u32,
+    pub day: u32,
+    /// The holiday's name, when it is one under this CAO.
+    pub holiday: Option<&'a str>,
+}
+
+/// One ORT window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub days: DaySet,
+    /// The text of `dagen`, for explanations.
+    pub days_text: String,
+    /// Minutes of the local day, `from < to <= 1440`.
+    pub from: u16,
+    pub to: u16,
+    pub pct: u32,
+    /// Index into [`Cao::rates`].
+    pub rate: usize,
+}
+
+/// The windows in force from a date.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Version {
+    pub from: NaiveDate,
+    pub windows: Vec<Window>,
+    /// Every window edge plus 0 and 1440, sorted, unique.
+    pub edges: Vec<u16>,
+}
+
+/// An ORT rate and the wage factor that receives its hours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rate {
+    pub pct: u32,
+    pub code: String,
+}
+
+/// One CAO's tables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cao {
+    pub code: String,
+    pub aliases: Vec<String>,
+    pub name: String,
+    pub ort_max_functiegroep: i32,
+    pub holidays: Vec<HolidayRule>,
+    /// (from, cap) sorted by date.
+    pub caps: Vec<(NaiveDate, Decimal)>,
+    /// Holiday dates of [`HOLIDAY_YEARS`], sorted, with the rule's index.
+    holiday_dates: Vec<(NaiveDate, usize)>,
+    pub versions: Vec<Version>,
+    /// The distinct rates of all versions, sorted by code.
+    pub rates: Vec<Rate>,
+}
+
+impl Cao {
+    /// The windows in force on `date`, if any.
+    pub fn version_on(&self, date: NaiveDate) -> Option<&Version> {
+        self.versions.iter().rev().find(|v| v.from <= date)
+    }
+
+    /// The ORT hourly-wage cap on `date` (`None`: no cap configured then).
+    pub fn cap_on(&self, date: NaiveDate) -> Option<(usize, Decimal)> {
+        self.caps.iter().enumerate().rev().find(|(_, (from, _))| *from <= date).map(|(i, (_, c))| (i, *c))
+    }
+
+    /// The holidays of this CAO in the years `first..=last`, sorted by date (from the
+    /// dates computed at load for [`HOLIDAY_YEARS`], computed on the spot outside them).
+    pub fn holidays_in(&self, first: i32, last: i32) -> Vec<(NaiveDate, &str)> {
+        if HOLIDAY_YEARS.contains(&first) && HOLIDAY_YEARS.contains(&last) {
+            let from = NaiveDate::from_ymd_opt(first, 1, 1).expect("in range");
+            let i = self.holiday_dates.partition_point(|(d, _)| *d < from);
+            return self.holiday_dates[i..]
+                .iter()
+                .take_while(|(d, _)| d.year() <= last)
+                .map(|(d, r)| (*d, self.holidays[*r].name.as_str()))
+                .collect();
+        }
+        holiday_dates(&self.holidays, first..=last)
+            .into_iter()
+            .map(|(d, r)| (d, self.holidays[r].name.as_str()))
+            .collect()
+    }
+
+    /// What `date` is under this CAO, given its holidays (from [`Cao::holidays_in`]).
+    pub fn day_info<'a>(&self, date: NaiveDate, holidays: &[(NaiveDate, &'a str)]) -> DayInfo<'a> {
+        DayInfo {
+            weekday: date.weekday().num_days_from_monday() as u8,
+            month: date.month(),
+            day: date.day(),
+            holiday: holidays.iter().find(|(d, _)| *d == date).map(|(_, n)| *n),
+        }
+    }
+}
+
+/// All rate tables, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tables {
+    pub kaart_soort: i32,
+    pub caos: Vec<Cao>,
+}
+
+impl Tables {
+    /// The tables shipped with sbworker.
+    pub fn built_in() -> Result<Self, TableError> {
+        Self::from_toml(BUILT_IN)
+    }
+
+    /// Finds a CAO by its code or one of its aliases.
+    pub fn cao(&self, code: &str) -> Option<&Cao> {
+        self.caos.iter().find(|c| c.code == code || c.aliases.iter().any(|a| a == code))
+    }
+
+    /// Parses and validates tables from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, TableError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| bad("TOML", e.to_string().trim().to_owned()))?;
+        if raw.cao.is_empty() {
+            return Err(bad("cao", "no CAO is defined"));
+        }
+        let mut caos: Vec<Cao> = Vec::new();
+        for (i, rc) in raw.cao.into_iter().enumerate() {
+            let at = format!("cao[{i}] ({})", rc.code);
+            let cao = cao_from_raw(&at, rc)?;
+            for name in std::iter::once(&cao.code).chain(&cao.aliases) {
+                if caos.iter().any(|c| c.code == *name || c.aliases.contains(name)) {
+                    return Err(bad(&at, format!("code or alias '{name}' is used by another CAO")));
+                }
+            }
+            caos.push(cao);
+        }
+        Ok(Self { kaart_soort: raw.kaart_soort, caos })
+    }
+}
+
+/// Years whose holiday dates are computed once, when the tables load.
+pub const HOLIDAY_YEARS: std::ops::RangeInclusive<i32> = 1990..=2100;
+
+fn holiday_dates(rules: &[HolidayRule], years: std::ops::RangeInclusive<i32>) -> Vec<(NaiveDate, usize)> {
+    let mut v: Vec<(NaiveDate, usize)> = years
+        .flat_map(|y| {
+            rules.iter().enumerate().filter_map(move |(i, h)| h.date_in(y).filter(|d| h.applies(*d)).map(|d| (d, i)))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn date(at: &str, s: &str) -> Result<NaiveDate, TableError> {
+    crate::contract::values::parse_date(s).map_err(|why| bad(at, format!("'{s}' {why}")))
+}
+
+fn minute(at: &str, s: &str, allow_24: bool) -> Result<u16, TableError> {
+    if allow_24 && s == "24:00" {
+        return Ok(1440);
+    }
+    crate::contract::values::parse_clock(s).map(|c| c.minutes()).map_err(|why| bad(at, format!("'{s}' {why}")))
+}
+
+fn days(at: &str, s: &str) -> Result<DaySet, TableError> {
+    const NAMES: [&str; 7] = ["ma", "di", "wo", "do", "vr", "za", "zo"];
+    let idx = |n: &str| NAMES.iter().position(|x| *x == n);
+    let mut set = DaySet::default();
+    for part in s.split(',').map(str::trim) {
+        if part == "feestdag" {
+            set.holiday = true;
+        } else if let Some((a, b)) = part.split_once('-').filter(|(a, b)| idx(a).is_some() && idx(b).is_some()) {
+            let (a, b) = (idx(a).unwrap(), idx(b).unwrap());
+            if a > b {
+                return Err(bad(at, format!("day range '{part}' runs backwards")));
+            }
+            (a..=b).for_each(|d| set.weekdays |= 1 << d);
+        } else if let Some(d) = idx(part) {
+            set.weekdays |= 1 << d;
+        } else if let Some((m, d)) =
+            part.split_once('-').and_then(|(m, d)| Some((m.parse::<u32>().ok()?, d.parse::<u32>().ok()?)))
+        {
+            if NaiveDate::from_ymd_opt(2024, m, d).is_none() {
+                return Err(bad(at, format!("'{part}' is not a calendar day MM-DD")));
+            }
+            set.dates.push((m, d));
+        } else {
+            return Err(bad(at, format!("'{part}' is not a day (ma … zo, ma-vr, feestdag or MM-DD)")));
+        }
+    }
+    Ok(set)
+}
+
+fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
+    if rc.code.trim().is_empty() {
+        return Err(bad(at, "code is empty"));
+    }
+    let mut holidays = Vec::new();
+    for (i, h) in rc.feestdagen.iter().enumerate() {
+        let hat = format!("{at}.feestdagen[{i}]");
+        let rule = HolidayRule::parse(&h.naam, &h.regel, h.elke).map_err(|m| bad(&hat, m))?;
+        holidays.push(rule);
+    }
+    let mut caps = Vec::new();
+    for (i, c) in rc.ort_max_uurloon.iter().enumerate() {
+        let cat = format!("{at}.ort_max_uurloon[{i}]");
+        let from = date(&cat, &c.vanaf)?;
+        let amount = crate::contract::values::parse_decimal(&c.bedrag)
+            .map_err(|why| bad(&cat, format!("bedrag '{}' {why}", c.bedrag)))?;
+        if amount <= Decimal::ZERO {
+            return Err(bad(&cat, "bedrag must be more than 0"));
+        }
+        if caps.last().is_some_and(|(prev, _)| *prev >= from) {
+            return Err(bad(&cat, "entries must be in increasing date order"));
+        }
+        caps.push((from, amount));
+    }
+    if rc.versie.is_empty() {
+        return Err(bad(at, "no versie (window table) is defined"));
+    }
+    let mut rates: Vec<Rate> = Vec::new();
+    let mut versions: Vec<Version> = Vec::new();
+    for (vi, rv) in rc.versie.iter().enumerate() {
+        let vat = format!("{at}.versie[{vi}]");
+        let from = date(&vat, &rv.vanaf)?;
+        if versions.last().is_some_and(|p| p.from >= from) {
+            return Err(bad(&vat, "versions must be in increasing vanaf order"));
+        }
+        let mut windows = Vec::new();
+        let mut edges = vec![0u16, 1440];
+        for (wi, w) in rv.vensters.iter().enumerate() {
+            let wat = format!("{vat}.vensters[{wi}]");
+            let dayset = days(&wat, &w.dagen)?;
+            let (f, t) = (minute(&wat, &w.van, false)?, minute(&wat, &w.tot, true)?);
+            if f >= t {
+                return Err(bad(&wat, format!("van {} is not before tot {}", w.van, w.tot)));
+            }
+            if w.pct == 0 || w.pct > 100 {
+                return Err(bad(&wat, format!("pct {} is not between 1 and 100", w.pct)));
+            }
+            if w.code.len() != 3 || !w.code.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(bad(&wat, format!("code '{}' is not a three-digit wage factor code", w.code)));
+            }
+            // An Antwoord holds each code once: a rate cannot take a code of another factor.
+            use super::factors::codes;
+            let fixed = [
+                codes::WORKED_HOURS,
+                codes::DAYS_WORKED,
+                codes::TRAVEL_DAYS,
+                codes::SICK_HOURS,
+                codes::ORT_AMOUNT,
+                codes::EXTRA_HOURS,
+                codes::OVERTIME_HOURS,
+            ];
+            if fixed.contains(&w.code.as_str()) {
+                return Err(bad(&wat, format!("code '{}' is the code of another wage factor", w.code)));
+            }
+            let rate = match rates.iter().position(|r| r.pct == w.pct || r.code == w.code) {
+                Some(r) if rates[r].pct == w.pct && rates[r].code == w.code => r,
+                Some(r) => {
+                    return Err(bad(
+                        &wat,
+                        format!(
+                            "{}% with code {} clashes with {}% with code {}: one rate, one code",
+                            w.pct, w.code, rates[r].pct, rates[r].code
+                        ),
+                    ));
+                }
+                None => {
+                    rates.push(Rate { pct: w.pct, code: w.code.clone() });
+                    rates.len() - 1
+                }
+            };
+            edges.extend([f, t]);
+            windows.push(Window { days: dayset, days_text: w.dagen.clone(), from: f, to: t, pct: w.pct, rate });
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        versions.push(Version { from, windows, edges });
+    }
+    // Rates sorted by code, window indices remapped.
+    let mut order: Vec<usize> = (0..rates.len()).collect();
+    order.sort_by(|a, b| rates[*a].code.cmp(&rates[*b].code));
+    let remap: Vec<usize> = (0..rates.len()).map(|old| order.iter().position(|o| *o == old).unwrap()).collect();
+    for v in &mut versions {
+        for w in &mut v.windows {
+            w.rate = remap[w.rate];
+        }
+    }
+    let rates = order.into_iter().map(|i| rates[i].clone()).collect();
+    let holiday_dates = holiday_dates(&holidays, HOLIDAY_YEARS);
+    Ok(Cao {
+        holiday_dates,
+        code: rc.code,
+        aliases: rc.aliases,
+        name: rc.naam,
+        ort_max_functiegroep: rc.ort_max_functiegroep,
+        holidays,
+        caps,
+        versions,
+        rates,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_tables_load() {
+        let t = Tables::built_in().unwrap();
+        let zkh = t.cao("ZKH").unwrap();
+        assert_eq!(t.cao("4").unwrap().code, "ZKH");
+        let pcts: Vec<u32> = zkh.rates.iter().map(|r| r.pct).collect();
+        assert_eq!(pcts, [22, 38, 47, 52, 60]);
+        let ggz: Vec<u32> = t.cao("GGZ").unwrap().rates.iter().map(|r| r.pct).collect();
+        assert_eq!(ggz, [22, 38, 44, 49, 60]);
+        assert!(zkh.version_on(NaiveDate::from_ymd_opt(2025, 1, 31).unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_rate_cannot_take_the_code_of_another_factor() {
+        let text = BUILT_IN.replacen("code = \"210\"", "code = \"230\"", 2);
+        let e = Tables::from_toml(&text).unwrap_err().to_string();
+        assert!(e.contains("code '230' is the code of another wage factor"), "{e}");
+    }
+
+    #[test]
+    fn bad_tables_say_where() {
+        let cases = [
+            (
+                BUILT_IN.replacen("van = \"06:00\", tot = \"07:00\"", "van = \"07:00\", tot = \"06:00\"", 1),
+                "cao[0] (ZKH).versie[0].vensters[0]",
+            ),
+            (BUILT_IN.replacen("pct = 22", "pct = 0", 1), "cao[0] (ZKH).versie[0].vensters[0]"),
+            (BUILT_IN.replacen("dagen = \"za\"", "dagen = \"zaterdag\"", 1), "cao[0] (ZKH).versie[0].vensters[4]"),
+            (
+                BUILT_IN.replacen("pct = 47, code = \"212\"", "pct = 47, code = \"210\"", 1),
+                "cao[0] (ZKH).versie[0].vensters[2]",
+            ),
+            (BUILT_IN.replacen("regel = \"pasen+39\"", "regel = \"pinksteren\"", 1), "cao[0] (ZKH).feestdagen[5]"),
+            (BUILT_IN.replacen("vanaf = \"2025-05-01\"", "vanaf = \"2025-01-01\"", 1), "cao[0] (ZKH).versie[1]"),
+            (BUILT_IN.replacen("code = \"GGZ\"\naliases = []", "code = \"GGZ\"\naliases = [\"4\"]", 1), "cao[1] (GGZ)"),
+            (BUILT_IN.replacen("kaart_soort = 5", "kaart_soort = 5\nonbekend = 1", 1), "TOML"),
+        ];
+        for (text, at) in cases {
+            assert_ne!(text, BUILT_IN, "{at}: replacement did not apply");
+            let e = Tables::from_toml(&text).unwrap_err();
+            assert_eq!(e.at, at, "{e}");
+        }
+    }
+}

@@ -1,0 +1,22 @@
+-- The statements the Service Broker emulator (crates/tools/src/emulator/server/procedures.rs) sends of its own,
+-- beyond the PostgreSQL session's: procedures it serves that are plain PostgreSQL
+-- functions. Parameters are $1, $2, ... as in the Rust calls.
+
+-- `EXEC bench.apply @conversation, @seq, @body`: the bench's business effect, a function
+-- the bench installs (crates/tools/sql/postgres/bench.sql).
+-- name: bench_apply
+SELECT bench.apply($1, $2, $3);
+
+-- `SELECT COUNT(*) FROM queue`: the messages waiting (committed ones), and whether the
+-- queue exists.
+-- name: queue_depth
+SELECT (SELECT count(*) FROM sb.message WHERE queue = $1), EXISTS (SELECT 1 FROM sb.queue WHERE name = $1);
+
+-- `SELECT … FROM sys.conversation_endpoints WHERE conversation_handle = @h`.
+-- name: endpoint
+SELECT handle, conversation_id, is_initiator, group_id, state, far_service
+  FROM sb.endpoint WHERE handle = $1;
+
+-- `ALTER QUEUE q WITH STATUS = …, POISON_MESSAGE_HANDLING (STATUS = …)` (NULL: unchanged).
+-- name: alter_queue
+SELECT sb.alter_queue($1, p_enabled => $2, p_poison_handling => $3);

@@ -1,0 +1,99 @@
+//! Workload 5, the real pipeline: roster commits to stored results with the payroll
+//! engine (the demo's world, on the bench's cluster with durable commits), at several
+//! reader counts; and the engine alone: Vraags decoded, calculated and answered per
+//! second on one core.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::world::World;
+use crate::contract::{self, Limits};
+use crate::engine::{self, Tables};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PipelineRun {
+    pub readers: u32,
+    pub employees: usize,
+    pub repetition: usize,
+    /// The roster import: one transaction, one Vraag per employee.
+    pub import_per_second: f64,
+    /// The planner burst: edits from four planners at once.
+    pub edits: i64,
+    pub edits_per_second: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub verified: bool,
+    /// The statements that took the server's time, per request (pg_stat_statements).
+    pub statements: Vec<StatementTime>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatementTime {
+    pub statement: String,
+    pub calls_per_request: f64,
+    pub mean_ms: f64,
+    pub ms_per_request: f64,
+    /// Sent by a client (or run inside another statement: a function's, a trigger's).
+    pub top_level: bool,
+}
+
+/// The demo pipeline with `readers` calculation readers, on a new database.
+pub async fn run(world: &World, employees: usize, readers: u32, repetition: usize) -> anyhow::Result<PipelineRun> {
+    let name = format!("bench_pipeline_{readers}_{repetition}");
+    let url = world.cluster.create_database(&name).await?;
+    let opts = crate::demo::Options {
+        size: employees,
+        edits: None,
+        postgres: Some(url),
+        readers,
+        seed: 2026 + repetition as u64,
+        mssql: false,
+        progress: false,
+    };
+    super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
+    let url = opts.postgres.as_deref().expect("set above");
+    let pgss = super::runs::statements_reset(url).await?;
+    if pgss {
+        // Nested statements too, here (the demo's sessions start after this).
+        super::world::connect(url).await?.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
+    }
+    let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
+    let requests = (report.load.requests + report.burst.requests).max(1) as f64;
+    let statements = super::runs::statements_top(url, pgss, requests).await?;
+    let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+    Ok(PipelineRun {
+        readers,
+        employees,
+        repetition,
+        import_per_second: per_second(report.load.requests, report.load.seconds),
+        edits: report.burst.requests,
+        edits_per_second: per_second(report.burst.requests, report.burst.seconds),
+        p50_ms: report.burst.p50_ms,
+        p99_ms: report.burst.p99_ms,
+        verified: report.verdict.problems.is_empty(),
+        statements,
+    })
+}
+
+/// Vraags per second on one core: decode, calculate, encode the Antwoord, for `how_long`.
+pub fn engine_alone(how_long: Duration) -> anyhow::Result<f64> {
+    let tables = Arc::new(Tables::built_in()?);
+    let limits = Limits::default();
+    let bodies: [&[u8]; 2] = [
+        include_bytes!("../../../../schemas/examples/valid/vraag-maand.xml"),
+        include_bytes!("../../../../schemas/examples/valid/vraag-voorbeeld1.xml"),
+    ];
+    let started = Instant::now();
+    let mut n = 0u64;
+    while started.elapsed() < how_long {
+        for body in bodies {
+            let v = contract::decode_vraag(body, &limits)?;
+            let c = engine::calculate(&v, &tables, false)?;
+            std::hint::black_box(contract::encode_antwoord(&c.antwoord));
+            n += 1;
+        }
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}

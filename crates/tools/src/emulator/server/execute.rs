@@ -1,0 +1,239 @@
+//! Running one statement of a batch on the connection's PostgreSQL broker session.
+
+use super::*;
+use crate::statements::postgres_emulator as emu;
+
+/// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
+pub(super) async fn execute(
+    conn: &mut Conn,
+    st: Statement,
+    vars: &mut Params,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let params = &*vars;
+    let s = &mut conn.session;
+    match st {
+        Statement::Transaction(what) => {
+            transaction(conn, what, t).await?;
+            Ok(None)
+        }
+        Statement::SetOption { option, on } => {
+            // XACT_ABORT: the emulator always behaves as ON (an error ends the transaction).
+            if option == "NOCOUNT" {
+                conn.nocount = on;
+            }
+            Ok(None)
+        }
+        Statement::Declare(declared) => {
+            for d in declared {
+                let v = match d.value {
+                    Some(v) => typed(Some(&d.ty), value(&v, vars)?)?,
+                    None => Sql::Null,
+                };
+                conn.var_types.insert(d.var.clone(), d.ty);
+                vars.insert(d.var, v);
+            }
+            Ok(None)
+        }
+        Statement::DeclareTable { var, columns } => {
+            for (_, ty) in &columns {
+                column_type(ty)?;
+            }
+            conn.tables.insert(var, TableVar { columns, rows: Vec::new() });
+            Ok(None)
+        }
+        Statement::SelectTable { columns, table } => {
+            let tv = conn.tables.get(&table).ok_or_else(|| undeclared_table(&table))?;
+            select_table(columns.as_deref(), tv, t)
+        }
+        Statement::CountQueue { queue, alias } => {
+            let q = queue_name(&queue);
+            let row = s.client().query_one(emu::QUEUE_DEPTH.sql, &[&q]).await.map_err(pg_failure)?;
+            if !row.get::<_, bool>(1) {
+                return Err(invalid_object(&queue));
+            }
+            let n = i32::try_from(row.get::<_, i64>(0)).unwrap_or(i32::MAX);
+            Ok(result_set(t, &[(alias.as_deref().unwrap_or(""), ColType::Int)], &[vec![Sql::Int(n)]]))
+        }
+        Statement::SelectEndpoint { columns, handle } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            let rows = s.client().query(emu::ENDPOINT.sql, &[&h]).await.map_err(pg_failure)?;
+            endpoint_rows(columns.as_deref(), &rows, t)
+        }
+        Statement::AlterQueue { queue, enabled, poison_handling } => {
+            let q = queue_name(&queue);
+            s.client().execute(emu::ALTER_QUEUE.sql, &[&q, &enabled, &poison_handling]).await.map_err(|e| {
+                let f = pg_failure(e);
+                if f.number == 50000 && f.message.contains("is not found") { invalid_object(&queue) } else { f }
+            })?;
+            Ok(None)
+        }
+        Statement::SetVar { var, value: v } => {
+            declared(vars, &var)?;
+            let v = typed(conn.var_types.get(&var), value(&v, params)?)?;
+            vars.insert(var, v);
+            Ok(None)
+        }
+        Statement::AssignVars(assignments) => {
+            for (var, v) in assignments {
+                declared(vars, &var)?;
+                let v = typed(conn.var_types.get(&var), value(&v, vars)?)?;
+                vars.insert(var, v);
+            }
+            Ok(None)
+        }
+        Statement::If { .. } | Statement::Block(_) => unreachable!("run takes control-of-flow statements apart"),
+        Statement::SelectVars(names) => {
+            let mut cols = Vec::new();
+            let mut row = Vec::new();
+            for (n, alias) in &names {
+                let v = value(n, params)?;
+                let ty = match (&v, n) {
+                    // A NULL has its variable's declared type, as in SQL Server.
+                    (Sql::Null, Value::Var(var)) => {
+                        conn.var_types.get(var).map_or(Ok(ColType::NVarChar), |t| column_type(t))?
+                    }
+                    (v, _) => type_of(v),
+                };
+                cols.push((alias.as_deref().unwrap_or(""), ty));
+                row.push(v);
+            }
+            Ok(result_set(t, &cols, &[row]))
+        }
+        Statement::Receive { waitfor, top, columns, queue, filter, timeout, into } => {
+            if let Some(table) = &into
+                && !conn.tables.contains_key(table)
+            {
+                return Err(undeclared_table(table));
+            }
+            let max = match top {
+                Some(v) => i32::try_from(as_i64(value(&v, params)?)?).unwrap_or(i32::MAX),
+                None => i32::MAX,
+            };
+            let wait = wait_of(waitfor, timeout, params)?;
+            let q = queue_name(&queue);
+            let s = &mut conn.session;
+            let msgs = match filter {
+                None => s.receive(q, max, None, wait).await?,
+                Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
+                Some(Filter::Handle(v)) => {
+                    let mut m = s.receive_conversation(q, as_uuid(value(&v, params)?)?).await?;
+                    m.truncate(max.max(0) as usize);
+                    m
+                }
+            };
+            if !msgs.is_empty()
+                && let Some(f) = conn.faults.on_receive()
+            {
+                return match f {
+                    Injected::Deadlock => {
+                        warn!("fault injected: deadlock 1205 on a RECEIVE of {} messages", msgs.len());
+                        Err(deadlock())
+                    }
+                    Injected::LockTimeout => {
+                        warn!("fault injected: lock timeout 1222 on a RECEIVE of {} messages", msgs.len());
+                        Err(lock_timeout())
+                    }
+                    Injected::Drop => {
+                        conn.drop_now = true;
+                        Ok(None)
+                    }
+                };
+            }
+            conn.received |= !msgs.is_empty();
+            if let Some(table) = into {
+                let tv = conn.tables.get_mut(&table).expect("checked above");
+                return receive_into(&columns, &msgs, params, tv).map(Some);
+            }
+            let r = receive_result(&columns, &msgs, vars, t)?;
+            // Variables take their declared types.
+            for c in &columns {
+                if let Column::Item { var: Some(v), .. } = c
+                    && let Some(got) = vars.remove(v)
+                {
+                    vars.insert(v.clone(), typed(conn.var_types.get(v), got)?);
+                }
+            }
+            Ok(r)
+        }
+        Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
+            declared(vars, &var)?;
+            let wait = wait_of(waitfor, timeout, params)?;
+            let g = s.get_conversation_group(queue_name(&queue), wait).await?;
+            vars.insert(var, g.map_or(Sql::Null, Sql::Guid));
+            Ok(None)
+        }
+        Statement::BeginDialog { handle_var, from_service, to_service, contract, related_group, lifetime, .. } => {
+            declared(vars, &handle_var)?;
+            let to = as_text(value(&to_service, params)?)?;
+            let related = match related_group {
+                Some(v) => Some(as_uuid(value(&v, params)?)?),
+                None => None,
+            };
+            let lifetime = match lifetime {
+                Some(v) => Some(i32::try_from(as_i64(value(&v, params)?)?).map_err(|_| fail("LIFETIME out of range"))?),
+                None => None,
+            };
+            let h = s.begin_dialog(&from_service, &to, &contract, related, lifetime).await?;
+            vars.insert(handle_var, Sql::Guid(h));
+            Ok(None)
+        }
+        Statement::Send { handles, message_type, body } => {
+            let ty = message_type.unwrap_or_else(|| "DEFAULT".into());
+            let body = match body {
+                Some(v) => as_bytes(value(&v, params)?)?,
+                None => None,
+            };
+            // On several conversations, the same message on each (SQL Server stores one
+            // copy for all; the broker here one per conversation).
+            let mut uuids: Vec<Uuid> = Vec::with_capacity(handles.len());
+            for handle in &handles {
+                let h = as_uuid(value(handle, params)?)?;
+                if uuids.contains(&h) {
+                    // SEND's reference page: the same handle can be used only once.
+                    return Err(fail(format!(
+                        "The conversation handle {h} is given more than once in SEND ON CONVERSATION: \
+                         the same conversation handle can be used only once."
+                    )));
+                }
+                uuids.push(h);
+            }
+            for h in uuids {
+                s.send(h, &ty, body.as_deref()).await?;
+            }
+            if conn.received && conn.faults.on_send() {
+                warn!("fault injected: the connection drops between a SEND and its COMMIT");
+                conn.drop_now = true;
+            }
+            Ok(None)
+        }
+        Statement::EndConversation { handle, error, cleanup } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            if cleanup {
+                s.end_conversation_cleanup(h).await?;
+                return Ok(None);
+            }
+            match error {
+                None => s.end_conversation(h, None).await?,
+                Some((code, text)) => {
+                    let code =
+                        i32::try_from(as_i64(value(&code, params)?)?).map_err(|_| fail("error code out of range"))?;
+                    let text = as_text(value(&text, params)?)?;
+                    s.end_conversation(h, Some((code, &text))).await?
+                }
+            }
+            Ok(None)
+        }
+        Statement::MoveConversation { handle, group } => {
+            s.move_conversation(as_uuid(value(&handle, params)?)?, as_uuid(value(&group, params)?)?).await?;
+            Ok(None)
+        }
+        Statement::Exec { procedure, args } => {
+            let mut a: HashMap<String, Sql> = HashMap::new();
+            for (name, v) in args {
+                a.insert(name, value(&v, params)?);
+            }
+            super::procedures::call(s, &procedure, a, t).await
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The stored procedures the emulator serves: the worker's bookkeeping and the
+//! collector's procedures, run as the PostgreSQL broker's equivalents, and the bench's
+//! effect (a PostgreSQL function).
+
+use super::*;
+
+/// Runs `EXEC procedure` with its named arguments `a`.
+pub(super) async fn call(
+    s: &mut Session,
+    procedure: &str,
+    mut a: HashMap<String, Sql>,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    let mut arg = |n: &str| a.remove(n).ok_or_else(|| fail(format!("{procedure}: argument {n} is missing")));
+    match procedure.to_lowercase().as_str() {
+        "sbworker.count_attempts" => {
+            let queue = as_text(arg("@queue")?)?;
+            let keys = keys_of(&as_text(arg("@keys")?)?)?;
+            let attempts = s.count_attempts(queue_name(&queue), &keys).await?;
+            let rows: Vec<Vec<Sql>> = attempts
+                .into_iter()
+                .map(|x| {
+                    vec![
+                        Sql::Guid(x.key.conversation_handle),
+                        Sql::BigInt(x.key.sequence),
+                        Sql::Int(x.attempts),
+                        x.last_error.map_or(Sql::Null, Sql::NVarChar),
+                        Sql::Int(x.failures),
+                        Sql::Int(x.transient_failures),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("conversation_handle", ColType::Guid),
+                ("message_sequence_number", ColType::BigInt),
+                ("attempts", ColType::Int),
+                ("last_error", ColType::NVarChar),
+                ("failures", ColType::Int),
+                ("transient_failures", ColType::Int),
+            ];
+            Ok(result_set(t, &cols, &rows))
+        }
+        "sbworker.note_failure" => {
+            let keys = keys_of(&as_text(arg("@keys")?)?)?;
+            let error = as_text(arg("@error")?)?;
+            // @transient bit = 0 (optional, as the procedure declares it).
+            let fault = match arg("@transient").ok() {
+                Some(Sql::Bit(true)) => Fault::Transient,
+                Some(Sql::Int(i)) if i != 0 => Fault::Transient,
+                Some(Sql::BigInt(i)) if i != 0 => Fault::Transient,
+                _ => Fault::Message,
+            };
+            s.note_failure(&keys, &error, fault).await?;
+            Ok(None)
+        }
+        "sbworker.forget_attempts" => {
+            s.forget_attempts(&keys_of(&as_text(arg("@keys")?)?)?).await?;
+            Ok(None)
+        }
+        "sbworker.set_aside" => {
+            let queue = as_text(arg("@queue")?)?;
+            let message = Message {
+                id: 0,
+                service: as_text(arg("@service")?)?,
+                contract: as_text(arg("@contract")?)?,
+                conversation_group_id: as_uuid(arg("@group")?)?,
+                conversation_handle: as_uuid(arg("@handle")?)?,
+                sequence: as_i64(arg("@seq")?)?,
+                message_type: as_text(arg("@type")?)?,
+                body: as_bytes(arg("@body")?)?.unwrap_or_default(),
+            };
+            let attempts = i32::try_from(as_i64(arg("@attempts")?)?).unwrap_or(i32::MAX);
+            let reason = as_text(arg("@reason")?)?;
+            s.dead_letter(DeadLetter { queue: queue_name(&queue), message: &message, attempts, reason: &reason })
+                .await?;
+            Ok(None)
+        }
+        "sbworker.heartbeat" => {
+            let beat = crate::transport::Heartbeat {
+                instance: as_uuid(arg("@instance")?)?,
+                host: as_text(arg("@host")?)?,
+                pid: i32::try_from(as_i64(arg("@pid")?)?).map_err(|_| fail("@pid out of range"))?,
+                version: "",
+                started_unix: as_i64(arg("@started_unix")?)?,
+                queues: Vec::new(),
+                interval_ms: match arg("@interval_ms").ok() {
+                    None | Some(Sql::Null) => 10_000,
+                    Some(v) => int32(v, "@interval_ms")?,
+                },
+            };
+            let version = as_text(arg("@version")?)?;
+            let queues = as_text(arg("@queues")?)?;
+            s.heartbeat_as(&beat, &version, &queues).await?;
+            Ok(None)
+        }
+        "sbworker.heartbeat_end" => {
+            s.heartbeat_end(as_uuid(arg("@instance")?)?).await?;
+            Ok(None)
+        }
+        "sbworker.claim_version" => {
+            let dv = i32::try_from(as_i64(arg("@dv")?)?).map_err(|_| fail("@dv out of range"))?;
+            let p = i32::try_from(as_i64(arg("@periode")?)?).map_err(|_| fail("@periode out of range"))?;
+            let claimed = s.claim_version(dv, p, as_i64(arg("@versie")?)?).await?;
+            Ok(result_set(t, &[("claimed", ColType::Bit)], &[vec![Sql::Bit(claimed)]]))
+        }
+        "sbworker.queue_state" => {
+            let queue = as_text(arg("@queue")?)?;
+            let rows = match s.queue_state(queue_name(&queue)).await {
+                Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages), Sql::Bit(q.poison_handling)]],
+                Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let cols = [
+                ("is_receive_enabled", ColType::Bit),
+                ("messages", ColType::BigInt),
+                ("is_poison_message_handling_enabled", ColType::Bit),
+            ];
+            Ok(result_set(t, &cols, &rows))
+        }
+        "rekenserver.sla_antwoord_op" => {
+            let handle = as_uuid(arg("@handle")?)?;
+            let xml = as_text(arg("@antwoord")?)?;
+            let a = contract::decode_antwoord(xml.as_bytes(), &Limits::default()).map_err(|e| Failure {
+                number: 9400,
+                class: 16,
+                message: format!("XML parsing: {e}"),
+            })?;
+            let superseded = a.waarschuwingen.iter().any(|w| w.code == crate::contract::VERVANGEN);
+            let outcome = match s.store_antwoord(handle, &a, superseded).await? {
+                Stored::Stored => "opgeslagen",
+                Stored::Older => "verouderd",
+                Stored::Superseded => "vervangen",
+            };
+            Ok(result_set(t, &[("uitkomst", ColType::NVarChar)], &[vec![Sql::NVarChar(outcome.into())]]))
+        }
+        // The benchmark's business effect (`sbworker bench`): a PostgreSQL function.
+        "bench.apply" => {
+            let conversation = as_uuid(arg("@conversation")?)?;
+            let seq = as_i64(arg("@seq")?)?;
+            let body = as_bytes(arg("@body")?)?;
+            s.client()
+                .execute(crate::statements::postgres_emulator::BENCH_APPLY.sql, &[&conversation, &seq, &body])
+                .await
+                .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
+            Ok(None)
+        }
+        // `sbworker status` and `sbworker dead-letter` (06_operations.sql): the PostgreSQL
+        // broker's functions (007_operations.sql), the same shapes.
+        "sbworker.status_report" => {
+            let recent = int32(arg("@recent_minutes")?, "@recent_minutes")?;
+            let stale = int32(arg("@stale_minutes")?, "@stale_minutes")?;
+            let row = s.client().query_one(ops::STATUS_REPORT.sql, &[&recent, &stale]).await.map_err(pg)?;
+            Ok(result_set(t, &[("report", ColType::NVarChar)], &[vec![Sql::NVarChar(row.get(0))]]))
+        }
+        "sbworker.dead_letters" => {
+            let since = optional_text(arg("@since")?)?;
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s.client().query(ops::DEAD_LETTERS.sql, &[&since, &limit]).await.map_err(pg)?;
+            Ok(letters(t, &rows))
+        }
+        "sbworker.dead_letter_show" => {
+            let id = as_i64(arg("@id")?)?;
+            let rows = s.client().query(ops::DEAD_LETTER.sql, &[&id]).await.map_err(pg)?;
+            Ok(letters(t, &rows))
+        }
+        "sbworker.replay_dead_letter" => {
+            let id = as_i64(arg("@id")?)?;
+            let by = as_text(arg("@by")?)?;
+            let unless_replayed = match arg("@unless_replayed").ok() {
+                None | Some(Sql::Null) => false,
+                Some(Sql::Bit(b)) => b,
+                Some(v) => as_i64(v)? != 0,
+            };
+            let row = s.client().query_one(ops::REPLAY.sql, &[&id, &by, &unless_replayed]).await.map_err(pg)?;
+            let handle = row.get::<_, Option<Uuid>>(0).map_or(Sql::Null, Sql::Guid);
+            Ok(result_set(t, &[("conversation_handle", ColType::Guid)], &[vec![handle]]))
+        }
+        "sbworker.purge_dead_letters" => {
+            let before = as_text(arg("@before")?)?;
+            let batch = int32(arg("@batch")?, "@batch")?;
+            let row = s.client().query_one(ops::PURGE.sql, &[&before, &batch]).await.map_err(pg)?;
+            Ok(result_set(t, &[("deleted", ColType::Int)], &[vec![Sql::Int(row.get(0))]]))
+        }
+        // `sbworker export --mssql` and `sbworker sweep --mssql` (05_handoff.sql): the
+        // PostgreSQL hand-off's statements and sweep, the same shapes.
+        "rekenserver.export_claim" => {
+            let periode = int32(arg("@periode")?, "@periode")?;
+            let mode = as_text(arg("@mode")?)?;
+            let minutes = match arg("@lease_minutes").ok() {
+                None | Some(Sql::Null) => 15,
+                Some(v) => int32(v, "@lease_minutes")?,
+            };
+            let batch = as_uuid(arg("@batch")?)?;
+            let rows = match mode.as_str() {
+                "once" => s.client().query(handoff::CLAIM_ONCE.sql, &[&periode, &batch]).await,
+                "lease" => {
+                    let seconds = f64::from(minutes) * 60.0;
+                    s.client().query(handoff::CLAIM_LEASE.sql, &[&periode, &batch, &seconds]).await
+                }
+                _ => return Err(Failure { number: 50101, class: 16, message: "mode must be once or lease".into() }),
+            }
+            .map_err(pg)?;
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    let (dv, p, v): (i32, i32, i64) = (r.get(0), r.get(1), r.get(2));
+                    vec![
+                        Sql::Guid(batch),
+                        Sql::NVarChar(format!("{dv}-{p}-{v}")),
+                        Sql::Int(dv),
+                        Sql::Int(p),
+                        Sql::BigInt(v),
+                        Sql::Int(r.get(3)),
+                        Sql::NVarChar(r.get(4)),
+                        Sql::NVarChar(r.get(5)),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("batch", ColType::Guid),
+                ("sleutel", ColType::NVarChar),
+                ("dienstverband_id", ColType::Int),
+                ("periode_id", ColType::Int),
+                ("versie", ColType::BigInt),
+                ("kaart_soort", ColType::Int),
+                ("loonfactor_code", ColType::NVarChar),
+                ("waarde", ColType::NVarChar),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
+        "rekenserver.export_ack" => {
+            let batch = as_uuid(arg("@batch")?)?;
+            let n: i64 = s.client().query_one(handoff::ACK.sql, &[&batch]).await.map_err(pg)?.get(0);
+            Ok(result_set(t, &[("confirmed", ColType::Int)], &[vec![Sql::Int(n as i32)]]))
+        }
+        "rekenserver.sweep" => {
+            // The procedure's bounds and error numbers (50110-50113), checked before use.
+            let mut n = |name: &str, default: i64, number: i32| match arg(name).ok() {
+                None | Some(Sql::Null) => Ok(default),
+                Some(v) => match as_i64(v)? {
+                    x if x >= 1 => Ok(x),
+                    _ => Err(Failure { number, class: 16, message: format!("{name} must be 1 or more") }),
+                },
+            };
+            let opts = crate::handoff::sweep::Options {
+                fuse: n("@fuse", 500, 50110)?,
+                batch: n("@batch", 100, 50111)? as usize,
+                retention_days: int32(Sql::BigInt(n("@retention_days", 60, 50112)?), "@retention_days")?,
+                delete_batch: n("@delete_batch", 5000, 50113)?,
+            };
+            let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
+                number: 50114,
+                class: 16,
+                message: e.to_string(),
+            })?;
+            let row = match outcome {
+                crate::handoff::sweep::Outcome::Skipped => {
+                    vec![
+                        Sql::Bit(true),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                        Sql::Bit(false),
+                        Sql::Int(0),
+                        Sql::Int(0),
+                    ]
+                }
+                crate::handoff::sweep::Outcome::Ran {
+                    lost,
+                    candidates,
+                    sent,
+                    repaired,
+                    fuse_reached,
+                    deleted_log_rows,
+                    deleted_dead_letters,
+                    ..
+                } => vec![
+                    Sql::Bit(false),
+                    Sql::Int(lost as i32),
+                    Sql::Int(candidates as i32),
+                    Sql::Int(sent as i32),
+                    Sql::Int(repaired as i32),
+                    Sql::Bit(fuse_reached),
+                    Sql::Int(deleted_log_rows as i32),
+                    Sql::Int(deleted_dead_letters as i32),
+                ],
+            };
+            let cols = [
+                ("skipped", ColType::Bit),
+                ("lost", ColType::Int),
+                ("candidates", ColType::Int),
+                ("sent", ColType::Int),
+                ("repaired", ColType::Int),
+                ("fuse_reached", ColType::Bit),
+                ("deleted_log_rows", ColType::Int),
+                ("deleted_dead_letters", ColType::Int),
+            ];
+            Ok(result_set(t, &cols, &[row]))
+        }
+        "rekenserver.noteer_fout" => {
+            let handle = as_uuid(arg("@handle")?)?;
+            // A caller of an older release passes no @herstelbaar: read from the text,
+            // as the procedure does (broker/mssql/03_results.sql).
+            let text = as_text(arg("@melding")?)?;
+            let repairable = match arg("@herstelbaar").ok() {
+                Some(Sql::Bit(b)) => b,
+                Some(Sql::Int(i)) => i != 0,
+                _ => text.starts_with("internal (") || text.starts_with("error "),
+            };
+            s.record_fout(handle, &text, repairable).await?;
+            Ok(None)
+        }
+        other => Err(Failure {
+            number: 2812,
+            class: 16,
+            message: format!(
+                "Could not find stored procedure '{other}' (the emulator runs sbworker's procedures only)."
+            ),
+        }),
+    }
+}
+
+use crate::sql::statements::postgres_handoff as handoff;
+use crate::sql::statements::postgres_operations as ops;
+
+fn pg(e: tokio_postgres::Error) -> Failure {
+    Failure::from(crate::broker::postgres::error_of(e))
+}
+
+fn int32(v: Sql, name: &str) -> Result<i32, Failure> {
+    i32::try_from(as_i64(v)?).map_err(|_| fail(format!("{name} out of range")))
+}
+
+fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
+    match v {
+        Sql::Null => Ok(None),
+        v => as_text(v).map(Some),
+    }
+}
+
+/// Dead letters as sbworker.dead_letters returns them on SQL Server (times as ISO text).
+fn letters(t: &mut Tokens, rows: &[tokio_postgres::Row]) -> Option<u64> {
+    let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+    let out: Vec<Vec<Sql>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Sql::BigInt(r.get(0)),
+                Sql::NVarChar(r.get(1)),
+                Sql::NVarChar(r.get(2)),
+                text(r.get(3)),
+                Sql::NVarChar(r.get(4)),
+                r.get::<_, Option<Vec<u8>>>(5).map_or(Sql::Null, Sql::VarBinary),
+                Sql::Int(r.get(6)),
+                Sql::NVarChar(r.get(7)),
+                Sql::NVarChar(r.get(8)),
+                Sql::Int(r.get(9)),
+                text(r.get(10)),
+                text(r.get(11)),
+                r.get::<_, Option<Uuid>>(12).map_or(Sql::Null, Sql::Guid),
+            ]
+        })
+        .collect();
+    let cols = [
+        ("id", ColType::BigInt),
+        ("queue", ColType::NVarChar),
+        ("service_name", ColType::NVarChar),
+        ("far_service", ColType::NVarChar),
+        ("message_type_name", ColType::NVarChar),
+        ("message_body", ColType::VarBinaryMax),
+        ("attempts", ColType::Int),
+        ("reason", ColType::NVarChar),
+        ("dead_lettered_at", ColType::NVarChar),
+        ("replays", ColType::Int),
+        ("replayed_at", ColType::NVarChar),
+        ("replayed_by", ColType::NVarChar),
+        ("replay_handle", ColType::Guid),
+    ];
+    result_set(t, &cols, &out)
+}
