@@ -5,7 +5,7 @@
 use tokio::process::Command;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_quick_bench_runs_every_part_and_writes_its_report() {
+async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
     let dir = crate::common::calc::TempDir::new("bench-quick");
     let out = crate::common::within(
         600,

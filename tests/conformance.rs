@@ -120,7 +120,7 @@ impl Far for PgFar {
 
 async fn finish_on<S: Session>(s: &mut S, initiator: Uuid) -> Vec<Message> {
     s.begin().await.unwrap();
-    let got = s.receive_conversation(ANTWOORD_Q, initiator).await.unwrap();
+    let got = s.receive_conversation(DATA_QUEUE, initiator).await.unwrap();
     s.end_conversation(initiator, None).await.unwrap();
     s.commit().await.unwrap();
     got
@@ -233,37 +233,37 @@ where
     // Order within a conversation; one group per receive.
     let h = far.dialog(3).await;
     a.begin().await.unwrap();
-    let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let got = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(got.len(), 3, "{name}");
     assert!(got.iter().all(|m| m.conversation_group_id == got[0].conversation_group_id), "{name}: one group");
     assert_eq!(got.iter().map(|m| m.sequence).collect::<Vec<_>>(), [1, 2, 3], "{name}: in order");
     // The group stays locked until commit: another session gets nothing of it.
     b.begin().await.unwrap();
-    assert!(b.receive(REKEN_Q, 10, None, Duration::from_millis(300)).await.unwrap().is_empty(), "{name}: locked");
+    assert!(b.receive(REKEN_QUEUE, 10, None, Duration::from_millis(300)).await.unwrap().is_empty(), "{name}: locked");
     b.commit().await.unwrap();
     // A rollback returns the messages, in order.
     a.rollback().await.unwrap();
     a.begin().await.unwrap();
-    let again = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let again = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(again.iter().map(|m| m.sequence).collect::<Vec<_>>(), [1, 2, 3], "{name}: returned");
     let target = again[0].conversation_handle;
 
     // Attempt counts survive a rollback (they are written outside the transaction).
     let keys = [MessageKey::of(&again[0])];
-    assert_eq!(a.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 1, "{name}");
+    assert_eq!(a.count_attempts(REKEN_QUEUE, &keys).await.unwrap()[0].attempts, 1, "{name}");
     a.rollback().await.unwrap();
     a.begin().await.unwrap();
-    let third = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let third = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(third.len(), 3, "{name}");
-    assert_eq!(a.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 2, "{name}: counted across a rollback");
+    assert_eq!(a.count_attempts(REKEN_QUEUE, &keys).await.unwrap()[0].attempts, 2, "{name}: counted across a rollback");
 
     // ... and across a crash: a session dropped inside its transaction (its connection
     // gone, as when the worker is killed) leaves the count standing.
     a.rollback().await.unwrap();
     let mut c = transport.open().await.unwrap();
     c.begin().await.unwrap();
-    assert_eq!(c.receive(REKEN_Q, 10, None, WAIT).await.unwrap().len(), 3, "{name}");
-    assert_eq!(c.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 3, "{name}");
+    assert_eq!(c.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap().len(), 3, "{name}");
+    assert_eq!(c.count_attempts(REKEN_QUEUE, &keys).await.unwrap()[0].attempts, 3, "{name}");
     drop(c);
     // The server rolls the dropped session back once it sees the connection gone. A
     // rollback wakes no waiting receiver (on either back end's broker here: a session
@@ -273,20 +273,20 @@ where
     let deadline = tokio::time::Instant::now() + WAIT;
     let fourth = loop {
         a.begin().await.unwrap();
-        let got = a.receive(REKEN_Q, 10, None, Duration::from_millis(500)).await.unwrap();
+        let got = a.receive(REKEN_QUEUE, 10, None, Duration::from_millis(500)).await.unwrap();
         if !got.is_empty() || tokio::time::Instant::now() > deadline {
             break got;
         }
         a.rollback().await.unwrap();
     };
     assert_eq!(fourth.len(), 3, "{name}: the crashed session's messages are back");
-    assert_eq!(a.count_attempts(REKEN_Q, &keys).await.unwrap()[0].attempts, 4, "{name}: counted across a crash");
+    assert_eq!(a.count_attempts(REKEN_QUEUE, &keys).await.unwrap()[0].attempts, 4, "{name}: counted across a crash");
     a.forget_attempts(&keys).await.unwrap();
 
     // A send is invisible until commit.
-    let answers_before = far.waiting(ANTWOORD_Q).await;
+    let answers_before = far.waiting(DATA_QUEUE).await;
     a.send(target, message_types::FOUT, Some(b"<Fout/>")).await.unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(far.waiting(ANTWOORD_Q).await, answers_before, "{name}: not before commit");
+    assert_eq!(far.waiting(DATA_QUEUE).await, answers_before, "{name}: not before commit");
     // Endpoint states as the transport drives them: the initiator is conversing (CO);
     // where the broker has the state, the target is still started inbound (SI) while
     // the receive is not committed.
@@ -314,12 +314,12 @@ where
     // received with it, in one group.
     let (h1, h2) = (far.dialog(1).await, far.dialog(1).await);
     a.begin().await.unwrap();
-    let first = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let first = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(first.len(), 1, "{name}");
     let g_first = first[0].conversation_group_id;
     // While `a` holds the first group, `b` receives the other: its target handle.
     b.begin().await.unwrap();
-    let second = b.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let second = b.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(second.len(), 1, "{name}");
     assert_ne!(second[0].conversation_group_id, g_first, "{name}: two groups");
     let t_other = second[0].conversation_handle;
@@ -329,7 +329,7 @@ where
     a.move_conversation(t_other, g_first).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     a.commit().await.unwrap();
     a.begin().await.unwrap();
-    let both = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let both = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(both.len(), 2, "{name}: both dialogs in one group");
     assert!(both.iter().all(|m| m.conversation_group_id == g_first), "{name}");
     for m in &both {
@@ -346,18 +346,26 @@ where
     // gets its messages; once they are gone, none is found.
     let hg = far.dialog(2).await;
     a.begin().await.unwrap();
-    let g = a.get_conversation_group(REKEN_Q, WAIT).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = a.get_conversation_group(REKEN_QUEUE, WAIT).await.unwrap_or_else(|e| panic!("{name}: {e}"));
     let g = g.unwrap_or_else(|| panic!("{name}: a group"));
     b.begin().await.unwrap();
-    assert_eq!(b.get_conversation_group(REKEN_Q, Duration::from_millis(300)).await.unwrap(), None, "{name}: locked");
+    assert_eq!(
+        b.get_conversation_group(REKEN_QUEUE, Duration::from_millis(300)).await.unwrap(),
+        None,
+        "{name}: locked"
+    );
     b.commit().await.unwrap();
-    let got = a.receive(REKEN_Q, 10, Some(g), WAIT).await.unwrap();
+    let got = a.receive(REKEN_QUEUE, 10, Some(g), WAIT).await.unwrap();
     assert_eq!(got.len(), 2, "{name}");
     assert!(got.iter().all(|m| m.conversation_group_id == g), "{name}: of that group");
     a.end_conversation(got[0].conversation_handle, None).await.unwrap();
     a.commit().await.unwrap();
     a.begin().await.unwrap();
-    assert_eq!(a.get_conversation_group(REKEN_Q, Duration::from_millis(100)).await.unwrap(), None, "{name}: none left");
+    assert_eq!(
+        a.get_conversation_group(REKEN_QUEUE, Duration::from_millis(100)).await.unwrap(),
+        None,
+        "{name}: none left"
+    );
     a.commit().await.unwrap();
     far.finish(hg).await;
 
@@ -371,30 +379,30 @@ where
 
     // The broker's poison rule, where it is on: five rolled-back receives of the same
     // message in a row disable the queue (9617 to the next receive).
-    far.alter_queue(REKEN_Q, true, true).await;
+    far.alter_queue(REKEN_QUEUE, true, true).await;
     let hp = far.dialog(1).await;
     for round in 1..=5 {
         a.begin().await.unwrap();
-        let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+        let got = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
         assert_eq!(got.len(), 1, "{name}: round {round}");
         a.rollback().await.unwrap();
     }
-    let st = a.queue_state(REKEN_Q).await.unwrap();
+    let st = a.queue_state(REKEN_QUEUE).await.unwrap();
     assert!(!st.enabled && st.poison_handling, "{name}: disabled after five rollbacks");
     a.begin().await.unwrap();
-    let e = a.receive(REKEN_Q, 10, None, Duration::from_millis(100)).await.unwrap_err();
+    let e = a.receive(REKEN_QUEUE, 10, None, Duration::from_millis(100)).await.unwrap_err();
     assert_eq!((e.kind, e.number), (ErrorKind::QueueDisabled, 9617), "{name}: {e}");
     let _ = a.rollback().await;
-    far.alter_queue(REKEN_Q, true, false).await;
+    far.alter_queue(REKEN_QUEUE, true, false).await;
     a.begin().await.unwrap();
-    let got = a.receive(REKEN_Q, 10, None, WAIT).await.unwrap();
+    let got = a.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
     assert_eq!(got.len(), 1, "{name}: served again once enabled");
     a.end_conversation(got[0].conversation_handle, None).await.unwrap();
     a.commit().await.unwrap();
     far.finish(hp).await;
 
     // The state of a queue, and of one that does not exist.
-    let st = a.queue_state(REKEN_Q).await.unwrap();
+    let st = a.queue_state(REKEN_QUEUE).await.unwrap();
     assert!(st.enabled, "{name}");
     let missing = a.queue_state("no_such_queue").await;
     if backend.capabilities.contains(&Capability::MissingQueueIsNotFound) {
@@ -403,7 +411,7 @@ where
         assert!(missing.is_err(), "{name}: a missing queue is an error of some kind");
     }
     // Nothing left behind on the calculation's queue.
-    assert_eq!(far.waiting(REKEN_Q).await, 0, "{name}");
+    assert_eq!(far.waiting(REKEN_QUEUE).await, 0, "{name}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

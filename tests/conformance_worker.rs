@@ -83,7 +83,7 @@ impl World {
     /// The worker's configuration: the calculation queue, short retry delays.
     fn config(&self) -> Config {
         let mut c = config(&self.worker_url, "");
-        c.queues.get_mut(REKEN_Q).unwrap().wait_ms = 500;
+        c.queues.get_mut(REKEN_QUEUE).unwrap().wait_ms = 500;
         c
     }
 
@@ -126,7 +126,7 @@ impl World {
         format!(
             "[broker]\n{broker}\n\n[worker]\nretry_min_delay_ms = 10\nretry_max_delay_ms = 200\n\n\
              [log]\nlevel = \"info\"\n\n{extra}\n\n\
-             [queues.{REKEN_Q}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 1000\nmax_readers = {max_readers}\n"
+             [queues.{REKEN_QUEUE}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 1000\nmax_readers = {max_readers}\n"
         )
     }
 
@@ -136,7 +136,7 @@ impl World {
 }
 
 fn q_metric(name: &str) -> String {
-    format!("{name}{{queue=\"{REKEN_Q}\"}}")
+    format!("{name}{{queue=\"{REKEN_QUEUE}\"}}")
 }
 
 /// Fails every group whose request contains "poison"; the rest is the calculation's.
@@ -265,7 +265,7 @@ async fn an_unknown_message_type_is_a_contract_breach_ended_with_an_error(kind: 
         .batch_execute(&format!(
             "SELECT sb.create_message_type('/x/Anders', 'NONE');
              SELECT sb.create_contract('/x/Breed', ARRAY[['/x/Anders','ANY'],['{}','ANY']]);
-             SELECT sb.create_service('{REKEN_SERVICE}', '{REKEN_Q}', ARRAY['{CONTRACT}', '/x/Breed']);",
+             SELECT sb.create_service('{REKEN_SERVICE}', '{REKEN_QUEUE}', ARRAY['{CONTRACT}', '/x/Breed']);",
             message_types::FOUT
         ))
         .await
@@ -301,7 +301,7 @@ async fn a_real_deadlock_is_retried_as_the_environments_fault_and_answered(kind:
     // (1 s against the test's 10 s): it is the victim, its transaction rolls back.
     holder
         .client()
-        .execute("SELECT 1 FROM sb.group_ready WHERE queue = $1 FOR UPDATE", &[&REKEN_Q])
+        .execute("SELECT 1 FROM sb.group_ready WHERE queue = $1 FOR UPDATE", &[&REKEN_QUEUE])
         .await
         .unwrap_or_else(|e| panic!("{name}: the test was chosen as the victim: {e}"));
     // Held against the environment, and named as SQL Server names it.
@@ -465,7 +465,7 @@ async fn when_diverting_fails_too_the_message_is_still_set_aside_before_the_brok
     // Where an operator keeps the broker's poison detection on (allowed by configuration),
     // the worker still diverts within its four rollbacks.
     w.s.client()
-        .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)"))
+        .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_poison_handling => true)"))
         .await
         .unwrap();
     let worker = w.start(w.config(), Arc::new(PoisonedTwice));
@@ -497,14 +497,14 @@ async fn a_disabled_queue_stops_its_readers_while_other_queues_go_on(kind: Kind)
         .batch_execute(&format!(
             "SELECT sb.create_queue('reken_q2'); SELECT sb.create_service('/Reken2', 'reken_q2', ARRAY['{CONTRACT}']);
              SELECT sb.alter_queue('reken_q2', p_poison_handling => false);
-             SELECT sb.alter_queue('{REKEN_Q}', false);"
+             SELECT sb.alter_queue('{REKEN_QUEUE}', false);"
         ))
         .await
         .unwrap();
     let mut cfg = w.config();
     cfg.worker.disabled_recheck_ms = 100;
     cfg.worker.scale_interval_ms = 50;
-    let q2 = cfg.queues[REKEN_Q].clone();
+    let q2 = cfg.queues[REKEN_QUEUE].clone();
     cfg.queues.insert("reken_q2".into(), q2);
     let worker = w.start_calculation(cfg);
     let stuck = ask(&mut w.s, &vraag_body(Uuid::new_v4())).await;
@@ -516,12 +516,12 @@ async fn a_disabled_queue_stops_its_readers_while_other_queues_go_on(kind: Kind)
     assert_eq!(got[0].conversation_handle, h2, "{name}: the enabled queue is served");
     wait_until("the disabled queue shows as such", || async {
         worker.metric(&q_metric("sbworker_queue_enabled")) == 0.0
-            && worker.metrics.readiness().is_err_and(|e| e.contains(&format!("{REKEN_Q}: Disabled")))
+            && worker.metrics.readiness().is_err_and(|e| e.contains(&format!("{REKEN_QUEUE}: Disabled")))
     })
     .await;
-    assert_eq!(w.count(&format!("SELECT count(*) FROM sb.message WHERE queue = '{REKEN_Q}'")).await, 1, "{name}");
+    assert_eq!(w.count(&format!("SELECT count(*) FROM sb.message WHERE queue = '{REKEN_QUEUE}'")).await, 1, "{name}");
     // Enabled again: the re-check notices and readers serve it.
-    w.s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', true)")).await.unwrap();
+    w.s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', true)")).await.unwrap();
     let got = collect(&mut w.s, 1).await;
     assert_eq!(got[0].conversation_handle, stuck, "{name}");
     end_all(&mut w.s, [stuck, h2]).await;
@@ -540,7 +540,7 @@ async fn readers_scale_up_under_a_backlog_and_back_down_when_idle(kind: Kind) {
     let mut cfg = w.config();
     cfg.worker.scale_interval_ms = 100;
     cfg.worker.idle_exit_ms = 300;
-    let q = cfg.queues.get_mut(REKEN_Q).unwrap();
+    let q = cfg.queues.get_mut(REKEN_QUEUE).unwrap();
     (q.min_readers, q.max_readers, q.batch, q.wait_ms) = (1, 3, 1, 100);
     let worker = w.start(cfg, Arc::new(Held { entered: entered_tx, release: release.clone() }));
     // Each reader holds a group: with a backlog and all busy, readers are added.
@@ -573,7 +573,7 @@ async fn sigterm_lets_the_group_in_flight_commit_and_exits_zero(kind: Kind) {
     let got = collect(&mut w.s, 1).await;
     assert_eq!((got[0].message_type.as_str(), got[0].conversation_handle), (message_types::ANTWOORD, h), "{name}");
     // Nothing left for a next worker, no attempt open.
-    assert_eq!(w.count(&format!("SELECT count(*) FROM sb.message WHERE queue = '{REKEN_Q}'")).await, 0, "{name}");
+    assert_eq!(w.count(&format!("SELECT count(*) FROM sb.message WHERE queue = '{REKEN_QUEUE}'")).await, 0, "{name}");
     assert_eq!(w.count("SELECT count(*) FROM sbworker.message_attempt").await, 0, "{name}");
 }
 

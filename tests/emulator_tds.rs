@@ -119,7 +119,7 @@ async fn error_tokens_from_the_wire_are_classified_by_number() {
     assert!(e.message.contains("not supported by the emulator"), "{e}");
     let e = fails("SEND ON", &[]).await;
     assert_eq!(e.number, 102, "{e}");
-    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', false)")).await.unwrap();
+    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', false)")).await.unwrap();
     let e = fails("RECEIVE * FROM dbo.loonfactorberekening_reken", &[]).await;
     assert_eq!((e.number, e.kind), (9617, ErrorKind::QueueDisabled), "{e}");
 }
@@ -217,7 +217,7 @@ async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session
         count(
             s,
             &format!(
-                "SELECT (SELECT count(*) FROM sb.message WHERE queue = '{REKEN_Q}') \
+                "SELECT (SELECT count(*) FROM sb.message WHERE queue = '{REKEN_QUEUE}') \
                  + (SELECT count(*) FROM sbworker.message_attempt)"
             ),
         )
@@ -226,7 +226,7 @@ async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session
     })
     .await;
     assert_eq!(
-        count(s, &format!("SELECT count(*) FROM sb.message WHERE queue = '{ANTWOORD_Q}'")).await,
+        count(s, &format!("SELECT count(*) FROM sb.message WHERE queue = '{DATA_QUEUE}'")).await,
         0,
         "no answer beyond one per request"
     );
@@ -243,14 +243,21 @@ async fn a_connection_dropped_between_send_and_commit_loses_nothing_and_answers_
     let faults = Arc::new(Faults::default());
     faults.set_send_drop_every(Some(2));
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
-    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     assert!(faults.injected() >= 3, "{}", faults.injected());
     let text = metrics.encode();
-    assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_Q}\"}}")), 6.0, "{text}");
-    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 3.0, "{text}");
+    assert_eq!(
+        metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_QUEUE}\"}}")),
+        6.0,
+        "{text}"
+    );
+    assert!(
+        metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_QUEUE}\"}}")) >= 3.0,
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,7 +266,7 @@ async fn injected_deadlocks_1205_are_retried_and_every_request_is_answered_once(
     let faults = Arc::new(Faults::new(Some(2), None, std::time::Duration::from_millis(2)));
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
     // One reader: receives come one after another, so no message meets two faults in a row.
-    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
@@ -267,7 +274,7 @@ async fn injected_deadlocks_1205_are_retried_and_every_request_is_answered_once(
     // reader received the same message again after a backoff.
     assert!(faults.injected() >= 5, "{}", faults.injected());
     let text = metrics.encode();
-    assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_Q}\"}}")), 6.0);
+    assert_eq!(metric_in(&text, &format!("sbworker_requests_answered_total{{queue=\"{REKEN_QUEUE}\"}}")), 6.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,7 +282,7 @@ async fn a_connection_dropped_mid_transaction_is_reopened_and_nothing_is_lost() 
     let (url, mut s) = calc_world().await;
     let faults = Arc::new(Faults::new(None, Some(2), std::time::Duration::ZERO));
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
-    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     every_request_answered_once(&mut s, 6).await;
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
@@ -469,7 +476,7 @@ async fn random_packets_and_garbage_bytes_never_panic_the_emulator() {
     // Still serving, and no connection task panicked.
     let transport = MssqlTransport::new(&conn).unwrap();
     let mut session = sbworker::transport::Transport::open(&transport).await.unwrap();
-    let state = sbworker::transport::Session::queue_state(&mut session, REKEN_Q).await.unwrap();
+    let state = sbworker::transport::Session::queue_state(&mut session, REKEN_QUEUE).await.unwrap();
     assert!(state.enabled);
     assert_eq!(sbworker::emulator::server::connection_panics(), 0);
 }

@@ -513,7 +513,7 @@ fn tsql_parse(files: &[std::path::PathBuf]) -> std::process::Output {
 }
 
 #[test]
-fn every_batch_parses_with_an_independent_tsql_parser() {
+fn slow_every_batch_parses_with_an_independent_tsql_parser() {
     let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql"));
     let mut files: Vec<_> = all_scripts().map(|(f, _)| dir.join(f)).collect();
     files.sort();

@@ -132,7 +132,7 @@ impl Handler<Session> for Delayed {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn latest_wins_with_300_keys_edited_10_times_and_4_readers() {
+async fn slow_latest_wins_with_300_keys_edited_10_times_and_4_readers() {
     let (url, mut c) = pipeline_world().await;
     let keys = 300;
     let roster = Roster::generate(keys, 11, false);
@@ -267,7 +267,7 @@ async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
 /// fails by it (no counted failure, no dead letter), and every key ends on its latest
 /// version's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn installing_again_over_running_workers_fails_no_message() {
+async fn slow_installing_again_over_running_workers_fails_no_message() {
     let (url, mut c) = pipeline_world().await;
     let dir = TempDir::new("upgrade");
     let config = dir.0.join("worker.toml");

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::common::calc::{REKEN_Q, TempDir};
+use crate::common::calc::{REKEN_QUEUE, TempDir};
 use crate::common::pg::fresh_db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
@@ -136,7 +136,7 @@ fn closed_port() -> u16 {
 
 fn config(kind: &str, connection_line: &str, extra: &str) -> String {
     format!(
-        "[broker]\nkind = \"{kind}\"\n{connection_line}\n\n{extra}\n\n[queues.{REKEN_Q}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 2000\n"
+        "[broker]\nkind = \"{kind}\"\n{connection_line}\n\n{extra}\n\n[queues.{REKEN_QUEUE}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 2000\n"
     )
 }
 

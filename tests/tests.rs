@@ -1,32 +1,35 @@
 //! The one integration-test binary (one binary links once). Each module is a
-//! topic; shared helpers live in `common`.
+//! topic; shared helpers live in `common`, and topics never use each other.
+//!
+//! The tests named `slow_…` take about half the suite's time; the everyday lane leaves
+//! them out: `cargo test -- --skip slow_`. CI runs them all (`cargo test --locked`).
 
-mod bench_quick;
-mod broker_pg;
-mod broker_pg_races;
-mod cli_calc;
-mod cli_run;
-mod common;
-mod conformance;
-mod conformance_worker;
-mod contract_examples;
-mod contract_props;
-mod doc_links;
-mod emulator_tds;
-mod engine_cases;
-mod engine_props;
-mod handoff_pg;
-mod layers;
-mod mssql_real;
-mod mssql_scripts;
-mod ops;
-mod packaging;
-mod pg_roles;
-mod pg_tls;
-mod pipeline_pg;
-mod repairs_pg;
-mod secrets;
-mod selftest;
-mod transient_faults;
-mod worker_pg;
-mod worker_process;
+mod bench_quick; // `sbworker bench --quick` as a process (slow)
+mod broker_pg; // the PostgreSQL broker's Service Broker semantics
+mod broker_pg_races; // races in the PostgreSQL broker
+mod cli_calc; // `sbworker calc` as a user runs it
+mod cli_run; // `sbworker run` as an operator starts it
+mod common; // shared helpers only: cluster, broker, builders, processes, TDS, faults
+mod conformance; // the transport conformance suite, on both back ends
+mod conformance_worker; // the worker-level conformance scenarios, on both back ends
+mod contract_examples; // the example messages against xmllint and the codec
+mod contract_props; // property tests of the codec
+mod doc_links; // every link and cited path in the docs exists
+mod emulator_tds; // the SQL Server transport over TDS against the emulator; python-tds
+mod engine_cases; // the engine against the worked examples and edge cases
+mod engine_props; // property tests of the engine
+mod handoff_pg; // the payroll hand-off and housekeeping on PostgreSQL
+mod layers; // the crates' and modules' layers
+mod mssql_real; // against a real SQL Server, when one is given
+mod mssql_scripts; // the SQL Server scripts, checked without a server (one slow parser test)
+mod ops; // `sbworker status` and `sbworker dead-letter`
+mod packaging; // the Debian package's pieces agree
+mod pg_roles; // the PostgreSQL roles, as strict as Service Broker's permissions
+mod pg_tls; // TLS to PostgreSQL as libpq's `sslmode` means it
+mod pipeline_pg; // the pipeline on PostgreSQL, end to end (two slow tests)
+mod repairs_pg; // lost dialogs and unbuildable keys, repaired by the sweep
+mod secrets; // no secret is ever printed
+mod selftest; // `sbworker selftest`
+mod transient_faults; // aimed transient faults: retried, never counted, never diverted
+mod worker_pg; // the worker runtime in process against the PostgreSQL broker
+mod worker_process; // the worker as a real process

@@ -22,7 +22,10 @@ async fn the_worker_refuses_a_queue_whose_broker_poison_detection_is_on() {
     let (url, s) = calc_world().await;
     let transport = sbworker::broker::postgres::PostgresTransport::new(&url);
     sbworker::worker::preflight(&transport, &config(&url, "")).await.expect("installed with it off");
-    s.client().batch_execute(&format!("SELECT sb.alter_queue('{REKEN_Q}', p_poison_handling => true)")).await.unwrap();
+    s.client()
+        .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_poison_handling => true)"))
+        .await
+        .unwrap();
     let e = sbworker::worker::preflight(&transport, &config(&url, "")).await.unwrap_err().to_string();
     assert!(e.contains("poison-message handling is on") && e.contains("p_poison_handling => false"), "{e}");
     let allowed = config(&url, "").worker;
@@ -37,7 +40,7 @@ async fn over_tds_a_deadlock_at_every_receive_and_commit_for_many_rounds_leaves_
     let faults = Arc::new(Faults::default());
     faults.set_receive_faults(Some(1), None, None);
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
-    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     let body = vraag_for(fresh_key());
     let asked = ask(&mut s, &body).await;
     // Every RECEIVE that takes the message is a deadlock victim: well past five rounds.
@@ -46,8 +49,12 @@ async fn over_tds_a_deadlock_at_every_receive_and_commit_for_many_rounds_leaves_
     faults.set_receive_faults(None, None, None);
     faults.set_commit_deadlock_every(Some(1));
     wait_until("eight deadlocks at COMMIT", || async { faults.injected() >= 16 }).await;
-    let rollbacks: i32 =
-        s.client().query_one("SELECT rollbacks FROM sb.message WHERE queue = $1", &[&REKEN_Q]).await.unwrap().get(0);
+    let rollbacks: i32 = s
+        .client()
+        .query_one("SELECT rollbacks FROM sb.message WHERE queue = $1", &[&REKEN_QUEUE])
+        .await
+        .unwrap()
+        .get(0);
     assert!(rollbacks >= 16, "each fault rolled the receive back: {rollbacks}");
     assert_eq!(count(&s, "SELECT count(*) FROM sb.queue WHERE NOT enabled").await, 0, "the queue stays enabled");
     faults.clear();
@@ -55,8 +62,11 @@ async fn over_tds_a_deadlock_at_every_receive_and_commit_for_many_rounds_leaves_
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     let text = metrics.encode();
-    assert_eq!(metric_in(&text, &format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_Q}\"}}")), 0.0);
-    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 8.0, "{text}");
+    assert_eq!(metric_in(&text, &format!("sbworker_messages_dead_lettered_total{{queue=\"{REKEN_QUEUE}\"}}")), 0.0);
+    assert!(
+        metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_QUEUE}\"}}")) >= 8.0,
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +77,7 @@ async fn over_tds_deadlocks_lock_timeouts_and_dropped_connections_lose_nothing_a
     faults.set_receive_faults(Some(13), Some(11), Some(7));
     faults.set_commit_deadlock_every(Some(9));
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
-    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 2);
+    let (tx, run, _) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 2);
     let mut asked = Vec::new();
     for _ in 0..30 {
         let body = vraag_for(fresh_key());
@@ -101,7 +111,7 @@ async fn over_tds_a_session_killed_while_blocked_on_a_lock_five_times_is_answere
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
     let dv = fresh_key();
     let holder = hold_version_lock(&url, dv).await;
-    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_Q).unwrap().max_readers = 1);
+    let (tx, run, metrics) = tds_worker(&conn, &url, |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     let body = vraag_for(dv);
     let asked = ask(&mut s, &body).await;
     wait_until("five blocked sessions dropped", || async { faults.injected() >= 5 }).await;
@@ -112,7 +122,10 @@ async fn over_tds_a_session_killed_while_blocked_on_a_lock_five_times_is_answere
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
     let text = metrics.encode();
-    assert!(metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_Q}\"}}")) >= 5.0, "{text}");
+    assert!(
+        metric_in(&text, &format!("sbworker_transient_failures_total{{queue=\"{REKEN_QUEUE}\"}}")) >= 5.0,
+        "{text}"
+    );
 }
 
 /// A client on `url`, retrying the connection until the server accepts it again (for

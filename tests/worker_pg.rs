@@ -218,11 +218,11 @@ async fn version_2_answered_before_version_1_keeps_version_2() {
     let calc = calculation_handler();
     let collector = sbworker::handlers::collector::Collector::new(Limits::default());
     // Version 2 first, through to the store.
-    assert_eq!(handle_one(&mut s, REKEN_Q, t2, &*calc).await.answered, 1);
-    assert_eq!(handle_one(&mut s, ANTWOORD_Q, h2, &collector).await.answered, 1);
+    assert_eq!(handle_one(&mut s, REKEN_QUEUE, t2, &*calc).await.answered, 1);
+    assert_eq!(handle_one(&mut s, DATA_QUEUE, h2, &collector).await.answered, 1);
     // Version 1 afterwards: superseded at the calculation, nothing stored.
-    assert_eq!(handle_one(&mut s, REKEN_Q, t1, &*calc).await.superseded, 1);
-    let stored = handle_one(&mut s, ANTWOORD_Q, h1, &collector).await;
+    assert_eq!(handle_one(&mut s, REKEN_QUEUE, t1, &*calc).await.superseded, 1);
+    let stored = handle_one(&mut s, DATA_QUEUE, h1, &collector).await;
     assert_eq!((stored.answered, stored.superseded), (0, 1));
     // The stored result is version 2's, factor for factor as the engine computes it.
     let row = s

@@ -21,8 +21,7 @@ use uuid::Uuid;
 use super::build::{dienst, maart, w};
 use super::pg::fresh_db;
 
-pub const REKEN_Q: &str = "loonfactorberekening_reken";
-pub const ANTWOORD_Q: &str = "loonfactorberekening_data";
+pub use sbworker::handlers::{DATA_QUEUE, REKEN_QUEUE};
 pub const DATA_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/DataService";
 pub const REKEN_SERVICE: &str = "/Rekenserver/LoonfactorBerekening/RekenService";
 pub const CONTRACT: &str = "/Rekenserver/LoonfactorBerekening/DataContract";
@@ -62,7 +61,7 @@ pub async fn collect(s: &mut Session, n: usize) -> Vec<Message> {
     let mut got = Vec::new();
     while got.len() < n {
         s.begin().await.unwrap();
-        let batch = s.receive(ANTWOORD_Q, 1000, None, Duration::from_secs(60)).await.unwrap();
+        let batch = s.receive(DATA_QUEUE, 1000, None, Duration::from_secs(60)).await.unwrap();
         s.commit().await.unwrap();
         assert!(!batch.is_empty(), "no answer within 60 s; have {} of {n}", got.len());
         got.extend(batch.into_iter().filter(|m| m.message_type != sbworker::broker::system::END_DIALOG));
@@ -104,7 +103,7 @@ pub fn config_text(url: &str, extra: &str) -> String {
         "[broker]\nkind = \"postgres\"\nconnection = {url}\n\n\
          [worker]\nretry_min_delay_ms = 10\nretry_max_delay_ms = 200\n\n\
          {extra}\n\n\
-         [queues.{REKEN_Q}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 2000\n"
+         [queues.{REKEN_QUEUE}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 2000\n"
     )
 }
 

@@ -19,9 +19,13 @@ pub fn root() -> PathBuf {
 }
 
 /// A Python package from PyPI (`spec`, e.g. `python-tds==1.17.1`), installed with pip into
-/// the test target directory (`dir_name`) when `module` does not import; the directory to
-/// put on PYTHONPATH.
+/// one shared folder of the build directory (`target/tmp/{dir_name}`) when `module` does
+/// not import there: once per build directory, not per test or per run. Installs are
+/// one at a time (two tests asking at once would run pip into the same folder); the
+/// directory to put on PYTHONPATH.
 pub fn python_package(dir_name: &str, module: &str, spec: &str) -> PathBuf {
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir_name);
     let importable = || {
         Command::new("python3")

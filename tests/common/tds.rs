@@ -10,7 +10,7 @@ use sbworker::handlers::calculation;
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop};
 use tokio::sync::mpsc;
 
-use super::calc::{REKEN_Q, calculation_handler, config};
+use super::calc::{REKEN_QUEUE, calculation_handler, config};
 
 /// An emulator on a free port, with the tests' login: its connection string and its stop.
 pub async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
@@ -37,7 +37,7 @@ pub fn tds_worker(
 ) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
     let transport = MssqlTransport::new(conn).unwrap();
     let mut cfg = config(url, "");
-    cfg.queues.get_mut(REKEN_Q).unwrap().wait_ms = 500;
+    cfg.queues.get_mut(REKEN_QUEUE).unwrap().wait_ms = 500;
     tune(&mut cfg);
     let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
     let metrics = Arc::new(Metrics::new());

@@ -35,7 +35,7 @@ struct Block {
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-struct DienstEx {
+struct DutyExplained {
     header: String,
     dropped: Option<String>,
     blocks: Vec<Block>,
@@ -45,7 +45,7 @@ struct DienstEx {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Explanation {
     head: String,
-    diensten: Vec<DienstEx>,
+    diensten: Vec<DutyExplained>,
     wage: String,
     tail: String,
 }
@@ -80,7 +80,7 @@ impl Explanation {
             .diensten
             .dienst
             .iter()
-            .map(|d| DienstEx {
+            .map(|d| DutyExplained {
                 header: format!("Dienst {} ({})", d.datum, WEEKDAYS[d.datum.weekday().num_days_from_monday() as usize]),
                 dropped: None,
                 blocks: d

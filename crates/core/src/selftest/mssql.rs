@@ -12,6 +12,7 @@ use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
 use crate::transport::BrokerError;
 
 /// The selftest's statements (`broker/mssql/statements/selftest.sql`).
+use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
 use crate::sql::statements::mssql_selftest as stmt;
 
 /// Every statement of `broker/mssql/statements/selftest.sql` (for the emulator's
@@ -20,8 +21,10 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
     stmt::ALL.iter().map(|s| (s.name, s.sql)).collect()
 }
 
-const REKEN_QUEUE: &str = "dbo.loonfactorberekening_reken";
-const DATA_QUEUE: &str = "dbo.loonfactorberekening_data";
+/// The two queues as the SQL Server scripts create them: the handlers' names in `dbo`.
+fn queues() -> [String; 2] {
+    [format!("dbo.{REKEN_QUEUE}"), format!("dbo.{DATA_QUEUE}")]
+}
 
 fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
     Failure::broker(detail, e)
@@ -160,7 +163,8 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     }
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
-    for q in [REKEN_QUEUE, DATA_QUEUE] {
+    let [reken, data] = queues();
+    for q in [reken.as_str(), data.as_str()] {
         let r = rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?;
         let Some(r) = r.first() else {
             problems.push(format!("queue {q} does not exist"));
@@ -182,7 +186,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     }
     if problems.is_empty() {
         Ok(format!(
-            "SQL Server {version}; broker enabled, compatibility level {level}; queues {REKEN_QUEUE} and {DATA_QUEUE} \
+            "SQL Server {version}; broker enabled, compatibility level {level}; queues {reken} and {data} \
              enabled, activation and poison-message handling off"
         ))
     } else {
@@ -262,7 +266,10 @@ async fn round_trip_inner(client: &mut Tds, conn: &str) -> Result<String, Failur
     let versie: i64 = latest.get(2).unwrap_or(0);
     let transport = MssqlTransport::new(conn).map_err(|e| Failure::new(format!("the connection string: {e}")))?;
     let by = match target {
-        Some(t) => super::answer_scratch(&transport, (REKEN_QUEUE, DATA_QUEUE), t, initiator).await?,
+        Some(t) => {
+            let [reken, data] = queues();
+            super::answer_scratch(&transport, (&reken, &data), t, initiator).await?
+        }
         None => AnsweredBy::RunningWorker,
     };
     let wait = super::Wait::new(versie);

@@ -2,14 +2,14 @@
 -- of in-order messages per conversation group and the business effect each message has.
 -- Installed into a throwaway database of the bench's own cluster, never into yours.
 
-SELECT sb.create_message_type('/Bench/Bericht', 'NONE');
-SELECT sb.create_contract('/Bench/Contract', ARRAY[ARRAY['/Bench/Bericht', 'INITIATOR']]);
-SELECT sb.create_queue('bench_bron') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_bron');
-SELECT sb.create_queue('bench_doel') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_doel');
+SELECT sb.create_message_type('/Bench/Message', 'NONE');
+SELECT sb.create_contract('/Bench/Contract', ARRAY[ARRAY['/Bench/Message', 'INITIATOR']]);
+SELECT sb.create_queue('bench_source') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_source');
+SELECT sb.create_queue('bench_target') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'bench_target');
 -- sbworker's attempt accounting is the poison rule (docs/retries.md).
-SELECT sb.alter_queue(q, p_poison_handling => false) FROM unnest(ARRAY['bench_bron', 'bench_doel']) AS q;
-SELECT sb.create_service('/Bench/Bron', 'bench_bron');
-SELECT sb.create_service('/Bench/Doel', 'bench_doel', ARRAY['/Bench/Contract']);
+SELECT sb.alter_queue(q, p_poison_handling => false) FROM unnest(ARRAY['bench_source', 'bench_target']) AS q;
+SELECT sb.create_service('/Bench/Source', 'bench_source');
+SELECT sb.create_service('/Bench/Target', 'bench_target', ARRAY['/Bench/Contract']);
 
 CREATE SCHEMA IF NOT EXISTS bench;
 
@@ -40,9 +40,9 @@ DECLARE
     far uuid;
 BEGIN
     FOR g IN 1..groups LOOP
-        h := sb.begin_dialog('/Bench/Bron', '/Bench/Doel', '/Bench/Contract');
+        h := sb.begin_dialog('/Bench/Source', '/Bench/Target', '/Bench/Contract');
         FOR i IN 1..per_group LOOP
-            PERFORM sb.send(h, '/Bench/Bericht', body);
+            PERFORM sb.send(h, '/Bench/Message', body);
         END LOOP;
         SELECT far_handle INTO far FROM sb.endpoint WHERE handle = h;
         INSERT INTO bench.account (conversation) VALUES (far);
@@ -73,7 +73,7 @@ DECLARE
     h uuid;
 BEGIN
     FOR g IN 1..groups LOOP
-        h := sb.begin_dialog('/Bench/Bron', '/Bench/Doel', '/Bench/Contract');
+        h := sb.begin_dialog('/Bench/Source', '/Bench/Target', '/Bench/Contract');
         RETURN NEXT h;
     END LOOP;
 END $$;

@@ -11,7 +11,7 @@ use crate::worker::handler::BoxFuture;
 use crate::worker::{Handled, Handler, HandlerError};
 
 /// The benchmark's queue, and its handlers' names: each message's effect, or nothing.
-pub const QUEUE: &str = "bench_doel";
+pub const QUEUE: &str = "bench_target";
 pub const NAME: &str = "bench-effect";
 pub const NOOP_NAME: &str = "bench-noop";
 /// The body of a message the handler fails on, every time (the poison workload).

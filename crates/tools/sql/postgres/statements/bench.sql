@@ -14,7 +14,7 @@ ANALYZE sb.message, sb.group_ready, sb.endpoint, sb.conversation_group, bench.ac
 SELECT count(*) FROM bench.reply;
 
 -- name: waiting
-SELECT count(*) FROM sb.message WHERE queue = 'bench_doel';
+SELECT count(*) FROM sb.message WHERE queue = 'bench_target';
 
 -- How the run ended: groups whose row did not see every message, messages applied out
 -- of order, messages applied, replies, and distinct replies.
@@ -99,7 +99,7 @@ SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 100),
 SELECT bench.open_dialogs($1);
 
 -- name: send_planned
-SELECT sb.send($1, '/Bench/Bericht', $2);
+SELECT sb.send($1, '/Bench/Message', $2);
 
 -- name: latency
 SELECT count(*),
@@ -114,7 +114,7 @@ SELECT count(*),
 -- the bench's handler fails on.
 -- name: poison_mark
 UPDATE sb.message SET body = 'poison'::bytea
- WHERE id IN (SELECT id FROM sb.message WHERE queue = 'bench_doel' ORDER BY md5(id::text) LIMIT $1::bigint);
+ WHERE id IN (SELECT id FROM sb.message WHERE queue = 'bench_target' ORDER BY md5(id::text) LIMIT $1::bigint);
 
 -- Messages done: replied or dead-lettered.
 -- name: poison_done
@@ -147,7 +147,7 @@ SELECT (SELECT count(*) FROM bench.account a
        (SELECT count(*) FROM bench.reply),
        (SELECT coalesce(sum(applied), 0)::bigint FROM bench.account),
        (SELECT count(*) FROM (SELECT DISTINCT conversation, seq FROM bench.reply) d),
-       (SELECT enabled FROM sb.queue WHERE name = 'bench_doel'),
+       (SELECT enabled FROM sb.queue WHERE name = 'bench_target'),
        (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0) FROM waits),
        (SELECT coalesce(max(ms), 0) FROM waits);
 
