@@ -301,7 +301,7 @@ where
     let got = far.finish(h).await;
     let types: Vec<&str> = got.iter().map(|m| m.message_type.as_str()).collect();
     assert_eq!(types, [message_types::FOUT, system::ERROR], "{name}");
-    let (code, text) = sbworker::handlers::calculation::error_body(&got[1].body);
+    let (code, text) = sbworker::transport::system::error_body(&got[1].body);
     assert_eq!((code, text.as_str()), (50001, "conformance"), "{name}");
     assert_eq!(far.state(h).await, None, "{name}: the initiator's endpoint is gone once it ends");
     if backend.can(EndedEndpointsRemoved) {

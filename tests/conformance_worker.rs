@@ -23,8 +23,9 @@ use sbworker::broker::{Message, system};
 use sbworker::config::Config;
 use sbworker::contract::{Limits, decode_antwoord, decode_fout, message_types};
 use sbworker::emulator::server::Faults;
-use sbworker::handlers::calculation::{self, error_body};
+use sbworker::handlers::calculation;
 use sbworker::transport::PayrollStore;
+use sbworker::transport::system::{CONTRACT_BREACH, error_body};
 use sbworker::worker::DIVERTED;
 use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 use sbworker::worker::{Handlers, RunOutcome};
@@ -278,7 +279,7 @@ async fn an_unknown_message_type_is_a_contract_breach_ended_with_an_error(kind: 
     let got = collect(&mut w.s, 1).await;
     assert_eq!(got[0].message_type, system::ERROR, "{name}");
     let (code, text) = error_body(&got[0].body);
-    assert_eq!(code, calculation::CONTRACT_BREACH, "{name}");
+    assert_eq!(code, CONTRACT_BREACH, "{name}");
     assert!(text.contains("/x/Anders"), "{name}: {text}");
     end_all(&mut w.s, [h]).await;
     the_end_state_is_clean(&w.s, 0).await;
@@ -315,8 +316,11 @@ async fn a_real_deadlock_is_retried_as_the_environments_fault_and_answered(kind:
     holder.client().batch_execute("ROLLBACK").await.unwrap();
     answered_correctly_and_all_clean(&mut w.s, asked, &body).await;
     let m = worker.finish().await;
-    assert_eq!(metric_in(&m, &q_metric("sbworker_groups_retried_total")), 1.0, "{name}: {m}");
-    assert_eq!(metric_in(&m, &q_metric("sbworker_transient_failures_total")), 1.0, "{name}: {m}");
+    // Every retry was the environment's: the deadlock, and on a loaded machine a lock
+    // timeout as well when a retry comes before the test lets go of the key's row.
+    let retried = metric_in(&m, &q_metric("sbworker_groups_retried_total"));
+    assert!(retried >= 1.0, "{name}: {m}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_transient_failures_total")), retried, "{name}: {m}");
     assert_eq!(metric_in(&m, &q_metric("sbworker_messages_dead_lettered_total")), 0.0, "{name}");
 }
 

@@ -70,10 +70,9 @@ fn tds_pipeline(conn: &str, url: &str) -> (mpsc::Sender<()>, tokio::task::JoinHa
         .with(calculation::NAME, calculation_handler())
         .with(sbworker::handlers::collector::NAME, Arc::new(sbworker::handlers::collector::Collector::new(limits)));
     let (tx, rx) = mpsc::channel(2);
-    let run =
-        tokio::spawn(
-            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
-        );
+    let run = tokio::spawn(async move {
+        worker::run(transport, &(&cfg).into(), &handlers, Arc::new(Metrics::new()), rx).await.unwrap()
+    });
     (tx, run)
 }
 

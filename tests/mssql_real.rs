@@ -60,10 +60,9 @@ async fn against_a_real_sql_server_when_one_is_given() {
     .unwrap();
     let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
     let (tx, rx) = tokio::sync::mpsc::channel(2);
-    let run =
-        tokio::spawn(
-            async move { worker::run(transport, &cfg, &handlers, Arc::new(Metrics::new()), rx).await.unwrap() },
-        );
+    let run = tokio::spawn(async move {
+        worker::run(transport, &(&cfg).into(), &handlers, Arc::new(Metrics::new()), rx).await.unwrap()
+    });
     let rows = dba
         .query(
             "WAITFOR (RECEIVE conversation_handle, message_type_name FROM dbo.loonfactorberekening_data), TIMEOUT 30000",

@@ -21,17 +21,17 @@ use crate::common::tds::{emulator_with, tds_worker};
 async fn the_worker_refuses_a_queue_whose_broker_poison_detection_is_on() {
     let (url, s) = calc_world().await;
     let transport = sbworker::broker::postgres::PostgresTransport::new(&url);
-    sbworker::worker::preflight(&transport, &config(&url, "")).await.expect("installed with it off");
+    sbworker::worker::preflight(&transport, &(&config(&url, "")).into()).await.expect("installed with it off");
     s.client()
         .batch_execute(&format!("SELECT sb.alter_queue('{REKEN_QUEUE}', p_poison_handling => true)"))
         .await
         .unwrap();
-    let e = sbworker::worker::preflight(&transport, &config(&url, "")).await.unwrap_err().to_string();
+    let e = sbworker::worker::preflight(&transport, &(&config(&url, "")).into()).await.unwrap_err().to_string();
     assert!(e.contains("poison-message handling is on") && e.contains("p_poison_handling => false"), "{e}");
     let allowed = config(&url, "").worker;
     let mut cfg = config(&url, "");
     cfg.worker = sbworker::config::WorkerSettings { allow_broker_poison_detection: true, ..allowed };
-    sbworker::worker::preflight(&transport, &cfg).await.expect("allowed by configuration");
+    sbworker::worker::preflight(&transport, &(&cfg).into()).await.expect("allowed by configuration");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -476,17 +476,36 @@ pub struct ConfigFlags {
 }
 
 impl ConfigFlags {
-    /// The effective configuration, every queue's handler one of `handlers`; the exit
-    /// status for a bad one (after saying what is wrong).
+    /// The environment's `SBWORKER__…` overrides, then these flags'.
+    fn overrides(&self) -> crate::config::Overrides {
+        let mut o = crate::config::env_overrides(std::env::vars());
+        let quoted = |v: &str| toml::Value::String(v.to_owned()).to_string();
+        for (key, v) in [
+            ("broker.connection", &self.connection),
+            ("http.listen", &self.metrics_listen),
+            ("log.format", &self.log_format),
+            ("log.level", &self.log_level),
+        ] {
+            if let Some(v) = v {
+                o.push((key.to_owned(), quoted(v)));
+            }
+        }
+        o
+    }
+
+    /// The effective configuration (file, environment, flags), checked, every queue's
+    /// handler one of `known`.
+    pub fn resolve(&self, known: &[&str]) -> Result<crate::config::Config, crate::config::ConfigError> {
+        let config = crate::config::load(self.config.as_deref(), &self.overrides())?;
+        config.check_handlers(known)?;
+        crate::cli::run::check_owned_parts(&config)?;
+        Ok(config)
+    }
+
+    /// [`ConfigFlags::resolve`], or the exit status for a bad configuration (after
+    /// saying what is wrong).
     pub fn load(self, handlers: &[&str]) -> Result<crate::config::Config, ExitCode> {
-        let flags = crate::cli::run::Flags {
-            config: self.config,
-            connection: self.connection,
-            metrics_listen: self.metrics_listen,
-            log_format: self.log_format,
-            log_level: self.log_level,
-        };
-        flags.load_for(handlers).map_err(|e| {
+        self.resolve(handlers).map_err(|e| {
             eprintln!("sbworker: configuration error: {e}");
             ExitCode::from(crate::cli::run::EXIT_CONFIG)
         })

@@ -2,7 +2,6 @@
 //! `SBWORKER__…` environment, then flags), set up logging, and run the worker until
 //! SIGTERM or SIGINT.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -11,7 +10,7 @@ use tracing::info;
 
 use crate::broker::mssql::MssqlTransport;
 use crate::broker::postgres::PostgresTransport;
-use crate::config::{self, BrokerKind, Config, ConfigError, Overrides};
+use crate::config::{BrokerKind, Config, ConfigError};
 use crate::contract::Limits;
 use crate::handlers::{calculation, collector};
 use crate::transport::Transport;
@@ -19,47 +18,6 @@ use crate::worker::{self, Handlers, Metrics, RunOutcome};
 
 /// Exit code of a configuration that cannot be used (sysexits' EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
-
-/// The flags that override common configuration keys.
-#[derive(Debug, Default, Clone)]
-pub struct Flags {
-    pub config: Option<PathBuf>,
-    pub connection: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub log_format: Option<String>,
-    pub log_level: Option<String>,
-}
-
-impl Flags {
-    fn overrides(&self) -> Overrides {
-        let mut o = config::env_overrides(std::env::vars());
-        let quoted = |v: &str| toml::Value::String(v.to_owned()).to_string();
-        for (key, v) in [
-            ("broker.connection", &self.connection),
-            ("http.listen", &self.metrics_listen),
-            ("log.format", &self.log_format),
-            ("log.level", &self.log_level),
-        ] {
-            if let Some(v) = v {
-                o.push((key.to_owned(), quoted(v)));
-            }
-        }
-        o
-    }
-
-    /// The effective configuration, every queue's handler one of [`HANDLERS`].
-    pub fn load(&self) -> Result<Config, ConfigError> {
-        self.load_for(HANDLERS)
-    }
-
-    /// The effective configuration, every queue's handler one of `known`.
-    pub fn load_for(&self, known: &[&str]) -> Result<Config, ConfigError> {
-        let config = config::load(self.config.as_deref(), &self.overrides())?;
-        config.check_handlers(known)?;
-        check_owned_parts(&config)?;
-        Ok(config)
-    }
-}
 
 /// What the configuration's owners check of their parts (the plain values are checked
 /// by the configuration itself): the SQL Server transport its connection string and the
@@ -134,45 +92,54 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
     let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
     let rt = super::runtime::runtime(true)?;
+    // Resolved once, here: the worker's settings, and the database it talks to (the
+    // connection string parsed and its TLS connector built for every connection).
+    let settings = worker::Settings::from_config(&config);
+    let sweep = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| Sweeping {
+        every: std::time::Duration::from_millis(config.sweep.interval_ms),
+        opts: crate::handoff::sweep::Options::from(&config.sweep),
+    });
     rt.block_on(async move {
         match config.broker.kind {
             BrokerKind::Postgres => {
-                let transport = PostgresTransport::new(config.broker.connection.clone());
+                let at = crate::pg_tls::Endpoint::new(&config.broker.connection).context("broker.connection")?;
+                let sweeper = sweep.map(|s| (at.clone(), s));
                 let h = handlers(tables, limits);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
-                serve(transport, &config, h).await
+                serve(PostgresTransport::at(at), &settings, sweeper, h).await
             }
             BrokerKind::Mssql => {
                 let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
                 let h = handlers(tables, limits);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
-                serve(transport, &config, h).await
+                serve(transport, &settings, None, h).await
             }
         }
     })
 }
 
+/// The sweep a PostgreSQL worker runs in-process (`sweep.interval_ms` above 0).
+struct Sweeping {
+    every: std::time::Duration,
+    opts: crate::handoff::sweep::Options,
+}
+
 async fn serve<T: Transport>(
     transport: T,
-    config: &Config,
+    settings: &worker::Settings,
+    sweep: Option<(crate::pg_tls::Endpoint, Sweeping)>,
     handlers: Handlers<T::Session>,
 ) -> anyhow::Result<RunOutcome> {
-    worker::preflight(&transport, config).await?;
+    worker::preflight(&transport, settings).await?;
     let (tx, rx) = mpsc::channel(4);
     // Installed before the worker starts (and logs that it has), so a signal sent as
     // soon as the log line appears is a stop request, not the default action (exit).
     let signals = install_signal_handlers()?;
     tokio::spawn(forward_signals(signals, tx));
-    let sweeper = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| {
-        tokio::spawn(sweep_every(
-            config.broker.connection.clone(),
-            std::time::Duration::from_millis(config.sweep.interval_ms),
-            crate::handoff::sweep::Options::from(&config.sweep),
-        ))
-    });
-    let outcome = worker::run(transport, config, &handlers, Arc::new(Metrics::new()), rx).await;
+    let sweeper = sweep.map(|(at, s)| tokio::spawn(sweep_every(at, s)));
+    let outcome = worker::run(transport, settings, &handlers, Arc::new(Metrics::new()), rx).await;
     if let Some(s) = sweeper {
         // A sweep cut short rolls back its open batch and releases its lock with its
         // connection; the next run picks up what is left.
@@ -181,21 +148,21 @@ async fn serve<T: Transport>(
     Ok(outcome?)
 }
 
-/// Runs `sbworker sweep` every `interval` on a connection of its own.
-async fn sweep_every(url: String, interval: std::time::Duration, opts: crate::handoff::sweep::Options) {
-    let mut tick = tokio::time::interval(interval);
+/// Runs `sbworker sweep` at every interval on a connection of its own.
+async fn sweep_every(at: crate::pg_tls::Endpoint, sweep: Sweeping) {
+    let mut tick = tokio::time::interval(sweep.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
         let result = async {
-            let (mut client, conn) = crate::pg_tls::connect(&url).await?;
+            let (mut client, conn) = at.connect().await?;
             tokio::spawn(conn);
-            Ok::<_, anyhow::Error>(crate::handoff::sweep::run(&mut client, opts).await?)
+            Ok::<_, anyhow::Error>(crate::handoff::sweep::run(&mut client, sweep.opts).await?)
         }
         .await;
         match result {
-            Ok(o) => info!(target: "sbworker::sweep", "{}", super::handoff::describe(&o, opts)),
+            Ok(o) => info!(target: "sbworker::sweep", "{}", super::handoff::describe(&o, sweep.opts)),
             Err(e) => tracing::warn!(target: "sbworker::sweep", "sweep failed: {e:#}"),
         }
     }

@@ -132,7 +132,8 @@ impl InProcess {
         let metrics = Arc::new(Metrics::new());
         let (stop, rx) = mpsc::channel(4);
         let m = metrics.clone();
-        let done = tokio::spawn(async move { worker::run(transport, &config, &handlers, m, rx).await.unwrap() });
+        let done =
+            tokio::spawn(async move { worker::run(transport, &(&config).into(), &handlers, m, rx).await.unwrap() });
         Self { stop, done, metrics }
     }
 

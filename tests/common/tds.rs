@@ -43,5 +43,5 @@ pub fn tds_worker(
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = mpsc::channel(2);
     let m = metrics.clone();
-    (tx, tokio::spawn(async move { worker::run(transport, &cfg, &handlers, m, rx).await.unwrap() }), metrics)
+    (tx, tokio::spawn(async move { worker::run(transport, &(&cfg).into(), &handlers, m, rx).await.unwrap() }), metrics)
 }

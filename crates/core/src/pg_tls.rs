@@ -231,11 +231,52 @@ pub fn config(url: &str) -> Result<(tokio_postgres::Config, Tls), TlsError> {
     Ok((config, Tls::from_keys(&keys)?))
 }
 
-/// Connects as the connection string says, TLS included. The connection must be
+/// A PostgreSQL database to connect to, resolved once: the connection string parsed,
+/// its TLS settings read, the certificate files loaded and the rustls connector built.
+/// Every connection of a process to the same database reuses it (cloning is cheap).
+#[derive(Clone)]
+pub struct Endpoint {
+    config: tokio_postgres::Config,
+    tls: Tls,
+    connector: MakeRustlsConnect,
+    masked: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("url", &self.masked).field("tls", &self.tls).finish()
+    }
+}
+
+impl Endpoint {
+    /// Resolves a connection string (a libpq URL or key=value string).
+    pub fn new(url: &str) -> Result<Self, TlsError> {
+        let (config, tls) = config(url)?;
+        let connector = tls.connector()?;
+        Ok(Self { config, tls, connector, masked: crate::connstr::mask(url) })
+    }
+
+    /// Connects. The connection must be spawned (or polled) for the client to work.
+    pub async fn connect(&self) -> Result<(Client, Connection<Socket, TlsStream>), tokio_postgres::Error> {
+        self.config.connect(self.connector.clone()).await
+    }
+
+    /// How connections protect themselves.
+    pub fn tls(&self) -> &Tls {
+        &self.tls
+    }
+
+    /// The connection string with its secrets masked.
+    pub fn masked(&self) -> &str {
+        &self.masked
+    }
+}
+
+/// Connects as the connection string says, TLS included (for a one-off connection; a
+/// process that connects again and again keeps an [`Endpoint`]). The connection must be
 /// spawned (or polled) for the client to work.
 pub async fn connect(url: &str) -> Result<(Client, Connection<Socket, TlsStream>), ConnectError> {
-    let (config, tls) = config(url)?;
-    Ok(config.connect(tls.connector()?).await?)
+    Ok(Endpoint::new(url)?.connect().await?)
 }
 
 /// `require` and `prefer` without roots, as libpq: the channel is encrypted, the

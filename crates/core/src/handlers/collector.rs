@@ -3,17 +3,16 @@
 //! roster version is newer than the stored one (latest wins, in the store's one
 //! statement); then the collector ends the dialog, and the calculation side ends its
 //! side on the EndDialog. A Fout or an Error is recorded in the calculation log with the
-//! reason, and the dialog is ended. Where the results live is the store's
+//! reason, and the dialog is ended (EndDialog, Error, timers and message types outside
+//! the contract are the shared dialog loop's, [`super::dialog`]). Where the results live is the store's
 //! business ([`PayrollStore`], one implementation per back end).
 
-use std::collections::HashSet;
-
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::warn;
 use uuid::Uuid;
 
-use super::calculation::{CONTRACT_BREACH, VERVANGEN, error_body};
-use crate::contract::{self, Limits, Reden, message_types};
-use crate::transport::{Message, system};
+use super::dialog::{self, Dialog, End, Incoming, Outcome, Step};
+use crate::contract::{self, Limits, Reden, VERVANGEN, message_types};
+use crate::transport::Message;
 use crate::transport::{PayrollStore, Stored};
 use crate::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 
@@ -29,86 +28,64 @@ impl Collector {
         Self { limits }
     }
 
-    async fn handle_all<S: PayrollStore>(&self, s: &mut S, messages: &[Message]) -> Result<Handled, HandlerError> {
-        let mut done = Handled::default();
-        let mut ended: HashSet<Uuid> = HashSet::new();
-        for m in messages {
-            let h = m.conversation_handle;
-            let span = info_span!("message", conversation = %h, seq = m.sequence, message_type = %m.message_type);
-            async {
-                if ended.contains(&h) {
-                    debug!("conversation already ended in this transaction; message dropped");
-                    done.skipped += 1;
-                    return Ok(());
-                }
-                match m.message_type.as_str() {
-                    message_types::ANTWOORD => match contract::decode_antwoord(&m.body, &self.limits) {
-                        Ok(a) => {
-                            let superseded = a.waarschuwingen.iter().any(|w| w.code == VERVANGEN);
-                            match s.store_antwoord(h, &a, superseded).await? {
-                                Stored::Stored => done.answered += 1,
-                                Stored::Older | Stored::Superseded => done.superseded += 1,
-                            }
-                            s.end_conversation(h, None).await?;
-                        }
-                        Err(e) => {
-                            let reason = format!("unreadable Antwoord: {e}");
-                            warn!(reason = %reason, "Antwoord refused");
-                            s.record_fout(h, &reason, false).await?;
-                            s.end_conversation(h, Some((e.reden.error_number(), &reason))).await?;
-                            done.faulted += 1;
-                        }
-                    },
-                    message_types::FOUT => {
-                        // An internal Fout (the request was diverted) is the environment's
-                        // fault: the sweep sends the version again. Any other is the request's.
-                        let (reason, repairable) = match contract::decode_fout(&m.body, &self.limits) {
-                            Ok(f) => (
-                                format!("{} ({}): {}", f.reden, f.error_number, f.error_message),
-                                f.reden == Reden::Internal,
-                            ),
-                            Err(e) => (format!("unreadable Fout: {e}"), false),
-                        };
-                        warn!(reason = %reason, "the calculation answered with a Fout");
-                        s.record_fout(h, &reason, repairable).await?;
-                        s.end_conversation(h, None).await?;
-                        done.faulted += 1;
-                    }
-                    system::ERROR => {
-                        let (code, text) = error_body(&m.body);
-                        warn!(code, description = %text, "the calculation ended the dialog with an error");
-                        // A diversion without a Fout, an expired LIFETIME, a broker error.
-                        s.record_fout(h, &format!("error {code}: {text}"), true).await?;
-                        s.end_conversation(h, None).await?;
-                        done.ended += 1;
-                    }
-                    system::END_DIALOG => {
-                        s.end_conversation(h, None).await?;
-                        done.ended += 1;
-                    }
-                    system::DIALOG_TIMER => {
-                        debug!("dialog timer ignored");
-                        done.skipped += 1;
-                        return Ok(());
-                    }
-                    other => {
-                        warn!(
-                            message_type = other,
-                            "message type outside the contract; conversation ended with an error"
-                        );
-                        let text = format!("message type {other} is not part of the calculation contract");
-                        s.record_fout(h, &text, false).await?;
-                        s.end_conversation(h, Some((CONTRACT_BREACH, &text))).await?;
-                        done.faulted += 1;
-                    }
-                }
-                ended.insert(h);
-                Ok::<(), HandlerError>(())
+    /// Stores an Antwoord if it is newer than the stored result, and ends the dialog.
+    async fn on_antwoord<S: PayrollStore>(&self, s: &mut S, h: Uuid, body: &[u8]) -> Result<Step, HandlerError> {
+        match contract::decode_antwoord(body, &self.limits) {
+            Ok(a) => {
+                let superseded = a.waarschuwingen.iter().any(|w| w.code == VERVANGEN);
+                let outcome = match s.store_antwoord(h, &a, superseded).await? {
+                    Stored::Stored => Outcome::Answered,
+                    Stored::Older | Stored::Superseded => Outcome::Superseded,
+                };
+                s.end_conversation(h, None).await?;
+                Ok(Step::new(outcome, End::Ended))
             }
-            .instrument(span)
-            .await?;
+            Err(e) => {
+                let reason = format!("unreadable Antwoord: {e}");
+                warn!(reason = %reason, "Antwoord refused");
+                s.record_fout(h, &reason, false).await?;
+                s.end_conversation(h, Some((e.reden.error_number(), &reason))).await?;
+                Ok(Step::new(Outcome::Faulted, End::WithError))
+            }
         }
-        Ok(done)
+    }
+
+    /// Records a Fout's reason in the calculation log, and ends the dialog.
+    async fn on_fout<S: PayrollStore>(&self, s: &mut S, h: Uuid, body: &[u8]) -> Result<Step, HandlerError> {
+        // An internal Fout (the request was diverted) is the environment's fault: the
+        // sweep sends the version again. Any other is the request's.
+        let (reason, repairable) = match contract::decode_fout(body, &self.limits) {
+            Ok(f) => (format!("{} ({}): {}", f.reden, f.error_number, f.error_message), f.reden == Reden::Internal),
+            Err(e) => (format!("unreadable Fout: {e}"), false),
+        };
+        warn!(reason = %reason, "the calculation answered with a Fout");
+        s.record_fout(h, &reason, repairable).await?;
+        s.end_conversation(h, None).await?;
+        Ok(Step::new(Outcome::Faulted, End::Ended))
+    }
+}
+
+impl<S: PayrollStore> Dialog<S> for Collector {
+    const RECEIVES: &'static [&'static str] = &[message_types::ANTWOORD, message_types::FOUT];
+
+    async fn on_message(&self, s: &mut S, m: Incoming<'_>) -> Result<Step, HandlerError> {
+        if m.message.message_type == message_types::ANTWOORD {
+            self.on_antwoord(s, m.handle(), &m.message.body).await
+        } else {
+            self.on_fout(s, m.handle(), &m.message.body).await
+        }
+    }
+
+    /// A diversion without a Fout, an expired LIFETIME, a broker error: the
+    /// environment's, so the sweep sends the version again.
+    async fn on_error(&self, s: &mut S, handle: Uuid, code: i32, text: &str) -> Result<(), HandlerError> {
+        s.record_fout(handle, &format!("error {code}: {text}"), true).await?;
+        Ok(())
+    }
+
+    async fn on_breach(&self, s: &mut S, handle: Uuid, text: &str) -> Result<(), HandlerError> {
+        s.record_fout(handle, text, false).await?;
+        Ok(())
     }
 }
 
@@ -118,7 +95,7 @@ impl<S: PayrollStore> Handler<S> for Collector {
         session: &'a mut S,
         messages: &'a [Message],
     ) -> BoxFuture<'a, Result<Handled, HandlerError>> {
-        Box::pin(self.handle_all(session, messages))
+        Box::pin(dialog::run(self, session, messages))
     }
 
     /// The collector replies to nobody: a diverted answer is only set aside (its dialog

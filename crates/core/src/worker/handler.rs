@@ -22,7 +22,9 @@ pub struct Handled {
     pub answered: u32,
     /// Requests answered with a Fout (bad input), their conversations ended with an error.
     pub faulted: u32,
-    /// Conversations ended on EndDialog or Error.
+    /// Conversations this side ended without an error: on EndDialog or Error, or with
+    /// its answer (the calculation after the last Vraag, the collector after storing
+    /// or recording).
     pub ended: u32,
     /// Requests answered as superseded by a newer roster version, without computing
     /// (or, at the collector, answers older than the stored result).

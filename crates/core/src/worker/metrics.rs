@@ -53,6 +53,25 @@ pub struct Metrics {
     transient_alerts: Mutex<BTreeMap<String, String>>,
 }
 
+/// One queue's metrics, looked up once: each a handle on its family's child for the
+/// queue (they share its value), so a reader does not look them up per group.
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    pub received: Counter,
+    pub answered: Counter,
+    pub faulted: Counter,
+    pub ended: Counter,
+    pub superseded: Counter,
+    pub retried: Counter,
+    pub dead_lettered: Counter,
+    pub transient_failures: Counter,
+    pub processing: Histogram,
+    pub readers: Gauge,
+    pub busy: Gauge,
+    pub depth: Gauge,
+    pub enabled: Gauge,
+}
+
 fn processing_histogram() -> Histogram {
     // 0.25 ms to about 8 s.
     Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
@@ -95,7 +114,11 @@ impl Metrics {
             "Requests answered without computing, a newer roster version being answered",
             m.superseded.clone(),
         );
-        registry.register("conversations_ended", "Conversations ended on EndDialog or Error", m.ended.clone());
+        registry.register(
+            "conversations_ended",
+            "Conversations this side ended without an error: on EndDialog or Error, or with its answer",
+            m.ended.clone(),
+        );
         registry.register("groups_retried", "Group transactions rolled back and tried again", m.retried.clone());
         registry.register(
             "messages_dead_lettered",
@@ -128,6 +151,26 @@ impl Metrics {
             m.transient_oldest_wait.clone(),
         );
         Self { registry, ..m }
+    }
+
+    /// The metrics of `queue`.
+    pub fn queue(&self, queue: &str) -> QueueMetrics {
+        let l = Self::label(queue);
+        QueueMetrics {
+            received: self.received.get_or_create(&l).clone(),
+            answered: self.answered.get_or_create(&l).clone(),
+            faulted: self.faulted.get_or_create(&l).clone(),
+            ended: self.ended.get_or_create(&l).clone(),
+            superseded: self.superseded.get_or_create(&l).clone(),
+            retried: self.retried.get_or_create(&l).clone(),
+            dead_lettered: self.dead_lettered.get_or_create(&l).clone(),
+            transient_failures: self.transient_failures.get_or_create(&l).clone(),
+            processing: self.processing.get_or_create(&l).clone(),
+            readers: self.readers.get_or_create(&l).clone(),
+            busy: self.busy.get_or_create(&l).clone(),
+            depth: self.depth.get_or_create(&l).clone(),
+            enabled: self.enabled.get_or_create(&l).clone(),
+        }
     }
 
     pub fn label(queue: &str) -> QueueLabel {

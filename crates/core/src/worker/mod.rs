@@ -4,10 +4,12 @@
 //! messages that keep failing; graceful shutdown in two stages; metrics and health over
 //! HTTP.
 //!
-//! Layout: [`handler`] (the handler trait and registry; the handlers themselves are in
+//! Layout: [`settings`] (what it runs with, resolved once from the configuration),
+//! [`handler`] (the handler trait and registry; the handlers themselves are in
 //! [`crate::handlers`]), `queue` (the supervisor: scaling, disabled queues), `reader` (one
 //! reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`], `http`
-//! (`/metrics`, `/healthz`, `/readyz`). It uses the transport's traits only.
+//! (`/metrics`, `/healthz`, `/readyz`), `heartbeat`. It uses the transport's traits
+//! only.
 
 pub mod handler;
 mod heartbeat;
@@ -16,6 +18,7 @@ pub mod metrics;
 mod queue;
 mod reader;
 pub mod retry;
+pub mod settings;
 mod unfinished;
 mod waits;
 
@@ -27,12 +30,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, QueueConfig, WorkerSettings};
 use crate::transport::Transport;
+pub use crate::transport::system::DIVERTED;
 pub use handler::{Handled, Handler, HandlerError, Handlers};
 pub use metrics::Metrics;
-pub use reader::DIVERTED;
 use retry::RetryPolicy;
+pub use settings::Settings;
 
 pub use crate::shutdown::Stop;
 
@@ -84,12 +87,13 @@ impl HookState {
 /// Everything a queue's supervisor and readers share.
 pub(crate) struct QueueCtx<T: Transport> {
     pub name: String,
-    pub cfg: QueueConfig,
-    pub settings: WorkerSettings,
+    pub cfg: settings::Queue,
+    pub settings: Arc<Settings>,
     pub transport: Arc<T>,
     pub handler: Arc<dyn Handler<T::Session>>,
     pub metrics: Arc<Metrics>,
-    pub label: metrics::QueueLabel,
+    /// This queue's metrics, looked up once.
+    pub meters: metrics::QueueMetrics,
     pub retry: RetryPolicy,
     pub reconnect: RetryPolicy,
     /// Readers running.
@@ -104,12 +108,8 @@ pub(crate) struct QueueCtx<T: Transport> {
 }
 
 impl<T: Transport> QueueCtx<T> {
-    fn ms(v: u64) -> Duration {
-        Duration::from_millis(v)
-    }
-
     pub fn wait(&self) -> Duration {
-        Self::ms(self.cfg.wait_ms)
+        self.cfg.wait
     }
 
     /// A reader that has been idle may leave if more than the minimum are running.
@@ -117,7 +117,7 @@ impl<T: Transport> QueueCtx<T> {
         let min = self.cfg.min_readers;
         let left = self.readers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > min).then(|| n - 1)).is_ok();
         if left {
-            self.metrics.readers.get_or_create(&self.label).set(self.readers.load(Ordering::SeqCst) as i64);
+            self.meters.readers.set(self.readers.load(Ordering::SeqCst) as i64);
         }
         left
     }
@@ -125,15 +125,15 @@ impl<T: Transport> QueueCtx<T> {
 
 /// Checks that the broker can be reached and every configured queue exists, before
 /// any reader starts (a bad connection string or queue name stops start-up).
-pub async fn preflight<T: Transport>(transport: &T, config: &Config) -> Result<(), WorkerError> {
+pub async fn preflight<T: Transport>(transport: &T, settings: &Settings) -> Result<(), WorkerError> {
     use crate::transport::Session;
     let mut s =
         transport.open().await.map_err(|source| WorkerError::Broker { broker: transport.describe(), source })?;
-    for queue in config.queues.keys() {
+    for queue in settings.queues.iter().map(|q| &q.name) {
         let state = s.queue_state(queue).await.map_err(|source| WorkerError::Queue { queue: queue.clone(), source })?;
         if state.poison_handling {
             let fix = transport.poison_handling_off(queue);
-            if !config.worker.allow_broker_poison_detection {
+            if !settings.allow_broker_poison_detection {
                 return Err(WorkerError::PoisonDetection { queue: queue.clone(), fix });
             }
             warn!(queue, fix, "the broker's poison-message handling is on for this queue (allowed by configuration)");
@@ -169,39 +169,33 @@ async fn settle_unfinished<T: Transport>(transport: &T, queues: &[Arc<QueueCtx<T
 }
 
 /// Runs the worker until the first message on `signals` or its closing (stop receiving,
-/// finish the groups in flight, up to `worker.shutdown_grace_ms`); then a second
-/// message or the deadline aborts what is left (rolled back: nothing is lost).
+/// finish the groups in flight, up to the shutdown grace); then a second message or
+/// the deadline aborts what is left (rolled back: nothing is lost).
 pub async fn run<T: Transport>(
     transport: T,
-    config: &Config,
+    settings: &Settings,
     handlers: &Handlers<T::Session>,
     metrics: Arc<Metrics>,
     mut signals: mpsc::Receiver<()>,
 ) -> Result<RunOutcome, WorkerError> {
     let transport = Arc::new(transport);
-    let settings = &config.worker;
-    let hooks = Arc::new(HookState { pauses_left: AtomicU32::new(config.hooks.pause_before_commit) });
+    let shared = Arc::new(settings.clone());
+    let hooks = Arc::new(HookState { pauses_left: AtomicU32::new(settings.pause_before_commit) });
     let mut queues = Vec::new();
-    for (name, q) in &config.queues {
+    for q in &settings.queues {
         let handler = handlers
             .get(&q.handler)
-            .ok_or_else(|| WorkerError::NoHandler { queue: name.clone(), handler: q.handler.clone() })?;
+            .ok_or_else(|| WorkerError::NoHandler { queue: q.name.clone(), handler: q.handler.clone() })?;
         queues.push(Arc::new(QueueCtx {
-            name: name.clone(),
+            name: q.name.clone(),
             cfg: q.clone(),
-            settings: settings.clone(),
+            settings: shared.clone(),
             transport: transport.clone(),
             handler,
             metrics: metrics.clone(),
-            label: Metrics::label(name),
-            retry: RetryPolicy {
-                min_delay: Duration::from_millis(settings.retry_min_delay_ms),
-                max_delay: Duration::from_millis(settings.retry_max_delay_ms),
-            },
-            reconnect: RetryPolicy {
-                min_delay: Duration::from_millis(settings.retry_min_delay_ms),
-                max_delay: Duration::from_millis(settings.reconnect_max_delay_ms),
-            },
+            meters: metrics.queue(&q.name),
+            retry: settings.retry,
+            reconnect: settings.reconnect,
             readers: AtomicU32::new(0),
             busy: AtomicU32::new(0),
             waits: waits::TransientWaits::default(),
@@ -211,7 +205,7 @@ pub async fn run<T: Transport>(
     }
     let (stop_tx, stop) = Stop::new();
     let (http_stop_tx, http_stop) = Stop::new();
-    let http = match config.http.listen {
+    let http = match settings.http_listen {
         Some(addr) => {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|source| WorkerError::Http { addr, source })?;
@@ -226,15 +220,15 @@ pub async fn run<T: Transport>(
         supervisors.spawn(queue::supervise(ctx.clone(), stop.clone()));
     }
     let (beat_stop_tx, beat_stop) = Stop::new();
-    let beat = (settings.heartbeat_ms > 0).then(|| {
+    let beat = settings.heartbeat.map(|every| {
         tokio::spawn(heartbeat::beat(
             transport.clone(),
             queues.clone(),
             crate::transport::Heartbeat {
-                interval_ms: i32::try_from(settings.heartbeat_ms).unwrap_or(i32::MAX),
+                interval_ms: i32::try_from(every.as_millis()).unwrap_or(i32::MAX),
                 ..heartbeat::identity()
             },
-            Duration::from_millis(settings.heartbeat_ms),
+            every,
             beat_stop,
         ))
     });
@@ -245,12 +239,12 @@ pub async fn run<T: Transport>(
             warn!("every queue supervisor ended on its own");
         }
     }
-    let grace = Duration::from_millis(settings.shutdown_grace_ms);
-    info!(grace_ms = settings.shutdown_grace_ms, "stopping: no new receives; finishing groups in flight");
+    let grace = settings.shutdown_grace;
+    info!(grace_ms = grace.as_millis(), "stopping: no new receives; finishing groups in flight");
     let _ = stop_tx.send(true);
     let outcome = tokio::select! {
         _ = async { while supervisors.join_next().await.is_some() {} } => RunOutcome::Drained,
-        _ = tokio::time::sleep(grace) => RunOutcome::Aborted { reason: format!("groups still in flight after {} ms", settings.shutdown_grace_ms) },
+        _ = tokio::time::sleep(grace) => RunOutcome::Aborted { reason: format!("groups still in flight after {} ms", grace.as_millis()) },
         Some(()) = signals.recv() => RunOutcome::Aborted { reason: "a second stop signal".into() },
     };
     if let RunOutcome::Aborted { reason } = &outcome {

@@ -28,7 +28,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
             next_id += 1;
             ctx.readers.fetch_add(1, Ordering::SeqCst);
             readers.spawn(reader::read(ctx.clone(), next_id, reader_stop.clone()));
-            m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
+            ctx.meters.readers.set(ctx.readers.load(Ordering::SeqCst) as i64);
         };
         for _ in 0..ctx.cfg.min_readers {
             spawn(&mut readers);
@@ -36,8 +36,8 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
         let mut monitor: Option<T::Session> = None;
         let mut disabled = false;
         let mut recheck_at = Instant::now();
-        let recheck = Duration::from_millis(ctx.settings.disabled_recheck_ms);
-        let mut tick = tokio::time::interval(Duration::from_millis(ctx.settings.scale_interval_ms));
+        let recheck = ctx.settings.disabled_recheck;
+        let mut tick = tokio::time::interval(ctx.settings.scale_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -54,7 +54,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                                     error!("QUEUE DISABLED by the broker (error 9617): its readers stop; \
                                             re-enable it (ALTER QUEUE … WITH STATUS = ON) after finding the cause");
                                     m.set_status(&ctx.name, QueueStatus::Disabled);
-                                    m.enabled.get_or_create(&ctx.label).set(0);
+                                    ctx.meters.enabled.set(0);
                                 }
                                 _ => {}
                             }
@@ -64,15 +64,15 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                             error!("a reader panicked: {e}");
                         }
                     }
-                    m.readers.get_or_create(&ctx.label).set(ctx.readers.load(Ordering::SeqCst) as i64);
+                    ctx.meters.readers.set(ctx.readers.load(Ordering::SeqCst) as i64);
                 }
                 _ = tick.tick() => {
                     // A group retried on transient failures fails again within the
                     // longest backoff and a wait for its lock; longer is no longer waiting.
-                    let stale = Duration::from_millis(2 * ctx.settings.retry_max_delay_ms + ctx.cfg.wait_ms)
+                    let stale = 2 * ctx.settings.retry.max_delay + ctx.cfg.wait
                         + Duration::from_secs(5);
                     let (waiting, oldest) = ctx.waits.snapshot(stale);
-                    let alert = oldest >= Duration::from_millis(ctx.settings.transient_alert_ms);
+                    let alert = oldest >= ctx.settings.transient_alert;
                     if alert {
                         warn!(waiting, oldest_s = oldest.as_secs(), "groups retried on transient failures for long");
                     }
@@ -87,10 +87,10 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                             Some(s) if s.enabled => {
                                 info!("queue enabled again: readers start");
                                 disabled = false;
-                                m.enabled.get_or_create(&ctx.label).set(1);
+                                ctx.meters.enabled.set(1);
                             }
                             _ => {
-                                error!(recheck_ms = ctx.settings.disabled_recheck_ms, "queue is still disabled");
+                                error!(recheck_ms = ctx.settings.disabled_recheck.as_millis(), "queue is still disabled");
                                 continue;
                             }
                         }
@@ -103,7 +103,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                             recheck_at = Instant::now() + recheck;
                             error!("QUEUE DISABLED in the broker: its readers stop; re-enable it after finding the cause");
                             m.set_status(&ctx.name, QueueStatus::Disabled);
-                            m.enabled.get_or_create(&ctx.label).set(0);
+                            ctx.meters.enabled.set(0);
                         }
                         continue;
                     }
@@ -128,7 +128,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
             }
         }
         ctx.readers.store(0, Ordering::SeqCst);
-        m.readers.get_or_create(&ctx.label).set(0);
+        ctx.meters.readers.set(0);
     }
     .instrument(span)
     .await
@@ -150,8 +150,8 @@ async fn observe<T: Transport>(ctx: &QueueCtx<T>, monitor: &mut Option<T::Sessio
     let s = monitor.as_mut()?;
     match s.queue_state(&ctx.name).await {
         Ok(state) => {
-            ctx.metrics.depth.get_or_create(&ctx.label).set(state.messages);
-            ctx.metrics.enabled.get_or_create(&ctx.label).set(i64::from(state.enabled));
+            ctx.meters.depth.set(state.messages);
+            ctx.meters.enabled.set(i64::from(state.enabled));
             Some(state)
         }
         Err(e) => {

@@ -22,9 +22,6 @@ use super::{QueueCtx, Stop};
 use crate::transport::{Attempt, DeadLetter, Fault, MessageKey, Session, Transport};
 use crate::transport::{ErrorKind, Message, system};
 
-/// `END CONVERSATION WITH ERROR` code of a conversation whose message was diverted.
-pub const DIVERTED: i32 = 50901;
-
 /// Why a reader ended.
 #[derive(Debug)]
 pub(crate) enum ReaderExit {
@@ -102,6 +99,49 @@ async fn connect<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> Option<T::
     }
 }
 
+/// What a reader's next RECEIVE takes, after what became of its last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Any group: a batch, waiting up to the queue's wait.
+    Any,
+    /// Any group, but only this many messages: a group retry that had to fall back to
+    /// a plain RECEIVE takes what the retry would have (one at a time isolates a bad
+    /// message), not a batch.
+    AnyTaking(i32),
+    /// The group that failed, again after `delay`, taking `max` messages.
+    Retry { group: Uuid, delay: Duration, max: i32 },
+}
+
+/// Transient failures in a row, each growing its own backoff: of the group being
+/// retried, and of RECEIVE itself.
+#[derive(Debug, Default)]
+struct Streaks {
+    transient: u32,
+    receive: u32,
+}
+
+/// When to take a group that failed again, and how many of its messages
+/// (docs/retries.md): at once and whole when the other side ended a conversation
+/// meanwhile (so its EndDialog or Error comes along); whole after a backoff that grows
+/// with each transient failure in a row, capped, for as long as it takes; one message at
+/// a time after the message's own failure, isolating the bad one, after a backoff by
+/// its durable attempt count.
+fn retry_plan<T: Transport>(ctx: &QueueCtx<T>, f: &Failure, group: Uuid, streaks: &mut Streaks) -> (Duration, i32) {
+    match f.fault() {
+        _ if f.error.is_closed_conversation() => (Duration::ZERO, ctx.cfg.batch),
+        Fault::Transient => {
+            ctx.meters.transient_failures.inc();
+            streaks.transient += 1;
+            ctx.waits.begin(group);
+            (ctx.retry.delay(streaks.transient), ctx.cfg.batch)
+        }
+        Fault::Message => {
+            ctx.waits.end(group);
+            (ctx.retry.delay(u32::try_from(f.attempt.max(1)).unwrap_or(1)), 1)
+        }
+    }
+}
+
 pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop: Stop) -> ReaderExit {
     // A task of its own: the supervisor's span does not carry over, so name the queue.
     let span = info_span!("reader", queue = %ctx.name, reader = id);
@@ -115,17 +155,10 @@ pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop:
 }
 
 async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &mut Option<Note>) -> ReaderExit {
-    let idle_exit = Duration::from_millis(ctx.settings.idle_exit_ms);
+    let idle_exit = ctx.settings.idle_exit;
     let mut session: Option<T::Session> = None;
-    // After a failure: the group to try again, when, and how many messages to take
-    // (one at a time isolates a bad message from the rest of its group).
-    let mut retry: Option<(Uuid, Duration, i32)> = None;
-    // How many messages the next plain RECEIVE takes, when a group retry had to fall back
-    // to it: the retry's own number (one at a time, isolating a bad message), not a batch.
-    let mut fallback_max: Option<i32> = None;
-    // Transient failures in a row: of the group being retried, and of RECEIVE itself.
-    let mut transient_streak = 0u32;
-    let mut receive_streak = 0u32;
+    let mut next = Next::Any;
+    let mut streaks = Streaks::default();
     let mut last_work = Instant::now();
     debug!("reader started");
     loop {
@@ -146,21 +179,22 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 warn!("cannot record the last failure yet; reconnecting: {e}");
                 *pending = Some(note);
                 session = None;
-                receive_streak += 1;
-                if sleep_or_stop(ctx.retry.delay(receive_streak), stop).await {
+                streaks.receive += 1;
+                if sleep_or_stop(ctx.retry.delay(streaks.receive), stop).await {
                     return ReaderExit::Stopped;
                 }
                 continue;
             }
         }
-        let (max, group, wait) = match retry.take() {
-            Some((g, delay, max)) => {
+        let (max, group, wait) = match std::mem::replace(&mut next, Next::Any) {
+            Next::Retry { group, delay, max } => {
                 if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
                 }
-                (max, Some(g), Duration::ZERO)
+                (max, Some(group), Duration::ZERO)
             }
-            None => (fallback_max.take().unwrap_or(ctx.cfg.batch as i32), None, ctx.wait()),
+            Next::AnyTaking(max) => (max, None, ctx.wait()),
+            Next::Any => (ctx.cfg.batch, None, ctx.wait()),
         };
         if let Err(e) = s.begin().await {
             warn!("BEGIN failed; reconnecting: {e}");
@@ -183,10 +217,10 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 // Nothing was counted (no message came back): back off, growing with
                 // each failure in a row, so a RECEIVE that keeps failing (a deadlock at
                 // every try) does not spin through rollbacks.
-                receive_streak += 1;
-                let delay = ctx.retry.delay(receive_streak);
+                streaks.receive += 1;
+                let delay = ctx.retry.delay(streaks.receive);
                 warn!(
-                    failures_in_a_row = receive_streak,
+                    failures_in_a_row = streaks.receive,
                     retry_in_ms = delay.as_millis() as u64,
                     "RECEIVE failed: {e}"
                 );
@@ -199,7 +233,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 // RECEIVE finds the group again while it has messages, taking as many as
                 // the retry would have.
                 if group.is_some() {
-                    fallback_max = Some(max);
+                    next = Next::AnyTaking(max);
                 }
                 if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
@@ -207,12 +241,12 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 continue;
             }
         };
-        receive_streak = 0;
+        streaks.receive = 0;
         if msgs.is_empty() {
             if group.is_some() {
                 // The group being retried is held by another reader (its wait goes on
                 // there) or was answered elsewhere.
-                transient_streak = 0;
+                streaks.transient = 0;
             }
             if s.commit().await.is_err() {
                 session = None;
@@ -226,85 +260,26 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
         last_work = Instant::now();
         let group_id = msgs[0].conversation_group_id;
         let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
-        ctx.metrics.busy.get_or_create(&ctx.label).set(busy as i64);
-        ctx.metrics.received.get_or_create(&ctx.label).inc_by(msgs.len() as u64);
+        ctx.meters.busy.set(busy as i64);
+        ctx.meters.received.inc_by(msgs.len() as u64);
         let started = Instant::now();
         let span = info_span!("group", group = %group_id, messages = msgs.len(), attempt = field::Empty);
         let result = process_group(ctx, s, &msgs, stop).instrument(span.clone()).await;
         let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
-        ctx.metrics.busy.get_or_create(&ctx.label).set(busy as i64);
+        ctx.meters.busy.set(busy as i64);
         let _enter = span.enter();
         match result {
             Ok(done) => {
                 ctx.waits.end(group_id);
-                transient_streak = 0;
-                ctx.metrics.processing.get_or_create(&ctx.label).observe(started.elapsed().as_secs_f64());
-                let m = &ctx.metrics;
-                match done {
-                    Done::Handled(h) => {
-                        m.answered.get_or_create(&ctx.label).inc_by(u64::from(h.answered));
-                        m.faulted.get_or_create(&ctx.label).inc_by(u64::from(h.faulted));
-                        m.ended.get_or_create(&ctx.label).inc_by(u64::from(h.ended));
-                        m.superseded.get_or_create(&ctx.label).inc_by(u64::from(h.superseded));
-                        debug!(answered = h.answered, faulted = h.faulted, ended = h.ended, "group committed");
-                    }
-                    Done::Diverted(n) => {
-                        m.dead_lettered.get_or_create(&ctx.label).inc_by(u64::from(n));
-                    }
-                }
+                streaks.transient = 0;
+                ctx.meters.processing.observe(started.elapsed().as_secs_f64());
+                count_committed(ctx, done);
             }
             Err(f) => {
-                ctx.metrics.retried.get_or_create(&ctx.label).inc();
+                ctx.meters.retried.inc();
                 let fault = f.fault();
-                let broken = f.error.is_connection();
-                let mut disabled = false;
-                if !broken {
-                    match s.rollback().await {
-                        Ok(d) => disabled = d,
-                        Err(e) => {
-                            warn!("ROLLBACK failed: {e}");
-                            session = None;
-                        }
-                    }
-                }
-                if f.counted {
-                    // The note goes out on the session's side connection, which a
-                    // broken working connection may have left alive; if it cannot be
-                    // written now, the next session writes it before receiving.
-                    let note = Note { keys: f.keys.clone(), error: truncate(&f.error.to_string(), 3000), fault };
-                    let written = match session.as_mut() {
-                        Some(s) => {
-                            write_note(s, &note).await.map_err(|e| warn!("cannot record the failure yet: {e}")).is_ok()
-                        }
-                        None => false,
-                    };
-                    if !written {
-                        *pending = Some(note);
-                    }
-                }
-                if broken {
-                    // Closing the session rolls back on the server.
-                    session = None;
-                }
-                let (delay, max) = match fault {
-                    // A conversation ended by the other side meanwhile: take the whole
-                    // group again at once, so its EndDialog or Error comes along.
-                    _ if f.error.is_closed_conversation() => (Duration::ZERO, ctx.cfg.batch as i32),
-                    // The environment's fault: the whole group again after a backoff
-                    // that grows with each such failure in a row, capped at
-                    // retry_max_delay_ms, for as long as it takes.
-                    Fault::Transient => {
-                        ctx.metrics.transient_failures.get_or_create(&ctx.label).inc();
-                        transient_streak += 1;
-                        ctx.waits.begin(group_id);
-                        (ctx.retry.delay(transient_streak), ctx.cfg.batch as i32)
-                    }
-                    // The message's fault: one message at a time, isolating the bad one.
-                    Fault::Message => {
-                        ctx.waits.end(group_id);
-                        (ctx.retry.delay(f.attempt.max(1) as u32), 1)
-                    }
-                };
+                let disabled = roll_back(&mut session, &f, pending).await;
+                let (delay, max) = retry_plan(ctx, &f, group_id, &mut streaks);
                 warn!(
                     attempt = f.attempt,
                     transient = fault == Fault::Transient,
@@ -315,10 +290,59 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 if disabled || f.error.is_queue_disabled() {
                     return ReaderExit::Disabled;
                 }
-                retry = Some((group_id, delay, max));
+                next = Next::Retry { group: group_id, delay, max };
             }
         }
     }
+}
+
+/// Counts what a committed group came to.
+fn count_committed<T: Transport>(ctx: &QueueCtx<T>, done: Done) {
+    match done {
+        Done::Handled(h) => {
+            ctx.meters.answered.inc_by(u64::from(h.answered));
+            ctx.meters.faulted.inc_by(u64::from(h.faulted));
+            ctx.meters.ended.inc_by(u64::from(h.ended));
+            ctx.meters.superseded.inc_by(u64::from(h.superseded));
+            debug!(answered = h.answered, faulted = h.faulted, ended = h.ended, "group committed");
+        }
+        Done::Diverted(n) => {
+            ctx.meters.dead_lettered.inc_by(u64::from(n));
+        }
+    }
+}
+
+/// After a failed attempt: rolls back (a broken connection is dropped instead, which
+/// rolls back on the server) and, when the attempt was counted, notes why on the
+/// session's side connection, or leaves the note `pending` for the next session to
+/// write before it receives. True when the rollback disabled the queue.
+async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &mut Option<Note>) -> bool {
+    let broken = f.error.is_connection();
+    let mut disabled = false;
+    if !broken && let Some(s) = session.as_mut() {
+        match s.rollback().await {
+            Ok(d) => disabled = d,
+            Err(e) => {
+                warn!("ROLLBACK failed: {e}");
+                *session = None;
+            }
+        }
+    }
+    if f.counted {
+        // The side connection may have outlived a broken working connection.
+        let note = Note { keys: f.keys.clone(), error: truncate(&f.error.to_string(), 3000), fault: f.fault() };
+        let written = match session.as_mut() {
+            Some(s) => write_note(s, &note).await.map_err(|e| warn!("cannot record the failure yet: {e}")).is_ok(),
+            None => false,
+        };
+        if !written {
+            *pending = Some(note);
+        }
+    }
+    if broken {
+        *session = None;
+    }
+    disabled
 }
 
 fn truncate(s: &str, max_chars: usize) -> String {
@@ -362,7 +386,7 @@ async fn attempt_group<S: Session, T: Transport<Session = S>>(
     };
     let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
     Span::current().record("attempt", attempt);
-    let max = ctx.settings.max_attempts as i32;
+    let max = ctx.settings.max_attempts;
     let done = if attempt > max {
         let n = divert(ctx, s, msgs, attempts, attempt > max + 1).await.map_err(fail(attempt, keys))?;
         Done::Diverted(n)
@@ -424,7 +448,7 @@ async fn divert<S: Session, T: Transport<Session = S>>(
                 s.send(*h, message_type, Some(&body)).await?;
             }
             ctx.handler.on_diverted(s, *h, &reason).await?;
-            s.end_conversation(*h, Some((DIVERTED, &reason))).await?;
+            s.end_conversation(*h, Some((system::DIVERTED, &reason))).await?;
         }
         error!(messages = letters.len(), conversations = handles.len(), reason = %reason, "messages diverted to the dead-letter table");
     }

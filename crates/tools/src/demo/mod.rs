@@ -292,8 +292,9 @@ where
     let handlers = Handlers::default()
         .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
         .with(collector::NAME, Arc::new(collector::Collector::new(limits)));
-    worker::preflight(&transport, &config).await?;
-    Ok(tokio::spawn(async move { worker::run(transport, &config, &handlers, metrics, signals).await }))
+    let settings = worker::Settings::from_config(&config);
+    worker::preflight(&transport, &settings).await?;
+    Ok(tokio::spawn(async move { worker::run(transport, &settings, &handlers, metrics, signals).await }))
 }
 
 async fn write_report(

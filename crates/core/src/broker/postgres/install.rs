@@ -65,7 +65,7 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
 }
 
 async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
-    let client = connect(url, None).await?;
+    let client = connect(&super::endpoint(url)?, None).await?;
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
     // One transaction for all: replacing a function resets its rights (SECURITY DEFINER,
@@ -95,7 +95,7 @@ pub async fn grant_roles(url: &str, grants: &[(&str, String)]) -> Result<(), Bro
     if grants.is_empty() {
         return Ok(());
     }
-    let client = connect(url, None).await?;
+    let client = connect(&super::endpoint(url)?, None).await?;
     for (role, login) in grants {
         client.execute(postgres_install::GRANT_ROLE.sql, &[role, login]).await.map_err(error_of)?;
     }

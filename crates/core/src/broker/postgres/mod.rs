@@ -21,6 +21,7 @@ use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 use uuid::Uuid;
 
 use super::{BrokerError, ErrorKind, Message};
+pub use crate::pg_tls::Endpoint;
 use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
@@ -55,19 +56,16 @@ async fn prepared(
     Ok(s)
 }
 
+/// Resolves a connection string once (parsed here rather than by
+/// tokio_postgres::connect, whose complaints can quote a part of the string, a password;
+/// TLS as its sslmode says, [`Endpoint`]).
+pub fn endpoint(url: &str) -> Result<Endpoint, BrokerError> {
+    Endpoint::new(url).map_err(|e| BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() })
+}
+
 /// Connects, driving the connection on a task; notifications go to `notify`.
-async fn connect(url: &str, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
-    // Read here rather than by tokio_postgres::connect, whose complaints can quote a part
-    // of the string (a password).
-    // TLS as the string's sslmode says (crate::pg_tls).
-    let (config, tls) = crate::pg_tls::config(url).map_err(|e| BrokerError {
-        kind: ErrorKind::Connection,
-        number: 0,
-        message: e.to_string(),
-    })?;
-    let connector =
-        tls.connector().map_err(|e| BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() })?;
-    let (client, mut conn) = config.connect(connector).await.map_err(error_of)?;
+async fn connect(at: &Endpoint, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
+    let (client, mut conn) = at.connect().await.map_err(error_of)?;
     tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
         while let Some(Ok(msg)) = stream.next().await {
@@ -100,13 +98,19 @@ impl Session {
     /// Opens a session on the database at `url` (a libpq-style URL or key=value string),
     /// with a side connection of its own.
     pub async fn open(url: &str) -> Result<Self, BrokerError> {
-        let side = std::sync::Arc::new(Side::open(url).await?);
-        Self::open_with(url, side).await
+        let at = endpoint(url)?;
+        let side = std::sync::Arc::new(Side::open_at(&at).await?);
+        Self::open_at(&at, side).await
     }
 
     /// Opens a session that uses `side` for what runs outside its transactions.
     pub async fn open_with(url: &str, side: std::sync::Arc<Side>) -> Result<Self, BrokerError> {
-        let client = connect(url, None).await?;
+        Self::open_at(&endpoint(url)?, side).await
+    }
+
+    /// [`Session::open_with`] on a resolved endpoint.
+    pub async fn open_at(at: &Endpoint, side: std::sync::Arc<Side>) -> Result<Self, BrokerError> {
+        let client = connect(at, None).await?;
         Ok(Self {
             client,
             wakeups: side.wakeups.clone(),
@@ -424,20 +428,32 @@ impl Session {
 /// a new side.
 #[derive(Clone)]
 pub struct PostgresTransport {
-    url: String,
+    /// The database, resolved once: the connection string parsed and the TLS connector
+    /// built (or why not: every `open` then fails with it).
+    at: Result<Endpoint, BrokerError>,
     side: std::sync::Arc<tokio::sync::Mutex<Option<std::sync::Arc<Side>>>>,
 }
 
 impl std::fmt::Debug for PostgresTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresTransport").field("url", &crate::connstr::mask(&self.url)).finish()
+        f.debug_struct("PostgresTransport").field("at", &self.at).finish()
     }
 }
 
 impl PostgresTransport {
-    /// `url`: a libpq-style URL or key=value connection string.
-    pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), side: Default::default() }
+    /// `url`: a libpq-style URL or key=value connection string, resolved here once; a
+    /// string that cannot be used fails every `open` saying why.
+    pub fn new(url: impl AsRef<str>) -> Self {
+        Self { at: endpoint(url.as_ref()), side: Default::default() }
+    }
+
+    /// On an endpoint resolved at the edge (the command line checks it at start-up).
+    pub fn at(at: Endpoint) -> Self {
+        Self { at: Ok(at), side: Default::default() }
+    }
+
+    fn endpoint(&self) -> Result<&Endpoint, BrokerError> {
+        self.at.as_ref().map_err(Clone::clone)
     }
 
     /// The side connection its sessions share, opened (again) when there is none or
@@ -447,7 +463,7 @@ impl PostgresTransport {
         match side.as_ref() {
             Some(s) if !s.is_closed() => Ok(s.clone()),
             _ => {
-                let s = std::sync::Arc::new(Side::open(&self.url).await?);
+                let s = std::sync::Arc::new(Side::open_at(self.endpoint()?).await?);
                 *side = Some(s.clone());
                 Ok(s)
             }
@@ -465,17 +481,16 @@ impl Transport for PostgresTransport {
     /// A worker's session: its reader comes straight back to RECEIVE after each commit,
     /// so it serves what is left in a group itself instead of waking the others.
     async fn open(&self) -> Result<Session, BrokerError> {
-        let mut s = Session::open_with(&self.url, self.shared_side().await?).await?;
+        let mut s = Session::open_at(self.endpoint()?, self.shared_side().await?).await?;
         s.wake_others = false;
         Ok(s)
     }
 
     fn describe(&self) -> String {
-        let tls = match crate::pg_tls::config(&self.url) {
-            Ok((_, tls)) => tls.describe(),
-            Err(e) => e.to_string(),
-        };
-        format!("postgres {} ({tls})", crate::connstr::mask(&self.url))
+        match &self.at {
+            Ok(at) => format!("postgres {} ({})", at.masked(), at.tls().describe()),
+            Err(e) => format!("postgres ({})", e.message),
+        }
     }
 
     fn poison_handling_off(&self, queue: &str) -> String {

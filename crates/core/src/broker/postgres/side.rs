@@ -24,10 +24,15 @@ pub struct Side {
 }
 
 impl Side {
-    /// Connects the side connection and prepares its statements.
+    /// Connects the side connection to `url` and prepares its statements.
     pub async fn open(url: &str) -> Result<Self, BrokerError> {
+        Self::open_at(&super::endpoint(url)?).await
+    }
+
+    /// [`Side::open`] on a resolved endpoint.
+    pub async fn open_at(at: &Endpoint) -> Result<Self, BrokerError> {
         let (tx, rx) = watch::channel(0u64);
-        let client = connect(url, Some(tx)).await?;
+        let client = connect(at, Some(tx)).await?;
         // What the side writes (attempt counts, failure notes) commits without
         // waiting for the WAL flush: such a commit survives a crash of the worker (the
         // server writes it out within wal_writer_delay), and the receiving transaction's

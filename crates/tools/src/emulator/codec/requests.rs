@@ -1,0 +1,178 @@
+//! The requests the emulator reads: SQL batch (2.2.6.7), RPC (2.2.6.6) with its typed
+//! parameter values (TYPE_INFO 2.2.5.5.1, PLP 2.2.5.2.3), transaction manager (2.2.6.9).
+
+use super::*;
+use uuid::Uuid;
+
+/// An RPC request (2.2.6.6): the procedure's name (`sp_executesql` for its id 10) and
+/// the parameters, names lower case (`#i` for the i-th when unnamed).
+pub fn parse_rpc(payload: &[u8]) -> R<(String, Vec<(String, Sql)>)> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    let n = r.u16()?;
+    let procedure = if n == 0xFFFF {
+        match r.u16()? {
+            10 => "sp_executesql".to_owned(),
+            id => return Err(Malformed(format!("procedure id {id} is not supported by the emulator"))),
+        }
+    } else {
+        r.utf16(n as usize)?
+    };
+    r.u16()?; // option flags
+    let mut params = Vec::new();
+    while !r.rest().is_empty() {
+        let name = r.b_varchar()?.to_lowercase();
+        r.u8()?; // status flags
+        let v = read_value(&mut r)?;
+        params.push((if name.is_empty() { format!("#{}", params.len()) } else { name }, v));
+    }
+    Ok((procedure, params))
+}
+
+/// A SQL batch (2.2.6.7): its text.
+pub fn parse_sql_batch(payload: &[u8]) -> R<String> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    utf16_string(r.rest())
+}
+
+/// A transaction-manager request (2.2.6.9): its type (5 begin, 7 commit, 8 rollback)
+/// and, for commit and rollback, whether a new transaction begins at once (fBeginXact).
+pub fn parse_tm(payload: &[u8]) -> R<(u16, bool)> {
+    let mut r = Reader::new(payload);
+    r.skip_all_headers()?;
+    let kind = r.u16()?;
+    let again = matches!(kind, 7 | 8) && r.b_varchar().is_ok() && r.u8().is_ok_and(|b| b & 1 == 1);
+    Ok((kind, again))
+}
+
+/// A value of a column or parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sql {
+    Null,
+    Int(i32),
+    BigInt(i64),
+    Bit(bool),
+    NVarChar(String),
+    VarBinary(Vec<u8>),
+    Guid(Uuid),
+}
+
+/// Column types the emulator returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColType {
+    TinyInt,
+    Int,
+    BigInt,
+    Bit,
+    NVarChar,
+    VarBinaryMax,
+    Guid,
+    /// `xml` (untyped): text, sent as UTF-16 in PLP chunks.
+    Xml,
+}
+
+pub(super) fn guid_wire(u: &Uuid) -> [u8; 16] {
+    let mut b = *u.as_bytes();
+    b.swap(0, 3);
+    b.swap(1, 2);
+    b.swap(4, 5);
+    b.swap(6, 7);
+    b
+}
+
+/// Reads one TYPE_INFO + value, as a client sends RPC parameters (2.2.5.5.1, 2.2.5.6).
+pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
+    let ty = r.u8()?;
+    match ty {
+        0x1F => Ok(Sql::Null),
+        0x26 => {
+            let _max = r.u8()?;
+            match r.u8()? {
+                0 => Ok(Sql::Null),
+                1 => Ok(Sql::Int(i32::from(r.u8()?))),
+                2 => Ok(Sql::Int(i32::from(r.u16()? as i16))),
+                4 => Ok(Sql::Int(r.u32()? as i32)),
+                8 => Ok(Sql::BigInt(r.u64()? as i64)),
+                n => Err(Malformed(format!("INTN of {n} bytes"))),
+            }
+        }
+        0x68 => {
+            let _max = r.u8()?;
+            match r.u8()? {
+                0 => Ok(Sql::Null),
+                _ => Ok(Sql::Bit(r.u8()? != 0)),
+            }
+        }
+        0x24 => {
+            let _max = r.u8()?;
+            match r.u8()? {
+                0 => Ok(Sql::Null),
+                16 => {
+                    let mut b: [u8; 16] = r.bytes(16)?.try_into().expect("16");
+                    b.swap(0, 3);
+                    b.swap(1, 2);
+                    b.swap(4, 5);
+                    b.swap(6, 7);
+                    Ok(Sql::Guid(Uuid::from_bytes(b)))
+                }
+                n => Err(Malformed(format!("GUID of {n} bytes"))),
+            }
+        }
+        0xE7 | 0xA5 => {
+            let max = r.u16()?;
+            if ty == 0xE7 {
+                r.bytes(5)?; // collation
+            }
+            let bytes = if max == 0xFFFF {
+                match read_plp(r)? {
+                    None => return Ok(Sql::Null),
+                    Some(b) => b,
+                }
+            } else {
+                let n = r.u16()?;
+                if n == 0xFFFF {
+                    return Ok(Sql::Null);
+                }
+                r.bytes(n as usize)?.to_vec()
+            };
+            Ok(if ty == 0xE7 { Sql::NVarChar(utf16_string(&bytes)?) } else { Sql::VarBinary(bytes) })
+        }
+        0xF1 => {
+            // XML_INFO: a schema collection may be named; the value is UTF-16 in PLP.
+            if r.u8()? == 1 {
+                r.b_varchar()?;
+                r.b_varchar()?;
+                let n = r.u16()?;
+                r.utf16(n as usize)?;
+            }
+            // Kept as SQL Server keeps an xml value (what a SEND of it puts in the queue):
+            // UTF-16LE with a byte-order mark.
+            match read_plp(r)? {
+                None => Ok(Sql::Null),
+                Some(b) => {
+                    let text = utf16_string(b.strip_prefix(&[0xFF, 0xFE]).unwrap_or(&b))?;
+                    let mut kept = vec![0xFF, 0xFE];
+                    kept.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+                    Ok(Sql::VarBinary(kept))
+                }
+            }
+        }
+        other => Err(Malformed(format!("parameter type 0x{other:02X} is not supported by the emulator"))),
+    }
+}
+
+pub(super) fn read_plp(r: &mut Reader<'_>) -> R<Option<Vec<u8>>> {
+    let total = r.u64()?;
+    if total == u64::MAX {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    loop {
+        let n = r.u32()? as usize;
+        if n == 0 {
+            return Ok(Some(out));
+        }
+        out.extend_from_slice(r.bytes(n)?);
+    }
+}

@@ -1,0 +1,140 @@
+//! The T-SQL tokens: words, `[bracketed]` names, variables, numbers, strings (N'…' too)
+//! and punctuation; comments and white space dropped.
+
+use super::{TsqlError, syntax};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Tok {
+    Word(String),
+    /// A `[bracketed]` name: never a keyword.
+    Quoted(String),
+    Var(String),
+    Int(i64),
+    Str(String),
+    Punct(char),
+}
+
+impl Tok {
+    pub(super) fn text(&self) -> String {
+        match self {
+            Tok::Word(w) | Tok::Quoted(w) | Tok::Var(w) | Tok::Str(w) => w.clone(),
+            Tok::Int(i) => i.to_string(),
+            Tok::Punct(c) => c.to_string(),
+        }
+    }
+}
+
+pub(super) fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
+    let chars: Vec<char> = sql.chars().collect();
+    let mut i = 0;
+    let mut out = Vec::new();
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '-' && chars.get(i + 1) == Some(&'-') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && chars.get(i + 1) == Some(&'*') {
+            let mut depth = 0;
+            loop {
+                if i + 1 >= chars.len() {
+                    return Err(TsqlError { number: 113, message: "Missing end comment mark '*/'.".into() });
+                }
+                if chars[i] == '/' && chars[i + 1] == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars[i + 1] == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if c == '[' {
+            let mut s = String::new();
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    Some(']') if chars.get(i + 1) == Some(&']') => {
+                        s.push(']');
+                        i += 2;
+                    }
+                    Some(']') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&ch) => {
+                        s.push(ch);
+                        i += 1;
+                    }
+                    None => return Err(syntax(&s)),
+                }
+            }
+            out.push(Tok::Quoted(s));
+        } else if c == '\'' || ((c == 'N' || c == 'n') && chars.get(i + 1) == Some(&'\'')) {
+            i += if c == '\'' { 1 } else { 2 };
+            let mut s = String::new();
+            loop {
+                match chars.get(i) {
+                    Some('\'') if chars.get(i + 1) == Some(&'\'') => {
+                        s.push('\'');
+                        i += 2;
+                    }
+                    Some('\'') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&ch) => {
+                        s.push(ch);
+                        i += 1;
+                    }
+                    None => {
+                        return Err(TsqlError {
+                            number: 105,
+                            message: format!("Unclosed quotation mark after the character string '{s}'."),
+                        });
+                    }
+                }
+            }
+            out.push(Tok::Str(s));
+        } else if c == '@' {
+            let start = i;
+            i += 1;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '@') {
+                i += 1;
+            }
+            out.push(Tok::Var(chars[start..i].iter().collect::<String>().to_lowercase()));
+        } else if c.is_ascii_digit()
+            || (c == '-'
+                && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+                && !matches!(out.last(), Some(Tok::Int(_) | Tok::Var(_) | Tok::Word(_) | Tok::Quoted(_))))
+        {
+            let start = i;
+            i += 1;
+            while i < chars.len() && chars[i].is_ascii_digit() {
+                i += 1;
+            }
+            let text: String = chars[start..i].iter().collect();
+            out.push(Tok::Int(text.parse().map_err(|_| syntax(&text))?));
+        } else if c.is_alphabetic() || c == '_' || c == '#' {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '#' || chars[i] == '$')
+            {
+                i += 1;
+            }
+            out.push(Tok::Word(chars[start..i].iter().collect()));
+        } else if "(),.=;*<>!".contains(c) {
+            out.push(Tok::Punct(c));
+            i += 1;
+        } else {
+            return Err(syntax(&c.to_string()));
+        }
+    }
+    Ok(out)
+}
