@@ -3,10 +3,9 @@
 //! conversation this transaction has already ended is dropped; an EndDialog ends our
 //! side; an Error is logged, handed to the handler to record, and ends our side; a
 //! dialog timer is ignored; a message type outside the contract is handed to the
-//! handler to record and ends the conversation with
-//! [`CONTRACT_BREACH`](crate::transport::system::CONTRACT_BREACH). Only the contract's
-//! own message types reach the handler's [`Dialog::on_message`], with what the loop
-//! knows of the batch. The loop counts what each message came to ([`Handled`]).
+//! handler to record and ends the conversation with [`CONTRACT_BREACH`]. Only the
+//! contract's own message types reach the handler's [`Dialog::on_message`], with what
+//! the loop knows of the batch. The loop counts what each message came to ([`Handled`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
