@@ -71,7 +71,8 @@ for tool in demo emulator bench bench-worker; do
         exit 1
     fi
 done
-if dpkg-deb --contents "$deb" | grep -qE 'usr/share/sbworker/.*(bench|demo|cluster|emulator)'; then
+contents=$(dpkg-deb --contents "$deb")
+if grep -qE 'usr/share/sbworker/.*(bench|demo|cluster|emulator)' <<<"$contents"; then
     echo "build-deb: the package ships the tools' SQL" >&2
     exit 1
 fi

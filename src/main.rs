@@ -15,7 +15,9 @@ const TOOLS: [&str; 4] = ["demo", "emulator", "bench", "bench-worker"];
 
 fn main() -> ExitCode {
     #[cfg(not(feature = "tools"))]
-    if let Some(tool) = std::env::args().nth(1).filter(|a| TOOLS.contains(&a.as_str())) {
+    if let Some(tool) =
+        std::env::args_os().nth(1).and_then(|a| a.into_string().ok()).filter(|a| TOOLS.contains(&a.as_str()))
+    {
         eprintln!(
             "sbworker: `{tool}` is a development tool, not in this build of the worker.\n\
              From the repository: cargo run --release --features tools -- {tool}"

@@ -644,12 +644,16 @@ fn all_sql_code() -> Vec<(String, String)> {
     for (file, script) in all_scripts() {
         out.push(((*file).to_owned(), split(script).iter().map(|b| strip(b)).collect::<Vec<_>>().join("\nGO\n")));
     }
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/broker/mssql/statements");
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        out.push((path.file_name().unwrap().to_string_lossy().into_owned(), strip(&text)));
+    // The worker's statements and the tools' (the bench's T-SQL).
+    for dir in ["broker/mssql/statements", "crates/tools/sql/mssql/statements"] {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            out.push((path.file_name().unwrap().to_string_lossy().into_owned(), strip(&text)));
+        }
     }
+    assert!(out.iter().any(|(f, _)| f == "bench.sql"), "the tools' statements are read too");
     out
 }
 

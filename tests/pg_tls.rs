@@ -148,6 +148,38 @@ async fn verify_full_connects_with_the_ca_and_is_refused_a_wrong_host_or_another
     assert!(encrypted(&other.replace("verify-full", "require")).await.is_err());
 }
 
+/// A worker resolves its connection string once, but a renewed certificate file is
+/// read again: the same endpoint refuses the server while its root file holds another
+/// CA, and connects once the file holds the right one.
+#[tokio::test]
+async fn a_renewed_root_file_is_read_again_by_a_resolved_endpoint() {
+    let pki = &server().pki;
+    let dir = TempDir::new("renewed");
+    let roots = dir.0.join("roots.crt");
+    let put = |from: &std::path::Path, seconds: u64| {
+        std::fs::copy(from, &roots).unwrap();
+        // Distinct modification times, whatever the file system's clock granularity.
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+        std::fs::File::options().write(true).open(&roots).unwrap().set_modified(at).unwrap();
+    };
+    put(&pki.other_ca, 1_700_000_000);
+    let at = sbworker::pg_tls::Endpoint::new(&tls_url(&format!("sslmode=verify-full sslrootcert={}", roots.display())))
+        .unwrap();
+    let e = at.connect().await.map(|_| ()).unwrap_err();
+    assert!(chain(&e).contains("UnknownIssuer"), "{}", chain(&e));
+    put(&pki.ca, 1_700_000_100);
+    let (client, conn) = at.connect().await.unwrap_or_else(|e| panic!("the renewed file: {}", chain(&e)));
+    tokio::spawn(conn);
+    assert_eq!(client.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+    // A file that cannot be read now fails the connection, saying which; the next
+    // connection reads it again.
+    std::fs::remove_file(&roots).unwrap();
+    let e = at.connect().await.map(|_| ()).unwrap_err();
+    assert!(chain(&e).contains("sslrootcert"), "{}", chain(&e));
+    put(&pki.ca, 1_700_000_200);
+    assert!(at.connect().await.is_ok());
+}
+
 #[tokio::test]
 async fn require_prefer_and_disable_as_libpq_means_them() {
     let plain = crate::common::pg::cluster().url("postgres");

@@ -26,7 +26,8 @@ pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
     let key = |key: String, problem: String| ConfigError::Key { key, problem };
     if config.broker.kind == BrokerKind::Postgres {
         // The TLS keys (sslmode, sslrootcert, sslcert, sslkey) as sbworker reads them;
-        // the files themselves are read when connecting.
+        // the files themselves are read when the worker starts (and again when they
+        // change: pg_tls::Endpoint).
         crate::pg_tls::config(&config.broker.connection).map_err(|e| key("broker.connection".into(), e.to_string()))?;
     }
     if config.broker.kind == BrokerKind::Mssql {

@@ -153,6 +153,20 @@ impl Tls {
         }
     }
 
+    /// The modification times of the certificate files these settings name (`None` for
+    /// one that cannot be read now).
+    fn file_times(&self) -> Vec<Option<std::time::SystemTime>> {
+        let mut files: Vec<&std::path::Path> = Vec::new();
+        if let Roots::File(p) = &self.roots {
+            files.push(p);
+        }
+        if let Some((cert, key)) = &self.client_cert {
+            files.push(cert);
+            files.push(key);
+        }
+        files.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+    }
+
     /// The rustls connector of these settings.
     pub fn connector(&self) -> Result<MakeRustlsConnect, TlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -233,13 +247,23 @@ pub fn config(url: &str) -> Result<(tokio_postgres::Config, Tls), TlsError> {
 
 /// A PostgreSQL database to connect to, resolved once: the connection string parsed,
 /// its TLS settings read, the certificate files loaded and the rustls connector built.
-/// Every connection of a process to the same database reuses it (cloning is cheap).
+/// Every connection of a process to the same database reuses it (cloning is cheap). The
+/// certificate files are watched, not trusted for ever: at each new connection their
+/// modification times are compared with those the connector was built from, and a
+/// renewed `sslcert`, `sslkey` or `sslrootcert` file is loaded again (the system's
+/// store, `sslrootcert=system`, is read once).
 #[derive(Clone)]
 pub struct Endpoint {
     config: tokio_postgres::Config,
     tls: Tls,
-    connector: MakeRustlsConnect,
     masked: String,
+    connector: Arc<std::sync::Mutex<Built>>,
+}
+
+/// A connector and the modification times of the files it was built from.
+struct Built {
+    connector: MakeRustlsConnect,
+    files: Vec<Option<std::time::SystemTime>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -252,13 +276,33 @@ impl Endpoint {
     /// Resolves a connection string (a libpq URL or key=value string).
     pub fn new(url: &str) -> Result<Self, TlsError> {
         let (config, tls) = config(url)?;
+        let files = tls.file_times();
         let connector = tls.connector()?;
-        Ok(Self { config, tls, connector, masked: crate::connstr::mask(url) })
+        Ok(Self {
+            config,
+            tls,
+            masked: crate::connstr::mask(url),
+            connector: Arc::new(std::sync::Mutex::new(Built { connector, files })),
+        })
+    }
+
+    /// The connector, built again first when a certificate file has changed since.
+    fn connector(&self) -> Result<MakeRustlsConnect, TlsError> {
+        let now = self.tls.file_times();
+        let mut built = self.connector.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if built.files != now {
+            // A file being written may not read yet: the error fails this connection,
+            // and the next one tries again.
+            built.connector = self.tls.connector()?;
+            built.files = now;
+        }
+        Ok(built.connector.clone())
     }
 
     /// Connects. The connection must be spawned (or polled) for the client to work.
-    pub async fn connect(&self) -> Result<(Client, Connection<Socket, TlsStream>), tokio_postgres::Error> {
-        self.config.connect(self.connector.clone()).await
+    pub async fn connect(&self) -> Result<(Client, Connection<Socket, TlsStream>), ConnectError> {
+        let connector = self.connector()?;
+        Ok(self.config.connect(connector).await?)
     }
 
     /// How connections protect themselves.
@@ -276,7 +320,7 @@ impl Endpoint {
 /// process that connects again and again keeps an [`Endpoint`]). The connection must be
 /// spawned (or polled) for the client to work.
 pub async fn connect(url: &str) -> Result<(Client, Connection<Socket, TlsStream>), ConnectError> {
-    Ok(Endpoint::new(url)?.connect().await?)
+    Endpoint::new(url)?.connect().await
 }
 
 /// `require` and `prefer` without roots, as libpq: the channel is encrypted, the

@@ -20,7 +20,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Handled {
     /// Requests answered (an Antwoord sent, or a result stored).
     pub answered: u32,
-    /// Requests answered with a Fout (bad input), their conversations ended with an error.
+    /// Requests that came to a Fout: answered with one (the calculation, its conversation
+    /// ended with an error), or received as one and recorded (the collector).
     pub faulted: u32,
     /// Conversations this side ended without an error: on EndDialog or Error, or with
     /// its answer (the calculation after the last Vraag, the collector after storing

@@ -54,9 +54,12 @@ pub struct Metrics {
 }
 
 /// One queue's metrics, looked up once: each a handle on its family's child for the
-/// queue (they share its value), so a reader does not look them up per group.
+/// queue (they share its value), so a reader does not look them up per group. The
+/// queue's `enabled` and `depth` gauges are not among them: a series exists only once
+/// the queue has been observed (a 0 before would read as "disabled").
 #[derive(Debug, Clone)]
 pub struct QueueMetrics {
+    pub label: QueueLabel,
     pub received: Counter,
     pub answered: Counter,
     pub faulted: Counter,
@@ -68,8 +71,6 @@ pub struct QueueMetrics {
     pub processing: Histogram,
     pub readers: Gauge,
     pub busy: Gauge,
-    pub depth: Gauge,
-    pub enabled: Gauge,
 }
 
 fn processing_histogram() -> Histogram {
@@ -168,8 +169,7 @@ impl Metrics {
             processing: self.processing.get_or_create(&l).clone(),
             readers: self.readers.get_or_create(&l).clone(),
             busy: self.busy.get_or_create(&l).clone(),
-            depth: self.depth.get_or_create(&l).clone(),
-            enabled: self.enabled.get_or_create(&l).clone(),
+            label: l,
         }
     }
 

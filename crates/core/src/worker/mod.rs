@@ -240,7 +240,7 @@ pub async fn run<T: Transport>(
         }
     }
     let grace = settings.shutdown_grace;
-    info!(grace_ms = grace.as_millis(), "stopping: no new receives; finishing groups in flight");
+    info!(grace_ms = grace.as_millis() as u64, "stopping: no new receives; finishing groups in flight");
     let _ = stop_tx.send(true);
     let outcome = tokio::select! {
         _ = async { while supervisors.join_next().await.is_some() {} } => RunOutcome::Drained,

@@ -54,7 +54,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                                     error!("QUEUE DISABLED by the broker (error 9617): its readers stop; \
                                             re-enable it (ALTER QUEUE … WITH STATUS = ON) after finding the cause");
                                     m.set_status(&ctx.name, QueueStatus::Disabled);
-                                    ctx.meters.enabled.set(0);
+                                    ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(0);
                                 }
                                 _ => {}
                             }
@@ -87,10 +87,10 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                             Some(s) if s.enabled => {
                                 info!("queue enabled again: readers start");
                                 disabled = false;
-                                ctx.meters.enabled.set(1);
+                                ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(1);
                             }
                             _ => {
-                                error!(recheck_ms = ctx.settings.disabled_recheck.as_millis(), "queue is still disabled");
+                                error!(recheck_ms = ctx.settings.disabled_recheck.as_millis() as u64, "queue is still disabled");
                                 continue;
                             }
                         }
@@ -103,7 +103,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                             recheck_at = Instant::now() + recheck;
                             error!("QUEUE DISABLED in the broker: its readers stop; re-enable it after finding the cause");
                             m.set_status(&ctx.name, QueueStatus::Disabled);
-                            ctx.meters.enabled.set(0);
+                            ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(0);
                         }
                         continue;
                     }
@@ -150,8 +150,8 @@ async fn observe<T: Transport>(ctx: &QueueCtx<T>, monitor: &mut Option<T::Sessio
     let s = monitor.as_mut()?;
     match s.queue_state(&ctx.name).await {
         Ok(state) => {
-            ctx.meters.depth.set(state.messages);
-            ctx.meters.enabled.set(i64::from(state.enabled));
+            ctx.metrics.depth.get_or_create(&ctx.meters.label).set(state.messages);
+            ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(i64::from(state.enabled));
             Some(state)
         }
         Err(e) => {

@@ -65,7 +65,12 @@ pub fn endpoint(url: &str) -> Result<Endpoint, BrokerError> {
 
 /// Connects, driving the connection on a task; notifications go to `notify`.
 async fn connect(at: &Endpoint, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
-    let (client, mut conn) = at.connect().await.map_err(error_of)?;
+    let (client, mut conn) = at.connect().await.map_err(|e| match e {
+        crate::pg_tls::ConnectError::Connect(e) => error_of(e),
+        crate::pg_tls::ConnectError::Setup(e) => {
+            BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() }
+        }
+    })?;
     tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
         while let Some(Ok(msg)) = stream.next().await {
