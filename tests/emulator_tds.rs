@@ -935,3 +935,115 @@ with pytds.connect("127.0.0.1\\PAYROLL", database="payroll", user="sbworker", pa
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
 }
+
+/// What drivers set up and ask first, and the values they read back, as SQL Server types
+/// them: the login SET batches of pymssql and tedious, `@@TRANCOUNT` through nested
+/// transactions, `@@VERSION` and `@@SPID`, an integer literal as int and variables as
+/// declared (bit, xml), an nvarchar over 4,000 characters read back whole, a binary
+/// literal, `CAST(message_body AS NVARCHAR(MAX))` in a RECEIVE, and a refused statement
+/// about a large value whose error stays small, the connection usable after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    // pymssql's and tedious's login batches.
+    for login in [
+        "SET ARITHABORT ON;SET CONCAT_NULL_YIELDS_NULL ON;SET ANSI_NULLS ON;SET ANSI_NULL_DFLT_ON ON;SET ANSI_PADDING ON;\
+         SET ANSI_WARNINGS ON;SET ANSI_NULL_DFLT_ON ON;SET CURSOR_CLOSE_ON_COMMIT ON;SET QUOTED_IDENTIFIER ON;\
+         SET TEXTSIZE 2147483647;",
+        "set textsize 2147483647\nset quoted_identifier on\nset arithabort off\nset numeric_roundabort off\n\
+         set ansi_warnings on\nset ansi_padding on\nset ansi_nulls on\nset concat_null_yields_null on\n\
+         set cursor_close_on_commit off\nset implicit_transactions off\nset language us_english\n\
+         set dateformat mdy\nset datefirst 7\nset transaction isolation level read committed",
+    ] {
+        c.simple_query(login).await.unwrap().into_results().await.unwrap();
+    }
+    let one = |sql: &'static str| sql;
+    let trancounts = c
+        .simple_query(one("SELECT @@TRANCOUNT; BEGIN TRAN; SELECT @@TRANCOUNT; BEGIN TRANSACTION; SELECT @@TRANCOUNT;
+             COMMIT; SELECT @@TRANCOUNT; COMMIT; SELECT @@TRANCOUNT"))
+        .await
+        .unwrap()
+        .into_results()
+        .await
+        .unwrap();
+    let counts: Vec<i32> = trancounts.iter().map(|r| r[0].get::<i32, _>(0).unwrap()).collect();
+    assert_eq!(counts, [0, 1, 2, 1, 0]);
+    // A ROLLBACK inside a nested transaction undoes everything to the outermost BEGIN.
+    let sent_then_rolled_back = "BEGIN TRAN; BEGIN TRAN;
+        DECLARE @h uniqueidentifier;
+        BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+            TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+        SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (N'<a/>');
+        COMMIT; ROLLBACK; SELECT @@TRANCOUNT; SELECT COUNT(*) FROM dbo.loonfactorberekening_reken";
+    let r = c.simple_query(sent_then_rolled_back).await.unwrap().into_results().await.unwrap();
+    assert_eq!((r[0][0].get::<i32, _>(0), r[1][0].get::<i32, _>(0)), (Some(0), Some(0)), "nothing left queued");
+    let r = c.simple_query("SELECT @@VERSION, @@SPID, 1 AS one").await.unwrap().into_row().await.unwrap().unwrap();
+    assert!(r.get::<&str, _>(0).unwrap().contains("sbworker emulator"));
+    assert!(r.get::<i32, _>(1).unwrap() >= 51);
+    // An integer literal is an int (tiberius refuses an i32 read of a bigint).
+    assert_eq!(r.get::<i32, _>(2), Some(1));
+    let e = match c.simple_query("SELECT @@SERVERNAME").await {
+        Ok(s) => s.into_results().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(matches!(&e, tiberius::error::Error::Server(t) if t.code() == 50100), "{e:?}");
+    // Variables as declared: bit, int, xml (text, not bytes).
+    let r = c
+        .simple_query("DECLARE @b BIT = 1, @i INT = 42, @x XML = N'<a>é</a>'; SELECT @b, @i, @x")
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.get::<bool, _>(0), Some(true));
+    assert_eq!(r.get::<i32, _>(1), Some(42));
+    assert_eq!(r.get::<&tiberius::xml::XmlData, _>(2).map(|x| x.to_string()), Some("<a>é</a>".to_owned()));
+    // 5,000 characters come back whole, as nvarchar(max).
+    let long: String = "é".repeat(5000);
+    let r = c.query("SELECT @P1", &[&long.as_str()]).await.unwrap().into_row().await.unwrap().unwrap();
+    assert_eq!(r.get::<&str, _>(0).map(str::len), Some(long.len()));
+    // A binary literal as a body, read back with CAST … AS NVARCHAR(MAX) in the RECEIVE.
+    let text = format!("<Berichten>{}</Berichten>", "<Bericht>héél groot</Bericht>".repeat(1000)); // over 20,000 characters
+    let hex: String = text.encode_utf16().flat_map(u16::to_le_bytes).map(|b| format!("{b:02X}")).collect();
+    let send = format!(
+        "DECLARE @h uniqueidentifier;
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (0x{hex});"
+    );
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    let r = c
+        .simple_query(
+            "WAITFOR (RECEIVE TOP (1) conversation_handle, CAST(message_body AS NVARCHAR(MAX)) AS body
+             FROM dbo.loonfactorberekening_reken), TIMEOUT 5000",
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.get::<&str, _>(1), Some(text.as_str()));
+    // A refused conversion of that large a value: a short error naming the type, not the
+    // value; the connection goes on.
+    let big = "x".repeat(100_000);
+    let e = match c.query("SELECT CAST(@P1 AS uniqueidentifier)", &[&big.as_str()]).await {
+        Ok(s) => s.into_results().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match e {
+        Err(tiberius::error::Error::Server(t)) => {
+            assert!(t.message().chars().count() <= 2047, "{}", t.message().len());
+            assert!(!t.message().contains("xxxx"), "the value is not quoted: {}", t.message());
+        }
+        other => panic!("a refused CAST: {other:?}"),
+    }
+    let r = c.simple_query("SELECT 2").await.unwrap().into_row().await.unwrap().unwrap();
+    assert_eq!(r.get::<i32, _>(0), Some(2));
+}

@@ -65,7 +65,10 @@ pub enum ColType {
     Int,
     BigInt,
     Bit,
+    /// nvarchar(4000): values of at most 4,000 characters.
     NVarChar,
+    /// nvarchar(max), sent as PLP.
+    NVarCharMax,
     VarBinaryMax,
     Guid,
     /// `xml` (untyped): text, sent as UTF-16 in PLP chunks.

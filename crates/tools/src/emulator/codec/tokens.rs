@@ -13,6 +13,9 @@ pub(super) fn put_plp(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&0u32.to_le_bytes());
 }
 
+/// The longest message text an ERROR token carries.
+pub const MAX_MESSAGE_CHARS: usize = 2047;
+
 /// The token stream of a response, written in order.
 #[derive(Default)]
 pub struct Tokens {
@@ -85,6 +88,11 @@ impl Tokens {
                     self.out.extend_from_slice(&8000u16.to_le_bytes());
                     self.out.extend_from_slice(&[0x09, 0x04, 0xD0, 0x00, 0x34]); // Latin1_General_CI_AS
                 }
+                ColType::NVarCharMax => {
+                    self.out.push(0xE7);
+                    self.out.extend_from_slice(&0xFFFFu16.to_le_bytes());
+                    self.out.extend_from_slice(&[0x09, 0x04, 0xD0, 0x00, 0x34]);
+                }
                 ColType::VarBinaryMax => {
                     self.out.push(0xA5);
                     self.out.extend_from_slice(&0xFFFFu16.to_le_bytes());
@@ -99,10 +107,10 @@ impl Tokens {
         self.out.push(0xD1);
         for (ty, v) in cols.iter().zip(values) {
             match (ty, v) {
-                (ColType::VarBinaryMax | ColType::Xml, Sql::Null) => {
+                (ColType::VarBinaryMax | ColType::Xml | ColType::NVarCharMax, Sql::Null) => {
                     self.out.extend_from_slice(&u64::MAX.to_le_bytes())
                 }
-                (ColType::Xml, Sql::NVarChar(s)) => {
+                (ColType::Xml | ColType::NVarCharMax, Sql::NVarChar(s)) => {
                     let mut b = Vec::new();
                     put_utf16(&mut b, s);
                     put_plp(&mut self.out, &b);
@@ -145,8 +153,17 @@ impl Tokens {
         self.out.extend_from_slice(&count.to_le_bytes());
     }
 
-    /// ERROR (0xAA) as SQL Server writes it.
+    /// ERROR (0xAA) as SQL Server writes it. The text is bounded as SQL Server bounds a
+    /// message (RAISERROR: 2,047 characters; a longer one keeps its first 2,044 and an
+    /// ellipsis), so the token always fits its 16-bit length.
     pub fn error(&mut self, number: i32, state: u8, class: u8, message: &str) {
+        let bounded: String;
+        let message = if message.chars().count() > MAX_MESSAGE_CHARS {
+            bounded = message.chars().take(MAX_MESSAGE_CHARS - 3).chain("...".chars()).collect();
+            &bounded
+        } else {
+            message
+        };
         let mut body = Vec::new();
         body.extend_from_slice(&number.to_le_bytes());
         body.push(state);

@@ -24,6 +24,7 @@ pub(super) async fn execute(
             }
             Ok(None)
         }
+        Statement::SetSession { .. } => Ok(None),
         Statement::Declare(declared) => {
             for d in declared {
                 let v = match d.value {
@@ -88,12 +89,15 @@ pub(super) async fn execute(
             let mut row = Vec::new();
             for (n, alias) in &names {
                 let v = value(n, params)?;
-                let ty = match (&v, n) {
-                    // A NULL has its variable's declared type, as in SQL Server.
-                    (Sql::Null, Value::Var(var)) => {
-                        conn.var_types.get(var).map_or(Ok(ColType::NVarChar), |t| column_type(t))?
-                    }
-                    (v, _) => type_of(v),
+                // A variable has its declared type, as in SQL Server (an xml variable is
+                // xml, an int one int); a literal the type of its value.
+                let declared = match n {
+                    Value::Var(var) => conn.var_types.get(var).filter(|t| column_type(t).is_ok()),
+                    _ => None,
+                };
+                let (ty, v) = match declared {
+                    Some(decl) => (column_type(decl)?, column_value(decl, v)?),
+                    None => (type_of(&v), v),
                 };
                 cols.push((alias.as_deref().unwrap_or(""), ty));
                 row.push(v);

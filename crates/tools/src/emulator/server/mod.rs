@@ -94,6 +94,11 @@ pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, fa
 struct Conn {
     session: Session,
     in_tran: bool,
+    /// `BEGIN TRANSACTION`s inside the open one (`@@TRANCOUNT` is one more): a COMMIT
+    /// of an inner one only counts down, a ROLLBACK rolls back them all.
+    nested: u32,
+    /// `@@SPID`: this connection's number.
+    spid: i32,
     descriptor: u64,
     packet_size: usize,
     faults: Arc<Faults>,
@@ -225,6 +230,8 @@ async fn connection(
     let mut conn = Conn {
         session,
         in_tran: false,
+        nested: 0,
+        spid: next_spid(),
         descriptor: 0,
         packet_size,
         faults,
@@ -312,6 +319,7 @@ async fn connection(
                 let _ = conn.session.rollback().await;
                 if conn.in_tran {
                     conn.in_tran = false;
+                    conn.nested = 0;
                     t.env_change_tran(10, conn.descriptor);
                 }
                 t.done(0xFD, done::ATTN, 0);
@@ -365,18 +373,21 @@ async fn batch(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
 }
 
 async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
-    let parsed =
-        codec::parse_rpc(payload).map(|(procedure, params)| (procedure, params.into_iter().collect::<Params>()));
-    match parsed {
-        Ok((procedure, mut params)) if procedure.eq_ignore_ascii_case("sp_executesql") => {
-            let sql = match params.remove("@stmt").or_else(|| params.remove("stmt")).or_else(|| params.remove("#0")) {
-                Some(Sql::NVarChar(s)) => s,
+    match codec::parse_rpc(payload) {
+        Ok((procedure, params)) if procedure.eq_ignore_ascii_case("sp_executesql") => {
+            // The statement is sp_executesql's first parameter, whatever the client
+            // names it (`@stmt`; tedious sends `@statement`), or none; the declaration of
+            // the others (`@params`) and their values follow.
+            let mut params = params.into_iter();
+            let sql = match params.next() {
+                Some((_, Sql::NVarChar(s))) => s,
                 _ => {
-                    t.error(50000, 1, 16, "sp_executesql without a statement");
+                    t.error(214, 2, 16, "Procedure expects parameter '@statement' of type 'ntext/nchar/nvarchar'.");
                     t.done(0xFE, done::ERROR, 0);
                     return;
                 }
             };
+            let params: Params = params.collect();
             let ok = run(conn, &sql, &params, t, 0xFF).await;
             t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
         }
@@ -419,7 +430,9 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
     match what {
         Tran::Begin => {
             if conn.in_tran {
-                return Err(fail("nested transactions are not supported by the emulator"));
+                // As SQL Server: an inner BEGIN only counts up @@TRANCOUNT.
+                conn.nested += 1;
+                return Ok(());
             }
             conn.session.begin().await?;
             conn.in_tran = true;
@@ -436,6 +449,13 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
                     message: format!("The {verb} TRANSACTION request has no corresponding BEGIN TRANSACTION."),
                 });
             }
+            if what == Tran::Commit && conn.nested > 0 {
+                // The COMMIT of an inner transaction commits nothing: it counts down.
+                conn.nested -= 1;
+                return Ok(());
+            }
+            // A ROLLBACK rolls back to the outermost BEGIN, whatever the nesting.
+            conn.nested = 0;
             conn.in_tran = false;
             let received = std::mem::take(&mut conn.received);
             if what == Tran::Commit && received && conn.faults.on_commit() {
@@ -504,6 +524,7 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             st => st,
         };
         let more = if pending.is_empty() { in_proc } else { done::MORE };
+        system_variables(conn, &mut vars);
         if conn.in_tran && commits_itself(&st) {
             // As the procedure does (05_handoff.sql): its batches commit, which would
             // commit the caller's work too.
@@ -559,6 +580,7 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
 async fn failed(conn: &mut Conn, f: Failure, t: &mut Tokens, done_token: u8, in_proc: u16) {
     if conn.in_tran {
         conn.in_tran = false;
+        conn.nested = 0;
         let _ = conn.session.rollback().await;
         t.env_change_tran(10, conn.descriptor);
     }
@@ -577,6 +599,27 @@ fn holds(c: &Condition, vars: &Params) -> Result<bool, Failure> {
     })
 }
 
+/// The connection's number for `@@SPID`: from 51, as SQL Server numbers user sessions.
+fn next_spid() -> i32 {
+    static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(51);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The system variables the emulator knows, as of the statement about to run:
+/// `@@TRANCOUNT`, `@@SPID`, `@@VERSION`. Any other `@@name` is refused as not supported.
+fn system_variables(conn: &Conn, vars: &mut Params) {
+    let trancount = if conn.in_tran { 1 + conn.nested } else { 0 };
+    vars.insert("@@trancount".into(), Sql::Int(i32::try_from(trancount).unwrap_or(i32::MAX)));
+    vars.insert("@@spid".into(), Sql::Int(conn.spid));
+    vars.insert(
+        "@@version".into(),
+        Sql::NVarChar(format!(
+            "sbworker emulator {}: the Service Broker statements of SQL Server over TDS 7.4, on PostgreSQL",
+            env!("CARGO_PKG_VERSION")
+        )),
+    );
+}
+
 /// A procedure that commits transactions of its own (`Rekenserver.sweep`): never run in
 /// one of the client's, nor in an implicit one.
 fn commits_itself(st: &Statement) -> bool {
@@ -589,6 +632,7 @@ fn needs_transaction(st: &Statement) -> bool {
             st,
             Statement::Transaction(_)
                 | Statement::SetOption { .. }
+                | Statement::SetSession { .. }
                 | Statement::Declare(_)
                 | Statement::DeclareTable { .. }
                 | Statement::SelectTable { .. }

@@ -6,6 +6,14 @@ use super::*;
 
 /// SQL Server's error for a variable used or assigned before its DECLARE.
 pub(super) fn undeclared(name: &str) -> Failure {
+    if name.starts_with("@@") {
+        // A system function SQL Server has and the emulator does not.
+        return Failure {
+            number: tsql::NOT_SUPPORTED,
+            class: 16,
+            message: format!("{} is not supported by the emulator.", name.to_uppercase()),
+        };
+    }
     Failure { number: 137, class: 15, message: format!("Must declare the scalar variable \"{name}\".") }
 }
 
@@ -14,11 +22,27 @@ pub(super) fn declared(vars: &Params, name: &str) -> Result<(), Failure> {
     if vars.contains_key(name) { Ok(()) } else { Err(undeclared(name)) }
 }
 
+/// A value as an error message names it: its type and size, never its contents (a
+/// message body can be large, and private).
+pub(super) fn describe(v: &Sql) -> String {
+    match v {
+        Sql::Null => "NULL".into(),
+        Sql::Int(_) => "an int value".into(),
+        Sql::BigInt(_) => "a bigint value".into(),
+        Sql::Bit(_) => "a bit value".into(),
+        Sql::Guid(_) => "a uniqueidentifier value".into(),
+        Sql::NVarChar(s) => format!("an nvarchar value ({} characters)", s.chars().count()),
+        Sql::VarBinary(b) => format!("a varbinary value ({} bytes)", b.len()),
+    }
+}
+
 pub(super) fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure> {
     Ok(match v {
         Value::Var(name) => params.get(name).cloned().ok_or_else(|| undeclared(name))?,
-        Value::Int(i) => Sql::BigInt(*i),
+        // An integer literal is an int where it fits, as SQL Server types it.
+        Value::Int(i) => i32::try_from(*i).map_or(Sql::BigInt(*i), Sql::Int),
         Value::Str(s) => Sql::NVarChar(s.clone()),
+        Value::Bin(b) => Sql::VarBinary(b.clone()),
         Value::Null => Sql::Null,
         Value::Cast(inner, ty) => convert(ty, value(inner, params)?)?,
     })
@@ -43,7 +67,7 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
             Ok(Sql::NVarChar(codec::utf16_string(&b).map_err(|e| fail(e.to_string()))?))
         }
         ("nvarchar" | "sysname", v @ Sql::NVarChar(_)) => Ok(v),
-        (_, v) => Err(fail(format!("CONVERT of {v:?} to {ty} is not supported by the emulator"))),
+        (_, v) => Err(fail(format!("CONVERT of {} to {ty} is not supported by the emulator", describe(&v)))),
     }
 }
 
@@ -59,7 +83,7 @@ pub(super) fn as_i64(v: Sql) -> Result<i64, Failure> {
     match v {
         Sql::Int(i) => Ok(i64::from(i)),
         Sql::BigInt(i) => Ok(i),
-        other => Err(fail(format!("{other:?} is not an integer"))),
+        other => Err(fail(format!("{} is not an integer", describe(&other)))),
     }
 }
 
@@ -67,7 +91,7 @@ pub(super) fn as_text(v: Sql) -> Result<String, Failure> {
     match v {
         Sql::NVarChar(s) => Ok(s),
         Sql::VarBinary(b) => String::from_utf8(b).map_err(|_| fail("binary text is not UTF-8")),
-        other => Err(fail(format!("{other:?} is not text"))),
+        other => Err(fail(format!("{} is not text", describe(&other)))),
     }
 }
 
@@ -77,7 +101,7 @@ pub(super) fn as_bytes(v: Sql) -> Result<Option<Vec<u8>>, Failure> {
         Sql::VarBinary(b) => Ok(Some(b)),
         // nvarchar converts to varbinary as UTF-16LE, as in SQL Server.
         Sql::NVarChar(s) => Ok(Some(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
-        other => Err(fail(format!("{other:?} is not a message body"))),
+        other => Err(fail(format!("{} is not a message body", describe(&other)))),
     }
 }
 
@@ -158,9 +182,16 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
         ("varbinary(max)" | "varbinary", v @ (Sql::Null | Sql::VarBinary(_))) => Ok((ColType::VarBinaryMax, v)),
         ("uniqueidentifier", v @ (Sql::Null | Sql::Guid(_))) => Ok((ColType::Guid, v)),
         ("nvarchar(max)" | "nvarchar" | "sysname", v @ (Sql::Null | Sql::NVarChar(_))) => Ok((ColType::NVarChar, v)),
+        // A binary message body read as text: its bytes as UTF-16LE, as SQL Server reads
+        // them (the same conversion as an assignment to an nvarchar variable).
+        (ty, v @ Sql::VarBinary(_)) if base_type(ty) == "nvarchar" => Ok((ColType::NVarChar, convert("nvarchar", v)?)),
         ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
+        ("bigint", Sql::Int(i)) => Ok((ColType::BigInt, Sql::BigInt(i64::from(i)))),
         ("int", v @ (Sql::Null | Sql::Int(_))) => Ok((ColType::Int, v)),
-        (ty, v) => Err(fail(format!("CAST of {v:?} AS {ty} is not supported by the emulator"))),
+        ("int", Sql::BigInt(i)) => i32::try_from(i)
+            .map(|i| (ColType::Int, Sql::Int(i)))
+            .map_err(|_| fail("Arithmetic overflow error converting expression to data type int.")),
+        (ty, v) => Err(fail(format!("CAST of {} AS {ty} is not supported by the emulator", describe(&v)))),
     }
 }
 
@@ -185,7 +216,7 @@ fn xml_value(v: Sql) -> Result<String, Failure> {
                 String::from_utf8(body.to_vec()).map_err(|_| xml_error("the body is neither UTF-16 nor UTF-8"))?
             }
         },
-        other => return Err(fail(format!("{other:?} is not an xml value"))),
+        other => return Err(fail(format!("{} is not an xml value", describe(&other)))),
     };
     well_formed(&text)?;
     Ok(strip_declaration(&text))
@@ -390,7 +421,17 @@ pub(super) static PROBE: Message = Message {
 
 /// A result set.
 pub(super) fn result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<Sql>]) -> Option<u64> {
-    t.col_metadata(cols);
+    // An nvarchar column holding a value over 4,000 characters is nvarchar(max), sent
+    // as PLP: nvarchar(n) has at most 4,000 (8,000 bytes).
+    let cols: Vec<(&str, ColType)> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, ty))| {
+            let long = |r: &Vec<Sql>| matches!(r.get(i), Some(Sql::NVarChar(s)) if s.encode_utf16().count() > 4000);
+            (name, if ty == ColType::NVarChar && rows.iter().any(long) { ColType::NVarCharMax } else { ty })
+        })
+        .collect();
+    t.col_metadata(&cols);
     let types: Vec<ColType> = cols.iter().map(|(_, c)| *c).collect();
     for r in rows {
         t.row(&types, r);
@@ -428,7 +469,13 @@ pub(super) fn equal(a: Sql, b: Sql) -> Result<Option<bool>, Failure> {
         (x @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_)), y @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_))) => {
             int_of(x) == int_of(y)
         }
-        (x, y) => return Err(fail(format!("comparing {x:?} with {y:?} is not supported by the emulator"))),
+        (x, y) => {
+            return Err(fail(format!(
+                "comparing {} with {} is not supported by the emulator",
+                describe(&x),
+                describe(&y)
+            )));
+        }
     }))
 }
 
@@ -474,7 +521,7 @@ pub(super) fn column_type(ty: &str) -> Result<ColType, Failure> {
 }
 
 /// A value stored in a table variable's column of type `ty`.
-fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
+pub(super) fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
     match (base_type(ty), v) {
         (_, Sql::Null) => Ok(Sql::Null),
         ("xml", v) => Ok(cast("xml", v)?.1),
@@ -486,7 +533,11 @@ fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
             Ok(Sql::Int(i32::try_from(as_i64(v)?).map_err(|_| fail("Arithmetic overflow converting to int"))?))
         }
         (_, Sql::Bit(b)) => Ok(Sql::Bit(b)),
-        (other, v) => Err(fail(format!("storing {v:?} in a column of type {other} is not supported by the emulator"))),
+        // Any number but 0 is 1, as SQL Server converts to bit.
+        ("bit", v @ (Sql::Int(_) | Sql::BigInt(_))) => Ok(Sql::Bit(as_i64(v)? != 0)),
+        (other, v) => {
+            Err(fail(format!("storing {} in a column of type {other} is not supported by the emulator", describe(&v))))
+        }
     }
 }
 

@@ -11,6 +11,8 @@ pub(super) enum Tok {
     Var(String),
     Int(i64),
     Str(String),
+    /// A binary literal, `0x…`.
+    Bin(Vec<u8>),
     Punct(char),
 }
 
@@ -19,6 +21,7 @@ impl Tok {
         match self {
             Tok::Word(w) | Tok::Quoted(w) | Tok::Var(w) | Tok::Str(w) => w.clone(),
             Tok::Int(i) => i.to_string(),
+            Tok::Bin(b) => format!("0x{}", b.iter().map(|x| format!("{x:02X}")).collect::<String>()),
             Tok::Punct(c) => c.to_string(),
         }
     }
@@ -109,6 +112,24 @@ pub(super) fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
                 i += 1;
             }
             out.push(Tok::Var(chars[start..i].iter().collect::<String>().to_lowercase()));
+        } else if c == '0' && matches!(chars.get(i + 1), Some('x' | 'X')) {
+            // A binary literal: two hex digits a byte; an odd count has a leading 0 (as
+            // SQL Server reads 0xABC as 0x0ABC); 0x alone is the empty value.
+            let start = i + 2;
+            i = start;
+            while i < chars.len() && chars[i].is_ascii_hexdigit() {
+                i += 1;
+            }
+            if chars.get(i).is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+                return Err(syntax(&chars[start - 2..=i].iter().collect::<String>()));
+            }
+            let mut hex: String = chars[start..i].iter().collect();
+            if hex.len() % 2 == 1 {
+                hex.insert(0, '0');
+            }
+            let bytes =
+                (0..hex.len()).step_by(2).map(|k| u8::from_str_radix(&hex[k..k + 2], 16).unwrap_or(0)).collect();
+            out.push(Tok::Bin(bytes));
         } else if c.is_ascii_digit()
             || (c == '-'
                 && chars.get(i + 1).is_some_and(char::is_ascii_digit)
@@ -129,7 +150,7 @@ pub(super) fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
                 i += 1;
             }
             out.push(Tok::Word(chars[start..i].iter().collect()));
-        } else if "(),.=;*<>!".contains(c) {
+        } else if "(),.=;*<>!-".contains(c) {
             out.push(Tok::Punct(c));
             i += 1;
         } else {

@@ -26,6 +26,8 @@ pub enum Value {
     Var(String),
     Int(i64),
     Str(String),
+    /// `0x…`.
+    Bin(Vec<u8>),
     Null,
     /// `CAST(value AS type)` or `CONVERT(type, value[, style])`: the type lower case.
     Cast(Box<Value>, String),
@@ -128,6 +130,12 @@ pub enum Statement {
     SetOption {
         option: String,
         on: bool,
+    },
+    /// A session setting taken at the one value the emulator behaves as (`SET
+    /// LANGUAGE us_english`, `SET TEXTSIZE 2147483647`, …): nothing to do.
+    SetSession {
+        option: String,
+        value: String,
     },
     /// `DECLARE @a type [= value], @b type …`.
     Declare(Vec<Declared>),

@@ -73,6 +73,7 @@ impl Parser {
             Some(Tok::Var(v)) => Value::Var(v),
             Some(Tok::Int(i)) => Value::Int(i),
             Some(Tok::Str(s)) => Value::Str(s),
+            Some(Tok::Bin(b)) => Value::Bin(b),
             Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL") => Value::Null,
             Some(Tok::Word(w))
                 if w.eq_ignore_ascii_case("CAST") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) =>
@@ -241,30 +242,7 @@ impl Parser {
                 return Ok(Statement::SetVar { var, value });
             }
             let option = self.name()?.to_uppercase();
-            // The ANSI options are taken at the value the emulator behaves as (that of
-            // the scripts and the transport); another value is refused, never ignored.
-            let fixed = match option.as_str() {
-                "XACT_ABORT" | "NOCOUNT" => None,
-                "ANSI_NULLS"
-                | "ANSI_PADDING"
-                | "ANSI_WARNINGS"
-                | "ARITHABORT"
-                | "CONCAT_NULL_YIELDS_NULL"
-                | "QUOTED_IDENTIFIER" => Some(true),
-                "NUMERIC_ROUNDABORT" => Some(false),
-                _ => return Err(unsupported(&format!("SET {option}"))),
-            };
-            let on = if self.eat_kw("ON") {
-                true
-            } else if self.eat_kw("OFF") {
-                false
-            } else {
-                return Err(syntax(&self.near()));
-            };
-            if fixed.is_some_and(|v| v != on) {
-                return Err(unsupported(&format!("SET {option} {}", if on { "ON" } else { "OFF" })));
-            }
-            return Ok(Statement::SetOption { option, on });
+            return self.set_option(option);
         }
         if self.eat_kw("DECLARE") {
             let mut declared = Vec::new();
@@ -340,6 +318,83 @@ impl Parser {
     }
 
     /// A column name or alias: a name or a string.
+    /// `SET option …` after its name: the session settings drivers send when they log in
+    /// (SET statements page). The emulator does not depend on some of them (cursors,
+    /// arithmetic aborts, the default nullability of new columns): those are taken at any
+    /// value. The others are taken at the value the emulator behaves as (that of the
+    /// scripts, the transport and SQL Server's defaults for a client that connects with
+    /// ODBC or tedious); another value is refused, never ignored.
+    pub(super) fn set_option(&mut self, option: String) -> Result<Statement, TsqlError> {
+        let refused = |value: &str| Err(unsupported(&format!("SET {option} {value}")));
+        let fixed = match option.as_str() {
+            "XACT_ABORT"
+            | "NOCOUNT"
+            | "ARITHABORT"
+            | "ARITHIGNORE"
+            | "ANSI_NULL_DFLT_ON"
+            | "ANSI_NULL_DFLT_OFF"
+            | "CURSOR_CLOSE_ON_COMMIT" => None,
+            "ANSI_NULLS" | "ANSI_PADDING" | "ANSI_WARNINGS" | "CONCAT_NULL_YIELDS_NULL" | "QUOTED_IDENTIFIER" => {
+                Some(true)
+            }
+            "NUMERIC_ROUNDABORT" | "IMPLICIT_TRANSACTIONS" => Some(false),
+            "TRANSACTION" => {
+                self.kw("ISOLATION")?;
+                self.kw("LEVEL")?;
+                let level = self.setting_word()?;
+                let level = if level == "READ" { format!("READ {}", self.setting_word()?) } else { level };
+                if level != "READ COMMITTED" {
+                    return Err(unsupported(&format!("SET TRANSACTION ISOLATION LEVEL {level}")));
+                }
+                return Ok(Statement::SetSession { option: "TRANSACTION ISOLATION LEVEL".into(), value: level });
+            }
+            // The value each takes, as the emulator behaves: it never truncates a value
+            // (TEXTSIZE), speaks English, reads no dates, waits for locks as its broker
+            // does and leaves deadlock victims to PostgreSQL.
+            "TEXTSIZE" | "LANGUAGE" | "DATEFORMAT" | "DATEFIRST" | "LOCK_TIMEOUT" | "DEADLOCK_PRIORITY" => {
+                let value = self.setting_word()?;
+                let ok = match option.as_str() {
+                    "TEXTSIZE" => value == "2147483647" || value == "-1",
+                    "LANGUAGE" => value == "US_ENGLISH" || value == "ENGLISH",
+                    "DATEFORMAT" => value == "MDY",
+                    "DATEFIRST" => value == "7",
+                    "LOCK_TIMEOUT" => value == "-1",
+                    _ => value == "NORMAL" || value == "0",
+                };
+                if !ok {
+                    return refused(&value);
+                }
+                return Ok(Statement::SetSession { option, value });
+            }
+            _ => return Err(unsupported(&format!("SET {option}"))),
+        };
+        let on = if self.eat_kw("ON") {
+            true
+        } else if self.eat_kw("OFF") {
+            false
+        } else {
+            return Err(syntax(&self.near()));
+        };
+        if fixed.is_some_and(|v| v != on) {
+            return refused(if on { "ON" } else { "OFF" });
+        }
+        Ok(Statement::SetOption { option, on })
+    }
+
+    /// The value of a `SET` setting, upper case: a word, a `[name]`, a string
+    /// (`N'us_english'`) or a number, negative ones too.
+    fn setting_word(&mut self) -> Result<String, TsqlError> {
+        let negative = self.eat_punct('-');
+        let word = match self.peek() {
+            Some(Tok::Int(i)) if *i < 0 && !negative => i.to_string(),
+            Some(Tok::Word(w) | Tok::Quoted(w) | Tok::Str(w)) if !negative => w.to_uppercase(),
+            Some(Tok::Int(i)) => format!("{}{i}", if negative { "-" } else { "" }),
+            _ => return Err(syntax(&self.near())),
+        };
+        self.at += 1;
+        Ok(word)
+    }
+
     pub(super) fn alias(&mut self) -> Result<String, TsqlError> {
         match self.peek().cloned() {
             Some(Tok::Str(s)) => {

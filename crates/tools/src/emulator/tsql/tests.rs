@@ -424,3 +424,57 @@ fn every_statement_the_worker_sends_is_recognised() {
         assert!(!parsed.is_empty(), "{name}");
     }
 }
+
+#[test]
+fn the_session_settings_drivers_send_at_login_are_taken() {
+    // pymssql (FreeTDS), its default connection properties.
+    let pymssql = "SET ARITHABORT ON;SET CONCAT_NULL_YIELDS_NULL ON;SET ANSI_NULLS ON;SET ANSI_NULL_DFLT_ON ON;\
+                   SET ANSI_PADDING ON;SET ANSI_WARNINGS ON;SET ANSI_NULL_DFLT_ON ON;SET CURSOR_CLOSE_ON_COMMIT ON;\
+                   SET QUOTED_IDENTIFIER ON;SET TEXTSIZE 2147483647;";
+    assert_eq!(parse_batch(pymssql).unwrap().len(), 10);
+    // tedious, its initial SQL.
+    let tedious = "set textsize 2147483647\nset quoted_identifier on\nset arithabort off\nset numeric_roundabort off\n\
+                   set ansi_warnings on\nset ansi_padding on\nset ansi_nulls on\nset concat_null_yields_null on\n\
+                   set cursor_close_on_commit off\nset implicit_transactions off\nset language us_english\n\
+                   set dateformat mdy\nset datefirst 7\nset transaction isolation level read committed";
+    let v = parse_batch(tedious).unwrap();
+    assert_eq!(v.len(), 14);
+    assert_eq!(
+        v[13],
+        Statement::SetSession { option: "TRANSACTION ISOLATION LEVEL".into(), value: "READ COMMITTED".into() }
+    );
+    assert_eq!(
+        one("SET LANGUAGE N'us_english'"),
+        Statement::SetSession { option: "LANGUAGE".into(), value: "US_ENGLISH".into() }
+    );
+    assert_eq!(one("SET LOCK_TIMEOUT -1"), Statement::SetSession { option: "LOCK_TIMEOUT".into(), value: "-1".into() });
+    // Another value changes what the emulator does: refused, saying which.
+    for (sql, says) in [
+        ("SET IMPLICIT_TRANSACTIONS ON", "SET IMPLICIT_TRANSACTIONS ON"),
+        ("SET LANGUAGE Nederlands", "SET LANGUAGE NEDERLANDS"),
+        ("SET DATEFORMAT dmy", "SET DATEFORMAT DMY"),
+        ("SET TEXTSIZE 4096", "SET TEXTSIZE 4096"),
+        ("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        ("SET LOCK_TIMEOUT 100", "SET LOCK_TIMEOUT 100"),
+    ] {
+        let e = parse_batch(sql).unwrap_err();
+        assert_eq!(e.number, NOT_SUPPORTED, "{sql}");
+        assert!(e.message.contains(says), "{sql}: {}", e.message);
+    }
+}
+
+#[test]
+fn binary_literals_are_values() {
+    assert_eq!(
+        one("DECLARE @b VARBINARY(MAX) = 0x3C0061003E00"),
+        Statement::Declare(vec![Declared {
+            var: "@b".into(),
+            ty: "varbinary(max)".into(),
+            value: Some(Value::Bin(vec![0x3C, 0, 0x61, 0, 0x3E, 0]))
+        }])
+    );
+    // An odd number of digits has a leading zero; 0x alone is empty.
+    assert_eq!(one("SET @b = 0xABC"), Statement::SetVar { var: "@b".into(), value: Value::Bin(vec![0x0A, 0xBC]) });
+    assert_eq!(one("SET @b = 0x"), Statement::SetVar { var: "@b".into(), value: Value::Bin(vec![]) });
+    assert_eq!(parse_batch("SET @b = 0x12G4").unwrap_err().number, 102);
+}
