@@ -1047,3 +1047,59 @@ async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it(
     let r = c.simple_query("SELECT 2").await.unwrap().into_row().await.unwrap().unwrap();
     assert_eq!(r.get::<i32, _>(0), Some(2));
 }
+
+/// An outside client with its default settings, nothing tuned for the emulator:
+/// pymssql (FreeTDS; installed from PyPI into the build folder when missing) logs in
+/// with its own session settings, runs Microsoft's tutorial batch inside its own
+/// transaction, passes bodies as parameters (nvarchar, and bytes as a binary literal),
+/// reads them back with `CAST(message_body AS NVARCHAR(MAX))`, a body over 100 KB
+/// included, rolls back, survives a refused statement, and has a Vraag answered by a
+/// running worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
+    let dir = crate::common::calc::TempDir::new("pymssql");
+    let vraag_file = dir.0.join("vraag.xml");
+    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
+    let script = |step: &str| {
+        let out = tokio::process::Command::new("python3")
+            .env("PYTHONPATH", &pymssql)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_defaults.py"))
+            .args([port.as_str(), "sbworker", "p;w\"d", step, vraag_file.to_str().unwrap()])
+            .output();
+        async move {
+            let out = crate::common::within(180, "pymssql ends", out).await.unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        }
+    };
+    let v = script("tutorial").await;
+    assert_eq!(v["trancount_at_start"], 1, "pymssql works inside its own transaction: {v}");
+    assert_eq!(
+        v["received"],
+        serde_json::json!([
+            "<Hallo xmlns=\"urn:test\">wereld</Hallo>",
+            "\u{feff}<Hallo xmlns=\"urn:test\">wereld, binair</Hallo>"
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["big_roundtrip"], true, "{v}");
+    assert_eq!(v["queued_after_rollback"], 0, "{v}");
+    assert_eq!(v["refused"], 50100, "{v}");
+    assert_eq!(v["after_refusal"], 1, "{v}");
+    // Now a worker serves the calculation queue.
+    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
+    let v = script("worker").await;
+    assert_eq!(
+        v["answer_types"],
+        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
+        "{v}"
+    );
+    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
+    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+}
