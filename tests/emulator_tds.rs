@@ -1103,3 +1103,41 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
+
+/// Microsoft's ODBC Driver 18, as mssql-python (PyPI; it bundles the driver, which needs
+/// the system's libltdl7) sets it up: its parameters come as sp_prepexec with unnamed
+/// values, strings as varchar; a 5,000-character value comes back whole; Microsoft's
+/// tutorial batch runs in the driver's own transaction with the body as a parameter
+/// (text and bytes); a refused conversion of a 20,000-character value is an ordinary
+/// error and the connection goes on; the driver's rollback leaves nothing queued.
+/// `Encrypt=no` until the emulator speaks TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let ltdl = std::process::Command::new("ldconfig").arg("-p").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&ltdl.stdout).contains("libltdl.so.7"),
+        "ODBC Driver 18 needs libltdl7 (apt-get install libltdl7; .ci/run installs it)"
+    );
+    let out = tokio::process::Command::new("python3")
+        .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
+        .args([port.as_str(), "sbworker", "p;w\"d", "Encrypt=no;"])
+        .output();
+    let out = crate::common::within(180, "the ODBC client ends", out).await.unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["trancount_at_start"], 1, "{v}");
+    assert_eq!(v["params"], serde_json::json!([42, "tekst"]), "{v}");
+    assert_eq!(v["long_roundtrip"], true, "{v}");
+    assert_eq!(
+        v["received"],
+        serde_json::json!(["<Hallo xmlns=\"urn:test\">wereld</Hallo>", "\u{feff}<Hallo>binair</Hallo>"]),
+        "{v}"
+    );
+    assert_eq!(v["refused"], true, "{v}");
+    assert_eq!(v["after_refusal"], 7, "{v}");
+    assert_eq!(v["queued_after_rollback"], 0, "{v}");
+}

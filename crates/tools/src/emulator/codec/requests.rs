@@ -11,8 +11,14 @@ pub fn parse_rpc(payload: &[u8]) -> R<(String, Vec<(String, Sql)>)> {
     r.skip_all_headers()?;
     let n = r.u16()?;
     let procedure = if n == 0xFFFF {
+        // The procedure ids of MS-TDS 2.2.6.6 the emulator runs (ODBC sends its
+        // parameterised statements as sp_prepexec, or sp_prepare and sp_execute).
         match r.u16()? {
             10 => "sp_executesql".to_owned(),
+            11 => "sp_prepare".to_owned(),
+            12 => "sp_execute".to_owned(),
+            13 => "sp_prepexec".to_owned(),
+            15 => "sp_unprepare".to_owned(),
             id => return Err(Malformed(format!("procedure id {id} is not supported by the emulator"))),
         }
     } else {
@@ -122,9 +128,11 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
                 n => Err(Malformed(format!("GUID of {n} bytes"))),
             }
         }
-        0xE7 | 0xA5 => {
+        // nvarchar, varbinary; and nchar, varchar, char, binary, as ODBC sends a short
+        // value: the same layout, a collation for the text types.
+        0xE7 | 0xA5 | 0xEF | 0xA7 | 0xAF | 0xAD => {
             let max = r.u16()?;
-            if ty == 0xE7 {
+            if matches!(ty, 0xE7 | 0xEF | 0xA7 | 0xAF) {
                 r.bytes(5)?; // collation
             }
             let bytes = if max == 0xFFFF {
@@ -139,7 +147,16 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
                 }
                 r.bytes(n as usize)?.to_vec()
             };
-            Ok(if ty == 0xE7 { Sql::NVarChar(utf16_string(&bytes)?) } else { Sql::VarBinary(bytes) })
+            Ok(match ty {
+                0xE7 | 0xEF => Sql::NVarChar(utf16_string(&bytes)?),
+                // A single-byte text: UTF-8 when it reads as such (a _UTF8 collation, or
+                // ASCII), otherwise Latin-1, the code page of the default collation.
+                0xA7 | 0xAF => Sql::NVarChar(
+                    String::from_utf8(bytes)
+                        .unwrap_or_else(|e| e.into_bytes().iter().map(|&b| char::from(b)).collect()),
+                ),
+                _ => Sql::VarBinary(bytes),
+            })
         }
         0xF1 => {
             // XML_INFO: a schema collection may be named; the value is UTF-16 in PLP.

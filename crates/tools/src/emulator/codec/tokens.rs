@@ -145,6 +145,25 @@ impl Tokens {
         }
     }
 
+    /// RETURNSTATUS (0x79): an RPC's return status.
+    pub fn return_status(&mut self, status: i32) {
+        self.out.push(0x79);
+        self.out.extend_from_slice(&status.to_le_bytes());
+    }
+
+    /// RETURNVALUE (0xAC) of an int OUTPUT parameter (MS-TDS 2.2.7.19): its ordinal and
+    /// name in the call, status 0x01 (an output parameter), the type INTN(4), the value.
+    pub fn return_value_int(&mut self, ordinal: u16, name: &str, value: i32) {
+        self.out.push(0xAC);
+        self.out.extend_from_slice(&ordinal.to_le_bytes());
+        put_b_varchar(&mut self.out, name);
+        self.out.push(0x01);
+        self.out.extend_from_slice(&0u32.to_le_bytes()); // user type
+        self.out.extend_from_slice(&0x0001u16.to_le_bytes()); // nullable
+        self.out.extend_from_slice(&[0x26, 4, 4]);
+        self.out.extend_from_slice(&value.to_le_bytes());
+    }
+
     /// DONE (0xFD), DONEPROC (0xFE) or DONEINPROC (0xFF).
     pub fn done(&mut self, token: u8, status: u16, count: u64) {
         self.out.push(token);

@@ -99,6 +99,9 @@ struct Conn {
     nested: u32,
     /// `@@SPID`: this connection's number.
     spid: i32,
+    /// Statements prepared with sp_prepare or sp_prepexec, by handle, until sp_unprepare:
+    /// the text and its parameters' names in declared order.
+    prepared: HashMap<i32, (String, Vec<String>)>,
     descriptor: u64,
     packet_size: usize,
     faults: Arc<Faults>,
@@ -232,6 +235,7 @@ async fn connection(
         in_tran: false,
         nested: 0,
         spid: next_spid(),
+        prepared: HashMap::new(),
         descriptor: 0,
         packet_size,
         faults,
@@ -391,6 +395,11 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
             let ok = run(conn, &sql, &params, t, 0xFF).await;
             t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
         }
+        Ok((procedure, params))
+            if procedure.starts_with("sp_prep") || procedure == "sp_execute" || procedure == "sp_unprepare" =>
+        {
+            prepared(conn, &procedure, params, t).await;
+        }
         Ok((procedure, _)) => {
             t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
             t.done(0xFE, done::ERROR, 0);
@@ -400,6 +409,105 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
             t.done(0xFE, done::ERROR, 0);
         }
     }
+}
+
+/// ODBC's prepared statements (sp_prepare, sp_execute, sp_prepexec, sp_unprepare), by
+/// position as the driver sends them: the handle (an OUTPUT parameter of sp_prepare and
+/// sp_prepexec, returned as a RETURNVALUE), the declaration of the parameters, the
+/// statement, then the parameters' values. A prepared statement is its text, run again
+/// at each sp_execute; it lives until sp_unprepare or the end of the connection.
+async fn prepared(conn: &mut Conn, procedure: &str, params: Vec<(String, Sql)>, t: &mut Tokens) {
+    let mut params = params.into_iter();
+    let handle_name = |p: &Option<(String, Sql)>| {
+        p.as_ref().map(|(n, _)| if n.starts_with('#') { String::new() } else { n.clone() }).unwrap_or_default()
+    };
+    let refuse = |t: &mut Tokens, message: &str| {
+        t.error(8179, 1, 16, message);
+        t.done(0xFE, done::ERROR, 0);
+    };
+    match procedure {
+        "sp_prepare" | "sp_prepexec" => {
+            let handle_param = params.next();
+            let names = match params.next() {
+                Some((_, Sql::NVarChar(d))) => declared_names(&d),
+                _ => Vec::new(),
+            };
+            let sql = match params.next() {
+                Some((_, Sql::NVarChar(s))) => s,
+                _ => return refuse(t, &format!("{procedure} without a statement.")),
+            };
+            let handle = i32::try_from(conn.prepared.len()).unwrap_or(i32::MAX).saturating_add(1);
+            let handle = (handle..).find(|h| !conn.prepared.contains_key(h)).unwrap_or(handle);
+            conn.prepared.insert(handle, (sql.clone(), names.clone()));
+            let mut ok = true;
+            if procedure == "sp_prepexec" {
+                let values = bind(&names, params);
+                ok = run(conn, &sql, &values, t, 0xFF).await;
+            }
+            t.return_status(if ok { 0 } else { 1 });
+            t.return_value_int(0, &handle_name(&handle_param), handle);
+            t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
+        }
+        "sp_execute" => {
+            let found = match params.next() {
+                Some((_, Sql::Int(h))) => conn.prepared.get(&h).cloned(),
+                Some((_, Sql::BigInt(h))) => i32::try_from(h).ok().and_then(|h| conn.prepared.get(&h).cloned()),
+                _ => None,
+            };
+            let Some((sql, names)) = found else {
+                return refuse(t, "Could not find prepared statement with handle given to sp_execute.");
+            };
+            let values = bind(&names, params);
+            let ok = run(conn, &sql, &values, t, 0xFF).await;
+            t.return_status(if ok { 0 } else { 1 });
+            t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
+        }
+        _ => {
+            if let Some((_, Sql::Int(h))) = params.next() {
+                conn.prepared.remove(&h);
+            }
+            t.return_status(0);
+            t.done(0xFE, 0, 0);
+        }
+    }
+}
+
+/// The names a parameter declaration gives, in order (`@P1 int,@P2 decimal(10,2)` →
+/// `@p1`, `@p2`), lower case as variables are kept.
+fn declared_names(declaration: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut depth = 0;
+    let mut part = String::new();
+    for c in declaration.chars().chain(std::iter::once(',')) {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                if let Some(name) = part.split_whitespace().next().filter(|n| n.starts_with('@')) {
+                    names.push(name.to_lowercase());
+                }
+                part.clear();
+                continue;
+            }
+            _ => {}
+        }
+        part.push(c);
+    }
+    names
+}
+
+/// The values of a prepared statement's call as its variables: a value with a name
+/// under that name, an unnamed one (as ODBC sends them) under the declared name of its
+/// position.
+fn bind(names: &[String], values: impl Iterator<Item = (String, Sql)>) -> Params {
+    values
+        .enumerate()
+        .map(
+            |(i, (name, v))| {
+                if name.starts_with('#') { (names.get(i).cloned().unwrap_or(name), v) } else { (name, v) }
+            },
+        )
+        .collect()
 }
 
 async fn tm(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {

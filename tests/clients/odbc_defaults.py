@@ -1,0 +1,68 @@
+"""Microsoft's ODBC Driver 18 (bundled by mssql-python) against the emulator.
+
+Run by tests/emulator_tds.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA.
+The driver as mssql-python sets it up: autocommit off (its own transaction),
+parameters sent as sp_prepexec with unnamed values, strings as varchar or nvarchar. EXTRA
+is appended to the connection string (`Encrypt=no;` until the emulator speaks TLS).
+Prints what it saw as one JSON object.
+"""
+
+import json
+import sys
+
+import mssql_python
+
+port, user, password, extra = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+out = {}
+# A password with ; and " is written in braces, as ODBC connection strings quote.
+pwd = "{" + password.replace("}", "}}") + "}"
+conn = mssql_python.connect(f"Server=tcp:127.0.0.1,{port};UID={user};PWD={pwd};{extra}")
+cur = conn.cursor()
+cur.execute("SELECT @@TRANCOUNT")
+out["trancount_at_start"] = cur.fetchone()[0]
+cur.execute("SELECT ? AS i, ? AS s", (42, "tekst"))
+out["params"] = list(cur.fetchone())
+long = "é" * 5000
+cur.execute("SELECT ? AS long", (long,))
+out["long_roundtrip"] = cur.fetchone()[0] == long
+
+SEND = """BEGIN TRANSACTION;
+DECLARE @h uniqueidentifier;
+BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+    TO SERVICE N'/Rekenserver/LoonfactorBerekening/RekenService'
+    ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+SEND ON CONVERSATION (@h) MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (?);
+COMMIT TRANSACTION;"""
+RECEIVE = """WAITFOR (RECEIVE TOP (1) conversation_handle, CAST(message_body AS NVARCHAR(MAX)) AS body
+             FROM dbo.loonfactorberekening_reken), TIMEOUT 10000"""
+bodies = ['<Hallo xmlns="urn:test">wereld</Hallo>', b"\xff\xfe" + "<Hallo>binair</Hallo>".encode("utf-16-le")]
+out["received"] = []
+for body in bodies:
+    cur.execute(SEND, (body,))
+    conn.commit()
+    cur.execute(RECEIVE)
+    h, text = cur.fetchone()
+    out["received"].append(text)
+    cur.execute("END CONVERSATION ? WITH CLEANUP", (h,))
+    conn.commit()
+
+# A body of 20,000 characters refused by a conversion: an ordinary error, and the
+# connection goes on (the driver once lost it to an oversized error token).
+try:
+    cur.execute("SELECT CAST(? AS uniqueidentifier)", ("x" * 20000,))
+    cur.fetchall()
+    out["refused"] = None
+except mssql_python.Error as e:
+    out["refused"] = "not supported by the emulator" in str(e) or "is not" in str(e)
+conn.rollback()
+cur.execute("SELECT 7")
+out["after_refusal"] = cur.fetchone()[0]
+
+# The driver's rollback: nothing stays queued.
+cur.execute(SEND.replace("COMMIT TRANSACTION;", ""), (bodies[0],))
+conn.rollback()
+cur.execute("SELECT COUNT(*) FROM dbo.loonfactorberekening_reken")
+out["queued_after_rollback"] = cur.fetchone()[0]
+conn.commit()
+conn.close()
+print(json.dumps(out))
