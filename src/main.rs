@@ -198,6 +198,8 @@ fn main() -> ExitCode {
             fault_delay_ms,
             instance,
             browser,
+            tls_cert,
+            tls_key,
         } => {
             let creds = sbworker::emulator::server::Credentials { user, password };
             let faults =
@@ -207,7 +209,7 @@ fn main() -> ExitCode {
             faults.set_send_drop_every(fault_send_drop_every);
             faults.set_drop_blocked_after(fault_drop_blocked_after_ms.map(std::time::Duration::from_millis));
             let browser = instance.zip(browser);
-            match cli::emulator::run(listen, postgres, creds, faults, browser) {
+            match cli::emulator::run(listen, postgres, creds, faults, browser, tls_cert.zip(tls_key)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sbworker emulator: {e:#}");

@@ -288,16 +288,54 @@ async fn a_connection_dropped_mid_transaction_is_reopened_and_nothing_is_lost() 
     assert!(faults.injected() >= 3, "{}", faults.injected());
 }
 
-#[tokio::test]
-async fn a_client_that_requires_tls_is_refused() {
+/// TLS as SQL Server negotiates it: a client that asks for encryption (tiberius with
+/// `Encrypt=true`, as the worker's transport connects to SQL Server) gets it, with the
+/// handshake inside PRELOGIN packets, and the worker answers over it; one that does not
+/// trust the emulator's certificate (made at start, self-signed) is refused by its own
+/// check, as with a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_for_tls_gets_it_and_checks_the_certificate() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let transport = MssqlTransport::new(&conn.replace("Encrypt=false", "Encrypt=true")).unwrap();
-    let e = match sbworker::transport::Transport::open(&transport).await {
-        Ok(_) => panic!("a TLS session with an emulator that has no TLS"),
+    let untrusted = MssqlTransport::new(&conn.replace("Encrypt=false", "Encrypt=true")).unwrap();
+    let e = match sbworker::transport::Transport::open(&untrusted).await {
+        Ok(_) => panic!("a certificate nobody vouched for was trusted"),
         Err(e) => e,
     };
     assert_eq!(e.kind, sbworker::broker::ErrorKind::Connection, "{e}");
+    let encrypted = conn.replace("Encrypt=false", "Encrypt=true;TrustServerCertificate=true");
+    let (tx, run, _) = tds_worker(&encrypted, &url, |_| {});
+    let mut c = sbworker::broker::mssql::connect(&sbworker::broker::mssql::Connection::parse(&encrypted).unwrap())
+        .await
+        .unwrap();
+    let id = Uuid::new_v4();
+    let sql = "DECLARE @h uniqueidentifier;
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);
+         SELECT @h;";
+    let text = String::from_utf8(vraag_body(id)).unwrap();
+    let row = c.query(sql, &[&text.as_str()]).await.unwrap().into_row().await.unwrap().unwrap();
+    let handle: Uuid = row.get(0).unwrap();
+    let rows = c
+        .query(
+            "WAITFOR (RECEIVE conversation_handle, message_type_name, message_body
+                      FROM dbo.loonfactorberekening_data), TIMEOUT 30000",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_first_result()
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<Uuid, _>(0), Some(handle));
+    assert_eq!(rows[0].get::<&str, _>(1), Some(message_types::ANTWOORD));
+    let answer = decode_antwoord(rows[0].get::<&[u8], _>(2).unwrap(), &Limits::default()).unwrap();
+    assert_eq!(answer.id, id);
+    c.execute("END CONVERSATION @P1", &[&handle]).await.unwrap();
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
 /// python-tds, installed from PyPI into the test target directory when missing.
@@ -1110,7 +1148,8 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
 /// tutorial batch runs in the driver's own transaction with the body as a parameter
 /// (text and bytes); a refused conversion of a 20,000-character value is an ordinary
 /// error and the connection goes on; the driver's rollback leaves nothing queued.
-/// `Encrypt=no` until the emulator speaks TLS.
+/// With the driver's default `Encrypt=yes` and the emulator's certificate trusted
+/// (`TrustServerCertificate=yes`), nothing else changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     let (url, _s) = calc_world().await;
@@ -1124,7 +1163,7 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     let out = tokio::process::Command::new("python3")
         .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
-        .args([port.as_str(), "sbworker", "p;w\"d", "Encrypt=no;"])
+        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;"])
         .output();
     let out = crate::common::within(180, "the ODBC client ends", out).await.unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -209,7 +209,7 @@ pub enum Command {
         render: Option<std::path::PathBuf>,
     },
     #[cfg(feature = "tools")]
-    /// A Service Broker emulator: a TDS endpoint (no TLS) running the Service Broker
+    /// A Service Broker emulator: a TDS endpoint (TLS for clients that ask) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
     /// against "SQL Server" where none can run.
     #[command(after_help = "Examples:\n  \
@@ -263,6 +263,13 @@ pub enum Command {
         /// The UDP address of that SQL Server Browser (SQL Server's is port 1434).
         #[arg(long, value_name = "ADDR", requires = "instance")]
         browser: Option<std::net::SocketAddr>,
+        /// The TLS certificate (chain) for clients that ask for encryption, PEM; without
+        /// it a self-signed one for localhost and 127.0.0.1 is made at start and printed.
+        #[arg(long, value_name = "PEM", requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// Its private key, PEM.
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
     },
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \

@@ -7,7 +7,8 @@ use anyhow::Context;
 
 use std::sync::Arc;
 
-use crate::emulator::server::{Credentials, Faults, start_with};
+use crate::emulator::server::tls::Tls;
+use crate::emulator::server::{Credentials, Faults, start_tls};
 use crate::pg_cluster::Cluster;
 use crate::shutdown::Stop;
 
@@ -17,7 +18,14 @@ pub fn run(
     creds: Credentials,
     faults: Faults,
     browser: Option<(String, std::net::SocketAddr)>,
+    tls_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
 ) -> anyhow::Result<()> {
+    // The certificate: the operator's, or one made now (its fingerprint is printed).
+    let tls = match &tls_files {
+        Some((cert, key)) => Tls::from_files(cert, key),
+        None => Tls::generated(),
+    }
+    .map_err(anyhow::Error::msg)?;
     // Log lines go to stderr: refused clients, injected faults; SBWORKER_LOG (a tracing
     // filter, default `info`) shows more, e.g. `sbworker=debug` for refused batches.
     let (filter, origin) = super::runtime::Filter::from_env("info");
@@ -35,7 +43,9 @@ pub fn run(
             }
         };
         let (stop_tx, stop) = Stop::new();
-        let (addr, task) = start_with(listen, url, creds.clone(), Arc::new(faults), stop.clone())
+        let fingerprint = tls.fingerprint.clone();
+        let generated = tls_files.is_none().then(|| tls.certificate_pem.clone());
+        let (addr, task) = start_tls(listen, url, creds.clone(), Arc::new(faults), Some(tls), stop.clone())
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         if let Some((instance, at)) = browser {
@@ -45,11 +55,16 @@ pub fn run(
             tokio::spawn(crate::emulator::browser::serve(socket, instance, addr.port(), stop));
         }
         println!(
-            "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=false",
+            "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=true;TrustServerCertificate=true\n  \
+             (or Encrypt=false: a client that does not ask for TLS is served without it)\n\
+             TLS certificate, SHA-256 fingerprint {fingerprint}",
             addr.ip(),
             addr.port(),
             creds.user
         );
+        if let Some(pem) = generated {
+            println!("made at start for localhost and 127.0.0.1 (trust it as the CA, or use --tls-cert/--tls-key):\n{pem}");
+        }
         use tokio::signal::unix::{SignalKind, signal};
         let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
         tokio::select! {

@@ -3,7 +3,8 @@
 Run by tests/emulator_tds.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA.
 The driver as mssql-python sets it up: autocommit off (its own transaction),
 parameters sent as sp_prepexec with unnamed values, strings as varchar or nvarchar. EXTRA
-is appended to the connection string (`Encrypt=no;` until the emulator speaks TLS).
+is appended to the connection string: `TrustServerCertificate=yes;`, the emulator's
+certificate being self-signed (the driver's default `Encrypt=yes` stays).
 Prints what it saw as one JSON object.
 """
 

@@ -22,7 +22,16 @@ pub fn prelogin_encryption(payload: &[u8]) -> Option<u8> {
 
 /// The server's PRELOGIN answer: version, encryption not supported, no instance, no MARS.
 pub fn prelogin_response() -> Vec<u8> {
-    prelogin_options(&[(0x00, &[16, 0, 0x10, 0x00, 0, 0]), (0x01, &[0x02]), (0x02, &[0x00]), (0x04, &[0x00])])
+    prelogin_response_with(ENCRYPT_NOT_SUP)
+}
+
+/// PRELOGIN's ENCRYPTION values (2.2.6.5).
+pub const ENCRYPT_ON: u8 = 0x01;
+pub const ENCRYPT_NOT_SUP: u8 = 0x02;
+
+/// The server's PRELOGIN answer with this ENCRYPTION value.
+pub fn prelogin_response_with(encryption: u8) -> Vec<u8> {
+    prelogin_options(&[(0x00, &[16, 0, 0x10, 0x00, 0, 0]), (0x01, &[encryption]), (0x02, &[0x00]), (0x04, &[0x00])])
 }
 
 /// A PRELOGIN payload (2.2.6.5): the option table (token, offset, length), then the data.

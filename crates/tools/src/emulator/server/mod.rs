@@ -43,6 +43,7 @@ pub struct Credentials {
 mod execute;
 mod faults;
 mod procedures;
+pub mod tls;
 mod values;
 
 use execute::execute;
@@ -61,7 +62,20 @@ pub fn connection_panics() -> u64 {
 
 /// Serves TDS connections on `listener` until `stop`, each on a session of the
 /// PostgreSQL broker at `pg_url`.
-pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, faults: Arc<Faults>, mut stop: Stop) {
+pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, faults: Arc<Faults>, stop: Stop) {
+    serve_tls(listener, pg_url, creds, faults, None, stop).await
+}
+
+/// [`serve`], with TLS for the clients that ask for it.
+pub async fn serve_tls(
+    listener: TcpListener,
+    pg_url: String,
+    creds: Credentials,
+    faults: Arc<Faults>,
+    tls: Option<tls::Tls>,
+    mut stop: Stop,
+) {
+    let tls = tls.map(Arc::new);
     let pg_url = Arc::new(pg_url);
     let creds = Arc::new(creds);
     loop {
@@ -71,9 +85,9 @@ pub async fn serve(listener: TcpListener, pg_url: String, creds: Credentials, fa
         };
         match accepted {
             Ok((stream, peer)) => {
-                let (pg_url, creds, faults) = (pg_url.clone(), creds.clone(), faults.clone());
+                let (pg_url, creds, faults, tls) = (pg_url.clone(), creds.clone(), faults.clone(), tls.clone());
                 let task = tokio::spawn(async move {
-                    if let Err(e) = connection(stream, &pg_url, &creds, faults).await {
+                    if let Err(e) = connection(stream, &pg_url, &creds, faults, tls).await {
                         debug!(%peer, "connection ended: {e}");
                     }
                 });
@@ -186,18 +200,41 @@ async fn connection(
     pg_url: &str,
     creds: &Credentials,
     faults: Arc<Faults>,
+    tls: Option<Arc<tls::Tls>>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true).ok();
     let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
     if ty != packet_type::PRELOGIN {
         return Ok(());
     }
-    let tls = codec::prelogin_encryption(&payload);
-    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response(), 4096).await?;
-    if matches!(tls, Some(1) | Some(3)) {
-        warn!("refused a client that requires TLS: the emulator speaks TDS without encryption (Encrypt=false)");
-        return Ok(());
+    // A client that asks for encryption (ENCRYPT_ON, ENCRYPT_REQ) gets it, over the whole
+    // connection; one that does not is served in plain text (ENCRYPT_NOT_SUP: no
+    // login-only encryption).
+    let asked = codec::prelogin_encryption(&payload);
+    let encrypt = matches!(asked, Some(1) | Some(3)) && tls.is_some();
+    let answer = if encrypt { codec::ENCRYPT_ON } else { codec::ENCRYPT_NOT_SUP };
+    codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response_with(answer), 4096)
+        .await?;
+    match (&tls, encrypt) {
+        (Some(tls), true) => {
+            let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
+            s.get_mut().0.handshake_done();
+            logged_in(s, pg_url, creds, faults).await
+        }
+        _ if matches!(asked, Some(1) | Some(3)) => {
+            warn!("refused a client that requires TLS: this emulator runs without TLS");
+            Ok(())
+        }
+        _ => logged_in(stream, pg_url, creds, faults).await,
     }
+}
+
+/// The rest of a connection after PRELOGIN (and TLS, when the client asked for it):
+/// LOGIN7, then requests until the client goes.
+async fn logged_in<S>(mut stream: S, pg_url: &str, creds: &Credentials, faults: Arc<Faults>) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
     if ty != packet_type::LOGIN7 {
         return Ok(());
@@ -249,7 +286,7 @@ async fn connection(
 
     // Requests are read on a task of their own, so that an ATTENTION can arrive while a
     // request runs (a client cancels a waiting RECEIVE that way).
-    let (mut read, mut write) = stream.into_split();
+    let (mut read, mut write) = tokio::io::split(stream);
     let (tx, mut requests) = mpsc::channel::<(u8, Vec<u8>)>(4);
     let reader = tokio::spawn(async move {
         while let Ok(Some(m)) = codec::read_message(&mut read).await {
@@ -770,8 +807,27 @@ pub async fn start_with(
     faults: Arc<Faults>,
     stop: Stop,
 ) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let tls = tls::Tls::generated().map_err(std::io::Error::other)?;
+    start_tls(addr, pg_url, creds, faults, Some(tls), stop).await
+}
+
+/// [`start_with`], with this TLS (none: every client is served in plain text, and one
+/// that requires encryption is refused).
+pub async fn start_tls(
+    addr: std::net::SocketAddr,
+    pg_url: String,
+    creds: Credentials,
+    faults: Arc<Faults>,
+    tls: Option<tls::Tls>,
+    stop: Stop,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)");
-    Ok((bound, tokio::spawn(serve(listener, pg_url, creds, faults, stop))))
+    match &tls {
+        Some(t) => {
+            info!(%bound, fingerprint = %t.fingerprint, "Service Broker emulator listening (TDS 7.4, TLS for clients that ask)")
+        }
+        None => info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)"),
+    }
+    Ok((bound, tokio::spawn(serve_tls(listener, pg_url, creds, faults, tls, stop))))
 }
