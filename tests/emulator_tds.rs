@@ -1180,3 +1180,45 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["after_refusal"], 7, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
 }
+
+/// tedious (npm; installed into the build folder when missing) with its default
+/// settings, the emulator's certificate trusted: TLS, its login settings, parameters as
+/// it sends them (`sp_executesql` with `@statement`), integers as numbers, the tutorial's
+/// steps with nvarchar, varbinary and 100 KB bodies as parameters, its own transaction
+/// rolled back, its request timeout cancelling a waiting RECEIVE with the connection
+/// going on, a refused statement then a working one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let modules = crate::common::npm_package("tedious", "tedious", "tedious@19.2.2");
+    let out = tokio::process::Command::new("node")
+        .env("NODE_PATH", modules)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
+        .args([port.as_str(), "sbworker", "p;w\"d"])
+        .output();
+    let out = crate::common::within(180, "tedious ends", out).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(v["connect"], "ok", "{v}");
+    assert_eq!(v["types"], serde_json::json!([1, 0]), "integers as numbers, not text: {v}");
+    assert_eq!(v["params"], serde_json::json!([42, "tekst"]), "{v}");
+    assert_eq!(
+        v["received"],
+        serde_json::json!([
+            "<Hallo xmlns=\"urn:test\">wereld</Hallo>",
+            "\u{feff}<Hallo>binair</Hallo>",
+            "the big body, whole"
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["rollback"], "rolled back", "{v}");
+    assert_eq!(v["queued_after_rollback"], 0, "{v}");
+    assert!(v["cancelled"].as_str().unwrap_or_default().contains("Timeout"), "{v}");
+    assert_eq!(v["after_cancel"], serde_json::json!([2]), "the connection goes on after the cancel: {v}");
+    assert_eq!(v["refused"], 50100, "{v}");
+    assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
+}

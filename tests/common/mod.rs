@@ -50,6 +50,30 @@ pub fn python_package(dir_name: &str, module: &str, spec: &str) -> PathBuf {
     dir
 }
 
+/// An npm package (`spec`, e.g. `tedious@19.2.2`), installed with npm into one shared
+/// folder of the build directory (`target/tmp/{dir_name}`) when `module` is not there yet:
+/// once per build folder, one install at a time. The `node_modules` folder to put on
+/// NODE_PATH.
+pub fn npm_package(dir_name: &str, module: &str, spec: &str) -> PathBuf {
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir_name);
+    let modules = dir.join("node_modules");
+    if !modules.join(module).join("package.json").exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .arg(spec)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()) && modules.join(module).join("package.json").exists(),
+            "this test needs node and npm, and {spec} from the npm registry (.ci/run installs npm)"
+        );
+    }
+    modules
+}
+
 /// The XSD for a root element name.
 pub fn xsd(root_element: &str) -> PathBuf {
     root().join("schemas").join(format!("{root_element}.xsd"))

@@ -355,7 +355,11 @@ where
                 break;
             }
             if cancelled {
-                // What the request did is undone (XACT_ABORT ON), then acknowledged.
+                // What the request did is undone (XACT_ABORT ON). As SQL Server answers
+                // an ATTENTION: the cancelled request's response ends (its own message),
+                // then the acknowledgement comes in a message of its own (tedious waits
+                // for that second message; other clients read on to the DONE with the
+                // attention bit either way).
                 t = Tokens::default();
                 let _ = conn.session.rollback().await;
                 if conn.in_tran {
@@ -363,6 +367,9 @@ where
                     conn.nested = 0;
                     t.env_change_tran(10, conn.descriptor);
                 }
+                t.done(0xFD, 0, 0);
+                codec::write_message(&mut write, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
+                t = Tokens::default();
                 t.done(0xFD, done::ATTN, 0);
             }
         }
