@@ -1222,3 +1222,26 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
 }
+
+/// The `mssql` package (npm, on tedious) with its default settings and the certificate
+/// trusted: its pool takes the connections (it checks each with a query), a query with a
+/// parameter, a transaction rolled back leaving nothing queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mssql_package_with_its_default_pool_queries_and_rolls_back() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let modules = crate::common::npm_package("mssql-npm", "mssql", "mssql@12.7.16");
+    let out = tokio::process::Command::new("node")
+        .env("NODE_PATH", modules)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mssql_npm_defaults.js"))
+        .args([port.as_str(), "sbworker", "p;w\"d"])
+        .output();
+    let out = crate::common::within(180, "the mssql package ends", out).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["connect"], "ok", "{v}");
+    assert_eq!(v["query"], serde_json::json!([{"a": 5, "one": 1}]), "{v}");
+    assert_eq!(v["in_transaction"], serde_json::json!([{"n": 1}]), "{v}");
+    assert_eq!(v["after_rollback"], serde_json::json!([{"n": 0}]), "{v}");
+}
