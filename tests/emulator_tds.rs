@@ -1245,3 +1245,55 @@ async fn the_mssql_package_with_its_default_pool_queries_and_rolls_back() {
     assert_eq!(v["in_transaction"], serde_json::json!([{"n": 1}]), "{v}");
     assert_eq!(v["after_rollback"], serde_json::json!([{"n": 0}]), "{v}");
 }
+
+/// Errors inside a transaction as SQL Server has them: with XACT_ABORT OFF (its default)
+/// the failing statement is undone alone and the transaction stays open, so a later
+/// ROLLBACK undoes what came before and after it; with XACT_ABORT ON the error rolls the
+/// whole transaction back; a batch that does not parse changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abort_says() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let send = "DECLARE @h uniqueidentifier;
+        BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+            TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+        SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (N'<a/>')";
+    async fn fails(c: &mut sbworker::broker::mssql::Tds, sql: &str) -> u32 {
+        let r = match c.simple_query(sql).await {
+            Ok(s) => s.into_results().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match r {
+            Err(tiberius::error::Error::Server(e)) => e.code(),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    async fn one(c: &mut sbworker::broker::mssql::Tds, sql: &str) -> i32 {
+        c.simple_query(sql).await.unwrap().into_row().await.unwrap().unwrap().get::<i32, _>(0).unwrap()
+    }
+    let queued = "SELECT COUNT(*) FROM dbo.loonfactorberekening_reken";
+    // XACT_ABORT OFF: the error ends its batch, the transaction goes on.
+    c.simple_query("SET XACT_ABORT OFF; BEGIN TRANSACTION").await.unwrap().into_results().await.unwrap();
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    assert_eq!(fails(&mut c, "SELECT @nowhere").await, 137);
+    assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1, "the transaction is still open");
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    // A statement that fails in the broker (an unknown conversation) is undone alone.
+    assert_eq!(fails(&mut c, "END CONVERSATION '00000000-0000-0000-0000-000000000001'").await, 8426);
+    assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1);
+    c.simple_query("ROLLBACK").await.unwrap().into_results().await.unwrap();
+    assert_eq!(one(&mut c, queued).await, 0, "the ROLLBACK undid both sends");
+    // A batch refused as a whole before it runs changes nothing, even with XACT_ABORT
+    // ON (SQL Server's compile errors).
+    c.simple_query("SET XACT_ABORT ON; BEGIN TRANSACTION").await.unwrap().into_results().await.unwrap();
+    assert_eq!(fails(&mut c, "SELECT 1; SEND ON CONVERSATION").await, 102);
+    assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1);
+    // XACT_ABORT ON: an error rolls the transaction back.
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    assert_eq!(fails(&mut c, "SELECT @nowhere").await, 137);
+    assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 0);
+    assert_eq!(one(&mut c, queued).await, 0);
+}

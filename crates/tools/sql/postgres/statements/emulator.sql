@@ -20,3 +20,14 @@ SELECT handle, conversation_id, is_initiator, group_id, state, far_service
 -- `ALTER QUEUE q WITH STATUS = …, POISON_MESSAGE_HANDLING (STATUS = …)` (NULL: unchanged).
 -- name: alter_queue
 SELECT sb.alter_queue($1, p_enabled => $2, p_poison_handling => $3);
+
+-- A statement inside a client's transaction with XACT_ABORT OFF: on an error only the
+-- statement is undone, as SQL Server undoes it, and the transaction goes on.
+-- name: statement_savepoint
+SAVEPOINT sbworker_statement;
+
+-- name: statement_release
+RELEASE SAVEPOINT sbworker_statement;
+
+-- name: statement_undo
+ROLLBACK TO SAVEPOINT sbworker_statement;

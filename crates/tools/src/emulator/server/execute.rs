@@ -1,7 +1,6 @@
 //! Running one statement of a batch on the connection's PostgreSQL broker session.
 
 use super::*;
-use crate::statements::postgres_emulator as emu;
 
 /// Runs one statement; `Some(rows)` when it produced a result set or counted rows.
 pub(super) async fn execute(
@@ -18,9 +17,11 @@ pub(super) async fn execute(
             Ok(None)
         }
         Statement::SetOption { option, on } => {
-            // XACT_ABORT: the emulator always behaves as ON (an error ends the transaction).
             if option == "NOCOUNT" {
                 conn.nocount = on;
+            }
+            if option == "XACT_ABORT" {
+                conn.xact_abort = on;
             }
             Ok(None)
         }

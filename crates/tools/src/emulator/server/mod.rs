@@ -31,6 +31,7 @@ use crate::shutdown::Stop;
 use crate::transport::{BrokerError, ErrorKind, Message};
 use crate::transport::{DeadLetter, Fault, MessageKey, Session as _};
 
+use crate::statements::postgres_emulator as emu;
 use crate::transport::{PayrollStore, Stored};
 
 /// Who may log in.
@@ -113,6 +114,9 @@ struct Conn {
     nested: u32,
     /// `@@SPID`: this connection's number.
     spid: i32,
+    /// `SET XACT_ABORT ON`: an error rolls the whole transaction back (SQL Server's
+    /// default is OFF: only the failing statement is undone).
+    xact_abort: bool,
     /// Statements prepared with sp_prepare or sp_prepexec, by handle, until sp_unprepare:
     /// the text and its parameters' names in declared order.
     prepared: HashMap<i32, (String, Vec<String>)>,
@@ -272,6 +276,7 @@ where
         in_tran: false,
         nested: 0,
         spid: next_spid(),
+        xact_abort: false,
         prepared: HashMap::new(),
         descriptor: 0,
         packet_size,
@@ -669,7 +674,8 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                     continue;
                 }
                 Err(f) => {
-                    failed(conn, f, t, done_token, in_proc).await;
+                    let keep = !conn.xact_abort;
+                    failed(conn, f, t, done_token, in_proc, keep).await;
                     return false;
                 }
             },
@@ -685,15 +691,33 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 class: 16,
                 message: "Rekenserver.sweep commits its own batches: run it outside a transaction".into(),
             };
-            failed(conn, f, t, done_token, in_proc).await;
+            let keep = !conn.xact_abort;
+            failed(conn, f, t, done_token, in_proc, keep).await;
             return false;
         }
         let implicit = !conn.in_tran && needs_transaction(&st);
+        // Inside a transaction with XACT_ABORT OFF a failing statement is undone alone.
+        let guarded = conn.in_tran && !conn.xact_abort && needs_transaction(&st);
+        let mut savepoint_lost = false;
         let result = async {
             if implicit {
                 conn.session.begin().await?;
             }
+            if guarded {
+                conn.session.client().batch_execute(emu::STATEMENT_SAVEPOINT.sql).await.map_err(pg_failure)?;
+            }
             let r = execute(conn, st, &mut vars, t).await;
+            if guarded && conn.in_tran && !conn.drop_now {
+                let undo = match &r {
+                    Ok(_) => emu::STATEMENT_RELEASE.sql,
+                    Err(_) => emu::STATEMENT_UNDO.sql,
+                };
+                if let Err(e) = conn.session.client().batch_execute(undo).await {
+                    // The statement could not be undone alone: the transaction goes.
+                    savepoint_lost = true;
+                    return Err(pg_failure(e));
+                }
+            }
             if implicit && !conn.drop_now {
                 if r.is_ok() {
                     conn.session.commit().await?;
@@ -719,7 +743,11 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 return false;
             }
             Err(f) => {
-                failed(conn, f, t, done_token, in_proc).await;
+                // With XACT_ABORT OFF the transaction stays (the statement was undone
+                // alone, or ran outside the database); a deadlock's victim loses it
+                // whatever XACT_ABORT.
+                let keep = !conn.xact_abort && f.number != 1205 && !savepoint_lost;
+                failed(conn, f, t, done_token, in_proc, keep).await;
                 return false;
             }
         }
@@ -727,10 +755,11 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
     true
 }
 
-/// A statement failed: with XACT_ABORT ON the whole transaction rolls back, and the
-/// batch ends with the error.
-async fn failed(conn: &mut Conn, f: Failure, t: &mut Tokens, done_token: u8, in_proc: u16) {
-    if conn.in_tran {
+/// A statement failed: the batch ends with the error, as SQL Server's batch-aborting
+/// errors end it. The transaction rolls back with XACT_ABORT ON (or a deadlock); with it
+/// OFF only the statement was undone (`keep`) and the transaction stays open.
+async fn failed(conn: &mut Conn, f: Failure, t: &mut Tokens, done_token: u8, in_proc: u16, keep: bool) {
+    if conn.in_tran && !keep {
         conn.in_tran = false;
         conn.nested = 0;
         let _ = conn.session.rollback().await;
