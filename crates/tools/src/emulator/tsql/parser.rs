@@ -298,6 +298,11 @@ impl Parser {
         }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
+            if matches!(self.peek(), Some(Tok::Str(_) | Tok::Int(_))) {
+                // Positional arguments (`EXEC sp_executesql N'…', N'@a int', @a = 1`):
+                // valid T-SQL the emulator does not run in a batch.
+                return Err(unsupported(&format!("EXEC {procedure} with positional arguments")));
+            }
             let mut args = Vec::new();
             if matches!(self.peek(), Some(Tok::Var(_))) {
                 loop {
@@ -317,7 +322,6 @@ impl Parser {
         }
     }
 
-    /// A column name or alias: a name or a string.
     /// `SET option …` after its name: the session settings drivers send when they log in
     /// (SET statements page). The emulator does not depend on some of them (cursors,
     /// arithmetic aborts, the default nullability of new columns): those are taken at any
@@ -395,6 +399,7 @@ impl Parser {
         Ok(word)
     }
 
+    /// A column name or alias: a name or a string.
     pub(super) fn alias(&mut self) -> Result<String, TsqlError> {
         match self.peek().cloned() {
             Some(Tok::Str(s)) => {

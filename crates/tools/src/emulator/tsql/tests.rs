@@ -478,3 +478,14 @@ fn binary_literals_are_values() {
     assert_eq!(one("SET @b = 0x"), Statement::SetVar { var: "@b".into(), value: Value::Bin(vec![]) });
     assert_eq!(parse_batch("SET @b = 0x12G4").unwrap_err().number, 102);
 }
+
+#[test]
+fn valid_t_sql_the_emulator_does_not_run_is_said_to_be_so_not_a_syntax_error() {
+    for sql in [
+        "EXEC sp_executesql N'SELECT @a AS a', N'@a INT', @a = 1",
+        "SELECT * FROM sys.conversation_endpoints;",
+        "SELECT @@VERSION FROM sys.conversation_endpoints",
+    ] {
+        assert_eq!(parse_batch(sql).unwrap_err().number, NOT_SUPPORTED, "{sql}");
+    }
+}
