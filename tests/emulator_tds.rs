@@ -1149,7 +1149,8 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
 /// (text and bytes); a refused conversion of a 20,000-character value is an ordinary
 /// error and the connection goes on; the driver's rollback leaves nothing queued.
 /// With the driver's default `Encrypt=yes` and the emulator's certificate trusted
-/// (`TrustServerCertificate=yes`), nothing else changed.
+/// (`TrustServerCertificate=yes`), nothing else changed. Then a Vraag it sends is
+/// answered by a worker on the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     let (url, _s) = calc_world().await;
@@ -1179,6 +1180,28 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["refused"], true, "{v}");
     assert_eq!(v["after_refusal"], 7, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
+    // A Vraag sent by the driver, answered by a worker on the emulator.
+    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
+    let dir = crate::common::calc::TempDir::new("odbc");
+    let vraag_file = dir.0.join("vraag.xml");
+    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
+    let out = tokio::process::Command::new("python3")
+        .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
+        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;", vraag_file.to_str().unwrap()])
+        .output();
+    let out = crate::common::within(180, "the ODBC client ends", out).await.unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["answer_types"],
+        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
+        "{v}"
+    );
+    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
+    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
 /// tedious (npm; installed into the build folder when missing) with its default
@@ -1186,7 +1209,8 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
 /// it sends them (`sp_executesql` with `@statement`), integers as numbers, the tutorial's
 /// steps with nvarchar, varbinary and 100 KB bodies as parameters, its own transaction
 /// rolled back, its request timeout cancelling a waiting RECEIVE with the connection
-/// going on, a refused statement then a working one.
+/// going on, a refused statement then a working one; then a Vraag it sends is answered by
+/// a worker on the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels() {
     let (url, _s) = calc_world().await;
@@ -1221,6 +1245,29 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     assert_eq!(v["after_cancel"], serde_json::json!([2]), "the connection goes on after the cancel: {v}");
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
+    // A Vraag sent by tedious, answered by a worker on the emulator.
+    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
+    let dir = crate::common::calc::TempDir::new("tedious");
+    let vraag_file = dir.0.join("vraag.xml");
+    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
+    let out = tokio::process::Command::new("node")
+        .env("NODE_PATH", crate::common::npm_package("tedious", "tedious", "tedious@19.2.2"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
+        .args([port.as_str(), "sbworker", "p;w\"d", vraag_file.to_str().unwrap()])
+        .output();
+    let out = crate::common::within(180, "tedious ends", out).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(
+        v["answer_types"],
+        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
+        "{v}"
+    );
+    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
+    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
 /// The `mssql` package (npm, on tedious) with its default settings and the certificate

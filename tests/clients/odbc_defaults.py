@@ -1,6 +1,8 @@
 """Microsoft's ODBC Driver 18 (bundled by mssql-python) against the emulator.
 
-Run by tests/emulator_tds.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA.
+Run by tests/emulator_tds.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA [VRAAG_FILE];
+with VRAAG_FILE (a worker serving the calculation queue) it sends that Vraag and reads
+the worker's answer instead.
 The driver as mssql-python sets it up: autocommit off (its own transaction),
 parameters sent as sp_prepexec with unnamed values, strings as varchar or nvarchar. EXTRA
 is appended to the connection string: `TrustServerCertificate=yes;`, the emulator's
@@ -19,6 +21,31 @@ out = {}
 pwd = "{" + password.replace("}", "}}") + "}"
 conn = mssql_python.connect(f"Server=tcp:127.0.0.1,{port};UID={user};PWD={pwd};{extra}")
 cur = conn.cursor()
+if len(sys.argv) > 5:
+    vraag = open(sys.argv[5], encoding="utf-8").read()
+    cur.execute(
+        """DECLARE @h uniqueidentifier;
+        BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+            TO SERVICE N'/Rekenserver/LoonfactorBerekening/RekenService'
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+        SEND ON CONVERSATION (@h) MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (?);
+        SELECT @h;""",
+        (vraag,),
+    )
+    initiator = cur.fetchone()[0]
+    conn.commit()
+    cur.execute(
+        """WAITFOR (RECEIVE conversation_handle, message_type_name, CAST(message_body AS XML)
+                    FROM dbo.loonfactorberekening_data), TIMEOUT 30000"""
+    )
+    rows = cur.fetchall()
+    out["answer_types"] = [r[1] for r in rows]
+    out["answer_is_for_this_dialog"] = all(str(r[0]).lower() == str(initiator).lower() for r in rows)
+    out["answer_root"] = (rows[0][2] or "")[:60] if rows else None
+    cur.execute("END CONVERSATION ?", (initiator,))
+    conn.commit()
+    print(json.dumps(out))
+    sys.exit(0)
 cur.execute("SELECT @@TRANCOUNT")
 out["trancount_at_start"] = cur.fetchone()[0]
 cur.execute("SELECT ? AS i, ? AS s", (42, "tekst"))

@@ -2,7 +2,9 @@
 // emulator's certificate trusted), its parameters (sp_executesql with @statement), its
 // request timeout cancelling a waiting RECEIVE.
 //
-// Run by tests/emulator_tds.rs with: node tedious_defaults.js PORT USER PASSWORD.
+// Run by tests/emulator_tds.rs with: node tedious_defaults.js PORT USER PASSWORD [VRAAG_FILE];
+// with VRAAG_FILE (a worker serving the calculation queue) it sends that Vraag and reads
+// the worker's answer instead.
 // Prints what it saw as one JSON object.
 const { Connection, Request, TYPES } = require('tedious');
 
@@ -48,6 +50,20 @@ conn.on('connect', async (err) => {
     process.exit(0);
   }
   out.connect = 'ok';
+  if (process.argv[5]) {
+    const vraag = require('fs').readFileSync(process.argv[5], 'utf8');
+    const sent = await run(BEGIN, [['body', TYPES.NVarChar, vraag]]);
+    const initiator = sent.rows[0][0];
+    const got = await run(`WAITFOR (RECEIVE conversation_handle, message_type_name, CAST(message_body AS XML)
+      FROM dbo.loonfactorberekening_data), TIMEOUT 30000`, []);
+    out.answer_types = got.rows.map((r) => r[1]);
+    out.answer_is_for_this_dialog = got.rows.every((r) => String(r[0]).toLowerCase() === String(initiator).toLowerCase());
+    out.answer_root = got.rows.length ? String(got.rows[0][2]).slice(0, 60) : got.err;
+    await run('END CONVERSATION @h', [['h', TYPES.UniqueIdentifier, initiator]]);
+    console.log(JSON.stringify(out));
+    conn.close();
+    return;
+  }
   out.types = (await run('SELECT 1 AS one, @@TRANCOUNT AS t', [])).rows[0];
   out.params = (await run('SELECT @a AS a, @b AS b', [['a', TYPES.Int, 42], ['b', TYPES.NVarChar, 'tekst']])).rows[0];
   // The tutorial's steps with the body as a parameter: nvarchar, varbinary, and a body
