@@ -51,20 +51,28 @@ pub fn run(
         if let Some((instance, at)) = browser {
             let socket =
                 tokio::net::UdpSocket::bind(at).await.with_context(|| format!("cannot listen on {at} (UDP)"))?;
-            println!("SQL Server Browser on {at} (UDP) for instance {instance}: Server={}\\{instance}", addr.ip());
+            let line = format!("SQL Server Browser on {at} (UDP) for instance {instance}: Server={}\\{instance}\n", addr.ip());
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes());
             tokio::spawn(crate::emulator::browser::serve(socket, instance, addr.port(), stop));
         }
-        println!(
+        let mut banner = format!(
             "Service Broker emulator on {addr}. Connect with:\n  Server=tcp:{},{};User Id={};Password=…;Encrypt=true;TrustServerCertificate=true\n  \
              (or Encrypt=false: a client that does not ask for TLS is served without it)\n\
-             TLS certificate, SHA-256 fingerprint {fingerprint}",
+             TLS certificate, SHA-256 fingerprint {fingerprint}\n",
             addr.ip(),
             addr.port(),
             creds.user
         );
         if let Some(pem) = generated {
-            println!("made at start for localhost and 127.0.0.1 (trust it as the CA, or use --tls-cert/--tls-key):\n{pem}");
+            banner.push_str(&format!(
+                "made at start for localhost and 127.0.0.1 (trust it as the CA, or use --tls-cert/--tls-key):\n{pem}"
+            ));
         }
+        // One write, and a reader that has gone away is no reason to stop serving (a
+        // parent that read the first lines may close the pipe).
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(&mut out, banner.as_bytes()).and_then(|()| std::io::Write::flush(&mut out));
+        drop(out);
         use tokio::signal::unix::{SignalKind, signal};
         let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
         tokio::select! {

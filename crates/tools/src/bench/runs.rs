@@ -235,6 +235,9 @@ async fn start_emulator(bin: &Path, url: &str, password: &str, log: &Path) -> an
     while let Some(line) = lines.next_line().await? {
         if let Some(rest) = line.trim().strip_prefix("Server=tcp:") {
             let addr = rest.split(';').next().unwrap_or_default().to_owned();
+            // The rest of what it prints (its certificate) is read and dropped, so the
+            // pipe stays open for as long as it runs.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
             return Ok((Process(child), addr));
         }
     }
