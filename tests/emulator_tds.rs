@@ -1071,7 +1071,7 @@ async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it(
     // A refused conversion of that large a value: a short error naming the type, not the
     // value; the connection goes on.
     let big = "x".repeat(100_000);
-    let e = match c.query("SELECT CAST(@P1 AS uniqueidentifier)", &[&big.as_str()]).await {
+    let e = match c.query("END CONVERSATION @P1", &[&big.as_str()]).await {
         Ok(s) => s.into_results().await.map(|_| ()),
         Err(e) => Err(e),
     };
@@ -1079,6 +1079,7 @@ async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it(
         Err(tiberius::error::Error::Server(t)) => {
             assert!(t.message().chars().count() <= 2047, "{}", t.message().len());
             assert!(!t.message().contains("xxxx"), "the value is not quoted: {}", t.message());
+            assert!(t.message().contains("(100000 characters) is not a uniqueidentifier"), "{}", t.message());
         }
         other => panic!("a refused CAST: {other:?}"),
     }
@@ -1333,14 +1334,35 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
     assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1);
     c.simple_query("ROLLBACK").await.unwrap().into_results().await.unwrap();
     assert_eq!(one(&mut c, queued).await, 0, "the ROLLBACK undid both sends");
+    // And a COMMIT after a failed statement keeps what came before and after it: the
+    // failing statement alone was undone (a transaction left aborted could not commit).
+    c.simple_query("BEGIN TRANSACTION").await.unwrap().into_results().await.unwrap();
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    assert_eq!(fails(&mut c, "END CONVERSATION '00000000-0000-0000-0000-000000000001'").await, 8426);
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    c.simple_query("COMMIT").await.unwrap().into_results().await.unwrap();
+    assert_eq!(one(&mut c, queued).await, 2, "both sends committed");
     // A batch refused as a whole before it runs changes nothing, even with XACT_ABORT
     // ON (SQL Server's compile errors).
     c.simple_query("SET XACT_ABORT ON; BEGIN TRANSACTION").await.unwrap().into_results().await.unwrap();
     assert_eq!(fails(&mut c, "SELECT 1; SEND ON CONVERSATION").await, 102);
     assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1);
-    // XACT_ABORT ON: an error rolls the transaction back.
-    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    // An undeclared variable is a compile error in SQL Server: the transaction stays.
     assert_eq!(fails(&mut c, "SELECT @nowhere").await, 137);
+    assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 1);
+    // XACT_ABORT ON: a statement's error rolls the transaction back.
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    assert_eq!(fails(&mut c, "END CONVERSATION '00000000-0000-0000-0000-000000000001'").await, 8426);
     assert_eq!(one(&mut c, "SELECT @@TRANCOUNT").await, 0);
-    assert_eq!(one(&mut c, queued).await, 0);
+    assert_eq!(one(&mut c, queued).await, 2, "only the two committed before");
+    // @@TRANCOUNT as of the statement an IF is part of.
+    let r = c
+        .simple_query("BEGIN TRAN; IF @@TRANCOUNT <> 0 COMMIT; SELECT @@TRANCOUNT")
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.get::<i32, _>(0), Some(0), "the IF saw the open transaction and committed it");
 }

@@ -117,9 +117,19 @@ impl Tokens {
                 }
                 (ColType::NVarChar, Sql::Null) => self.out.extend_from_slice(&0xFFFFu16.to_le_bytes()),
                 (_, Sql::Null) => self.out.push(0),
+                // An integer as wide as its column says (the metadata is the contract).
                 (ColType::TinyInt, Sql::Int(i)) => self.out.extend_from_slice(&[1, *i as u8]),
+                (ColType::BigInt, Sql::Int(i)) => {
+                    self.out.push(8);
+                    self.out.extend_from_slice(&i64::from(*i).to_le_bytes());
+                }
                 (_, Sql::Int(i)) => {
                     self.out.push(4);
+                    self.out.extend_from_slice(&i.to_le_bytes());
+                }
+                (ColType::Int, Sql::BigInt(i)) => {
+                    self.out.push(4);
+                    let i = i32::try_from(*i).unwrap_or(if *i < 0 { i32::MIN } else { i32::MAX });
                     self.out.extend_from_slice(&i.to_le_bytes());
                 }
                 (_, Sql::BigInt(i)) => {

@@ -96,9 +96,10 @@ pub(super) async fn execute(
                     Value::Var(var) => conn.var_types.get(var).filter(|t| column_type(t).is_ok()),
                     _ => None,
                 };
-                let (ty, v) = match declared {
-                    Some(decl) => (column_type(decl)?, column_value(decl, v)?),
-                    None => (type_of(&v), v),
+                let (ty, v) = match declared.map(|d| (column_type(d), column_value(d, v.clone()))) {
+                    Some((Ok(ty), Ok(v))) => (ty, v),
+                    // A value the declared type does not hold: as it is (as before).
+                    _ => (type_of(&v), v),
                 };
                 cols.push((alias.as_deref().unwrap_or(""), ty));
                 row.push(v);

@@ -445,9 +445,11 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
             t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
         }
         Ok((procedure, params))
-            if procedure.starts_with("sp_prep") || procedure == "sp_execute" || procedure == "sp_unprepare" =>
+            if ["sp_prepare", "sp_execute", "sp_prepexec", "sp_unprepare"]
+                .iter()
+                .any(|p| procedure.eq_ignore_ascii_case(p)) =>
         {
-            prepared(conn, &procedure, params, t).await;
+            prepared(conn, &procedure.to_lowercase(), params, t).await;
         }
         Ok((procedure, _)) => {
             t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
@@ -512,8 +514,12 @@ async fn prepared(conn: &mut Conn, procedure: &str, params: Vec<(String, Sql)>, 
             t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
         }
         _ => {
-            if let Some((_, Sql::Int(h))) = params.next() {
-                conn.prepared.remove(&h);
+            let known = match params.next() {
+                Some((_, Sql::Int(h))) => conn.prepared.remove(&h).is_some(),
+                _ => false,
+            };
+            if !known {
+                return refuse(t, "Could not find prepared statement with handle given to sp_unprepare.");
             }
             t.return_status(0);
             t.done(0xFE, 0, 0);
@@ -654,6 +660,8 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
     conn.tables.clear();
     let mut pending: VecDeque<Statement> = statements.into();
     while let Some(st) = pending.pop_front() {
+        // `@@TRANCOUNT` and the others as of this statement (an IF may test them).
+        system_variables(conn, &mut vars);
         // Control of flow: a block's statements, or the branch an IF takes, run next.
         let st = match st {
             Statement::Block(body) => {
@@ -682,7 +690,6 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             st => st,
         };
         let more = if pending.is_empty() { in_proc } else { done::MORE };
-        system_variables(conn, &mut vars);
         if conn.in_tran && commits_itself(&st) {
             // As the procedure does (05_handoff.sql): its batches commit, which would
             // commit the caller's work too.
@@ -703,8 +710,9 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             if implicit {
                 conn.session.begin().await?;
             }
-            if guarded {
-                conn.session.client().batch_execute(emu::STATEMENT_SAVEPOINT.sql).await.map_err(pg_failure)?;
+            if guarded && let Err(e) = conn.session.client().batch_execute(emu::STATEMENT_SAVEPOINT.sql).await {
+                savepoint_lost = true;
+                return Err(pg_failure(e));
             }
             let r = execute(conn, st, &mut vars, t).await;
             if guarded && conn.in_tran && !conn.drop_now {
@@ -746,7 +754,9 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 // With XACT_ABORT OFF the transaction stays (the statement was undone
                 // alone, or ran outside the database); a deadlock's victim loses it
                 // whatever XACT_ABORT.
-                let keep = !conn.xact_abort && f.number != 1205 && !savepoint_lost;
+                // An undeclared variable (137) is a compile error in SQL Server: its batch
+                // never runs, so no transaction is touched.
+                let keep = (!conn.xact_abort || f.number == 137) && f.number != 1205 && !savepoint_lost;
                 failed(conn, f, t, done_token, in_proc, keep).await;
                 return false;
             }

@@ -69,6 +69,10 @@ impl Tls {
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .map_err(|e| format!("the certificate and key cannot be used: {e}"))?;
+        // No session resumption: in an abbreviated handshake the client's first records
+        // could follow its Finished before the switch from PRELOGIN packets to plain TLS.
+        let mut config = config;
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         Ok(Self { config: Arc::new(config), fingerprint, certificate_pem: pem })
     }
 }

@@ -74,8 +74,10 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
 pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
     match v {
         Sql::Guid(u) => Ok(u),
-        Sql::NVarChar(s) => s.parse().map_err(|_| fail(format!("'{s}' is not a uniqueidentifier"))),
-        other => Err(fail(format!("{other:?} is not a uniqueidentifier"))),
+        Sql::NVarChar(s) => {
+            s.parse().map_err(|_| fail(format!("{} is not a uniqueidentifier", describe(&Sql::NVarChar(s)))))
+        }
+        other => Err(fail(format!("{} is not a uniqueidentifier", describe(&other)))),
     }
 }
 
@@ -184,7 +186,9 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
         ("nvarchar(max)" | "nvarchar" | "sysname", v @ (Sql::Null | Sql::NVarChar(_))) => Ok((ColType::NVarChar, v)),
         // A binary message body read as text: its bytes as UTF-16LE, as SQL Server reads
         // them (the same conversion as an assignment to an nvarchar variable).
-        (ty, v @ Sql::VarBinary(_)) if base_type(ty) == "nvarchar" => Ok((ColType::NVarChar, convert("nvarchar", v)?)),
+        (ty, v @ Sql::VarBinary(_)) if ty.starts_with("nvarchar") || ty.starts_with("nchar") || ty == "sysname" => {
+            Ok((ColType::NVarChar, convert("nvarchar", v)?))
+        }
         ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
         ("bigint", Sql::Int(i)) => Ok((ColType::BigInt, Sql::BigInt(i64::from(i)))),
         ("int", v @ (Sql::Null | Sql::Int(_))) => Ok((ColType::Int, v)),
@@ -354,9 +358,22 @@ fn cell(m: &Message, e: &Expr, vars: &Params) -> Result<(ColType, Sql), Failure>
     match e {
         Expr::Column(o) => operand(m, o, vars),
         Expr::Case(case) => {
-            // The CASE's type is its first branch's (SQL Server takes the highest of them;
-            // the documented forms give every branch the same type).
-            let (ty, _) = operand(&PROBE, &case.whens[0].2, vars)?;
+            // The CASE's type is its first branch's, widened to the widest integer type of
+            // its branches (SQL Server takes the highest of them; the documented forms
+            // give every branch the same type).
+            let rank = |t: ColType| match t {
+                ColType::BigInt => 3,
+                ColType::Int => 2,
+                ColType::TinyInt => 1,
+                _ => 0,
+            };
+            let (mut ty, _) = operand(&PROBE, &case.whens[0].2, vars)?;
+            for o in case.whens.iter().map(|w| &w.2).chain(case.otherwise.as_ref()) {
+                let (t, _) = operand(&PROBE, o, vars)?;
+                if rank(ty) > 0 && rank(t) > rank(ty) {
+                    ty = t;
+                }
+            }
             for (column, equals, then) in &case.whens {
                 let (_, v) = receive_column(m, column).ok_or_else(|| invalid_column(column))?;
                 if equal(v, value(equals, vars)?)? == Some(true) {
@@ -529,7 +546,14 @@ pub(super) fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
         (base @ ("nvarchar" | "varbinary"), v) => convert(base, v),
         ("uniqueidentifier", v) => Ok(Sql::Guid(as_uuid(v)?)),
         ("bigint", v) => Ok(Sql::BigInt(as_i64(v)?)),
-        ("int" | "tinyint", v) => {
+        ("tinyint", v) => {
+            let i = as_i64(v)?;
+            if !(0..=255).contains(&i) {
+                return Err(fail("Arithmetic overflow error for data type tinyint"));
+            }
+            Ok(Sql::Int(i as i32))
+        }
+        ("int", v) => {
             Ok(Sql::Int(i32::try_from(as_i64(v)?).map_err(|_| fail("Arithmetic overflow converting to int"))?))
         }
         (_, Sql::Bit(b)) => Ok(Sql::Bit(b)),
