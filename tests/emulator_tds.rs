@@ -1100,14 +1100,11 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
     let (conn, _stop) = emulator(&url).await;
     let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
     let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
-    let dir = crate::common::calc::TempDir::new("pymssql");
-    let vraag_file = dir.0.join("vraag.xml");
-    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
     let script = |step: &str| {
         let out = tokio::process::Command::new("python3")
             .env("PYTHONPATH", &pymssql)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_defaults.py"))
-            .args([port.as_str(), "sbworker", "p;w\"d", step, vraag_file.to_str().unwrap()])
+            .args([port.as_str(), "sbworker", "p;w\"d", step])
             .output();
         async move {
             let out = crate::common::within(180, "pymssql ends", out).await.unwrap();
@@ -1130,17 +1127,12 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], 1, "{v}");
     // Now a worker serves the calculation queue.
-    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
-    let v = script("worker").await;
-    assert_eq!(
-        v["answer_types"],
-        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
-        "{v}"
-    );
-    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
-    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
-    tx.send(()).await.unwrap();
-    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+    let mut client = tokio::process::Command::new("python3");
+    client
+        .env("PYTHONPATH", &pymssql)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_defaults.py"))
+        .args([port.as_str(), "sbworker", "p;w\"d", "worker"]);
+    answered_by_a_worker(&conn, &url, "pymssql", client).await;
 }
 
 /// Microsoft's ODBC Driver 18, as mssql-python (PyPI; it bundles the driver, which needs
@@ -1182,27 +1174,12 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["after_refusal"], 7, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
     // A Vraag sent by the driver, answered by a worker on the emulator.
-    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
-    let dir = crate::common::calc::TempDir::new("odbc");
-    let vraag_file = dir.0.join("vraag.xml");
-    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
-    let out = tokio::process::Command::new("python3")
+    let mut client = tokio::process::Command::new("python3");
+    client
         .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
-        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;", vraag_file.to_str().unwrap()])
-        .output();
-    let out = crate::common::within(180, "the ODBC client ends", out).await.unwrap();
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        v["answer_types"],
-        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
-        "{v}"
-    );
-    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
-    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
-    tx.send(()).await.unwrap();
-    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;"]);
+    answered_by_a_worker(&conn, &url, "odbc", client).await;
 }
 
 /// tedious (npm; installed into the build folder when missing) with its default
@@ -1247,28 +1224,12 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
     // A Vraag sent by tedious, answered by a worker on the emulator.
-    let (tx, run, _) = tds_worker(&conn, &url, |_| {});
-    let dir = crate::common::calc::TempDir::new("tedious");
-    let vraag_file = dir.0.join("vraag.xml");
-    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
-    let out = tokio::process::Command::new("node")
+    let mut client = tokio::process::Command::new("node");
+    client
         .env("NODE_PATH", crate::common::npm_package("tedious", "tedious", "tedious@19.2.2"))
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
-        .args([port.as_str(), "sbworker", "p;w\"d", vraag_file.to_str().unwrap()])
-        .output();
-    let out = crate::common::within(180, "tedious ends", out).await.unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    });
-    assert_eq!(
-        v["answer_types"],
-        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
-        "{v}"
-    );
-    assert_eq!(v["answer_is_for_this_dialog"], true, "{v}");
-    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{v}");
-    tx.send(()).await.unwrap();
-    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+        .args([port.as_str(), "sbworker", "p;w\"d"]);
+    answered_by_a_worker(&conn, &url, "tedious", client).await;
 }
 
 /// The `mssql` package (npm, on tedious) with its default settings and the certificate
@@ -1365,4 +1326,29 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
         .unwrap()
         .unwrap();
     assert_eq!(r.get::<i32, _>(0), Some(0), "the IF saw the open transaction and committed it");
+}
+
+/// A client program (`client`, given a Vraag file as its last argument) sends that Vraag
+/// through the emulator to a worker running on it, reads the answer on the initiator's
+/// queue and prints it as JSON: the Antwoord and the EndDialog of its own dialog.
+async fn answered_by_a_worker(conn: &str, url: &str, what: &str, mut client: tokio::process::Command) {
+    let (tx, run, _) = tds_worker(conn, url, |_| {});
+    let dir = crate::common::calc::TempDir::new(what);
+    let vraag_file = dir.0.join("vraag.xml");
+    std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
+    let out = client.arg(&vraag_file).output();
+    let out = crate::common::within(180, "the client ends", out).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{what}: {e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        v["answer_types"],
+        serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
+        "{what}: {v}"
+    );
+    assert_eq!(v["answer_is_for_this_dialog"], true, "{what}: {v}");
+    assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{what}: {v}");
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
