@@ -1101,16 +1101,12 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
     let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
     let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
     let script = |step: &str| {
-        let out = tokio::process::Command::new("python3")
+        let mut client = tokio::process::Command::new("python3");
+        client
             .env("PYTHONPATH", &pymssql)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_defaults.py"))
-            .args([port.as_str(), "sbworker", "p;w\"d", step])
-            .output();
-        async move {
-            let out = crate::common::within(180, "pymssql ends", out).await.unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-        }
+            .args([port.as_str(), "sbworker", "p;w\"d", step]);
+        client_json("pymssql", client)
     };
     let v = script("tutorial").await;
     assert_eq!(v["trancount_at_start"], 1, "pymssql works inside its own transaction: {v}");
@@ -1154,14 +1150,15 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
         String::from_utf8_lossy(&ltdl.stdout).contains("libltdl.so.7"),
         "ODBC Driver 18 needs libltdl7 (apt-get install libltdl7; .ci/run installs it)"
     );
-    let out = tokio::process::Command::new("python3")
-        .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
-        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;"])
-        .output();
-    let out = crate::common::within(180, "the ODBC client ends", out).await.unwrap();
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let odbc = || {
+        let mut client = tokio::process::Command::new("python3");
+        client
+            .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
+            .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;"]);
+        client
+    };
+    let v = client_json("odbc", odbc()).await;
     assert_eq!(v["trancount_at_start"], 1, "{v}");
     assert_eq!(v["params"], serde_json::json!([42, "tekst"]), "{v}");
     assert_eq!(v["long_roundtrip"], true, "{v}");
@@ -1174,12 +1171,7 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["after_refusal"], 7, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
     // A Vraag sent by the driver, answered by a worker on the emulator.
-    let mut client = tokio::process::Command::new("python3");
-    client
-        .env("PYTHONPATH", crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_defaults.py"))
-        .args([port.as_str(), "sbworker", "p;w\"d", "TrustServerCertificate=yes;"]);
-    answered_by_a_worker(&conn, &url, "odbc", client).await;
+    answered_by_a_worker(&conn, &url, "odbc", odbc()).await;
 }
 
 /// tedious (npm; installed into the build folder when missing) with its default
@@ -1194,17 +1186,15 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
     let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
-    let modules = crate::common::npm_package("tedious", "tedious", "tedious@19.2.2");
-    let out = tokio::process::Command::new("node")
-        .env("NODE_PATH", modules)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
-        .args([port.as_str(), "sbworker", "p;w\"d"])
-        .output();
-    let out = crate::common::within(180, "tedious ends", out).await.unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    });
+    let tedious = || {
+        let mut client = tokio::process::Command::new("node");
+        client
+            .env("NODE_PATH", crate::common::npm_package("tedious", "tedious", "tedious@19.2.2"))
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
+            .args([port.as_str(), "sbworker", "p;w\"d"]);
+        client
+    };
+    let v = client_json("tedious", tedious()).await;
     assert_eq!(v["connect"], "ok", "{v}");
     assert_eq!(v["types"], serde_json::json!([1, 0]), "integers as numbers, not text: {v}");
     assert_eq!(v["params"], serde_json::json!([42, "tekst"]), "{v}");
@@ -1224,12 +1214,7 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
     // A Vraag sent by tedious, answered by a worker on the emulator.
-    let mut client = tokio::process::Command::new("node");
-    client
-        .env("NODE_PATH", crate::common::npm_package("tedious", "tedious", "tedious@19.2.2"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_defaults.js"))
-        .args([port.as_str(), "sbworker", "p;w\"d"]);
-    answered_by_a_worker(&conn, &url, "tedious", client).await;
+    answered_by_a_worker(&conn, &url, "tedious", tedious()).await;
 }
 
 /// The `mssql` package (npm, on tedious) with its default settings and the certificate
@@ -1240,15 +1225,12 @@ async fn the_mssql_package_with_its_default_pool_queries_and_rolls_back() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
     let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
-    let modules = crate::common::npm_package("mssql-npm", "mssql", "mssql@12.7.16");
-    let out = tokio::process::Command::new("node")
-        .env("NODE_PATH", modules)
+    let mut client = tokio::process::Command::new("node");
+    client
+        .env("NODE_PATH", crate::common::npm_package("mssql-npm", "mssql", "mssql@12.7.16"))
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mssql_npm_defaults.js"))
-        .args([port.as_str(), "sbworker", "p;w\"d"])
-        .output();
-    let out = crate::common::within(180, "the mssql package ends", out).await.unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        .args([port.as_str(), "sbworker", "p;w\"d"]);
+    let v = client_json("the mssql package", client).await;
     assert_eq!(v["connect"], "ok", "{v}");
     assert_eq!(v["query"], serde_json::json!([{"a": 5, "one": 1}]), "{v}");
     assert_eq!(v["in_transaction"], serde_json::json!([{"n": 1}]), "{v}");
@@ -1336,12 +1318,8 @@ async fn answered_by_a_worker(conn: &str, url: &str, what: &str, mut client: tok
     let dir = crate::common::calc::TempDir::new(what);
     let vraag_file = dir.0.join("vraag.xml");
     std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
-    let out = client.arg(&vraag_file).output();
-    let out = crate::common::within(180, "the client ends", out).await.unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{what}: {e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    });
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    client.arg(&vraag_file);
+    let v = client_json(what, client).await;
     assert_eq!(
         v["answer_types"],
         serde_json::json!([message_types::ANTWOORD, sbworker::broker::system::END_DIALOG]),
@@ -1351,4 +1329,13 @@ async fn answered_by_a_worker(conn: &str, url: &str, what: &str, mut client: tok
     assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{what}: {v}");
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+}
+
+/// Runs a client program we did not write (within 180 s): it must succeed, and what it
+/// printed is one JSON object.
+async fn client_json(what: &str, mut client: tokio::process::Command) -> serde_json::Value {
+    let out = crate::common::within(180, "the client ends", client.output()).await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what}: {stdout}{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {stdout}{stderr}"))
 }
