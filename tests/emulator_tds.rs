@@ -1128,7 +1128,7 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
         .env("PYTHONPATH", &pymssql)
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_defaults.py"))
         .args([port.as_str(), "sbworker", "p;w\"d", "worker"]);
-    answered_by_a_worker(&conn, &url, "pymssql", client).await;
+    answered_by_a_worker(&conn, "pymssql", client).await;
 }
 
 /// Microsoft's ODBC Driver 18, as mssql-python (PyPI; it bundles the driver, which needs
@@ -1171,7 +1171,7 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["after_refusal"], 7, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
     // A Vraag sent by the driver, answered by a worker on the emulator.
-    answered_by_a_worker(&conn, &url, "odbc", odbc()).await;
+    answered_by_a_worker(&conn, "odbc", odbc()).await;
 }
 
 /// tedious (npm; installed into the build folder when missing) with its default
@@ -1214,7 +1214,7 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], serde_json::json!([3]), "{v}");
     // A Vraag sent by tedious, answered by a worker on the emulator.
-    answered_by_a_worker(&conn, &url, "tedious", tedious()).await;
+    answered_by_a_worker(&conn, "tedious", tedious()).await;
 }
 
 /// The `mssql` package (npm, on tedious) with its default settings and the certificate
@@ -1311,11 +1311,19 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
 }
 
 /// A client program (`client`, given a Vraag file as its last argument) sends that Vraag
-/// through the emulator to a worker running on it, reads the answer on the initiator's
-/// queue and prints it as JSON: the Antwoord and the EndDialog of its own dialog.
-async fn answered_by_a_worker(conn: &str, url: &str, what: &str, mut client: tokio::process::Command) {
-    let (tx, run, _) = tds_worker(conn, url, |_| {});
+/// through the emulator to a worker running on it as its own process (`sbworker run`,
+/// configured for the emulator as a user would), reads the answer on the initiator's
+/// queue and prints it as JSON: the Antwoord and the EndDialog of its own dialog. The
+/// worker then drains on SIGTERM and exits 0.
+async fn answered_by_a_worker(conn: &str, what: &str, mut client: tokio::process::Command) {
     let dir = crate::common::calc::TempDir::new(what);
+    let config = format!(
+        "[broker]\nkind = \"mssql\"\nconnection = {}\n\n[log]\nlevel = \"info\"\n\n\
+         [queues.{REKEN_QUEUE}]\nhandler = \"loonfactor-berekening\"\nwait_ms = 500\n",
+        toml::Value::String(conn.to_owned())
+    );
+    let mut worker = crate::common::process::Worker::start(&dir, &config);
+    worker.wait_for("worker started").await;
     let vraag_file = dir.0.join("vraag.xml");
     std::fs::write(&vraag_file, vraag_body(Uuid::new_v4())).unwrap();
     client.arg(&vraag_file);
@@ -1327,8 +1335,9 @@ async fn answered_by_a_worker(conn: &str, url: &str, what: &str, mut client: tok
     );
     assert_eq!(v["answer_is_for_this_dialog"], true, "{what}: {v}");
     assert!(v["answer_root"].as_str().unwrap().contains("LoonfactorBerekeningAntwoord"), "{what}: {v}");
-    tx.send(()).await.unwrap();
-    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+    worker.signal(libc::SIGTERM);
+    let (code, log) = worker.exit().await;
+    assert_eq!(code, Some(0), "{what}: the worker drains and exits 0:\n{log}");
 }
 
 /// Runs a client program we did not write (within 180 s): it must succeed, and what it
