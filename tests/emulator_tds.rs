@@ -1174,6 +1174,80 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     answered_by_a_worker(&conn, "odbc", odbc()).await;
 }
 
+/// pyodbc (PyPI) on Microsoft's ODBC Driver 18 (the library mssql-python bundles; pyodbc
+/// needs the system's unixODBC driver manager, libodbc2), with their default settings
+/// and the certificate trusted: the driver's catalog queries at connect
+/// (`sp_datatype_info_100`), every type pyodbc binds sent as a parameter and read back
+/// unchanged (int, bigint, bit, decimal, float, datetime2, date, uniqueidentifier,
+/// nvarchar and varbinary, short and max), the tutorial with the body as nvarchar,
+/// varbinary and xml, a body over 100 KB, a rollback, the driver's query timeout
+/// cancelling a waiting RECEIVE with the connection going on, a refused statement then
+/// a working one; then a Vraag it sends is answered by a worker on the emulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyodbc_with_odbc_driver_18_binds_every_type_and_cancels_on_its_timeout() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let odbc = std::process::Command::new("ldconfig").arg("-p").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&odbc.stdout).contains("libodbc.so.2"),
+        "pyodbc needs unixODBC's driver manager (apt-get install libodbc2; .ci/run installs it)"
+    );
+    let bundled = crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0")
+        .join("mssql_python_odbc/libs/linux/debian_ubuntu/x86_64/lib");
+    let driver = std::fs::read_dir(&bundled)
+        .unwrap_or_else(|e| panic!("{}: {e}", bundled.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libmsodbcsql-18")))
+        .expect("mssql-python bundles ODBC Driver 18");
+    let pyodbc = crate::common::python_package("pyodbc", "pyodbc", "pyodbc==5.5.0");
+    let client = || {
+        let mut client = tokio::process::Command::new("python3");
+        client
+            .env("PYTHONPATH", &pyodbc)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pyodbc_defaults.py"))
+            .arg(&driver)
+            .args([port.as_str(), "sbworker", "p;w\"d"]);
+        client
+    };
+    let v = client_json("pyodbc", client()).await;
+    assert_eq!(v["trancount_at_start"], 1, "{v}");
+    for ty in [
+        "int",
+        "bigint",
+        "bit",
+        "decimal",
+        "float",
+        "datetime2",
+        "date",
+        "uniqueidentifier",
+        "nvarchar",
+        "nvarchar(max)",
+        "varbinary",
+        "varbinary(max)",
+        "null",
+    ] {
+        assert_eq!(v["types"][ty], true, "{ty} comes back as it was sent: {v}");
+    }
+    assert_eq!(v["as_text"], serde_json::json!(["7.50", "2026-04-01"]), "{v}");
+    assert_eq!(
+        v["received"],
+        serde_json::json!([
+            "<Hallo xmlns=\"urn:test\">wereld</Hallo>",
+            "\u{feff}<Hallo>binair</Hallo>",
+            "\u{feff}<Hallo>als xml</Hallo>"
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["big_roundtrip"], true, "{v}");
+    assert_eq!(v["queued_after_rollback"], 0, "{v}");
+    assert_eq!(v["cancelled"], "HYT00", "the driver's query timeout: {v}");
+    assert_eq!(v["after_cancel"], 2, "{v}");
+    assert_eq!(v["refused"], true, "{v}");
+    assert_eq!(v["after_refusal"], 3, "{v}");
+    answered_by_a_worker(&conn, "pyodbc", client()).await;
+}
+
 /// tedious (npm; installed into the build folder when missing) with its default
 /// settings, the emulator's certificate trusted: TLS, its login settings, parameters as
 /// it sends them (`sp_executesql` with `@statement`), integers as numbers, the tutorial's

@@ -8,16 +8,19 @@
 //!
 //! Layout, by what is on the wire: the framing, the payload cursor and the string
 //! helpers here; `login` (PRELOGIN and LOGIN7), `requests` (SQL batch, RPC and its
-//! typed values, transaction manager) and `tokens` (the response's token stream).
+//! typed values, transaction manager), `scalar` (the decimal, float, money and date and
+//! time values carried as they came) and `tokens` (the response's token stream).
 
 mod login;
 mod requests;
+mod scalar;
 #[cfg(test)]
 mod tests;
 mod tokens;
 
 pub use login::*;
 pub use requests::*;
+pub use scalar::*;
 pub use tokens::*;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -62,12 +62,15 @@ pub enum Sql {
     NVarChar(String),
     VarBinary(Vec<u8>),
     Guid(Uuid),
+    /// A decimal, float, money, date or time value: its type and its bytes as sent.
+    Typed(Scalar, Vec<u8>),
 }
 
 /// Column types the emulator returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColType {
     TinyInt,
+    SmallInt,
     Int,
     BigInt,
     Bit,
@@ -79,6 +82,8 @@ pub enum ColType {
     Guid,
     /// `xml` (untyped): text, sent as UTF-16 in PLP chunks.
     Xml,
+    /// A decimal, float, money, date or time type, as a client sent it.
+    Typed(Scalar),
 }
 
 pub(super) fn guid_wire(u: &Uuid) -> [u8; 16] {
@@ -93,8 +98,17 @@ pub(super) fn guid_wire(u: &Uuid) -> [u8; 16] {
 /// Reads one TYPE_INFO + value, as a client sends RPC parameters (2.2.5.5.1, 2.2.5.6).
 pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
     let ty = r.u8()?;
+    if let Some(scalar) = Scalar::read_info(ty, r)? {
+        return read_scalar(r, scalar, Scalar::fixed(ty));
+    }
     match ty {
         0x1F => Ok(Sql::Null),
+        // The fixed-length integers and bit (2.2.5.4.1): no length byte.
+        0x30 => Ok(Sql::Int(i32::from(r.u8()?))),
+        0x34 => Ok(Sql::Int(i32::from(r.u16()? as i16))),
+        0x38 => Ok(Sql::Int(r.u32()? as i32)),
+        0x7F => Ok(Sql::BigInt(r.u64()? as i64)),
+        0x32 => Ok(Sql::Bit(r.u8()? != 0)),
         0x26 => {
             let _max = r.u8()?;
             match r.u8()? {
@@ -180,6 +194,18 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
         }
         other => Err(Malformed(format!("parameter type 0x{other:02X} is not supported by the emulator"))),
     }
+}
+
+/// The value of a decimal, float, money, date or time type: a length byte (0 for NULL)
+/// and the bytes, or the bytes alone for a fixed-length type.
+pub fn read_scalar(r: &mut Reader<'_>, scalar: Scalar, fixed: bool) -> R<Sql> {
+    let n = if fixed { scalar.max_len() } else { usize::from(r.u8()?) };
+    if n == 0 {
+        return Ok(Sql::Null);
+    }
+    let data = r.bytes(n)?.to_vec();
+    scalar.check(&data)?;
+    Ok(Sql::Typed(scalar, data))
 }
 
 pub(super) fn read_plp(r: &mut Reader<'_>) -> R<Option<Vec<u8>>> {

@@ -79,6 +79,7 @@ impl Tokens {
             self.out.extend_from_slice(&0x0001u16.to_le_bytes()); // nullable
             match ty {
                 ColType::TinyInt => self.out.extend_from_slice(&[0x26, 1]),
+                ColType::SmallInt => self.out.extend_from_slice(&[0x26, 2]),
                 ColType::Int => self.out.extend_from_slice(&[0x26, 4]),
                 ColType::BigInt => self.out.extend_from_slice(&[0x26, 8]),
                 ColType::Bit => self.out.extend_from_slice(&[0x68, 1]),
@@ -98,6 +99,10 @@ impl Tokens {
                     self.out.extend_from_slice(&0xFFFFu16.to_le_bytes());
                 }
                 ColType::Xml => self.out.extend_from_slice(&[0xF1, 0x00]),
+                ColType::Typed(s) => {
+                    self.out.push(s.ty);
+                    self.out.extend_from_slice(s.info());
+                }
             }
             put_b_varchar(&mut self.out, name);
         }
@@ -119,6 +124,10 @@ impl Tokens {
                 (_, Sql::Null) => self.out.push(0),
                 // An integer as wide as its column says (the metadata is the contract).
                 (ColType::TinyInt, Sql::Int(i)) => self.out.extend_from_slice(&[1, *i as u8]),
+                (ColType::SmallInt, Sql::Int(i)) => {
+                    self.out.push(2);
+                    self.out.extend_from_slice(&(*i as i16).to_le_bytes());
+                }
                 (ColType::BigInt, Sql::Int(i)) => {
                     self.out.push(8);
                     self.out.extend_from_slice(&i64::from(*i).to_le_bytes());
@@ -151,6 +160,10 @@ impl Tokens {
                     self.out.extend_from_slice(&b);
                 }
                 (_, Sql::VarBinary(b)) => put_plp(&mut self.out, b),
+                (_, Sql::Typed(_, data)) => {
+                    self.out.push(data.len() as u8);
+                    self.out.extend_from_slice(data);
+                }
             }
         }
     }

@@ -41,6 +41,7 @@ pub struct Credentials {
     pub password: String,
 }
 
+mod catalog;
 mod execute;
 mod faults;
 mod procedures;
@@ -451,7 +452,33 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
         {
             prepared(conn, &procedure.to_lowercase(), params, t).await;
         }
+        Ok((procedure, params))
+            if matches!(catalog::bare_name(&procedure).as_str(), "sp_datatype_info" | "sp_datatype_info_100") =>
+        {
+            let ok = match catalog::datatype_info(&params, t) {
+                Ok(()) => true,
+                Err(f) => {
+                    t.error(f.number, 1, f.class, &f.message);
+                    false
+                }
+            };
+            t.return_status(if ok { 0 } else { 1 });
+            t.done(0xFE, if ok { 0 } else { done::ERROR }, 0);
+        }
+        Ok((procedure, _)) if catalog::bare_name(&procedure).starts_with("sp_") => {
+            // A system procedure SQL Server has: not supported, rather than not found.
+            debug!(procedure, "refused: a system procedure the emulator does not have");
+            let name = catalog::bare_name(&procedure);
+            t.error(
+                tsql::NOT_SUPPORTED,
+                1,
+                16,
+                &format!("The system procedure {name} is not supported by the emulator."),
+            );
+            t.done(0xFE, done::ERROR, 0);
+        }
         Ok((procedure, _)) => {
+            debug!(procedure, "refused: no such stored procedure");
             t.error(2812, 1, 16, &format!("Could not find stored procedure '{procedure}'."));
             t.done(0xFE, done::ERROR, 0);
         }

@@ -3,6 +3,7 @@
 //! (RECEIVE's columns, procedure results).
 
 use super::*;
+use crate::emulator::codec::wire;
 
 /// SQL Server's error for a variable used or assigned before its DECLARE.
 pub(super) fn undeclared(name: &str) -> Failure {
@@ -33,6 +34,7 @@ pub(super) fn describe(v: &Sql) -> String {
         Sql::Guid(_) => "a uniqueidentifier value".into(),
         Sql::NVarChar(s) => format!("an nvarchar value ({} characters)", s.chars().count()),
         Sql::VarBinary(b) => format!("a varbinary value ({} bytes)", b.len()),
+        Sql::Typed(s, _) => format!("a {} value", s.name()),
     }
 }
 
@@ -67,6 +69,8 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
             Ok(Sql::NVarChar(codec::utf16_string(&b).map_err(|e| fail(e.to_string()))?))
         }
         ("nvarchar" | "sysname", v @ Sql::NVarChar(_)) => Ok(v),
+        // A decimal, float, money, date or time value as its text (style 0).
+        ("nvarchar" | "sysname", Sql::Typed(s, data)) => Ok(Sql::NVarChar(s.text(&data))),
         (_, v) => Err(fail(format!("CONVERT of {} to {ty} is not supported by the emulator", describe(&v)))),
     }
 }
@@ -329,6 +333,7 @@ pub(super) fn type_of(v: &Sql) -> ColType {
         Sql::BigInt(_) => ColType::BigInt,
         Sql::Bit(_) => ColType::Bit,
         Sql::VarBinary(_) => ColType::VarBinaryMax,
+        Sql::Typed(s, _) => ColType::Typed(*s),
         Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
     }
 }
@@ -483,6 +488,19 @@ pub(super) fn equal(a: Sql, b: Sql) -> Result<Option<bool>, Failure> {
         (Sql::Guid(g), Sql::NVarChar(s)) | (Sql::NVarChar(s), Sql::Guid(g)) => as_uuid(Sql::NVarChar(s))? == g,
         (Sql::Guid(x), Sql::Guid(y)) => x == y,
         (Sql::VarBinary(x), Sql::VarBinary(y)) => x == y,
+        // Decimals by their value (one value has several lengths); others of one type by
+        // their bytes.
+        (Sql::Typed(a, x), Sql::Typed(b, y))
+            if matches!(a.ty, wire::DECIMALN | wire::NUMERICN) && matches!(b.ty, wire::DECIMALN | wire::NUMERICN) =>
+        {
+            // 1.50 = 1.5, and -0.00 = 0.
+            let key = |t: String| {
+                let t = if t.contains('.') { t.trim_end_matches('0').trim_end_matches('.').to_owned() } else { t };
+                if t == "-0" { "0".to_owned() } else { t }
+            };
+            key(a.text(&x)) == key(b.text(&y))
+        }
+        (Sql::Typed(a, x), Sql::Typed(b, y)) if a == b => x == y,
         (x @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_)), y @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_))) => {
             int_of(x) == int_of(y)
         }

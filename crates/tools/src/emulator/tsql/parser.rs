@@ -263,8 +263,15 @@ impl Parser {
                 }
             }
         }
-        let values_only = |t: Option<&Tok>| matches!(t, Some(Tok::Var(_) | Tok::Str(_) | Tok::Int(_)));
-        if self.is_kw("SELECT") && !values_only(self.toks.get(self.at + 1)) {
+        let values_only = |t: Option<&Tok>, next: Option<&Tok>| match t {
+            Some(Tok::Var(_) | Tok::Str(_) | Tok::Int(_) | Tok::Bin(_)) => true,
+            Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL") => true,
+            Some(Tok::Word(w)) => {
+                (w.eq_ignore_ascii_case("CAST") || w.eq_ignore_ascii_case("CONVERT")) && next == Some(&Tok::Punct('('))
+            }
+            _ => false,
+        };
+        if self.is_kw("SELECT") && !values_only(self.toks.get(self.at + 1), self.toks.get(self.at + 2)) {
             return self.select_table();
         }
         if self.is_kw("SELECT") {
