@@ -11,6 +11,7 @@
 //! typed values, transaction manager), `scalar` (the decimal, float, money and date and
 //! time values carried as they came) and `tokens` (the response's token stream).
 
+mod decode;
 mod login;
 mod requests;
 mod scalar;
@@ -18,6 +19,7 @@ mod scalar;
 mod tests;
 mod tokens;
 
+pub use decode::*;
 pub use login::*;
 pub use requests::*;
 pub use scalar::*;

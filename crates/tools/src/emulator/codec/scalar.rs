@@ -129,13 +129,44 @@ impl Scalar {
         }
     }
 
-    /// Checks the bytes of a value of this type: its length, and a decimal's sign byte.
+    /// Checks the bytes of a value of this type as SQL Server does before it takes one:
+    /// its length, and that it is in the type's range (a decimal within its precision, a
+    /// finite float, a date from 0001-01-01 to 9999-12-31 and from 1753 for datetime, a
+    /// time within the day, an offset within ±14:00).
     pub fn check(&self, data: &[u8]) -> R<()> {
-        let ok = match self.fixed_len() {
+        let length = match self.fixed_len() {
             Some(n) => data.len() == n,
-            None => (2..=max_len(self.ty, self.info)).contains(&data.len()) && data[0] <= 1,
+            None => (2..=max_len(self.ty, self.info)).contains(&data.len()),
         };
-        if ok { Ok(()) } else { Err(Malformed(format!("a value of type 0x{:02X} of {} bytes", self.ty, data.len()))) }
+        if !length {
+            return Err(Malformed(format!("a {} value of {} bytes", self.name(), data.len())));
+        }
+        let le = |b: &[u8]| b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x));
+        let day_units = |scale: u8| 86_400 * 10u128.pow(u32::from(scale));
+        let in_range = match self.ty {
+            wire::DECIMALN | wire::NUMERICN => data[0] <= 1 && le(&data[1..]) < 10u128.pow(u32::from(self.info[1])),
+            wire::FLTN if data.len() == 4 => f32::from_le_bytes(data.try_into().expect("4")).is_finite(),
+            wire::FLTN => f64::from_le_bytes(data.try_into().expect("8")).is_finite(),
+            wire::MONEYN => true,
+            wire::DATETIMN if data.len() == 4 => u16::from_le_bytes([data[2], data[3]]) < 1440,
+            wire::DATETIMN => {
+                let days = i32::from_le_bytes(data[..4].try_into().expect("4"));
+                let ticks = u32::from_le_bytes(data[4..].try_into().expect("4"));
+                (-53_690..=2_958_463).contains(&days) && ticks < 86_400 * 300
+            }
+            wire::DATEN => days_of(data) <= MAX_DAYS,
+            wire::TIMEN => le(data) < day_units(self.info[0]),
+            wire::DATETIME2N => {
+                let t = time_len(self.info[0]);
+                le(&data[..t]) < day_units(self.info[0]) && days_of(&data[t..]) <= MAX_DAYS
+            }
+            _ => {
+                let t = time_len(self.info[0]);
+                let offset = i16::from_le_bytes([data[t + 3], data[t + 4]]);
+                le(&data[..t]) < day_units(self.info[0]) && days_of(&data[t..t + 3]) <= MAX_DAYS && offset.abs() <= 840
+            }
+        };
+        if in_range { Ok(()) } else { Err(Malformed(format!("a {} value out of its range", self.name()))) }
     }
 
     /// Its SQL Server type name, for messages.
@@ -244,6 +275,9 @@ fn float_text(f: f64) -> String {
         format!("{mantissa}e{}{:03}", if e < 0 { '-' } else { '+' }, e.abs())
     }
 }
+
+/// 9999-12-31, in days since 0001-01-01.
+const MAX_DAYS: i64 = 3_652_058;
 
 /// Days since 0001-01-01 in three bytes.
 fn days_of(b: &[u8]) -> i64 {

@@ -57,6 +57,11 @@ use values::*;
 /// target and the random-packet test check that malformed input is an error, not a panic).
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
+/// Writes a result set as the server does (for the response writer's fuzz target).
+pub fn write_result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<Sql>]) {
+    result_set(t, cols, rows);
+}
+
 /// How many connection tasks panicked in this process.
 pub fn connection_panics() -> u64 {
     PANICS.load(Ordering::Relaxed)
