@@ -338,6 +338,140 @@ async fn a_client_that_asks_for_tls_gets_it_and_checks_the_certificate() {
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
+/// A TCP proxy in front of `port` for one connection: what the client sent, as it
+/// went over the wire.
+async fn recording_proxy(port: u16) -> (u16, Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = sent.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, _) = listener.accept().await.unwrap();
+        let server = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
+        let mut buf = vec![0u8; 65536];
+        while let Ok(n) = client_read.read(&mut buf).await {
+            if n == 0 || server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            record.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    (proxy_port, sent)
+}
+
+fn utf16(s: &str) -> Vec<u8> {
+    s.encode_utf16().flat_map(u16::to_le_bytes).collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// TLS as SQL Server negotiates it, seen on the wire through a proxy, with tiberius as
+/// the client: TDS 8.0 (`Encrypt=strict`: TLS first, ALPN `tds/8.0`) encrypts everything;
+/// a client that offers encryption without requiring it (tiberius's `EncryptionLevel::Off`,
+/// ENCRYPT_OFF) has its login encrypted and the rest in plain text, as SQL Server does;
+/// `Encrypt=false` (ENCRYPT_NOT_SUP) sends everything in plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_login_only_and_no_encryption_are_negotiated_as_sql_server_does() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let login_name = utf16("sbworker");
+    for (mode, level) in [
+        ("strict", tiberius::EncryptionLevel::Strict),
+        ("login only", tiberius::EncryptionLevel::Off),
+        ("none", tiberius::EncryptionLevel::NotSupported),
+    ] {
+        let (proxy, sent) = recording_proxy(port).await;
+        let mut c = Connection::parse(
+            &conn
+                .replace(&format!(",{port};"), &format!(",{proxy};"))
+                .replace("Encrypt=false", "TrustServerCertificate=true"),
+        )
+        .unwrap();
+        c.encrypt = level;
+        let mut client = sbworker::broker::mssql::connect(&c).await.unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let row = client.simple_query("SELECT 42 AS answer").await.unwrap().into_row().await.unwrap().unwrap();
+        assert_eq!(row.get::<i32, _>(0), Some(42), "{mode}");
+        drop(client);
+        let sent = sent.lock().unwrap().clone();
+        let (login_plain, query_plain) = (contains(&sent, &login_name), contains(&sent, &utf16("SELECT 42 AS answer")));
+        match mode {
+            "strict" => {
+                assert_eq!(sent.first(), Some(&0x16), "strict: a TLS handshake record comes first");
+                assert!(!login_plain && !query_plain, "strict: nothing in plain text");
+            }
+            "login only" => assert!(!login_plain && query_plain, "login only: the login encrypted, the query not"),
+            _ => assert!(login_plain && query_plain, "no encryption: both in plain text"),
+        }
+    }
+}
+
+/// The same negotiation with ODBC Driver 18 (mssql-python) and tedious, each through a
+/// proxy that records what it sends: `Encrypt=strict` with the certificate given
+/// (ODBC's `ServerCertificate`, tedious's `ca`; TDS 8.0 checks the certificate and
+/// ignores TrustServerCertificate) encrypts everything; ODBC's `Encrypt=no` offers
+/// encryption (ENCRYPT_OFF) and the driver encrypts its login alone; tedious's
+/// `encrypt: false` offers it too but sends its login in plain text, which SQL Server
+/// takes as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odbc_and_tedious_connect_strict_and_with_login_only_encryption() {
+    let (url, _s) = calc_world().await;
+    let (conn, _stop, pem) = crate::common::tds::emulator_tls(&url, Arc::new(Faults::default())).await;
+    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let dir = crate::common::calc::TempDir::new("tls-clients");
+    let ca = dir.0.join("emulator.pem");
+    std::fs::write(&ca, &pem).unwrap();
+    let mssql_python = crate::common::python_package("mssql-python", "mssql_python", "mssql-python==1.16.0");
+    let tedious = crate::common::npm_package("tedious", "tedious", "tedious@19.2.2");
+    let login_name = utf16("sbworker");
+    let cases = [
+        ("odbc strict", "odbc", format!("Encrypt=strict;ServerCertificate={};", ca.display()), "everything"),
+        ("odbc Encrypt=no", "odbc", "Encrypt=no;".to_owned(), "the login"),
+        ("tedious strict", "tedious", "strict".to_owned(), "everything"),
+        ("tedious encrypt false", "tedious", "false".to_owned(), "nothing"),
+    ];
+    for (what, client, setting, encrypted) in cases {
+        let (proxy, sent) = recording_proxy(port).await;
+        let proxy = proxy.to_string();
+        let mut command = if client == "odbc" {
+            let mut c = tokio::process::Command::new("python3");
+            c.env("PYTHONPATH", &mssql_python)
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/odbc_connect.py"))
+                .args([proxy.as_str(), "sbworker", "p;w\"d", setting.as_str()]);
+            c
+        } else {
+            let mut c = tokio::process::Command::new("node");
+            c.env("NODE_PATH", &tedious)
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/tedious_connect.js"))
+                .args([proxy.as_str(), "sbworker", "p;w\"d", setting.as_str()]);
+            if setting == "strict" {
+                c.arg(&ca);
+            }
+            c
+        };
+        command.kill_on_drop(true);
+        let v = client_json(what, command).await;
+        assert_eq!(v["answer"], 42, "{what}: {v}");
+        let sent = sent.lock().unwrap().clone();
+        let (login_plain, query_plain) = (contains(&sent, &login_name), contains(&sent, &utf16("SELECT 42 AS answer")));
+        match encrypted {
+            "everything" => {
+                assert_eq!(sent.first(), Some(&0x16), "{what}: a TLS handshake record comes first");
+                assert!(!login_plain && !query_plain, "{what}: nothing in plain text");
+            }
+            "the login" => assert!(!login_plain && query_plain, "{what}: the login encrypted, the query not"),
+            _ => assert!(login_plain && query_plain, "{what}: both in plain text"),
+        }
+    }
+}
+
 /// python-tds, installed from PyPI into the test target directory when missing.
 fn python_tds() -> std::path::PathBuf {
     crate::common::python_package("python-tds", "pytds", "python-tds==1.17.1")

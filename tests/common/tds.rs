@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use sbworker::broker::mssql::MssqlTransport;
-use sbworker::emulator::server::{Credentials, Faults, start_with};
+use sbworker::emulator::server::tls::Tls;
+use sbworker::emulator::server::{Credentials, Faults, start_tls};
 use sbworker::handlers::calculation;
 use sbworker::worker::{self, Handlers, Metrics, RunOutcome, Stop};
 use tokio::sync::mpsc;
@@ -19,14 +20,24 @@ pub async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
 
 /// An emulator that injects `faults`.
 pub async fn emulator_with(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>) {
+    let (conn, stop, _) = emulator_tls(url, faults).await;
+    (conn, stop)
+}
+
+/// An emulator that injects `faults`, and its TLS certificate (PEM) for a client to
+/// trust.
+pub async fn emulator_tls(url: &str, faults: Arc<Faults>) -> (String, tokio::sync::watch::Sender<bool>, String) {
     let (stop_tx, stop) = Stop::new();
     let creds = Credentials { user: "sbworker".into(), password: "p;w\"d".into() };
-    let (addr, _task) = start_with("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, stop).await.unwrap();
+    let tls = Tls::generated().unwrap();
+    let pem = tls.certificate_pem.clone();
+    let (addr, _task) =
+        start_tls("127.0.0.1:0".parse().unwrap(), url.to_owned(), creds, faults, Some(tls), stop).await.unwrap();
     let conn = format!(
         "Server=tcp:127.0.0.1,{};Database=payroll;User Id=sbworker;Password=\"p;w\"\"d\";Encrypt=false;Command Timeout=30",
         addr.port()
     );
-    (conn, stop_tx)
+    (conn, stop_tx, pem)
 }
 
 /// The worker on the SQL Server transport through the emulator, with `handlers`.

@@ -26,6 +26,7 @@ pub fn prelogin_response() -> Vec<u8> {
 }
 
 /// PRELOGIN's ENCRYPTION values (2.2.6.5).
+pub const ENCRYPT_OFF: u8 = 0x00;
 pub const ENCRYPT_ON: u8 = 0x01;
 pub const ENCRYPT_NOT_SUP: u8 = 0x02;
 

@@ -206,46 +206,102 @@ fn fail(message: impl Into<String>) -> Failure {
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     pg_url: &str,
     creds: &Credentials,
     faults: Arc<Faults>,
     tls: Option<Arc<tls::Tls>>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true).ok();
+    // TDS 8.0 (strict) begins with a TLS handshake record, TDS 7 with a PRELOGIN packet.
+    let mut first = [0u8; 1];
+    if stream.peek(&mut first).await? == 0 {
+        return Ok(());
+    }
+    if first[0] == 0x16 {
+        let Some(tls) = tls else {
+            warn!("refused a TDS 8.0 (Encrypt=strict) client: this emulator runs without TLS");
+            return Ok(());
+        };
+        let mut s = tokio_rustls::TlsAcceptor::from(tls.strict.clone()).accept(stream).await?;
+        let Some((ty, payload)) = codec::read_message(&mut s).await? else { return Ok(()) };
+        if ty != packet_type::PRELOGIN {
+            return Ok(());
+        }
+        // The connection is encrypted already: PRELOGIN's encryption option is not
+        // negotiated again (a TDS 8.0 client ignores it), so the answer mirrors the ask.
+        let answer = codec::prelogin_encryption(&payload).unwrap_or(codec::ENCRYPT_NOT_SUP);
+        codec::write_message(&mut s, packet_type::TABULAR_RESULT, &codec::prelogin_response_with(answer), 4096).await?;
+        return logged_in(s, None, pg_url, creds, faults).await;
+    }
+    let mut stream = stream;
     let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
     if ty != packet_type::PRELOGIN {
         return Ok(());
     }
-    // A client that asks for encryption (ENCRYPT_ON, ENCRYPT_REQ) gets it, over the whole
-    // connection; one that does not is served in plain text (ENCRYPT_NOT_SUP: no
-    // login-only encryption).
+    // As SQL Server answers (2.2.6.5): a client that asks for encryption (ENCRYPT_ON,
+    // ENCRYPT_REQ) gets it over the whole connection; one that offers it (ENCRYPT_OFF)
+    // gets ENCRYPT_OFF, the login encrypted if it runs the handshake; one that cannot
+    // (ENCRYPT_NOT_SUP) is served in plain text.
     let asked = codec::prelogin_encryption(&payload);
-    let encrypt = matches!(asked, Some(1) | Some(3)) && tls.is_some();
-    let answer = if encrypt { codec::ENCRYPT_ON } else { codec::ENCRYPT_NOT_SUP };
+    let answer = match (asked, &tls) {
+        (Some(1 | 3), Some(_)) => codec::ENCRYPT_ON,
+        (Some(0), Some(_)) => codec::ENCRYPT_OFF,
+        _ => codec::ENCRYPT_NOT_SUP,
+    };
     codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response_with(answer), 4096)
         .await?;
-    match (&tls, encrypt) {
-        (Some(tls), true) => {
+    match (tls, answer) {
+        (Some(tls), codec::ENCRYPT_ON) => {
             let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
             s.get_mut().0.handshake_done();
-            logged_in(s, pg_url, creds, faults).await
+            logged_in(s, None, pg_url, creds, faults).await
         }
-        _ if matches!(asked, Some(1) | Some(3)) => {
+        (Some(tls), codec::ENCRYPT_OFF) => {
+            // A handshake (in PRELOGIN packets) means the login comes encrypted; a LOGIN7
+            // straight away, that the client chose to send it in plain text.
+            let mut header = [0u8; 1];
+            if stream.peek(&mut header).await? == 0 {
+                return Ok(());
+            }
+            if header[0] != packet_type::PRELOGIN {
+                return logged_in(stream, None, pg_url, creds, faults).await;
+            }
+            let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
+            s.get_mut().0.handshake_done();
+            let Some(login) = codec::read_message(&mut s).await? else { return Ok(()) };
+            // The login only: from here on the client talks in plain text.
+            let (prelogin, _) = s.into_inner();
+            logged_in(prelogin.into_inner()?, Some(login), pg_url, creds, faults).await
+        }
+        _ if matches!(asked, Some(1 | 3)) => {
             warn!("refused a client that requires TLS: this emulator runs without TLS");
             Ok(())
         }
-        _ => logged_in(stream, pg_url, creds, faults).await,
+        _ => logged_in(stream, None, pg_url, creds, faults).await,
     }
 }
 
 /// The rest of a connection after PRELOGIN (and TLS, when the client asked for it):
-/// LOGIN7, then requests until the client goes.
-async fn logged_in<S>(mut stream: S, pg_url: &str, creds: &Credentials, faults: Arc<Faults>) -> std::io::Result<()>
+/// LOGIN7 (`login`, when it was read already, encrypted), then requests until the
+/// client goes.
+async fn logged_in<S>(
+    mut stream: S,
+    login: Option<(u8, Vec<u8>)>,
+    pg_url: &str,
+    creds: &Credentials,
+    faults: Arc<Faults>,
+) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
+    let (ty, payload) = match login {
+        Some(read) => read,
+        None => match codec::read_message(&mut stream).await? {
+            Some(read) => read,
+            None => return Ok(()),
+        },
+    };
     if ty != packet_type::LOGIN7 {
         return Ok(());
     }
@@ -903,7 +959,7 @@ pub async fn start_tls(
     let bound = listener.local_addr()?;
     match &tls {
         Some(t) => {
-            info!(%bound, fingerprint = %t.fingerprint, "Service Broker emulator listening (TDS 7.4, TLS for clients that ask)")
+            info!(%bound, fingerprint = %t.fingerprint, "Service Broker emulator listening (TDS 7.4, TLS for clients that ask or offer, TDS 8.0 strict)")
         }
         None => info!(%bound, "Service Broker emulator listening (TDS 7.4, no TLS)"),
     }

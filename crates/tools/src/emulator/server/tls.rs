@@ -1,7 +1,10 @@
 //! TLS as SQL Server negotiates it (MS-TDS 2.2.6.5 and 3.3.5.1): a client whose
 //! PRELOGIN asks for encryption (ENCRYPT_ON or ENCRYPT_REQ) gets ENCRYPT_ON, then runs
 //! the TLS handshake with its records carried in TDS PRELOGIN packets; once the handshake
-//! is done, TLS runs straight over TCP and every TDS packet travels inside it. The
+//! is done, TLS runs straight over TCP and every TDS packet travels inside it. A client
+//! that offers encryption without asking for it (ENCRYPT_OFF) gets ENCRYPT_OFF: the
+//! login alone is encrypted when it runs the handshake, and the rest is plain. A TDS 8.0
+//! client (`Encrypt=strict`) begins with TLS itself, ALPN `tds/8.0`, before PRELOGIN. The
 //! certificate is the operator's (`--tls-cert`, `--tls-key`) or one made at start for
 //! `localhost` and `127.0.0.1`, whose SHA-256 fingerprint is printed so a client can
 //! trust it. rustls, as the rest of the project.
@@ -22,6 +25,8 @@ use crate::emulator::codec::packet_type;
 #[derive(Clone)]
 pub struct Tls {
     pub config: Arc<ServerConfig>,
+    /// For TDS 8.0 (strict): TLS 1.2 or 1.3 before any TDS, ALPN `tds/8.0`.
+    pub strict: Arc<ServerConfig>,
     /// The certificate's SHA-256 fingerprint, hex with colons.
     pub fingerprint: String,
     /// The certificate as PEM (for a client to trust: `ca` of tedious, `--cafile`).
@@ -61,23 +66,26 @@ impl Tls {
     fn with(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>, pem: String) -> Result<Self, String> {
         let fingerprint = sha256(&chain[0]).iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":");
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        // TLS 1.2: SQL Server speaks TLS 1.3 only in TDS 8.0's strict mode, and the
-        // drivers' handshake inside PRELOGIN packets expects 1.2.
-        let config = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .map_err(|e| e.to_string())?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(|e| format!("the certificate and key cannot be used: {e}"))?;
-        // No session resumption: in an abbreviated handshake the client's first records
-        // could follow its Finished before the switch from PRELOGIN packets to plain TLS.
-        let mut config = config;
-        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
-        Ok(Self { config: Arc::new(config), fingerprint, certificate_pem: pem })
+        let build = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+            let mut config = ServerConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(versions)
+                .map_err(|e| e.to_string())?
+                .with_no_client_auth()
+                .with_single_cert(chain.clone(), key.clone_key())
+                .map_err(|e| format!("the certificate and key cannot be used: {e}"))?;
+            // No session resumption: an abbreviated handshake would cross the switch out
+            // of PRELOGIN framing (and SQL Server's clients do not resume).
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            Ok::<_, String>(config)
+        };
+        // TDS 7: TLS 1.2, as SQL Server's PRELOGIN-wrapped handshake is specified.
+        let config = build(&[&rustls::version::TLS12])?;
+        let mut strict = build(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        strict.alpn_protocols = vec![b"tds/8.0".to_vec()];
+        Ok(Self { config: Arc::new(config), strict: Arc::new(strict), fingerprint, certificate_pem: pem })
     }
 }
 
-/// SHA-256 of `bytes`, with the hash of rustls' own provider.
 fn sha256(bytes: &[u8]) -> Vec<u8> {
     let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256;
     match suite.tls13() {
@@ -125,6 +133,16 @@ impl<S> Prelogin<S> {
     /// From now on TLS runs straight over the connection.
     pub fn handshake_done(&mut self) {
         self.done = true;
+    }
+
+    /// The connection itself, after a login-only encryption: nothing may be left read
+    /// and not yet handed to TLS (a client sends nothing after its login until it is
+    /// answered).
+    pub fn into_inner(self) -> io::Result<S> {
+        if self.read_at < self.incoming.len() || !self.outgoing.is_empty() || !self.pending.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "data after the encrypted login"));
+        }
+        Ok(self.inner)
     }
 }
 
