@@ -1213,7 +1213,8 @@ async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it(
         Err(tiberius::error::Error::Server(t)) => {
             assert!(t.message().chars().count() <= 2047, "{}", t.message().len());
             assert!(!t.message().contains("xxxx"), "the value is not quoted: {}", t.message());
-            assert!(t.message().contains("(100000 characters) is not a uniqueidentifier"), "{}", t.message());
+            assert_eq!(t.code(), 8169, "{}", t.message());
+            assert!(t.message().contains("character string to uniqueidentifier"), "{}", t.message());
         }
         other => panic!("a refused CAST: {other:?}"),
     }
@@ -1516,6 +1517,15 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
         .unwrap()
         .unwrap();
     assert_eq!(r.get::<i32, _>(0), Some(0), "the IF saw the open transaction and committed it");
+    // With XACT_ABORT OFF a Service Broker error ends its statement only: the batch goes
+    // on, and the SEND after it runs and commits on its own (autocommit).
+    c.simple_query("SET XACT_ABORT OFF").await.unwrap().into_results().await.unwrap();
+    let before = one(&mut c, queued).await;
+    assert_eq!(fails(&mut c, &format!("END CONVERSATION '00000000-0000-0000-0000-000000000001'; {send}")).await, 8426);
+    assert_eq!(one(&mut c, queued).await, before + 1, "the statement after the error ran");
+    // An error that ends the batch (a conversion) does not let the next statement run.
+    assert_eq!(fails(&mut c, &format!("END CONVERSATION 'not a handle'; {send}")).await, 8169);
+    assert_eq!(one(&mut c, queued).await, before + 1, "the batch ended at the conversion error");
 }
 
 /// A client program (`client`, given a Vraag file as its last argument) sends that Vraag

@@ -82,7 +82,7 @@ try:
     out["refused"] = None
 except mssql_python.Error as e:
     # A short error naming the value's type, not the value.
-    out["refused"] = "is not a uniqueidentifier" in str(e) and "xxxx" not in str(e) and len(str(e)) < 2500
+    out["refused"] = "character string to uniqueidentifier" in str(e) and "xxxx" not in str(e) and len(str(e)) < 2500
 conn.rollback()
 cur.execute("SELECT 7")
 out["after_refusal"] = cur.fetchone()[0]

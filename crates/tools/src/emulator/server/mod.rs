@@ -747,6 +747,7 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
     conn.var_types.clear();
     conn.tables.clear();
     let mut pending: VecDeque<Statement> = statements.into();
+    let mut had_error = false;
     while let Some(st) = pending.pop_front() {
         // `@@TRANCOUNT` and the others as of this statement (an IF may test them).
         system_variables(conn, &mut vars);
@@ -838,6 +839,12 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 conn.session_gone = true;
                 return false;
             }
+            Err(f) if !conn.xact_abort && !savepoint_lost && statement_level(f.number) => {
+                // The statement ends, undone alone; the batch and the transaction go on.
+                t.error(f.number, 1, f.class, &f.message);
+                t.done(done_token, done::ERROR | more, 0);
+                had_error = true;
+            }
             Err(f) => {
                 // With XACT_ABORT OFF the transaction stays (the statement was undone
                 // alone, or ran outside the database); a deadlock's victim loses it
@@ -850,7 +857,16 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
             }
         }
     }
-    true
+    !had_error
+}
+
+/// Errors that end their statement only, as SQL Server's do: with XACT_ABORT OFF the
+/// batch goes on after them. A lock timeout (1222: the SET LOCK_TIMEOUT page has the
+/// transaction and the batch go on) and Service Broker's errors (84xx, 96xx: an unknown
+/// conversation, a conversation in the wrong state, a disabled queue). The others here
+/// (conversion errors, a deadlock, the emulator's refusals) end the batch.
+fn statement_level(number: i32) -> bool {
+    number == 1222 || (8400..8500).contains(&number) || (9600..9800).contains(&number)
 }
 
 /// A statement failed: the batch ends with the error, as SQL Server's batch-aborting

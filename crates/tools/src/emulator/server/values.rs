@@ -78,10 +78,32 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
 pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
     match v {
         Sql::Guid(u) => Ok(u),
-        Sql::NVarChar(s) => {
-            s.parse().map_err(|_| fail(format!("{} is not a uniqueidentifier", describe(&Sql::NVarChar(s)))))
-        }
-        other => Err(fail(format!("{} is not a uniqueidentifier", describe(&other)))),
+        // SQL Server's errors for a value that is no uniqueidentifier, which name the
+        // types, never the value.
+        Sql::NVarChar(s) => s.trim().parse().map_err(|_| Failure {
+            number: 8169,
+            class: 16,
+            message: "Conversion failed when converting from a character string to uniqueidentifier.".into(),
+        }),
+        other => Err(Failure {
+            number: 206,
+            class: 16,
+            message: format!("Operand type clash: {} is incompatible with uniqueidentifier", type_name(&other)),
+        }),
+    }
+}
+
+/// The SQL Server type of a value, for messages.
+fn type_name(v: &Sql) -> String {
+    match v {
+        Sql::Null => "NULL".into(),
+        Sql::Int(_) => "int".into(),
+        Sql::BigInt(_) => "bigint".into(),
+        Sql::Bit(_) => "bit".into(),
+        Sql::Guid(_) => "uniqueidentifier".into(),
+        Sql::NVarChar(_) => "nvarchar".into(),
+        Sql::VarBinary(_) => "varbinary".into(),
+        Sql::Typed(s, _) => s.name(),
     }
 }
 
