@@ -1316,7 +1316,8 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
 /// unchanged (int, bigint, bit, decimal, float, datetime2, date, uniqueidentifier,
 /// nvarchar and varbinary, short and max), the tutorial with the body as nvarchar,
 /// varbinary and xml, a body over 100 KB, a rollback, the driver's query timeout
-/// cancelling a waiting RECEIVE with the connection going on, a refused statement then
+/// cancelling a waiting RECEIVE with the connection and its transaction going on (XACT_ABORT
+/// OFF: the send before the wait commits afterwards), a refused statement then
 /// a working one; then a Vraag it sends is answered by a worker on the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pyodbc_with_odbc_driver_18_binds_every_type_and_cancels_on_its_timeout() {
@@ -1377,6 +1378,8 @@ async fn pyodbc_with_odbc_driver_18_binds_every_type_and_cancels_on_its_timeout(
     assert_eq!(v["big_roundtrip"], true, "{v}");
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
     assert_eq!(v["cancelled"], "HYT00", "the driver's query timeout: {v}");
+    assert_eq!(v["trancount_after_cancel"], 1, "the cancel leaves the transaction open: {v}");
+    assert_eq!(v["queued_after_cancel"], 1, "what it did before the cancel commits: {v}");
     assert_eq!(v["after_cancel"], 2, "{v}");
     assert_eq!(v["refused"], true, "{v}");
     assert_eq!(v["after_refusal"], 3, "{v}");

@@ -127,18 +127,30 @@ out["queued_after_rollback"] = cur.fetchone()[0]
 conn.commit()
 
 # The driver's query timeout cancels a RECEIVE waiting on an empty queue (an ATTENTION),
-# and the connection goes on.
+# and the connection goes on. The driver's transaction, which holds a message sent
+# before the wait, stays open (XACT_ABORT OFF, SQL Server's default): committed after the
+# cancel, the message is there.
 # (pyodbc applies a connection's timeout to the cursors made after it is set.)
 conn.timeout = 1
 waiting = conn.cursor()
+waiting.execute(BEGIN, ("<Hallo>voor de cancel</Hallo>",))
+waiting.fetchall()
 try:
-    waiting.execute("WAITFOR (RECEIVE TOP (1) * FROM dbo.loonfactorberekening_reken), TIMEOUT 60000")
+    waiting.execute("WAITFOR (RECEIVE TOP (1) * FROM dbo.loonfactorberekening_data), TIMEOUT 60000")
     waiting.fetchall()
     out["cancelled"] = None
 except pyodbc.Error as e:
     out["cancelled"] = e.args[0]
 conn.timeout = 0
-conn.rollback()
+cur.execute("SELECT @@TRANCOUNT")
+out["trancount_after_cancel"] = cur.fetchone()[0]
+conn.commit()
+cur.execute("SELECT COUNT(*) FROM dbo.loonfactorberekening_reken")
+out["queued_after_cancel"] = cur.fetchone()[0]
+cur.execute(RECEIVE)
+h, _ = cur.fetchone()
+cur.execute("END CONVERSATION ? WITH CLEANUP", (h,))
+conn.commit()
 cur.execute("SELECT 2")
 out["after_cancel"] = cur.fetchone()[0]
 

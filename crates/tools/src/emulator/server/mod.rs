@@ -1,13 +1,16 @@
 //! The emulator's server: one task per TDS connection, each with a PostgreSQL broker
-//! session of its own. PRELOGIN (no TLS: a client that requires it is refused), LOGIN7
-//! against the configured credentials (error 18456 otherwise), then SQL batches, RPC
-//! (`sp_executesql` with int, bigint, bit, nvarchar, varbinary and uniqueidentifier
-//! parameters) and transaction-manager requests, run on the PostgreSQL broker.
-//! Statements outside a transaction run in one of their own. An error rolls the
-//! transaction back (`XACT_ABORT ON` behaviour) and comes back as an ERROR token with
-//! SQL Server's number. An ATTENTION packet cancels the request in progress (a waiting
-//! RECEIVE, say): its transaction rolls back and the answer is DONE with the attention
-//! bit. [`Faults`] injects deadlocks, dropped connections and slow responses for tests.
+//! session of its own. PRELOGIN with SQL Server's encryption negotiation (or TDS 8.0's
+//! TLS first, `tls`), LOGIN7 against the configured credentials (error 18456
+//! otherwise), then SQL batches, RPC (`sp_executesql`, ODBC's prepared statements, the
+//! catalog's `sp_datatype_info`) and transaction-manager requests, run on the PostgreSQL
+//! broker. Statements outside a transaction run in one of their own (autocommit). With
+//! `XACT_ABORT OFF` (SQL Server's default) a failing statement inside a transaction is
+//! undone alone, and a statement-level error lets the batch go on; with it ON an error
+//! rolls the transaction back. Errors come back as ERROR tokens with SQL Server's
+//! numbers. An ATTENTION packet cancels the request in progress (a waiting RECEIVE,
+//! say): the cancelled statement is undone (the whole transaction with `XACT_ABORT ON`)
+//! and the answer is DONE with the attention bit. [`Faults`] injects deadlocks, dropped
+//! connections and slow responses for tests.
 //!
 //! Here: the listener, the login and the request loop; `execute` runs one statement,
 //! `procedures` the stored procedures, `values` converts values and writes result sets,
@@ -135,6 +138,9 @@ struct Conn {
     received: bool,
     /// `SET NOCOUNT ON`: DONE tokens carry no row count.
     nocount: bool,
+    /// A statement of the open transaction runs under its savepoint (XACT_ABORT OFF): a
+    /// cancel undoes that statement alone.
+    statement_savepoint: bool,
     /// The database session behind this connection is gone: the connection closes
     /// without an answer, as a killed SQL Server session's does.
     session_gone: bool,
@@ -346,6 +352,7 @@ where
         drop_now: false,
         received: false,
         nocount: false,
+        statement_savepoint: false,
         session_gone: false,
         var_types: HashMap::new(),
         tables: HashMap::new(),
@@ -422,17 +429,28 @@ where
                 break;
             }
             if cancelled {
-                // What the request did is undone (XACT_ABORT ON). As SQL Server answers
+                // As SQL Server answers
                 // an ATTENTION: the cancelled request's response ends (its own message),
                 // then the acknowledgement comes in a message of its own (tedious waits
                 // for that second message; other clients read on to the DONE with the
                 // attention bit either way).
                 t = Tokens::default();
-                let _ = conn.session.rollback().await;
-                if conn.in_tran {
-                    conn.in_tran = false;
-                    conn.nested = 0;
-                    t.env_change_tran(10, conn.descriptor);
+                // With XACT_ABORT OFF the cancelled statement alone is undone and the
+                // transaction stays open, as in SQL Server (a client's timeout does not
+                // end its transaction); with it ON, or outside a transaction, what the
+                // request did is rolled back.
+                let kept = conn.in_tran
+                    && !conn.xact_abort
+                    && (!conn.statement_savepoint
+                        || conn.session.client().batch_execute(emu::STATEMENT_UNDO.sql).await.is_ok());
+                conn.statement_savepoint = false;
+                if !kept {
+                    let _ = conn.session.rollback().await;
+                    if conn.in_tran {
+                        conn.in_tran = false;
+                        conn.nested = 0;
+                        t.env_change_tran(10, conn.descriptor);
+                    }
                 }
                 t.done(0xFD, 0, 0);
                 codec::write_message(&mut write, packet_type::TABULAR_RESULT, &t.out, conn.packet_size).await?;
@@ -803,7 +821,9 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 savepoint_lost = true;
                 return Err(pg_failure(e));
             }
+            conn.statement_savepoint = guarded;
             let r = execute(conn, st, &mut vars, t).await;
+            conn.statement_savepoint = false;
             if guarded && conn.in_tran && !conn.drop_now {
                 let undo = match &r {
                     Ok(_) => emu::STATEMENT_RELEASE.sql,
