@@ -1270,7 +1270,8 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
 /// the system's libltdl7) sets it up: its parameters come as sp_prepexec with unnamed
 /// values, strings as varchar; a 5,000-character value comes back whole; Microsoft's
 /// tutorial batch runs in the driver's own transaction with the body as a parameter
-/// (text and bytes); a refused conversion of a 20,000-character value is an ordinary
+/// (text, which goes as varchar and is kept as its single bytes as SQL Server keeps it,
+/// and bytes); a refused conversion of a 20,000-character value is an ordinary
 /// error and the connection goes on; the driver's rollback leaves nothing queued.
 /// With the driver's default `Encrypt=yes` and the emulator's certificate trusted
 /// (`TrustServerCertificate=yes`), nothing else changed. Then a Vraag it sends is
@@ -1297,9 +1298,14 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     assert_eq!(v["trancount_at_start"], 1, "{v}");
     assert_eq!(v["params"], serde_json::json!([42, "tekst"]), "{v}");
     assert_eq!(v["long_roundtrip"], true, "{v}");
+    // The text went as varchar: its single bytes are the body, as SQL Server keeps them;
+    // the bytes went as they were.
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut binary = vec![0xFF, 0xFE];
+    binary.extend("<Hallo>binair</Hallo>".encode_utf16().flat_map(u16::to_le_bytes));
     assert_eq!(
         v["received"],
-        serde_json::json!(["<Hallo xmlns=\"urn:test\">wereld</Hallo>", "\u{feff}<Hallo>binair</Hallo>"]),
+        serde_json::json!([hex(b"<Hallo xmlns=\"urn:test\">wereld</Hallo>"), hex(&binary)]),
         "{v}"
     );
     assert_eq!(v["refused"], true, "{v}");
@@ -1529,6 +1535,28 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
     // An error that ends the batch (a conversion) does not let the next statement run.
     assert_eq!(fails(&mut c, &format!("END CONVERSATION 'not a handle'; {send}")).await, 8169);
     assert_eq!(one(&mut c, queued).await, before + 1, "the batch ended at the conversion error");
+    // A '…' literal is varchar, kept as single bytes; an N'…' literal as UTF-16LE.
+    for (literal, kept) in [("'<a/>'", b"<a/>".to_vec()), ("N'<a/>'", utf16("<a/>"))] {
+        // The queue emptied first (a RECEIVE takes one conversation group at a time).
+        while one(&mut c, queued).await > 0 {
+            c.simple_query("RECEIVE message_body FROM dbo.loonfactorberekening_reken")
+                .await
+                .unwrap()
+                .into_results()
+                .await
+                .unwrap();
+        }
+        c.simple_query(send.replace("(N'<a/>')", &format!("({literal})"))).await.unwrap().into_results().await.unwrap();
+        let row = c
+            .simple_query("RECEIVE TOP (1) message_body FROM dbo.loonfactorberekening_reken")
+            .await
+            .unwrap()
+            .into_row()
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.get::<&[u8], _>(0), Some(&kept[..]), "{literal}");
+    }
 }
 
 /// A client program (`client`, given a Vraag file as its last argument) sends that Vraag

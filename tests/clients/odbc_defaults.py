@@ -61,7 +61,9 @@ BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/Dat
     ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
 SEND ON CONVERSATION (@h) MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (?);
 COMMIT TRANSACTION;"""
-RECEIVE = """WAITFOR (RECEIVE TOP (1) conversation_handle, CAST(message_body AS NVARCHAR(MAX)) AS body
+# The body as it is kept: the driver sends an ASCII str as varchar, which SQL Server keeps
+# as single bytes (read back with CAST(… AS NVARCHAR) it would not be the text).
+RECEIVE = """WAITFOR (RECEIVE TOP (1) conversation_handle, message_body
              FROM dbo.loonfactorberekening_reken), TIMEOUT 10000"""
 bodies = ['<Hallo xmlns="urn:test">wereld</Hallo>', b"\xff\xfe" + "<Hallo>binair</Hallo>".encode("utf-16-le")]
 out["received"] = []
@@ -69,8 +71,8 @@ for body in bodies:
     cur.execute(SEND, (body,))
     conn.commit()
     cur.execute(RECEIVE)
-    h, text = cur.fetchone()
-    out["received"].append(text)
+    h, body = cur.fetchone()
+    out["received"].append(bytes(body).hex())
     cur.execute("END CONVERSATION ? WITH CLEANUP", (h,))
     conn.commit()
 

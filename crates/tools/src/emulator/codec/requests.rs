@@ -60,10 +60,27 @@ pub enum Sql {
     BigInt(i64),
     Bit(bool),
     NVarChar(String),
+    /// varchar (or char): single bytes, as the client sent them or a `'…'` literal makes
+    /// them; a SEND of one puts these bytes in the queue, as in SQL Server.
+    VarChar(Vec<u8>),
     VarBinary(Vec<u8>),
     Guid(Uuid),
     /// A decimal, float, money, date or time value: its type and its bytes as sent.
     Typed(Scalar, Vec<u8>),
+}
+
+impl Sql {
+    /// A varchar literal's bytes: Latin-1, the code page of the default collation (a
+    /// character it lacks becomes `?`, as SQL Server converts it).
+    pub fn ansi(s: &str) -> Self {
+        Sql::VarChar(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')).collect())
+    }
+
+    /// A varchar's bytes as text: UTF-8 when they read as such (a _UTF8 collation, or
+    /// ASCII), otherwise Latin-1.
+    pub fn varchar_text(b: &[u8]) -> String {
+        std::str::from_utf8(b).map_or_else(|_| b.iter().map(|&x| char::from(x)).collect(), str::to_owned)
+    }
 }
 
 /// Column types the emulator returns.
@@ -163,12 +180,7 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
             };
             Ok(match ty {
                 0xE7 | 0xEF => Sql::NVarChar(utf16_string(&bytes)?),
-                // A single-byte text: UTF-8 when it reads as such (a _UTF8 collation, or
-                // ASCII), otherwise Latin-1, the code page of the default collation.
-                0xA7 | 0xAF => Sql::NVarChar(
-                    String::from_utf8(bytes)
-                        .unwrap_or_else(|e| e.into_bytes().iter().map(|&b| char::from(b)).collect()),
-                ),
+                0xA7 | 0xAF => Sql::VarChar(bytes),
                 _ => Sql::VarBinary(bytes),
             })
         }

@@ -115,6 +115,11 @@ impl Tokens {
                 (ColType::VarBinaryMax | ColType::Xml | ColType::NVarCharMax, Sql::Null) => {
                     self.out.extend_from_slice(&u64::MAX.to_le_bytes())
                 }
+                (ColType::Xml | ColType::NVarCharMax, Sql::VarChar(b)) => {
+                    let mut u = Vec::new();
+                    put_utf16(&mut u, &Sql::varchar_text(b));
+                    put_plp(&mut self.out, &u);
+                }
                 (ColType::Xml | ColType::NVarCharMax, Sql::NVarChar(s)) => {
                     let mut b = Vec::new();
                     put_utf16(&mut b, s);
@@ -152,6 +157,12 @@ impl Tokens {
                 (_, Sql::Guid(u)) => {
                     self.out.push(16);
                     self.out.extend_from_slice(&guid_wire(u));
+                }
+                (_, Sql::VarChar(b)) => {
+                    let mut u = Vec::new();
+                    put_utf16(&mut u, &Sql::varchar_text(b));
+                    self.out.extend_from_slice(&(u.len() as u16).to_le_bytes());
+                    self.out.extend_from_slice(&u);
                 }
                 (_, Sql::NVarChar(s)) => {
                     let mut b = Vec::new();

@@ -33,6 +33,7 @@ pub(super) fn describe(v: &Sql) -> String {
         Sql::Bit(_) => "a bit value".into(),
         Sql::Guid(_) => "a uniqueidentifier value".into(),
         Sql::NVarChar(s) => format!("an nvarchar value ({} characters)", s.chars().count()),
+        Sql::VarChar(b) => format!("a varchar value ({} bytes)", b.len()),
         Sql::VarBinary(b) => format!("a varbinary value ({} bytes)", b.len()),
         Sql::Typed(s, _) => format!("a {} value", s.name()),
     }
@@ -44,6 +45,7 @@ pub(super) fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure
         // An integer literal is an int where it fits, as SQL Server types it.
         Value::Int(i) => i32::try_from(*i).map_or(Sql::BigInt(*i), Sql::Int),
         Value::Str(s) => Sql::NVarChar(s.clone()),
+        Value::AnsiStr(s) => Sql::ansi(s),
         Value::Bin(b) => Sql::VarBinary(b.clone()),
         Value::Null => Sql::Null,
         Value::Cast(inner, ty) => convert(ty, value(inner, params)?)?,
@@ -58,6 +60,11 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
     let base = ty.split('(').next().unwrap_or(ty);
     match (base, v) {
         (_, Sql::Null) => Ok(Sql::Null),
+        // A varchar's single bytes are what it converts to binary and to xml as (an
+        // xml's encoding read from them); to text, their characters.
+        (base @ ("xml" | "varbinary"), Sql::VarChar(b)) => convert(base, Sql::VarBinary(b)),
+        ("varchar" | "char", v @ Sql::VarChar(_)) => Ok(v),
+        (_, Sql::VarChar(b)) => convert(ty, Sql::NVarChar(Sql::varchar_text(&b))),
         ("xml", v @ (Sql::NVarChar(_) | Sql::VarBinary(_))) => {
             let mut bytes = vec![0xFF, 0xFE];
             bytes.extend(xml_value(v)?.encode_utf16().flat_map(u16::to_le_bytes));
@@ -75,8 +82,16 @@ pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
     }
 }
 
-pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
+/// A varchar as the text it holds (what comparisons and conversions from text see).
+fn text_form(v: Sql) -> Sql {
     match v {
+        Sql::VarChar(b) => Sql::NVarChar(Sql::varchar_text(&b)),
+        v => v,
+    }
+}
+
+pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
+    match text_form(v) {
         Sql::Guid(u) => Ok(u),
         // SQL Server's errors for a value that is no uniqueidentifier, which name the
         // types, never the value.
@@ -102,6 +117,7 @@ fn type_name(v: &Sql) -> String {
         Sql::Bit(_) => "bit".into(),
         Sql::Guid(_) => "uniqueidentifier".into(),
         Sql::NVarChar(_) => "nvarchar".into(),
+        Sql::VarChar(_) => "varchar".into(),
         Sql::VarBinary(_) => "varbinary".into(),
         Sql::Typed(s, _) => s.name(),
     }
@@ -116,7 +132,7 @@ pub(super) fn as_i64(v: Sql) -> Result<i64, Failure> {
 }
 
 pub(super) fn as_text(v: Sql) -> Result<String, Failure> {
-    match v {
+    match text_form(v) {
         Sql::NVarChar(s) => Ok(s),
         Sql::VarBinary(b) => String::from_utf8(b).map_err(|_| fail("binary text is not UTF-8")),
         other => Err(fail(format!("{} is not text", describe(&other)))),
@@ -127,6 +143,8 @@ pub(super) fn as_bytes(v: Sql) -> Result<Option<Vec<u8>>, Failure> {
     match v {
         Sql::Null => Ok(None),
         Sql::VarBinary(b) => Ok(Some(b)),
+        // varchar converts to varbinary as its single bytes, as in SQL Server.
+        Sql::VarChar(b) => Ok(Some(b)),
         // nvarchar converts to varbinary as UTF-16LE, as in SQL Server.
         Sql::NVarChar(s) => Ok(Some(s.encode_utf16().flat_map(u16::to_le_bytes).collect())),
         other => Err(fail(format!("{} is not a message body", describe(&other)))),
@@ -204,6 +222,10 @@ pub(super) fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> 
 
 /// `CAST(value AS ty)` of a queue column, for the types the emulator converts to.
 pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
+    let v = match (ty, v) {
+        ("xml" | "varbinary(max)" | "varbinary", Sql::VarChar(b)) => Sql::VarBinary(b),
+        (_, v) => text_form(v),
+    };
     match (ty, v) {
         ("xml", Sql::Null) => Ok((ColType::Xml, Sql::Null)),
         ("xml", v @ (Sql::VarBinary(_) | Sql::NVarChar(_))) => Ok((ColType::Xml, Sql::NVarChar(xml_value(v)?))),
@@ -214,6 +236,11 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
         // them (the same conversion as an assignment to an nvarchar variable).
         (ty, v @ Sql::VarBinary(_)) if ty.starts_with("nvarchar") || ty.starts_with("nchar") || ty == "sysname" => {
             Ok((ColType::NVarChar, convert("nvarchar", v)?))
+        }
+        // A binary message body read as varchar: its single bytes (a column of text
+        // for the client).
+        (ty, Sql::VarBinary(b)) if ty.starts_with("varchar") || ty.starts_with("char") => {
+            Ok((ColType::NVarChar, Sql::VarChar(b)))
         }
         ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
         ("bigint", Sql::Int(i)) => Ok((ColType::BigInt, Sql::BigInt(i64::from(i)))),
@@ -356,7 +383,7 @@ pub(super) fn type_of(v: &Sql) -> ColType {
         Sql::Bit(_) => ColType::Bit,
         Sql::VarBinary(_) => ColType::VarBinaryMax,
         Sql::Typed(s, _) => ColType::Typed(*s),
-        Sql::NVarChar(_) | Sql::Null => ColType::NVarChar,
+        Sql::NVarChar(_) | Sql::VarChar(_) | Sql::Null => ColType::NVarChar,
     }
 }
 
@@ -471,7 +498,11 @@ pub(super) fn result_set(t: &mut Tokens, cols: &[(&str, ColType)], rows: &[Vec<S
         .iter()
         .enumerate()
         .map(|(i, &(name, ty))| {
-            let long = |r: &Vec<Sql>| matches!(r.get(i), Some(Sql::NVarChar(s)) if s.encode_utf16().count() > 4000);
+            let long = |r: &Vec<Sql>| match r.get(i) {
+                Some(Sql::NVarChar(s)) => s.encode_utf16().count() > 4000,
+                Some(Sql::VarChar(b)) => Sql::varchar_text(b).encode_utf16().count() > 4000,
+                _ => false,
+            };
             (name, if ty == ColType::NVarChar && rows.iter().any(long) { ColType::NVarCharMax } else { ty })
         })
         .collect();
@@ -504,7 +535,7 @@ pub(super) fn keys_of(json: &str) -> Result<Vec<MessageKey>, Failure> {
 /// `a = b` as SQL Server compares: `None` when either is NULL; text as the default
 /// collation does (case and trailing spaces ignored); a uniqueidentifier with its text.
 pub(super) fn equal(a: Sql, b: Sql) -> Result<Option<bool>, Failure> {
-    Ok(Some(match (a, b) {
+    Ok(Some(match (text_form(a), text_form(b)) {
         (Sql::Null, _) | (_, Sql::Null) => return Ok(None),
         (Sql::NVarChar(x), Sql::NVarChar(y)) => x.trim_end().to_lowercase() == y.trim_end().to_lowercase(),
         (Sql::Guid(g), Sql::NVarChar(s)) | (Sql::NVarChar(s), Sql::Guid(g)) => as_uuid(Sql::NVarChar(s))? == g,
@@ -579,6 +610,10 @@ pub(super) fn column_type(ty: &str) -> Result<ColType, Failure> {
 
 /// A value stored in a table variable's column of type `ty`.
 pub(super) fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
+    let v = match (base_type(ty), v) {
+        ("varbinary" | "xml", v) => v,
+        (_, v) => text_form(v),
+    };
     match (base_type(ty), v) {
         (_, Sql::Null) => Ok(Sql::Null),
         ("xml", v) => Ok(cast("xml", v)?.1),

@@ -10,7 +10,10 @@ pub(super) enum Tok {
     Quoted(String),
     Var(String),
     Int(i64),
+    /// `N'…'`: an nvarchar literal.
     Str(String),
+    /// `'…'`: a varchar literal (single bytes in SQL Server).
+    AnsiStr(String),
     /// A binary literal, `0x…`.
     Bin(Vec<u8>),
     Punct(char),
@@ -19,7 +22,7 @@ pub(super) enum Tok {
 impl Tok {
     pub(super) fn text(&self) -> String {
         match self {
-            Tok::Word(w) | Tok::Quoted(w) | Tok::Var(w) | Tok::Str(w) => w.clone(),
+            Tok::Word(w) | Tok::Quoted(w) | Tok::Var(w) | Tok::Str(w) | Tok::AnsiStr(w) => w.clone(),
             Tok::Int(i) => i.to_string(),
             Tok::Bin(b) => format!("0x{}", b.iter().map(|x| format!("{x:02X}")).collect::<String>()),
             Tok::Punct(c) => c.to_string(),
@@ -80,7 +83,8 @@ pub(super) fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
             }
             out.push(Tok::Quoted(s));
         } else if c == '\'' || ((c == 'N' || c == 'n') && chars.get(i + 1) == Some(&'\'')) {
-            i += if c == '\'' { 1 } else { 2 };
+            let unicode = c != '\'';
+            i += if unicode { 2 } else { 1 };
             let mut s = String::new();
             loop {
                 match chars.get(i) {
@@ -104,7 +108,7 @@ pub(super) fn lex(sql: &str) -> Result<Vec<Tok>, TsqlError> {
                     }
                 }
             }
-            out.push(Tok::Str(s));
+            out.push(if unicode { Tok::Str(s) } else { Tok::AnsiStr(s) });
         } else if c == '@' {
             let start = i;
             i += 1;

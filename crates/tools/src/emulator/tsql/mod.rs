@@ -25,7 +25,10 @@ use lex::{Tok, lex};
 pub enum Value {
     Var(String),
     Int(i64),
+    /// `N'…'`.
     Str(String),
+    /// `'…'`: varchar.
+    AnsiStr(String),
     /// `0x…`.
     Bin(Vec<u8>),
     Null,

@@ -73,6 +73,7 @@ impl Parser {
             Some(Tok::Var(v)) => Value::Var(v),
             Some(Tok::Int(i)) => Value::Int(i),
             Some(Tok::Str(s)) => Value::Str(s),
+            Some(Tok::AnsiStr(s)) => Value::AnsiStr(s),
             Some(Tok::Bin(b)) => Value::Bin(b),
             Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL") => Value::Null,
             Some(Tok::Word(w))
@@ -264,7 +265,7 @@ impl Parser {
             }
         }
         let values_only = |t: Option<&Tok>, next: Option<&Tok>| match t {
-            Some(Tok::Var(_) | Tok::Str(_) | Tok::Int(_) | Tok::Bin(_)) => true,
+            Some(Tok::Var(_) | Tok::Str(_) | Tok::AnsiStr(_) | Tok::Int(_) | Tok::Bin(_)) => true,
             Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL") => true,
             Some(Tok::Word(w)) => {
                 (w.eq_ignore_ascii_case("CAST") || w.eq_ignore_ascii_case("CONVERT")) && next == Some(&Tok::Punct('('))
@@ -305,7 +306,7 @@ impl Parser {
         }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
-            if matches!(self.peek(), Some(Tok::Str(_) | Tok::Int(_))) {
+            if matches!(self.peek(), Some(Tok::Str(_) | Tok::AnsiStr(_) | Tok::Int(_))) {
                 // Positional arguments (`EXEC sp_executesql N'…', N'@a int', @a = 1`):
                 // valid T-SQL the emulator does not run in a batch.
                 return Err(unsupported(&format!("EXEC {procedure} with positional arguments")));
@@ -398,7 +399,7 @@ impl Parser {
         let negative = self.eat_punct('-');
         let word = match self.peek() {
             Some(Tok::Int(i)) if *i < 0 && !negative => i.to_string(),
-            Some(Tok::Word(w) | Tok::Quoted(w) | Tok::Str(w)) if !negative => w.to_uppercase(),
+            Some(Tok::Word(w) | Tok::Quoted(w) | Tok::Str(w) | Tok::AnsiStr(w)) if !negative => w.to_uppercase(),
             Some(Tok::Int(i)) => format!("{}{i}", if negative { "-" } else { "" }),
             _ => return Err(syntax(&self.near())),
         };
@@ -409,7 +410,7 @@ impl Parser {
     /// A column name or alias: a name or a string.
     pub(super) fn alias(&mut self) -> Result<String, TsqlError> {
         match self.peek().cloned() {
-            Some(Tok::Str(s)) => {
+            Some(Tok::Str(s) | Tok::AnsiStr(s)) => {
                 self.at += 1;
                 Ok(s)
             }

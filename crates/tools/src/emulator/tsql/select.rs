@@ -125,7 +125,7 @@ impl Parser {
         if self.toks.get(self.at + 1) == Some(&Tok::Punct('=')) {
             match self.peek().cloned() {
                 Some(Tok::Var(v)) => var = Some(v),
-                Some(Tok::Word(w)) | Some(Tok::Quoted(w)) | Some(Tok::Str(w)) => alias = Some(w),
+                Some(Tok::Word(w) | Tok::Quoted(w) | Tok::Str(w) | Tok::AnsiStr(w)) => alias = Some(w),
                 _ => return Err(syntax(&self.near())),
             }
             self.at += 2;
@@ -153,7 +153,7 @@ impl Parser {
         if alias.is_none() && var.is_none() {
             if self.eat_kw("AS") {
                 alias = Some(match self.peek().cloned() {
-                    Some(Tok::Str(s)) => {
+                    Some(Tok::Str(s) | Tok::AnsiStr(s)) => {
                         self.at += 1;
                         s
                     }
@@ -173,7 +173,7 @@ impl Parser {
     /// What a CASE gives: a queue column, a literal, `NULL`, or either in `CAST(… AS type)`.
     pub(super) fn operand(&mut self) -> Result<Operand, TsqlError> {
         let is_literal = |t: Option<&Tok>| {
-            matches!(t, Some(Tok::Str(_) | Tok::Int(_) | Tok::Var(_)))
+            matches!(t, Some(Tok::Str(_) | Tok::AnsiStr(_) | Tok::Int(_) | Tok::Var(_)))
                 || matches!(t, Some(Tok::Word(w)) if w.eq_ignore_ascii_case("NULL"))
         };
         if self.is_kw("CAST") && self.toks.get(self.at + 1) == Some(&Tok::Punct('(')) {

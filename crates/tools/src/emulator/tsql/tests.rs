@@ -211,7 +211,7 @@ fn the_rest_of_the_statement_set() {
         one("end conversation @h with error = 50001 description = 'it''s wrong'"),
         Statement::EndConversation {
             handle: Value::Var("@h".into()),
-            error: Some((Value::Int(50001), Value::Str("it's wrong".into()))),
+            error: Some((Value::Int(50001), Value::AnsiStr("it's wrong".into()))),
             cleanup: false
         }
     );
@@ -280,7 +280,7 @@ fn case_in_a_receive_column_list_as_the_reference_page_writes_it() {
                 Column::Case(Case {
                     whens: vec![(
                         "validation".into(),
-                        Value::Str("X".into()),
+                        Value::AnsiStr("X".into()),
                         Operand::Column { source: "message_body".into(), cast: Some("xml".into()) }
                     )],
                     otherwise: Some(Operand::Literal { value: Value::Str("<none/>".into()), cast: Some("xml".into()) }),
