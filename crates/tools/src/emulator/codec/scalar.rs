@@ -163,7 +163,9 @@ impl Scalar {
             _ => {
                 let t = time_len(self.info[0]);
                 let offset = i16::from_le_bytes([data[t + 3], data[t + 4]]);
-                le(&data[..t]) < day_units(self.info[0]) && days_of(&data[t..t + 3]) <= MAX_DAYS && offset.abs() <= 840
+                le(&data[..t]) < day_units(self.info[0])
+                    && days_of(&data[t..t + 3]) <= MAX_DAYS
+                    && offset.unsigned_abs() <= 840
             }
         };
         if in_range { Ok(()) } else { Err(Malformed(format!("a {} value out of its range", self.name()))) }
@@ -344,5 +346,14 @@ mod tests {
         dto.extend_from_slice(date);
         dto.extend_from_slice(&120i16.to_le_bytes());
         assert_eq!(Scalar::of(wire::DATETIMEOFFSETN, 0).text(&dto), "2026-04-01 08:30:00 +02:00");
+    }
+
+    #[test]
+    fn an_offset_out_of_range_is_refused_not_a_panic() {
+        // The fuzz target's find: an offset of i16::MIN minutes.
+        let mut dto = vec![0, 0, 0];
+        dto.extend_from_slice(&739_706u32.to_le_bytes()[..3]);
+        dto.extend_from_slice(&i16::MIN.to_le_bytes());
+        assert!(Scalar::of(wire::DATETIMEOFFSETN, 0).check(&dto).is_err());
     }
 }
