@@ -341,3 +341,133 @@ fn an_empty_roster_still_answers_every_factor() {
     assert_eq!(c.antwoord.mutaties.len(), 12);
     assert!(c.antwoord.mutaties.iter().all(|m| m.waarde.is_zero()));
 }
+
+// ORT only up to full time: CAO Ziekenhuizen art. 9.1 lid 1 ("voor zover zij de 36 uur
+// niet te boven gaan"), lid 2 (the contract hours for another contract) and art. 8.5
+// lid 2 (a part-timer's extra hours up to full time carry ORT). The limit of a period is
+// max(contract, full time) h a week x the period's weeks; worked and sick hours count
+// towards it in time order, and the worked hours after it carry no ORT. In the 4-week
+// period 23 February - 22 March 2026 (ISO weeks 9-12, no holiday, no clock change) a
+// full-timer's limit is 36 x 4 = 144 h. Hourly wage: 3,900 x 12 / (36 x 52) = 25.00,
+// below the 2026 cap of 31.00.
+
+/// Weekday day shifts 08:00-16:00 (8 h, in no ORT window) from Monday 23 February 2026,
+/// `n` of them.
+fn day_shifts(n: usize) -> Vec<sbworker::contract::Dienst> {
+    let mut out = Vec::new();
+    let mut day = d("2026-02-23");
+    while out.len() < n {
+        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
+            out.push(dienst(&day.to_string(), vec![w("08:00", "16:00")]));
+        }
+        day = day.succ_opt().unwrap();
+    }
+    out
+}
+
+#[test]
+fn a_full_timers_night_after_the_limit_carries_no_ort_and_is_overtime() {
+    // 17 day shifts (136 h, through Tuesday 17 March), then Thursday 19 March 21:00 to
+    // Friday 07:00 (10 h): 146 h in all, 2 h above the limit of 144 h. In time order the
+    // night's first 8 h (21:00-05:00) are within the limit: 21-22 at 22% (weekday
+    // 20-22), 22-24 and 00-05 at 47% (weekday nights): 210 = 1.00, 212 = 7.00. Its last
+    // 2 h (05:00-07:00, which would be 47% and 22%) are above it: no ORT, and they are
+    // the overtime (310 = 146 - 144 = 2.00). ORT amount: 25.00 x (1 x 0.22 + 7 x 0.47) =
+    // 25.00 x 3.51 = 87.75.
+    let mut ds = day_shifts(17);
+    ds.push(dienst("2026-03-19", vec![w("21:00", "07:00")]));
+    let c = calc(&vraag("2026-02-23", "2026-03-22", true, ds));
+    expect(&c, &[("100", "146.00"), ("210", "1.00"), ("212", "7.00"), ("230", "87.75"), ("310", "2.00")]);
+    assert_eq!(c.totals.over_limit_minutes, 120);
+    let text = c.explanation.unwrap().to_string();
+    assert!(text.contains("05:00-07:00") && text.contains("above the ORT limit of 144:00 h"), "{text}");
+}
+
+#[test]
+fn a_part_timers_extra_hours_at_the_weekend_carry_ort() {
+    // 24 h a week: contract 96 h, limit max(24, 36) x 4 = 144 h. 12 day shifts (96 h),
+    // then Saturday 21 March 08:00-16:00 (8 h): extra hours up to full time (art. 8.5
+    // lid 1: 104 - 96 = 8.00), with ORT (lid 2): Saturday 06-22 at 38% from 1 May 2025,
+    // 211 = 8.00; amount 25.00 x 8 x 0.38 = 76.00.
+    let mut ds = day_shifts(12);
+    ds.push(dienst("2026-03-21", vec![w("08:00", "16:00")]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.dienstverband.parttime_uren = rust_decimal::Decimal::from(24);
+    let c = calc(&v);
+    expect(&c, &[("100", "104.00"), ("211", "8.00"), ("230", "76.00"), ("300", "8.00")]);
+}
+
+#[test]
+fn a_part_timer_above_full_time_gets_no_ort_above_it() {
+    // 24 h a week, 18 day shifts (144 h) then the same Saturday 08:00-16:00: 152 h.
+    // Extra hours up to full time: 144 - 96 = 48.00 (art. 8.5 lid 1); overtime above
+    // it: 152 - 144 = 8.00 (art. 8.5 lid 3, 8.4). The Saturday comes after the limit of
+    // 144 h: no ORT (211 = 0, amount 0).
+    let mut ds = day_shifts(18);
+    ds.push(dienst("2026-03-21", vec![w("08:00", "16:00")]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.dienstverband.parttime_uren = rust_decimal::Decimal::from(24);
+    let c = calc(&v);
+    expect(&c, &[("100", "152.00"), ("300", "48.00"), ("310", "8.00")]);
+    assert_eq!(c.totals.over_limit_minutes, 8 * 60);
+}
+
+#[test]
+fn the_limit_is_the_periods_even_for_a_week_across_its_end() {
+    // March 2026, a month: limit 36 x 52/12 = 156 h. 19 weekday day shifts (2 to 26
+    // March, 152 h), then Tuesday 31 March 22:00 to Wednesday 1 April 06:00 (8 h; the
+    // Dienst is dated in March, so all of it is March's, though its week runs into
+    // April). 160 h: the night's first 4 h (22:00-02:00, 47%) are within the limit,
+    // its last 4 h (02:00-06:00) above it. 212 = 4.00, amount 25.00 x 4 x 0.47 = 47.00,
+    // overtime 160 - 156 = 4.00. (The clock change of Sunday 29 March is before it.)
+    let mut ds: Vec<_> = (2..=26)
+        .map(|n| d(&format!("2026-03-{n:02}")))
+        .filter(|day| chrono::Datelike::weekday(day).number_from_monday() <= 5)
+        .map(|day| dienst(&day.to_string(), vec![w("08:00", "16:00")]))
+        .collect();
+    assert_eq!(ds.len(), 19);
+    ds.push(dienst("2026-03-31", vec![w("22:00", "06:00")]));
+    let c = calc(&maart(ds));
+    expect(&c, &[("100", "160.00"), ("212", "4.00"), ("230", "47.00"), ("310", "4.00")]);
+}
+
+#[test]
+fn sick_hours_count_towards_the_limit() {
+    // 17 day shifts of which the first is sick (8 h sick, 128 h worked), then the
+    // night of 19 March 21:00-07:00: 146 h counted, so as in the full-timer's example the
+    // night's last 2 h are above the limit (sick hours are roster hours too: they count,
+    // in time order, though they carry no ORT themselves).
+    let mut ds = day_shifts(17);
+    ds[0] = dienst("2026-02-23", vec![z("08:00", "16:00")]);
+    ds.push(dienst("2026-03-19", vec![w("21:00", "07:00")]));
+    let c = calc(&vraag("2026-02-23", "2026-03-22", true, ds));
+    expect(
+        &c,
+        &[("100", "138.00"), ("120", "8.00"), ("210", "1.00"), ("212", "7.00"), ("230", "87.75"), ("310", "2.00")],
+    );
+}
+
+#[test]
+fn above_job_group_70_there_is_still_no_ort() {
+    // Art. 9.2 lid 1: ORT for job group 70 or lower. The full-timer's night with job
+    // group 75: no ORT at all, the overtime as before.
+    let mut ds = day_shifts(17);
+    ds.push(dienst("2026-03-19", vec![w("21:00", "07:00")]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.dienstverband.functiegroep = 75;
+    expect(&calc(&v), &[("100", "146.00"), ("310", "2.00")]);
+}
+
+#[test]
+fn a_contract_above_full_time_has_its_own_limit_and_overtime() {
+    // 40 h a week (art. 6.1 lid 2 allows it): the roster's hours are 40 x 4 = 160 h, so
+    // the ORT limit (art. 9.1 lid 2: the contract hours in place of 36) and the start of
+    // overtime (art. 8.1: work above the roster's hours) are both 160 h. 20 day shifts
+    // (160 h), then Saturday 21 March 08:00-16:00: 168 h; the Saturday is above the
+    // limit (no ORT) and is the overtime, 168 - 160 = 8.00; no extra hours.
+    let mut ds = day_shifts(20);
+    ds.push(dienst("2026-03-21", vec![w("08:00", "16:00")]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.dienstverband.parttime_uren = rust_decimal::Decimal::from(40);
+    expect(&calc(&v), &[("100", "168.00"), ("310", "8.00")]);
+}

@@ -1,6 +1,6 @@
 //! Property tests of the engine: ORT minutes add up to the worked minutes, splitting a
-//! block at any minute changes no total, the order of Diensten does not matter, and no
-//! input panics.
+//! block at any minute changes no total, the order of Diensten does not matter, the ORT
+//! limit (art. 9.1 lid 1-2) holds and changes nothing within it, and no input panics.
 
 use chrono::{Days, NaiveDate};
 use proptest::prelude::*;
@@ -82,7 +82,7 @@ proptest! {
         // October 2026 holds the autumn clock change.
         let c = calc(&build("2026-10-01", "2026-10-31", &ds));
         let t = &c.totals;
-        prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes, t.worked_minutes);
+        prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes + t.over_limit_minutes, t.worked_minutes);
         prop_assert_eq!(c.antwoord.mutaties.len(), 12);
     }
 
@@ -133,8 +133,56 @@ proptest! {
         if !salary { v.dienstverband.salaris = None; }
         if let Ok(c) = engine::calculate(&v, &Tables::built_in().unwrap(), true) {
             let t = &c.totals;
-            prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes, t.worked_minutes);
+            prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes + t.over_limit_minutes, t.worked_minutes);
             prop_assert!(!c.explanation.unwrap().to_string().is_empty());
         }
     }
+
+    #[test]
+    fn the_ort_limit_holds_and_changes_nothing_within_it(
+        ds in diensten(d("2026-03-01"), 31),
+        werkweek in 1u32..40,
+        parttime in 1u32..40,
+    ) {
+        // A small week makes the limit (max(contract, full time) x 52/12) often reached.
+        let mut v = build("2026-03-01", "2026-03-31", &ds);
+        v.dienstverband.cao.werkweek_uren = werkweek.into();
+        v.dienstverband.parttime_uren = parttime.into();
+        let with = calc(&v);
+        let without = engine::calculate(&v, &without_limit(), false).unwrap();
+        let t = &with.totals;
+        let limit = t.ort_limit_minutes.expect("ZKH limits ORT");
+        // ORT minutes never exceed the limit; every worked minute is counted once.
+        prop_assert!(t.ort_minutes.iter().sum::<i64>() <= limit);
+        prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes + t.over_limit_minutes, t.worked_minutes);
+        // Only what lies above the limit loses ORT.
+        let counted = t.worked_minutes + t.sick_minutes;
+        prop_assert!(t.over_limit_minutes <= (counted - limit).max(0));
+        if counted <= limit {
+            prop_assert_eq!(t.over_limit_minutes, 0);
+            prop_assert_eq!(&with.antwoord.mutaties, &without.antwoord.mutaties);
+            prop_assert_eq!(&t.ort_minutes, &without.totals.ort_minutes);
+        } else {
+            for (a, b) in t.ort_minutes.iter().zip(&without.totals.ort_minutes) {
+                prop_assert!(a <= b);
+            }
+        }
+        // Hours are conserved: the extra hours and the overtime are what lies above the
+        // contract norm (to the cent of an hour: each factor is rounded on its own).
+        let factor = |code: &str| -> rust_decimal::Decimal {
+            with.antwoord.mutaties.iter().find(|m| m.loonfactor_code == code).unwrap().waarde
+        };
+        let norm = rust_decimal::Decimal::from(parttime) * rust_decimal::Decimal::from(52) / rust_decimal::Decimal::from(12);
+        let above = (rust_decimal::Decimal::from(counted) / rust_decimal::Decimal::from(60) - norm).max(rust_decimal::Decimal::ZERO);
+        prop_assert!((factor("300") + factor("310") - above).abs() <= rust_decimal::Decimal::new(2, 2),
+            "300 {} + 310 {} vs {}", factor("300"), factor("310"), above);
+    }
+}
+
+/// The built-in tables with CAO Ziekenhuizen's ORT limit switched off: the engine as it
+/// was before the limit.
+fn without_limit() -> Tables {
+    let text = std::fs::read_to_string(crate::common::root().join("data/cao.toml")).unwrap();
+    assert!(text.contains("ort_tot_voltijd = true"));
+    Tables::from_toml(&text.replacen("ort_tot_voltijd = true", "ort_tot_voltijd = false", 1)).unwrap()
 }

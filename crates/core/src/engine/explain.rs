@@ -172,6 +172,16 @@ impl Explanation {
         }
     }
 
+    /// Worked minutes after the period's ORT limit was reached.
+    pub(crate) fn above_limit(&mut self, p: &Piece, date: NaiveDate, from: u16, to: u16, limit: i64) {
+        let why = format!("above the ORT limit of {} h in the period (art. 9.1 lid 1-2): no ORT", dur(limit));
+        let lines = &mut self.diensten[p.dienst].blocks[p.block].lines;
+        match lines.last_mut() {
+            Some(l) if l.date == date && l.to == from && l.pct.is_none() && l.why == why => l.to = to,
+            _ => lines.push(Line { date, from, to, kind_text: "worked", pct: None, why }),
+        }
+    }
+
     pub(crate) fn wage(
         &mut self,
         note: Option<(Decimal, Option<Decimal>)>,
@@ -198,6 +208,14 @@ impl Explanation {
         }
         let w = if weeks.1 == 1 { format!("{}", weeks.0) } else { format!("{}/{}", weeks.0, weeks.1) };
         let _ = writeln!(s, "Norm: {pt} h x {w} weeks; full-time norm: {ww} h x {w} weeks.");
+        if cao.ort_tot_voltijd {
+            let _ = writeln!(
+                s,
+                "ORT limit: max({pt}, {ww}) h x {w} weeks (art. 9.1 lid 1-2; a part-timer's extra hours up to full time \
+                 carry ORT, art. 8.5 lid 2): worked and sick hours count towards it in time order, and worked hours \
+                 after it carry none."
+            );
+        }
         self.wage = s;
     }
 
@@ -205,10 +223,11 @@ impl Explanation {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "Minutes: worked {} (in ORT windows {}, outside {}), sick {}, not counted {}; days worked {}.",
+            "Minutes: worked {} (in ORT windows {}, outside {}, above the ORT limit {}), sick {}, not counted {}; days worked {}.",
             t.worked_minutes,
             t.ort_minutes.iter().sum::<i64>(),
             t.no_ort_minutes,
+            t.over_limit_minutes,
             t.sick_minutes,
             t.other_minutes,
             t.days_worked

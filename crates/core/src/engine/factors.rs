@@ -1,7 +1,6 @@
 //! Totals to wage factor rows (VariabeleMutatie): the code table, rounding, the ORT
 //! amount and the extra-hours/overtime rule for monthly and 4-week periods.
 
-use chrono::{Datelike, Days};
 use rust_decimal::{Decimal, RoundingStrategy};
 
 use super::explain::Explanation;
@@ -25,24 +24,6 @@ fn money(d: Decimal) -> Decimal {
     let mut r = d.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
     r.rescale(2);
     r
-}
-
-/// Weeks in the period for the norm: 4 (5 when it holds ISO week 53) for a 4-week
-/// period, 52/12 for a month. Returned as (numerator, denominator).
-fn weeks(v: &Vraag) -> (i64, i64) {
-    let p = &v.periode;
-    if v.dienstverband.cao.is_vier_weken {
-        let mut d = p.begin;
-        while d <= p.einde {
-            if d.iso_week().week() == 53 {
-                return (5, 1);
-            }
-            d = d + Days::new(1);
-        }
-        (4, 1)
-    } else {
-        (52, 12)
-    }
 }
 
 pub fn answer(
@@ -87,7 +68,7 @@ pub fn answer(
     }
     let amount = money(amount);
     // Extra hours and overtime, in 1/720 hour units to stay exact (720 = 60 × 12).
-    let (wn, wd) = weeks(v);
+    let (wn, wd) = super::period_weeks(v);
     if dv.cao.is_vier_weken {
         let days = (v.periode.einde - v.periode.begin).num_days() + 1;
         if days != wn * 7 {
@@ -101,7 +82,9 @@ pub fn answer(
     let unit = |hours: Decimal| hours * Decimal::from(720 * wn) / Decimal::from(wd);
     let total = Decimal::from((totals.worked_minutes + totals.sick_minutes) * 12);
     let norm = unit(dv.parttime_uren);
-    let full = unit(werkweek);
+    // Overtime is work above the roster's hours (art. 8.1): above full time, or above a
+    // contract of more than full time (art. 6.1 lid 2 allows up to 40 hours a week).
+    let full = unit(werkweek.max(dv.parttime_uren));
     let extra = (total - norm).min(full - norm).max(Decimal::ZERO);
     let over = (total - full).max(Decimal::ZERO);
     let to_hours = |u: Decimal| money(u / Decimal::from(720));

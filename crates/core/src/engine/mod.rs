@@ -55,6 +55,11 @@ pub struct Totals {
     pub ort_minutes: Vec<i64>,
     /// Worked minutes in no ORT window.
     pub no_ort_minutes: i64,
+    /// Worked minutes after the ORT limit of the period was reached (art. 9.1 lid 1-2):
+    /// no ORT, whatever window they fall in.
+    pub over_limit_minutes: i64,
+    /// The ORT limit of the period in minutes (`None`: the CAO sets none).
+    pub ort_limit_minutes: Option<i64>,
     /// Whether the employee is entitled to ORT (job group at most the CAO's limit).
     pub ort_entitled: bool,
 }
@@ -98,12 +103,47 @@ pub fn calculate(vraag: &Vraag, tables: &Tables, explain: bool) -> Result<Calcul
     let line = timeline::build(vraag, ex.as_mut())?;
     let mut totals =
         Totals { ort_minutes: vec![0; cao.rates.len()], days_worked: line.days_worked, ..Totals::default() };
+    totals.ort_limit_minutes = cao.ort_tot_voltijd.then(|| ort_limit_minutes(vraag));
     let sums = ort::split(&line, cao, &mut totals, ex.as_mut())?;
     let antwoord = factors::answer(vraag, tables, cao, &mut totals, &sums, line.warnings, ex.as_mut())?;
     if let Some(e) = ex.as_mut() {
         e.finish(&antwoord, &totals, cao);
     }
     Ok(Calculation { antwoord, totals, explanation: ex })
+}
+
+/// Weeks in the period for the norms: 4 (5 when it holds ISO week 53) for a 4-week
+/// period, 52/12 for a month. Returned as (numerator, denominator).
+pub(crate) fn period_weeks(v: &Vraag) -> (i64, i64) {
+    use chrono::{Datelike, Days};
+    let p = &v.periode;
+    if v.dienstverband.cao.is_vier_weken {
+        let mut d = p.begin;
+        while d <= p.einde {
+            if d.iso_week().week() == 53 {
+                return (5, 1);
+            }
+            d = d + Days::new(1);
+        }
+        (4, 1)
+    } else {
+        (52, 12)
+    }
+}
+
+/// The ORT limit of the period, in minutes: CAO Ziekenhuizen art. 9.1 lid 1 pays ORT on
+/// hours "voor zover zij de 36 uur niet te boven gaan", lid 2 puts the contract hours in
+/// place of 36 for other contracts, and art. 8.5 lid 2 adds ORT on a part-timer's extra
+/// hours up to full time. So: max(contract hours, full-time hours) a week, times the
+/// period's weeks (measured over the period, as the roster pattern is, rather than per
+/// calendar week: docs/payroll-rules.md), to the nearest minute.
+pub(crate) fn ort_limit_minutes(v: &Vraag) -> i64 {
+    let dv = &v.dienstverband;
+    let (wn, wd) = period_weeks(v);
+    let hours = dv.parttime_uren.max(dv.cao.werkweek_uren).max(Decimal::ZERO);
+    let minutes = hours * Decimal::from(60 * wn) / Decimal::from(wd);
+    use rust_decimal::prelude::ToPrimitive;
+    minutes.round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero).to_i64().unwrap_or(i64::MAX)
 }
 
 /// Money and hours helpers shared by the engine's parts.

@@ -1,7 +1,9 @@
 //! Worked minutes to ORT rates: each worked stretch is cut at clock changes, local
 //! midnights and window edges; each cut is paid at the highest rate whose window holds
 //! it on that local day (weekday, holiday or calendar day), under the table in force
-//! on that day.
+//! on that day. Where the CAO limits ORT to the hours up to full time (art. 9.1 lid 1-2),
+//! the worked and sick minutes of the period are counted in time order and the worked
+//! minutes after the limit is reached carry no ORT.
 
 use chrono::Datelike;
 
@@ -43,6 +45,20 @@ pub fn split(
         _ => return Ok(sums),
     };
     let holidays = cao.holidays_in(first.year(), last.year());
+    // The instant the ORT limit is reached: worked and sick minutes count towards it, in
+    // time order (the hours above the limit are the last ones of the period).
+    let cutoff = totals.ort_limit_minutes.and_then(|limit| {
+        let mut left = limit;
+        line.pieces.iter().filter(|p| p.kind != Kind::Other).find_map(|p| {
+            let len = p.end - p.start;
+            if len > left {
+                Some(p.start + left)
+            } else {
+                left -= len;
+                None
+            }
+        })
+    });
     for piece in &line.pieces {
         let len = piece.end - piece.start;
         match piece.kind {
@@ -50,11 +66,16 @@ pub fn split(
             Kind::Other => totals.other_minutes += len,
             Kind::Worked => totals.worked_minutes += len,
         }
-        // Cut at clock changes: within each cut the offset is constant.
+        // Cut at the ORT limit, then at clock changes: within each cut the offset is
+        // constant and the minutes are either within the limit or above it.
         let mut a = piece.start;
-        let changes =
-            line.clock.changes_within(piece.start, piece.end).map(|(t, _)| t).chain(std::iter::once(piece.end));
+        let limit_cut = cutoff.filter(|&c| piece.start < c && c < piece.end);
+        let mut changes: Vec<i64> =
+            line.clock.changes_within(piece.start, piece.end).map(|(t, _)| t).chain(limit_cut).collect();
+        changes.sort_unstable();
+        changes.push(piece.end);
         for b in changes {
+            let above = cutoff.is_some_and(|c| a >= c);
             let off = line.clock.offset(a);
             let (mut t, lb) = (a + off, b + off);
             while t < lb {
@@ -64,6 +85,14 @@ pub fn split(
                 if piece.kind != Kind::Worked {
                     if let Some(e) = ex.as_deref_mut() {
                         e.line(piece, date, m0, m1, None, None);
+                    }
+                    t = day_start + i64::from(m1);
+                    continue;
+                }
+                if above {
+                    totals.over_limit_minutes += i64::from(m1 - m0);
+                    if let Some(e) = ex.as_deref_mut() {
+                        e.above_limit(piece, date, m0, m1, totals.ort_limit_minutes.unwrap_or_default());
                     }
                     t = day_start + i64::from(m1);
                     continue;

@@ -41,6 +41,8 @@ struct RawCao {
     aliases: Vec<String>,
     naam: String,
     ort_max_functiegroep: i32,
+    #[serde(default)]
+    ort_tot_voltijd: bool,
     feestdagen: Vec<RawHoliday>,
     #[serde(default)]
     ort_max_uurloon: Vec<RawCap>,
@@ -146,6 +148,10 @@ pub struct Cao {
     pub aliases: Vec<String>,
     pub name: String,
     pub ort_max_functiegroep: i32,
+    /// ORT only on the hours of a period up to full time (CAO Ziekenhuizen art. 9.1
+    /// lid 1-2 with art. 8.5 lid 2): the hours after the first `max(contract, full
+    /// time) x weeks` of the period carry none.
+    pub ort_tot_voltijd: bool,
     pub holidays: Vec<HolidayRule>,
     /// (from, cap) sorted by date.
     pub caps: Vec<(NaiveDate, Decimal)>,
@@ -392,6 +398,7 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         aliases: rc.aliases,
         name: rc.naam,
         ort_max_functiegroep: rc.ort_max_functiegroep,
+        ort_tot_voltijd: rc.ort_tot_voltijd,
         holidays,
         caps,
         versions,
