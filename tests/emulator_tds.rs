@@ -413,13 +413,36 @@ async fn strict_login_only_and_no_encryption_are_negotiated_as_sql_server_does()
     }
 }
 
+/// A client that offers encryption (ENCRYPT_OFF) is answered ENCRYPT_OFF; one that then
+/// sends its LOGIN7 in plain text instead of running the handshake is logged in all the
+/// same (no client tested here does: pymssql's FreeTDS encrypts its login, tedious and
+/// python-tds offer no encryption), rather than hanging on a handshake that never comes.
+#[tokio::test]
+async fn a_plain_login_after_encrypt_off_is_served() {
+    use sbworker::emulator::codec::{self, packet_type};
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    codec::write_message(&mut s, packet_type::PRELOGIN, &codec::prelogin_request(codec::ENCRYPT_OFF), 4096)
+        .await
+        .unwrap();
+    let (_, answer) = codec::read_message(&mut s).await.unwrap().unwrap();
+    assert_eq!(codec::prelogin_encryption(&answer), Some(codec::ENCRYPT_OFF));
+    codec::write_message(&mut s, packet_type::LOGIN7, &codec::login7_request("sbworker", "p;w\"d", "payroll"), 4096)
+        .await
+        .unwrap();
+    let (_, tokens) =
+        crate::common::within(10, "the login's answer", codec::read_message(&mut s)).await.unwrap().unwrap();
+    assert!(tokens.contains(&0xAD), "a LOGINACK: {tokens:02X?}");
+}
+
 /// The same negotiation with ODBC Driver 18 (mssql-python) and tedious, each through a
 /// proxy that records what it sends: `Encrypt=strict` with the certificate given
 /// (ODBC's `ServerCertificate`, tedious's `ca`; TDS 8.0 checks the certificate and
 /// ignores TrustServerCertificate) encrypts everything; ODBC's `Encrypt=no` offers
 /// encryption (ENCRYPT_OFF) and the driver encrypts its login alone; tedious's
-/// `encrypt: false` offers it too but sends its login in plain text, which SQL Server
-/// takes as well.
+/// `encrypt: false` offers none (ENCRYPT_NOT_SUP): everything in plain text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odbc_and_tedious_connect_strict_and_with_login_only_encryption() {
     let (url, _s) = calc_world().await;
@@ -1557,6 +1580,61 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
             .unwrap();
         assert_eq!(row.get::<&[u8], _>(0), Some(&kept[..]), "{literal}");
     }
+}
+
+/// varchar as SQL Server keeps it: single bytes of code page 1252 (the collation's), a
+/// character it lacks as `?`; a varchar variable's SEND puts those bytes in the queue;
+/// `CAST(message_body AS VARCHAR(MAX))` in a RECEIVE reads them back, an EndDialog's
+/// NULL body included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn varchar_values_are_single_bytes_of_code_page_1252() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let row = c
+        .simple_query(
+            "SELECT CAST(CAST(N'€ é' AS VARCHAR(10)) AS VARBINARY(10)), CAST(N'Ω' AS VARCHAR(10)), CAST(0x80 AS VARCHAR(5))",
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.get::<&[u8], _>(0), Some(&[0x80, b' ', 0xE9][..]), "code page 1252");
+    assert_eq!(row.get::<&str, _>(1), Some("?"), "a character code page 1252 lacks");
+    assert_eq!(row.get::<&str, _>(2), Some("€"), "byte 0x80 read as code page 1252");
+    // A varchar variable's SEND, then the initiator ends the dialog: the target reads
+    // the message and the EndDialog with CAST(message_body AS VARCHAR(MAX)).
+    c.simple_query(
+        "DECLARE @h uniqueidentifier, @b varchar(max) = '<a>tekst</a>';
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@b);
+         END CONVERSATION @h;",
+    )
+    .await
+    .unwrap()
+    .into_results()
+    .await
+    .unwrap();
+    let rows = c
+        .simple_query(
+            "RECEIVE message_type_name, message_body, CAST(message_body AS VARCHAR(MAX)) AS tekst
+             FROM dbo.loonfactorberekening_reken",
+        )
+        .await
+        .unwrap()
+        .into_first_result()
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2, "the message and the EndDialog");
+    assert_eq!(rows[0].get::<&[u8], _>(1), Some(&b"<a>tekst</a>"[..]), "single bytes in the queue");
+    assert_eq!(rows[0].get::<&str, _>(2), Some("<a>tekst</a>"));
+    assert_eq!(rows[1].get::<&str, _>(0), Some(sbworker::broker::system::END_DIALOG));
+    assert_eq!(rows[1].get::<&str, _>(2), None, "an EndDialog has no body");
 }
 
 /// A client program (`client`, given a Vraag file as its last argument) sends that Vraag

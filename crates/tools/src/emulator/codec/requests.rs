@@ -70,16 +70,21 @@ pub enum Sql {
 }
 
 impl Sql {
-    /// A varchar literal's bytes: Latin-1, the code page of the default collation (a
-    /// character it lacks becomes `?`, as SQL Server converts it).
+    /// Text as a varchar of the emulator's collation (SQL_Latin1_General_CP1_CI_AS, code
+    /// page 1252): a character the code page lacks becomes `?`, as SQL Server converts it.
     pub fn ansi(s: &str) -> Self {
-        Sql::VarChar(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')).collect())
+        let mut out = Vec::with_capacity(s.len());
+        let mut buf = [0u8; 4];
+        for c in s.chars() {
+            let (bytes, _, unmappable) = encoding_rs::WINDOWS_1252.encode(c.encode_utf8(&mut buf));
+            if unmappable || bytes.len() != 1 { out.push(b'?') } else { out.push(bytes[0]) }
+        }
+        Sql::VarChar(out)
     }
 
-    /// A varchar's bytes as text: UTF-8 when they read as such (a _UTF8 collation, or
-    /// ASCII), otherwise Latin-1.
+    /// A varchar's bytes (code page 1252) as text.
     pub fn varchar_text(b: &[u8]) -> String {
-        std::str::from_utf8(b).map_or_else(|_| b.iter().map(|&x| char::from(x)).collect(), str::to_owned)
+        encoding_rs::WINDOWS_1252.decode_without_bom_handling(b).0.into_owned()
     }
 }
 
@@ -163,9 +168,9 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
         // value: the same layout, a collation for the text types.
         0xE7 | 0xA5 | 0xEF | 0xA7 | 0xAF | 0xAD => {
             let max = r.u16()?;
-            if matches!(ty, 0xE7 | 0xEF | 0xA7 | 0xAF) {
-                r.bytes(5)?; // collation
-            }
+            // The collation (2.2.5.1.2): its fUTF8 flag says a varchar's bytes are UTF-8.
+            let utf8 = matches!(ty, 0xE7 | 0xEF | 0xA7 | 0xAF)
+                && u32::from_le_bytes(r.bytes(5)?[..4].try_into().expect("4")) & (1 << 26) != 0;
             let bytes = if max == 0xFFFF {
                 match read_plp(r)? {
                     None => return Ok(Sql::Null),
@@ -180,6 +185,8 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
             };
             Ok(match ty {
                 0xE7 | 0xEF => Sql::NVarChar(utf16_string(&bytes)?),
+                // Kept in the emulator's code page, as a varchar of its collation.
+                0xA7 | 0xAF if utf8 => Sql::ansi(&String::from_utf8_lossy(&bytes)),
                 0xA7 | 0xAF => Sql::VarChar(bytes),
                 _ => Sql::VarBinary(bytes),
             })

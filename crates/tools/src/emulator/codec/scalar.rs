@@ -28,7 +28,8 @@ pub mod wire {
 /// The longest value of each kind, in bytes.
 fn max_len(ty: u8, info: [u8; 3]) -> usize {
     match ty {
-        wire::DECIMALN | wire::NUMERICN => 17,
+        // A decimal's value is at most as long as its TYPE_INFO says.
+        wire::DECIMALN | wire::NUMERICN => usize::from(info[0]),
         wire::FLTN | wire::MONEYN | wire::DATETIMN => usize::from(info[0]),
         wire::DATEN => 3,
         wire::TIMEN => time_len(info[0]),
@@ -193,11 +194,13 @@ impl Scalar {
         let le = |b: &[u8]| b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x));
         match self.ty {
             wire::DECIMALN | wire::NUMERICN => {
-                let digits = le(&data[1..]).to_string();
+                let value = le(&data[1..]);
+                let digits = value.to_string();
                 let scale = usize::from(self.info[2]);
                 let padded = format!("{digits:0>width$}", width = scale + 1);
                 let (int, frac) = padded.split_at(padded.len() - scale);
-                let sign = if data[0] == 0 { "-" } else { "" };
+                // A negative zero is written as zero.
+                let sign = if data[0] == 0 && value != 0 { "-" } else { "" };
                 if scale == 0 { format!("{sign}{int}") } else { format!("{sign}{int}.{frac}") }
             }
             wire::FLTN if data.len() == 4 => float_text(f64::from(f32::from_le_bytes(data.try_into().expect("4")))),
@@ -210,7 +213,7 @@ impl Scalar {
                     (high << 32) | i64::from(u32::from_le_bytes(data[4..].try_into().expect("4")))
                 };
                 // Two decimals, rounded half away from zero (style 0).
-                let cents = (units.abs() + 50) / 100;
+                let cents = (units.unsigned_abs() + 50) / 100;
                 format!("{}{}.{:02}", if units < 0 { "-" } else { "" }, cents / 100, cents % 100)
             }
             wire::DATETIMN => {
@@ -263,7 +266,8 @@ fn float_text(f: f64) -> String {
     if f == 0.0 || !f.is_finite() {
         return if f.is_finite() { "0".into() } else { f.to_string() };
     }
-    let exp = f.abs().log10().floor() as i32;
+    // The exponent after rounding to six significant digits (999999.5 is 1e+006).
+    let exp: i32 = format!("{f:.5e}").split_once('e').and_then(|(_, e)| e.parse().ok()).unwrap_or(0);
     if (-4..6).contains(&exp) {
         let decimals = (5 - exp).max(0) as usize;
         let s = format!("{f:.decimals$}");
@@ -326,6 +330,16 @@ mod tests {
         assert_eq!(float_text(1234567.0), "1.23457e+006");
         assert_eq!(float_text(0.000012), "1.2e-005");
         assert_eq!(float_text(-2.0 / 3.0), "-0.666667");
+        assert_eq!(float_text(999_999.5), "1e+006");
+        assert_eq!(d.text(&[0, 0, 0, 0, 0]), "0.00");
+        // money's whole range: i64::MIN and i64::MAX ten-thousandths.
+        let money = |units: i64| {
+            let mut b = ((units >> 32) as i32).to_le_bytes().to_vec();
+            b.extend_from_slice(&(units as u32).to_le_bytes());
+            Scalar::of(wire::MONEYN, 8).text(&b)
+        };
+        assert_eq!(money(i64::MIN), "-922337203685477.58");
+        assert_eq!(money(i64::MAX), "922337203685477.58");
         // money 12.3456 is 123456 ten-thousandths: high 0, low 123456.
         let mut m = 0i32.to_le_bytes().to_vec();
         m.extend_from_slice(&123_456u32.to_le_bytes());

@@ -84,8 +84,8 @@ const fn moment(name: &'static str, data_type: i32, precision: i32, scale: (i32,
     }
 }
 
-/// SQL Server's rows, ordered by ODBC code and then as SQL Server lists them (the first
-/// row of a code is the type a driver takes for it).
+/// SQL Server's rows; within one ODBC code in SQL Server's order (the first row of a
+/// code is the type a driver takes for it).
 const TYPES: &[TypeRow] = &[
     text("nchar", -8, 4000, "N'"),
     text("nvarchar", -9, 4000, "N'"),
@@ -129,8 +129,12 @@ pub(super) fn datatype_info(params: &[(String, Sql)], t: &mut Tokens) -> Result<
         Some(other) => return Err(fail(format!("@data_type: {} is not an int", describe(other)))),
     };
     let odbc3 = matches!(arg("@odbcver", 1).map(|(_, v)| v), Some(Sql::Int(3)));
-    let rows: Vec<Vec<Sql>> = TYPES
-        .iter()
+    // Ordered by DATA_TYPE, as SQLGetTypeInfo returns them (a stable sort keeps SQL
+    // Server's order within one code).
+    let mut types: Vec<&TypeRow> = TYPES.iter().collect();
+    types.sort_by_key(|r| r.data_type);
+    let rows: Vec<Vec<Sql>> = types
+        .into_iter()
         .filter(|r| code == 0 || r.data_type == code)
         .map(|r| {
             let int = |i: Option<i32>| i.map_or(Sql::Null, Sql::Int);

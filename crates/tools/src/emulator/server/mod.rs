@@ -255,6 +255,7 @@ async fn connection(
         (Some(0), Some(_)) => codec::ENCRYPT_OFF,
         _ => codec::ENCRYPT_NOT_SUP,
     };
+    debug!(asked = ?asked, answer, "PRELOGIN encryption");
     codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &codec::prelogin_response_with(answer), 4096)
         .await?;
     match (tls, answer) {
@@ -271,8 +272,10 @@ async fn connection(
                 return Ok(());
             }
             if header[0] != packet_type::PRELOGIN {
+                debug!("a login in plain text after ENCRYPT_OFF");
                 return logged_in(stream, None, pg_url, creds, faults).await;
             }
+            debug!("the login encrypted (ENCRYPT_OFF)");
             let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
             s.get_mut().0.handshake_done();
             let Some(login) = codec::read_message(&mut s).await? else { return Ok(()) };
@@ -514,6 +517,7 @@ async fn rpc(conn: &mut Conn, payload: &[u8], t: &mut Tokens) {
             let mut params = params.into_iter();
             let sql = match params.next() {
                 Some((_, Sql::NVarChar(s))) => s,
+                Some((_, Sql::VarChar(b))) => Sql::varchar_text(&b),
                 _ => {
                     t.error(214, 2, 16, "Procedure expects parameter '@statement' of type 'ntext/nchar/nvarchar'.");
                     t.done(0xFE, done::ERROR, 0);
@@ -587,10 +591,12 @@ async fn prepared(conn: &mut Conn, procedure: &str, params: Vec<(String, Sql)>, 
             let handle_param = params.next();
             let names = match params.next() {
                 Some((_, Sql::NVarChar(d))) => declared_names(&d),
+                Some((_, Sql::VarChar(d))) => declared_names(&Sql::varchar_text(&d)),
                 _ => Vec::new(),
             };
             let sql = match params.next() {
                 Some((_, Sql::NVarChar(s))) => s,
+                Some((_, Sql::VarChar(b))) => Sql::varchar_text(&b),
                 _ => return refuse(t, &format!("{procedure} without a statement.")),
             };
             let handle = i32::try_from(conn.prepared.len()).unwrap_or(i32::MAX).saturating_add(1);

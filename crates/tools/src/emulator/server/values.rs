@@ -54,16 +54,17 @@ pub(super) fn value<'a>(v: &'a Value, params: &'a Params) -> Result<Sql, Failure
 
 /// `CAST(v AS ty)` of a value, as SQL Server converts: to `xml`, checked to be
 /// well-formed and kept as SQL Server keeps xml (UTF-16LE with a byte-order mark, which
-/// is what a SEND of it puts in the queue); to `varbinary`, an nvarchar as UTF-16LE; to
-/// `nvarchar`, a varbinary read as UTF-16LE. Anything else is refused.
+/// is what a SEND of it puts in the queue); to `varbinary`, an nvarchar as UTF-16LE and a
+/// varchar as its single bytes; to `nvarchar`, a varbinary read as UTF-16LE; to
+/// `varchar`, text in code page 1252 and a varbinary's bytes as they are. Anything else
+/// is refused.
 pub(super) fn convert(ty: &str, v: Sql) -> Result<Sql, Failure> {
     let base = ty.split('(').next().unwrap_or(ty);
     match (base, v) {
         (_, Sql::Null) => Ok(Sql::Null),
-        // A varchar's single bytes are what it converts to binary and to xml as (an
-        // xml's encoding read from them); to text, their characters.
-        (base @ ("xml" | "varbinary"), Sql::VarChar(b)) => convert(base, Sql::VarBinary(b)),
-        ("varchar" | "char", v @ Sql::VarChar(_)) => Ok(v),
+        ("varchar" | "char", v) => to_varchar(v),
+        ("varbinary", Sql::VarChar(b)) => Ok(Sql::VarBinary(b)),
+        // A varchar to xml is parsed as its characters (the code page of its collation).
         (_, Sql::VarChar(b)) => convert(ty, Sql::NVarChar(Sql::varchar_text(&b))),
         ("xml", v @ (Sql::NVarChar(_) | Sql::VarBinary(_))) => {
             let mut bytes = vec![0xFF, 0xFE];
@@ -88,6 +89,22 @@ fn text_form(v: Sql) -> Sql {
         Sql::VarChar(b) => Sql::NVarChar(Sql::varchar_text(&b)),
         v => v,
     }
+}
+
+/// A value as varchar: text in code page 1252 (`?` for what it lacks), a binary value's
+/// bytes as they are, a number or date as its text.
+fn to_varchar(v: Sql) -> Result<Sql, Failure> {
+    Ok(match v {
+        Sql::Null => Sql::Null,
+        v @ Sql::VarChar(_) => v,
+        Sql::VarBinary(b) => Sql::VarChar(b),
+        Sql::NVarChar(s) => Sql::ansi(&s),
+        Sql::Typed(s, data) => Sql::ansi(&s.text(&data)),
+        Sql::Int(i) => Sql::ansi(&i.to_string()),
+        Sql::BigInt(i) => Sql::ansi(&i.to_string()),
+        Sql::Bit(b) => Sql::ansi(if b { "1" } else { "0" }),
+        Sql::Guid(g) => Sql::ansi(&g.to_string().to_uppercase()),
+    })
 }
 
 pub(super) fn as_uuid(v: Sql) -> Result<Uuid, Failure> {
@@ -222,10 +239,18 @@ pub(super) fn receive_column(m: &Message, name: &str) -> Option<(ColType, Sql)> 
 
 /// `CAST(value AS ty)` of a queue column, for the types the emulator converts to.
 pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
+    let text_type = |p: &[&str]| p.iter().any(|p| ty.starts_with(p)) || ty == "sysname";
+    // To varchar: single bytes, shown to the client as text (and NULL stays NULL).
+    if text_type(&["varchar", "char"]) {
+        return Ok((ColType::NVarChar, to_varchar(v)?));
+    }
     let v = match (ty, v) {
-        ("xml" | "varbinary(max)" | "varbinary", Sql::VarChar(b)) => Sql::VarBinary(b),
+        ("varbinary(max)" | "varbinary", Sql::VarChar(b)) => Sql::VarBinary(b),
         (_, v) => text_form(v),
     };
+    if let (true, Sql::Null) = (text_type(&["nvarchar", "nchar"]), &v) {
+        return Ok((ColType::NVarChar, Sql::Null));
+    }
     match (ty, v) {
         ("xml", Sql::Null) => Ok((ColType::Xml, Sql::Null)),
         ("xml", v @ (Sql::VarBinary(_) | Sql::NVarChar(_))) => Ok((ColType::Xml, Sql::NVarChar(xml_value(v)?))),
@@ -236,11 +261,6 @@ pub(super) fn cast(ty: &str, v: Sql) -> Result<(ColType, Sql), Failure> {
         // them (the same conversion as an assignment to an nvarchar variable).
         (ty, v @ Sql::VarBinary(_)) if ty.starts_with("nvarchar") || ty.starts_with("nchar") || ty == "sysname" => {
             Ok((ColType::NVarChar, convert("nvarchar", v)?))
-        }
-        // A binary message body read as varchar: its single bytes (a column of text
-        // for the client).
-        (ty, Sql::VarBinary(b)) if ty.starts_with("varchar") || ty.starts_with("char") => {
-            Ok((ColType::NVarChar, Sql::VarChar(b)))
         }
         ("bigint", v @ (Sql::Null | Sql::BigInt(_))) => Ok((ColType::BigInt, v)),
         ("bigint", Sql::Int(i)) => Ok((ColType::BigInt, Sql::BigInt(i64::from(i)))),
@@ -553,6 +573,21 @@ pub(super) fn equal(a: Sql, b: Sql) -> Result<Option<bool>, Failure> {
             };
             key(a.text(&x)) == key(b.text(&y))
         }
+        // A float by its value (0 = -0); a datetimeoffset by its UTC instant (the offset
+        // is not part of the value compared); others by their bytes.
+        (Sql::Typed(a, x), Sql::Typed(b, y)) if a == b && a.ty == wire::FLTN => {
+            let f = |d: &[u8]| {
+                if d.len() == 4 {
+                    f64::from(f32::from_le_bytes(d.try_into().expect("4")))
+                } else {
+                    f64::from_le_bytes(d.try_into().expect("8"))
+                }
+            };
+            f(&x) == f(&y)
+        }
+        (Sql::Typed(a, x), Sql::Typed(b, y)) if a == b && a.ty == wire::DATETIMEOFFSETN => {
+            x[..x.len() - 2] == y[..y.len() - 2]
+        }
         (Sql::Typed(a, x), Sql::Typed(b, y)) if a == b => x == y,
         (x @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_)), y @ (Sql::Int(_) | Sql::BigInt(_) | Sql::Bit(_))) => {
             int_of(x) == int_of(y)
@@ -579,7 +614,8 @@ fn int_of(v: Sql) -> i64 {
 /// The base of a type name, for the text types under the one the emulator keeps.
 fn base_type(ty: &str) -> &str {
     match ty.split('(').next().unwrap_or(ty) {
-        "nchar" | "varchar" | "char" | "sysname" | "nvarchar" => "nvarchar",
+        "nchar" | "sysname" | "nvarchar" => "nvarchar",
+        "char" | "varchar" => "varchar",
         other => other,
     }
 }
@@ -588,7 +624,7 @@ fn base_type(ty: &str) -> &str {
 /// (a binary message body into an nvarchar is read as UTF-16LE; into xml, checked).
 pub(super) fn typed(ty: Option<&String>, v: Sql) -> Result<Sql, Failure> {
     match ty.map(|t| base_type(t)) {
-        Some(base @ ("nvarchar" | "varbinary" | "xml")) => convert(base, v),
+        Some(base @ ("nvarchar" | "varchar" | "varbinary" | "xml")) => convert(base, v),
         _ => Ok(v),
     }
 }
@@ -603,7 +639,7 @@ pub(super) fn column_type(ty: &str) -> Result<ColType, Failure> {
         "bit" => ColType::Bit,
         "varbinary" => ColType::VarBinaryMax,
         "xml" => ColType::Xml,
-        "nvarchar" => ColType::NVarChar,
+        "nvarchar" | "varchar" => ColType::NVarChar,
         other => return Err(fail(format!("a table variable column of type {other} is not supported by the emulator"))),
     })
 }
@@ -611,11 +647,12 @@ pub(super) fn column_type(ty: &str) -> Result<ColType, Failure> {
 /// A value stored in a table variable's column of type `ty`.
 pub(super) fn column_value(ty: &str, v: Sql) -> Result<Sql, Failure> {
     let v = match (base_type(ty), v) {
-        ("varbinary" | "xml", v) => v,
+        ("varbinary" | "xml" | "varchar", v) => v,
         (_, v) => text_form(v),
     };
     match (base_type(ty), v) {
         (_, Sql::Null) => Ok(Sql::Null),
+        ("varchar", v) => to_varchar(v),
         ("xml", v) => Ok(cast("xml", v)?.1),
         ("nvarchar", v @ Sql::NVarChar(_)) => Ok(v),
         (base @ ("nvarchar" | "varbinary"), v) => convert(base, v),
