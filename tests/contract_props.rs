@@ -98,19 +98,32 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn tijdblok()(begin in clock(), einde in clock(), ziek in any::<bool>(), code in token(), telt in any::<bool>()) -> Tijdblok {
-        Tijdblok { begin, einde, is_ziek: ziek, dienst_type: DienstType { code: code.into(), telt_mee_in_gewerkte_uren: telt } }
+    fn tijdblok()(begin in clock(), einde in clock(), ziek in any::<bool>(), code in token(), telt in any::<bool>(),
+        verlof in prop::option::of(prop::sample::select(vec![Verlof::Wettelijk, Verlof::Bovenwettelijk, Verlof::Overig]))) -> Tijdblok {
+        // A leave block is not sick.
+        Tijdblok { begin, einde, is_ziek: ziek, dienst_type: DienstType { code: code.into(), telt_mee_in_gewerkte_uren: telt },
+            verlof: if ziek { None } else { verlof } }
+    }
+}
+
+prop_compose! {
+    fn historie_periode()(id in any::<i32>(), begin in date(), einde in date(),
+        factoren in prop::collection::vec(("[0-9]{3}", any::<bool>(), decimal(999_999_999, 4)), 0..6)) -> HistoriePeriode {
+        HistoriePeriode { id, begin, einde,
+            factoren: factoren.into_iter().map(|(c, neg, d)| (c.as_str().into(), if neg { -d } else { d })).collect() }
     }
 }
 
 prop_compose! {
     fn vraag()(id in uuid(), ts in timestamp(), versie in 0i64..=i64::MAX, dv in dienstverband(), pid in any::<i32>(),
         begin in date(), einde in date(),
-        diensten in prop::collection::vec((date(), prop::collection::vec(tijdblok(), 1..4)), 0..8)) -> Vraag {
+        diensten in prop::collection::vec((date(), prop::collection::vec(tijdblok(), 1..4)), 0..8),
+        historie in prop::collection::vec(historie_periode(), 0..3)) -> Vraag {
         Vraag {
             id, timestamp: ts, versie, dienstverband: dv,
             periode: Periode { id: pid, begin, einde },
             diensten: Diensten { dienst: diensten.into_iter().map(|(datum, tijdblokken)| Dienst { datum, tijdblokken }).collect() },
+            historie,
         }
     }
 }
@@ -243,7 +256,7 @@ proptest! {
         v.dienstverband.soort = s[7].as_str().into();
         v.diensten.dienst.push(Dienst { datum: v.periode.begin, tijdblokken: vec![Tijdblok {
             begin: ClockTime::from_hm(7, 0).unwrap(), einde: ClockTime::from_hm(8, 0).unwrap(), is_ziek: false,
-            dienst_type: DienstType { code: s[8].as_str().into(), telt_mee_in_gewerkte_uren: true },
+            dienst_type: DienstType { code: s[8].as_str().into(), telt_mee_in_gewerkte_uren: true }, verlof: None,
         }] });
         let (xa, xf, xv) = (encode_antwoord(&a), encode_fout(&f), encode_vraag(&v));
         let lint = xmllint_all(None, &[xa.as_bytes(), xf.as_bytes(), xv.as_bytes()]);

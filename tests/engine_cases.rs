@@ -338,7 +338,7 @@ fn inputs_the_engine_cannot_honour_yield_a_fout() {
 #[test]
 fn an_empty_roster_still_answers_every_factor() {
     let c = calc(&example("vraag-geen-diensten.xml"));
-    assert_eq!(c.antwoord.mutaties.len(), 12);
+    assert_eq!(c.antwoord.mutaties.len(), 17);
     assert!(c.antwoord.mutaties.iter().all(|m| m.waarde.is_zero()));
 }
 
@@ -470,4 +470,109 @@ fn a_contract_above_full_time_has_its_own_limit_and_overtime() {
     let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
     v.dienstverband.parttime_uren = rust_decimal::Decimal::from(40);
     expect(&calc(&v), &[("100", "168.00"), ("310", "8.00")]);
+}
+
+// ORT during statutory vacation: art. 9.1 lid 4 ("De werknemer ontvangt eveneens een
+// vergoeding onregelmatige dienst tijdens het opnemen van wettelijk vakantieverlof") and
+// art. 12.1.2 lid 2 (the hourly wage raised by the average ORT percentage of the past six
+// months, over statutory vacation hours taken, at most 144 hours on a full-time basis).
+// The average is Σ(ORT hours x percentage) / Σ worked hours of the stored periods that
+// begin in the six months before the period (the Vraag's Historie).
+
+/// The six 4-week periods before 23 February 2026 that begin after 23 August 2025, each
+/// with 144 worked hours and ORT hours 10 at 22%, 20 at 47% and 8 at 60%, and `used`
+/// statutory vacation hours with ORT in the last one.
+fn six_months(used: &str) -> Vec<sbworker::contract::HistoriePeriode> {
+    let begins = ["2025-09-08", "2025-10-06", "2025-11-03", "2025-12-01", "2025-12-29", "2026-01-26"];
+    begins
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let begin = d(b);
+            let mut f = vec![("100", "144.00"), ("210", "10.00"), ("212", "20.00"), ("214", "8.00")];
+            if i == begins.len() - 1 {
+                f.push(("133", used));
+            }
+            sbworker::contract::HistoriePeriode {
+                id: 100 + i as i32,
+                begin,
+                einde: begin + chrono::Days::new(27),
+                factoren: f.into_iter().map(|(c, v)| (c.into(), v.parse().unwrap())).collect(),
+            }
+        })
+        .collect()
+}
+
+/// 16 day shifts (128 h) and statutory vacation on Thursday 19 and Friday 20 March
+/// 08:00-16:00 (16 h): 144 rostered hours, no extra hours.
+fn with_vacation() -> sbworker::contract::Vraag {
+    use sbworker::contract::Verlof;
+    let mut ds = day_shifts(16);
+    ds.push(dienst("2026-03-19", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
+    ds.push(dienst("2026-03-20", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
+    vraag("2026-02-23", "2026-03-22", true, ds)
+}
+
+#[test]
+fn statutory_vacation_carries_the_average_ort_of_the_past_six_months() {
+    // Six periods of 144 h with 10 x 22 + 20 x 47 + 8 x 60 = 1,640 ORT-weighted hours:
+    // average 6 x 1,640 / (6 x 144) = 9,840 / 864 = 11.3888...%. 16 vacation hours, none
+    // used earlier this year: 240 = 16 x 25.00 x 11.3888...% = 45.5555... = 45.56.
+    let mut v = with_vacation();
+    v.historie = six_months("0");
+    let c = calc(&v);
+    expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56")]);
+    assert!(c.antwoord.waarschuwingen.is_empty(), "{:?}", c.antwoord.waarschuwingen);
+    assert!(c.explanation.unwrap().to_string().contains("average ORT 11.3889%"));
+}
+
+#[test]
+fn the_years_maximum_of_vacation_hours_with_ort_holds() {
+    // 140 of the 144 hours were used in the period that began on 26 January 2026 (the
+    // one that began on 29 December 2025 counts for 2025): 4 hours left. 133 = 4.00,
+    // 240 = 4 x 25.00 x 9,840 / 864 % = 11.3888... = 11.39. The vacation hours stay 16.
+    let mut v = with_vacation();
+    v.historie = six_months("140");
+    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "4.00"), ("240", "11.39")]);
+}
+
+#[test]
+fn a_new_employee_has_the_average_of_the_months_there_are() {
+    // In service since 26 January 2026: one stored period, 144 h with 36 h at 47%:
+    // average 36 x 47 / 144 = 11.75%. 240 = 16 x 25.00 x 11.75% = 47.00, with a warning
+    // that the history is short (28 of the 184 days since 23 August 2025).
+    let mut v = with_vacation();
+    v.dienstverband.datum_in_dienst = d("2026-01-26");
+    v.historie = vec![sbworker::contract::HistoriePeriode {
+        id: 1,
+        begin: d("2026-01-26"),
+        einde: d("2026-02-22"),
+        factoren: vec![("100".into(), "144".parse().unwrap()), ("212".into(), "36".parse().unwrap())],
+    }];
+    let c = calc(&v);
+    expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "47.00")]);
+    assert_eq!(warnings(&c), ["ort-vakantie-korte-historie"]);
+}
+
+#[test]
+fn without_history_vacation_carries_no_ort_and_says_so() {
+    // No stored period: the average is 0%, nothing is paid and the year's maximum is not
+    // used up; a warning names it.
+    let c = calc(&with_vacation());
+    expect(&c, &[("100", "128.00"), ("130", "16.00")]);
+    assert_eq!(warnings(&c), ["ort-vakantie-geen-historie"]);
+}
+
+#[test]
+fn other_vacation_and_leave_are_factors_of_their_own_without_ort() {
+    // Vacation above the statutory hours (131) and other leave (132) are rostered hours:
+    // they count towards the period's hours (no extra hours here: 128 + 8 + 8 = 144) and
+    // carry no ORT, not even with a history.
+    use sbworker::contract::Verlof;
+    let mut ds = day_shifts(16);
+    ds.push(dienst("2026-03-19", vec![verlof("08:00", "16:00", Verlof::Bovenwettelijk)]));
+    ds.push(dienst("2026-03-20", vec![verlof("08:00", "16:00", Verlof::Overig)]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.historie = six_months("0");
+    expect(&calc(&v), &[("100", "128.00"), ("131", "8.00"), ("132", "8.00")]);
 }

@@ -25,6 +25,7 @@ fn block(anchor: u16, (off, len, kind): Spec) -> Tijdblok {
         einde: clock(begin + u32::from(len)),
         is_ziek: kind == 1,
         dienst_type: DienstType { code: "X".into(), telt_mee_in_gewerkte_uren: kind != 2 },
+        verlof: None,
     }
 }
 
@@ -83,7 +84,7 @@ proptest! {
         let c = calc(&build("2026-10-01", "2026-10-31", &ds));
         let t = &c.totals;
         prop_assert_eq!(t.ort_minutes.iter().sum::<i64>() + t.no_ort_minutes + t.over_limit_minutes, t.worked_minutes);
-        prop_assert_eq!(c.antwoord.mutaties.len(), 12);
+        prop_assert_eq!(c.antwoord.mutaties.len(), 17);
     }
 
     #[test]

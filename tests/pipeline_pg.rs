@@ -103,7 +103,7 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
             .map(|r| (r.get(0), r.get::<_, String>(1).parse().unwrap()))
             .collect();
         assert_eq!(stored, from_calc, "employee {dv}");
-        assert_eq!(stored.len(), 12);
+        assert_eq!(stored.len(), 17);
     }
     // Idle: nothing waiting, no conversation open on either side.
     assert_eq!(count(&c, "SELECT count(*) FROM sb.endpoint").await, 0);
@@ -315,4 +315,90 @@ async fn slow_installing_again_over_running_workers_fails_no_message() {
     let counted: Vec<&str> =
         text.lines().filter(|l| l.contains("group rolled back") && !l.contains("transient=true")).collect();
     assert!(counted.is_empty(), "failures counted against messages during the installs: {counted:#?}");
+}
+
+/// The SQL builder (what the roster trigger sends) carries a block's leave (`Verlof`) and
+/// the stored results of the periods that begin in the 12 months before the period
+/// (`Historie`), exactly as the demo's second builder reads them from the rows; and the
+/// engine turns them into ORT over statutory vacation (art. 12.1.2 lid 2), by hand: March
+/// 2026 stored 140 worked hours with 20 at 47%, so the average is 20 x 47 / 140 =
+/// 6.7142857%; 8 hours of statutory vacation at 25.00 give 8 x 25.00 x 6.7142857% =
+/// 13.43, with the short-history warning (31 of the 182 days since 1 October 2025). A
+/// period that began more than 12 months before is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_builder_adds_leave_and_the_stored_history_as_the_oracle_reads_them() {
+    use sbworker::contract::{Verlof, decode_vraag};
+    let (_url, c) = pipeline_world().await;
+    let dv = 9001;
+    c.batch_execute(&format!(
+        "INSERT INTO rooster.cao (id, code, is_vier_weken, naam, werkweek_uren)
+             VALUES (100, 'ZKH', false, 'CAO Ziekenhuizen', 36) ON CONFLICT DO NOTHING;
+         INSERT INTO rooster.periode (id, is_vier_weken, begin_datum, eind_datum) VALUES
+             (202503, false, '2025-03-01', '2025-03-31'), (202603, false, '2026-03-01', '2026-03-31'),
+             ({PERIODE_ID}, false, '2026-04-01', '2026-04-30') ON CONFLICT DO NOTHING;
+         INSERT INTO rooster.dienst_type (code, omschrijving, telt_mee_in_gewerkte_uren)
+             VALUES ('VAK', 'vakantie', false), ('D', 'dagdienst', true) ON CONFLICT DO NOTHING;
+         INSERT INTO rooster.dienstverband (id, cao_id, dagen_per_week, datum_in_dienst, parttime_uren, salaris,
+                                            soort, functiegroep)
+             VALUES ({dv}, 100, 5, '2015-01-01', 36, 3900, 'FT', 45);
+         -- Results stored earlier for March 2026 and March 2025.
+         INSERT INTO rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
+             VALUES ({dv}, 202603, 1, gen_random_uuid(), gen_random_uuid()),
+                    ({dv}, 202503, 1, gen_random_uuid(), gen_random_uuid());
+         INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
+             VALUES ({dv}, 202603, 5, '100', 140), ({dv}, 202603, 5, '212', 20), ({dv}, 202603, 5, '230', 0),
+                    ({dv}, 202503, 5, '100', 999);
+         -- The roster: a day shift and a day of statutory vacation in April.
+         WITH d AS (INSERT INTO rooster.dienst (dienstverband_id, datum) VALUES ({dv}, '2026-04-01'), ({dv}, '2026-04-02')
+                    RETURNING id, datum)
+         INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type, verlof)
+             SELECT id, '08:00', '16:00', CASE WHEN datum = '2026-04-01' THEN 'D' ELSE 'VAK' END,
+                    CASE WHEN datum = '2026-04-02' THEN 'Wettelijk' END FROM d;"
+    ))
+    .await
+    .unwrap();
+    // The table refuses a leave block that is sick.
+    let e = c
+        .batch_execute(&format!(
+            "UPDATE rooster.tijdblok SET is_ziek = true WHERE verlof IS NOT NULL
+               AND dienst_id IN (SELECT id FROM rooster.dienst WHERE dienstverband_id = {dv})"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.as_db_error().and_then(|d| d.constraint()), Some("tijdblok_verlof"), "{e:?}");
+    let row = c
+        .query_one(
+            "SELECT rekenserver.vraag($1, $2, s.versie, gen_random_uuid())::text, s.versie FROM rekenserver.sleutel s
+              WHERE s.dienstverband_id = $1 AND s.periode_id = $2",
+            &[&dv, &PERIODE_ID],
+        )
+        .await
+        .unwrap();
+    let xml: String = row.get(0);
+    crate::common::xmllint(&crate::common::xsd("LoonfactorBerekeningVraag"), xml.as_bytes()).unwrap();
+    let sent = decode_vraag(xml.as_bytes(), &Limits::default()).unwrap();
+    let leave: Vec<Option<Verlof>> =
+        sent.diensten.dienst.iter().flat_map(|d| d.tijdblokken.iter().map(|b| b.verlof)).collect();
+    assert_eq!(leave, [None, Some(Verlof::Wettelijk)]);
+    assert_eq!(sent.historie.len(), 1, "March 2025 is more than 12 months back: {:?}", sent.historie);
+    assert_eq!(sent.historie[0].id, 202603);
+    let factors: Vec<(String, Decimal)> = sent.historie[0].factoren.iter().map(|(c, v)| (c.to_string(), *v)).collect();
+    assert_eq!(
+        factors,
+        [("100".into(), Decimal::from(140)), ("212".into(), Decimal::from(20)), ("230".into(), Decimal::ZERO)]
+    );
+    // The second builder agrees.
+    let oracle = sbworker::demo::oracle::vraag(&c, dv, PERIODE_ID, row.get(1), sent.id, sent.timestamp.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(oracle, sent);
+    // And the engine pays ORT over the vacation day.
+    let calc = sbworker::engine::calculate(&sent, &Tables::built_in().unwrap(), false).unwrap();
+    let got: BTreeMap<String, String> =
+        calc.antwoord.mutaties.iter().map(|m| (m.loonfactor_code.clone(), m.waarde.to_string())).collect();
+    assert_eq!((got["100"].as_str(), got["130"].as_str(), got["133"].as_str()), ("8.00", "8.00", "8.00"));
+    assert_eq!(got["240"], "13.43");
+    let codes: Vec<&str> = calc.antwoord.waarschuwingen.iter().map(|w| w.code.as_str()).collect();
+    assert_eq!(codes, ["ort-vakantie-korte-historie"]);
 }

@@ -63,6 +63,19 @@ IF OBJECT_ID(N'Rooster.tijdblok', N'U') IS NULL
         dienst_type varchar(10) NOT NULL REFERENCES Rooster.dienst_type, is_ziek bit NOT NULL DEFAULT 0,
         INDEX ix_tijdblok_dienst (dienst_id));
 GO
+-- Leave taken on the block's hours (the Vraag's Verlof): statutory vacation, the rest of
+-- the vacation, other leave; NULL for work or sickness (a leave block is not sick). Added
+-- to an existing install too (COL_LENGTH is NULL for a column that does not exist). The
+-- check reads is_ziek as well, so it is a table constraint (a column constraint may
+-- reference its own column only), added in a batch of its own after the column's (a
+-- batch is compiled whole, before the column exists).
+IF COL_LENGTH(N'Rooster.tijdblok', N'verlof') IS NULL
+    ALTER TABLE Rooster.tijdblok ADD verlof varchar(16) NULL;
+GO
+IF OBJECT_ID(N'Rooster.ck_tijdblok_verlof', N'C') IS NULL
+    ALTER TABLE Rooster.tijdblok ADD CONSTRAINT ck_tijdblok_verlof
+        CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND is_ziek = 0));
+GO
 
 -- Per key: the roster version (only grows) and the initiator's conversation group of
 -- its dialogs (RELATED_CONVERSATION_GROUP, listing 8).
@@ -109,6 +122,7 @@ BEGIN
             (SELECT (SELECT CONVERT(char(10), d.datum, 126) AS '@Datum',
                         (SELECT CONVERT(char(5), t.begin_tijd, 108) AS '@Begin', CONVERT(char(5), t.eind_tijd, 108) AS '@Einde',
                                 CAST(t.is_ziek AS int) AS '@IsZiek',
+                                t.verlof AS '@Verlof',
                                 dt.code AS 'DienstType/@Code',
                                 CAST(dt.telt_mee_in_gewerkte_uren AS int) AS 'DienstType/@TeltMeeInGewerkteUren'
                            FROM Rooster.tijdblok t JOIN Rooster.dienst_type dt ON dt.code = t.dienst_type
@@ -120,7 +134,24 @@ BEGIN
                         AND EXISTS (SELECT 1 FROM Rooster.tijdblok t WHERE t.dienst_id = d.id)
                       ORDER BY d.datum, d.id
                         FOR XML PATH ('Dienst'), TYPE)
-               FOR XML PATH ('Diensten'), TYPE)
+               FOR XML PATH ('Diensten'), TYPE),
+            -- The stored results of the periods that begin in the 12 months before this
+            -- one (the CAO's averages look back at most that far); no element when there
+            -- are none (FOR XML with ROOT over no rows gives NULL).
+            (SELECT hp.id AS '@Id', CONVERT(char(10), hp.begin_datum, 126) AS '@Begin',
+                    CONVERT(char(10), hp.eind_datum, 126) AS '@Einde',
+                    (SELECT f.loonfactor_code AS '@Code', f.waarde AS '@Waarde'
+                       FROM Rekenserver.resultaat_factor f
+                      WHERE f.dienstverband_id = dv.id AND f.periode_id = hp.id
+                      ORDER BY f.loonfactor_code
+                        FOR XML PATH ('Factor'), TYPE)
+               FROM Rooster.periode hp
+              WHERE hp.is_vier_weken = c.is_vier_weken
+                AND hp.begin_datum >= DATEADD(month, -12, p.begin_datum) AND hp.eind_datum < p.begin_datum
+                AND EXISTS (SELECT 1 FROM Rekenserver.resultaat r
+                             WHERE r.dienstverband_id = dv.id AND r.periode_id = hp.id)
+              ORDER BY hp.begin_datum, hp.id
+                FOR XML PATH ('Periode'), ROOT ('Historie'), TYPE)
           FROM Rooster.dienstverband dv
           JOIN Rooster.cao c ON c.id = dv.cao_id
           JOIN Rooster.periode p ON p.id = @periode

@@ -75,6 +75,13 @@ CREATE TABLE IF NOT EXISTS rooster.tijdblok (
     is_ziek     boolean NOT NULL DEFAULT false
 );
 CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+-- Leave taken on the block's hours (the Vraag's Verlof): statutory vacation, the rest of
+-- the vacation, other leave; NULL for work or sickness (a leave block is not sick). Added
+-- to an existing install too. (A column constraint that reads is_ziek as well: PostgreSQL
+-- takes it, and ADD COLUMN IF NOT EXISTS adds it exactly once, with the column.)
+ALTER TABLE rooster.tijdblok ADD COLUMN IF NOT EXISTS verlof text
+    CONSTRAINT tijdblok_verlof
+    CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND NOT is_ziek));
 
 -- Per key: the roster version (only grows) and the initiator's conversation group for
 -- its dialogs (RELATED_CONVERSATION_GROUP, as in the original system: the answers of one key
@@ -162,7 +169,8 @@ BEGIN
                         (SELECT xmlagg(xmlelement(name "Tijdblok",
                                     xmlattributes(to_char(t.begin_tijd, 'HH24:MI') AS "Begin",
                                                   to_char(t.eind_tijd, 'HH24:MI') AS "Einde",
-                                                  CASE WHEN t.is_ziek THEN 1 ELSE 0 END AS "IsZiek"),
+                                                  CASE WHEN t.is_ziek THEN 1 ELSE 0 END AS "IsZiek",
+                                                  t.verlof AS "Verlof"),
                                     xmlelement(name "DienstType",
                                         xmlattributes(dt.code AS "Code",
                                             CASE WHEN dt.telt_mee_in_gewerkte_uren THEN 1 ELSE 0 END
@@ -173,7 +181,26 @@ BEGIN
                     ORDER BY d.datum, d.id)
                FROM rooster.dienst d
               WHERE d.dienstverband_id = dv.id AND d.datum BETWEEN p.begin_datum AND p.eind_datum
-                AND EXISTS (SELECT 1 FROM rooster.tijdblok t WHERE t.dienst_id = d.id))))
+                AND EXISTS (SELECT 1 FROM rooster.tijdblok t WHERE t.dienst_id = d.id))),
+        -- The stored results of the periods that begin in the 12 months before this one
+        -- (the CAO's averages look back at most that far: ORT over vacation six months,
+        -- its maximum the calendar year); no element when there are none.
+        (SELECT xmlelement(name "Historie",
+                    xmlagg(xmlelement(name "Periode",
+                               xmlattributes(hp.id AS "Id", to_char(hp.begin_datum, 'YYYY-MM-DD') AS "Begin",
+                                             to_char(hp.eind_datum, 'YYYY-MM-DD') AS "Einde"),
+                               (SELECT xmlagg(xmlelement(name "Factor",
+                                           xmlattributes(f.loonfactor_code AS "Code", f.waarde AS "Waarde"))
+                                           ORDER BY f.loonfactor_code)
+                                  FROM rekenserver.resultaat_factor f
+                                 WHERE f.dienstverband_id = dv.id AND f.periode_id = hp.id))
+                           ORDER BY hp.begin_datum, hp.id))
+           FROM rooster.periode hp
+          WHERE hp.is_vier_weken = c.is_vier_weken
+            AND hp.begin_datum >= p.begin_datum - interval '12 months' AND hp.eind_datum < p.begin_datum
+            AND EXISTS (SELECT 1 FROM rekenserver.resultaat r
+                         WHERE r.dienstverband_id = dv.id AND r.periode_id = hp.id)
+         HAVING count(*) > 0))
       FROM rooster.dienstverband dv
       JOIN rooster.cao c ON c.id = dv.cao_id
       JOIN rooster.periode p ON p.id = p_periode

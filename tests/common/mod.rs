@@ -150,7 +150,14 @@ pub mod build {
             einde: t(e),
             is_ziek: ziek,
             dienst_type: DienstType { code: if ziek { "Z" } else { "D" }.into(), telt_mee_in_gewerkte_uren: telt },
+            verlof: None,
         }
+    }
+
+    /// A leave block (statutory vacation, other vacation or other leave) on rostered
+    /// hours, of a duty type that does not count as worked.
+    pub fn verlof(b: &str, e: &str, kind: Verlof) -> Tijdblok {
+        Tijdblok { verlof: Some(kind), ..blok(b, e, false, false) }
     }
 
     pub fn dienst(date: &str, blocks: Vec<Tijdblok>) -> Dienst {
@@ -187,6 +194,7 @@ pub mod build {
             },
             periode: Periode { id: 7, begin: d(begin), einde: d(einde) },
             diensten: Diensten { dienst: diensten },
+            historie: Vec::new(),
         }
     }
 

@@ -22,8 +22,8 @@ USE [$(Database)];
 GO
 
 IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
-               WHERE name = N'LoonfactorBerekening_221a461e0039086e' AND schema_id = SCHEMA_ID(N'Rekenserver'))
-    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_221a461e0039086e AS N'<!--
+               WHERE name = N'LoonfactorBerekening_ec720ed873731e54' AND schema_id = SCHEMA_ID(N'Rekenserver'))
+    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_ec720ed873731e54 AS N'<!--
   LoonfactorBerekeningVraag: the calculation request a roster trigger sends to the
   calculation service (one dienstverband, one salary period, its shifts).
 
@@ -161,6 +161,16 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
   </xs:complexType>
 
   <!-- A block whose Einde is not after its Begin ends on the next day. -->
+  <!-- Leave taken on a block''s rostered hours: statutory vacation (wettelijk), the rest
+       of the vacation hours (bovenwettelijk), other paid leave (overig). -->
+  <xs:simpleType name="VraagVerlof">
+    <xs:restriction base="xs:string">
+      <xs:enumeration value="Wettelijk"/>
+      <xs:enumeration value="Bovenwettelijk"/>
+      <xs:enumeration value="Overig"/>
+    </xs:restriction>
+  </xs:simpleType>
+
   <xs:complexType name="VraagTijdblok">
     <xs:sequence>
       <xs:element name="DienstType" type="VraagDienstType"/>
@@ -168,6 +178,40 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
     <xs:attribute name="Begin" type="VraagKloktijd" use="required"/>
     <xs:attribute name="Einde" type="VraagKloktijd" use="required"/>
     <xs:attribute name="IsZiek" type="VraagBit" use="required"/>
+    <!-- Absent: worked (or sick, with IsZiek="1"). Leave is not sick: IsZiek="0". -->
+    <xs:attribute name="Verlof" type="VraagVerlof" use="optional"/>
+  </xs:complexType>
+
+  <!-- A stored wage factor of an earlier period (as an Antwoord gave it). -->
+  <xs:simpleType name="VraagFactorWaarde">
+    <xs:restriction base="xs:decimal">
+      <xs:minInclusive value="-1000000000"/>
+      <xs:maxInclusive value="1000000000"/>
+      <xs:fractionDigits value="4"/>
+    </xs:restriction>
+  </xs:simpleType>
+
+  <xs:complexType name="VraagHistorieFactor">
+    <xs:attribute name="Code" type="VraagCode" use="required"/>
+    <xs:attribute name="Waarde" type="VraagFactorWaarde" use="required"/>
+  </xs:complexType>
+
+  <xs:complexType name="VraagHistoriePeriode">
+    <xs:sequence>
+      <xs:element name="Factor" type="VraagHistorieFactor" minOccurs="0" maxOccurs="unbounded"/>
+    </xs:sequence>
+    <xs:attribute name="Id" type="VraagId" use="required"/>
+    <xs:attribute name="Begin" type="VraagDatum" use="required"/>
+    <xs:attribute name="Einde" type="VraagDatum" use="required"/>
+  </xs:complexType>
+
+  <!-- The stored results of the employment''s earlier periods that the CAO''s averages
+       need (ORT during statutory vacation: the past six months, and the calendar year
+       for its maximum), added by the sender from the stored results. -->
+  <xs:complexType name="VraagHistorie">
+    <xs:sequence>
+      <xs:element name="Periode" type="VraagHistoriePeriode" minOccurs="0" maxOccurs="unbounded"/>
+    </xs:sequence>
   </xs:complexType>
 
   <xs:complexType name="VraagDienst">
@@ -189,6 +233,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
         <xs:element name="Dienstverband" type="VraagDienstverband"/>
         <xs:element name="Periode" type="VraagPeriode"/>
         <xs:element name="Diensten" type="VraagDiensten"/>
+        <xs:element name="Historie" type="VraagHistorie" minOccurs="0"/>
       </xs:sequence>
       <xs:attribute name="Id" type="VraagUuid" use="required"/>
       <xs:attribute name="Timestamp" type="xs:dateTime" use="required"/>
@@ -343,14 +388,14 @@ GO
 
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
-ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_221a461e0039086e;
+ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_ec720ed873731e54;
 ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;
 ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
 -- Earlier versions' collections, now referenced by no message type.
 DECLARE @old sysname, @drop nvarchar(400);
 DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR
     SELECT c.name FROM sys.xml_schema_collections c
-     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_221a461e0039086e'
+     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_ec720ed873731e54'
        AND (c.name = N'LoonfactorBerekening' OR c.name LIKE N'LoonfactorBerekening[_]________________')
        AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id)
        AND NOT EXISTS (SELECT 1 FROM sys.columns k WHERE k.xml_collection_id = c.xml_collection_id)

@@ -72,14 +72,16 @@ fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
     cur.message_id = Some(id);
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
     let versie = cur.req(versie, "Versie", pos, parse_version)?;
-    const C: &[Child] = &[one("Dienstverband").with_attrs(), one("Periode").with_attrs(), one("Diensten")];
-    let (mut dv, mut periode, mut diensten) = (None, None, None);
+    const C: &[Child] =
+        &[one("Dienstverband").with_attrs(), one("Periode").with_attrs(), one("Diensten"), one("Historie")];
+    let (mut dv, mut periode, mut diensten, mut historie) = (None, None, None, Vec::new());
     let mut last = None;
     while let Some(open) = cur.next_child(C, &mut last)? {
         match open.which {
             0 => dv = Some(dienstverband(cur, &open.start, open.pos)?),
             1 => periode = Some(periode_el(cur, &open.start, open.pos)?),
-            _ => diensten = Some(diensten_el(cur)?),
+            2 => diensten = Some(diensten_el(cur)?),
+            _ => historie = historie_el(cur)?,
         }
     }
     let v = Vraag {
@@ -89,6 +91,7 @@ fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
         dienstverband: dv.ok_or_else(|| cur.missing("Dienstverband"))?,
         periode: periode.ok_or_else(|| cur.missing("Periode"))?,
         diensten: diensten.ok_or_else(|| cur.missing("Diensten"))?,
+        historie,
     };
     cur.close();
     Ok(v)
@@ -238,10 +241,22 @@ fn tijdblok(
     start: &quick_xml::events::BytesStart<'_>,
     pos: u64,
 ) -> Result<Tijdblok, DecodeError> {
-    let [b, e, z] = cur.attrs(start, ["Begin", "Einde", "IsZiek"], pos)?;
+    let [b, e, z, l] = cur.attrs(start, ["Begin", "Einde", "IsZiek", "Verlof"], pos)?;
     let begin = cur.req(b, "Begin", pos, parse_clock)?;
     let einde = cur.req(e, "Einde", pos, parse_clock)?;
     let is_ziek = cur.req(z, "IsZiek", pos, parse_bit)?;
+    let verlof = match l {
+        None => None,
+        Some(v) => Some(cur.req(Some(v), "Verlof", pos, parse_verlof)?),
+    };
+    if is_ziek && verlof.is_some() {
+        return Err(cur.err(
+            Reden::InvalidValue,
+            Some(("Verlof", true)),
+            "a leave block is not sick (IsZiek must be 0)",
+            pos,
+        ));
+    }
     const C: &[Child] = &[one("DienstType").with_attrs()];
     let mut dt = None;
     let mut last = None;
@@ -252,9 +267,56 @@ fn tijdblok(
         cur.expect_end()?;
         dt = Some(DienstType { code, telt_mee_in_gewerkte_uren: telt });
     }
-    let v = Tijdblok { begin, einde, is_ziek, dienst_type: dt.ok_or_else(|| cur.missing("DienstType"))? };
+    let v = Tijdblok { begin, einde, is_ziek, dienst_type: dt.ok_or_else(|| cur.missing("DienstType"))?, verlof };
     cur.close();
     Ok(v)
+}
+
+fn parse_verlof(s: &str) -> Result<Verlof, &'static str> {
+    match s {
+        "Wettelijk" => Ok(Verlof::Wettelijk),
+        "Bovenwettelijk" => Ok(Verlof::Bovenwettelijk),
+        "Overig" => Ok(Verlof::Overig),
+        _ => Err("is not Wettelijk, Bovenwettelijk or Overig"),
+    }
+}
+
+/// A stored factor's value: at most 4 decimals, below 10^9 in size (the XSD's).
+fn parse_factor_value(t: &str) -> Result<rust_decimal::Decimal, &'static str> {
+    let d = parse_decimal(t)?;
+    if d.normalize().scale() > 4 {
+        return Err("has more than 4 decimals");
+    }
+    if d.abs() > rust_decimal::Decimal::new(1_000_000_000, 0) {
+        return Err("is larger than 1000000000");
+    }
+    Ok(d)
+}
+
+fn historie_el(cur: &mut Cursor<'_>) -> Result<Vec<HistoriePeriode>, DecodeError> {
+    const C: &[Child] = &[many("Periode").with_attrs()];
+    let mut out = Vec::new();
+    let mut last = None;
+    while let Some(open) = cur.next_child(C, &mut last)? {
+        let [id, b, e] = cur.attrs(&open.start, ["Id", "Begin", "Einde"], open.pos)?;
+        let id = cur.req(id, "Id", open.pos, parse_int)?;
+        let begin = cur.req(b, "Begin", open.pos, parse_date)?;
+        let einde = cur.req(e, "Einde", open.pos, parse_date)?;
+        const F: &[Child] = &[many("Factor").with_attrs()];
+        let mut factoren = Vec::new();
+        let mut last_f = None;
+        while let Some(f) = cur.next_child(F, &mut last_f)? {
+            let [code, waarde] = cur.attrs(&f.start, ["Code", "Waarde"], f.pos)?;
+            let code = cur.req(code, "Code", f.pos, parse_code)?;
+            let waarde = cur.req(waarde, "Waarde", f.pos, parse_factor_value)?;
+            cur.expect_end()?;
+            factoren.push((code, waarde));
+        }
+        cur.close();
+        out.push(HistoriePeriode { id, begin, einde, factoren });
+    }
+    cur.close();
+    Ok(out)
 }
 
 fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {

@@ -224,6 +224,9 @@ pub fn encode_vraag_into(out: &mut String, v: &Vraag) {
             o.attr_with("Begin", |s| clock(s, b.begin));
             o.attr_with("Einde", |s| clock(s, b.einde));
             o.attr_with("IsZiek", |s| bit(s, b.is_ziek));
+            if let Some(l) = b.verlof {
+                o.attr("Verlof", l.as_str());
+            }
             o.gt();
             o.open("DienstType");
             o.attr("Code", &b.dienst_type.code);
@@ -234,6 +237,25 @@ pub fn encode_vraag_into(out: &mut String, v: &Vraag) {
         o.close("Dienst");
     }
     o.close("Diensten");
+    if !v.historie.is_empty() {
+        o.open("Historie");
+        o.gt();
+        for h in &v.historie {
+            o.open("Periode");
+            o.attr_with("Id", |s| int(s, i64::from(h.id)));
+            o.attr_with("Begin", |s| date(s, h.begin));
+            o.attr_with("Einde", |s| date(s, h.einde));
+            o.gt();
+            for (code, waarde) in &h.factoren {
+                o.open("Factor");
+                o.attr("Code", code);
+                o.attr_with("Waarde", |s| decimal(s, waarde));
+                o.empty_end();
+            }
+            o.close("Periode");
+        }
+        o.close("Historie");
+    }
     o.close("LoonfactorBerekeningVraag");
 }
 

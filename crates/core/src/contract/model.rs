@@ -21,6 +21,8 @@ pub struct Vraag {
     pub dienstverband: Dienstverband,
     pub periode: Periode,
     pub diensten: Diensten,
+    /// Stored results of earlier periods (`Historie`; empty when absent).
+    pub historie: Vec<HistoriePeriode>,
 }
 
 /// The employment: contract terms the engine needs.
@@ -85,6 +87,40 @@ pub struct Tijdblok {
     pub einde: ClockTime,
     pub is_ziek: bool,
     pub dienst_type: DienstType,
+    /// Leave taken on the block's hours (`Verlof`), `None` for work or sickness.
+    pub verlof: Option<Verlof>,
+}
+
+/// The kind of leave a block holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verlof {
+    /// Statutory vacation hours (`Wettelijk`).
+    Wettelijk,
+    /// The rest of the vacation hours (`Bovenwettelijk`).
+    Bovenwettelijk,
+    /// Other paid leave (`Overig`).
+    Overig,
+}
+
+impl Verlof {
+    /// The attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verlof::Wettelijk => "Wettelijk",
+            Verlof::Bovenwettelijk => "Bovenwettelijk",
+            Verlof::Overig => "Overig",
+        }
+    }
+}
+
+/// An earlier period of the employment and its stored wage factors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoriePeriode {
+    pub id: i32,
+    pub begin: NaiveDate,
+    pub einde: NaiveDate,
+    /// (code, value), as the stored Antwoord gave them.
+    pub factoren: Vec<(CompactString, Decimal)>,
 }
 
 /// The kind of duty and whether it counts as worked time.

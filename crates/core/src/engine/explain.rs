@@ -94,6 +94,12 @@ impl Explanation {
                             b.dienst_type.code,
                             if b.is_ziek {
                                 "sick"
+                            } else if let Some(l) = b.verlof {
+                                match l {
+                                    crate::contract::Verlof::Wettelijk => "statutory vacation",
+                                    crate::contract::Verlof::Bovenwettelijk => "vacation above the statutory hours",
+                                    crate::contract::Verlof::Overig => "other leave",
+                                }
                             } else if b.dienst_type.telt_mee_in_gewerkte_uren {
                                 "worked"
                             } else {
@@ -144,10 +150,16 @@ impl Explanation {
             Kind::Worked => "worked",
             Kind::Sick => "sick",
             Kind::Other => "not counted",
+            Kind::LeaveStatutory => "vacation",
+            Kind::LeaveExtra => "vacation+",
+            Kind::LeaveOther => "leave",
         };
         let why = match (p.kind, w, info) {
             (Kind::Sick, ..) => "sick hours carry no ORT".to_owned(),
             (Kind::Other, ..) => "duty type does not count as worked".to_owned(),
+            (Kind::LeaveStatutory, ..) => "statutory vacation: no ORT of its own (see ORT over vacation)".to_owned(),
+            (Kind::LeaveExtra, ..) => "vacation above the statutory hours: no ORT".to_owned(),
+            (Kind::LeaveOther, ..) => "other leave: no ORT".to_owned(),
             (_, Some(w), Some(i)) => {
                 let mut s = format!("window {} {}-{} at {}%", w.days_text, hm(w.from), hm(w.to), w.pct);
                 if let Some(h) = i.holiday {
@@ -219,16 +231,26 @@ impl Explanation {
         self.wage = s;
     }
 
+    /// A line of its own after the wage (a rule's computation).
+    pub(crate) fn note(&mut self, text: &str) {
+        self.wage.push_str(text);
+        self.wage.push('\n');
+    }
+
     pub(crate) fn finish(&mut self, a: &Antwoord, t: &Totals, cao: &Cao) {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "Minutes: worked {} (in ORT windows {}, outside {}, above the ORT limit {}), sick {}, not counted {}; days worked {}.",
+            "Minutes: worked {} (in ORT windows {}, outside {}, above the ORT limit {}), sick {}, leave {} (statutory vacation {}, other vacation {}, other leave {}), not counted {}; days worked {}.",
             t.worked_minutes,
             t.ort_minutes.iter().sum::<i64>(),
             t.no_ort_minutes,
             t.over_limit_minutes,
             t.sick_minutes,
+            t.leave_minutes.iter().sum::<i64>(),
+            t.leave_minutes[0],
+            t.leave_minutes[1],
+            t.leave_minutes[2],
             t.other_minutes,
             t.days_worked
         );

@@ -15,7 +15,17 @@ pub mod codes {
     pub const DAYS_WORKED: &str = "101";
     pub const TRAVEL_DAYS: &str = "110";
     pub const SICK_HOURS: &str = "120";
+    /// Statutory vacation hours taken (`Verlof="Wettelijk"`).
+    pub const VACATION_HOURS: &str = "130";
+    /// Vacation hours above the statutory ones (`Verlof="Bovenwettelijk"`).
+    pub const EXTRA_VACATION_HOURS: &str = "131";
+    /// Other paid leave hours (`Verlof="Overig"`).
+    pub const LEAVE_HOURS: &str = "132";
+    /// Statutory vacation hours that carry ORT (within the year's maximum).
+    pub const VACATION_ORT_HOURS: &str = "133";
     pub const ORT_AMOUNT: &str = "230";
+    /// ORT over statutory vacation (euro).
+    pub const VACATION_ORT_AMOUNT: &str = "240";
     pub const EXTRA_HOURS: &str = "300";
     pub const OVERTIME_HOURS: &str = "310";
 }
@@ -45,7 +55,13 @@ pub fn answer(
         ));
     }
     totals.ort_entitled = dv.functiegroep <= cao.ort_max_functiegroep;
-    let ort_due = totals.ort_entitled && sums.total() > 0;
+    let vacation = super::vacation::compute(v, cao, totals);
+    if let Some(o) = &vacation {
+        totals.vacation_ort_minutes = o.minutes;
+        warnings.extend(o.warnings.iter().cloned());
+    }
+    let vacation_due = vacation.as_ref().is_some_and(|o| o.minutes > 0 && o.avg_pct > Decimal::ZERO);
+    let ort_due = totals.ort_entitled && (sums.total() > 0 || vacation_due);
     // ORT amount: Σ over caps of (Σ minutes × pct) × min(hourly wage, cap) / 6000, where
     // hourly wage = salary × 12 / (werkweek × 52); rounded to cents once, at the end.
     let mut amount = Decimal::ZERO;
@@ -67,6 +83,20 @@ pub fn answer(
         }
     }
     let amount = money(amount);
+    // ORT over statutory vacation: hours x hourly wage (under the ORT cap in force on the
+    // period's first day) x the average percentage.
+    let mut vacation_amount = Decimal::ZERO;
+    if let (true, Some(o)) = (vacation_due, &vacation)
+        && let Some(salary) = dv.salaris.as_ref().map(|s| s.nominaal_salaris)
+    {
+        let wage = salary * Decimal::from(12) / (werkweek * Decimal::from(52));
+        let wage = match cao.cap_on(v.periode.begin) {
+            Some((_, cap)) if wage > cap => cap,
+            _ => wage,
+        };
+        vacation_amount = Decimal::from(o.minutes) * wage * o.avg_pct / Decimal::from(6000);
+    }
+    let vacation_amount = money(vacation_amount);
     // Extra hours and overtime, in 1/720 hour units to stay exact (720 = 60 × 12).
     let (wn, wd) = super::period_weeks(v);
     if dv.cao.is_vier_weken {
@@ -80,7 +110,9 @@ pub fn answer(
         }
     }
     let unit = |hours: Decimal| hours * Decimal::from(720 * wn) / Decimal::from(wd);
-    let total = Decimal::from((totals.worked_minutes + totals.sick_minutes) * 12);
+    // Worked, sick and leave hours: leave is taken on rostered hours.
+    let total =
+        Decimal::from((totals.worked_minutes + totals.sick_minutes + totals.leave_minutes.iter().sum::<i64>()) * 12);
     let norm = unit(dv.parttime_uren);
     // Overtime is work above the roster's hours (art. 8.1): above full time, or above a
     // contract of more than full time (art. 6.1 lid 2 allows up to 40 hours a week).
@@ -99,14 +131,22 @@ pub fn answer(
         (codes::DAYS_WORKED, Decimal::from(totals.days_worked)),
         (codes::TRAVEL_DAYS, Decimal::from(totals.days_worked)),
         (codes::SICK_HOURS, hours_from_minutes(totals.sick_minutes)),
+        (codes::VACATION_HOURS, hours_from_minutes(totals.leave_minutes[0])),
+        (codes::EXTRA_VACATION_HOURS, hours_from_minutes(totals.leave_minutes[1])),
+        (codes::LEAVE_HOURS, hours_from_minutes(totals.leave_minutes[2])),
+        (codes::VACATION_ORT_HOURS, hours_from_minutes(totals.vacation_ort_minutes)),
     ];
     rows.extend(cao.rates.iter().zip(&ort_hours).map(|(r, h)| (r.code.as_str(), *h)));
     rows.push((codes::ORT_AMOUNT, amount));
+    rows.push((codes::VACATION_ORT_AMOUNT, vacation_amount));
     rows.push((codes::EXTRA_HOURS, to_hours(extra)));
     rows.push((codes::OVERTIME_HOURS, to_hours(over)));
     rows.sort_by(|a, b| a.0.cmp(b.0));
     if let Some(e) = ex {
         e.wage(wage_note, totals.ort_entitled, cao, (wn, wd), dv.parttime_uren, werkweek);
+        if let Some(o) = &vacation {
+            e.note(&o.note);
+        }
     }
     Ok(Antwoord {
         id: v.id,

@@ -4,7 +4,8 @@
 //! No I/O and no async: the rules of `docs/payroll-rules.md` with the rate tables of
 //! [`tables`]. Layout: [`tables`] (rates as data), [`holidays`] (Easter-based days),
 //! [`clock`] (Europe/Amsterdam as integer minutes), `timeline` (blocks to real time,
-//! overlaps), `ort` (minutes to rates), `factors` (totals to rows), [`explain`].
+//! overlaps), `ort` (minutes to rates), `vacation` (ORT over statutory vacation, from
+//! the Vraag's history), `factors` (totals to rows), [`explain`].
 
 pub mod clock;
 pub mod explain;
@@ -13,6 +14,7 @@ pub mod holidays;
 mod ort;
 pub mod tables;
 mod timeline;
+mod vacation;
 
 use rust_decimal::Decimal;
 use uuid::Uuid;
@@ -48,6 +50,11 @@ impl EngineError {
 pub struct Totals {
     pub worked_minutes: i64,
     pub sick_minutes: i64,
+    /// Leave minutes: statutory vacation, the rest of the vacation, other leave.
+    pub leave_minutes: [i64; 3],
+    /// Statutory vacation minutes that carry ORT (art. 12.1.2 lid 2: up to the year's
+    /// maximum).
+    pub vacation_ort_minutes: i64,
     /// Minutes of blocks whose duty type does not count as worked time.
     pub other_minutes: i64,
     pub days_worked: u32,

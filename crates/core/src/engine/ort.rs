@@ -2,8 +2,8 @@
 //! midnights and window edges; each cut is paid at the highest rate whose window holds
 //! it on that local day (weekday, holiday or calendar day), under the table in force
 //! on that day. Where the CAO limits ORT to the hours up to full time (art. 9.1 lid 1-2),
-//! the worked and sick minutes of the period are counted in time order and the worked
-//! minutes after the limit is reached carry no ORT.
+//! the worked, sick and leave minutes of the period are counted in time order and the
+//! worked minutes after the limit is reached carry no ORT.
 
 use chrono::Datelike;
 
@@ -45,8 +45,9 @@ pub fn split(
         _ => return Ok(sums),
     };
     let holidays = cao.holidays_in(first.year(), last.year());
-    // The instant the ORT limit is reached: worked and sick minutes count towards it, in
-    // time order (the hours above the limit are the last ones of the period).
+    // The instant the ORT limit is reached: worked, sick and leave minutes (rostered
+    // hours) count towards it, in time order (the hours above the limit are the last
+    // ones of the period).
     let cutoff = totals.ort_limit_minutes.and_then(|limit| {
         let mut left = limit;
         line.pieces.iter().filter(|p| p.kind != Kind::Other).find_map(|p| {
@@ -65,6 +66,9 @@ pub fn split(
             Kind::Sick => totals.sick_minutes += len,
             Kind::Other => totals.other_minutes += len,
             Kind::Worked => totals.worked_minutes += len,
+            Kind::LeaveStatutory => totals.leave_minutes[0] += len,
+            Kind::LeaveExtra => totals.leave_minutes[1] += len,
+            Kind::LeaveOther => totals.leave_minutes[2] += len,
         }
         // Cut at the ORT limit, then at clock changes: within each cut the offset is
         // constant and the minutes are either within the limit or above it.

@@ -43,10 +43,19 @@ struct RawCao {
     ort_max_functiegroep: i32,
     #[serde(default)]
     ort_tot_voltijd: bool,
+    #[serde(default)]
+    ort_vakantie: Option<RawVacationOrt>,
     feestdagen: Vec<RawHoliday>,
     #[serde(default)]
     ort_max_uurloon: Vec<RawCap>,
     versie: Vec<RawVersion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVacationOrt {
+    maanden: u32,
+    max_uren_voltijd: Decimal,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +161,10 @@ pub struct Cao {
     /// lid 1-2 with art. 8.5 lid 2): the hours after the first `max(contract, full
     /// time) x weeks` of the period carry none.
     pub ort_tot_voltijd: bool,
+    /// ORT during statutory vacation (CAO Ziekenhuizen art. 9.1 lid 4, art. 12.1.2 lid
+    /// 2): the hourly wage raised by the average ORT percentage of the past `months`, on
+    /// at most `max_hours_full_time` statutory vacation hours a calendar year (pro rata).
+    pub vacation_ort: Option<VacationOrt>,
     pub holidays: Vec<HolidayRule>,
     /// (from, cap) sorted by date.
     pub caps: Vec<(NaiveDate, Decimal)>,
@@ -200,6 +213,13 @@ impl Cao {
             holiday: holidays.iter().find(|(d, _)| *d == date).map(|(_, n)| *n),
         }
     }
+}
+
+/// ORT during statutory vacation, as the CAO sets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VacationOrt {
+    pub months: u32,
+    pub max_hours_full_time: Decimal,
 }
 
 /// All rate tables, validated.
@@ -304,6 +324,19 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         let rule = HolidayRule::parse(&h.naam, &h.regel, h.elke).map_err(|m| bad(&hat, m))?;
         holidays.push(rule);
     }
+    let vacation_ort = match &rc.ort_vakantie {
+        None => None,
+        Some(v) => {
+            let vat = format!("{at}.ort_vakantie");
+            if !(1..=24).contains(&v.maanden) {
+                return Err(bad(&vat, format!("maanden {} is not 1 to 24", v.maanden)));
+            }
+            if v.max_uren_voltijd <= Decimal::ZERO {
+                return Err(bad(&vat, "max_uren_voltijd must be more than 0"));
+            }
+            Some(VacationOrt { months: v.maanden, max_hours_full_time: v.max_uren_voltijd })
+        }
+    };
     let mut caps = Vec::new();
     for (i, c) in rc.ort_max_uurloon.iter().enumerate() {
         let cat = format!("{at}.ort_max_uurloon[{i}]");
@@ -399,6 +432,7 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         name: rc.naam,
         ort_max_functiegroep: rc.ort_max_functiegroep,
         ort_tot_voltijd: rc.ort_tot_voltijd,
+        vacation_ort,
         holidays,
         caps,
         versions,

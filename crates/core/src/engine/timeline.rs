@@ -6,15 +6,20 @@ use chrono::NaiveDate;
 use super::clock::{LocalClock, Minute, Placement, local_midnight};
 use super::explain::Explanation;
 use super::{EngineError, Reden};
-use crate::contract::{Vraag, Waarschuwing};
+use crate::contract::{Verlof, Vraag, Waarschuwing};
 
-/// What a minute of a block is.
+/// What a minute of a block is; where blocks overlap the highest kind owns the minute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     /// Duty that does not count as worked time (e.g. on call).
     Other = 0,
-    Sick = 1,
-    Worked = 2,
+    /// Leave taken on rostered hours (`Verlof`): other leave, the rest of the vacation
+    /// hours, statutory vacation.
+    LeaveOther = 1,
+    LeaveExtra = 2,
+    LeaveStatutory = 3,
+    Sick = 4,
+    Worked = 5,
 }
 
 /// A stretch of real time owned by one block.
@@ -133,6 +138,12 @@ pub fn build(v: &Vraag, mut ex: Option<&mut Explanation>) -> Result<Line, Engine
             }
             let kind = if b.is_ziek {
                 Kind::Sick
+            } else if let Some(l) = b.verlof {
+                match l {
+                    Verlof::Wettelijk => Kind::LeaveStatutory,
+                    Verlof::Bovenwettelijk => Kind::LeaveExtra,
+                    Verlof::Overig => Kind::LeaveOther,
+                }
             } else if b.dienst_type.telt_mee_in_gewerkte_uren {
                 Kind::Worked
             } else {
@@ -159,7 +170,8 @@ pub fn build(v: &Vraag, mut ex: Option<&mut Explanation>) -> Result<Line, Engine
 }
 
 /// Splits overlapping pieces at every edge and gives each stretch to the covering
-/// block of the highest kind (worked, then sick, then other; ties: first in the Vraag).
+/// block of the highest kind (worked, then sick, then leave, then other; ties: first in
+/// the Vraag).
 fn resolve_overlaps(v: &Vraag, pieces: Vec<Piece>, warnings: &mut Vec<Waarschuwing>) -> Vec<Piece> {
     // One warning per pair of Diensten (or per Dienst) with overlapping blocks.
     let mut pairs: Vec<(usize, usize, usize, usize)> = Vec::new();

@@ -10,7 +10,9 @@ use tokio_postgres::Client;
 
 use super::stmt;
 use crate::contract::values::{Timestamp, parse_clock, parse_date, parse_decimal};
-use crate::contract::{Cao, Dienst, DienstType, Diensten, Dienstverband, Periode, Salaris, Tijdblok, Vraag};
+use crate::contract::{
+    Cao, Dienst, DienstType, Diensten, Dienstverband, HistoriePeriode, Periode, Salaris, Tijdblok, Verlof, Vraag,
+};
 
 fn decimal(s: &str, what: &str) -> anyhow::Result<Decimal> {
     parse_decimal(s).map_err(|e| anyhow::anyhow!("{what} {s:?} {e}"))
@@ -81,11 +83,33 @@ pub async fn vraag(
                 code: CompactString::from(b.get::<_, &str>(5)),
                 telt_mee_in_gewerkte_uren: b.get(6),
             },
+            verlof: match b.get::<_, Option<&str>>(7) {
+                None => None,
+                Some("Wettelijk") => Some(Verlof::Wettelijk),
+                Some("Bovenwettelijk") => Some(Verlof::Bovenwettelijk),
+                Some("Overig") => Some(Verlof::Overig),
+                Some(other) => anyhow::bail!("verlof '{other}'"),
+            },
         };
         match diensten.last_mut() {
             Some((last, d)) if *last == dienst_id => d.tijdblokken.push(blok),
             _ => diensten.push((dienst_id, Dienst { datum: date(b.get(1), "datum")?, tijdblokken: vec![blok] })),
         }
+    }
+    // The stored results of earlier periods, as the SQL builder adds them.
+    let mut historie: Vec<HistoriePeriode> = Vec::new();
+    for h in client.query(stmt::ORACLE_HISTORY.sql, &[&dv, &periode]).await? {
+        let id: i32 = h.get(0);
+        if historie.last().is_none_or(|l| l.id != id) {
+            historie.push(HistoriePeriode {
+                id,
+                begin: date(h.get(1), "begin_datum")?,
+                einde: date(h.get(2), "eind_datum")?,
+                factoren: Vec::new(),
+            });
+        }
+        let value = decimal(h.get(4), "waarde")?;
+        historie.last_mut().expect("pushed").factoren.push((CompactString::from(h.get::<_, &str>(3)), value));
     }
     Ok(Some(Vraag {
         id,
@@ -94,5 +118,6 @@ pub async fn vraag(
         dienstverband,
         periode: periode_row,
         diensten: Diensten { dienst: diensten.into_iter().map(|(_, d)| d).collect() },
+        historie,
     }))
 }

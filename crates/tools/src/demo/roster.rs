@@ -32,6 +32,8 @@ pub struct Block {
     pub einde: &'static str,
     pub dienst_type: &'static str,
     pub ziek: bool,
+    /// Leave taken on the block (`Wettelijk`, …), the Vraag's `Verlof`.
+    pub verlof: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,7 +92,9 @@ impl Roster {
                     (_, 45..=54) => vec![block("07:00", "11:00", "D", ziek), block("11:30", "15:30", "D", ziek)],
                     (_, 55..=77) => vec![block("15:00", "23:30", "L", ziek)],
                     (_, 78..=93) => vec![block("23:00", "07:30", "N", ziek)],
-                    (_, 94..=96) => vec![block("09:00", "17:00", "OPL", false)],
+                    (_, 94..=95) => vec![block("09:00", "17:00", "OPL", false)],
+                    // A day of statutory vacation on rostered hours.
+                    (_, 96) => vec![Block { verlof: Some("Wettelijk"), ..block("07:00", "15:30", "VAK", false) }],
                     _ => vec![block("07:00", "15:30", "D", false), block("17:00", "23:00", "BER", false)],
                 };
                 shifts.push(Shift { dienstverband_id: id, datum, blocks });
@@ -131,12 +135,13 @@ impl Roster {
         let ends: Vec<&str> = blocks.iter().map(|(_, b)| b.einde).collect();
         let types: Vec<&str> = blocks.iter().map(|(_, b)| b.dienst_type).collect();
         let sick: Vec<bool> = blocks.iter().map(|(_, b)| b.ziek).collect();
-        tx.execute(stmt::TIJDBLOKKEN.sql, &[&dvs, &dates, &begins, &ends, &types, &sick]).await?;
+        let leave: Vec<Option<&str>> = blocks.iter().map(|(_, b)| b.verlof).collect();
+        tx.execute(stmt::TIJDBLOKKEN.sql, &[&dvs, &dates, &begins, &ends, &types, &sick, &leave]).await?;
         tx.batch_execute(stmt::ANALYZE_ROSTER.sql).await?;
         tx.commit().await
     }
 }
 
 fn block(begin: &'static str, einde: &'static str, dienst_type: &'static str, ziek: bool) -> Block {
-    Block { begin, einde, dienst_type, ziek }
+    Block { begin, einde, dienst_type, ziek, verlof: None }
 }

@@ -14,7 +14,7 @@ VALUES ($1, false, $2::text::date, $3::text::date) ON CONFLICT (id) DO NOTHING;
 -- name: dienst_types
 INSERT INTO rooster.dienst_type (code, omschrijving, telt_mee_in_gewerkte_uren) VALUES
     ('D', 'dagdienst', true), ('L', 'late dienst', true), ('N', 'nachtdienst', true),
-    ('OPL', 'opleiding', true), ('BER', 'bereikbaarheid', false)
+    ('OPL', 'opleiding', true), ('BER', 'bereikbaarheid', false), ('VAK', 'vakantie', false)
 ON CONFLICT (code) DO NOTHING;
 
 -- name: dienstverbanden
@@ -29,10 +29,11 @@ INSERT INTO rooster.dienst (dienstverband_id, datum)
 SELECT * FROM unnest($1::int[], $2::text[]::date[]);
 
 -- name: tijdblokken
-INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type, is_ziek)
-SELECT d.id, u.b, u.e, u.t, u.z
-  FROM unnest($1::int[], $2::text[]::date[], $3::text[]::time[], $4::text[]::time[], $5::text[], $6::bool[])
-       AS u(dv, datum, b, e, t, z)
+INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type, is_ziek, verlof)
+SELECT d.id, u.b, u.e, u.t, u.z, u.l
+  FROM unnest($1::int[], $2::text[]::date[], $3::text[]::time[], $4::text[]::time[], $5::text[], $6::bool[],
+              $7::text[])
+       AS u(dv, datum, b, e, t, z, l)
   JOIN rooster.dienst d ON d.dienstverband_id = u.dv AND d.datum = u.datum;
 
 -- After the bulk load, inside its transaction (ANALYZE counts the transaction's own
@@ -50,13 +51,13 @@ UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + make_interval(mins => $3)
              OFFSET $2::int % greatest(1, (SELECT count(*) FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
                                         WHERE d.dienstverband_id = $1)) LIMIT 1);
 
--- A block turns sick, or back.
+-- A block turns sick, or back (a leave block never: leave is not sick).
 -- name: toggle_sick
 UPDATE rooster.tijdblok SET is_ziek = NOT is_ziek
  WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
-              WHERE d.dienstverband_id = $1 ORDER BY t.id
+              WHERE d.dienstverband_id = $1 AND t.verlof IS NULL ORDER BY t.id
              OFFSET $2::int % greatest(1, (SELECT count(*) FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
-                                        WHERE d.dienstverband_id = $1)) LIMIT 1);
+                                        WHERE d.dienstverband_id = $1 AND t.verlof IS NULL)) LIMIT 1);
 
 -- A shift on a free day ($2 date, $3 begin, $4 end, $5 duty type).
 -- name: add_shift
@@ -157,13 +158,27 @@ SELECT begin_datum::text, eind_datum::text FROM rooster.periode WHERE id = $1;
 
 -- name: oracle_blocks
 SELECT d.id, d.datum::text, to_char(t.begin_tijd, 'HH24:MI'), to_char(t.eind_tijd, 'HH24:MI'), t.is_ziek,
-       dt.code, dt.telt_mee_in_gewerkte_uren
+       dt.code, dt.telt_mee_in_gewerkte_uren, t.verlof
   FROM rooster.dienst d
   JOIN rooster.tijdblok t ON t.dienst_id = d.id
   JOIN rooster.dienst_type dt ON dt.code = t.dienst_type
   JOIN rooster.periode p ON p.id = $2
  WHERE d.dienstverband_id = $1 AND d.datum BETWEEN p.begin_datum AND p.eind_datum
  ORDER BY d.datum, d.id, t.begin_tijd, t.id;
+
+-- name: oracle_history
+-- The stored factors of the dienstverband's periods that begin in the 12 months before
+-- period $2 (of its CAO's kind), period by period.
+SELECT hp.id, hp.begin_datum::text, hp.eind_datum::text, f.loonfactor_code, f.waarde::text
+  FROM rooster.periode p
+  JOIN rooster.dienstverband dv ON dv.id = $1
+  JOIN rooster.cao c ON c.id = dv.cao_id
+  JOIN rooster.periode hp ON hp.is_vier_weken = c.is_vier_weken
+       AND hp.begin_datum >= p.begin_datum - interval '12 months' AND hp.eind_datum < p.begin_datum
+  JOIN rekenserver.resultaat r ON r.dienstverband_id = dv.id AND r.periode_id = hp.id
+  JOIN rekenserver.resultaat_factor f ON f.dienstverband_id = dv.id AND f.periode_id = hp.id
+ WHERE p.id = $2
+ ORDER BY hp.begin_datum, hp.id, f.loonfactor_code;
 
 -- On the demo's own cluster: the logins its workers and planners use (given
 -- sbworker_worker and sbworker_sender by the install's grant; neither a superuser).
