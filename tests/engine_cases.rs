@@ -345,8 +345,8 @@ fn an_empty_roster_still_answers_every_factor() {
 // ORT only up to full time: CAO Ziekenhuizen art. 9.1 lid 1 ("voor zover zij de 36 uur
 // niet te boven gaan"), lid 2 (the contract hours for another contract) and art. 8.5
 // lid 2 (a part-timer's extra hours up to full time carry ORT). The limit of a period is
-// max(contract, full time) h a week x the period's weeks; worked and sick hours count
-// towards it in time order, and the worked hours after it carry no ORT. In the 4-week
+// max(contract, full time) h a week x the period's weeks; worked, sick and leave hours
+// count towards it in time order, and the worked hours after it carry no ORT. In the 4-week
 // period 23 February - 22 March 2026 (ISO weeks 9-12, no holiday, no clock change) a
 // full-timer's limit is 36 x 4 = 144 h. Hourly wage: 3,900 x 12 / (36 x 52) = 25.00,
 // below the 2026 cap of 31.00.
@@ -528,9 +528,9 @@ fn statutory_vacation_carries_the_average_ort_of_the_past_six_months() {
 
 #[test]
 fn the_years_maximum_of_vacation_hours_with_ort_holds() {
-    // 140 of the 144 hours were used in the period that began on 26 January 2026 (the
-    // one that began on 29 December 2025 counts for 2025): 4 hours left. 133 = 4.00,
-    // 240 = 4 x 25.00 x 9,840 / 864 % = 11.3888... = 11.39. The vacation hours stay 16.
+    // 140 of the 144 hours were used in the period that began on 26 January 2026: 4
+    // hours left. 133 = 4.00, 240 = 4 x 25.00 x 9,840 / 864 % = 11.3888... = 11.39. The
+    // vacation hours stay 16.
     let mut v = with_vacation();
     v.historie = six_months("140");
     expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "4.00"), ("240", "11.39")]);
@@ -575,4 +575,80 @@ fn other_vacation_and_leave_are_factors_of_their_own_without_ort() {
     let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
     v.historie = six_months("0");
     expect(&calc(&v), &[("100", "128.00"), ("131", "8.00"), ("132", "8.00")]);
+}
+
+#[test]
+fn a_four_week_years_first_period_belongs_to_its_iso_year() {
+    // Period 1 of 2026 began on 29 December 2025: the 140 hours it used count for 2026
+    // (the ISO year of its first week), so 4 hours are left, as when January's period
+    // used them. 133 = 4.00, 240 = 11.39.
+    let mut v = with_vacation();
+    v.historie = six_months("0");
+    let first_2026 = v.historie.iter_mut().find(|h| h.begin == d("2025-12-29")).unwrap();
+    first_2026.factoren.push(("133".into(), "140".parse().unwrap()));
+    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "4.00"), ("240", "11.39")]);
+}
+
+#[test]
+fn only_the_periods_of_the_past_six_months_make_the_average() {
+    // Added to the six periods: one that began on 11 August 2025, before the window (23
+    // August 2025), and the period itself, neither of which may count: both are all
+    // night work at 47%, which would raise the average above 11.3889%. 240 stays 45.56.
+    let mut v = with_vacation();
+    v.historie = six_months("0");
+    for (begin, einde) in [("2025-08-11", "2025-09-07"), ("2026-02-23", "2026-03-22")] {
+        v.historie.push(sbworker::contract::HistoriePeriode {
+            id: 99,
+            begin: d(begin),
+            einde: d(einde),
+            factoren: vec![("100".into(), "144".parse().unwrap()), ("212".into(), "144".parse().unwrap())],
+        });
+    }
+    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56")]);
+}
+
+#[test]
+fn leave_counts_towards_the_ort_limit_and_vacation_after_it_carries_none() {
+    // Statutory vacation first (Monday 23 and Tuesday 24 February, 16 h), then 16 day
+    // shifts (128 h): 144 h, the limit. Then the night of Thursday 19 March 21:00-07:00
+    // is all above it: no ORT on it (it would be 1 h at 22% and 9 h at 47%). The
+    // vacation, within the limit, carries its ORT: 240 = 45.56 as before.
+    use sbworker::contract::Verlof;
+    let mut ds = vec![
+        dienst("2026-02-23", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]),
+        dienst("2026-02-24", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]),
+    ];
+    ds.extend(day_shifts(18).into_iter().skip(2));
+    ds.push(dienst("2026-03-19", vec![w("21:00", "07:00")]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.historie = six_months("0");
+    let c = calc(&v);
+    expect(&c, &[("100", "138.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56"), ("310", "10.00")]);
+    // Vacation last: the same hours the other way round. The night is within the limit
+    // now and carries ORT; the vacation after the limit carries none (133 = 0).
+    let mut ds = day_shifts(16);
+    ds.push(dienst("2026-03-17", vec![w("21:00", "07:00")]));
+    ds.push(dienst("2026-03-19", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
+    ds.push(dienst("2026-03-20", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
+    let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
+    v.historie = six_months("0");
+    let c = calc(&v);
+    // 16 shifts (128 h) + the night (10 h) = 138 h, then 6 of the 16 vacation hours are
+    // within the limit (to 144 h) and 10 after it: 133 = 6.00, 240 = 6 x 25.00 x
+    // 11.3888...% = 17.0833... = 17.08. The night (Tuesday 17 March 21:00-07:00): 1 h at
+    // 22%, then 9 h at 47% (22-24, 00-06 at 47%, 06-07 at 22%): 210 = 2.00, 212 = 8.00;
+    // amount 25.00 x (2 x 0.22 + 8 x 0.47) = 25.00 x 4.20 = 105.00.
+    expect(
+        &c,
+        &[
+            ("100", "138.00"),
+            ("130", "16.00"),
+            ("133", "6.00"),
+            ("210", "2.00"),
+            ("212", "8.00"),
+            ("230", "105.00"),
+            ("240", "17.08"),
+            ("310", "10.00"),
+        ],
+    );
 }

@@ -72,9 +72,14 @@ GO
 IF COL_LENGTH(N'Rooster.tijdblok', N'verlof') IS NULL
     ALTER TABLE Rooster.tijdblok ADD verlof varchar(16) NULL;
 GO
+-- Compared in a binary collation and with its length, so that only the exact values the
+-- Vraag's XSD names pass ('wettelijk' or 'Wettelijk ' would pass a case-insensitive
+-- comparison, which also ignores trailing spaces).
 IF OBJECT_ID(N'Rooster.ck_tijdblok_verlof', N'C') IS NULL
     ALTER TABLE Rooster.tijdblok ADD CONSTRAINT ck_tijdblok_verlof
-        CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND is_ziek = 0));
+        CHECK (verlof IS NULL
+               OR (verlof COLLATE Latin1_General_BIN2 IN ('Wettelijk', 'Bovenwettelijk', 'Overig')
+                   AND DATALENGTH(verlof) = LEN(verlof) AND is_ziek = 0));
 GO
 
 -- Per key: the roster version (only grows) and the initiator's conversation group of

@@ -224,8 +224,8 @@ impl Explanation {
             let _ = writeln!(
                 s,
                 "ORT limit: max({pt}, {ww}) h x {w} weeks (art. 9.1 lid 1-2; a part-timer's extra hours up to full time \
-                 carry ORT, art. 8.5 lid 2): worked and sick hours count towards it in time order, and worked hours \
-                 after it carry none."
+                 carry ORT, art. 8.5 lid 2): worked, sick and leave hours count towards it in time order, and worked \
+                 and vacation hours after it carry none."
             );
         }
         self.wage = s;

@@ -55,6 +55,9 @@ pub struct Totals {
     /// Statutory vacation minutes that carry ORT (art. 12.1.2 lid 2: up to the year's
     /// maximum).
     pub vacation_ort_minutes: i64,
+    /// Statutory vacation minutes after the ORT limit of the period was reached: no ORT
+    /// over them either.
+    pub vacation_over_limit_minutes: i64,
     /// Minutes of blocks whose duty type does not count as worked time.
     pub other_minutes: i64,
     pub days_worked: u32,

@@ -87,6 +87,9 @@ pub fn split(
                 let day_start = t - i64::from(m0);
                 let m1 = (lb - day_start).min(1440) as u16;
                 if piece.kind != Kind::Worked {
+                    if above && piece.kind == Kind::LeaveStatutory {
+                        totals.vacation_over_limit_minutes += i64::from(m1 - m0);
+                    }
                     if let Some(e) = ex.as_deref_mut() {
                         e.line(piece, date, m0, m1, None, None);
                     }

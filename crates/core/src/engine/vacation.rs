@@ -32,10 +32,11 @@ fn factor(f: &[(compact_str::CompactString, Decimal)], code: &str) -> Decimal {
 /// The rule for this Vraag, when the CAO has it and statutory vacation was taken.
 pub fn compute(v: &Vraag, cao: &Cao, totals: &Totals) -> Option<Outcome> {
     let rule = cao.vacation_ort.as_ref()?;
-    let statutory = totals.leave_minutes[0];
-    if statutory == 0 {
+    if totals.leave_minutes[0] == 0 {
         return None;
     }
+    // Vacation after the period's ORT limit carries none (the limit holds for all ORT).
+    let statutory = totals.leave_minutes[0] - totals.vacation_over_limit_minutes;
     let p = &v.periode;
     let mut out = Outcome::default();
     if !totals.ort_entitled {
@@ -73,10 +74,13 @@ pub fn compute(v: &Vraag, cao: &Cao, totals: &Totals) -> Option<Outcome> {
     // calendar year paid.
     let dv = &v.dienstverband;
     let max_hours = rule.max_hours_full_time * dv.parttime_uren / dv.cao.werkweek_uren.max(Decimal::ONE);
+    // The year of a period: a 4-week period's is the ISO year of its first week (period
+    // 1 of 2026 begins on 29 December 2025), a month's its calendar year.
+    let year = |d: chrono::NaiveDate| if dv.cao.is_vier_weken { d.iso_week().year() } else { d.year() };
     let already: Decimal = v
         .historie
         .iter()
-        .filter(|h| h.begin.year() == p.begin.year() && h.begin < p.begin)
+        .filter(|h| year(h.begin) == year(p.begin) && h.begin < p.begin)
         .map(|h| factor(&h.factoren, codes::VACATION_ORT_HOURS))
         .sum();
     let left_minutes = ((max_hours - already) * Decimal::from(60)).max(Decimal::ZERO).floor();
@@ -86,14 +90,14 @@ pub fn compute(v: &Vraag, cao: &Cao, totals: &Totals) -> Option<Outcome> {
     out.note = format!(
         "ORT over statutory vacation (art. 9.1 lid 4, art. 12.1.2 lid 2): average ORT {}% over {} stored \
          period(s) of the past {} months ({} ORT-weighted hours / {} worked hours); {} of {} vacation \
-         minutes within the year's maximum of {} h ({} h used before this period).",
+         minutes within the ORT limit and the year's maximum of {} h ({} h used before this period).",
         out.avg_pct.round_dp(4),
         past.len(),
         rule.months,
         (weighted / Decimal::from(100)).round_dp(2),
         worked.round_dp(2),
         out.minutes,
-        statutory,
+        totals.leave_minutes[0],
         max_hours.round_dp(2),
         already.round_dp(2)
     );
