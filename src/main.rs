@@ -121,6 +121,52 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Recompute {
+            database,
+            periodes,
+            cao,
+            dienstverband_van,
+            dienstverband_tot,
+            sleutels,
+            all,
+            after,
+            batch,
+            fuse,
+            dry_run,
+        } => {
+            let selection = sbworker::handoff::recompute::Selection {
+                periodes,
+                cao,
+                dienstverband_from: dienstverband_van,
+                dienstverband_to: dienstverband_tot,
+                keys: sleutels,
+                after,
+            };
+            if selection.is_everything() && !all {
+                eprintln!(
+                    "sbworker recompute: choose the keys (--periode, --cao, --dienstverband-van/-tot, --sleutel), or --all for every key"
+                );
+                return ExitCode::from(2);
+            }
+            let target = match database.target() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sbworker recompute: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = sbworker::handoff::recompute::Options { batch, fuse, dry_run };
+            match cli::handoff::recompute(&target, &selection, opts) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sbworker recompute: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Calc { file, explain, tables, max_body_bytes } => {
             let tables = match cli::calc::load_tables(tables.as_deref()) {
                 Ok(t) => t,

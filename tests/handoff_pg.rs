@@ -382,3 +382,122 @@ async fn a_key_whose_latest_version_was_diverted_is_sent_again_by_the_sweep_at_m
         "the run log says so: {steps:?}"
     );
 }
+
+/// Every stored result's key and version.
+async fn stored(c: &Client) -> Vec<(i32, i32, i64)> {
+    c.query("SELECT dienstverband_id, periode_id, versie FROM rekenserver.resultaat ORDER BY 1, 2", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// The ORT amounts stored for April 2026, per employee.
+async fn amounts(c: &Client) -> Vec<(i32, String)> {
+    c.query(
+        "SELECT dienstverband_id, waarde::text FROM rekenserver.resultaat_factor
+          WHERE periode_id = 202604 AND loonfactor_code = '230' ORDER BY 1",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Runs `sbworker recompute` with `args` against `url`: its exit code and stdout.
+async fn recompute(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = crate::common::within(
+        120,
+        "sbworker recompute",
+        Command::new(BIN).arg("recompute").args(["--postgres", url]).args(args).output(),
+    )
+    .await
+    .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// A rate-table change recomputed for one period only: the worker restarted with new
+/// rate tables (weekday nights at 50% instead of 47%), `sbworker recompute --periode`
+/// raises the keys of that period alone in batches, each computed again from the roster
+/// as it stands; the other period's key keeps its version and result; a dry run changes
+/// nothing; the fuse stops a run and says where to go on; the run log has each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_table_change_is_recomputed_for_one_period_only() {
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(4, 5, false).load(&mut loader).await.unwrap();
+    // A key in May too: one day shift (no ORT, so no rate change touches it).
+    c.batch_execute(&format!(
+        "INSERT INTO rooster.periode (id, is_vier_weken, begin_datum, eind_datum) VALUES (202605, false, '2026-05-01', '2026-05-31');
+         WITH d AS (INSERT INTO rooster.dienst (dienstverband_id, datum) VALUES ({FIRST_ID}, '2026-05-04') RETURNING id)
+         INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type) SELECT id, '08:00', '16:00', 'D' FROM d;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("recompute");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    crate::common::calc::wait_until("every key is calculated", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat").await == 5
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let before = stored(&c).await;
+    let old_amounts = amounts(&c).await;
+    // New rate tables: weekday nights at 50%.
+    let text = std::fs::read_to_string(crate::common::root().join("data/cao.toml")).unwrap();
+    let changed = text.replace("pct = 47, code = \"212\"", "pct = 50, code = \"212\"");
+    assert_ne!(changed, text);
+    let tables_file = dir.0.join("cao.toml");
+    std::fs::write(&tables_file, &changed).unwrap();
+    let worker = spawn_worker(
+        &dir,
+        &format!(
+            "{}\n[engine]\ntables = {}\n",
+            sbworker::demo::worker_config_text(&url, 2),
+            toml::Value::String(tables_file.to_string_lossy().into_owned())
+        ),
+    );
+    // A dry run counts and changes nothing; choosing no keys is refused.
+    let (code, out, _) = recompute(&url, &["--periode", "202604", "--dry-run"]).await;
+    assert_eq!((code, out.trim()), (Some(0), "dry run: 4 keys would be recomputed"));
+    let (code, _, err) = recompute(&url, &[]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--all"), "{err}");
+    assert_eq!(stored(&c).await, before);
+    // The fuse stops a run at 3 keys and says where to go on.
+    let (code, out, err) = recompute(&url, &["--periode", "202604", "--batch", "2", "--fuse", "3"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("3 keys recomputed in 2 transactions, 3 Vraags sent; fuse of 3 reached"), "{out}");
+    assert!(err.contains("recompute: 2 keys recomputed") && err.contains("recompute: 3 keys recomputed"), "{err}");
+    let after = out.rsplit("--after ").next().unwrap().trim().to_owned();
+    let (code, out, err) = recompute(&url, &["--periode", "202604", "--after", &after]).await;
+    assert_eq!((code, out.trim()), (Some(0), "1 keys recomputed in 1 transactions, 1 Vraags sent"), "{err}");
+    crate::common::calc::wait_until("the recomputed keys are stored", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE periode_id = 202604 AND versie = 2").await == 4
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    // April's keys rose by one and hold the new tables' results; May's key is untouched.
+    let now = stored(&c).await;
+    for ((dv, p, v0), (dv1, p1, v1)) in before.iter().zip(&now) {
+        assert_eq!((dv, p), (dv1, p1));
+        assert_eq!(*v1, if *p == 202604 { v0 + 1 } else { *v0 }, "key ({dv}, {p})");
+    }
+    let new_tables = sbworker::engine::Tables::from_toml(&changed).unwrap();
+    let verdict = sbworker::demo::check::verify(&c, &new_tables).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_ne!(amounts(&c).await, old_amounts, "the nights are paid at 50% now");
+    // The run log has the two runs that changed something (a dry run logs nothing).
+    let runs: Vec<(Option<i32>, Option<i32>)> = c
+        .query("SELECT kandidaten, verzonden FROM rekenserver.run_log WHERE stap = 'herberekening' ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(runs, [(Some(3), Some(3)), (Some(1), Some(1))]);
+}

@@ -301,6 +301,45 @@ BEGIN
     RETURN v_n;
 END $$;
 
+-- Recompute (`sbworker recompute`): the known keys that match every filter given (NULL:
+-- no filter), in key order after the key (p_na_dv, p_na_periode), at most p_aantal.
+-- For a change no roster edit makes: new rate tables, a CAO change, a corrected period.
+CREATE OR REPLACE FUNCTION rekenserver.herbereken_sleutels(
+    p_periodes int[], p_cao text, p_dv_van int, p_dv_tot int, p_na_dv int, p_na_periode int, p_aantal int)
+RETURNS TABLE (dienstverband_id int, periode_id int) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.dienstverband_id, s.periode_id
+      FROM rekenserver.sleutel s
+      JOIN rooster.dienstverband dv ON dv.id = s.dienstverband_id
+      JOIN rooster.cao c ON c.id = dv.cao_id
+     WHERE (p_periodes IS NULL OR s.periode_id = ANY (p_periodes))
+       AND (p_cao IS NULL OR c.code = p_cao)
+       AND (p_dv_van IS NULL OR s.dienstverband_id >= p_dv_van)
+       AND (p_dv_tot IS NULL OR s.dienstverband_id <= p_dv_tot)
+       AND (p_na_dv IS NULL OR (s.dienstverband_id, s.periode_id) > (p_na_dv, p_na_periode))
+     ORDER BY s.dienstverband_id, s.periode_id
+     LIMIT p_aantal;
+END $$;
+
+-- Recomputes these keys ($1 dienstverbanden, $2 periods, pairwise) as a roster edit
+-- does: each key's version rises and its Vraag, built from the data as it stands now,
+-- is sent (in key order, the order the triggers lock keys in). Returns how many were
+-- sent (a key whose Vraag cannot be built is recorded in rekenserver.onverzendbaar).
+CREATE OR REPLACE FUNCTION rekenserver.herbereken(p_dvs int[], p_periodes int[])
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    k record;
+    v_n int := 0;
+BEGIN
+    FOR k IN SELECT u.dv, u.p FROM unnest(p_dvs, p_periodes) AS u(dv, p) ORDER BY u.dv, u.p LOOP
+        IF rekenserver.verstuur_vraag(k.dv, k.p) IS NOT NULL THEN
+            v_n := v_n + 1;
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END $$;
+
 -- TRUNCATE fires no DELETE trigger: a TRUNCATE of the duties or their blocks raises the
 -- version of every key known (in rekenserver.sleutel), to be sent by the sweep.
 CREATE OR REPLACE FUNCTION rooster.noteer_truncate() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -73,6 +73,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'markeer_verloren'),
     ('sbworker_housekeeping', 'rekenserver', 'verlopen_dialogen'),
     ('sbworker_housekeeping', 'rekenserver', 'markeer_sleutels'),
+    ('sbworker_housekeeping', 'rekenserver', 'herbereken_sleutels'),
+    ('sbworker_housekeeping', 'rekenserver', 'herbereken'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),

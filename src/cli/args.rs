@@ -153,6 +153,54 @@ pub enum Command {
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
         delete_batch: i64,
     },
+    /// Compute keys again after a change no roster edit makes (new rate tables, a CAO
+    /// change, a corrected period): each key's version rises and its Vraag is sent, in
+    /// short transactions, as a roster edit does (PostgreSQL).
+    #[command(after_help = "Choose the keys by period, CAO, employee range, or name them; every filter given must
+        hold, and at least one is needed (--all for every key). Progress goes to stderr, the run
+        to rekenserver.run_log (stap 'herberekening'). At --fuse keys the run stops and says where
+        to go on (--after). One recompute at a time; a sweep may run beside it.
+
+        Examples:
+          sbworker recompute --postgres URL --periode 202604 --dry-run
+          sbworker recompute --postgres URL --periode 202604 --periode 202605 --cao ZKH
+          sbworker recompute --postgres URL --dienstverband-van 1000 --dienstverband-tot 1999 --batch 200
+          sbworker recompute --postgres URL --sleutel 1001:202604 --sleutel 1002:202604
+          sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604")]
+    Recompute {
+        #[command(flatten)]
+        database: HandoffDatabase,
+        /// A period (repeatable).
+        #[arg(long = "periode", value_name = "ID")]
+        periodes: Vec<i32>,
+        /// A CAO code (as in the roster's rooster.cao).
+        #[arg(long, value_name = "CODE")]
+        cao: Option<String>,
+        /// Employees from this id.
+        #[arg(long, value_name = "ID")]
+        dienstverband_van: Option<i32>,
+        /// Employees up to this id.
+        #[arg(long, value_name = "ID")]
+        dienstverband_tot: Option<i32>,
+        /// A key, DIENSTVERBAND:PERIODE (repeatable; the filters above are then not used).
+        #[arg(long = "sleutel", value_name = "DV:P", value_parser = parse_key)]
+        sleutels: Vec<(i32, i32)>,
+        /// Every key (needed when no filter is given).
+        #[arg(long)]
+        all: bool,
+        /// Start after this key, DIENSTVERBAND:PERIODE (where a run stopped at its fuse).
+        #[arg(long, value_name = "DV:P", value_parser = parse_key)]
+        after: Option<(i32, i32)>,
+        /// Keys per committed transaction.
+        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
+        batch: usize,
+        /// Most keys per run.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..))]
+        fuse: i64,
+        /// Count the keys, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     #[cfg(feature = "tools")]
     /// Measure sbworker side by side with River, graphile-worker and the machine's limit
     /// (pgbench doing the same commits and writes) on a throwaway cluster; writes
@@ -423,6 +471,13 @@ pub enum FormatArg {
 pub enum ModeArg {
     Once,
     Lease,
+}
+
+/// A key written DIENSTVERBAND:PERIODE.
+fn parse_key(s: &str) -> Result<(i32, i32), String> {
+    let (dv, p) = s.split_once(':').ok_or_else(|| format!("'{s}' is not DIENSTVERBAND:PERIODE"))?;
+    let n = |t: &str| t.trim().parse::<i32>().map_err(|_| format!("'{t}' in '{s}' is not a number"));
+    Ok((n(dv)?, n(p)?))
 }
 
 /// The database of `sbworker export` and `sbworker sweep`: PostgreSQL, or SQL Server

@@ -170,6 +170,46 @@ pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
     })
 }
 
+/// `sbworker recompute` (PostgreSQL; SQL Server is refused, saying so).
+pub fn recompute(
+    target: &Target,
+    selection: &crate::handoff::recompute::Selection,
+    opts: crate::handoff::recompute::Options,
+) -> anyhow::Result<String> {
+    use crate::handoff::recompute::{self, Outcome};
+    runtime()?.block_on(async {
+        let url = match target {
+            Target::Postgres(url) => url,
+            Target::Mssql(_) => anyhow::bail!(
+                "not available on SQL Server yet: raise the keys with Rekenserver.markeer_sleutels and run the sweep"
+            ),
+        };
+        let mut client = connect(url).await?;
+        let outcome = recompute::run(&mut client, selection, opts, |keys, sent| {
+            eprintln!("recompute: {keys} keys recomputed, {sent} Vraags sent");
+        })
+        .await?;
+        Ok(match outcome {
+            Outcome::Skipped => "skipped: another recompute holds the lock".to_owned(),
+            Outcome::Counted { keys, fuse_reached } => format!(
+                "dry run: {keys} keys would be recomputed{}",
+                if fuse_reached {
+                    format!(" (the fuse of {} stops the run there; more match)", opts.fuse)
+                } else {
+                    String::new()
+                }
+            ),
+            Outcome::Ran { keys, sent, batches, fuse_reached, last } => format!(
+                "{keys} keys recomputed in {batches} transactions, {sent} Vraags sent{}",
+                match (fuse_reached, last) {
+                    (true, Some((d, p))) => format!("; fuse of {} reached: go on with --after {d}:{p}", opts.fuse),
+                    _ => String::new(),
+                }
+            ),
+        })
+    })
+}
+
 pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
     match o {
         sweep::Outcome::Skipped => "skipped: a previous sweep still holds the lock (logged)".into(),

@@ -43,6 +43,22 @@ WITH done AS (
 )
 SELECT count(*) FROM done;
 
+-- Recompute's lock (one recompute at a time; a sweep may run beside it).
+-- name: recompute_try_lock
+SELECT pg_try_advisory_lock(hashtext('rekenserver.recompute'));
+
+-- name: recompute_unlock
+SELECT pg_advisory_unlock(hashtext('rekenserver.recompute'));
+
+-- Up to $7 known keys after ($5, $6) in key order that match: $1 periods, $2 CAO code,
+-- $3..$4 employees (NULL: no filter).
+-- name: recompute_keys
+SELECT dienstverband_id, periode_id FROM rekenserver.herbereken_sleutels($1, $2, $3, $4, $5, $6, $7);
+
+-- Recomputes a batch ($1 dienstverbanden, $2 periods); how many Vraags went.
+-- name: recompute_batch
+SELECT rekenserver.herbereken($1, $2);
+
 -- The sweep's lock: a session-level advisory lock, taken without waiting.
 -- name: try_lock
 SELECT pg_try_advisory_lock(hashtext('rekenserver.sweep'));

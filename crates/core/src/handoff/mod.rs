@@ -2,12 +2,14 @@
 //! [`export`] claims a period's unexported results for payroll in one statement (mode
 //! once: at-most-once; mode lease: at-least-once with confirmation), and [`sweep`]
 //! sends the keys whose roster is newer than their result, under a lock, a fuse and a
-//! run log with retention. The statements are in `broker/postgres/statements/handoff.sql`;
+//! run log with retention, and [`recompute`] computes chosen keys again after a change no
+//! roster edit makes. The statements are in `broker/postgres/statements/handoff.sql`;
 //! [`mssql`] does both on SQL Server, through the procedures of
 //! `broker/mssql/05_handoff.sql`.
 
 pub mod export;
 pub mod mssql;
+pub mod recompute;
 pub mod sweep;
 
 /// The statements (`broker/postgres/statements/handoff.sql`).

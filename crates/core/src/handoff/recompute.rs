@@ -1,0 +1,216 @@
+//! `sbworker recompute` (PostgreSQL): computes keys again after a change no roster edit
+//! makes (new rate tables, a CAO change, a corrected period). The keys are chosen by
+//! period, CAO, employee range or named one by one; each batch raises its keys' versions
+//! and sends their Vraags in one short transaction, as a roster edit does, so latest wins
+//! and the version claim hold as for any edit. One recompute at a time (an advisory lock
+//! taken without waiting), a fuse on the keys per run, progress after every batch, and a
+//! run-log row (`stap = 'herberekening'`).
+
+use tokio_postgres::Client;
+
+use super::stmt;
+
+/// Which keys: every filter given must hold; `keys` names keys outright (then the
+/// filters are not used).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub periodes: Vec<i32>,
+    pub cao: Option<String>,
+    pub dienstverband_from: Option<i32>,
+    pub dienstverband_to: Option<i32>,
+    pub keys: Vec<(i32, i32)>,
+    /// Start after this key (to go on where a run stopped at its fuse).
+    pub after: Option<(i32, i32)>,
+}
+
+impl Selection {
+    /// The selection that would recompute everything: refused unless asked for with
+    /// `--all` (a whole installation's keys is never a default).
+    pub fn is_everything(&self) -> bool {
+        self.periodes.is_empty()
+            && self.cao.is_none()
+            && self.dienstverband_from.is_none()
+            && self.dienstverband_to.is_none()
+            && self.keys.is_empty()
+    }
+}
+
+/// Limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Keys per committed transaction.
+    pub batch: usize,
+    /// Most keys recomputed per run.
+    pub fuse: i64,
+    /// Count the keys, change nothing.
+    pub dry_run: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Another recompute held the lock: nothing was done.
+    Skipped,
+    /// `--dry-run`: the keys that would be recomputed (at most the fuse, and whether
+    /// more match).
+    Counted { keys: i64, fuse_reached: bool },
+    Ran {
+        keys: i64,
+        /// Vraags sent (a key whose Vraag cannot be built is raised but not sent).
+        sent: i64,
+        batches: i64,
+        fuse_reached: bool,
+        /// The last key recomputed (for `--after` when the fuse stopped the run).
+        last: Option<(i32, i32)>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("recompute step {step} failed: {source}")]
+pub struct RecomputeError {
+    pub step: &'static str,
+    #[source]
+    pub source: tokio_postgres::Error,
+}
+
+fn at(step: &'static str) -> impl Fn(tokio_postgres::Error) -> RecomputeError {
+    move |source| RecomputeError { step, source }
+}
+
+/// The next page of keys after `after`, at most `n`.
+async fn page(
+    client: &Client,
+    sel: &Selection,
+    after: Option<(i32, i32)>,
+    n: i64,
+) -> Result<Vec<(i32, i32)>, tokio_postgres::Error> {
+    if !sel.keys.is_empty() {
+        let mut keys = sel.keys.clone();
+        keys.sort_unstable();
+        keys.dedup();
+        return Ok(keys.into_iter().filter(|k| after.is_none_or(|a| *k > a)).take(n.max(0) as usize).collect());
+    }
+    let periodes = (!sel.periodes.is_empty()).then_some(&sel.periodes);
+    let rows = client
+        .query(
+            stmt::RECOMPUTE_KEYS.sql,
+            &[
+                &periodes,
+                &sel.cao,
+                &sel.dienstverband_from,
+                &sel.dienstverband_to,
+                &after.map(|a| a.0),
+                &after.map(|a| a.1),
+                &(n as i32),
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// One run; `progress` hears (keys done, Vraags sent) after every batch. Use a
+/// connection of its own: the lock belongs to the session.
+pub async fn run(
+    client: &mut Client,
+    sel: &Selection,
+    opts: Options,
+    mut progress: impl FnMut(i64, i64),
+) -> Result<Outcome, RecomputeError> {
+    let locked: bool = client.query_one(stmt::RECOMPUTE_TRY_LOCK.sql, &[]).await.map_err(at("lock"))?.get(0);
+    if !locked {
+        return Ok(Outcome::Skipped);
+    }
+    let result = steps(client, sel, opts, &mut progress).await;
+    let unlocked = client.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
+    let outcome = result?;
+    unlocked.map_err(at("unlock"))?;
+    Ok(outcome)
+}
+
+async fn steps(
+    client: &mut Client,
+    sel: &Selection,
+    opts: Options,
+    progress: &mut impl FnMut(i64, i64),
+) -> Result<Outcome, RecomputeError> {
+    let batch = opts.batch.max(1) as i64;
+    if opts.dry_run {
+        let (mut keys, mut after) = (0i64, sel.after);
+        loop {
+            let got = page(client, sel, after, batch.min(opts.fuse + 1 - keys)).await.map_err(at("select"))?;
+            keys += got.len() as i64;
+            if got.is_empty() || keys > opts.fuse {
+                break;
+            }
+            after = got.last().copied();
+        }
+        return Ok(Outcome::Counted { keys: keys.min(opts.fuse), fuse_reached: keys > opts.fuse });
+    }
+    let run_id: i64 =
+        client.query_one(stmt::LOG_START.sql, &[&None::<i64>, &"herberekening"]).await.map_err(at("log"))?.get(0);
+    let (mut keys, mut sent, mut batches, mut after) = (0i64, 0i64, 0i64, sel.after);
+    let mut fuse_reached = false;
+    let mut failure = None;
+    loop {
+        let room = opts.fuse - keys;
+        // One more than there is room for tells whether the fuse stopped the run.
+        let got = match page(client, sel, after, batch.min(room + 1)).await {
+            Ok(g) => g,
+            Err(e) => {
+                failure = Some(("select", e));
+                break;
+            }
+        };
+        if got.is_empty() {
+            break;
+        }
+        if got.len() as i64 > room {
+            fuse_reached = true;
+        }
+        let take = &got[..got.len().min(room.max(0) as usize)];
+        if take.is_empty() {
+            break;
+        }
+        let (dvs, ps): (Vec<i32>, Vec<i32>) = take.iter().copied().unzip();
+        let attempt = async {
+            let tx = client.transaction().await?;
+            let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
+            tx.commit().await?;
+            Ok::<i64, tokio_postgres::Error>(i64::from(n))
+        };
+        match attempt.await {
+            Ok(n) => {
+                keys += take.len() as i64;
+                sent += n;
+                batches += 1;
+                progress(keys, sent);
+            }
+            Err(e) => {
+                failure = Some(("recompute", e));
+                break;
+            }
+        }
+        after = take.last().copied();
+        if fuse_reached {
+            break;
+        }
+    }
+    let clamp = |n: i64| Some(i32::try_from(n).unwrap_or(i32::MAX));
+    let text = match &failure {
+        Some((_, e)) => Some(format!("error: {}", e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned()))),
+        None if fuse_reached => Some(format!(
+            "warning: fuse of {} keys reached; the rest follows with --after {}",
+            opts.fuse,
+            after.map_or(String::new(), |(d, p)| format!("{d}:{p}"))
+        )),
+        None => None,
+    };
+    client
+        .execute(stmt::LOG_END.sql, &[&run_id, &clamp(keys), &clamp(sent), &None::<i32>, &text])
+        .await
+        .map_err(at("log"))?;
+    if let Some((step, source)) = failure {
+        return Err(RecomputeError { step, source });
+    }
+    Ok(Outcome::Ran { keys, sent, batches, fuse_reached, last: after })
+}
