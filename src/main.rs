@@ -101,8 +101,14 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Sweep { database, fuse, batch, retention_days, delete_batch } => {
-            let opts = sbworker::handoff::sweep::Options { fuse, batch, retention_days, delete_batch };
+        Command::Sweep { database, fuse, batch, retention_days, evidence_retention_months, delete_batch } => {
+            let opts = sbworker::handoff::sweep::Options {
+                fuse,
+                batch,
+                retention_days,
+                evidence_retention_months,
+                delete_batch,
+            };
             let target = match database.target() {
                 Ok(t) => t,
                 Err(e) => {
@@ -117,6 +123,25 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("sbworker sweep: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Explain { database, dienstverband, periode, versie, tables, json } => {
+            let target = match database.target() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sbworker explain: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match cli::handoff::explain(&target, dienstverband, periode, versie, tables.as_deref(), json) {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sbworker explain: {e:#}");
                     ExitCode::from(1)
                 }
             }

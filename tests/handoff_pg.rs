@@ -501,3 +501,135 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
         .collect();
     assert_eq!(runs, [(Some(3), Some(3)), (Some(1), Some(1))]);
 }
+
+/// Every stored version keeps its evidence: three versions of a key (two roster edits)
+/// are each kept with the Vraag as sent and their factors; `sbworker explain` shows the
+/// latest, what changed since the one before, factor by factor, and the engine's
+/// explanation of the Vraag as sent; an older version as JSON; with other rate tables
+/// (a result stored by an older rate table, seen from today's), a warning naming what
+/// would be computed now. The sweep prunes the evidence past its retention in batches,
+/// the latest version of each key excepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stored_version_keeps_its_evidence_and_is_explained() {
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(2, 5, false).load(&mut loader).await.unwrap();
+    let dir = TempDir::new("evidence");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    let version = |n: i64| {
+        let c = &c;
+        async move {
+            count(
+                c,
+                &format!(
+                    "SELECT count(*) FROM rekenserver.resultaat WHERE dienstverband_id = {FIRST_ID} AND versie = {n}"
+                ),
+            )
+            .await
+                == 1
+        }
+    };
+    crate::common::calc::wait_until("version 1 is stored", || version(1)).await;
+    for n in 2..=3 {
+        c.batch_execute(&format!(
+            "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '30 minutes'
+              WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
+                           WHERE d.dienstverband_id = {FIRST_ID} ORDER BY t.id LIMIT 1)"
+        ))
+        .await
+        .unwrap();
+        crate::common::calc::wait_until("the edit's version is stored", || version(n)).await;
+    }
+    assert_eq!(stop_worker(worker).await, Some(0));
+    assert_eq!(
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.resultaat_historie
+                  WHERE dienstverband_id = {FIRST_ID} AND vraag IS NOT NULL AND factoren ? '100'"
+            )
+        )
+        .await,
+        3,
+        "each version's Vraag and factors are kept"
+    );
+    let explain = |args: Vec<String>| {
+        let url = url.clone();
+        async move {
+            let out = crate::common::within(
+                60,
+                "sbworker explain",
+                Command::new(BIN).arg("explain").args(["--postgres", &url]).args(&args).output(),
+            )
+            .await
+            .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let key = vec!["--dienstverband".to_owned(), FIRST_ID.to_string(), "--periode".to_owned(), P.to_string()];
+    let (code, out, err) = explain(key.clone()).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("version 3 stored at"), "{out}");
+    assert!(out.contains("Since version 2:\n  100: "), "the worked hours changed, factor by factor:\n{out}");
+    assert!(out.contains("The Vraag as sent, explained:") && out.contains("Factors:\n  100 = "), "{out}");
+    assert!(!out.contains("Warning: today's engine"), "today's engine computes what was stored:\n{out}");
+    // An older version, as JSON.
+    let (code, out, err) = explain([key.clone(), vec!["--versie".into(), "1".into(), "--json".into()]].concat()).await;
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["versie"].as_i64(), v["vorige"].is_null()), (Some(1), true), "{v}");
+    assert_eq!(v["afwijkingen_nu"], serde_json::json!({}), "{v}");
+    assert!(v["uitleg"].as_str().unwrap().contains("Dienstverband"), "{v}");
+    // Seen with other rate tables: a warning naming the factors that would differ.
+    let text = std::fs::read_to_string(crate::common::root().join("data/cao.toml")).unwrap();
+    let tables = dir.0.join("other.toml");
+    std::fs::write(&tables, text.replace("pct = 22, code = \"210\"", "pct = 23, code = \"210\"")).unwrap();
+    let (code, out, _) =
+        explain([key.clone(), vec!["--tables".into(), tables.to_string_lossy().into_owned()]].concat()).await;
+    let stored_ort: i64 = count(
+        &c,
+        &format!(
+            "SELECT count(*) FROM rekenserver.resultaat_factor
+              WHERE dienstverband_id = {FIRST_ID} AND loonfactor_code = '210' AND waarde > 0"
+        ),
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(stored_ort > 0, "the roster (seed 5) has hours at 22%");
+    assert!(
+        out.contains("Warning: today's engine and rate tables compute something else") && out.contains("230: stored"),
+        "the ORT amount would differ:\n{out}"
+    );
+    // No such version: exit 1, saying so.
+    let (code, _, err) = explain([key.clone(), vec!["--versie".into(), "9".into()]].concat()).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no stored version 9"), "{err}");
+    // Retention: versions 1 and 2 of the first key and the other key's only version are
+    // past it; the sweep deletes the two that have a newer version, one row per
+    // statement, and keeps every key's latest.
+    c.batch_execute("UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '100 months'")
+        .await
+        .unwrap();
+    c.batch_execute(&format!(
+        "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now()
+          WHERE dienstverband_id = {FIRST_ID} AND versie = 3"
+    ))
+    .await
+    .unwrap();
+    let out = Command::new(BIN).args(["sweep", "--postgres", &url, "--delete-batch", "1"]).output().await.unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("and 2 evidence rows"), "{line}");
+    let kept: Vec<(i32, i64)> = c
+        .query("SELECT dienstverband_id, versie FROM rekenserver.resultaat_historie ORDER BY 1, 2", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(kept, [(FIRST_ID, 3), (FIRST_ID + 1, 1)]);
+}

@@ -99,6 +99,15 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
 CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
     WHERE uitkomst IS NULL;
 
+-- Evidence of every stored result (`sbworker explain`): the Vraag as sent is kept in
+-- the log row of its request (text; PostgreSQL compresses a long value itself), and the
+-- collector copies it, with the Antwoord's factors, into the stored version's
+-- resultaat_historie row. Pruned by the sweep after the retention (`[sweep]
+-- evidence_retention_months`), the latest version of each key excepted.
+ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
+ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
+ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
+
 -- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
 -- the sweep sends the same version again: an internal Fout (a diversion), an error end
 -- (a diversion that sent no Fout, an expired LIFETIME, a broker error), a lost dialog
@@ -168,8 +177,9 @@ BEGIN
             DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = p_dv AND periode_id = p_periode;
             INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
             SELECT p_dv, p_periode, k, c, w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w);
-            INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie)
-            VALUES (p_dv, p_periode, p_versie);
+            INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren)
+            VALUES (p_dv, p_periode, p_versie, v_log.vraag,
+                    (SELECT jsonb_object_agg(u.c, u.w) FROM unnest(p_codes, p_waarden) AS u(c, w)));
         ELSE
             v_uitkomst := 'verouderd';
         END IF;

@@ -244,8 +244,8 @@ BEGIN
                                 '/Rekenserver/LoonfactorBerekening/DataContract', v_group,
                                 rekenserver.dialog_levensduur());
     PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_vraag::text, 'UTF8'));
-    INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
-    VALUES (v_handle, v_id, p_dv, p_periode, v_versie);
+    INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
+    VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_vraag::text);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     RETURN v_handle;
 END $$;
@@ -338,6 +338,18 @@ BEGIN
         END IF;
     END LOOP;
     RETURN v_n;
+END $$;
+
+-- The evidence of a key's stored versions (`sbworker explain`): each version's Vraag as
+-- sent and its factors, oldest first.
+CREATE OR REPLACE FUNCTION rekenserver.bewijs(p_dv int, p_periode int)
+RETURNS TABLE (versie bigint, opgeslagen_op timestamptz, vraag text, factoren jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT h.versie, h.opgeslagen_op, h.vraag, h.factoren FROM rekenserver.resultaat_historie h
+     WHERE h.dienstverband_id = p_dv AND h.periode_id = p_periode
+     ORDER BY h.versie, h.id;
 END $$;
 
 -- TRUNCATE fires no DELETE trigger: a TRUNCATE of the duties or their blocks raises the

@@ -75,6 +75,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'markeer_sleutels'),
     ('sbworker_housekeeping', 'rekenserver', 'herbereken_sleutels'),
     ('sbworker_housekeeping', 'rekenserver', 'herbereken'),
+    ('sbworker_housekeeping', 'rekenserver', 'bewijs'),
+    ('sbworker_payroll', 'rekenserver', 'bewijs'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),
@@ -138,6 +140,8 @@ GRANT UPDATE (export_status, export_batch, geclaimd_op, geexporteerd_op) ON reke
 
 -- Housekeeping: retention of the dead letters.
 GRANT SELECT, DELETE ON sbworker.dead_letter TO sbworker_housekeeping;
+-- The sweep's retention of stored results' evidence.
+GRANT SELECT, DELETE ON rekenserver.resultaat_historie TO sbworker_housekeeping;
 
 -- Service Broker's rights on the calculation's services and queues (003_calculation.sql).
 SELECT sb.grant_receive('loonfactorberekening_reken', 'sbworker_worker');

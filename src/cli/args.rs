@@ -149,24 +149,56 @@ pub enum Command {
         /// Run-log rows and dead letters older than this are deleted.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
         retention_days: i32,
+        /// Stored results' evidence older than this is deleted (the latest version of each
+        /// key excepted; PostgreSQL). 84: the seven years Dutch tax law keeps payroll records.
+        #[arg(long, default_value_t = 84, value_parser = clap::value_parser!(i32).range(1..))]
+        evidence_retention_months: i32,
         /// Rows deleted per statement.
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
         delete_batch: i64,
     },
+    /// A stored result explained: its factors, what changed since the version stored
+    /// before it, and the engine's explanation of the Vraag as it was sent, with a
+    /// warning where today's engine or rate tables compute something else (PostgreSQL).
+    #[command(
+        after_help = "Every stored version keeps the Vraag as sent and its factors (rekenserver.resultaat_historie;\n\
+        kept for [sweep] evidence_retention_months, the latest version of each key always).\n\
+        Exit 0 with the explanation, 1 when the key has no such stored version.\n\n\
+        Examples:\n  \
+        sbworker explain --postgres URL --dienstverband 1001 --periode 202604\n  \
+        sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --versie 3 --json\n  \
+        sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --tables new-cao.toml"
+    )]
+    Explain {
+        #[command(flatten)]
+        database: HandoffDatabase,
+        #[arg(long, value_name = "ID")]
+        dienstverband: i32,
+        #[arg(long, value_name = "ID")]
+        periode: i32,
+        /// The stored version (default: the latest).
+        #[arg(long, value_name = "N")]
+        versie: Option<i64>,
+        /// Rate tables to explain with (TOML) instead of the built-in ones.
+        #[arg(long, value_name = "FILE")]
+        tables: Option<PathBuf>,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compute keys again after a change no roster edit makes (new rate tables, a CAO
     /// change, a corrected period): each key's version rises and its Vraag is sent, in
     /// short transactions, as a roster edit does (PostgreSQL).
-    #[command(after_help = "Choose the keys by period, CAO, employee range, or name them; every filter given must
-        hold, and at least one is needed (--all for every key). Progress goes to stderr, the run
-        to rekenserver.run_log (stap 'herberekening'). At --fuse keys the run stops and says where
-        to go on (--after). One recompute at a time; a sweep may run beside it.
-
-        Examples:
-          sbworker recompute --postgres URL --periode 202604 --dry-run
-          sbworker recompute --postgres URL --periode 202604 --periode 202605 --cao ZKH
-          sbworker recompute --postgres URL --dienstverband-van 1000 --dienstverband-tot 1999 --batch 200
-          sbworker recompute --postgres URL --sleutel 1001:202604 --sleutel 1002:202604
-          sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604")]
+    #[command(after_help = "Choose the keys by period, CAO, employee range, or name them; every filter given must\n\
+        hold, and at least one is needed (--all for every key). Progress goes to stderr, the run\n\
+        to rekenserver.run_log (stap 'herberekening'). At --fuse keys the run stops and says where\n\
+        to go on (--after). One recompute at a time; a sweep may run beside it.\n\n\
+        Examples:\n  \
+        sbworker recompute --postgres URL --periode 202604 --dry-run\n  \
+        sbworker recompute --postgres URL --periode 202604 --periode 202605 --cao ZKH\n  \
+        sbworker recompute --postgres URL --dienstverband-van 1000 --dienstverband-tot 1999 --batch 200\n  \
+        sbworker recompute --postgres URL --sleutel 1001:202604 --sleutel 1002:202604\n  \
+        sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604")]
     Recompute {
         #[command(flatten)]
         database: HandoffDatabase,

@@ -170,6 +170,88 @@ pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
     })
 }
 
+/// `sbworker explain` (PostgreSQL): a stored version with its evidence, as text or JSON.
+pub fn explain(
+    target: &Target,
+    dv: i32,
+    periode: i32,
+    versie: Option<i64>,
+    tables: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<String> {
+    use crate::handoff::evidence::{self, Difference};
+    let tables = match tables {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("--tables {}", p.display()))?;
+            crate::engine::Tables::from_toml(&text).with_context(|| format!("--tables {}", p.display()))?
+        }
+        None => crate::engine::Tables::built_in()?,
+    };
+    runtime()?.block_on(async {
+        let url = match target {
+            Target::Postgres(url) => url,
+            Target::Mssql(_) => anyhow::bail!("not available on SQL Server yet: it keeps no evidence of stored versions"),
+        };
+        let client = connect(url).await?;
+        let versions = evidence::versions(&client, dv, periode).await?;
+        let e = evidence::explain(&versions, versie, &tables)
+            .map_err(|why| anyhow::anyhow!("key ({dv}, {periode}): {why}"))?;
+        fn show<T: std::fmt::Display>(d: Option<T>) -> String {
+            d.map_or_else(|| "-".to_owned(), |d| d.to_string())
+        }
+        if json {
+            let diff = |ds: &[Difference], a: &str, b: &str| {
+                ds.iter()
+                    .map(|(c, x, y)| (c.clone(), serde_json::json!({ a: x.map(|d| d.to_string()), b: y.map(|d| d.to_string()) })))
+                    .collect::<serde_json::Map<String, serde_json::Value>>()
+            };
+            let out = serde_json::json!({
+                "dienstverband": dv,
+                "periode": periode,
+                "versie": e.version.versie,
+                "opgeslagen_op": e.version.opgeslagen_op,
+                "factoren": e.version.factoren.iter().map(|(c, v)| (c.clone(), serde_json::Value::String(v.to_string()))).collect::<serde_json::Map<_, _>>(),
+                "vorige": e.previous.as_ref().map(|(v, ds)| serde_json::json!({ "versie": v, "verschillen": diff(ds, "was", "is") })),
+                "afwijkingen_nu": diff(&e.drift, "opgeslagen", "nu"),
+                "uitleg": e.explanation,
+                "niet_uitgelegd": e.unexplained,
+            });
+            return Ok(out.to_string());
+        }
+        let mut s = format!(
+            "Dienstverband {dv}, periode {periode}: version {} stored at {}\nFactors:\n",
+            e.version.versie, e.version.opgeslagen_op
+        );
+        for (c, v) in &e.version.factoren {
+            s.push_str(&format!("  {c} = {v}\n"));
+        }
+        match &e.previous {
+            None => s.push_str("No earlier version is stored.\n"),
+            Some((v, ds)) if ds.is_empty() => s.push_str(&format!("Since version {v}: no factor changed.\n")),
+            Some((v, ds)) => {
+                s.push_str(&format!("Since version {v}:\n"));
+                for (c, x, y) in ds {
+                    s.push_str(&format!("  {c}: {} -> {}\n", show(*x), show(*y)));
+                }
+            }
+        }
+        if let Some(why) = &e.unexplained {
+            s.push_str(&format!("Not explained: {why}.\n"));
+        }
+        if !e.drift.is_empty() {
+            s.push_str("Warning: today's engine and rate tables compute something else for this Vraag:\n");
+            for (c, x, y) in &e.drift {
+                s.push_str(&format!("  {c}: stored {}, now {}\n", show(*x), show(*y)));
+            }
+        }
+        if let Some(text) = &e.explanation {
+            s.push_str("\nThe Vraag as sent, explained:\n");
+            s.push_str(text);
+        }
+        Ok(s.trim_end().to_owned())
+    })
+}
+
 /// `sbworker recompute` (PostgreSQL; SQL Server is refused, saying so).
 pub fn recompute(
     target: &Target,
@@ -222,6 +304,7 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
             fuse_reached,
             deleted_log_rows,
             deleted_dead_letters,
+            deleted_evidence,
         } => {
             // (SQL Server ends dialogs past their lifetime itself: its runs say 0 here.)
             let expiry =
@@ -229,7 +312,7 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
             format!(
                 "{expiry}{lost} requests without their dialog marked lost; {candidates} stale keys ({repaired} of \
                  them repairs of a diverted, failed or lost request), {sent} Vraags sent{}; retention deleted \
-                 {deleted_log_rows} run-log rows and {deleted_dead_letters} dead letters",
+                 {deleted_log_rows} run-log rows, {deleted_dead_letters} dead letters and {deleted_evidence} evidence rows",
                 if *fuse_reached {
                     format!(" (fuse of {} reached: more wait for the next run)", opts.fuse)
                 } else {

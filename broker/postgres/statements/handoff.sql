@@ -59,6 +59,15 @@ SELECT dienstverband_id, periode_id FROM rekenserver.herbereken_sleutels($1, $2,
 -- name: recompute_batch
 SELECT rekenserver.herbereken($1, $2);
 
+-- A key's stored versions with their evidence ($1 dienstverband, $2 period), oldest
+-- first: version, stored at, the Vraag as sent, the factors' codes and values (as text,
+-- exactly as stored).
+-- name: evidence
+SELECT b.versie, b.opgeslagen_op::text, b.vraag,
+       ARRAY(SELECT f.key FROM jsonb_each_text(b.factoren) f ORDER BY f.key),
+       ARRAY(SELECT f.value FROM jsonb_each_text(b.factoren) f ORDER BY f.key)
+  FROM rekenserver.bewijs($1, $2) b;
+
 -- The sweep's lock: a session-level advisory lock, taken without waiting.
 -- name: try_lock
 SELECT pg_try_advisory_lock(hashtext('rekenserver.sweep'));
@@ -103,6 +112,21 @@ SELECT count(rekenserver.stuur_vraag(k.dv, k.p)) FROM unnest($1::int[], $2::int[
 WITH gone AS (
     DELETE FROM rekenserver.run_log WHERE id IN (
         SELECT id FROM rekenserver.run_log WHERE start < clock_timestamp() - make_interval(days => $1) ORDER BY id LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- The evidence of stored versions older than $1 months, the latest version of each key
+-- excepted (it stays while the key does); $2 rows at a time.
+-- name: delete_evidence
+WITH gone AS (
+    DELETE FROM rekenserver.resultaat_historie WHERE id IN (
+        SELECT h.id FROM rekenserver.resultaat_historie h
+         WHERE h.opgeslagen_op < clock_timestamp() - make_interval(months => $1)
+           AND EXISTS (SELECT 1 FROM rekenserver.resultaat_historie n
+                        WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
+                          AND n.versie > h.versie)
+         ORDER BY h.id LIMIT $2)
     RETURNING 1
 )
 SELECT count(*) FROM gone;

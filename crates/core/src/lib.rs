@@ -24,7 +24,7 @@
 //! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
 //! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
 //! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr`, `pg_tls` |
-//! | `handoff` | the payroll export and the sweep, on either back end | `sql`, `config`, `broker` |
+//! | `handoff` | the payroll export, the sweep, recompute and the stored results' evidence (explained with the engine) | `sql`, `config`, `broker`, `contract`, `engine` |
 //! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
 //! | `ops` | `sbworker status` and `sbworker dead-letter` on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls` |

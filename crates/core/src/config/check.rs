@@ -71,6 +71,7 @@ impl Config {
             ("sweep.fuse", sw.fuse),
             ("sweep.batch", i64::from(sw.batch)),
             ("sweep.retention_days", i64::from(sw.retention_days)),
+            ("sweep.evidence_retention_months", i64::from(sw.evidence_retention_months)),
             ("sweep.delete_batch", sw.delete_batch),
         ] {
             if v < 1 {

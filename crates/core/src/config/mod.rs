@@ -50,13 +50,24 @@ pub struct SweepConfig {
     pub batch: u32,
     /// Run-log rows and dead letters older than this are deleted.
     pub retention_days: i32,
+    /// The evidence of stored results (each version's Vraag and factors) older than this
+    /// is deleted, the latest version of each key excepted (PostgreSQL). 84 months: the
+    /// seven years Dutch tax law has payroll records kept (AWR art. 52 lid 4).
+    pub evidence_retention_months: i32,
     /// Rows deleted per statement.
     pub delete_batch: i64,
 }
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { interval_ms: 0, fuse: 500, batch: 100, retention_days: 60, delete_batch: 5000 }
+        Self {
+            interval_ms: 0,
+            fuse: 500,
+            batch: 100,
+            retention_days: 60,
+            evidence_retention_months: 84,
+            delete_batch: 5000,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`mssql`] does both on SQL Server, through the procedures of
 //! `broker/mssql/05_handoff.sql`.
 
+pub mod evidence;
 pub mod export;
 pub mod mssql;
 pub mod recompute;

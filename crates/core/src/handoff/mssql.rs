@@ -110,5 +110,7 @@ pub async fn sweep(c: &mut Tds, opts: Options) -> Result<Outcome, BrokerError> {
         fuse_reached: column::<bool>(&row, 5, "fuse_reached")?,
         deleted_log_rows: n(6, "deleted_log_rows")?,
         deleted_dead_letters: n(7, "deleted_dead_letters")?,
+        // SQL Server keeps no evidence of stored versions yet.
+        deleted_evidence: 0,
     })
 }

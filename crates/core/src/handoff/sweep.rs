@@ -23,13 +23,22 @@ pub struct Options {
     pub batch: usize,
     /// Run-log rows and dead letters older than this are deleted.
     pub retention_days: i32,
+    /// Stored results' evidence older than this is deleted (the latest version of each
+    /// key excepted).
+    pub evidence_retention_months: i32,
     /// Rows deleted per statement.
     pub delete_batch: i64,
 }
 
 impl From<&crate::config::SweepConfig> for Options {
     fn from(c: &crate::config::SweepConfig) -> Self {
-        Self { fuse: c.fuse, batch: c.batch as usize, retention_days: c.retention_days, delete_batch: c.delete_batch }
+        Self {
+            fuse: c.fuse,
+            batch: c.batch as usize,
+            retention_days: c.retention_days,
+            evidence_retention_months: c.evidence_retention_months,
+            delete_batch: c.delete_batch,
+        }
     }
 }
 
@@ -45,6 +54,9 @@ impl Options {
         }
         if self.retention_days < 1 {
             return Err(("retention_days", "must be 1 or more (days the run log and dead letters are kept)"));
+        }
+        if self.evidence_retention_months < 1 {
+            return Err(("evidence_retention_months", "must be 1 or more (months stored results' evidence is kept)"));
         }
         if self.delete_batch < 1 {
             return Err(("delete_batch", "must be 1 or more (rows deleted per statement)"));
@@ -78,6 +90,8 @@ pub enum Outcome {
         fuse_reached: bool,
         deleted_log_rows: i64,
         deleted_dead_letters: i64,
+        /// Evidence rows of stored results past their retention.
+        deleted_evidence: i64,
     },
 }
 
@@ -202,23 +216,28 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         return Err(SweepError { step: "sweep", source: e });
     }
 
-    // Retention: the run log and the dead letters, in batches.
+    // Retention: the run log, the dead letters and the stored results' evidence, in
+    // batches.
     let step = log_start(client, Some(run_id), "retentie").await.map_err(at("log"))?;
-    let mut deleted = [0i64; 2];
-    for (i, statement) in [stmt::DELETE_RUN_LOG, stmt::DELETE_DEAD_LETTERS].into_iter().enumerate() {
+    let mut deleted = [0i64; 3];
+    for (i, (statement, age)) in [
+        (stmt::DELETE_RUN_LOG, opts.retention_days),
+        (stmt::DELETE_DEAD_LETTERS, opts.retention_days),
+        (stmt::DELETE_EVIDENCE, opts.evidence_retention_months),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         loop {
-            let n: i64 = client
-                .query_one(statement.sql, &[&opts.retention_days, &opts.delete_batch])
-                .await
-                .map_err(at("retentie"))?
-                .get(0);
+            let n: i64 =
+                client.query_one(statement.sql, &[&age, &opts.delete_batch]).await.map_err(at("retentie"))?.get(0);
             deleted[i] += n;
             if n < opts.delete_batch {
                 break;
             }
         }
     }
-    log_end(client, step, (None, None, clamp(deleted[0] + deleted[1])), None).await.map_err(at("log"))?;
+    log_end(client, step, (None, None, clamp(deleted.iter().sum())), None).await.map_err(at("log"))?;
     Ok(Outcome::Ran {
         expired: i64::from(expired),
         lost: i64::from(lost),
@@ -228,5 +247,6 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         fuse_reached,
         deleted_log_rows: deleted[0],
         deleted_dead_letters: deleted[1],
+        deleted_evidence: deleted[2],
     })
 }

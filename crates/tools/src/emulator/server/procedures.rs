@@ -247,6 +247,7 @@ pub(super) async fn call(
                 batch: n("@batch", 100, 50111)? as usize,
                 retention_days: int32(Sql::BigInt(n("@retention_days", 60, 50112)?), "@retention_days")?,
                 delete_batch: n("@delete_batch", 5000, 50113)?,
+                ..crate::handoff::sweep::Options::default()
             };
             let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
                 number: 50114,
