@@ -538,7 +538,17 @@ async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_
     let export: Vec<&str> = v["export_columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert_eq!(
         export,
-        ["batch", "sleutel", "dienstverband_id", "periode_id", "versie", "kaart_soort", "loonfactor_code", "waarde"]
+        [
+            "batch",
+            "sleutel",
+            "dienstverband_id",
+            "periode_id",
+            "versie",
+            "kaart_soort",
+            "loonfactor_code",
+            "waarde",
+            "vervangt_versie"
+        ]
     );
     assert_eq!((v["export_rows"].as_i64(), v["export_confirmed"].as_i64()), (Some(0), Some(0)), "{v}");
     let row = &v["row"];
@@ -981,7 +991,11 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
     assert!(exported.status.success(), "{summary}");
     let csv = std::fs::read_to_string(&out).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde");
+    assert_eq!(
+        lines[0],
+        "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde,correctie,vervangt_versie"
+    );
+    assert!(lines[1..].iter().all(|l| l.ends_with(",0,")), "nothing was exported before: no corrections");
     assert_eq!(lines.len() as i64 - 1, stored, "{summary}");
     // The amounts exactly as stored.
     let first: Vec<&str> = lines[1].split(',').collect();
@@ -1013,6 +1027,38 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
     );
     // Confirming it twice: nothing to confirm, an error.
     assert!(!bin(&["export", "--ack", &batch]).status.success());
+    // Computed again after its export (a roster edit): the next export carries the
+    // employee's full new set, each row marked as a correction of the version exported.
+    let exported_version: i64 = c
+        .query_one(
+            "SELECT versie FROM rekenserver.resultaat WHERE dienstverband_id = $1 AND periode_id = 202604",
+            &[&dv],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '30 minutes'
+          WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
+                       WHERE d.dienstverband_id = $1 ORDER BY t.id LIMIT 1)",
+        &[&dv],
+    )
+    .await
+    .unwrap();
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    sbworker::demo::check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let out = dir.0.join("april-corrections.csv");
+    let corrected = bin(&["export", "--periode", "202604", "--out", out.to_str().unwrap()]);
+    assert!(corrected.status.success(), "{}", String::from_utf8_lossy(&corrected.stderr));
+    let csv = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert!(!rows.is_empty(), "{csv}");
+    assert!(
+        rows.iter()
+            .all(|l| l.split(',').nth(2) == Some(&dv.to_string()) && l.ends_with(&format!(",1,{exported_version}"))),
+        "the recomputed employee alone, as a correction of version {exported_version}:\n{csv}"
+    );
 }
 
 /// A lost dialog on the SQL Server side: the far side of one request ended WITH CLEANUP

@@ -447,6 +447,15 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     assert_eq!(stop_worker(worker).await, Some(0));
     let before = stored(&c).await;
     let old_amounts = amounts(&c).await;
+    // April is exported before the change.
+    let april = dir.0.join("april.csv");
+    let exported = Command::new(BIN)
+        .args(["export", "--postgres", &url, "--periode", "202604", "--out", april.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    assert!(std::fs::read_to_string(&april).unwrap().lines().skip(1).all(|l| l.ends_with(",0,")));
     // New rate tables: weekday nights at 50%.
     let text = std::fs::read_to_string(crate::common::root().join("data/cao.toml")).unwrap();
     let changed = text.replace("pct = 47, code = \"212\"", "pct = 50, code = \"212\"");
@@ -491,6 +500,25 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     let verdict = sbworker::demo::check::verify(&c, &new_tables).await.unwrap();
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
     assert_ne!(amounts(&c).await, old_amounts, "the nights are paid at 50% now");
+    // Exported again: every April result, each as a correction of version 1.
+    let exported = Command::new(BIN)
+        .args([
+            "export",
+            "--postgres",
+            &url,
+            "--periode",
+            "202604",
+            "--out",
+            april.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let json = std::fs::read_to_string(&april).unwrap();
+    assert_eq!(json.matches("\"correctie\":true,\"vervangt_versie\":1,").count(), 4, "{json}");
     // The run log has the two runs that changed something (a dry run logs nothing).
     let runs: Vec<(Option<i32>, Option<i32>)> = c
         .query("SELECT kandidaten, verzonden FROM rekenserver.run_log WHERE stap = 'herberekening' ORDER BY id", &[])

@@ -36,6 +36,12 @@ IF OBJECT_ID(N'Rekenserver.resultaat', N'U') IS NULL
         INDEX ix_resultaat_export (periode_id, export_status),
         INDEX ix_resultaat_batch (export_batch));
 GO
+-- A result that replaces one exported before is a correction: the exported version it
+-- replaces, set when it is stored (the export marks it in its output). Added to an
+-- existing install too.
+IF COL_LENGTH(N'Rekenserver.resultaat', N'vorige_export_versie') IS NULL
+    ALTER TABLE Rekenserver.resultaat ADD vorige_export_versie bigint NULL;
+GO
 
 IF OBJECT_ID(N'Rekenserver.resultaat_factor', N'U') IS NULL
     CREATE TABLE Rekenserver.resultaat_factor (
@@ -170,6 +176,8 @@ BEGIN
     BEGIN
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
+               -- (Every expression reads the row as it was before the update.)
+               vorige_export_versie = CASE WHEN export_status = 2 THEN versie ELSE vorige_export_versie END,
                export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
          WHERE dienstverband_id = @dv AND periode_id = @periode AND versie < @versie;
         IF @@ROWCOUNT = 0 AND NOT EXISTS (SELECT 1 FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)

@@ -105,6 +105,9 @@ CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (di
 -- resultaat_historie row. Pruned by the sweep after the retention (`[sweep]
 -- evidence_retention_months`), the latest version of each key excepted.
 ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
+-- A result that replaces one exported before is a correction: the exported version it
+-- replaces, set when it is stored (the export marks it in its output).
+ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie bigint;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
 
@@ -170,6 +173,7 @@ BEGIN
         ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
             SET versie = EXCLUDED.versie, vraag_id = EXCLUDED.vraag_id, dialog_handle = EXCLUDED.dialog_handle,
                 opgeslagen_op = clock_timestamp(),
+                vorige_export_versie = CASE WHEN r.export_status = 2 THEN r.versie ELSE r.vorige_export_versie END,
                 export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
             WHERE r.versie < EXCLUDED.versie;
         IF FOUND THEN

@@ -40,6 +40,10 @@ pub struct Row {
     pub loonfactor_code: String,
     /// Exact decimal, as stored.
     pub waarde: String,
+    /// A correction: this result replaces the version exported before (Dutch payroll
+    /// imports take a corrected period's full new set, replacing the old: the marker
+    /// says so, and which version it replaces).
+    pub vervangt_versie: Option<i64>,
 }
 
 impl Row {
@@ -68,11 +72,14 @@ impl Batch {
 
     /// Flat: a header, then one line per factor.
     pub fn write_csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        writeln!(w, "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde")?;
+        writeln!(
+            w,
+            "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde,correctie,vervangt_versie"
+        )?;
         for r in &self.rows {
             writeln!(
                 w,
-                "{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{}",
                 self.id,
                 r.key(),
                 r.dienstverband_id,
@@ -80,7 +87,9 @@ impl Batch {
                 r.versie,
                 r.kaart_soort,
                 r.loonfactor_code,
-                r.waarde
+                r.waarde,
+                u8::from(r.vervangt_versie.is_some()),
+                r.vervangt_versie.map_or(String::new(), |v| v.to_string())
             )?;
         }
         Ok(())
@@ -106,11 +115,13 @@ impl Batch {
             first = false;
             write!(
                 w,
-                "\n  {{\"sleutel\":\"{}\",\"dienstverband_id\":{},\"periode_id\":{},\"versie\":{},\"factors\":[",
+                "\n  {{\"sleutel\":\"{}\",\"dienstverband_id\":{},\"periode_id\":{},\"versie\":{},\"correctie\":{},\"vervangt_versie\":{},\"factors\":[",
                 head.key(),
                 head.dienstverband_id,
                 head.periode_id,
-                head.versie
+                head.versie,
+                head.vervangt_versie.is_some(),
+                head.vervangt_versie.map_or("null".to_owned(), |v| v.to_string())
             )?;
             let mut j = i;
             while j < self.rows.len()
@@ -167,6 +178,7 @@ pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<
             kaart_soort: r.get(3),
             loonfactor_code: r.get(4),
             waarde: r.get(5),
+            vervangt_versie: r.get(6),
         })
         .collect();
     Ok(Batch { id, periode_id, mode, rows })
@@ -190,6 +202,7 @@ mod tests {
             kaart_soort: 5,
             loonfactor_code: code.into(),
             waarde: w.into(),
+            vervangt_versie: None,
         }
     }
 
@@ -199,19 +212,26 @@ mod tests {
             id: Uuid::nil(),
             periode_id: 7,
             mode: Mode::Once,
-            rows: vec![row(1, "100", "8.50"), row(1, "230", "12.34"), row(2, "100", "0")],
+            rows: vec![
+                row(1, "100", "8.50"),
+                row(1, "230", "12.34"),
+                Row { vervangt_versie: Some(2), ..row(2, "100", "0") },
+            ],
         };
         assert_eq!(b.results(), 2);
         let mut csv = Vec::new();
         b.write_csv(&mut csv).unwrap();
         let csv = String::from_utf8(csv).unwrap();
         assert_eq!(csv.lines().count(), 4);
-        assert!(csv.contains("\n00000000-0000-0000-0000-000000000000,1-7-3,1,7,3,5,230,12.34\n"), "{csv}");
+        assert!(csv.contains("\n00000000-0000-0000-0000-000000000000,1-7-3,1,7,3,5,230,12.34,0,\n"), "{csv}");
+        // A correction: the full new set, marked, naming the exported version it replaces.
+        assert!(csv.ends_with("\n00000000-0000-0000-0000-000000000000,2-7-3,2,7,3,5,100,0,1,2\n"), "{csv}");
         let mut json = Vec::new();
         b.write_json(&mut json).unwrap();
         let json = String::from_utf8(json).unwrap();
         assert_eq!(json.matches("\"sleutel\"").count(), 2);
-        assert!(json.contains("\"sleutel\":\"1-7-3\",\"dienstverband_id\":1,\"periode_id\":7,\"versie\":3,\"factors\":[{\"kaart_soort\":5,\"loonfactor_code\":\"100\",\"waarde\":\"8.50\"},{\"kaart_soort\":5,\"loonfactor_code\":\"230\",\"waarde\":\"12.34\"}]}"), "{json}");
+        assert!(json.contains("\"sleutel\":\"2-7-3\",\"dienstverband_id\":2,\"periode_id\":7,\"versie\":3,\"correctie\":true,\"vervangt_versie\":2,"), "{json}");
+        assert!(json.contains("\"sleutel\":\"1-7-3\",\"dienstverband_id\":1,\"periode_id\":7,\"versie\":3,\"correctie\":false,\"vervangt_versie\":null,\"factors\":[{\"kaart_soort\":5,\"loonfactor_code\":\"100\",\"waarde\":\"8.50\"},{\"kaart_soort\":5,\"loonfactor_code\":\"230\",\"waarde\":\"12.34\"}]}"), "{json}");
         assert_eq!(json_text("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
     }
 }

@@ -65,6 +65,8 @@ pub async fn claim(c: &mut Tds, periode: i32, mode: Mode) -> Result<Batch, Broke
             kaart_soort: column(r, 5, "kaart_soort")?,
             loonfactor_code: column::<&str>(r, 6, "loonfactor_code")?.to_owned(),
             waarde: column::<&str>(r, 7, "waarde")?.to_owned(),
+            // NULL: not a correction (an install older than the column sends none).
+            vervangt_versie: r.try_get::<i64, _>(8).ok().flatten(),
         });
     }
     Ok(Batch { id, periode_id: periode, mode, rows })

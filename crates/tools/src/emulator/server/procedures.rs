@@ -213,6 +213,7 @@ pub(super) async fn call(
                         Sql::Int(r.get(3)),
                         Sql::NVarChar(r.get(4)),
                         Sql::NVarChar(r.get(5)),
+                        r.get::<_, Option<i64>>(6).map_or(Sql::Null, Sql::BigInt),
                     ]
                 })
                 .collect();
@@ -225,6 +226,7 @@ pub(super) async fn call(
                 ("kaart_soort", ColType::Int),
                 ("loonfactor_code", ColType::NVarChar),
                 ("waarde", ColType::NVarChar),
+                ("vervangt_versie", ColType::BigInt),
             ];
             Ok(result_set(t, &cols, &out))
         }
