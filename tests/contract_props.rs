@@ -142,13 +142,15 @@ prop_compose! {
 prop_compose! {
     fn antwoord()(id in uuid(), ts in timestamp(), versie in 0i64..=i64::MAX, dv in any::<i32>(), per in any::<i32>(),
         mutaties in prop::collection::vec(mutatie(), 0..12),
-        w in prop::collection::vec(("[a-z][a-z0-9-]{0,20}", prop::option::of(date()), text(60)), 0..3)) -> Antwoord {
+        w in prop::collection::vec(("[a-z][a-z0-9-]{0,20}", prop::option::of(date()), text(60)), 0..3),
+        rekenversie in prop::option::of("[a-z0-9 .]{1,40}")) -> Antwoord {
         // Each wage factor code once, as the contract says.
         let mut seen = std::collections::HashSet::new();
         let mutaties: Vec<VariabeleMutatie> =
             mutaties.into_iter().filter(|m| seen.insert(m.loonfactor_code.clone())).collect();
         Antwoord { id, timestamp: ts, versie, dienstverband_id: dv, periode_id: per, mutaties,
-            waarschuwingen: w.into_iter().map(|(code, datum, tekst)| Waarschuwing { code: code.into(), datum, tekst }).collect() }
+            waarschuwingen: w.into_iter().map(|(code, datum, tekst)| Waarschuwing { code: code.into(), datum, tekst }).collect(),
+            rekenversie }
     }
 }
 

@@ -575,7 +575,8 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
             &c,
             &format!(
                 "SELECT count(*) FROM rekenserver.resultaat_historie
-                  WHERE dienstverband_id = {FIRST_ID} AND vraag IS NOT NULL AND factoren ? '100'"
+                  WHERE dienstverband_id = {FIRST_ID} AND vraag IS NOT NULL AND factoren ? '100'
+                    AND rekenversie LIKE 'sbworker % tabellen %'"
             )
         )
         .await,
@@ -606,6 +607,16 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     assert!(out.contains("Since version 2:\n  100: "), "the worked hours changed, factor by factor:\n{out}");
     assert!(out.contains("The Vraag as sent, explained:") && out.contains("Factors:\n  100 = "), "{out}");
     assert!(!out.contains("Warning: today's engine"), "today's engine computes what was stored:\n{out}");
+    assert!(out.contains(", as today."), "computed by today's engine and tables:\n{out}");
+    // A result stored by an older engine: said so, beside what computes today.
+    c.batch_execute(&format!(
+        "UPDATE rekenserver.resultaat_historie SET rekenversie = 'sbworker 0.0.1 tabellen 0000000000000000'
+          WHERE dienstverband_id = {FIRST_ID} AND versie = 3"
+    ))
+    .await
+    .unwrap();
+    let (_, out, _) = explain(key.clone()).await;
+    assert!(out.contains("Computed by sbworker 0.0.1 tabellen 0000000000000000; today: sbworker "), "{out}");
     // An older version, as JSON.
     let (code, out, err) = explain([key.clone(), vec!["--versie".into(), "1".into(), "--json".into()]].concat()).await;
     assert_eq!(code, Some(0), "{err}");

@@ -110,6 +110,8 @@ ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie bigint;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
+-- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
+ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
 
 -- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
 -- the sweep sends the same version again: an internal Fout (a diversion), an error end
@@ -149,8 +151,12 @@ END $$;
 -- Stores an Antwoord: replaces the key's factors when its version is newer than the
 -- stored one (never otherwise, so a stored result never goes back), logs the version,
 -- and completes the calculation log. Returns the outcome.
+-- (p_rekenversie came later: the function of an older install is replaced, not
+-- overloaded.)
+DROP FUNCTION IF EXISTS rekenserver.sla_antwoord_op(uuid, uuid, int, int, bigint, boolean, int[], text[], numeric[]);
 CREATE OR REPLACE FUNCTION rekenserver.sla_antwoord_op(p_handle uuid, p_vraag_id uuid, p_dv int, p_periode int,
-    p_versie bigint, p_vervangen boolean, p_kaart_soorten int[], p_codes text[], p_waarden numeric[])
+    p_versie bigint, p_vervangen boolean, p_kaart_soorten int[], p_codes text[], p_waarden numeric[],
+    p_rekenversie text DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_uitkomst text := 'vervangen';
@@ -181,9 +187,9 @@ BEGIN
             DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = p_dv AND periode_id = p_periode;
             INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
             SELECT p_dv, p_periode, k, c, w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w);
-            INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren)
+            INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren, rekenversie)
             VALUES (p_dv, p_periode, p_versie, v_log.vraag,
-                    (SELECT jsonb_object_agg(u.c, u.w) FROM unnest(p_codes, p_waarden) AS u(c, w)));
+                    (SELECT jsonb_object_agg(u.c, u.w) FROM unnest(p_codes, p_waarden) AS u(c, w)), p_rekenversie);
         ELSE
             v_uitkomst := 'verouderd';
         END IF;

@@ -213,15 +213,23 @@ pub fn explain(
                 "factoren": e.version.factoren.iter().map(|(c, v)| (c.clone(), serde_json::Value::String(v.to_string()))).collect::<serde_json::Map<_, _>>(),
                 "vorige": e.previous.as_ref().map(|(v, ds)| serde_json::json!({ "versie": v, "verschillen": diff(ds, "was", "is") })),
                 "afwijkingen_nu": diff(&e.drift, "opgeslagen", "nu"),
+                "rekenversie": e.version.rekenversie,
+                "rekenversie_nu": e.rekenversie_now,
                 "uitleg": e.explanation,
                 "niet_uitgelegd": e.unexplained,
             });
             return Ok(out.to_string());
         }
         let mut s = format!(
-            "Dienstverband {dv}, periode {periode}: version {} stored at {}\nFactors:\n",
+            "Dienstverband {dv}, periode {periode}: version {} stored at {}\n",
             e.version.versie, e.version.opgeslagen_op
         );
+        match &e.version.rekenversie {
+            Some(r) if *r == e.rekenversie_now => s.push_str(&format!("Computed by {r}, as today.\n")),
+            Some(r) => s.push_str(&format!("Computed by {r}; today: {}.\n", e.rekenversie_now)),
+            None => s.push_str(&format!("What computed it was not recorded; today: {}.\n", e.rekenversie_now)),
+        }
+        s.push_str("Factors:\n");
         for (c, v) in &e.version.factoren {
             s.push_str(&format!("  {c} = {v}\n"));
         }

@@ -22,8 +22,8 @@ USE [$(Database)];
 GO
 
 IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
-               WHERE name = N'LoonfactorBerekening_ec720ed873731e54' AND schema_id = SCHEMA_ID(N'Rekenserver'))
-    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_ec720ed873731e54 AS N'<!--
+               WHERE name = N'LoonfactorBerekening_525dcd5d68c57f3b' AND schema_id = SCHEMA_ID(N'Rekenserver'))
+    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_525dcd5d68c57f3b AS N'<!--
   LoonfactorBerekeningVraag: the calculation request a roster trigger sends to the
   calculation service (one dienstverband, one salary period, its shifts).
 
@@ -322,6 +322,16 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
       <xs:attribute name="Versie" type="AntwoordVersie" use="required"/>
       <xs:attribute name="DienstverbandId" type="xs:int" use="required"/>
       <xs:attribute name="PeriodeId" type="xs:int" use="required"/>
+      <!-- What computed it: the engine''s version and its rate tables'' fingerprint (kept
+           with the stored result, for explaining it later). -->
+      <xs:attribute name="Rekenversie" use="optional">
+        <xs:simpleType>
+          <xs:restriction base="xs:string">
+            <xs:minLength value="1"/>
+            <xs:maxLength value="200"/>
+          </xs:restriction>
+        </xs:simpleType>
+      </xs:attribute>
     </xs:complexType>
     <!-- Each wage factor code once: the stored result holds one value per code. -->
     <!-- xs:unique left out: SQL Server cannot register identity constraints -->
@@ -388,14 +398,14 @@ GO
 
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
-ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_ec720ed873731e54;
+ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_525dcd5d68c57f3b;
 ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;
 ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
 -- Earlier versions' collections, now referenced by no message type.
 DECLARE @old sysname, @drop nvarchar(400);
 DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR
     SELECT c.name FROM sys.xml_schema_collections c
-     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_ec720ed873731e54'
+     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_525dcd5d68c57f3b'
        AND (c.name = N'LoonfactorBerekening' OR c.name LIKE N'LoonfactorBerekening[_]________________')
        AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id)
        AND NOT EXISTS (SELECT 1 FROM sys.columns k WHERE k.xml_collection_id = c.xml_collection_id)

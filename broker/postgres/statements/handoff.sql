@@ -67,7 +67,7 @@ SELECT rekenserver.herbereken($1, $2);
 -- name: evidence
 SELECT b.versie, b.opgeslagen_op::text, b.vraag,
        ARRAY(SELECT f.key FROM jsonb_each_text(b.factoren) f ORDER BY f.key),
-       ARRAY(SELECT f.value FROM jsonb_each_text(b.factoren) f ORDER BY f.key)
+       ARRAY(SELECT f.value FROM jsonb_each_text(b.factoren) f ORDER BY f.key), b.rekenversie
   FROM rekenserver.bewijs($1, $2) b;
 
 -- The sweep's lock: a session-level advisory lock, taken without waiting.

@@ -321,8 +321,9 @@ fn historie_el(cur: &mut Cursor<'_>) -> Result<Vec<HistoriePeriode>, DecodeError
 
 fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
     let (start, pos) = cur.open_root("LoonfactorBerekeningAntwoord")?;
-    let [id, ts, versie, dv, per] =
-        cur.attrs(&start, ["Id", "Timestamp", "Versie", "DienstverbandId", "PeriodeId"], pos)?;
+    let [id, ts, versie, dv, per, rv] =
+        cur.attrs(&start, ["Id", "Timestamp", "Versie", "DienstverbandId", "PeriodeId", "Rekenversie"], pos)?;
+    let rekenversie = cur.opt(rv, "Rekenversie", pos, parse_rekenversie)?;
     let id = cur.req(id, "Id", pos, parse_uuid)?;
     cur.message_id = Some(id);
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
@@ -360,7 +361,14 @@ fn antwoord(cur: &mut Cursor<'_>) -> Result<Antwoord, DecodeError> {
         }
     }
     cur.close();
-    Ok(Antwoord { id, timestamp, versie, dienstverband_id, periode_id, mutaties, waarschuwingen })
+    Ok(Antwoord { id, timestamp, versie, dienstverband_id, periode_id, mutaties, waarschuwingen, rekenversie })
+}
+
+fn parse_rekenversie(t: &str) -> Result<String, &'static str> {
+    match t.chars().count() {
+        1..=200 => Ok(t.to_owned()),
+        _ => Err("must be 1 to 200 characters"),
+    }
 }
 
 fn parse_warning_code(t: &str) -> Result<compact_str::CompactString, &'static str> {

@@ -307,6 +307,9 @@ pub fn encode_antwoord_into(out: &mut String, a: &Antwoord) {
     o.attr_with("Versie", |s| int(s, a.versie));
     o.attr_with("DienstverbandId", |s| int(s, i64::from(a.dienstverband_id)));
     o.attr_with("PeriodeId", |s| int(s, i64::from(a.periode_id)));
+    if let Some(r) = &a.rekenversie {
+        o.attr("Rekenversie", r);
+    }
     o.gt();
     for m in &a.mutaties {
         o.open("VariabeleMutatie");

@@ -140,6 +140,9 @@ pub struct Antwoord {
     pub periode_id: i32,
     pub mutaties: Vec<VariabeleMutatie>,
     pub waarschuwingen: Vec<Waarschuwing>,
+    /// What computed it (`Rekenversie`): the engine's version and its rate tables'
+    /// fingerprint.
+    pub rekenversie: Option<String>,
 }
 
 /// One wage factor value for payroll.

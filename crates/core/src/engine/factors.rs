@@ -167,5 +167,6 @@ pub fn answer(
             })
             .collect(),
         waarschuwingen: warnings,
+        rekenversie: Some(super::rekenversie(tables)),
     })
 }

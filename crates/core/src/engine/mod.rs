@@ -122,6 +122,12 @@ pub fn calculate(vraag: &Vraag, tables: &Tables, explain: bool) -> Result<Calcul
     Ok(Calculation { antwoord, totals, explanation: ex })
 }
 
+/// What computes with these tables: the engine's version and the tables' fingerprint
+/// (the Antwoord's `Rekenversie`).
+pub fn rekenversie(tables: &Tables) -> String {
+    format!("sbworker {} tabellen {}", env!("CARGO_PKG_VERSION"), tables.fingerprint)
+}
+
 /// Weeks in the period for the norms: 4 (5 when it holds ISO week 53) for a 4-week
 /// period, 52/12 for a month. Returned as (numerator, denominator).
 pub(crate) fn period_weeks(v: &Vraag) -> (i64, i64) {

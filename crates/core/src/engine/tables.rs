@@ -227,6 +227,8 @@ pub struct VacationOrt {
 pub struct Tables {
     pub kaart_soort: i32,
     pub caos: Vec<Cao>,
+    /// A fingerprint of the tables' text (FNV-1a, hex): which tables computed a result.
+    pub fingerprint: String,
 }
 
 impl Tables {
@@ -257,7 +259,11 @@ impl Tables {
             }
             caos.push(cao);
         }
-        Ok(Self { kaart_soort: raw.kaart_soort, caos })
+        // FNV-1a 64 over the text (a fingerprint, not a security measure; the engine
+        // uses nothing below it, so it is written out here).
+        let hash =
+            text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        Ok(Self { kaart_soort: raw.kaart_soort, caos, fingerprint: format!("{hash:016x}") })
     }
 }
 

@@ -150,5 +150,6 @@ pub fn superseded(vraag: &Vraag) -> Antwoord {
             datum: None,
             tekst: format!("roster version {} is superseded: a newer version was answered already", vraag.versie),
         }],
+        rekenversie: None,
     }
 }

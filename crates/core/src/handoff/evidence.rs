@@ -23,6 +23,8 @@ pub struct Version {
     /// again from a dead letter).
     pub vraag: Option<String>,
     pub factoren: BTreeMap<String, Decimal>,
+    /// What computed it (the engine's version and its tables'), when it was recorded.
+    pub rekenversie: Option<String>,
 }
 
 /// A key's stored versions, oldest first.
@@ -33,7 +35,7 @@ pub async fn versions(client: &Client, dv: i32, periode: i32) -> Result<Vec<Vers
         .map(|r| {
             let (codes, values): (Vec<String>, Vec<String>) = (r.get(3), r.get(4));
             let factoren = codes.into_iter().zip(values).filter_map(|(c, v)| v.parse().ok().map(|d| (c, d))).collect();
-            Version { versie: r.get(0), opgeslagen_op: r.get(1), vraag: r.get(2), factoren }
+            Version { versie: r.get(0), opgeslagen_op: r.get(1), vraag: r.get(2), factoren, rekenversie: r.get(5) }
         })
         .collect())
 }
@@ -64,6 +66,8 @@ pub struct Explained {
     pub explanation: Option<String>,
     /// Where today's engine and tables compute something else: (code, stored, now).
     pub drift: Vec<Difference>,
+    /// What computes today (to set beside the version's `rekenversie`).
+    pub rekenversie_now: String,
     /// Why the Vraag could not be explained (absent, or no longer decodable or computable).
     pub unexplained: Option<String>,
 }
@@ -95,5 +99,5 @@ pub fn explain(versions: &[Version], versie: Option<i64>, tables: &Tables) -> Re
             },
         },
     }
-    Ok(Explained { version, previous, explanation, drift, unexplained })
+    Ok(Explained { version, previous, explanation, drift, unexplained, rekenversie_now: engine::rekenversie(tables) })
 }

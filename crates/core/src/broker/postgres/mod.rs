@@ -642,7 +642,18 @@ impl transport::PayrollStore for Session {
         let rows = self
             .work(
                 S::STORE_ANTWOORD,
-                &[&handle, &a.id, &a.dienstverband_id, &a.periode_id, &a.versie, &superseded, &kaart, &codes, &waarden],
+                &[
+                    &handle,
+                    &a.id,
+                    &a.dienstverband_id,
+                    &a.periode_id,
+                    &a.versie,
+                    &superseded,
+                    &kaart,
+                    &codes,
+                    &waarden,
+                    &a.rekenversie,
+                ],
             )
             .await?;
         let row = single(rows, S::STORE_ANTWOORD.name)?;
