@@ -470,9 +470,21 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
             toml::Value::String(tables_file.to_string_lossy().into_owned())
         ),
     );
-    // A dry run counts and changes nothing; choosing no keys is refused.
+    // A dry run counts and changes nothing (no version rises, nothing is sent); choosing
+    // no keys is refused; a named key that is no known key is not made one.
+    let versions = "SELECT sum(versie)::bigint FROM rekenserver.sleutel";
+    let (v0, sent0) = (count(&c, versions).await, count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await);
     let (code, out, _) = recompute(&url, &["--periode", "202604", "--dry-run"]).await;
     assert_eq!((code, out.trim()), (Some(0), "dry run: 4 keys would be recomputed"));
+    assert_eq!(
+        (count(&c, versions).await, count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await),
+        (v0, sent0)
+    );
+    let (code, out, _) = recompute(&url, &["--sleutel", "99999:202604"]).await;
+    assert_eq!((code, out.trim()), (Some(0), "0 keys recomputed in 0 transactions, 0 Vraags sent"));
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id = 99999").await, 0);
+    let (code, _, err) = recompute(&url, &["--sleutel", "1:202604", "--periode", "202604"]).await;
+    assert_eq!(code, Some(2), "named keys and filters do not mix: {err}");
     let (code, _, err) = recompute(&url, &[]).await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--all"), "{err}");
@@ -519,7 +531,8 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
     let json = std::fs::read_to_string(&april).unwrap();
     assert_eq!(json.matches("\"correctie\":true,\"vervangt_versie\":1,").count(), 4, "{json}");
-    // The run log has the two runs that changed something (a dry run logs nothing).
+    // The run log has each run (a dry run logs nothing): the named key that is no key,
+    // then the fuse's run and the rest.
     let runs: Vec<(Option<i32>, Option<i32>)> = c
         .query("SELECT kandidaten, verzonden FROM rekenserver.run_log WHERE stap = 'herberekening' ORDER BY id", &[])
         .await
@@ -527,7 +540,7 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(runs, [(Some(3), Some(3)), (Some(1), Some(1))]);
+    assert_eq!(runs, [(Some(0), Some(0)), (Some(3), Some(3)), (Some(1), Some(1))]);
 }
 
 /// Every stored version keeps its evidence: three versions of a key (two roster edits)
@@ -648,9 +661,10 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     let (code, _, err) = explain([key.clone(), vec!["--versie".into(), "9".into()]].concat()).await;
     assert_eq!(code, Some(1));
     assert!(err.contains("no stored version 9"), "{err}");
-    // Retention: versions 1 and 2 of the first key and the other key's only version are
-    // past it; the sweep deletes the two that have a newer version, one row per
-    // statement, and keeps every key's latest.
+    // Retention, counted from the day a version was replaced: versions 1 and 2 of the
+    // first key and the other key's only version are stored 100 months ago, version 3 now.
+    // Version 1 was replaced (by 2) that long ago: deleted. Version 2 was replaced (by 3)
+    // now: kept. The other key's only version is its latest: kept.
     c.batch_execute("UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '100 months'")
         .await
         .unwrap();
@@ -662,7 +676,7 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     .unwrap();
     let out = Command::new(BIN).args(["sweep", "--postgres", &url, "--delete-batch", "1"]).output().await.unwrap();
     let line = String::from_utf8_lossy(&out.stdout);
-    assert!(line.contains("and 2 evidence rows"), "{line}");
+    assert!(line.contains("and 1 evidence rows"), "{line}");
     let kept: Vec<(i32, i64)> = c
         .query("SELECT dienstverband_id, versie FROM rekenserver.resultaat_historie ORDER BY 1, 2", &[])
         .await
@@ -670,5 +684,53 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(kept, [(FIRST_ID, 3), (FIRST_ID + 1, 1)]);
+    assert_eq!(kept, [(FIRST_ID, 2), (FIRST_ID, 3), (FIRST_ID + 1, 1)]);
+}
+
+/// A result claimed under a lease (payroll may have imported it) and replaced by a newer
+/// version before the lease is confirmed goes out again as a correction of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_result_replaced_before_its_confirmation_comes_back_as_a_correction() {
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(1, 3, false).load(&mut loader).await.unwrap();
+    let dir = TempDir::new("lease-correction");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    crate::common::calc::wait_until("version 1 is stored", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 1").await == 1
+    })
+    .await;
+    let file = dir.0.join("out.json");
+    let export = |mode: &'static str| {
+        let (url, file) = (url.clone(), file.clone());
+        async move {
+            let out = Command::new(BIN)
+                .args(["export", "--postgres", &url, "--periode", "202604", "--format", "json", "--mode", mode])
+                .arg("--out")
+                .arg(&file)
+                .output()
+                .await
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            std::fs::read_to_string(&file).unwrap()
+        }
+    };
+    let leased = export("lease").await;
+    assert!(leased.contains("\"versie\":1,\"correctie\":false"), "{leased}");
+    // Not confirmed; a roster edit makes version 2.
+    c.batch_execute(&format!(
+        "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '15 minutes'
+          WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
+                       WHERE d.dienstverband_id = {FIRST_ID} ORDER BY t.id LIMIT 1)"
+    ))
+    .await
+    .unwrap();
+    crate::common::calc::wait_until("version 2 is stored", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 2").await == 1
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let again = export("once").await;
+    assert!(again.contains("\"versie\":2,\"correctie\":true,\"vervangt_versie\":1,"), "{again}");
 }

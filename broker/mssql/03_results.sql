@@ -177,7 +177,8 @@ BEGIN
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
                -- (Every expression reads the row as it was before the update.)
-               vorige_export_versie = CASE WHEN export_status = 2 THEN versie ELSE vorige_export_versie END,
+               -- Exported, or claimed under a lease (payroll may hold it already).
+               vorige_export_versie = CASE WHEN export_status IN (1, 2) THEN versie ELSE vorige_export_versie END,
                export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
          WHERE dienstverband_id = @dv AND periode_id = @periode AND versie < @versie;
         IF @@ROWCOUNT = 0 AND NOT EXISTS (SELECT 1 FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)

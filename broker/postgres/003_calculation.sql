@@ -112,6 +112,8 @@ ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
 -- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
+-- The retention finds old rows without reading the table.
+CREATE INDEX IF NOT EXISTS resultaat_historie_opgeslagen ON rekenserver.resultaat_historie (opgeslagen_op);
 
 -- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
 -- the sweep sends the same version again: an internal Fout (a diversion), an error end
@@ -179,7 +181,10 @@ BEGIN
         ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
             SET versie = EXCLUDED.versie, vraag_id = EXCLUDED.vraag_id, dialog_handle = EXCLUDED.dialog_handle,
                 opgeslagen_op = clock_timestamp(),
-                vorige_export_versie = CASE WHEN r.export_status = 2 THEN r.versie ELSE r.vorige_export_versie END,
+                -- Exported, or claimed under a lease (payroll may hold it already): the
+                -- new version corrects it.
+                vorige_export_versie = CASE WHEN r.export_status IN (1, 2) THEN r.versie
+                                            ELSE r.vorige_export_versie END,
                 export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
             WHERE r.versie < EXCLUDED.versie;
         IF FOUND THEN
@@ -194,7 +199,9 @@ BEGIN
             v_uitkomst := 'verouderd';
         END IF;
     END IF;
-    UPDATE rekenserver.berekening_log SET beantwoord_op = clock_timestamp(), uitkomst = v_uitkomst
+    -- The Vraag kept for the evidence leaves the log with the outcome (copied above when
+    -- the result was stored): the log keeps no salary data of its own.
+    UPDATE rekenserver.berekening_log SET beantwoord_op = clock_timestamp(), uitkomst = v_uitkomst, vraag = NULL
      WHERE dialog_handle = p_handle;
     RETURN v_uitkomst;
 END $$;
@@ -208,7 +215,7 @@ CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE rekenserver.berekening_log
-       SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout',
+       SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout', vraag = NULL,
            foutmelding = coalesce(foutmelding, p_melding),
            herstelbaar = coalesce(herstelbaar, p_herstelbaar,
                                   p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
@@ -236,7 +243,7 @@ DECLARE
     v_n int;
 BEGIN
     UPDATE rekenserver.berekening_log l
-       SET uitkomst = 'fout', herstelbaar = true, beantwoord_op = clock_timestamp(),
+       SET uitkomst = 'fout', herstelbaar = true, beantwoord_op = clock_timestamp(), vraag = NULL,
            foutmelding = 'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) '
                          || 'without an answer'
      WHERE l.uitkomst IS NULL

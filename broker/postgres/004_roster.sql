@@ -304,27 +304,35 @@ END $$;
 -- Recompute (`sbworker recompute`): the known keys that match every filter given (NULL:
 -- no filter), in key order after the key (p_na_dv, p_na_periode), at most p_aantal.
 -- For a change no roster edit makes: new rate tables, a CAO change, a corrected period.
+DROP FUNCTION IF EXISTS rekenserver.herbereken_sleutels(int[], text, int, int, int, int, int);
 CREATE OR REPLACE FUNCTION rekenserver.herbereken_sleutels(
-    p_periodes int[], p_cao text, p_dv_van int, p_dv_tot int, p_na_dv int, p_na_periode int, p_aantal int)
+    p_periodes int[], p_cao text, p_dv_van int, p_dv_tot int, p_na_dv int, p_na_periode int, p_aantal int,
+    p_dvs int[] DEFAULT NULL, p_pers int[] DEFAULT NULL)
 RETURNS TABLE (dienstverband_id int, periode_id int) LANGUAGE plpgsql STABLE AS $$
 BEGIN
+    -- The lower bound is always a value, so that the key comparison stays an index
+    -- condition in a generic plan too (a page never walks the keys before it).
     RETURN QUERY
     SELECT s.dienstverband_id, s.periode_id
       FROM rekenserver.sleutel s
       JOIN rooster.dienstverband dv ON dv.id = s.dienstverband_id
       JOIN rooster.cao c ON c.id = dv.cao_id
-     WHERE (p_periodes IS NULL OR s.periode_id = ANY (p_periodes))
+     WHERE (s.dienstverband_id, s.periode_id)
+               > (coalesce(p_na_dv, -2147483648), coalesce(p_na_periode, -2147483648))
+       AND (p_periodes IS NULL OR s.periode_id = ANY (p_periodes))
        AND (p_cao IS NULL OR c.code = p_cao)
        AND (p_dv_van IS NULL OR s.dienstverband_id >= p_dv_van)
        AND (p_dv_tot IS NULL OR s.dienstverband_id <= p_dv_tot)
-       AND (p_na_dv IS NULL OR (s.dienstverband_id, s.periode_id) > (p_na_dv, p_na_periode))
+       AND (p_dvs IS NULL OR (s.dienstverband_id, s.periode_id) IN (SELECT * FROM unnest(p_dvs, p_pers)))
      ORDER BY s.dienstverband_id, s.periode_id
      LIMIT p_aantal;
 END $$;
 
 -- Recomputes these keys ($1 dienstverbanden, $2 periods, pairwise) as a roster edit
 -- does: each key's version rises and its Vraag, built from the data as it stands now,
--- is sent (in key order, the order the triggers lock keys in). Returns how many were
+-- is sent, in key order (a planner's commit may lock keys in another order: a deadlock
+-- between them costs one of the two its transaction, and `sbworker recompute` takes its
+-- batch again). Returns how many were
 -- sent (a key whose Vraag cannot be built is recorded in rekenserver.onverzendbaar).
 CREATE OR REPLACE FUNCTION rekenserver.herbereken(p_dvs int[], p_periodes int[])
 RETURNS int LANGUAGE plpgsql AS $$

@@ -214,8 +214,9 @@ pub enum Command {
         /// Employees up to this id.
         #[arg(long, value_name = "ID")]
         dienstverband_tot: Option<i32>,
-        /// A key, DIENSTVERBAND:PERIODE (repeatable; the filters above are then not used).
-        #[arg(long = "sleutel", value_name = "DV:P", value_parser = parse_key)]
+        /// A known key, DIENSTVERBAND:PERIODE (repeatable; not with the filters above).
+        #[arg(long = "sleutel", value_name = "DV:P", value_parser = parse_key,
+              conflicts_with_all = ["periodes", "cao", "dienstverband_van", "dienstverband_tot", "all"])]
         sleutels: Vec<(i32, i32)>,
         /// Every key (needed when no filter is given).
         #[arg(long)]
@@ -223,11 +224,11 @@ pub enum Command {
         /// Start after this key, DIENSTVERBAND:PERIODE (where a run stopped at its fuse).
         #[arg(long, value_name = "DV:P", value_parser = parse_key)]
         after: Option<(i32, i32)>,
-        /// Keys per committed transaction.
-        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
+        /// Keys per committed transaction (1 to 100,000).
+        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..=100_000), |v| v as usize))]
         batch: usize,
-        /// Most keys per run.
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..))]
+        /// Most keys per run (1 to 1,000,000,000).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000))]
         fuse: i64,
         /// Count the keys, change nothing.
         #[arg(long)]

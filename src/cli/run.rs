@@ -66,9 +66,15 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
 pub const HANDLERS: &[&str] = &[calculation::NAME, collector::NAME];
 
 /// The production handlers, for a back end's session.
-fn handlers<S: crate::transport::PayrollStore>(tables: Arc<crate::engine::Tables>, limits: Limits) -> Handlers<S> {
+fn handlers<S: crate::transport::PayrollStore>(
+    tables: Arc<crate::engine::Tables>,
+    limits: Limits,
+    rekenversie: bool,
+) -> Handlers<S> {
+    let calculation = calculation::Calculation::new(tables, limits);
+    let calculation = if rekenversie { calculation } else { calculation.without_rekenversie() };
     Handlers::default()
-        .with(calculation::NAME, Arc::new(calculation::Calculation::new(tables, limits)))
+        .with(calculation::NAME, Arc::new(calculation))
         .with(collector::NAME, Arc::new(collector::Collector::new(limits)))
 }
 
@@ -96,6 +102,7 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
     // Resolved once, here: the worker's settings, and the database it talks to (the
     // connection string parsed and its TLS connector built for every connection).
     let settings = worker::Settings::from_config(&config);
+    let rekenversie = config.engine.rekenversie;
     let sweep = (config.sweep.interval_ms > 0 && config.broker.kind == BrokerKind::Postgres).then(|| Sweeping {
         every: std::time::Duration::from_millis(config.sweep.interval_ms),
         opts: crate::handoff::sweep::Options::from(&config.sweep),
@@ -105,14 +112,14 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
             BrokerKind::Postgres => {
                 let at = crate::pg_tls::Endpoint::new(&config.broker.connection).context("broker.connection")?;
                 let sweeper = sweep.map(|s| (at.clone(), s));
-                let h = handlers(tables, limits);
+                let h = handlers(tables, limits, rekenversie);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
                 serve(PostgresTransport::at(at), &settings, sweeper, h).await
             }
             BrokerKind::Mssql => {
                 let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
-                let h = handlers(tables, limits);
+                let h = handlers(tables, limits, rekenversie);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
                 serve(transport, &settings, None, h).await

@@ -53,9 +53,9 @@ SELECT pg_try_advisory_lock(hashtext('rekenserver.recompute'));
 SELECT pg_advisory_unlock(hashtext('rekenserver.recompute'));
 
 -- Up to $7 known keys after ($5, $6) in key order that match: $1 periods, $2 CAO code,
--- $3..$4 employees (NULL: no filter).
+-- $3..$4 employees, $8/$9 named keys (pairwise) (NULL: no filter).
 -- name: recompute_keys
-SELECT dienstverband_id, periode_id FROM rekenserver.herbereken_sleutels($1, $2, $3, $4, $5, $6, $7);
+SELECT dienstverband_id, periode_id FROM rekenserver.herbereken_sleutels($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- Recomputes a batch ($1 dienstverbanden, $2 periods); how many Vraags went.
 -- name: recompute_batch
@@ -118,8 +118,10 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone;
 
--- The evidence of stored versions older than $1 months, the latest version of each key
--- excepted (it stays while the key does); $2 rows at a time.
+-- The evidence of stored versions replaced more than $1 months ago (a version's
+-- retention runs from the day a newer one replaced it, so the version that was paid
+-- keeps its evidence that long); a key's latest version stays while the key does; $2
+-- rows at a time, oldest first (the index on opgeslagen_op finds them).
 -- name: delete_evidence
 WITH gone AS (
     DELETE FROM rekenserver.resultaat_historie WHERE id IN (
@@ -127,8 +129,9 @@ WITH gone AS (
          WHERE h.opgeslagen_op < clock_timestamp() - make_interval(months => $1)
            AND EXISTS (SELECT 1 FROM rekenserver.resultaat_historie n
                         WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
-                          AND n.versie > h.versie)
-         ORDER BY h.id LIMIT $2)
+                          AND n.versie > h.versie
+                          AND n.opgeslagen_op < clock_timestamp() - make_interval(months => $1))
+         ORDER BY h.opgeslagen_op LIMIT $2)
     RETURNING 1
 )
 SELECT count(*) FROM gone;

@@ -183,11 +183,15 @@ pub struct EngineConfig {
     pub tables: Option<PathBuf>,
     /// Largest Vraag accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Answers carry `Rekenversie` (what computed them, kept with the stored result).
+    /// A collector of a release before 0.1 rejects the attribute: during a rolling
+    /// upgrade from one, set `false` until every worker runs this release.
+    pub rekenversie: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { tables: None, max_body_bytes: crate::contract::Limits::default().max_body_bytes }
+        Self { tables: None, max_body_bytes: crate::contract::Limits::default().max_body_bytes, rekenversie: true }
     }
 }
 

@@ -27,11 +27,18 @@ pub const NAME: &str = "loonfactor-berekening";
 pub struct Calculation {
     tables: Arc<Tables>,
     limits: Limits,
+    /// Whether answers carry `Rekenversie` (`engine.rekenversie`).
+    rekenversie: bool,
 }
 
 impl Calculation {
     pub fn new(tables: Arc<Tables>, limits: Limits) -> Self {
-        Self { tables, limits }
+        Self { tables, limits, rekenversie: true }
+    }
+
+    /// Answers without `Rekenversie` (for collectors of an older release, during an upgrade).
+    pub fn without_rekenversie(self) -> Self {
+        Self { rekenversie: false, ..self }
     }
 
     /// The reply to a Vraag body when nothing has superseded it: the Antwoord XML, or
@@ -46,8 +53,11 @@ impl Calculation {
     }
 
     fn compute(&self, vraag: &Vraag) -> Result<String, (RekenserverFout, String)> {
-        let calc =
+        let mut calc =
             engine::calculate(vraag, &self.tables, false).map_err(|e| (e.to_fout(Some(vraag.id)), e.to_string()))?;
+        if !self.rekenversie {
+            calc.antwoord.rekenversie = None;
+        }
         Ok(contract::encode_antwoord(&calc.antwoord))
     }
 

@@ -65,8 +65,14 @@ pub async fn claim(c: &mut Tds, periode: i32, mode: Mode) -> Result<Batch, Broke
             kaart_soort: column(r, 5, "kaart_soort")?,
             loonfactor_code: column::<&str>(r, 6, "loonfactor_code")?.to_owned(),
             waarde: column::<&str>(r, 7, "waarde")?.to_owned(),
-            // NULL: not a correction (an install older than the column sends none).
-            vervangt_versie: r.try_get::<i64, _>(8).ok().flatten(),
+            // NULL: not a correction. An install older than the column cannot say, so it
+            // is refused rather than exported with corrections unmarked.
+            vervangt_versie: r.try_get::<i64, _>(8).map_err(|_| BrokerError {
+                kind: crate::broker::ErrorKind::Other,
+                number: 0,
+                message: "Rekenserver.export_claim returned no vervangt_versie column: install this release's                           scripts (sbworker install --mssql) before exporting"
+                    .into(),
+            })?,
         });
     }
     Ok(Batch { id, periode_id: periode, mode, rows })

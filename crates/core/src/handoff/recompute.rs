@@ -66,15 +66,26 @@ pub enum Outcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("recompute step {step} failed: {source}")]
+#[error("recompute step {step} failed: {source}{}", last.map_or(String::new(), |(d, p)| format!(" (keys up to {d}:{p} were recomputed: go on with --after {d}:{p})")))]
 pub struct RecomputeError {
     pub step: &'static str,
     #[source]
     pub source: tokio_postgres::Error,
+    /// The last key recomputed before the failure.
+    pub last: Option<(i32, i32)>,
 }
 
 fn at(step: &'static str) -> impl Fn(tokio_postgres::Error) -> RecomputeError {
-    move |source| RecomputeError { step, source }
+    move |source| RecomputeError { step, source, last: None }
+}
+
+/// A deadlock (a planner's commit locking the same keys in another order) or a
+/// serialization failure: the batch is taken again.
+fn transient(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+            || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+    })
 }
 
 /// The next page of keys after `after`, at most `n`.
@@ -84,12 +95,10 @@ async fn page(
     after: Option<(i32, i32)>,
     n: i64,
 ) -> Result<Vec<(i32, i32)>, tokio_postgres::Error> {
-    if !sel.keys.is_empty() {
-        let mut keys = sel.keys.clone();
-        keys.sort_unstable();
-        keys.dedup();
-        return Ok(keys.into_iter().filter(|k| after.is_none_or(|a| *k > a)).take(n.max(0) as usize).collect());
-    }
+    // Named keys are recomputed only where they are known keys (a mistyped one is not
+    // made a key).
+    let (dvs, pers): (Vec<i32>, Vec<i32>) = sel.keys.iter().copied().unzip();
+    let named = (!sel.keys.is_empty()).then_some((&dvs, &pers));
     let periodes = (!sel.periodes.is_empty()).then_some(&sel.periodes);
     let rows = client
         .query(
@@ -101,7 +110,9 @@ async fn page(
                 &sel.dienstverband_to,
                 &after.map(|a| a.0),
                 &after.map(|a| a.1),
-                &(n as i32),
+                &i32::try_from(n).unwrap_or(i32::MAX),
+                &named.map(|k| k.0),
+                &named.map(|k| k.1),
             ],
         )
         .await?;
@@ -137,7 +148,8 @@ async fn steps(
     if opts.dry_run {
         let (mut keys, mut after) = (0i64, sel.after);
         loop {
-            let got = page(client, sel, after, batch.min(opts.fuse + 1 - keys)).await.map_err(at("select"))?;
+            let got =
+                page(client, sel, after, batch.min(opts.fuse.saturating_add(1) - keys)).await.map_err(at("select"))?;
             keys += got.len() as i64;
             if got.is_empty() || keys > opts.fuse {
                 break;
@@ -149,12 +161,13 @@ async fn steps(
     let run_id: i64 =
         client.query_one(stmt::LOG_START.sql, &[&None::<i64>, &"herberekening"]).await.map_err(at("log"))?.get(0);
     let (mut keys, mut sent, mut batches, mut after) = (0i64, 0i64, 0i64, sel.after);
+    let batch = batch.min(100_000);
     let mut fuse_reached = false;
     let mut failure = None;
     loop {
         let room = opts.fuse - keys;
         // One more than there is room for tells whether the fuse stopped the run.
-        let got = match page(client, sel, after, batch.min(room + 1)).await {
+        let got = match page(client, sel, after, batch.min(room.saturating_add(1))).await {
             Ok(g) => g,
             Err(e) => {
                 failure = Some(("select", e));
@@ -172,13 +185,25 @@ async fn steps(
             break;
         }
         let (dvs, ps): (Vec<i32>, Vec<i32>) = take.iter().copied().unzip();
-        let attempt = async {
-            let tx = client.transaction().await?;
-            let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
-            tx.commit().await?;
-            Ok::<i64, tokio_postgres::Error>(i64::from(n))
-        };
-        match attempt.await {
+        // Up to five tries: a deadlock with a planner's commit is the planner's edit or
+        // this batch losing its transaction, and this batch is simply taken again.
+        let mut result = None;
+        for _ in 0..5 {
+            let attempt = async {
+                let tx = client.transaction().await?;
+                let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
+                tx.commit().await?;
+                Ok::<i64, tokio_postgres::Error>(i64::from(n))
+            };
+            match attempt.await {
+                Err(e) if transient(&e) => result = Some(Err(e)),
+                other => {
+                    result = Some(other);
+                    break;
+                }
+            }
+        }
+        match result.expect("tried at least once") {
             Ok(n) => {
                 keys += take.len() as i64;
                 sent += n;
@@ -210,7 +235,7 @@ async fn steps(
         .await
         .map_err(at("log"))?;
     if let Some((step, source)) = failure {
-        return Err(RecomputeError { step, source });
+        return Err(RecomputeError { step, source, last: after });
     }
     Ok(Outcome::Ran { keys, sent, batches, fuse_reached, last: after })
 }

@@ -173,7 +173,10 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
     let mut sent = 0i64;
     let mut failure = None;
     for chunk in keys.chunks(opts.batch.max(1)) {
-        let (dvs, periods): (Vec<i32>, Vec<i32>) = chunk.iter().copied().unzip();
+        // In key order within the batch, as a recompute locks them.
+        let mut chunk = chunk.to_vec();
+        chunk.sort_unstable();
+        let (dvs, periods): (Vec<i32>, Vec<i32>) = chunk.into_iter().unzip();
         let attempt = async {
             let tx = client.transaction().await?;
             let n: i64 = tx.query_one(stmt::SEND_KEYS.sql, &[&dvs, &periods]).await?.get(0);
