@@ -511,8 +511,11 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     let new_tables = sbworker::engine::Tables::from_toml(&changed).unwrap();
     let verdict = sbworker::demo::check::verify(&c, &new_tables).await.unwrap();
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
-    assert_ne!(amounts(&c).await, old_amounts, "the nights are paid at 50% now");
-    // Exported again: every April result, each as a correction of version 1.
+    let new_amounts = amounts(&c).await;
+    let changed = old_amounts.iter().zip(&new_amounts).filter(|(a, b)| a != b).count();
+    assert!(changed > 0, "the nights are paid at 50% now");
+    // Exported again: the April results whose figures changed, each as a correction of
+    // version 1 (a result recomputed to the same figures is not sent again).
     let exported = Command::new(BIN)
         .args([
             "export",
@@ -530,9 +533,34 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
         .unwrap();
     assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
     let json = std::fs::read_to_string(&april).unwrap();
-    assert_eq!(json.matches("\"correctie\":true,\"vervangt_versie\":1,").count(), 4, "{json}");
+    assert_eq!(json.matches("\"correctie\":true,\"vervangt_versie\":1,").count(), changed, "{json}");
+    assert_eq!(json.matches("\"sleutel\"").count(), changed, "{json}");
+    // Recomputed once more with the same tables: new versions, the same figures, so
+    // nothing goes to payroll again (no correction for nothing).
+    let worker = spawn_worker(
+        &dir,
+        &format!(
+            "{}\n[engine]\ntables = {}\n",
+            sbworker::demo::worker_config_text(&url, 2),
+            toml::Value::String(tables_file.to_string_lossy().into_owned())
+        ),
+    );
+    let (code, _, err) = recompute(&url, &["--periode", "202604"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    crate::common::calc::wait_until("the unchanged keys are stored", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE periode_id = 202604 AND versie = 3").await == 4
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let exported = Command::new(BIN)
+        .args(["export", "--postgres", &url, "--periode", "202604", "--out", april.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&exported.stderr);
+    assert!(exported.status.success() && said.contains("exported 0 results"), "{said}");
     // The run log has each run (a dry run logs nothing): the named key that is no key,
-    // then the fuse's run and the rest.
+    // the fuse's run, the rest, and the unchanged recompute.
     let runs: Vec<(Option<i32>, Option<i32>)> = c
         .query("SELECT kandidaten, verzonden FROM rekenserver.run_log WHERE stap = 'herberekening' ORDER BY id", &[])
         .await
@@ -540,7 +568,7 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(runs, [(Some(0), Some(0)), (Some(3), Some(3)), (Some(1), Some(1))]);
+    assert_eq!(runs, [(Some(0), Some(0)), (Some(3), Some(3)), (Some(1), Some(1)), (Some(4), Some(4))]);
 }
 
 /// Every stored version keeps its evidence: three versions of a key (two roster edits)

@@ -174,12 +174,36 @@ BEGIN
         SET @uitkomst = 'vervangen';
     ELSE
     BEGIN
+        -- The same factors as the stored result (a recompute that changed nothing): the
+        -- new version is stored, but its export state stays (payroll has these figures;
+        -- no correction is sent for nothing). One collector stores a key at a time (its
+        -- conversation group), so the comparison and the update see the same rows.
+        DECLARE @nieuw TABLE (kaart_soort int NOT NULL, loonfactor_code varchar(3) NOT NULL PRIMARY KEY,
+                              waarde decimal(18, 4) NOT NULL);
+        WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
+        INSERT @nieuw (kaart_soort, loonfactor_code, waarde)
+        SELECT m.value('(KaartSoort)[1]', 'int'), m.value('(LoonfactorCode)[1]', 'varchar(3)'),
+               m.value('(Waarde)[1]', 'decimal(18, 4)')
+          FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m);
+        DECLARE @zelfde bit = CASE
+            WHEN EXISTS (SELECT 1 FROM Rekenserver.resultaat WHERE dienstverband_id = @dv AND periode_id = @periode)
+             AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw
+                             EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
+                                     WHERE dienstverband_id = @dv AND periode_id = @periode)
+             AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
+                              WHERE dienstverband_id = @dv AND periode_id = @periode
+                             EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw)
+            THEN 1 ELSE 0 END;
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
                -- (Every expression reads the row as it was before the update.)
                -- Exported, or claimed under a lease (payroll may hold it already).
-               vorige_export_versie = CASE WHEN export_status IN (1, 2) THEN versie ELSE vorige_export_versie END,
-               export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
+               vorige_export_versie = CASE WHEN @zelfde = 1 THEN vorige_export_versie
+                                           WHEN export_status IN (1, 2) THEN versie ELSE vorige_export_versie END,
+               export_status = CASE WHEN @zelfde = 1 THEN export_status ELSE 0 END,
+               export_batch = CASE WHEN @zelfde = 1 THEN export_batch END,
+               geclaimd_op = CASE WHEN @zelfde = 1 THEN geclaimd_op END,
+               geexporteerd_op = CASE WHEN @zelfde = 1 THEN geexporteerd_op END
          WHERE dienstverband_id = @dv AND periode_id = @periode AND versie < @versie;
         IF @@ROWCOUNT = 0 AND NOT EXISTS (SELECT 1 FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
                                            WHERE dienstverband_id = @dv AND periode_id = @periode)
@@ -190,11 +214,8 @@ BEGIN
         BEGIN
             SET @uitkomst = 'opgeslagen';
             DELETE Rekenserver.resultaat_factor WHERE dienstverband_id = @dv AND periode_id = @periode;
-            WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
             INSERT Rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
-            SELECT @dv, @periode, m.value('(KaartSoort)[1]', 'int'), m.value('(LoonfactorCode)[1]', 'varchar(3)'),
-                   m.value('(Waarde)[1]', 'decimal(18, 4)')
-              FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m);
+            SELECT @dv, @periode, kaart_soort, loonfactor_code, waarde FROM @nieuw;
             INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie) VALUES (@dv, @periode, @versie);
         END
         ELSE

@@ -163,6 +163,7 @@ RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_uitkomst text := 'vervangen';
     v_log      rekenserver.berekening_log;
+    v_zelfde   boolean;
 BEGIN
     -- The answer must be for the request its dialog carried: an answer naming another
     -- key or version is refused (the transaction fails; after the worker's attempts it
@@ -176,6 +177,16 @@ BEGIN
             p_vraag_id, v_log.dienstverband_id, v_log.periode_id, v_log.versie, v_log.vraag_id));
     END IF;
     IF NOT p_vervangen THEN
+        -- The same factors as the stored result (a recompute that changed nothing): the
+        -- new version is stored, but its export state stays (payroll has these figures;
+        -- no correction is sent for nothing).
+        v_zelfde := EXISTS (SELECT 1 FROM rekenserver.resultaat WHERE dienstverband_id = p_dv AND periode_id = p_periode)
+            AND NOT EXISTS (SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w)
+                            EXCEPT SELECT f.kaart_soort, f.loonfactor_code, f.waarde FROM rekenserver.resultaat_factor f
+                                    WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode)
+            AND NOT EXISTS (SELECT f.kaart_soort, f.loonfactor_code, f.waarde FROM rekenserver.resultaat_factor f
+                             WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode
+                            EXCEPT SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w));
         INSERT INTO rekenserver.resultaat AS r (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
         VALUES (p_dv, p_periode, p_versie, p_vraag_id, p_handle)
         ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
@@ -183,9 +194,13 @@ BEGIN
                 opgeslagen_op = clock_timestamp(),
                 -- Exported, or claimed under a lease (payroll may hold it already): the
                 -- new version corrects it.
-                vorige_export_versie = CASE WHEN r.export_status IN (1, 2) THEN r.versie
+                vorige_export_versie = CASE WHEN v_zelfde THEN r.vorige_export_versie
+                                            WHEN r.export_status IN (1, 2) THEN r.versie
                                             ELSE r.vorige_export_versie END,
-                export_status = 0, export_batch = NULL, geclaimd_op = NULL, geexporteerd_op = NULL
+                export_status = CASE WHEN v_zelfde THEN r.export_status ELSE 0 END,
+                export_batch = CASE WHEN v_zelfde THEN r.export_batch END,
+                geclaimd_op = CASE WHEN v_zelfde THEN r.geclaimd_op END,
+                geexporteerd_op = CASE WHEN v_zelfde THEN r.geexporteerd_op END
             WHERE r.versie < EXCLUDED.versie;
         IF FOUND THEN
             v_uitkomst := 'opgeslagen';
