@@ -381,7 +381,7 @@ async fn strict_login_only_and_no_encryption_are_negotiated_as_sql_server_does()
     use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let port = crate::common::tds::port(&conn);
     let login_name = utf16("sbworker");
     for (mode, level) in [
         ("strict", tiberius::EncryptionLevel::Strict),
@@ -422,7 +422,7 @@ async fn a_plain_login_after_encrypt_off_is_served() {
     use sbworker::emulator::codec::{self, packet_type};
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let port = crate::common::tds::port(&conn);
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     codec::write_message(&mut s, packet_type::PRELOGIN, &codec::prelogin_request(codec::ENCRYPT_OFF), 4096)
         .await
@@ -447,7 +447,7 @@ async fn a_plain_login_after_encrypt_off_is_served() {
 async fn odbc_and_tedious_connect_strict_and_with_login_only_encryption() {
     let (url, _s) = calc_world().await;
     let (conn, _stop, pem) = crate::common::tds::emulator_tls(&url, Arc::new(Faults::default())).await;
-    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let port = crate::common::tds::port(&conn);
     let dir = crate::common::calc::TempDir::new("tls-clients");
     let ca = dir.0.join("emulator.pem");
     std::fs::write(&ca, &pem).unwrap();
@@ -504,7 +504,7 @@ fn python_tds() -> std::path::PathBuf {
 async fn python_tds_a_client_we_did_not_write_sends_receives_reads_every_column_and_cancels() {
     let (url, s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let out = tokio::process::Command::new("python3")
         .env("PYTHONPATH", python_tds())
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_client.py"))
@@ -609,7 +609,7 @@ async fn random_packets_and_garbage_bytes_never_panic_the_emulator() {
     use tokio::io::AsyncWriteExt;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port: u16 = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+    let port = crate::common::tds::port(&conn);
     let addr = ("127.0.0.1", port);
     let mut rng = sbworker::demo::rng::Rng::new(9);
     let types = [
@@ -707,7 +707,7 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
         .await
         .unwrap();
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let out = tokio::process::Command::new("python3")
         .env("PYTHONPATH", python_tds())
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pytds_tutorial.py"))
@@ -1037,14 +1037,7 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
         .await
         .unwrap()
         .get(0);
-    c.execute(
-        "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '30 minutes'
-          WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
-                       WHERE d.dienstverband_id = $1 ORDER BY t.id LIMIT 1)",
-        &[&dv],
-    )
-    .await
-    .unwrap();
+    crate::common::pg::lengthen_first_block(&c, dv, 30).await;
     let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
     sbworker::demo::check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
     assert_eq!(stop_worker(worker).await, Some(0));
@@ -1302,7 +1295,7 @@ async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it(
 async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
     let script = |step: &str| {
         let mut client = tokio::process::Command::new("python3");
@@ -1349,7 +1342,7 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
 async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let ltdl = std::process::Command::new("ldconfig").arg("-p").output().unwrap();
     assert!(
         String::from_utf8_lossy(&ltdl.stdout).contains("libltdl.so.7"),
@@ -1398,7 +1391,7 @@ async fn odbc_driver_18_sends_its_parameters_and_reads_long_values() {
 async fn pyodbc_with_odbc_driver_18_binds_every_type_and_cancels_on_its_timeout() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let odbc = std::process::Command::new("ldconfig").arg("-p").output().unwrap();
     assert!(
         String::from_utf8_lossy(&odbc.stdout).contains("libodbc.so.2"),
@@ -1472,7 +1465,7 @@ async fn pyodbc_with_odbc_driver_18_binds_every_type_and_cancels_on_its_timeout(
 async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let tedious = || {
         let mut client = tokio::process::Command::new("node");
         client
@@ -1511,7 +1504,7 @@ async fn tedious_with_its_default_settings_connects_sends_parameters_and_cancels
 async fn the_mssql_package_with_its_default_pool_queries_and_rolls_back() {
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let port = conn.split(',').nth(1).and_then(|r| r.split(';').next()).unwrap().to_owned();
+    let port = crate::common::tds::port(&conn).to_string();
     let mut client = tokio::process::Command::new("node");
     client
         .env("NODE_PATH", crate::common::npm_package("mssql-npm", "mssql", "mssql@12.7.16"))

@@ -601,13 +601,7 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     };
     crate::common::calc::wait_until("version 1 is stored", || version(1)).await;
     for n in 2..=3 {
-        c.batch_execute(&format!(
-            "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '30 minutes'
-              WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
-                           WHERE d.dienstverband_id = {FIRST_ID} ORDER BY t.id LIMIT 1)"
-        ))
-        .await
-        .unwrap();
+        crate::common::pg::lengthen_first_block(&c, FIRST_ID, 30).await;
         crate::common::calc::wait_until("the edit's version is stored", || version(n)).await;
     }
     assert_eq!(stop_worker(worker).await, Some(0));
@@ -747,13 +741,7 @@ async fn a_leased_result_replaced_before_its_confirmation_comes_back_as_a_correc
     let leased = export("lease").await;
     assert!(leased.contains("\"versie\":1,\"correctie\":false"), "{leased}");
     // Not confirmed; a roster edit makes version 2.
-    c.batch_execute(&format!(
-        "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + interval '15 minutes'
-          WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
-                       WHERE d.dienstverband_id = {FIRST_ID} ORDER BY t.id LIMIT 1)"
-    ))
-    .await
-    .unwrap();
+    crate::common::pg::lengthen_first_block(&c, FIRST_ID, 15).await;
     crate::common::calc::wait_until("version 2 is stored", || async {
         count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 2").await == 1
     })

@@ -62,3 +62,16 @@ pub async fn fresh_roster_db() -> (String, tokio_postgres::Client) {
     tokio::spawn(conn);
     (url, client)
 }
+
+/// A planner's edit: the end of the employee's first block moves `minutes` later (a
+/// roster change, so the key's version rises and its Vraag is sent).
+pub async fn lengthen_first_block(c: &tokio_postgres::Client, dienstverband: i32, minutes: i32) {
+    c.execute(
+        "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd + make_interval(mins => $2)
+          WHERE id = (SELECT t.id FROM rooster.tijdblok t JOIN rooster.dienst d ON d.id = t.dienst_id
+                       WHERE d.dienstverband_id = $1 ORDER BY t.id LIMIT 1)",
+        &[&dienstverband, &minutes],
+    )
+    .await
+    .unwrap();
+}

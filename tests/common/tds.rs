@@ -13,6 +13,11 @@ use tokio::sync::mpsc;
 
 use super::calc::{REKEN_QUEUE, calculation_handler, config};
 
+/// The TCP port of an emulator's connection string (`Server=tcp:127.0.0.1,PORT;…`).
+pub fn port(conn: &str) -> u16 {
+    conn.split(',').nth(1).and_then(|r| r.split(';').next()).and_then(|p| p.parse().ok()).expect("a port in the string")
+}
+
 /// An emulator on a free port, with the tests' login: its connection string and its stop.
 pub async fn emulator(url: &str) -> (String, tokio::sync::watch::Sender<bool>) {
     emulator_with(url, Arc::new(Faults::default())).await
