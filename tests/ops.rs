@@ -222,6 +222,18 @@ async fn a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_its_l
     let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
     assert_eq!(verdict.latest, keys);
+    // The replayed version keeps its evidence: the Vraag as sent again.
+    assert_eq!(
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.resultaat_historie h JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
+                  WHERE h.dienstverband_id = {bad} AND h.versie = s.versie AND h.vraag LIKE '%LoonfactorBerekeningVraag%'"
+            )
+        )
+        .await,
+        1
+    );
     // The replay is in the calculation log, answered and stored.
     assert_eq!(
         count(

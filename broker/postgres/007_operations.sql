@@ -174,8 +174,14 @@ BEGIN
                                 rekenserver.dialog_levensduur());
     PERFORM sb.send(v_handle, d.message_type_name, d.message_body);
     IF k.vraag_id IS NOT NULL THEN
-        INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
-        VALUES (v_handle, k.vraag_id, k.dienstverband_id, k.periode_id, k.versie);
+        -- The Vraag as sent, for the evidence: its text read as sbworker.vraag_key read it
+        -- (which succeeded, so the body decodes).
+        INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
+        VALUES (v_handle, k.vraag_id, k.dienstverband_id, k.periode_id, k.versie,
+                CASE WHEN length(d.message_body) >= 2
+                          AND (get_byte(d.message_body, 0) IN (0, 254, 255) OR get_byte(d.message_body, 1) = 0)
+                     THEN sb.utf16_text(d.message_body)
+                     ELSE convert_from(d.message_body, 'UTF8') END);
     END IF;
     UPDATE sbworker.dead_letter
        SET replays = replays + 1, replayed_at = clock_timestamp(), replayed_by = p_by || ' as ' || session_user,

@@ -19,8 +19,7 @@ use crate::engine::{self, Tables};
 pub struct Version {
     pub versie: i64,
     pub opgeslagen_op: String,
-    /// The Vraag as sent (absent for a version stored before evidence was kept, or sent
-    /// again from a dead letter).
+    /// The Vraag as sent (absent for a version stored before evidence was kept).
     pub vraag: Option<String>,
     pub factoren: BTreeMap<String, Decimal>,
     /// What computed it (the engine's version and its tables'), when it was recorded.
