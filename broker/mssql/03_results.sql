@@ -185,15 +185,19 @@ BEGIN
         SELECT m.value('(KaartSoort)[1]', 'int'), m.value('(LoonfactorCode)[1]', 'varchar(3)'),
                m.value('(Waarde)[1]', 'decimal(18, 4)')
           FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m);
-        DECLARE @zelfde bit = CASE
-            WHEN EXISTS (SELECT 1 FROM Rekenserver.resultaat WHERE dienstverband_id = @dv AND periode_id = @periode)
-             AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw
-                             EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
-                                     WHERE dienstverband_id = @dv AND periode_id = @periode)
-             AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
-                              WHERE dienstverband_id = @dv AND periode_id = @periode
-                             EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw)
-            THEN 1 ELSE 0 END;
+        -- Only a result claimed or exported has an export state to keep: one still
+        -- waiting (the pipeline's usual case) is not compared.
+        DECLARE @zelfde bit = 0;
+        IF EXISTS (SELECT 1 FROM Rekenserver.resultaat
+                    WHERE dienstverband_id = @dv AND periode_id = @periode AND export_status <> 0)
+            SET @zelfde = CASE
+                WHEN NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw
+                                 EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
+                                         WHERE dienstverband_id = @dv AND periode_id = @periode)
+                 AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
+                                  WHERE dienstverband_id = @dv AND periode_id = @periode
+                                 EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw)
+                THEN 1 ELSE 0 END;
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
                -- (Every expression reads the row as it was before the update.)

@@ -219,6 +219,7 @@ DECLARE
     v_group  uuid;
     v_id     uuid := gen_random_uuid();
     v_vraag  xml;
+    v_tekst  text;
     v_handle uuid;
 BEGIN
     SELECT versie, group_id INTO v_versie, v_group FROM rekenserver.sleutel
@@ -243,9 +244,11 @@ BEGIN
                                 '/Rekenserver/LoonfactorBerekening/RekenService',
                                 '/Rekenserver/LoonfactorBerekening/DataContract', v_group,
                                 rekenserver.dialog_levensduur());
-    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_vraag::text, 'UTF8'));
+    -- The text once: sent as UTF-8, and kept in the log for the evidence.
+    v_tekst := v_vraag::text;
+    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
-    VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_vraag::text);
+    VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     RETURN v_handle;
 END $$;

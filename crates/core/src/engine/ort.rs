@@ -72,74 +72,76 @@ pub fn split(
         }
         // Cut at the ORT limit, then at clock changes: within each cut the offset is
         // constant and the minutes are either within the limit or above it.
-        let mut a = piece.start;
-        let limit_cut = cutoff.filter(|&c| piece.start < c && c < piece.end);
-        let mut changes: Vec<i64> =
-            line.clock.changes_within(piece.start, piece.end).map(|(t, _)| t).chain(limit_cut).collect();
-        changes.sort_unstable();
-        changes.push(piece.end);
-        for b in changes {
-            let above = cutoff.is_some_and(|c| a >= c);
-            let off = line.clock.offset(a);
-            let (mut t, lb) = (a + off, b + off);
-            while t < lb {
-                let (date, m0) = split_local(t);
-                let day_start = t - i64::from(m0);
-                let m1 = (lb - day_start).min(1440) as u16;
-                if piece.kind != Kind::Worked {
-                    if above && piece.kind == Kind::LeaveStatutory {
-                        totals.vacation_over_limit_minutes += i64::from(m1 - m0);
-                    }
-                    if let Some(e) = ex.as_deref_mut() {
-                        e.line(piece, date, m0, m1, None, None);
-                    }
-                    t = day_start + i64::from(m1);
-                    continue;
-                }
-                if above {
-                    totals.over_limit_minutes += i64::from(m1 - m0);
-                    if let Some(e) = ex.as_deref_mut() {
-                        e.above_limit(piece, date, m0, m1, totals.ort_limit_minutes.unwrap_or_default());
-                    }
-                    t = day_start + i64::from(m1);
-                    continue;
-                }
-                let version = cao.version_on(date).ok_or_else(|| {
-                    EngineError::new(
-                        Reden::UnknownCao,
-                        format!("Diensten/Dienst[{}]/Tijdblok[{}]", piece.dienst + 1, piece.block + 1),
-                        format!("CAO '{}' has no ORT table in force on {date}", cao.code),
-                    )
-                })?;
-                let cap = cao.cap_on(date).map(|(i, _)| i);
-                let info = cao.day_info(date, &holidays);
-                let mut m = m0;
-                for &edge in version.edges.iter().filter(|&&e| e > m0) {
-                    let end = edge.min(m1);
-                    let best: Option<&Window> = version
-                        .windows
-                        .iter()
-                        .filter(|w| w.from <= m && w.to >= end && w.days.matches(&info))
-                        .max_by_key(|w| w.pct);
-                    let minutes = i64::from(end - m);
-                    match best {
-                        Some(w) => {
-                            totals.ort_minutes[w.rate] += minutes;
-                            sums.add(cap, minutes * i64::from(w.pct));
-                        }
-                        None => totals.no_ort_minutes += minutes,
-                    }
-                    if let Some(e) = ex.as_deref_mut() {
-                        e.line(piece, date, m, end, best, Some(&info));
-                    }
-                    m = end;
-                    if m >= m1 {
-                        break;
-                    }
-                }
-                t = day_start + i64::from(m1);
+        let limit_cut = cutoff.filter(|&c| piece.start < c && c < piece.end).unwrap_or(piece.end);
+        for (start, end) in [(piece.start, limit_cut), (limit_cut, piece.end)] {
+            if start >= end {
+                continue;
             }
-            a = b;
+            let mut a = start;
+            let changes = line.clock.changes_within(start, end).map(|(t, _)| t).chain(std::iter::once(end));
+            for b in changes {
+                let above = cutoff.is_some_and(|c| a >= c);
+                let off = line.clock.offset(a);
+                let (mut t, lb) = (a + off, b + off);
+                while t < lb {
+                    let (date, m0) = split_local(t);
+                    let day_start = t - i64::from(m0);
+                    let m1 = (lb - day_start).min(1440) as u16;
+                    if piece.kind != Kind::Worked {
+                        if above && piece.kind == Kind::LeaveStatutory {
+                            totals.vacation_over_limit_minutes += i64::from(m1 - m0);
+                        }
+                        if let Some(e) = ex.as_deref_mut() {
+                            e.line(piece, date, m0, m1, None, None);
+                        }
+                        t = day_start + i64::from(m1);
+                        continue;
+                    }
+                    if above {
+                        totals.over_limit_minutes += i64::from(m1 - m0);
+                        if let Some(e) = ex.as_deref_mut() {
+                            e.above_limit(piece, date, m0, m1, totals.ort_limit_minutes.unwrap_or_default());
+                        }
+                        t = day_start + i64::from(m1);
+                        continue;
+                    }
+                    let version = cao.version_on(date).ok_or_else(|| {
+                        EngineError::new(
+                            Reden::UnknownCao,
+                            format!("Diensten/Dienst[{}]/Tijdblok[{}]", piece.dienst + 1, piece.block + 1),
+                            format!("CAO '{}' has no ORT table in force on {date}", cao.code),
+                        )
+                    })?;
+                    let cap = cao.cap_on(date).map(|(i, _)| i);
+                    let info = cao.day_info(date, &holidays);
+                    let mut m = m0;
+                    for &edge in version.edges.iter().filter(|&&e| e > m0) {
+                        let end = edge.min(m1);
+                        let best: Option<&Window> = version
+                            .windows
+                            .iter()
+                            .filter(|w| w.from <= m && w.to >= end && w.days.matches(&info))
+                            .max_by_key(|w| w.pct);
+                        let minutes = i64::from(end - m);
+                        match best {
+                            Some(w) => {
+                                totals.ort_minutes[w.rate] += minutes;
+                                sums.add(cap, minutes * i64::from(w.pct));
+                            }
+                            None => totals.no_ort_minutes += minutes,
+                        }
+                        if let Some(e) = ex.as_deref_mut() {
+                            e.line(piece, date, m, end, best, Some(&info));
+                        }
+                        m = end;
+                        if m >= m1 {
+                            break;
+                        }
+                    }
+                    t = day_start + i64::from(m1);
+                }
+                a = b;
+            }
         }
     }
     Ok(sums)

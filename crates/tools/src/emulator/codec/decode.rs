@@ -93,14 +93,7 @@ fn column_value(r: &mut Reader<'_>, ty: ColType) -> R<Sql> {
         },
         ColType::Guid => match short(r)? {
             None => Sql::Null,
-            Some(b) if b.len() == 16 => {
-                let mut b: [u8; 16] = b[..].try_into().expect("16");
-                b.swap(0, 3);
-                b.swap(1, 2);
-                b.swap(4, 5);
-                b.swap(6, 7);
-                Sql::Guid(uuid::Uuid::from_bytes(b))
-            }
+            Some(b) if b.len() == 16 => Sql::Guid(guid_from_wire(b[..].try_into().expect("16"))),
             Some(b) => return Err(Malformed(format!("a uniqueidentifier of {} bytes", b.len()))),
         },
         ColType::NVarChar => match r.u16()? {

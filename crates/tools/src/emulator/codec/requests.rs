@@ -108,6 +108,12 @@ pub enum ColType {
     Typed(Scalar),
 }
 
+/// A uniqueidentifier as TDS carries it: its first three fields little-endian.
+pub(super) fn guid_from_wire(b: [u8; 16]) -> Uuid {
+    // The swap is its own inverse.
+    Uuid::from_bytes(guid_wire(&Uuid::from_bytes(b)))
+}
+
 pub(super) fn guid_wire(u: &Uuid) -> [u8; 16] {
     let mut b = *u.as_bytes();
     b.swap(0, 3);
@@ -153,14 +159,7 @@ pub fn read_value(r: &mut Reader<'_>) -> R<Sql> {
             let _max = r.u8()?;
             match r.u8()? {
                 0 => Ok(Sql::Null),
-                16 => {
-                    let mut b: [u8; 16] = r.bytes(16)?.try_into().expect("16");
-                    b.swap(0, 3);
-                    b.swap(1, 2);
-                    b.swap(4, 5);
-                    b.swap(6, 7);
-                    Ok(Sql::Guid(Uuid::from_bytes(b)))
-                }
+                16 => Ok(Sql::Guid(guid_from_wire(r.bytes(16)?.try_into().expect("16")))),
                 n => Err(Malformed(format!("GUID of {n} bytes"))),
             }
         }

@@ -142,7 +142,6 @@ impl Scalar {
         if !length {
             return Err(Malformed(format!("a {} value of {} bytes", self.name(), data.len())));
         }
-        let le = |b: &[u8]| b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x));
         let day_units = |scale: u8| 86_400 * 10u128.pow(u32::from(scale));
         let in_range = match self.ty {
             wire::DECIMALN | wire::NUMERICN => data[0] <= 1 && le(&data[1..]) < 10u128.pow(u32::from(self.info[1])),
@@ -191,7 +190,6 @@ impl Scalar {
 
     /// A value of this type as SQL Server's CAST to nvarchar writes it.
     pub fn text(&self, data: &[u8]) -> String {
-        let le = |b: &[u8]| b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x));
         match self.ty {
             wire::DECIMALN | wire::NUMERICN => {
                 let value = le(&data[1..]);
@@ -282,6 +280,11 @@ fn float_text(f: f64) -> String {
     }
 }
 
+/// An unsigned little-endian integer of up to 16 bytes.
+fn le(b: &[u8]) -> u128 {
+    b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x))
+}
+
 /// 9999-12-31, in days since 0001-01-01.
 const MAX_DAYS: i64 = 3_652_058;
 
@@ -300,7 +303,7 @@ fn date_text(b: &[u8]) -> String {
 }
 
 fn time_text(b: &[u8], scale: u8) -> String {
-    time_of_units(b.iter().rev().fold(0u128, |n, &x| (n << 8) | u128::from(x)), scale)
+    time_of_units(le(b), scale)
 }
 
 /// A time of day in units of 10^-scale seconds: `hh:mm:ss[.fffffff]`.

@@ -111,14 +111,18 @@ impl Tokens {
     pub fn row(&mut self, cols: &[ColType], values: &[Sql]) {
         self.out.push(0xD1);
         for (ty, v) in cols.iter().zip(values) {
+            // A varchar goes to the client as its text (the columns are nvarchar).
+            let text;
+            let v = match v {
+                Sql::VarChar(b) => {
+                    text = Sql::NVarChar(Sql::varchar_text(b));
+                    &text
+                }
+                v => v,
+            };
             match (ty, v) {
                 (ColType::VarBinaryMax | ColType::Xml | ColType::NVarCharMax, Sql::Null) => {
                     self.out.extend_from_slice(&u64::MAX.to_le_bytes())
-                }
-                (ColType::Xml | ColType::NVarCharMax, Sql::VarChar(b)) => {
-                    let mut u = Vec::new();
-                    put_utf16(&mut u, &Sql::varchar_text(b));
-                    put_plp(&mut self.out, &u);
                 }
                 (ColType::Xml | ColType::NVarCharMax, Sql::NVarChar(s)) => {
                     let mut b = Vec::new();
@@ -158,12 +162,7 @@ impl Tokens {
                     self.out.push(16);
                     self.out.extend_from_slice(&guid_wire(u));
                 }
-                (_, Sql::VarChar(b)) => {
-                    let mut u = Vec::new();
-                    put_utf16(&mut u, &Sql::varchar_text(b));
-                    self.out.extend_from_slice(&(u.len() as u16).to_le_bytes());
-                    self.out.extend_from_slice(&u);
-                }
+                (_, Sql::VarChar(_)) => unreachable!("read as text above"),
                 (_, Sql::NVarChar(s)) => {
                     let mut b = Vec::new();
                     put_utf16(&mut b, s);

@@ -117,6 +117,31 @@ const TYPES: &[TypeRow] = &[
     TypeRow { create_params: Some("scale"), ..moment("datetimeoffset", -155, 34, (0, 7), 0) },
 ];
 
+/// The result's columns: the name ODBC 2 gives it, the name ODBC 3 gives it, its type
+/// (sysname and varchar(32) columns as nvarchar, smallint and int as documented).
+const COLUMNS: [(&str, &str, ColType); 20] = [
+    ("TYPE_NAME", "TYPE_NAME", ColType::NVarChar),
+    ("DATA_TYPE", "DATA_TYPE", ColType::SmallInt),
+    ("PRECISION", "COLUMN_SIZE", ColType::Int),
+    ("LITERAL_PREFIX", "LITERAL_PREFIX", ColType::NVarChar),
+    ("LITERAL_SUFFIX", "LITERAL_SUFFIX", ColType::NVarChar),
+    ("CREATE_PARAMS", "CREATE_PARAMS", ColType::NVarChar),
+    ("NULLABLE", "NULLABLE", ColType::SmallInt),
+    ("CASE_SENSITIVE", "CASE_SENSITIVE", ColType::SmallInt),
+    ("SEARCHABLE", "SEARCHABLE", ColType::SmallInt),
+    ("UNSIGNED_ATTRIBUTE", "UNSIGNED_ATTRIBUTE", ColType::SmallInt),
+    ("MONEY", "FIXED_PREC_SCALE", ColType::SmallInt),
+    ("AUTO_INCREMENT", "AUTO_UNIQUE_VALUE", ColType::SmallInt),
+    ("LOCAL_TYPE_NAME", "LOCAL_TYPE_NAME", ColType::NVarChar),
+    ("MINIMUM_SCALE", "MINIMUM_SCALE", ColType::SmallInt),
+    ("MAXIMUM_SCALE", "MAXIMUM_SCALE", ColType::SmallInt),
+    ("SQL_DATA_TYPE", "SQL_DATA_TYPE", ColType::SmallInt),
+    ("SQL_DATETIME_SUB", "SQL_DATETIME_SUB", ColType::SmallInt),
+    ("NUM_PREC_RADIX", "NUM_PREC_RADIX", ColType::Int),
+    ("INTERVAL_PRECISION", "INTERVAL_PRECISION", ColType::SmallInt),
+    ("USERTYPE", "USERTYPE", ColType::SmallInt),
+];
+
 /// `sp_datatype_info[_100] [@data_type], [@ODBCVer]`: the rows of one ODBC type code,
 /// or of all (0, the default); ODBC 3's column names when `@ODBCVer` is 3.
 pub(super) fn datatype_info(params: &[(String, Sql)], t: &mut Tokens) -> Result<(), Failure> {
@@ -163,74 +188,8 @@ pub(super) fn datatype_info(params: &[(String, Sql)], t: &mut Tokens) -> Result<
             ]
         })
         .collect();
-    let names: [&str; 20] = if odbc3 {
-        [
-            "TYPE_NAME",
-            "DATA_TYPE",
-            "COLUMN_SIZE",
-            "LITERAL_PREFIX",
-            "LITERAL_SUFFIX",
-            "CREATE_PARAMS",
-            "NULLABLE",
-            "CASE_SENSITIVE",
-            "SEARCHABLE",
-            "UNSIGNED_ATTRIBUTE",
-            "FIXED_PREC_SCALE",
-            "AUTO_UNIQUE_VALUE",
-            "LOCAL_TYPE_NAME",
-            "MINIMUM_SCALE",
-            "MAXIMUM_SCALE",
-            "SQL_DATA_TYPE",
-            "SQL_DATETIME_SUB",
-            "NUM_PREC_RADIX",
-            "INTERVAL_PRECISION",
-            "USERTYPE",
-        ]
-    } else {
-        [
-            "TYPE_NAME",
-            "DATA_TYPE",
-            "PRECISION",
-            "LITERAL_PREFIX",
-            "LITERAL_SUFFIX",
-            "CREATE_PARAMS",
-            "NULLABLE",
-            "CASE_SENSITIVE",
-            "SEARCHABLE",
-            "UNSIGNED_ATTRIBUTE",
-            "MONEY",
-            "AUTO_INCREMENT",
-            "LOCAL_TYPE_NAME",
-            "MINIMUM_SCALE",
-            "MAXIMUM_SCALE",
-            "SQL_DATA_TYPE",
-            "SQL_DATETIME_SUB",
-            "NUM_PREC_RADIX",
-            "INTERVAL_PRECISION",
-            "USERTYPE",
-        ]
-    };
-    let small = [
-        false, true, false, false, false, false, true, true, true, true, true, true, false, true, true, true, true,
-        false, true, true,
-    ];
-    let cols: Vec<(&str, ColType)> = names
-        .iter()
-        .zip(small)
-        .enumerate()
-        .map(|(i, (n, s))| {
-            (
-                *n,
-                if matches!(i, 0 | 3 | 4 | 5 | 12) {
-                    ColType::NVarChar
-                } else if s {
-                    ColType::SmallInt
-                } else {
-                    ColType::Int
-                },
-            )
-        })
-        .collect();
+    let cols: Vec<(&str, ColType)> =
+        COLUMNS.iter().map(|&(odbc2, odbc3_name, ty)| (if odbc3 { odbc3_name } else { odbc2 }, ty)).collect();
     result_set(t, &cols, &rows);
     Ok(())
 }

@@ -260,8 +260,7 @@ async fn connection(
         .await?;
     match (tls, answer) {
         (Some(tls), codec::ENCRYPT_ON) => {
-            let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
-            s.get_mut().0.handshake_done();
+            let s = tls.accept_in_prelogin(stream).await?;
             logged_in(s, None, pg_url, creds, faults).await
         }
         (Some(tls), codec::ENCRYPT_OFF) => {
@@ -276,8 +275,7 @@ async fn connection(
                 return logged_in(stream, None, pg_url, creds, faults).await;
             }
             debug!("the login encrypted (ENCRYPT_OFF)");
-            let mut s = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tls::Prelogin::new(stream)).await?;
-            s.get_mut().0.handshake_done();
+            let mut s = tls.accept_in_prelogin(stream).await?;
             let Some(login) = codec::read_message(&mut s).await? else { return Ok(()) };
             // The login only: from here on the client talks in plain text.
             let (prelogin, _) = s.into_inner();

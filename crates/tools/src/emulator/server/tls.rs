@@ -86,6 +86,19 @@ impl Tls {
     }
 }
 
+impl Tls {
+    /// The TDS 7 handshake: its records in PRELOGIN packets, then TLS straight over the
+    /// connection.
+    pub async fn accept_in_prelogin<S>(&self, stream: S) -> io::Result<tokio_rustls::server::TlsStream<Prelogin<S>>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut s = tokio_rustls::TlsAcceptor::from(self.config.clone()).accept(Prelogin::new(stream)).await?;
+        s.get_mut().0.handshake_done();
+        Ok(s)
+    }
+}
+
 fn sha256(bytes: &[u8]) -> Vec<u8> {
     let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256;
     match suite.tls13() {
