@@ -534,3 +534,99 @@ async fn xml_bodies_are_validated_in_their_own_encoding_and_kept_byte_for_byte()
         s.rollback().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn conversation_priorities_serve_the_higher_level_first_and_the_best_match_decides() {
+    let (url, mut s) = world().await;
+    s.client()
+        .batch_execute(
+            "SELECT sb.create_service('/t/Laag', 'iq');
+         SELECT sb.create_service('/t/Hoog', 'iq');
+         -- The target's side of dialogs from /t/Laag: level 2; from /t/Hoog: level 8.
+         SELECT sb.create_broker_priority('laag', '/t/C', '/t/T', '/t/Laag', 2);
+         SELECT sb.create_broker_priority('hoog', NULL, '/t/T', '/t/Hoog', 8);
+         -- A wider rule loses to the named contract of 'laag' (the contract comes first).
+         SELECT sb.create_broker_priority('breed', NULL, '/t/T', '/t/Laag', 9);",
+        )
+        .await
+        .unwrap();
+    let send = async |s: &mut Session, from: &str, body: &str| {
+        s.begin().await.unwrap();
+        let h = s.begin_dialog(from, "/t/T", "/t/C", None, None).await.unwrap();
+        s.send(h, VRAAG, Some(body.as_bytes())).await.unwrap();
+        s.commit().await.unwrap();
+    };
+    // Oldest first: two low, one default, one high.
+    send(&mut s, "/t/Laag", "<laag1/>").await;
+    send(&mut s, "/t/I", "<gewoon/>").await;
+    send(&mut s, "/t/Laag", "<laag2/>").await;
+    send(&mut s, "/t/Hoog", "<hoog/>").await;
+    let levels: Vec<(String, i16)> = s
+        .client()
+        .query("SELECT far_service, priority FROM sb.endpoint WHERE NOT is_initiator ORDER BY created_at, handle", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(levels.contains(&("/t/Laag".into(), 2)) && levels.contains(&("/t/Hoog".into(), 8)), "{levels:?}");
+    assert!(levels.contains(&("/t/I".into(), 5)), "{levels:?}");
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        s.begin().await.unwrap();
+        order.extend(bodies(&s.receive("tq", 10, None, NOW).await.unwrap()));
+        s.commit().await.unwrap();
+    }
+    assert_eq!(order, ["<hoog/>", "<gewoon/>", "<laag1/>", "<laag2/>"]);
+    // A high-level group locked by another receiver: the next level is served meanwhile.
+    send(&mut s, "/t/Hoog", "<hoog/>").await;
+    send(&mut s, "/t/Laag", "<laag/>").await;
+    let mut other = Session::open(&url).await.unwrap();
+    other.begin().await.unwrap();
+    assert_eq!(bodies(&other.receive("tq", 10, None, NOW).await.unwrap()), ["<hoog/>"]);
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("tq", 10, None, NOW).await.unwrap()), ["<laag/>"]);
+    s.commit().await.unwrap();
+    other.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_group_keeps_the_level_of_the_messages_it_still_holds() {
+    let (_url, mut s) = world().await;
+    s.client()
+        .batch_execute(
+            "SELECT sb.create_service('/t/Laag', 'iq');
+             SELECT sb.create_broker_priority('laag', NULL, '/t/T', '/t/Laag', 2);",
+        )
+        .await
+        .unwrap();
+    // A default-level dialog of two messages, then a low one.
+    dialog(&mut s, &["<een/>", "<twee/>"]).await;
+    s.begin().await.unwrap();
+    let low = s.begin_dialog("/t/Laag", "/t/T", "/t/C", None, None).await.unwrap();
+    s.send(low, VRAAG, Some(b"<laag/>")).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    let first = s.receive("tq", 1, None, NOW).await.unwrap();
+    assert_eq!(bodies(&first), ["<een/>"]);
+    let g = first[0].conversation_group_id;
+    s.commit().await.unwrap();
+    assert_eq!(group_level(&s, g).await, 5);
+    // The low dialog moved into the default group: the group holds a level-5 message
+    // and a level-2 one, and is at level 5.
+    let low_target: Uuid =
+        s.client().query_one("SELECT handle FROM sb.message WHERE body = '<laag/>'", &[]).await.unwrap().get(0);
+    s.begin().await.unwrap();
+    s.move_conversation(low_target, g).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(group_level(&s, g).await, 5);
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("tq", 1, Some(g), NOW).await.unwrap()), ["<twee/>"]);
+    s.commit().await.unwrap();
+    // What is left there is the low message alone: its level now.
+    assert_eq!(group_level(&s, g).await, 2);
+}
+
+async fn group_level(s: &Session, g: Uuid) -> i16 {
+    s.client().query_one("SELECT priority FROM sb.group_ready WHERE group_id = $1", &[&g]).await.unwrap().get(0)
+}

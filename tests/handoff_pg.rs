@@ -750,3 +750,65 @@ async fn a_leased_result_replaced_before_its_confirmation_comes_back_as_a_correc
     let again = export("once").await;
     assert!(again.contains("\"versie\":2,\"correctie\":true,\"vervangt_versie\":1,"), "{again}");
 }
+
+/// A recompute does not keep planners waiting: its Vraags come from its own service at
+/// a lower conversation priority, so a planner's edit committed after a recompute of
+/// every key is computed and stored before the recompute's keys (RECEIVE serves the
+/// higher level first, on both queues). Measured by the order in which the results were
+/// stored (the evidence table's ids), with one reader, so the order is the broker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planners_edit_is_answered_before_a_running_recompute() {
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    let n = 12;
+    Roster::generate(n, 9, false).load(&mut loader).await.unwrap();
+    let dir = TempDir::new("recompute-priority");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 1));
+    crate::common::calc::wait_until("every key is calculated", || async {
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat").await == n as i64
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let mark = count(&c, "SELECT max(id) FROM rekenserver.resultaat_historie").await;
+    // With no worker running: a recompute of every key, then a planner's edit.
+    let (code, out, err) = recompute(&url, &["--periode", "202604"]).await;
+    assert_eq!(
+        (code, out.trim()),
+        (Some(0), format!("{n} keys recomputed in 1 transactions, {n} Vraags sent").as_str()),
+        "{err}"
+    );
+    let planner = FIRST_ID + n as i32 - 1;
+    crate::common::pg::lengthen_first_block(&c, planner, 15).await;
+    let levels: Vec<(String, i16)> = c
+        .query("SELECT service, priority FROM sb.endpoint WHERE NOT is_initiator ORDER BY created_at", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(levels.iter().filter(|l| l.1 == 3).count(), n, "the recompute's requests are at level 3: {levels:?}");
+    assert_eq!(levels.iter().filter(|l| l.1 == 5).count(), 1, "the planner's at the default: {levels:?}");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 1));
+    crate::common::calc::wait_until("the edit and the recompute are stored", || async {
+        count(&c, &format!("SELECT count(*) FROM rekenserver.resultaat_historie WHERE id > {mark}")).await >= n as i64
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    // The order of storing since the recompute began.
+    let order: Vec<(i32, i64)> = c
+        .query(
+            "SELECT dienstverband_id, versie FROM rekenserver.resultaat_historie WHERE id > $1 ORDER BY id",
+            &[&mark],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let at = order.iter().position(|&(dv, v)| dv == planner && v == 3);
+    eprintln!("stored after the recompute began, in order: {order:?}; the planner's edit at {at:?} of {}", order.len());
+    assert_eq!(at, Some(0), "the planner's edit is stored first: {order:?}");
+    // Every key is at its newest version, the planner's key at its edit.
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.resultaat r JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id) WHERE r.versie = s.versie").await, n as i64);
+}

@@ -361,11 +361,13 @@ async fn public_gets_nothing_and_a_search_path_attack_changes_nothing() {
     assert_ne!(pinned, fixed, "the pinned function used pg_catalog's gen_random_uuid");
     // The same attack on the function with its search_path not pinned does take: the
     // check above can fail.
-    admin.batch_execute("ALTER FUNCTION rekenserver.stuur_vraag(int, int) RESET search_path").await.unwrap();
+    admin.batch_execute("ALTER FUNCTION rekenserver.stuur_vraag(int, int, boolean) RESET search_path").await.unwrap();
     let hijacked = send_again().await;
     assert_eq!(hijacked, fixed, "unpinned, the caller's search_path reaches inside");
     admin
-        .batch_execute("ALTER FUNCTION rekenserver.stuur_vraag(int, int) SET search_path = pg_catalog, pg_temp")
+        .batch_execute(
+            "ALTER FUNCTION rekenserver.stuur_vraag(int, int, boolean) SET search_path = pg_catalog, pg_temp",
+        )
         .await
         .unwrap();
 }

@@ -118,6 +118,24 @@ CREATE TABLE IF NOT EXISTS sb.group_ready (
         autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
 
+-- Conversation priorities (CREATE BROKER PRIORITY): a level from 1 (low) to 10 (high),
+-- 5 by default, given to each endpoint when it is made, from the priority whose
+-- contract and services best match it (NULL stands for ANY), and kept until the
+-- conversation ends. RECEIVE and GET CONVERSATION GROUP serve a queue's groups of the
+-- highest level first, each level oldest first. There is no DROP: a level an endpoint
+-- holds must stay known to the receivers (they look for the levels named here).
+CREATE TABLE IF NOT EXISTS sb.broker_priority (
+    name           text PRIMARY KEY,
+    contract       text REFERENCES sb.contract,
+    local_service  text REFERENCES sb.service,
+    remote_service text,
+    priority_level smallint NOT NULL CHECK (priority_level BETWEEN 1 AND 10)
+);
+ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+-- A group's level: the highest of its endpoints that have messages waiting.
+ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+
 -- Helpers ---------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION sb.fail(code text, message text) RETURNS void
@@ -423,6 +441,36 @@ BEGIN
     SELECT p_name, c FROM unnest(p_contracts) AS c ON CONFLICT DO NOTHING;
 END $$;
 
+-- CREATE BROKER PRIORITY name FOR CONVERSATION SET (CONTRACT_NAME, LOCAL_SERVICE_NAME,
+-- REMOTE_SERVICE_NAME, PRIORITY_LEVEL); NULL for ANY. Running it again with the same name
+-- changes it (for endpoints made from then on), so an install can be run again.
+CREATE OR REPLACE FUNCTION sb.create_broker_priority(p_name text, p_contract text, p_local_service text,
+    p_remote_service text, p_priority_level int DEFAULT 5)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sb.broker_priority (name, contract, local_service, remote_service, priority_level)
+    VALUES (p_name, p_contract, p_local_service, p_remote_service, p_priority_level)
+    ON CONFLICT (name) DO UPDATE SET contract = excluded.contract, local_service = excluded.local_service,
+        remote_service = excluded.remote_service, priority_level = excluded.priority_level;
+END $$;
+
+-- The level of an endpoint of p_local_service talking to p_remote_service on
+-- p_contract: the best match in Service Broker's precedence (a named contract before
+-- ANY, then a named local service, then a named remote service), 5 when none matches.
+CREATE OR REPLACE FUNCTION sb.priority_of(p_contract text, p_local_service text, p_remote_service text)
+RETURNS smallint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_level smallint;
+BEGIN
+    SELECT priority_level INTO v_level FROM sb.broker_priority
+     WHERE (contract IS NULL OR contract = p_contract)
+       AND (local_service IS NULL OR local_service = p_local_service)
+       AND (remote_service IS NULL OR remote_service = p_remote_service)
+     ORDER BY contract IS NULL, local_service IS NULL, remote_service IS NULL, name
+     LIMIT 1;
+    RETURN coalesce(v_level, 5);
+END $$;
+
 -- Dialogs -----------------------------------------------------------------------------
 
 -- A conversation group lives while a conversation uses it, and BEGIN DIALOG with a
@@ -495,16 +543,18 @@ BEGIN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', v_group, v_gqueue, v_queue));
     END IF;
     INSERT INTO sb.endpoint (handle, conversation_id, is_initiator, service, far_service, contract,
-                             group_id, state, expires_at)
+                             group_id, state, expires_at, priority)
     VALUES (v_handle, gen_random_uuid(), true, p_from_service, p_to_service, p_contract, v_group, 'SO',
-            CASE WHEN p_lifetime_seconds IS NOT NULL THEN now() + make_interval(secs => p_lifetime_seconds) END);
+            CASE WHEN p_lifetime_seconds IS NOT NULL THEN now() + make_interval(secs => p_lifetime_seconds) END,
+            sb.priority_of(p_contract, p_from_service, p_to_service));
     RETURN v_handle;
 END $$;
 
--- Puts a message for endpoint p_handle (in group p_group) on queue p_queue (id
--- p_queue_id), marks its group ready and wakes a waiting receiver at commit.
+-- Puts a message for endpoint p_handle (in group p_group, at level p_priority) on queue
+-- p_queue (id p_queue_id), marks its group ready and wakes a waiting receiver at commit.
+DROP FUNCTION IF EXISTS sb.put_message(text, int, uuid, uuid, bigint, text, bytea);
 CREATE OR REPLACE FUNCTION sb.put_message(p_queue text, p_queue_id int, p_group uuid, p_handle uuid,
-    p_seq bigint, p_message_type text, p_body bytea)
+    p_seq bigint, p_message_type text, p_body bytea, p_priority smallint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
@@ -517,8 +567,9 @@ BEGIN
     -- has taken the group's last visible one; waiting, this insert then finds the row
     -- gone and inserts it again. With DO NOTHING the message would be left with no
     -- ready row, never to be received.
-    INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (p_group, p_queue, v_id)
-    ON CONFLICT (group_id) DO UPDATE SET first_id = least(sb.group_ready.first_id, excluded.first_id);
+    INSERT INTO sb.group_ready (group_id, queue, first_id, priority) VALUES (p_group, p_queue, v_id, p_priority)
+    ON CONFLICT (group_id) DO UPDATE SET first_id = least(sb.group_ready.first_id, excluded.first_id),
+        priority = greatest(sb.group_ready.priority, excluded.priority);
     PERFORM sb.wake_id(p_queue_id);
 END $$;
 
@@ -528,11 +579,12 @@ CREATE OR REPLACE FUNCTION sb.enqueue(e sb.endpoint, p_message_type text, p_body
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_far_group uuid;
+    v_far_level smallint;
     v_queue     text;
     v_qid       int;
     v_seq       bigint;
 BEGIN
-    SELECT f.group_id, q.name, q.id INTO v_far_group, v_queue, v_qid
+    SELECT f.group_id, f.priority, q.name, q.id INTO v_far_group, v_far_level, v_queue, v_qid
       FROM sb.endpoint f JOIN sb.service s ON s.name = f.service JOIN sb.queue q ON q.name = s.queue
      WHERE f.handle = e.far_handle;
     IF NOT FOUND THEN
@@ -541,7 +593,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE sb.endpoint SET send_seq = send_seq + 1 WHERE handle = e.handle RETURNING send_seq INTO v_seq;
-    PERFORM sb.put_message(v_queue, v_qid, v_far_group, e.far_handle, v_seq, p_message_type, p_body);
+    PERFORM sb.put_message(v_queue, v_qid, v_far_group, e.far_handle, v_seq, p_message_type, p_body, v_far_level);
 END $$;
 
 -- Whether p_body is well-formed XML, read in the encoding it is written in, as SQL
@@ -573,6 +625,7 @@ DECLARE
     c          record;
     v_far      uuid;
     v_group    uuid;
+    v_level    smallint;
     v_seq      bigint;
 BEGIN
     e := sb.lock_endpoint(p_handle);
@@ -604,14 +657,15 @@ BEGIN
         v_far := gen_random_uuid();
         v_group := gen_random_uuid();
         INSERT INTO sb.conversation_group (id, queue) VALUES (v_group, c.queue);
+        v_level := sb.priority_of(e.contract, e.far_service, e.service);
         INSERT INTO sb.endpoint (handle, conversation_id, is_initiator, service, far_service, contract,
-                                 group_id, far_handle, state, expires_at)
+                                 group_id, far_handle, state, expires_at, priority)
         VALUES (v_far, e.conversation_id, NOT e.is_initiator, e.far_service, e.service, e.contract,
-                v_group, e.handle, 'SI', e.expires_at);
+                v_group, e.handle, 'SI', e.expires_at, v_level);
         UPDATE sb.endpoint SET far_handle = v_far, state = 'CO', send_seq = send_seq + 1
          WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     ELSE
-        SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = e.far_handle;
+        SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint WHERE handle = e.far_handle;
         IF NOT FOUND THEN
             -- The far side was removed WITH CLEANUP: nobody will receive this. (SQL
             -- Server keeps such a message in sys.transmission_queue for ever; here it is
@@ -625,7 +679,7 @@ BEGIN
         UPDATE sb.endpoint SET state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
          WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     END IF;
-    PERFORM sb.put_message(c.queue, c.queue_id, v_group, v_far, v_seq, p_message_type, p_body);
+    PERFORM sb.put_message(c.queue, c.queue_id, v_group, v_far, v_seq, p_message_type, p_body, v_level);
 END $$;
 
 -- Receiving -------------------------------------------------------------------------------
@@ -658,6 +712,7 @@ DECLARE
     v_seq     regclass;
     v_floor   bigint := 0;
     v_min     bigint;
+    v_level   smallint;
 BEGIN
     SELECT enabled, id INTO v_enabled, v_qid FROM sb.queue WHERE name = p_queue;
     IF NOT FOUND THEN
@@ -682,16 +737,38 @@ BEGIN
             v_floor := v_min;
         END IF;
     END IF;
-    SELECT group_id INTO v_group FROM sb.group_ready
-     WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    IF v_group IS NULL AND v_floor > 0 THEN
+    IF NOT EXISTS (SELECT 1 FROM sb.broker_priority) THEN
+        -- Every endpoint is at the default level: oldest first.
         SELECT group_id INTO v_group FROM sb.group_ready
-         WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
-            PERFORM setval(v_seq, 0);
+         WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF v_group IS NULL AND v_floor > 0 THEN
+            SELECT group_id INTO v_group FROM sb.group_ready
+             WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+            IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
+                PERFORM setval(v_seq, 0);
+            END IF;
         END IF;
+        RETURN v_group;
     END IF;
-    RETURN v_group;
+    -- The highest level first, each level oldest first (the floor is below every
+    -- level's oldest row, so it bounds each level's search too).
+    FOR v_level IN SELECT l FROM (SELECT priority_level AS l FROM sb.broker_priority UNION SELECT 5) x ORDER BY l DESC
+    LOOP
+        SELECT group_id INTO v_group FROM sb.group_ready
+         WHERE queue = p_queue AND priority = v_level AND first_id >= v_floor
+         ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF v_group IS NULL AND v_floor > 0 THEN
+            SELECT group_id INTO v_group FROM sb.group_ready
+             WHERE queue = p_queue AND priority = v_level ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+            IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
+                PERFORM setval(v_seq, 0);
+            END IF;
+        END IF;
+        IF v_group IS NOT NULL THEN
+            RETURN v_group;
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
@@ -750,7 +827,10 @@ BEGIN
     IF v_next IS NULL THEN
         DELETE FROM sb.group_ready WHERE group_id = v_group;
     ELSE
-        UPDATE sb.group_ready SET first_id = v_next WHERE group_id = v_group;
+        UPDATE sb.group_ready SET first_id = v_next,
+               priority = (SELECT max(e.priority) FROM sb.message m JOIN sb.endpoint e ON e.handle = m.handle
+                            WHERE m.group_id = v_group)
+         WHERE group_id = v_group;
         -- Messages are left: wake another reader once this transaction ends.
         IF p_wake THEN
             PERFORM sb.wake(p_queue);
@@ -874,7 +954,7 @@ BEGIN
     UPDATE sb.endpoint SET state = 'DO', send_seq = send_seq + 1 WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     SELECT q.name, q.id INTO v_queue, v_qid
       FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = v_far.service;
-    PERFORM sb.put_message(v_queue, v_qid, v_far.group_id, v_far.handle, v_seq, v_type, v_body);
+    PERFORM sb.put_message(v_queue, v_qid, v_far.group_id, v_far.handle, v_seq, v_type, v_body, v_far.priority);
 END $$;
 
 -- Dialogs past their LIFETIME: as in Service Broker, both sides get an Error message
@@ -932,7 +1012,7 @@ BEGIN
             SELECT q.name, q.id INTO v_queue, v_qid
               FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
             SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
-            PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body);
+            PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body, (c.e).priority);
         END IF;
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
         v_n := v_n + 1;
@@ -969,6 +1049,7 @@ DECLARE
     v_queue text;
     v_gqueue text;
     v_first bigint;
+    v_level smallint;
 BEGIN
     SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR UPDATE;
     IF NOT FOUND THEN
@@ -983,16 +1064,18 @@ BEGIN
     UPDATE sb.endpoint SET group_id = p_group WHERE handle = p_handle;
     UPDATE sb.message SET group_id = p_group WHERE handle = p_handle;
     -- Keep the ready rows of both groups right.
-    SELECT min(id) INTO v_first FROM sb.message WHERE group_id = e.group_id;
+    SELECT min(m.id), max(x.priority) INTO v_first, v_level
+      FROM sb.message m JOIN sb.endpoint x ON x.handle = m.handle WHERE m.group_id = e.group_id;
     IF v_first IS NULL THEN
         DELETE FROM sb.group_ready WHERE group_id = e.group_id;
     ELSE
-        UPDATE sb.group_ready SET first_id = v_first WHERE group_id = e.group_id;
+        UPDATE sb.group_ready SET first_id = v_first, priority = v_level WHERE group_id = e.group_id;
     END IF;
-    SELECT min(id) INTO v_first FROM sb.message WHERE group_id = p_group;
+    SELECT min(m.id), max(x.priority) INTO v_first, v_level
+      FROM sb.message m JOIN sb.endpoint x ON x.handle = m.handle WHERE m.group_id = p_group;
     IF v_first IS NOT NULL THEN
-        INSERT INTO sb.group_ready (group_id, queue, first_id) VALUES (p_group, v_queue, v_first)
-        ON CONFLICT (group_id) DO UPDATE SET first_id = excluded.first_id;
+        INSERT INTO sb.group_ready (group_id, queue, first_id, priority) VALUES (p_group, v_queue, v_first, v_level)
+        ON CONFLICT (group_id) DO UPDATE SET first_id = excluded.first_id, priority = excluded.priority;
     END IF;
     IF e.group_id <> p_group THEN
         PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);

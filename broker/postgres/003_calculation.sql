@@ -24,6 +24,15 @@ SELECT sb.alter_queue(q, p_poison_handling => false)
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/DataService', 'loonfactorberekening_data');
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
                          ARRAY['/Rekenserver/LoonfactorBerekening/DataContract']);
+-- Recompute (`sbworker recompute`) sends from a service of its own on the data queue,
+-- so that conversation priorities can tell its dialogs from the planners': level 3 on
+-- both sides, below the planners' default 5, so a long recompute never keeps an edit
+-- waiting (RECEIVE serves the higher level first). docs/operations.md.
+SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/HerberekenService', 'loonfactorberekening_data');
+SELECT sb.create_broker_priority('herberekening_reken', '/Rekenserver/LoonfactorBerekening/DataContract',
+    '/Rekenserver/LoonfactorBerekening/RekenService', '/Rekenserver/LoonfactorBerekening/HerberekenService', 3);
+SELECT sb.create_broker_priority('herberekening_data', '/Rekenserver/LoonfactorBerekening/DataContract',
+    '/Rekenserver/LoonfactorBerekening/HerberekenService', NULL, 3);
 
 -- The calculation side: per (dienstverband, periode) the newest roster version it has
 -- answered. The receiving transaction claims a version here (holding the row lock to

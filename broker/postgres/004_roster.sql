@@ -212,7 +212,8 @@ END $$;
 -- dialog handle; NULL when nothing was sent: no such key, or its Vraag cannot be built
 -- (then recorded in rekenserver.onverzendbaar with the reason).
 -- Used by the commit trigger (after raising the version) and by the sweep.
-CREATE OR REPLACE FUNCTION rekenserver.stuur_vraag(p_dv int, p_periode int)
+DROP FUNCTION IF EXISTS rekenserver.stuur_vraag(int, int);
+CREATE OR REPLACE FUNCTION rekenserver.stuur_vraag(p_dv int, p_periode int, p_herberekening boolean DEFAULT false)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_versie bigint;
@@ -240,7 +241,9 @@ BEGIN
             SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
-    v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
+    -- A recompute's Vraag comes from its own service, at its lower priority.
+    v_handle := sb.begin_dialog(CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenService'
+                                     ELSE '/Rekenserver/LoonfactorBerekening/DataService' END,
                                 '/Rekenserver/LoonfactorBerekening/RekenService',
                                 '/Rekenserver/LoonfactorBerekening/DataContract', v_group,
                                 rekenserver.dialog_levensduur());
@@ -256,7 +259,8 @@ END $$;
 -- A committed change to one key: raises its version and sends its Vraag, unless
 -- sending is switched off for a bulk import (`SET rekenserver.vragen_uit = on`: the
 -- version still rises, and the sweep sends the key later).
-CREATE OR REPLACE FUNCTION rekenserver.verstuur_vraag(p_dv int, p_periode int)
+DROP FUNCTION IF EXISTS rekenserver.verstuur_vraag(int, int);
+CREATE OR REPLACE FUNCTION rekenserver.verstuur_vraag(p_dv int, p_periode int, p_herberekening boolean DEFAULT false)
 RETURNS uuid LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO rekenserver.sleutel AS s (dienstverband_id, periode_id, versie, group_id)
@@ -268,7 +272,7 @@ BEGIN
     END IF;
     -- stuur_vraag reads the roster in statements of its own, so a transaction that
     -- waited for the key's row above sees what the one before it committed.
-    RETURN rekenserver.stuur_vraag(p_dv, p_periode);
+    RETURN rekenserver.stuur_vraag(p_dv, p_periode, p_herberekening);
 END $$;
 
 -- Keys the triggers never saw: a change made with the roster's triggers off
@@ -344,7 +348,7 @@ DECLARE
     v_n int := 0;
 BEGIN
     FOR k IN SELECT u.dv, u.p FROM unnest(p_dvs, p_periodes) AS u(dv, p) ORDER BY u.dv, u.p LOOP
-        IF rekenserver.verstuur_vraag(k.dv, k.p) IS NOT NULL THEN
+        IF rekenserver.verstuur_vraag(k.dv, k.p, true) IS NOT NULL THEN
             v_n := v_n + 1;
         END IF;
     END LOOP;

@@ -47,6 +47,7 @@ const BROKER_RIGHTS: &[(&str, &str)] = &[
     ("RECEIVE", crate::handlers::DATA_QUEUE),
     ("SEND", "/Rekenserver/LoonfactorBerekening/RekenService"),
     ("SEND", "/Rekenserver/LoonfactorBerekening/DataService"),
+    ("SEND", "/Rekenserver/LoonfactorBerekening/HerberekenService"),
 ];
 const SCHEMAS: &[&str] = &["rekenserver", "sb", "sbworker"];
 
