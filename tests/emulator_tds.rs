@@ -1052,6 +1052,82 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
             .all(|l| l.split(',').nth(2) == Some(&dv.to_string()) && l.ends_with(&format!(",1,{exported_version}"))),
         "the recomputed employee alone, as a correction of version {exported_version}:\n{csv}"
     );
+    // Recompute on the SQL Server transport (Rekenserver.herbereken_sleutels and
+    // herbereken): a dry run counts April's keys; a named key is recomputed from the
+    // recompute's own service, at priority 3, with a run-log row.
+    let april: i64 =
+        c.query_one("SELECT count(*) FROM rekenserver.sleutel WHERE periode_id = 202604", &[]).await.unwrap().get(0);
+    let dry = bin(&["recompute", "--periode", "202604", "--dry-run"]);
+    assert_eq!(String::from_utf8_lossy(&dry.stdout).trim(), format!("dry run: {april} keys would be recomputed"));
+    let before: i64 = c
+        .query_one("SELECT versie FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = 202604", &[&dv])
+        .await
+        .unwrap()
+        .get(0);
+    let key = format!("{dv}:202604");
+    let ran = bin(&["recompute", "--sleutel", &key]);
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout).trim(),
+        "1 keys recomputed in 1 transactions, 1 Vraags sent",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let sent: (String, i16) = c
+        .query_one("SELECT far_service, priority FROM sb.endpoint WHERE NOT is_initiator", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(sent, ("/Rekenserver/LoonfactorBerekening/HerberekenService".to_owned(), 3));
+    let logged: i64 = c
+        .query_one("SELECT count(*) FROM rekenserver.run_log WHERE stap = 'herberekening' AND kandidaten = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(logged, 1);
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    sbworker::demo::check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    assert_eq!(stop_worker(worker).await, Some(0));
+    // Explained over TDS (Rekenserver.bewijs): the exported version says when it went
+    // out; the newest is the recompute's, not exported.
+    let explain = |versie: Option<i64>| {
+        let mut args = vec![
+            "explain".to_owned(),
+            "--dienstverband".into(),
+            dv.to_string(),
+            "--periode".into(),
+            "202604".into(),
+            "--json".into(),
+        ];
+        if let Some(v) = versie {
+            args.extend(["--versie".into(), v.to_string()]);
+        }
+        let out = bin(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let newest = explain(None);
+    assert_eq!(newest["versie"], before + 1, "{newest}");
+    assert!(newest["geexporteerd_op"].is_null(), "{newest}");
+    assert!(newest["uitleg"].is_string(), "the Vraag as sent is kept and explained: {newest}");
+    assert_eq!(newest["afwijkingen_nu"], serde_json::json!({}), "{newest}");
+    let exported = explain(Some(exported_version));
+    assert!(exported["geexporteerd_op"].is_string(), "{exported}");
+    // The sweep prunes evidence on SQL Server too: the key's older versions backdated
+    // past the retention go, its latest stays.
+    c.execute(
+        "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '3 years' WHERE dienstverband_id = $1",
+        &[&dv],
+    )
+    .await
+    .unwrap();
+    let versions =
+        "SELECT count(*) FROM rekenserver.resultaat_historie WHERE dienstverband_id = $1 AND periode_id = 202604";
+    let kept: i64 = c.query_one(versions, &[&dv]).await.unwrap().get(0);
+    assert!(kept >= 3, "{kept}");
+    let swept = bin(&["sweep", "--evidence-retention-months", "24"]);
+    assert!(swept.status.success(), "{}", String::from_utf8_lossy(&swept.stderr));
+    let left: i64 = c.query_one(versions, &[&dv]).await.unwrap().get(0);
+    assert_eq!(left, 1, "{}", String::from_utf8_lossy(&swept.stdout));
 }
 
 /// A lost dialog on the SQL Server side: the far side of one request ended WITH CLEANUP

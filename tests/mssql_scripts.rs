@@ -104,6 +104,7 @@ fn created() -> Vec<(&'static str, String, String)> {
             let (kind, at) = match rest.as_slice() {
                 [a, b, k, ..] if a == "OR" && b == "ALTER" => (k.clone(), i + 4),
                 [m, t, ..] if m == "MESSAGE" && t == "TYPE" => ("MESSAGE TYPE".to_owned(), i + 3),
+                [b, p, ..] if b == "BROKER" && p == "PRIORITY" => ("BROKER PRIORITY".to_owned(), i + 3),
                 [k, ..] => (k.clone(), i + 2),
                 [] => continue,
             };
@@ -162,6 +163,7 @@ fn every_batch_is_idempotent() {
             "CREATE SERVICE",
             "CREATE CONTRACT",
             "CREATE MESSAGE TYPE",
+            "CREATE BROKER PRIORITY",
             "CREATE ROLE",
             "CREATE USER",
             "CREATE SCHEMA",

@@ -67,3 +67,26 @@ IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/Loonfactor
     CREATE SERVICE [/Rekenserver/LoonfactorBerekening/DataService] AUTHORIZATION [$(WorkerUser)]
         ON QUEUE dbo.loonfactorberekening_data;
 GO
+-- Recompute (`sbworker recompute`) sends from a service of its own on the answers' queue,
+-- so that conversation priorities (CREATE BROKER PRIORITY) can tell its dialogs from the
+-- planners': level 3 on both sides, below the default 5. RECEIVE always serves the higher
+-- level first (HONOR_BROKER_PRIORITY concerns SEND between instances, not RECEIVE), so a
+-- long recompute never keeps a planner's edit waiting.
+IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/LoonfactorBerekening/HerberekenService')
+    CREATE SERVICE [/Rekenserver/LoonfactorBerekening/HerberekenService] AUTHORIZATION [$(WorkerUser)]
+        ON QUEUE dbo.loonfactorberekening_data;
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberekening_reken')
+    CREATE BROKER PRIORITY herberekening_reken FOR CONVERSATION
+        SET (CONTRACT_NAME = [/Rekenserver/LoonfactorBerekening/DataContract],
+             LOCAL_SERVICE_NAME = [/Rekenserver/LoonfactorBerekening/RekenService],
+             REMOTE_SERVICE_NAME = N'/Rekenserver/LoonfactorBerekening/HerberekenService',
+             PRIORITY_LEVEL = 3);
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberekening_data')
+    CREATE BROKER PRIORITY herberekening_data FOR CONVERSATION
+        SET (CONTRACT_NAME = [/Rekenserver/LoonfactorBerekening/DataContract],
+             LOCAL_SERVICE_NAME = [/Rekenserver/LoonfactorBerekening/HerberekenService],
+             REMOTE_SERVICE_NAME = ANY,
+             PRIORITY_LEVEL = 3);
+GO

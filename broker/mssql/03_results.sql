@@ -87,6 +87,33 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_berekening_log_uitkom
     CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst) INCLUDE (dialog_handle);
 GO
 
+-- Evidence of every stored result (`sbworker explain`): the Vraag as sent is kept,
+-- compressed (COMPRESS: gzip of its nvarchar text), in the log row of its request until
+-- the outcome, and the collector copies it, with the Antwoord's factors (a JSON array of
+-- {"c": code, "w": value as text}) and what computed it (its Rekenversie), into the
+-- stored version's resultaat_historie row; the export writes when each version went out.
+-- Pruned by Rekenserver.sweep after @evidence_retention_months, counted from the day a
+-- newer version replaced it; a key's latest version stays.
+IF COL_LENGTH(N'Rekenserver.berekening_log', N'vraag') IS NULL
+    ALTER TABLE Rekenserver.berekening_log ADD vraag varbinary(max) NULL;
+GO
+IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'vraag') IS NULL
+    ALTER TABLE Rekenserver.resultaat_historie ADD vraag varbinary(max) NULL;
+GO
+IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'factoren') IS NULL
+    ALTER TABLE Rekenserver.resultaat_historie ADD factoren nvarchar(max) NULL;
+GO
+IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'rekenversie') IS NULL
+    ALTER TABLE Rekenserver.resultaat_historie ADD rekenversie nvarchar(200) NULL;
+GO
+IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'geexporteerd_op') IS NULL
+    ALTER TABLE Rekenserver.resultaat_historie ADD geexporteerd_op datetime2(3) NULL;
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_resultaat_historie_opgeslagen'
+                AND object_id = OBJECT_ID(N'Rekenserver.resultaat_historie'))
+    CREATE INDEX ix_resultaat_historie_opgeslagen ON Rekenserver.resultaat_historie (opgeslagen_op);
+GO
+
 -- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog
 -- the roster and a replay begin (no row: 7 days). A dialog still open then ends with
 -- the broker's error (-8489) on both sides, which the collector records as the
@@ -137,7 +164,7 @@ BEGIN
     SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
     SET NUMERIC_ROUNDABORT OFF;
     DECLARE @dv int, @periode int, @versie bigint, @vraag uniqueidentifier, @vervangen bit, @uitkomst varchar(10),
-            @dubbel varchar(3);
+            @dubbel varchar(3), @rekenversie nvarchar(200);
     -- Each wage factor code once (as the XSD's xs:unique and the decoder say): a second
     -- value for a code is refused with a reason, not by a key violation.
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
@@ -157,6 +184,7 @@ BEGIN
            @periode = @antwoord.value('(/LoonfactorBerekeningAntwoord/@PeriodeId)[1]', 'int'),
            @versie = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Versie)[1]', 'bigint'),
            @vraag = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Id)[1]', 'uniqueidentifier'),
+           @rekenversie = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Rekenversie)[1]', 'nvarchar(200)'),
            @vervangen = @antwoord.exist('/LoonfactorBerekeningAntwoord/Waarschuwing[@Code = "vervangen"]');
     -- The answer must be for the request its dialog carried: an answer naming another key
     -- or version is refused (the transaction fails; after the worker's attempts it is set
@@ -220,12 +248,19 @@ BEGIN
             DELETE Rekenserver.resultaat_factor WHERE dienstverband_id = @dv AND periode_id = @periode;
             INSERT Rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
             SELECT @dv, @periode, kaart_soort, loonfactor_code, waarde FROM @nieuw;
-            INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie) VALUES (@dv, @periode, @versie);
+            INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren, rekenversie)
+            VALUES (@dv, @periode, @versie,
+                    (SELECT l.vraag FROM Rekenserver.berekening_log l WHERE l.dialog_handle = @handle),
+                    (SELECT n.loonfactor_code AS c, CONVERT(varchar(40), n.waarde) AS w FROM @nieuw n
+                      ORDER BY n.loonfactor_code FOR JSON PATH),
+                    @rekenversie);
         END
         ELSE
             SET @uitkomst = 'verouderd';
     END
-    UPDATE Rekenserver.berekening_log SET beantwoord_op = SYSUTCDATETIME(), uitkomst = @uitkomst
+    -- The Vraag kept for the evidence leaves the log with the outcome (copied above when
+    -- the result was stored): the log keeps no salary data of its own.
+    UPDATE Rekenserver.berekening_log SET beantwoord_op = SYSUTCDATETIME(), uitkomst = @uitkomst, vraag = NULL
      WHERE dialog_handle = @handle;
     SELECT @uitkomst AS uitkomst;
 END;
@@ -386,5 +421,21 @@ BEGIN
             END
         END CATCH
     END
+END;
+GO
+
+-- The evidence of a key's stored versions (`sbworker explain --mssql`), oldest first:
+-- each version's Vraag as sent (DECOMPRESSed to its text), its factors (the JSON array
+-- written above), what computed it, and when it was stored and exported.
+CREATE OR ALTER PROCEDURE Rekenserver.bewijs @dv int, @periode int
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT h.versie, CONVERT(nvarchar(33), h.opgeslagen_op, 126) AS opgeslagen_op,
+           CAST(DECOMPRESS(h.vraag) AS nvarchar(max)) AS vraag, h.factoren, h.rekenversie,
+           CONVERT(nvarchar(33), h.geexporteerd_op, 126) AS geexporteerd_op
+      FROM Rekenserver.resultaat_historie h
+     WHERE h.dienstverband_id = @dv AND h.periode_id = @periode
+     ORDER BY h.versie, h.id;
 END;
 GO

@@ -187,7 +187,8 @@ GO
 -- them (END CONVERSATION requires the conversation's owner). READ COMMITTED whatever the
 -- caller's level: under SNAPSHOT, two edits of one key would fail on the key's row
 -- (Msg 3960); the level is the caller's again on return (SET TRANSACTION ISOLATION LEVEL).
-CREATE OR ALTER PROCEDURE Rekenserver.stuur_vraag @dv int, @periode int, @verzonden bit = NULL OUTPUT
+CREATE OR ALTER PROCEDURE Rekenserver.stuur_vraag @dv int, @periode int, @verzonden bit = NULL OUTPUT,
+    @herberekening bit = 0
 WITH EXECUTE AS N'$(WorkerUser)'
 AS
 BEGIN
@@ -214,14 +215,24 @@ BEGIN
             VALUES (@dv, @periode, @versie, @reden);
         RETURN;
     END;
-    BEGIN DIALOG CONVERSATION @handle
-        FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
-        TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
-        ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
-        WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+    -- A recompute's Vraag comes from its own service, at its lower priority (a service
+    -- name is an identifier in BEGIN DIALOG, not a variable: two statements).
+    IF @herberekening = 1
+        BEGIN DIALOG CONVERSATION @handle
+            FROM SERVICE [/Rekenserver/LoonfactorBerekening/HerberekenService]
+            TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+            WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+    ELSE
+        BEGIN DIALOG CONVERSATION @handle
+            FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+            TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+            WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
     SEND ON CONVERSATION @handle MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@vraag);
-    INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
-    VALUES (@handle, @id, @dv, @periode, @versie);
+    -- The Vraag as sent, compressed, for the evidence of its result.
+    INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
+    VALUES (@handle, @id, @dv, @periode, @versie, COMPRESS(CAST(@vraag AS nvarchar(max))));
     DELETE Rekenserver.onverzendbaar WHERE dienstverband_id = @dv AND periode_id = @periode;
     SET @verzonden = 1;
 END;
@@ -292,6 +303,69 @@ BEGIN
     WHEN MATCHED THEN UPDATE SET versie = s.versie + 1, gewijzigd_op = SYSUTCDATETIME()
     WHEN NOT MATCHED THEN INSERT (dienstverband_id, periode_id, versie, group_id) VALUES (k.dv, k.p, 1, NEWID());
     SELECT @@ROWCOUNT AS gemarkeerd;
+END;
+GO
+
+-- Recompute (`sbworker recompute --mssql`): the known keys that match every filter
+-- given (NULL: no filter; @sleutels, a JSON array of {"dv", "p"}, names keys instead), in
+-- key order after the key (@na_dv, @na_periode), at most @aantal. For a change no roster
+-- edit makes: new rate tables, a CAO change, a corrected period. @periodes: a JSON array
+-- of period ids.
+CREATE OR ALTER PROCEDURE Rekenserver.herbereken_sleutels @periodes nvarchar(max) = NULL, @cao nvarchar(20) = NULL,
+    @dv_van int = NULL, @dv_tot int = NULL, @na_dv int = NULL, @na_periode int = NULL, @aantal int,
+    @sleutels nvarchar(max) = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @p TABLE (id int NOT NULL PRIMARY KEY);
+    DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
+    INSERT @p (id) SELECT DISTINCT CAST(value AS int) FROM OPENJSON(@periodes);
+    INSERT @k (dv, p) SELECT DISTINCT dv, p FROM OPENJSON(@sleutels) WITH (dv int '$.dv', p int '$.p');
+    SET @na_dv = ISNULL(@na_dv, -2147483648);
+    SET @na_periode = ISNULL(@na_periode, -2147483648);
+    SELECT TOP (@aantal) s.dienstverband_id, s.periode_id
+      FROM Rekenserver.sleutel s
+      JOIN Rooster.dienstverband dv ON dv.id = s.dienstverband_id
+      JOIN Rooster.cao c ON c.id = dv.cao_id
+     WHERE (s.dienstverband_id > @na_dv OR (s.dienstverband_id = @na_dv AND s.periode_id > @na_periode))
+       AND (@periodes IS NULL OR s.periode_id IN (SELECT id FROM @p))
+       AND (@cao IS NULL OR c.code = @cao)
+       AND (@dv_van IS NULL OR s.dienstverband_id >= @dv_van)
+       AND (@dv_tot IS NULL OR s.dienstverband_id <= @dv_tot)
+       AND (@sleutels IS NULL OR EXISTS (SELECT 1 FROM @k k WHERE k.dv = s.dienstverband_id AND k.p = s.periode_id))
+     ORDER BY s.dienstverband_id, s.periode_id;
+END;
+GO
+
+-- Recomputes these keys (@sleutels, a JSON array of {"dv", "p"}) as a roster edit does,
+-- in the caller's transaction: each key's version rises and its Vraag, built from the
+-- data as it stands now, is sent from the recompute's service (priority 3), in key
+-- order. Returns how many were sent (a key whose Vraag cannot be built is recorded in
+-- Rekenserver.onverzendbaar).
+CREATE OR ALTER PROCEDURE Rekenserver.herbereken @sleutels nvarchar(max)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
+    INSERT @k SELECT DISTINCT dv, p FROM OPENJSON(@sleutels) WITH (dv int '$.dv', p int '$.p');
+    DECLARE @dv int, @p int, @verzonden bit, @n int = 0;
+    DECLARE keys CURSOR LOCAL FAST_FORWARD FOR SELECT dv, p FROM @k ORDER BY dv, p;
+    OPEN keys;
+    FETCH NEXT FROM keys INTO @dv, @p;
+    WHILE @@FETCH_STATUS = 0
+    BEGIN
+        UPDATE Rekenserver.sleutel SET versie = versie + 1, gewijzigd_op = SYSUTCDATETIME()
+         WHERE dienstverband_id = @dv AND periode_id = @p;
+        IF @@ROWCOUNT = 1
+        BEGIN
+            EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @p, @verzonden = @verzonden OUTPUT, @herberekening = 1;
+            SET @n += CAST(@verzonden AS int);
+        END
+        FETCH NEXT FROM keys INTO @dv, @p;
+    END
+    CLOSE keys; DEALLOCATE keys;
+    SELECT @n AS verzonden;
 END;
 GO
 

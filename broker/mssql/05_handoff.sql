@@ -54,6 +54,13 @@ BEGIN
             OR (@mode = 'lease' AND r.export_status = 1 AND r.geclaimd_op < DATEADD(MINUTE, -@lease_minutes, SYSUTCDATETIME())))
        AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id);
+    -- When the version went out, in its evidence (the first time).
+    IF @mode = 'once'
+        UPDATE h SET geexporteerd_op = SYSUTCDATETIME()
+          FROM Rekenserver.resultaat_historie h
+          JOIN @claimed c ON c.dienstverband_id = h.dienstverband_id AND c.periode_id = h.periode_id
+                         AND c.versie = h.versie
+         WHERE h.geexporteerd_op IS NULL;
     -- waarde as text, exactly as stored (decimal(18, 4)), as the PostgreSQL export gives it.
     SELECT @batch AS batch, CONCAT(c.dienstverband_id, '-', c.periode_id, '-', c.versie) AS sleutel,
            c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code,
@@ -91,13 +98,56 @@ BEGIN
 END;
 GO
 
+-- `sbworker recompute --mssql`: one recompute at a time, under an application lock held
+-- by the session and taken without waiting; a run-log row (stap 'herberekening').
+-- Returns the run-log row's id, or NULL when another recompute holds the lock.
+CREATE OR ALTER PROCEDURE Rekenserver.herberekening_begin
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @lock int, @run bigint = NULL;
+    EXEC @lock = sp_getapplock @Resource = N'Rekenserver.herberekening', @LockMode = 'Exclusive',
+                               @LockOwner = 'Session', @LockTimeout = 0;
+    IF @lock >= 0
+    BEGIN
+        INSERT Rekenserver.run_log (stap) VALUES ('herberekening');
+        SET @run = SCOPE_IDENTITY();
+    END
+    SELECT @run AS run_id;
+END;
+GO
+
+-- Completes a recompute's run-log row (@run NULL: a dry run, nothing to log) and
+-- releases its lock.
+CREATE OR ALTER PROCEDURE Rekenserver.herberekening_einde @run bigint, @kandidaten int, @verzonden int,
+    @fout nvarchar(2000) = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
+           kandidaten = @kandidaten, verzonden = @verzonden, fout = @fout
+     WHERE id = @run;
+    IF APPLOCK_MODE('public', N'Rekenserver.herberekening', 'Session') <> 'NoLock'
+        EXEC sp_releaseapplock @Resource = N'Rekenserver.herberekening', @LockOwner = 'Session';
+END;
+GO
+
 CREATE OR ALTER PROCEDURE Rekenserver.export_ack @batch uniqueidentifier
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    DECLARE @done TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL);
+    BEGIN TRANSACTION;
     UPDATE Rekenserver.resultaat SET export_status = 2, geexporteerd_op = SYSUTCDATETIME()
+    OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie INTO @done
      WHERE export_batch = @batch AND export_status = 1;
-    SELECT @@ROWCOUNT AS confirmed;
+    -- When each version went out, in its evidence (the first time).
+    UPDATE h SET geexporteerd_op = SYSUTCDATETIME()
+      FROM Rekenserver.resultaat_historie h
+      JOIN @done d ON d.dienstverband_id = h.dienstverband_id AND d.periode_id = h.periode_id AND d.versie = h.versie
+     WHERE h.geexporteerd_op IS NULL;
+    COMMIT TRANSACTION;
+    SELECT COUNT(*) AS confirmed FROM @done;
 END;
 GO
 
@@ -113,7 +163,7 @@ GO
 -- (skipped, lost, candidates, sent, repairs, fuse reached, run-log rows and dead letters
 -- deleted), for `sbworker sweep --mssql`.
 CREATE OR ALTER PROCEDURE Rekenserver.sweep @fuse int = 500, @batch int = 100, @retention_days int = 60,
-    @delete_batch int = 5000
+    @delete_batch int = 5000, @evidence_retention_months int = 84
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -138,10 +188,12 @@ BEGIN
         THROW 50112, N'@retention_days must be 1 or more (days the run log and dead letters are kept)', 1;
     IF @delete_batch IS NULL OR @delete_batch < 1
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
+    IF @evidence_retention_months IS NULL OR @evidence_retention_months < 1
+        THROW 50115, N'@evidence_retention_months must be 1 or more (months the evidence of a replaced result is kept)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
             @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0,
             @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0,
-            @batch_sent int;
+            @batch_sent int, @del_bewijs int = 0;
     DECLARE @gemarkeerd TABLE (verloren int);
     INSERT Rekenserver.run_log (stap) VALUES ('run');
     SET @run = SCOPE_IDENTITY();
@@ -153,7 +205,7 @@ BEGIN
                fout = CONCAT(N'skipped: a previous run still holds the lock (code ', @lock, N')')
          WHERE id = @run;
         SELECT CAST(1 AS bit) AS skipped, 0 AS lost, 0 AS candidates, 0 AS sent, 0 AS repaired,
-               CAST(0 AS bit) AS fuse_reached, 0 AS deleted_log_rows, 0 AS deleted_dead_letters;
+               CAST(0 AS bit) AS fuse_reached, 0 AS deleted_log_rows, 0 AS deleted_dead_letters, 0 AS deleted_evidence;
         RETURN;
     END
     BEGIN TRY
@@ -236,6 +288,21 @@ BEGIN
             SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_dead += @n;
             IF @n < @delete_batch BREAK;
         END
+        -- The evidence of stored versions replaced more than @evidence_retention_months ago
+        -- (a version's retention runs from the day a newer one replaced it); a key's latest
+        -- version stays. Oldest first, in batches.
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (@delete_batch) h
+              FROM Rekenserver.resultaat_historie h
+             WHERE h.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME())
+               AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
+                            WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
+                              AND n.versie > h.versie
+                              AND n.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME()));
+            SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_bewijs += @n;
+            IF @n < @delete_batch BREAK;
+        END
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
                verwijderd = @deleted
          WHERE id = @step;
@@ -260,7 +327,8 @@ BEGIN
         THROW 50114, @raise, 1;
     END
     SELECT CAST(0 AS bit) AS skipped, @verloren AS lost, @kandidaten AS candidates, @sent AS sent, @herstel AS repaired,
-           @fuse_bereikt AS fuse_reached, @del_log AS deleted_log_rows, @del_dead AS deleted_dead_letters;
+           @fuse_bereikt AS fuse_reached, @del_log AS deleted_log_rows, @del_dead AS deleted_dead_letters,
+           @del_bewijs AS deleted_evidence;
 END;
 GO
 

@@ -25,6 +25,7 @@ GRANT RECEIVE ON OBJECT::dbo.loonfactorberekening_data TO sbworker_role;
 GO
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/RekenService] TO sbworker_role;
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO sbworker_role;
+GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/HerberekenService] TO sbworker_role;
 -- Rekenserver.stuur_vraag begins dialogs as the worker's user (BEGIN DIALOG needs
 -- REFERENCES on the contract and RECEIVE on the FROM service's queue).
 GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/DataContract] TO sbworker_role;
@@ -56,6 +57,12 @@ GRANT EXECUTE ON OBJECT::Rekenserver.export_ack TO sbworker_payroll_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sweep TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.markeer_sleutels TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.markeer_verloren TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.herbereken_sleutels TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.herbereken TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_begin TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_einde TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_payroll_role;
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_housekeeping_role;
@@ -75,7 +82,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7471b4180601ee5d';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4845708d21943a5a';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7471b4180601ee5d';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4845708d21943a5a';
 GO

@@ -121,6 +121,8 @@ ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
 -- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
+-- When the version went out to payroll (the export writes it; the first time).
+ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS geexporteerd_op timestamptz;
 -- The retention finds old rows without reading the table.
 CREATE INDEX IF NOT EXISTS resultaat_historie_opgeslagen ON rekenserver.resultaat_historie (opgeslagen_op);
 

@@ -357,12 +357,15 @@ END $$;
 
 -- The evidence of a key's stored versions (`sbworker explain`): each version's Vraag as
 -- sent and its factors, oldest first.
+DROP FUNCTION IF EXISTS rekenserver.bewijs(int, int);
 CREATE OR REPLACE FUNCTION rekenserver.bewijs(p_dv int, p_periode int)
-RETURNS TABLE (versie bigint, opgeslagen_op timestamptz, vraag text, factoren jsonb, rekenversie text)
+RETURNS TABLE (versie bigint, opgeslagen_op timestamptz, vraag text, factoren jsonb, rekenversie text,
+               geexporteerd_op timestamptz)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
-    SELECT h.versie, h.opgeslagen_op, h.vraag, h.factoren, h.rekenversie FROM rekenserver.resultaat_historie h
+    SELECT h.versie, h.opgeslagen_op, h.vraag, h.factoren, h.rekenversie, h.geexporteerd_op
+      FROM rekenserver.resultaat_historie h
      WHERE h.dienstverband_id = p_dv AND h.periode_id = p_periode
      ORDER BY h.versie, h.id;
 END $$;

@@ -170,7 +170,7 @@ pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
     })
 }
 
-/// `sbworker explain` (PostgreSQL): a stored version with its evidence, as text or JSON.
+/// `sbworker explain`: a stored version with its evidence, as text or JSON.
 pub fn explain(
     target: &Target,
     dv: i32,
@@ -188,12 +188,10 @@ pub fn explain(
         None => crate::engine::Tables::built_in()?,
     };
     runtime()?.block_on(async {
-        let url = match target {
-            Target::Postgres(url) => url,
-            Target::Mssql(_) => anyhow::bail!("not available on SQL Server yet: it keeps no evidence of stored versions"),
+        let versions = match target {
+            Target::Postgres(url) => evidence::versions(&connect(url).await?, dv, periode).await?,
+            Target::Mssql(conn) => mssql::versions(&mut connect_mssql(conn).await?, dv, periode).await?,
         };
-        let client = connect(url).await?;
-        let versions = evidence::versions(&client, dv, periode).await?;
         let e = evidence::explain(&versions, versie, &tables)
             .map_err(|why| anyhow::anyhow!("key ({dv}, {periode}): {why}"))?;
         fn show<T: std::fmt::Display>(d: Option<T>) -> String {
@@ -210,6 +208,7 @@ pub fn explain(
                 "periode": periode,
                 "versie": e.version.versie,
                 "opgeslagen_op": e.version.opgeslagen_op,
+                "geexporteerd_op": e.version.geexporteerd_op,
                 "factoren": e.version.factoren.iter().map(|(c, v)| (c.clone(), serde_json::Value::String(v.to_string()))).collect::<serde_json::Map<_, _>>(),
                 "vorige": e.previous.as_ref().map(|(v, ds)| serde_json::json!({ "versie": v, "verschillen": diff(ds, "was", "is") })),
                 "afwijkingen_nu": diff(&e.drift, "opgeslagen", "nu"),
@@ -221,8 +220,10 @@ pub fn explain(
             return Ok(out.to_string());
         }
         let mut s = format!(
-            "Dienstverband {dv}, periode {periode}: version {} stored at {}\n",
-            e.version.versie, e.version.opgeslagen_op
+            "Dienstverband {dv}, periode {periode}: version {} stored at {}, {}\n",
+            e.version.versie,
+            e.version.opgeslagen_op,
+            e.version.geexporteerd_op.as_ref().map_or("not exported".to_owned(), |t| format!("exported at {t}"))
         );
         match &e.version.rekenversie {
             Some(r) if *r == e.rekenversie_now => s.push_str(&format!("Computed by {r}, as today.\n")),
@@ -260,7 +261,7 @@ pub fn explain(
     })
 }
 
-/// `sbworker recompute` (PostgreSQL; SQL Server is refused, saying so).
+/// `sbworker recompute` on either back end.
 pub fn recompute(
     target: &Target,
     selection: &crate::handoff::recompute::Selection,
@@ -268,17 +269,11 @@ pub fn recompute(
 ) -> anyhow::Result<String> {
     use crate::handoff::recompute::{self, Outcome};
     runtime()?.block_on(async {
-        let url = match target {
-            Target::Postgres(url) => url,
-            Target::Mssql(_) => anyhow::bail!(
-                "not available on SQL Server yet: raise the keys with Rekenserver.markeer_sleutels and run the sweep"
-            ),
+        let progress = |keys, sent| eprintln!("recompute: {keys} keys recomputed, {sent} Vraags sent");
+        let outcome = match target {
+            Target::Postgres(url) => recompute::run(&mut connect(url).await?, selection, opts, progress).await?,
+            Target::Mssql(conn) => recompute::run(&mut connect_mssql(conn).await?, selection, opts, progress).await?,
         };
-        let mut client = connect(url).await?;
-        let outcome = recompute::run(&mut client, selection, opts, |keys, sent| {
-            eprintln!("recompute: {keys} keys recomputed, {sent} Vraags sent");
-        })
-        .await?;
         Ok(match outcome {
             Outcome::Skipped => "skipped: another recompute holds the lock".to_owned(),
             Outcome::Counted { keys, fuse_reached } => format!(

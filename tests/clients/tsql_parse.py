@@ -81,6 +81,10 @@ STATEMENT_MASKS = [
     # dialect.
     ("conversation group/timer/move",
      r"\b(?:GET\s+CONVERSATION\s+GROUP|BEGIN\s+CONVERSATION\s+TIMER|MOVE\s+CONVERSATION)\b"),
+    # CREATE/ALTER/DROP BROKER PRIORITY: not in the dialect. The leading keywords run
+    # through its SET, which would otherwise end the statement as a new one.
+    ("broker priority",
+     r"\b(?:(?:CREATE|ALTER)\s+BROKER\s+PRIORITY\s+\S+\s+FOR\s+CONVERSATION(?:\s+SET\b)?|DROP\s+BROKER\s+PRIORITY\b)"),
 ]
 
 # Clauses sqlfluff cannot parse inside statements it otherwise parses. Each is rewritten

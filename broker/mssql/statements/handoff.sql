@@ -22,7 +22,33 @@ EXEC Rekenserver.export_claim @periode = @P1, @mode = @P2, @lease_minutes = @P3,
 -- name: ack
 EXEC Rekenserver.export_ack @batch = @P1
 
--- @P1 fuse, @P2 batch, @P3 retention days, @P4 delete batch; one row: skipped, lost,
--- candidates, sent, repaired, fuse_reached, deleted_log_rows, deleted_dead_letters.
+-- @P1 fuse, @P2 batch, @P3 retention days, @P4 delete batch, @P5 evidence retention
+-- months; one row: skipped, lost, candidates, sent, repaired, fuse_reached,
+-- deleted_log_rows, deleted_dead_letters, deleted_evidence.
 -- name: sweep
-EXEC Rekenserver.sweep @fuse = @P1, @batch = @P2, @retention_days = @P3, @delete_batch = @P4
+EXEC Rekenserver.sweep @fuse = @P1, @batch = @P2, @retention_days = @P3, @delete_batch = @P4,
+    @evidence_retention_months = @P5
+
+-- `sbworker recompute --mssql` (04_roster.sql, 05_handoff.sql).
+-- One row: the run-log id, NULL when another recompute holds the lock.
+-- name: recompute_begin
+EXEC Rekenserver.herberekening_begin
+
+-- @P1 run id, @P2 keys, @P3 sent, @P4 error or warning text.
+-- name: recompute_end
+EXEC Rekenserver.herberekening_einde @run = @P1, @kandidaten = @P2, @verzonden = @P3, @fout = @P4
+
+-- @P1 periods (JSON array), @P2 CAO, @P3..@P4 employees, @P5/@P6 after this key, @P7 at
+-- most, @P8 named keys (JSON array of {"dv", "p"}); rows: dienstverband_id, periode_id.
+-- name: recompute_keys
+EXEC Rekenserver.herbereken_sleutels @periodes = @P1, @cao = @P2, @dv_van = @P3, @dv_tot = @P4, @na_dv = @P5,
+    @na_periode = @P6, @aantal = @P7, @sleutels = @P8
+
+-- @P1 the keys (JSON array of {"dv", "p"}), in the caller's transaction; one row: sent.
+-- name: recompute_batch
+EXEC Rekenserver.herbereken @sleutels = @P1
+
+-- @P1 dienstverband, @P2 periode; rows: versie, opgeslagen_op, vraag, factoren (JSON
+-- array of {"c", "w"}), rekenversie, geexporteerd_op.
+-- name: evidence
+EXEC Rekenserver.bewijs @dv = @P1, @periode = @P2

@@ -12,6 +12,12 @@ WITH claimed AS (
        AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
     RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie
+), stamped AS (
+    -- When the version went out, in its evidence (the first time).
+    UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
+      FROM claimed c
+     WHERE h.dienstverband_id = c.dienstverband_id AND h.periode_id = c.periode_id AND h.versie = c.versie
+       AND h.geexporteerd_op IS NULL
 )
 SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text,
        c.vorige_export_versie
@@ -41,7 +47,13 @@ SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_c
 WITH done AS (
     UPDATE rekenserver.resultaat SET export_status = 2, geexporteerd_op = clock_timestamp()
      WHERE export_batch = $1 AND export_status = 1
-    RETURNING 1
+    RETURNING dienstverband_id, periode_id, versie
+), stamped AS (
+    -- When the version went out, in its evidence (the first time).
+    UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
+      FROM done d
+     WHERE h.dienstverband_id = d.dienstverband_id AND h.periode_id = d.periode_id AND h.versie = d.versie
+       AND h.geexporteerd_op IS NULL
 )
 SELECT count(*) FROM done;
 
@@ -63,11 +75,12 @@ SELECT rekenserver.herbereken($1, $2);
 
 -- A key's stored versions with their evidence ($1 dienstverband, $2 period), oldest
 -- first: version, stored at, the Vraag as sent, the factors' codes and values (as text,
--- exactly as stored).
+-- exactly as stored), what computed it, when it was exported.
 -- name: evidence
 SELECT b.versie, b.opgeslagen_op::text, b.vraag,
        ARRAY(SELECT f.key FROM jsonb_each_text(b.factoren) f ORDER BY f.key),
-       ARRAY(SELECT f.value FROM jsonb_each_text(b.factoren) f ORDER BY f.key), b.rekenversie
+       ARRAY(SELECT f.value FROM jsonb_each_text(b.factoren) f ORDER BY f.key), b.rekenversie,
+       b.geexporteerd_op::text
   FROM rekenserver.bewijs($1, $2) b;
 
 -- The sweep's lock: a session-level advisory lock, taken without waiting.

@@ -1,4 +1,4 @@
-//! `sbworker explain` (PostgreSQL): a stored result with its evidence. Every stored
+//! `sbworker explain`: a stored result with its evidence. Every stored
 //! version keeps the Vraag as it was sent and the factors it got
 //! (`rekenserver.resultaat_historie`); this reads them back, compares a version with the
 //! one stored before it, factor by factor, and explains the stored Vraag with the engine
@@ -24,6 +24,8 @@ pub struct Version {
     pub factoren: BTreeMap<String, Decimal>,
     /// What computed it (the engine's version and its tables'), when it was recorded.
     pub rekenversie: Option<String>,
+    /// When it went out to payroll (the first time), if it did.
+    pub geexporteerd_op: Option<String>,
 }
 
 /// A key's stored versions, oldest first.
@@ -34,7 +36,14 @@ pub async fn versions(client: &Client, dv: i32, periode: i32) -> Result<Vec<Vers
         .map(|r| {
             let (codes, values): (Vec<String>, Vec<String>) = (r.get(3), r.get(4));
             let factoren = codes.into_iter().zip(values).filter_map(|(c, v)| v.parse().ok().map(|d| (c, d))).collect();
-            Version { versie: r.get(0), opgeslagen_op: r.get(1), vraag: r.get(2), factoren, rekenversie: r.get(5) }
+            Version {
+                versie: r.get(0),
+                opgeslagen_op: r.get(1),
+                vraag: r.get(2),
+                factoren,
+                rekenversie: r.get(5),
+                geexporteerd_op: r.get(6),
+            }
         })
         .collect())
 }

@@ -37,7 +37,7 @@ fn column<'a, T: tiberius::FromSql<'a>>(row: &'a TdsRow, i: usize, name: &str) -
     row.try_get::<T, _>(i).map_err(error_of)?.ok_or_else(|| BrokerError {
         kind: crate::broker::ErrorKind::Other,
         number: 0,
-        message: format!("Rekenserver.export_claim returned no {name}"),
+        message: format!("the procedure returned no {name}"),
     })
 }
 
@@ -87,14 +87,15 @@ pub async fn ack(c: &mut Tds, batch: Uuid) -> Result<i64, BrokerError> {
 /// One run of `Rekenserver.sweep`. SQL Server ends dialogs past their LIFETIME itself, so
 /// `expired` is always 0 here.
 pub async fn sweep(c: &mut Tds, opts: Options) -> Result<Outcome, BrokerError> {
-    let (fuse, batch, retention, delete) = (
+    let (fuse, batch, retention, delete, evidence) = (
         i32::try_from(opts.fuse).unwrap_or(i32::MAX),
         i32::try_from(opts.batch).unwrap_or(i32::MAX),
         opts.retention_days,
         i32::try_from(opts.delete_batch).unwrap_or(i32::MAX),
+        opts.evidence_retention_months,
     );
     let row = c
-        .query(stmt::SWEEP.sql, &[&fuse, &batch, &retention, &delete])
+        .query(stmt::SWEEP.sql, &[&fuse, &batch, &retention, &delete, &evidence])
         .await
         .map_err(error_of)?
         .into_row()
@@ -118,7 +119,142 @@ pub async fn sweep(c: &mut Tds, opts: Options) -> Result<Outcome, BrokerError> {
         fuse_reached: column::<bool>(&row, 5, "fuse_reached")?,
         deleted_log_rows: n(6, "deleted_log_rows")?,
         deleted_dead_letters: n(7, "deleted_dead_letters")?,
-        // SQL Server keeps no evidence of stored versions yet.
-        deleted_evidence: 0,
+        deleted_evidence: n(8, "deleted_evidence")?,
     })
+}
+
+/// `sbworker recompute --mssql`: `Rekenserver.herberekening_begin`/`_einde` (the
+/// application lock and the run log), `Rekenserver.herbereken_sleutels` and
+/// `Rekenserver.herbereken` (`broker/mssql/04_roster.sql`, `05_handoff.sql`); the keys
+/// travel as JSON arrays (OPENJSON on the server).
+impl super::recompute::Backend for Tds {
+    type Error = BrokerError;
+
+    async fn begin(&mut self) -> Result<Option<i64>, BrokerError> {
+        let row =
+            self.query(stmt::RECOMPUTE_BEGIN.sql, &[]).await.map_err(error_of)?.into_row().await.map_err(error_of)?;
+        Ok(row.and_then(|r| r.try_get::<i64, _>(0).ok().flatten()))
+    }
+
+    async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), BrokerError> {
+        let clamp = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
+        self.query(stmt::RECOMPUTE_END.sql, &[&run, &clamp(keys), &clamp(sent), &text.as_deref()])
+            .await
+            .map_err(error_of)?
+            .into_results()
+            .await
+            .map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn page(
+        &mut self,
+        sel: &super::recompute::Selection,
+        after: Option<(i32, i32)>,
+        n: i64,
+    ) -> Result<Vec<(i32, i32)>, BrokerError> {
+        let periodes = (!sel.periodes.is_empty()).then(|| serde_json::to_string(&sel.periodes).unwrap_or_default());
+        let named = (!sel.keys.is_empty()).then(|| keys_json(&sel.keys));
+        let rows = self
+            .query(
+                stmt::RECOMPUTE_KEYS.sql,
+                &[
+                    &periodes.as_deref(),
+                    &sel.cao.as_deref(),
+                    &sel.dienstverband_from,
+                    &sel.dienstverband_to,
+                    &after.map(|a| a.0),
+                    &after.map(|a| a.1),
+                    &i32::try_from(n).unwrap_or(i32::MAX),
+                    &named.as_deref(),
+                ],
+            )
+            .await
+            .map_err(error_of)?
+            .into_first_result()
+            .await
+            .map_err(error_of)?;
+        rows.iter()
+            .map(|r| Ok((column::<i32>(r, 0, "dienstverband_id")?, column::<i32>(r, 1, "periode_id")?)))
+            .collect()
+    }
+
+    async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, BrokerError> {
+        begin(self).await?;
+        let sent = async {
+            let row = self
+                .query(stmt::RECOMPUTE_BATCH.sql, &[&keys_json(keys)])
+                .await
+                .map_err(error_of)?
+                .into_row()
+                .await
+                .map_err(error_of)?;
+            let n = match row {
+                Some(r) => column::<i32>(&r, 0, "verzonden")?,
+                None => 0,
+            };
+            commit(self).await?;
+            Ok(i64::from(n))
+        }
+        .await;
+        if sent.is_err() {
+            let _ = rollback(self).await;
+        }
+        sent
+    }
+
+    fn transient(e: &BrokerError) -> bool {
+        e.kind == crate::broker::ErrorKind::Retryable
+    }
+
+    fn message(e: &BrokerError) -> String {
+        e.message.clone()
+    }
+}
+
+/// Keys as the procedures read them: `[{"dv":1001,"p":202604},…]`.
+fn keys_json(keys: &[(i32, i32)]) -> String {
+    serde_json::Value::Array(keys.iter().map(|(dv, p)| serde_json::json!({ "dv": dv, "p": p })).collect()).to_string()
+}
+
+/// A key's stored versions with their evidence (`Rekenserver.bewijs`), oldest first; the
+/// factors come as a JSON array of `{"c": code, "w": value as text}`.
+pub async fn versions(c: &mut Tds, dv: i32, periode: i32) -> Result<Vec<super::evidence::Version>, BrokerError> {
+    #[derive(serde::Deserialize)]
+    struct Factor {
+        c: String,
+        w: String,
+    }
+    let rows = c
+        .query(stmt::EVIDENCE.sql, &[&dv, &periode])
+        .await
+        .map_err(error_of)?
+        .into_first_result()
+        .await
+        .map_err(error_of)?;
+    let text = |r: &TdsRow, i: usize| r.try_get::<&str, _>(i).ok().flatten().map(str::to_owned);
+    rows.iter()
+        .map(|r| {
+            let factoren = match text(r, 3) {
+                None => Default::default(),
+                Some(json) => serde_json::from_str::<Vec<Factor>>(&json)
+                    .map_err(|e| BrokerError {
+                        kind: crate::broker::ErrorKind::Other,
+                        number: 0,
+                        message: format!("Rekenserver.bewijs: the factors are not the JSON array it writes: {e}"),
+                    })?
+                    .into_iter()
+                    .filter_map(|f| f.w.parse().ok().map(|w| (f.c, w)))
+                    .collect(),
+            };
+            Ok(super::evidence::Version {
+                versie: column::<i64>(r, 0, "versie")?,
+                opgeslagen_op: text(r, 1).unwrap_or_default(),
+                vraag: text(r, 2),
+                factoren,
+                rekenversie: text(r, 4),
+                geexporteerd_op: text(r, 5),
+            })
+        })
+        .collect()
 }

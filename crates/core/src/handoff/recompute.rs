@@ -65,91 +65,139 @@ pub enum Outcome {
     },
 }
 
+/// A failure of a database step.
+pub type StepError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 #[error("recompute step {step} failed: {source}{}", last.map_or(String::new(), |(d, p)| format!(" (keys up to {d}:{p} were recomputed: go on with --after {d}:{p})")))]
 pub struct RecomputeError {
     pub step: &'static str,
     #[source]
-    pub source: tokio_postgres::Error,
+    pub source: StepError,
     /// The last key recomputed before the failure.
     pub last: Option<(i32, i32)>,
 }
 
-fn at(step: &'static str) -> impl Fn(tokio_postgres::Error) -> RecomputeError {
-    move |source| RecomputeError { step, source, last: None }
+fn at<E: std::error::Error + Send + Sync + 'static>(step: &'static str) -> impl Fn(E) -> RecomputeError {
+    move |source| RecomputeError { step, source: Box::new(source), last: None }
 }
 
-/// A deadlock (a planner's commit locking the same keys in another order) or a
-/// serialization failure: the batch is taken again.
-fn transient(e: &tokio_postgres::Error) -> bool {
-    e.code().is_some_and(|c| {
-        *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-            || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
-    })
+/// What a back end does for a recompute: the steps are the same on both.
+#[allow(async_fn_in_trait)]
+pub trait Backend {
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Takes the one-recompute lock without waiting and opens the run-log row: its id,
+    /// or `None` when another recompute holds the lock.
+    async fn begin(&mut self) -> Result<Option<i64>, Self::Error>;
+    /// Completes the run-log row and releases the lock.
+    async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error>;
+    /// The next page of keys after `after`, at most `n`.
+    async fn page(
+        &mut self,
+        sel: &Selection,
+        after: Option<(i32, i32)>,
+        n: i64,
+    ) -> Result<Vec<(i32, i32)>, Self::Error>;
+    /// Recomputes `keys` in one committed transaction: the Vraags sent.
+    async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, Self::Error>;
+    /// A deadlock or serialization failure: the batch is taken again.
+    fn transient(e: &Self::Error) -> bool;
+    /// The database's own message of an error, for the run log.
+    fn message(e: &Self::Error) -> String;
 }
 
-/// The next page of keys after `after`, at most `n`.
-async fn page(
-    client: &Client,
-    sel: &Selection,
-    after: Option<(i32, i32)>,
-    n: i64,
-) -> Result<Vec<(i32, i32)>, tokio_postgres::Error> {
-    // Named keys are recomputed only where they are known keys (a mistyped one is not
-    // made a key).
-    let (dvs, pers): (Vec<i32>, Vec<i32>) = sel.keys.iter().copied().unzip();
-    let named = (!sel.keys.is_empty()).then_some((&dvs, &pers));
-    let periodes = (!sel.periodes.is_empty()).then_some(&sel.periodes);
-    let rows = client
-        .query(
-            stmt::RECOMPUTE_KEYS.sql,
-            &[
-                &periodes,
-                &sel.cao,
-                &sel.dienstverband_from,
-                &sel.dienstverband_to,
-                &after.map(|a| a.0),
-                &after.map(|a| a.1),
-                &i32::try_from(n).unwrap_or(i32::MAX),
-                &named.map(|k| k.0),
-                &named.map(|k| k.1),
-            ],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+/// PostgreSQL: `rekenserver.herbereken_sleutels` and `rekenserver.herbereken`
+/// (`broker/postgres/004_roster.sql`), an advisory lock, `rekenserver.run_log`.
+impl Backend for Client {
+    type Error = tokio_postgres::Error;
+
+    async fn begin(&mut self) -> Result<Option<i64>, Self::Error> {
+        let locked: bool = self.query_one(stmt::RECOMPUTE_TRY_LOCK.sql, &[]).await?.get(0);
+        if !locked {
+            return Ok(None);
+        }
+        match self.query_one(stmt::LOG_START.sql, &[&None::<i64>, &"herberekening"]).await {
+            Ok(r) => Ok(Some(r.get(0))),
+            Err(e) => {
+                let _ = self.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error> {
+        let clamp = |n: i64| Some(i32::try_from(n).unwrap_or(i32::MAX));
+        let logged = self.execute(stmt::LOG_END.sql, &[&run, &clamp(keys), &clamp(sent), &None::<i32>, &text]).await;
+        let unlocked = self.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
+        logged?;
+        unlocked?;
+        Ok(())
+    }
+
+    async fn page(
+        &mut self,
+        sel: &Selection,
+        after: Option<(i32, i32)>,
+        n: i64,
+    ) -> Result<Vec<(i32, i32)>, Self::Error> {
+        // Named keys are recomputed only where they are known keys (a mistyped one is
+        // not made a key).
+        let (dvs, pers): (Vec<i32>, Vec<i32>) = sel.keys.iter().copied().unzip();
+        let named = (!sel.keys.is_empty()).then_some((&dvs, &pers));
+        let periodes = (!sel.periodes.is_empty()).then_some(&sel.periodes);
+        let rows = self
+            .query(
+                stmt::RECOMPUTE_KEYS.sql,
+                &[
+                    &periodes,
+                    &sel.cao,
+                    &sel.dienstverband_from,
+                    &sel.dienstverband_to,
+                    &after.map(|a| a.0),
+                    &after.map(|a| a.1),
+                    &i32::try_from(n).unwrap_or(i32::MAX),
+                    &named.map(|k| k.0),
+                    &named.map(|k| k.1),
+                ],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, Self::Error> {
+        let (dvs, ps): (Vec<i32>, Vec<i32>) = keys.iter().copied().unzip();
+        let tx = self.transaction().await?;
+        let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
+        tx.commit().await?;
+        Ok(i64::from(n))
+    }
+
+    fn transient(e: &Self::Error) -> bool {
+        e.code().is_some_and(|c| {
+            *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+                || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+        })
+    }
+
+    fn message(e: &Self::Error) -> String {
+        e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned())
+    }
 }
 
 /// One run; `progress` hears (keys done, Vraags sent) after every batch. Use a
-/// connection of its own: the lock belongs to the session.
-pub async fn run(
-    client: &mut Client,
+/// connection of its own: the lock belongs to the session. A dry run counts without the
+/// lock (it changes nothing).
+pub async fn run<B: Backend>(
+    db: &mut B,
     sel: &Selection,
     opts: Options,
     mut progress: impl FnMut(i64, i64),
-) -> Result<Outcome, RecomputeError> {
-    let locked: bool = client.query_one(stmt::RECOMPUTE_TRY_LOCK.sql, &[]).await.map_err(at("lock"))?.get(0);
-    if !locked {
-        return Ok(Outcome::Skipped);
-    }
-    let result = steps(client, sel, opts, &mut progress).await;
-    let unlocked = client.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
-    let outcome = result?;
-    unlocked.map_err(at("unlock"))?;
-    Ok(outcome)
-}
-
-async fn steps(
-    client: &mut Client,
-    sel: &Selection,
-    opts: Options,
-    progress: &mut impl FnMut(i64, i64),
 ) -> Result<Outcome, RecomputeError> {
     let batch = opts.batch.max(1) as i64;
     if opts.dry_run {
         let (mut keys, mut after) = (0i64, sel.after);
         loop {
-            let got =
-                page(client, sel, after, batch.min(opts.fuse.saturating_add(1) - keys)).await.map_err(at("select"))?;
+            let got = db.page(sel, after, batch.min(opts.fuse.saturating_add(1) - keys)).await.map_err(at("select"))?;
             keys += got.len() as i64;
             if got.is_empty() || keys > opts.fuse {
                 break;
@@ -158,16 +206,17 @@ async fn steps(
         }
         return Ok(Outcome::Counted { keys: keys.min(opts.fuse), fuse_reached: keys > opts.fuse });
     }
-    let run_id: i64 =
-        client.query_one(stmt::LOG_START.sql, &[&None::<i64>, &"herberekening"]).await.map_err(at("log"))?.get(0);
+    let Some(run_id) = db.begin().await.map_err(at("lock"))? else {
+        return Ok(Outcome::Skipped);
+    };
     let (mut keys, mut sent, mut batches, mut after) = (0i64, 0i64, 0i64, sel.after);
     let batch = batch.min(100_000);
     let mut fuse_reached = false;
-    let mut failure = None;
+    let mut failure: Option<(&'static str, B::Error)> = None;
     loop {
         let room = opts.fuse - keys;
         // One more than there is room for tells whether the fuse stopped the run.
-        let got = match page(client, sel, after, batch.min(room.saturating_add(1))).await {
+        let got = match db.page(sel, after, batch.min(room.saturating_add(1))).await {
             Ok(g) => g,
             Err(e) => {
                 failure = Some(("select", e));
@@ -184,19 +233,12 @@ async fn steps(
         if take.is_empty() {
             break;
         }
-        let (dvs, ps): (Vec<i32>, Vec<i32>) = take.iter().copied().unzip();
         // Up to five tries: a deadlock with a planner's commit is the planner's edit or
         // this batch losing its transaction, and this batch is simply taken again.
         let mut result = None;
         for _ in 0..5 {
-            let attempt = async {
-                let tx = client.transaction().await?;
-                let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
-                tx.commit().await?;
-                Ok::<i64, tokio_postgres::Error>(i64::from(n))
-            };
-            match attempt.await {
-                Err(e) if transient(&e) => result = Some(Err(e)),
+            match db.batch(take).await {
+                Err(e) if B::transient(&e) => result = Some(Err(e)),
                 other => {
                     result = Some(other);
                     break;
@@ -220,9 +262,8 @@ async fn steps(
             break;
         }
     }
-    let clamp = |n: i64| Some(i32::try_from(n).unwrap_or(i32::MAX));
     let text = match &failure {
-        Some((_, e)) => Some(format!("error: {}", e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned()))),
+        Some((_, e)) => Some(format!("error: {}", B::message(e))),
         None if fuse_reached => Some(format!(
             "warning: fuse of {} keys reached; the rest follows with --after {}",
             opts.fuse,
@@ -230,12 +271,10 @@ async fn steps(
         )),
         None => None,
     };
-    client
-        .execute(stmt::LOG_END.sql, &[&run_id, &clamp(keys), &clamp(sent), &None::<i32>, &text])
-        .await
-        .map_err(at("log"))?;
+    let ended = db.end(run_id, keys, sent, text).await;
     if let Some((step, source)) = failure {
-        return Err(RecomputeError { step, source, last: after });
+        return Err(RecomputeError { step, source: Box::new(source), last: after });
     }
+    ended.map_err(at("log"))?;
     Ok(Outcome::Ran { keys, sent, batches, fuse_reached, last: after })
 }

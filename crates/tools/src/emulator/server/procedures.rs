@@ -249,7 +249,10 @@ pub(super) async fn call(
                 batch: n("@batch", 100, 50111)? as usize,
                 retention_days: int32(Sql::BigInt(n("@retention_days", 60, 50112)?), "@retention_days")?,
                 delete_batch: n("@delete_batch", 5000, 50113)?,
-                ..crate::handoff::sweep::Options::default()
+                evidence_retention_months: int32(
+                    Sql::BigInt(n("@evidence_retention_months", 84, 50115)?),
+                    "@evidence_retention_months",
+                )?,
             };
             let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
                 number: 50114,
@@ -267,6 +270,7 @@ pub(super) async fn call(
                         Sql::Bit(false),
                         Sql::Int(0),
                         Sql::Int(0),
+                        Sql::Int(0),
                     ]
                 }
                 crate::handoff::sweep::Outcome::Ran {
@@ -277,6 +281,7 @@ pub(super) async fn call(
                     fuse_reached,
                     deleted_log_rows,
                     deleted_dead_letters,
+                    deleted_evidence,
                     ..
                 } => vec![
                     Sql::Bit(false),
@@ -287,6 +292,7 @@ pub(super) async fn call(
                     Sql::Bit(fuse_reached),
                     Sql::Int(deleted_log_rows as i32),
                     Sql::Int(deleted_dead_letters as i32),
+                    Sql::Int(deleted_evidence as i32),
                 ],
             };
             let cols = [
@@ -298,8 +304,91 @@ pub(super) async fn call(
                 ("fuse_reached", ColType::Bit),
                 ("deleted_log_rows", ColType::Int),
                 ("deleted_dead_letters", ColType::Int),
+                ("deleted_evidence", ColType::Int),
             ];
             Ok(result_set(t, &cols, &[row]))
+        }
+        // Recompute (04_roster.sql, 05_handoff.sql): the PostgreSQL recompute's own steps.
+        "rekenserver.herberekening_begin" => {
+            use crate::handoff::recompute::Backend;
+            let run = s.client_mut().begin().await.map_err(pg)?;
+            Ok(result_set(t, &[("run_id", ColType::BigInt)], &[vec![run.map_or(Sql::Null, Sql::BigInt)]]))
+        }
+        "rekenserver.herberekening_einde" => {
+            use crate::handoff::recompute::Backend;
+            let run = as_i64(arg("@run")?)?;
+            let keys = as_i64(arg("@kandidaten")?)?;
+            let sent = as_i64(arg("@verzonden")?)?;
+            let text = match arg("@fout").ok() {
+                None => None,
+                Some(v) => optional_text(v)?,
+            };
+            s.client_mut().end(run, keys, sent, text).await.map_err(pg)?;
+            Ok(None)
+        }
+        "rekenserver.herbereken_sleutels" => {
+            use crate::handoff::recompute::{Backend, Selection};
+            let mut opt = |n: &str| a.remove(n).filter(|v| !matches!(v, Sql::Null));
+            let int = |v: Option<Sql>, n: &str| v.map(|v| int32(v, n)).transpose();
+            let periodes = opt("@periodes").map(as_text).transpose()?;
+            let cao = opt("@cao").map(as_text).transpose()?;
+            let dv_van = int(opt("@dv_van"), "@dv_van")?;
+            let dv_tot = int(opt("@dv_tot"), "@dv_tot")?;
+            let na_dv = int(opt("@na_dv"), "@na_dv")?;
+            let na_periode = int(opt("@na_periode"), "@na_periode")?;
+            let aantal = int(opt("@aantal"), "@aantal")?.ok_or_else(|| fail("@aantal is missing"))?;
+            let sleutels = opt("@sleutels").map(as_text).transpose()?;
+            let sel = Selection {
+                periodes: periodes.map(|p| json_of::<Vec<i32>>(&p, "@periodes")).transpose()?.unwrap_or_default(),
+                cao,
+                dienstverband_from: dv_van,
+                dienstverband_to: dv_tot,
+                keys: sleutels.map(|k| keys_of_json(&k)).transpose()?.unwrap_or_default(),
+                after: None,
+            };
+            let after = na_dv.zip(na_periode);
+            let keys = s.client_mut().page(&sel, after, i64::from(aantal)).await.map_err(pg)?;
+            let rows: Vec<Vec<Sql>> = keys.into_iter().map(|(dv, p)| vec![Sql::Int(dv), Sql::Int(p)]).collect();
+            Ok(result_set(t, &[("dienstverband_id", ColType::Int), ("periode_id", ColType::Int)], &rows))
+        }
+        "rekenserver.herbereken" => {
+            // In the caller's transaction, as the procedure runs.
+            let keys = keys_of_json(&as_text(arg("@sleutels")?)?)?;
+            let (dvs, ps): (Vec<i32>, Vec<i32>) = keys.into_iter().unzip();
+            let n: i32 = s.client().query_one(handoff::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await.map_err(pg)?.get(0);
+            Ok(result_set(t, &[("verzonden", ColType::Int)], &[vec![Sql::Int(n)]]))
+        }
+        "rekenserver.bewijs" => {
+            let dv = int32(arg("@dv")?, "@dv")?;
+            let periode = int32(arg("@periode")?, "@periode")?;
+            let versions = crate::handoff::evidence::versions(s.client(), dv, periode).await.map_err(pg)?;
+            let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+            let rows: Vec<Vec<Sql>> = versions
+                .into_iter()
+                .map(|v| {
+                    // The factors as the procedure writes them (FOR JSON PATH).
+                    let factoren = serde_json::Value::Array(
+                        v.factoren.iter().map(|(c, w)| serde_json::json!({ "c": c, "w": w.to_string() })).collect(),
+                    );
+                    vec![
+                        Sql::BigInt(v.versie),
+                        Sql::NVarChar(v.opgeslagen_op),
+                        text(v.vraag),
+                        Sql::NVarChar(factoren.to_string()),
+                        text(v.rekenversie),
+                        text(v.geexporteerd_op),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("versie", ColType::BigInt),
+                ("opgeslagen_op", ColType::NVarChar),
+                ("vraag", ColType::NVarCharMax),
+                ("factoren", ColType::NVarCharMax),
+                ("rekenversie", ColType::NVarChar),
+                ("geexporteerd_op", ColType::NVarChar),
+            ];
+            Ok(result_set(t, &cols, &rows))
         }
         "rekenserver.noteer_fout" => {
             let handle = as_uuid(arg("@handle")?)?;
@@ -333,6 +422,20 @@ fn pg(e: tokio_postgres::Error) -> Failure {
 
 fn int32(v: Sql, name: &str) -> Result<i32, Failure> {
     i32::try_from(as_i64(v)?).map_err(|_| fail(format!("{name} out of range")))
+}
+
+fn json_of<T: serde::de::DeserializeOwned>(text: &str, name: &str) -> Result<T, Failure> {
+    serde_json::from_str(text).map_err(|e| fail(format!("{name} is not the JSON it should be: {e}")))
+}
+
+/// Keys as the recompute's procedures take them: `[{"dv": 1001, "p": 202604}, …]`.
+fn keys_of_json(text: &str) -> Result<Vec<(i32, i32)>, Failure> {
+    #[derive(serde::Deserialize)]
+    struct Key {
+        dv: i32,
+        p: i32,
+    }
+    Ok(json_of::<Vec<Key>>(text, "@sleutels")?.into_iter().map(|k| (k.dv, k.p)).collect())
 }
 
 fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
