@@ -159,7 +159,7 @@ pub enum Command {
     },
     /// A stored result explained: its factors, what changed since the version stored
     /// before it, and the engine's explanation of the Vraag as it was sent, with a
-    /// warning where today's engine or rate tables compute something else (PostgreSQL).
+    /// warning where today's engine or rate tables compute something else.
     #[command(
         after_help = "Every stored version keeps the Vraag as sent and its factors (rekenserver.resultaat_historie;\n\
         kept for [sweep] evidence_retention_months, the latest version of each key always).\n\
@@ -167,7 +167,8 @@ pub enum Command {
         Examples:\n  \
         sbworker explain --postgres URL --dienstverband 1001 --periode 202604\n  \
         sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --versie 3 --json\n  \
-        sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --tables new-cao.toml"
+        sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --tables new-cao.toml\n  \
+        sbworker explain --mssql CONN --dienstverband 1001 --periode 202604"
     )]
     Explain {
         #[command(flatten)]
@@ -188,7 +189,8 @@ pub enum Command {
     },
     /// Compute keys again after a change no roster edit makes (new rate tables, a CAO
     /// change, a corrected period): each key's version rises and its Vraag is sent, in
-    /// short transactions, as a roster edit does (PostgreSQL).
+    /// short transactions, as a roster edit does, at a lower conversation priority than
+    /// planners' edits.
     #[command(after_help = "Choose the keys by period, CAO, employee range, or name them; every filter given must\n\
         hold, and at least one is needed (--all for every key). Progress goes to stderr, the run\n\
         to rekenserver.run_log (stap 'herberekening'). At --fuse keys the run stops and says where\n\
@@ -198,7 +200,8 @@ pub enum Command {
         sbworker recompute --postgres URL --periode 202604 --periode 202605 --cao ZKH\n  \
         sbworker recompute --postgres URL --dienstverband-van 1000 --dienstverband-tot 1999 --batch 200\n  \
         sbworker recompute --postgres URL --sleutel 1001:202604 --sleutel 1002:202604\n  \
-        sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604")]
+        sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604\n  \
+        sbworker recompute --mssql CONN --periode 202604")]
     Recompute {
         #[command(flatten)]
         database: HandoffDatabase,
