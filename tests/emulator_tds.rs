@@ -1054,7 +1054,7 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
     );
     // Recompute on the SQL Server transport (Rekenserver.herbereken_sleutels and
     // herbereken): a dry run counts April's keys; a named key is recomputed from the
-    // recompute's own service, at priority 3, with a run-log row.
+    // recompute's own contract, at priority 3, with a run-log row.
     let april: i64 =
         c.query_one("SELECT count(*) FROM rekenserver.sleutel WHERE periode_id = 202604", &[]).await.unwrap().get(0);
     let dry = bin(&["recompute", "--periode", "202604", "--dry-run"]);
@@ -1073,11 +1073,11 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
         String::from_utf8_lossy(&ran.stderr)
     );
     let sent: (String, i16) = c
-        .query_one("SELECT far_service, priority FROM sb.endpoint WHERE NOT is_initiator", &[])
+        .query_one("SELECT contract, priority FROM sb.endpoint WHERE NOT is_initiator", &[])
         .await
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();
-    assert_eq!(sent, ("/Rekenserver/LoonfactorBerekening/HerberekenService".to_owned(), 3));
+    assert_eq!(sent, ("/Rekenserver/LoonfactorBerekening/HerberekenContract".to_owned(), 3));
     let logged: i64 = c
         .query_one("SELECT count(*) FROM rekenserver.run_log WHERE stap = 'herberekening' AND kandidaten = 1", &[])
         .await

@@ -751,8 +751,8 @@ async fn a_leased_result_replaced_before_its_confirmation_comes_back_as_a_correc
     assert!(again.contains("\"versie\":2,\"correctie\":true,\"vervangt_versie\":1,"), "{again}");
 }
 
-/// A recompute does not keep planners waiting: its Vraags come from its own service at
-/// a lower conversation priority, so a planner's edit committed after a recompute of
+/// A recompute does not keep planners waiting: its Vraags go on a contract of their own
+/// at a lower conversation priority, so a planner's edit committed after a recompute of
 /// every key is computed and stored before the recompute's keys (RECEIVE serves the
 /// higher level first, on both queues). Measured by the order in which the results were
 /// stored (the evidence table's ids), with one reader, so the order is the broker's.

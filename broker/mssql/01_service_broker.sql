@@ -67,26 +67,31 @@ IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/Loonfactor
     CREATE SERVICE [/Rekenserver/LoonfactorBerekening/DataService] AUTHORIZATION [$(WorkerUser)]
         ON QUEUE dbo.loonfactorberekening_data;
 GO
--- Recompute (`sbworker recompute`) sends from a service of its own on the answers' queue,
--- so that conversation priorities (CREATE BROKER PRIORITY) can tell its dialogs from the
--- planners': level 3 on both sides, below the default 5. RECEIVE always serves the higher
--- level first (HONOR_BROKER_PRIORITY concerns SEND between instances, not RECEIVE), so a
--- long recompute never keeps a planner's edit waiting.
-IF NOT EXISTS (SELECT 1 FROM sys.services WHERE name = N'/Rekenserver/LoonfactorBerekening/HerberekenService')
-    CREATE SERVICE [/Rekenserver/LoonfactorBerekening/HerberekenService] AUTHORIZATION [$(WorkerUser)]
-        ON QUEUE dbo.loonfactorberekening_data;
+-- Recompute (`sbworker recompute`) begins its dialogs on a contract of its own (the same
+-- messages, the same services: a key's dialogs share its conversation group, and a
+-- group holds the conversations of one service, BEGIN DIALOG CONVERSATION's remarks), so
+-- that a conversation priority can tell them from the planners': level 3 on both sides,
+-- below the default 5. Priorities always apply to RECEIVE (HONOR_BROKER_PRIORITY concerns
+-- SEND between instances): a recompute's waiting requests do not stand in front of a
+-- planner's (one a reader already holds is finished first).
+IF NOT EXISTS (SELECT 1 FROM sys.service_contracts WHERE name = N'/Rekenserver/LoonfactorBerekening/HerberekenContract')
+    CREATE CONTRACT [/Rekenserver/LoonfactorBerekening/HerberekenContract] (
+        [/Rekenserver/LoonfactorBerekening/Vraag] SENT BY INITIATOR,
+        [/Rekenserver/LoonfactorBerekening/Antwoord] SENT BY TARGET,
+        [/Rekenserver/Fout] SENT BY TARGET);
 GO
-IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberekening_reken')
-    CREATE BROKER PRIORITY herberekening_reken FOR CONVERSATION
-        SET (CONTRACT_NAME = [/Rekenserver/LoonfactorBerekening/DataContract],
-             LOCAL_SERVICE_NAME = [/Rekenserver/LoonfactorBerekening/RekenService],
-             REMOTE_SERVICE_NAME = N'/Rekenserver/LoonfactorBerekening/HerberekenService',
-             PRIORITY_LEVEL = 3);
+IF NOT EXISTS (SELECT 1 FROM sys.service_contract_usages u
+                JOIN sys.services s ON s.service_id = u.service_id
+                JOIN sys.service_contracts c ON c.service_contract_id = u.service_contract_id
+                WHERE s.name = N'/Rekenserver/LoonfactorBerekening/RekenService'
+                  AND c.name = N'/Rekenserver/LoonfactorBerekening/HerberekenContract')
+    ALTER SERVICE [/Rekenserver/LoonfactorBerekening/RekenService]
+        (ADD CONTRACT [/Rekenserver/LoonfactorBerekening/HerberekenContract]);
 GO
-IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberekening_data')
-    CREATE BROKER PRIORITY herberekening_data FOR CONVERSATION
-        SET (CONTRACT_NAME = [/Rekenserver/LoonfactorBerekening/DataContract],
-             LOCAL_SERVICE_NAME = [/Rekenserver/LoonfactorBerekening/HerberekenService],
+IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberekening')
+    CREATE BROKER PRIORITY herberekening FOR CONVERSATION
+        SET (CONTRACT_NAME = [/Rekenserver/LoonfactorBerekening/HerberekenContract],
+             LOCAL_SERVICE_NAME = ANY,
              REMOTE_SERVICE_NAME = ANY,
              PRIORITY_LEVEL = 3);
 GO

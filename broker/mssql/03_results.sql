@@ -279,7 +279,8 @@ BEGIN
         SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
     UPDATE Rekenserver.berekening_log
        SET beantwoord_op = ISNULL(beantwoord_op, SYSUTCDATETIME()), uitkomst = 'fout',
-           foutmelding = ISNULL(foutmelding, @melding), herstelbaar = ISNULL(herstelbaar, @herstelbaar)
+           foutmelding = ISNULL(foutmelding, @melding), herstelbaar = ISNULL(herstelbaar, @herstelbaar),
+           vraag = NULL   -- the evidence's copy of the Vraag is kept for stored results only
      WHERE dialog_handle = @handle AND (uitkomst IS NULL OR uitkomst = 'fout');
 END;
 GO

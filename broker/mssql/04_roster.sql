@@ -215,13 +215,13 @@ BEGIN
             VALUES (@dv, @periode, @versie, @reden);
         RETURN;
     END;
-    -- A recompute's Vraag comes from its own service, at its lower priority (a service
-    -- name is an identifier in BEGIN DIALOG, not a variable: two statements).
+    -- A recompute's Vraag goes on its own contract, at its lower priority (a contract is
+    -- an identifier in BEGIN DIALOG, not a variable: two statements).
     IF @herberekening = 1
         BEGIN DIALOG CONVERSATION @handle
-            FROM SERVICE [/Rekenserver/LoonfactorBerekening/HerberekenService]
+            FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
-            ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+            ON CONTRACT [/Rekenserver/LoonfactorBerekening/HerberekenContract]
             WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
     ELSE
         BEGIN DIALOG CONVERSATION @handle
@@ -339,7 +339,7 @@ GO
 
 -- Recomputes these keys (@sleutels, a JSON array of {"dv", "p"}) as a roster edit does,
 -- in the caller's transaction: each key's version rises and its Vraag, built from the
--- data as it stands now, is sent from the recompute's service (priority 3), in key
+-- data as it stands now, is sent on the recompute's contract (priority 3), in key
 -- order. Returns how many were sent (a key whose Vraag cannot be built is recorded in
 -- Rekenserver.onverzendbaar).
 CREATE OR ALTER PROCEDURE Rekenserver.herbereken @sleutels nvarchar(max)

@@ -88,7 +88,7 @@ BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;   -- the caller's, again on return
     UPDATE l
-       SET uitkomst = 'fout', herstelbaar = 1, beantwoord_op = SYSUTCDATETIME(),
+       SET uitkomst = 'fout', herstelbaar = 1, beantwoord_op = SYSUTCDATETIME(), vraag = NULL,
            foutmelding = N'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) without an answer'
       FROM Rekenserver.berekening_log l
      WHERE l.uitkomst IS NULL
@@ -136,6 +136,7 @@ CREATE OR ALTER PROCEDURE Rekenserver.export_ack @batch uniqueidentifier
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;   -- under SNAPSHOT its updates could fail (3960)
     DECLARE @done TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL);
     BEGIN TRANSACTION;
     UPDATE Rekenserver.resultaat SET export_status = 2, geexporteerd_op = SYSUTCDATETIME()
@@ -188,8 +189,8 @@ BEGIN
         THROW 50112, N'@retention_days must be 1 or more (days the run log and dead letters are kept)', 1;
     IF @delete_batch IS NULL OR @delete_batch < 1
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
-    IF @evidence_retention_months IS NULL OR @evidence_retention_months < 1
-        THROW 50115, N'@evidence_retention_months must be 1 or more (months the evidence of a replaced result is kept)', 1;
+    IF @evidence_retention_months IS NULL OR @evidence_retention_months < 1 OR @evidence_retention_months > 1200
+        THROW 50115, N'@evidence_retention_months must be 1 to 1200 (months the evidence of a replaced result is kept)', 1;
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
             @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0,
             @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0,
@@ -290,16 +291,20 @@ BEGIN
         END
         -- The evidence of stored versions replaced more than @evidence_retention_months ago
         -- (a version's retention runs from the day a newer one replaced it); a key's latest
-        -- version stays. Oldest first, in batches.
+        -- version stays. Oldest first (TOP in a DELETE picks no order: the ids are chosen
+        -- in a subquery that has one), in batches.
         WHILE 1 = 1
         BEGIN
-            DELETE TOP (@delete_batch) h
-              FROM Rekenserver.resultaat_historie h
-             WHERE h.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME())
-               AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
-                            WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
-                              AND n.versie > h.versie
-                              AND n.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME()));
+            DELETE Rekenserver.resultaat_historie
+             WHERE id IN (
+                SELECT TOP (@delete_batch) h.id
+                  FROM Rekenserver.resultaat_historie h
+                 WHERE h.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME())
+                   AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
+                                WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
+                                  AND n.versie > h.versie
+                                  AND n.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME()))
+                 ORDER BY h.opgeslagen_op);
             SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_bewijs += @n;
             IF @n < @delete_batch BREAK;
         END

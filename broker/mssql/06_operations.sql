@@ -223,8 +223,10 @@ BEGIN
         N'@h uniqueidentifier OUTPUT, @to nvarchar(256), @g uniqueidentifier, @body varbinary(max), @lifetime int, @u sysname',
         @h = @h OUTPUT, @to = @service, @g = @group, @body = @body, @lifetime = @lifetime, @u = N'$(WorkerUser)';
     IF @vraag_id IS NOT NULL
-        INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie)
-        VALUES (@h, @vraag_id, @dv, @periode, @versie);
+        -- The Vraag as sent, compressed, for the evidence of its result (the SEND above
+        -- checked that it is well-formed XML).
+        INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
+        VALUES (@h, @vraag_id, @dv, @periode, @versie, COMPRESS(CAST(CAST(@body AS xml) AS nvarchar(max))));
     UPDATE sbworker.dead_letter
        SET replays = replays + 1, replayed_at = SYSUTCDATETIME(),
            replayed_by = CONCAT(@by, N' as ', ORIGINAL_LOGIN()), replay_handle = @h

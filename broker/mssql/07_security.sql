@@ -25,7 +25,7 @@ GRANT RECEIVE ON OBJECT::dbo.loonfactorberekening_data TO sbworker_role;
 GO
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/RekenService] TO sbworker_role;
 GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO sbworker_role;
-GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/HerberekenService] TO sbworker_role;
+GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/HerberekenContract] TO sbworker_role;
 -- Rekenserver.stuur_vraag begins dialogs as the worker's user (BEGIN DIALOG needs
 -- REFERENCES on the contract and RECEIVE on the FROM service's queue).
 GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/DataContract] TO sbworker_role;
@@ -82,7 +82,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4845708d21943a5a';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5c0752e25a84fd81';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+4845708d21943a5a';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5c0752e25a84fd81';
 GO

@@ -24,15 +24,19 @@ SELECT sb.alter_queue(q, p_poison_handling => false)
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/DataService', 'loonfactorberekening_data');
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
                          ARRAY['/Rekenserver/LoonfactorBerekening/DataContract']);
--- Recompute (`sbworker recompute`) sends from a service of its own on the data queue,
--- so that conversation priorities can tell its dialogs from the planners': level 3 on
--- both sides, below the planners' default 5, so a long recompute never keeps an edit
--- waiting (RECEIVE serves the higher level first). docs/operations.md.
-SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/HerberekenService', 'loonfactorberekening_data');
-SELECT sb.create_broker_priority('herberekening_reken', '/Rekenserver/LoonfactorBerekening/DataContract',
-    '/Rekenserver/LoonfactorBerekening/RekenService', '/Rekenserver/LoonfactorBerekening/HerberekenService', 3);
-SELECT sb.create_broker_priority('herberekening_data', '/Rekenserver/LoonfactorBerekening/DataContract',
-    '/Rekenserver/LoonfactorBerekening/HerberekenService', NULL, 3);
+-- Recompute (`sbworker recompute`) begins its dialogs on a contract of its own (the same
+-- messages, the same services: a key's dialogs share its conversation group, which on
+-- SQL Server holds the conversations of one service), so that a conversation priority
+-- can tell them from the planners': level 3 on both sides, below the planners' default
+-- 5, and RECEIVE serves the higher level first. docs/operations.md.
+SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/HerberekenContract', ARRAY[
+    ['/Rekenserver/LoonfactorBerekening/Vraag', 'INITIATOR'],
+    ['/Rekenserver/LoonfactorBerekening/Antwoord', 'TARGET'],
+    ['/Rekenserver/Fout', 'TARGET']]);
+SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
+                         ARRAY['/Rekenserver/LoonfactorBerekening/HerberekenContract']);
+SELECT sb.create_broker_priority('herberekening', '/Rekenserver/LoonfactorBerekening/HerberekenContract',
+    NULL, NULL, 3);
 
 -- The calculation side: per (dienstverband, periode) the newest roster version it has
 -- answered. The receiving transaction claims a version here (holding the row lock to

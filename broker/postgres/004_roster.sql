@@ -241,11 +241,11 @@ BEGIN
             SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
-    -- A recompute's Vraag comes from its own service, at its lower priority.
-    v_handle := sb.begin_dialog(CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenService'
-                                     ELSE '/Rekenserver/LoonfactorBerekening/DataService' END,
+    -- A recompute's Vraag goes on its own contract, at its lower priority.
+    v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
                                 '/Rekenserver/LoonfactorBerekening/RekenService',
-                                '/Rekenserver/LoonfactorBerekening/DataContract', v_group,
+                                CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenContract'
+                                     ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group,
                                 rekenserver.dialog_levensduur());
     -- The text once: sent as UTF-8, and kept in the log for the evidence.
     v_tekst := v_vraag::text;

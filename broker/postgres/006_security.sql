@@ -151,7 +151,6 @@ SELECT sb.grant_receive('loonfactorberekening_reken', 'sbworker_worker');
 SELECT sb.grant_receive('loonfactorberekening_data', 'sbworker_worker');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/RekenService', 'sbworker_worker');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/DataService', 'sbworker_worker');
-SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/HerberekenService', 'sbworker_worker');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/RekenService', 'sbworker_sender');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/RekenService', 'sbworker_housekeeping');
 

@@ -78,6 +78,13 @@ impl Config {
                 return Err(key_error(key, format!("is {v}, must be at least 1")));
             }
         }
+        // A hundred years: more would overflow SQL Server's date arithmetic (Msg 517).
+        if sw.evidence_retention_months > 1200 {
+            return Err(key_error(
+                "sweep.evidence_retention_months",
+                format!("is {}, must be at most 1200 (a hundred years)", sw.evidence_retention_months),
+            ));
+        }
         if self.engine.max_body_bytes == 0 {
             return Err(key_error("engine.max_body_bytes", "must be above 0"));
         }

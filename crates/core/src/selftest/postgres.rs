@@ -47,7 +47,6 @@ const BROKER_RIGHTS: &[(&str, &str)] = &[
     ("RECEIVE", crate::handlers::DATA_QUEUE),
     ("SEND", "/Rekenserver/LoonfactorBerekening/RekenService"),
     ("SEND", "/Rekenserver/LoonfactorBerekening/DataService"),
-    ("SEND", "/Rekenserver/LoonfactorBerekening/HerberekenService"),
 ];
 const SCHEMAS: &[&str] = &["rekenserver", "sb", "sbworker"];
 

@@ -249,10 +249,16 @@ pub(super) async fn call(
                 batch: n("@batch", 100, 50111)? as usize,
                 retention_days: int32(Sql::BigInt(n("@retention_days", 60, 50112)?), "@retention_days")?,
                 delete_batch: n("@delete_batch", 5000, 50113)?,
-                evidence_retention_months: int32(
-                    Sql::BigInt(n("@evidence_retention_months", 84, 50115)?),
-                    "@evidence_retention_months",
-                )?,
+                evidence_retention_months: match n("@evidence_retention_months", 84, 50115)? {
+                    m @ 1..=1200 => m as i32,
+                    _ => {
+                        return Err(Failure {
+                            number: 50115,
+                            class: 16,
+                            message: "@evidence_retention_months must be 1 to 1200".into(),
+                        });
+                    }
+                },
             };
             let outcome = crate::handoff::sweep::run(s.client_mut(), opts).await.map_err(|e| Failure {
                 number: 50114,
