@@ -462,14 +462,13 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     assert_ne!(changed, text);
     let tables_file = dir.0.join("cao.toml");
     std::fs::write(&tables_file, &changed).unwrap();
-    let worker = spawn_worker(
-        &dir,
-        &format!(
-            "{}\n[engine]\ntables = {}\n",
-            sbworker::demo::worker_config_text(&url, 2),
-            toml::Value::String(tables_file.to_string_lossy().into_owned())
-        ),
+    // The worker with the new tables.
+    let new_tables_config = format!(
+        "{}\n[engine]\ntables = {}\n",
+        sbworker::demo::worker_config_text(&url, 2),
+        toml::Value::String(tables_file.to_string_lossy().into_owned())
     );
+    let worker = spawn_worker(&dir, &new_tables_config);
     // A dry run counts and changes nothing (no version rises, nothing is sent); choosing
     // no keys is refused; a named key that is no known key is not made one.
     let versions = "SELECT sum(versie)::bigint FROM rekenserver.sleutel";
@@ -537,14 +536,7 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
     assert_eq!(json.matches("\"sleutel\"").count(), changed, "{json}");
     // Recomputed once more with the same tables: new versions, the same figures, so
     // nothing goes to payroll again (no correction for nothing).
-    let worker = spawn_worker(
-        &dir,
-        &format!(
-            "{}\n[engine]\ntables = {}\n",
-            sbworker::demo::worker_config_text(&url, 2),
-            toml::Value::String(tables_file.to_string_lossy().into_owned())
-        ),
-    );
+    let worker = spawn_worker(&dir, &new_tables_config);
     let (code, _, err) = recompute(&url, &["--periode", "202604"]).await;
     assert_eq!(code, Some(0), "{err}");
     crate::common::calc::wait_until("the unchanged keys are stored", || async {

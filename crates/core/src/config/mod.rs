@@ -51,7 +51,7 @@ pub struct SweepConfig {
     /// Run-log rows and dead letters older than this are deleted.
     pub retention_days: i32,
     /// The evidence of stored results (each version's Vraag and factors) older than this
-    /// is deleted, the latest version of each key excepted (PostgreSQL). 84 months: the
+    /// is deleted, the latest version of each key excepted (both back ends; at most 1200). 84 months: the
     /// seven years Dutch tax law has payroll records kept (AWR art. 52 lid 4).
     pub evidence_retention_months: i32,
     /// Rows deleted per statement.

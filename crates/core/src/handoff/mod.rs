@@ -3,9 +3,10 @@
 //! once: at-most-once; mode lease: at-least-once with confirmation), and [`sweep`]
 //! sends the keys whose roster is newer than their result, under a lock, a fuse and a
 //! run log with retention, and [`recompute`] computes chosen keys again after a change no
-//! roster edit makes. The statements are in `broker/postgres/statements/handoff.sql`;
-//! [`mssql`] does both on SQL Server, through the procedures of
-//! `broker/mssql/05_handoff.sql`.
+//! roster edit makes, and [`evidence`] explains a stored result from what it kept. The
+//! statements are in `broker/postgres/statements/handoff.sql`; [`mssql`] does them on SQL
+//! Server, through the procedures of `broker/mssql/04_roster.sql`, `03_results.sql` and
+//! `05_handoff.sql`.
 
 pub mod evidence;
 pub mod export;

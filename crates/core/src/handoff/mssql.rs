@@ -2,7 +2,9 @@
 //! sweep as on PostgreSQL, through `Rekenserver.export_claim`, `Rekenserver.export_ack`
 //! and `Rekenserver.sweep` (`broker/mssql/05_handoff.sql`) over the SQL Server
 //! transport's connection (`broker/mssql/statements/handoff.sql`). The claim runs in a
-//! transaction the caller commits once the batch is written, as on PostgreSQL.
+//! transaction the caller commits once the batch is written, as on PostgreSQL. Also the
+//! recompute's [`Backend`](super::recompute::Backend) and the evidence `explain` reads
+//! (`Rekenserver.bewijs`).
 
 use tiberius::Row as TdsRow;
 use uuid::Uuid;

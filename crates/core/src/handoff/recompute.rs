@@ -1,10 +1,11 @@
-//! `sbworker recompute` (PostgreSQL): computes keys again after a change no roster edit
+//! `sbworker recompute` (both back ends): computes keys again after a change no roster edit
 //! makes (new rate tables, a CAO change, a corrected period). The keys are chosen by
 //! period, CAO, employee range or named one by one; each batch raises its keys' versions
 //! and sends their Vraags in one short transaction, as a roster edit does, so latest wins
-//! and the version claim hold as for any edit. One recompute at a time (an advisory lock
-//! taken without waiting), a fuse on the keys per run, progress after every batch, and a
-//! run-log row (`stap = 'herberekening'`).
+//! and the version claim hold as for any edit. One recompute at a time (a lock taken
+//! without waiting), a fuse on the keys per run, progress after every batch, and a
+//! run-log row (`stap = 'herberekening'`). The steps are written once, over a
+//! [`Backend`]: PostgreSQL here, SQL Server in [`super::mssql`].
 
 use tokio_postgres::Client;
 
