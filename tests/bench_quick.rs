@@ -74,6 +74,12 @@ async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
     let pipeline = results["pipeline"].as_array().unwrap();
     assert_eq!(pipeline.len(), 2, "{results}");
     assert!(pipeline.iter().all(|p| p["verified"] == true), "{results}");
+    // The pipeline's limit: once per repetition, every edit made (3 per employee, rounded
+    // up to whole rounds of its 8 clients), at a rate.
+    let limit = results["pipeline_limit"].as_array().unwrap();
+    assert_eq!(limit.len(), 1, "{results}");
+    assert_eq!(limit[0]["edits"], 40, "{results}");
+    assert!(limit[0]["per_second"].as_f64().unwrap() > 0.0, "{results}");
     assert!(results["engine_per_second"][0].as_f64().unwrap() > 0.0);
     for plot in ["headline.svg", "pipeline.svg"] {
         assert!(std::fs::read_to_string(dir.0.join(plot)).unwrap().starts_with("<svg"), "{plot}");

@@ -28,3 +28,34 @@ CREATE TABLE IF NOT EXISTS limit_reply (
 CREATE TABLE IF NOT EXISTS calibration (
     id bigserial PRIMARY KEY
 );
+
+-- The pipeline's limit (bench_pipeline_limit.pgbench): per roster edit the minimal
+-- durable work of the three transactions of the pipeline, on the plainest tables that
+-- can hold them. The bodies are the contract's example Vraag and Antwoord, so that the
+-- rows weigh (and TOAST compresses) as the real ones do.
+CREATE TABLE IF NOT EXISTS plimit_body (
+    kind text PRIMARY KEY,
+    body text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plimit_roster (
+    dv      int PRIMARY KEY,
+    versie  bigint NOT NULL DEFAULT 0,
+    minuten int NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS plimit_request (
+    id     bigserial PRIMARY KEY,
+    dv     int NOT NULL,
+    versie bigint NOT NULL,
+    body   text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plimit_answer (
+    id     bigserial PRIMARY KEY,
+    dv     int NOT NULL,
+    versie bigint NOT NULL,
+    body   text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plimit_result (
+    dv     int PRIMARY KEY,
+    versie bigint NOT NULL,
+    body   text NOT NULL
+);

@@ -11,29 +11,81 @@ use super::peers::Peer;
 use super::runs::*;
 use super::world::{self, World};
 
-/// graphile-worker, installed with npm into `dir/graphile` (once, before anything is
-/// measured); `None` with the reason when it cannot be.
-pub async fn install_graphile(dir: &Path) -> Result<PathBuf, String> {
-    let home = dir.join("graphile");
-    std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
-    std::fs::write(home.join("package.json"), include_str!("../../../../bench/graphile/package.json"))
-        .map_err(|e| e.to_string())?;
-    std::fs::write(home.join("headline.js"), include_str!("../../../../bench/graphile/headline.js"))
-        .map_err(|e| e.to_string())?;
-    if home.join("node_modules/graphile-worker").exists() {
+/// graphile-worker, installed with `npm ci` from its lock file into the harness cache
+/// (once per lock file; see [`cache_dir`]); the folder, or the reason it cannot be had.
+pub async fn install_graphile(out: &Path) -> Result<PathBuf, String> {
+    let lock = include_str!("../../../../bench/graphile/package-lock.json");
+    let files = [
+        ("package.json", include_str!("../../../../bench/graphile/package.json")),
+        ("package-lock.json", lock),
+        ("headline.js", include_str!("../../../../bench/graphile/headline.js")),
+    ];
+    let home = cache_dir(out).join(cache_key("graphile", lock));
+    write_changed(&home, &files)?;
+    if home.join("node_modules/graphile-worker/package.json").exists() {
+        super::progress(&format!("graphile-worker 0.17.3: cached in {}", home.display()));
         return Ok(home);
     }
-    super::progress("installing graphile-worker 0.17.3 with npm ...");
+    super::progress(&format!("installing graphile-worker 0.17.3 with npm into {} ...", home.display()));
+    // Installed beside the cache entry and moved in whole, so that an interrupted install
+    // is never taken for a finished one.
+    let partial = home.with_extension(format!("partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    write_changed(&partial, &files)?;
     let out = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&home)
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&partial)
         .output()
         .await
         .map_err(|e| format!("npm: {e}"))?;
     if !out.status.success() {
-        return Err(format!("npm install failed: {}", String::from_utf8_lossy(&out.stderr)));
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(format!("npm ci failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    Ok(home)
+    let moved = std::fs::rename(partial.join("node_modules"), home.join("node_modules"));
+    let _ = std::fs::remove_dir_all(&partial);
+    match moved {
+        // Another run may have finished the same install first: its copy is as good.
+        Err(e) if !home.join("node_modules/graphile-worker/package.json").exists() => {
+            Err(format!("moving graphile-worker into {} failed: {e}", home.display()))
+        }
+        _ => Ok(home),
+    }
+}
+
+/// Where the peers' harnesses are built and kept between runs: `SBWORKER_BENCH_CACHE`,
+/// else `$XDG_CACHE_HOME/sbworker/bench`, else `~/.cache/sbworker/bench`; the output
+/// folder's `work/` when none of them is set.
+pub fn cache_dir(out: &Path) -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("SBWORKER_BENCH_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("sbworker/bench")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/sbworker/bench")))
+        .unwrap_or_else(|| out.to_path_buf())
+}
+
+/// A cache entry's name: the harness and the first 16 hex digits of its lock file's
+/// SHA-256, so that a changed lock file builds anew beside the old entry.
+fn cache_key(name: &str, lock: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(lock.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{name}-{hex}")
+}
+
+/// Writes `files` (path, text) under `home`, each only when its text changed, so that
+/// cargo and npm see an unchanged project as built.
+fn write_changed(home: &Path, files: &[(&str, &str)]) -> Result<(), String> {
+    for (file, text) in files {
+        let path = home.join(file);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A node-postgres URL for the cluster's database `db`.
@@ -50,47 +102,48 @@ pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::R
     .await
 }
 
-/// River's harness (`bench/river`, its own Cargo project), built with cargo into
-/// `dir/river` once, before anything is measured (a no-op when it is current); the
-/// binary, or the reason it cannot be had.
-pub async fn install_river(dir: &Path) -> Result<PathBuf, String> {
+/// River's harness (`bench/river`, its own Cargo project), built with cargo in the
+/// harness cache before anything is measured (a no-op when it is current); the binary,
+/// or the reason it cannot be had.
+pub async fn install_river(out: &Path) -> Result<PathBuf, String> {
     let files = [
         ("Cargo.toml", include_str!("../../../../bench/river/Cargo.toml")),
         ("Cargo.lock", include_str!("../../../../bench/river/Cargo.lock")),
         ("src/main.rs", include_str!("../../../../bench/river/src/main.rs")),
     ];
-    build_harness(dir, "river", &files, "river-bench", "River's harness (riverqueue 0.5)").await
+    build_harness(out, "river", &files, "river-bench", "River's harness (riverqueue 0.5)").await
 }
 
 /// pgmq's harness (`bench/pgmq`, its own Cargo project), built as River's is.
-pub async fn install_pgmq(dir: &Path) -> Result<PathBuf, String> {
+pub async fn install_pgmq(out: &Path) -> Result<PathBuf, String> {
     let files = [
         ("Cargo.toml", include_str!("../../../../bench/pgmq/Cargo.toml")),
         ("Cargo.lock", include_str!("../../../../bench/pgmq/Cargo.lock")),
         ("src/main.rs", include_str!("../../../../bench/pgmq/src/main.rs")),
     ];
-    build_harness(dir, "pgmq", &files, "pgmq-bench", "pgmq's harness (pgmq 0.33.7, its SQL 1.11)").await
+    build_harness(out, "pgmq", &files, "pgmq-bench", "pgmq's harness (pgmq 0.33.7, its SQL 1.11)").await
 }
 
-/// A peer's harness (a Cargo project of its own, `files` by path) written into
-/// `dir/name` and built there with cargo (a no-op when it is current); the binary `bin`,
-/// or the reason it cannot be had.
+/// A peer's harness (a Cargo project of its own, `files` by path, the lock file second)
+/// written into its cache entry and built there with cargo (a no-op when it is current:
+/// cargo's own lock keeps two runs from building it at once); the binary `bin`, or the
+/// reason it cannot be had.
 async fn build_harness(
-    dir: &Path,
+    out: &Path,
     name: &str,
     files: &[(&str, &str)],
     bin: &str,
     what: &str,
 ) -> Result<PathBuf, String> {
-    let home = dir.join(name);
-    std::fs::create_dir_all(home.join("src")).map_err(|e| e.to_string())?;
-    for (file, text) in files {
-        // Rewritten only when changed, so that cargo sees an unchanged project as built.
-        if std::fs::read_to_string(home.join(file)).ok().as_deref() != Some(*text) {
-            std::fs::write(home.join(file), text).map_err(|e| e.to_string())?;
-        }
-    }
-    super::progress(&format!("building {what} with cargo; the first build takes minutes ..."));
+    let lock = files.iter().find(|(f, _)| *f == "Cargo.lock").map_or("", |(_, t)| *t);
+    let home = cache_dir(out).join(cache_key(name, lock));
+    write_changed(&home, files)?;
+    let binary = home.join("target/release").join(bin);
+    super::progress(&if binary.exists() {
+        format!("{what}: cached in {}, checking it is current ...", home.display())
+    } else {
+        format!("building {what} with cargo in {}; the first build takes minutes ...", home.display())
+    });
     let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--release", "--locked", "--quiet"])
         .current_dir(&home)
@@ -101,7 +154,7 @@ async fn build_harness(
     if !out.status.success() {
         return Err(format!("cargo build failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    Ok(home.join("target/release").join(bin))
+    Ok(binary)
 }
 
 /// pgmq's SQL and the queue in `db` (installed by the pgmq crate, no extension).
@@ -170,4 +223,20 @@ pub async fn peer(
         exactly_once: Some(once),
         statements,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// A cache entry is named for its harness and its lock file: another lock file is
+    /// another entry, the same one the same.
+    #[test]
+    fn cache_entries_are_keyed_by_their_lock_files() {
+        let a = super::cache_key("river", "lock a");
+        assert_eq!(a, super::cache_key("river", "lock a"));
+        assert_ne!(a, super::cache_key("river", "lock b"));
+        assert_ne!(a, super::cache_key("pgmq", "lock a"));
+        let hex = a.strip_prefix("river-").expect("the harness's name first");
+        assert_eq!(hex.len(), 16);
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
 }

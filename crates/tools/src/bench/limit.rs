@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
+use super::pipeline::PipelineLimit;
 use super::runs::*;
 use super::world::{self, World};
 use super::{Contender, Workload, stmt};
@@ -111,6 +112,63 @@ pub async fn limit(
         out_of_order: None,
         exactly_once: Some(true),
         statements,
+    })
+}
+
+/// The pipeline's limit: pgbench makes `edits` roster edits over `employees` (half on a
+/// hot tenth, as the pipeline's planners do), each with the minimal durable work of the
+/// pipeline's three transactions (`bench_pipeline_limit.pgbench`), with durable commits,
+/// then checks that every request was answered and every key holds its latest version.
+#[allow(clippy::too_many_arguments)]
+pub async fn pipeline_limit(
+    world: &World,
+    db: &str,
+    url: &str,
+    employees: usize,
+    edits: u64,
+    clients: u32,
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<PipelineLimit> {
+    {
+        let c = fresh(world, db, url, stmt::PLIMIT_RESET.sql, true).await?;
+        let vraag = include_str!("../../../../schemas/examples/valid/vraag-maand.xml");
+        let antwoord = include_str!("../../../../schemas/examples/valid/antwoord-voorbeeld1.xml");
+        c.execute(stmt::PLIMIT_SETUP.sql, &[&(employees as i32), &vraag, &antwoord]).await?;
+        c.batch_execute("ANALYZE").await?;
+    }
+    let script = write(dir, "pipeline-limit.pgbench", include_str!("../../sql/postgres/bench_pipeline_limit.pgbench"))?;
+    let per_client = edits.div_ceil(clients as u64);
+    let total = per_client * clients as u64;
+    let employees_var = format!("employees={employees}");
+    let hot_var = format!("hot={}", (employees / 10).max(1));
+    settle().await;
+    let (commits0, wal0) = reading(url).await?;
+    let server0 = world.server_cpu();
+    let per_client = per_client.to_string();
+    let tps = pgbench(url, &script, clients, &["-t", &per_client, "-D", &employees_var, "-D", &hot_var]).await?;
+    let server1 = world.server_cpu();
+    settle().await;
+    let (commits1, wal1) = reading(url).await?;
+    let c = world::connect(url).await?;
+    let v = c.query_one(stmt::PLIMIT_VERIFY.sql, &[]).await?;
+    let (requests, answers, stale, made): (i64, i64, i64, i64) = (v.get(0), v.get(1), v.get(2), v.get(3));
+    if requests != 0 || answers != 0 || stale != 0 || made != total as i64 {
+        bail!(
+            "the pipeline limit made {made} edits of {total} and left {requests} requests, {answers} answers and \
+             {stale} keys without their latest result"
+        );
+    }
+    let n = total as f64;
+    super::progress(&format!("pipeline limit: {total} edits at {tps:.0}/s"));
+    Ok(PipelineLimit {
+        repetition,
+        edits: total,
+        clients,
+        per_second: tps,
+        commits_per_edit: (commits1 - commits0 - READING) as f64 / n,
+        wal_bytes_per_edit: (wal1 - wal0) as f64 / n,
+        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
     })
 }
 

@@ -271,6 +271,9 @@ pub struct Results {
     pub calibrations: Vec<f64>,
     pub runs: Vec<Measured>,
     pub pipeline: Vec<pipeline::PipelineRun>,
+    /// The pipeline's pgbench limit, once per repetition (absent from older results).
+    #[serde(default)]
+    pub pipeline_limit: Vec<pipeline::PipelineLimit>,
     pub engine_per_second: Vec<f64>,
     pub open_loop: Vec<runs::OpenLoop>,
     pub poison: Vec<poison::PoisonRun>,
@@ -363,6 +366,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         calibrations: Vec::new(),
         runs: Vec::new(),
         pipeline: Vec::new(),
+        pipeline_limit: Vec::new(),
         engine_per_second: Vec::new(),
         open_loop: Vec::new(),
         poison: Vec::new(),
@@ -439,6 +443,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                     sizes.open_loop_warmup_seconds + sizes.open_loop_seconds,
                 ));
             }
+        }
+        if opts.runs(Part::Pipeline) {
+            steps.push(plan::Step::open("pipeline", format!("pipeline limit: pgbench{r}")));
         }
         for readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers{r}")));
@@ -544,6 +551,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                     Err(e) => return Err(e),
                 }
             }
+        }
+        if opts.runs(Part::Pipeline) {
+            tracker.next();
+            let edits = pipeline::edits(sizes.pipeline_employees) as u64;
+            results.pipeline_limit.push(
+                runs::pipeline_limit(
+                    &w,
+                    "bench_limit",
+                    &limit,
+                    sizes.pipeline_employees,
+                    edits,
+                    sizes.connections,
+                    rep,
+                    &work,
+                )
+                .await?,
+            );
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             tracker.next();

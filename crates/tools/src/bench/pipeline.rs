@@ -39,13 +39,33 @@ pub struct StatementTime {
     pub top_level: bool,
 }
 
+/// The planners' edits in a pipeline run (and in its limit's): three per employee.
+pub fn edits(employees: usize) -> usize {
+    employees * 3
+}
+
+/// The pipeline's limit in one repetition: pgbench doing each edit's minimal durable
+/// work (the planner's, the worker's and the collector's transactions) with durable
+/// commits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PipelineLimit {
+    pub repetition: usize,
+    pub edits: u64,
+    /// pgbench's clients (the bench's connection budget).
+    pub clients: u32,
+    pub per_second: f64,
+    pub commits_per_edit: f64,
+    pub wal_bytes_per_edit: f64,
+    pub postgres_cpu_per_1000: f64,
+}
+
 /// The demo pipeline with `readers` calculation readers, on a new database.
 pub async fn run(world: &World, employees: usize, readers: u32, repetition: usize) -> anyhow::Result<PipelineRun> {
     let name = format!("bench_pipeline_{readers}_{repetition}");
     let url = world.cluster.create_database(&name).await?;
     let opts = crate::demo::Options {
         size: employees,
-        edits: None,
+        edits: Some(edits(employees)),
         postgres: Some(url),
         readers,
         seed: 2026 + repetition as u64,

@@ -297,6 +297,18 @@ fn open_loop_section(out: &mut String, r: &Results) {
     }
 }
 
+/// Per repetition, the pipeline's edits/s with `readers` over the pipeline limit's.
+fn pipeline_ratios(r: &Results, readers: u32) -> Vec<f64> {
+    r.pipeline
+        .iter()
+        .filter(|p| p.readers == readers)
+        .filter_map(|p| {
+            let limit = r.pipeline_limit.iter().find(|l| l.repetition == p.repetition)?;
+            Some(p.edits_per_second / limit.per_second)
+        })
+        .collect()
+}
+
 /// Workload 5: the real pipeline by readers, with the server's statements per request.
 fn pipeline_section(out: &mut String, r: &Results) {
     let s = &r.sizes;
@@ -304,9 +316,14 @@ fn pipeline_section(out: &mut String, r: &Results) {
         out,
         "\n## The real pipeline\n\nRoster commits to stored results with the payroll engine ({} employees \
          imported in one transaction, then 3 edits per employee from 4 planners at once; `synchronous_commit` \
-         on), by readers of the calculation queue. Latency: from the roster commit to the stored result.\n\n\
-         | readers | import requests/s | edits/s | p50 ms | p99 ms | verified |\n| --- | --- | --- | --- | --- | --- |",
-        s.pipeline_employees
+         on), by readers of the calculation queue. Latency: from the roster commit to the stored result. The \
+         limit: pgbench doing each edit's minimal durable work with {} clients (`bench_pipeline_limit.pgbench`: \
+         the roster row and a request row; the worker's attempt row, the request taken and an answer written; \
+         the answer taken and the result stored, latest wins), the ratio taken within each repetition.\n\n\
+         | readers | import requests/s | edits/s | ratio to the limit | p50 ms | p99 ms | verified |\n\
+         | --- | --- | --- | --- | --- | --- | --- |",
+        s.pipeline_employees,
+        r.pipeline_limit.first().map_or(s.connections, |l| l.clients),
     );
     for &readers in &s.pipeline_readers {
         let runs: Vec<_> = r.pipeline.iter().filter(|p| p.readers == readers).collect();
@@ -316,12 +333,26 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "| {readers} | {} | {} | {} | {} | {} |",
+            "| {readers} | {} | {} | {} | {} | {} | {} |",
             show(f(|p| p.import_per_second), 0),
             show(f(|p| p.edits_per_second), 0),
+            show(spread(&pipeline_ratios(r, readers)), 2),
             show(f(|p| p.p50_ms), 0),
             show(f(|p| p.p99_ms), 0),
             if runs.iter().all(|p| p.verified) { "yes" } else { "**no**" }
+        );
+    }
+    if !r.pipeline_limit.is_empty() {
+        let f =
+            |g: fn(&super::pipeline::PipelineLimit) -> f64| spread(&r.pipeline_limit.iter().map(g).collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "| limit: pgbench | – | {} | 1 | – | – | yes |\n\nThe limit per edit: {} commits, {} WAL bytes, \
+             {} s of server CPU per 1,000 edits.",
+            show(f(|l| l.per_second), 0),
+            show(f(|l| l.commits_per_edit), 2),
+            show(f(|l| l.wal_bytes_per_edit), 0),
+            show(f(|l| l.postgres_cpu_per_1000), 2),
         );
     }
     // Where the time goes: the server's statements per request, at the most readers.
@@ -447,21 +478,21 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
     let verdict = |ok: bool, by: String| if ok { "met".to_owned() } else { format!("missed: {by}") };
     if let Some(ratio) = ratios(r, Workload::Headline, Contender::SbworkerPostgres, Contender::Limit, true) {
         t.push((
-            "headline: at least 80% of the pgbench limit".into(),
+            "headline: at least 95% of the pgbench limit in every repetition".into(),
             format!(
                 "{:.0}% (PostgreSQL broker; {:.0}–{:.0}%)",
                 ratio.median * 100.0,
                 ratio.min * 100.0,
                 ratio.max * 100.0
             ),
-            verdict(ratio.median >= 0.8, format!("{:.0} points short", (0.8 - ratio.median) * 100.0)),
+            verdict(ratio.min >= 0.95, format!("the lowest repetition {:.0} points short", (0.95 - ratio.min) * 100.0)),
         ));
     }
     if let Some(ratio) = ratios(r, Workload::Headline, Contender::SbworkerPostgres, Contender::RiverPerGroup, true) {
         t.push((
-            "headline: at least 1.5× River with a queue per group in every repetition".into(),
+            "headline: at least 1.15× River with a queue per group in every repetition".into(),
             format!("{:.2}× (lowest {:.2}×)", ratio.median, ratio.min),
-            verdict(ratio.min >= 1.5, format!("the lowest repetition at {:.2}×", ratio.min)),
+            verdict(ratio.min >= 1.15, format!("the lowest repetition at {:.2}×", ratio.min)),
         ));
     }
     for peer in Contender::ALL.into_iter().filter(|c| c.is_peer()) {
@@ -501,12 +532,11 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             verdict(s.median < 25.0, format!("{:.1}× over", s.median / 25.0)),
         ));
     }
-    let four: Vec<f64> = r.pipeline.iter().filter(|p| p.readers == 4).map(|p| p.edits_per_second).collect();
-    if let Some(s) = spread(&four) {
+    if let Some(s) = spread(&pipeline_ratios(r, 4)) {
         t.push((
-            "pipeline: 1,000 recalculations/s with 4 readers".into(),
-            format!("{:.0}/s", s.median),
-            verdict(s.median >= 1000.0, format!("{:.1}× too slow", 1000.0 / s.median.max(1e-9))),
+            "pipeline: at least 0.5× its pgbench limit with 4 readers, in every repetition".into(),
+            format!("{:.2}× ({:.2}–{:.2}×)", s.median, s.min, s.max),
+            verdict(s.min >= 0.5, format!("the lowest repetition at {:.2}×", s.min)),
         ));
     }
     // Server time per call in the real pipeline with 4 readers (its top-level statements).
@@ -691,10 +721,60 @@ mod tests {
         }
         assert!(md.contains("| sbworker, PostgreSQL broker | 740 (678–867) | 0.66 (0.57–0.67) |"), "{md}");
         assert!(
-            md.contains("| headline: at least 80% of the pgbench limit | 66% (PostgreSQL broker; 57–67%) | missed: 14 points short |"),
+            md.contains(
+                "| headline: at least 95% of the pgbench limit in every repetition | 66% (PostgreSQL broker; 57–67%) \
+                 | missed: the lowest repetition 38 points short |"
+            ),
             "{md}"
         );
-        assert!(md.contains("| headline: at least 1.5× River with a queue per group in every repetition | "), "{md}");
+        assert!(md.contains("| headline: at least 1.15× River with a queue per group in every repetition | "), "{md}");
+    }
+
+    /// The pipeline's ratio to its limit is taken within each repetition, and the target
+    /// is judged by the lowest repetition.
+    #[test]
+    fn the_pipeline_is_set_against_its_limit_per_repetition() {
+        use super::super::pipeline::{PipelineLimit, PipelineRun};
+        let mut r: Results =
+            serde_json::from_str(include_str!("../../../../bench/results/2026-12-03e-full-headline-results.json"))
+                .unwrap();
+        assert!(r.pipeline_limit.is_empty(), "results from before the pipeline limit read as having none");
+        let run = |repetition, edits_per_second| PipelineRun {
+            readers: 4,
+            employees: 400,
+            repetition,
+            import_per_second: 500.0,
+            edits: 1200,
+            edits_per_second,
+            p50_ms: 10.0,
+            p99_ms: 20.0,
+            verified: true,
+            statements: Vec::new(),
+        };
+        let limit = |repetition, per_second| PipelineLimit {
+            repetition,
+            edits: 1200,
+            clients: 8,
+            per_second,
+            commits_per_edit: 4.0,
+            wal_bytes_per_edit: 3000.0,
+            postgres_cpu_per_1000: 0.3,
+        };
+        // 300/1,000 in the first repetition, 480/600 in the second: 0.30× and 0.80×.
+        r.pipeline = vec![run(0, 300.0), run(1, 480.0)];
+        r.pipeline_limit = vec![limit(0, 1000.0), limit(1, 600.0)];
+        assert_eq!(pipeline_ratios(&r, 4), vec![0.3, 0.8]);
+        assert!(pipeline_ratios(&r, 8).is_empty());
+        let md = markdown(&r);
+        assert!(md.contains("| 4 | 500 | 390 (300–480) | 0.55 (0.30–0.80) |"), "{md}");
+        assert!(md.contains("| limit: pgbench | – | 800 (600–1000) | 1 |"), "{md}");
+        assert!(
+            md.contains(
+                "| pipeline: at least 0.5× its pgbench limit with 4 readers, in every repetition | 0.55× \
+                 (0.30–0.80×) | missed: the lowest repetition at 0.30× |"
+            ),
+            "{md}"
+        );
     }
 
     /// The headline plot has a bar for each contender and mode that ran, none for the rest.

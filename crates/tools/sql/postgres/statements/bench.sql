@@ -49,6 +49,26 @@ INSERT INTO limit_account (grp) SELECT generate_series(1, $1::int);
 -- name: limit_verify
 SELECT (SELECT count(*) FROM limit_q), (SELECT count(*) FROM limit_reply);
 
+-- name: plimit_reset
+TRUNCATE plimit_roster, plimit_request, plimit_answer, plimit_result, limit_attempt RESTART IDENTITY;
+
+-- The pipeline limit's roster and the bodies its requests and answers carry.
+-- name: plimit_setup
+WITH bodies AS (
+    INSERT INTO plimit_body (kind, body) VALUES ('vraag', $2::text), ('antwoord', $3::text)
+    ON CONFLICT (kind) DO UPDATE SET body = excluded.body
+)
+INSERT INTO plimit_roster (dv) SELECT generate_series(1, $1::int);
+
+-- How the pipeline limit's run ended: requests and answers left, keys whose stored
+-- result is not their roster's latest version, edits made (the versions summed).
+-- name: plimit_verify
+SELECT (SELECT count(*) FROM plimit_request),
+       (SELECT count(*) FROM plimit_answer),
+       (SELECT count(*) FROM plimit_roster r LEFT JOIN plimit_result s USING (dv)
+         WHERE r.versie > 0 AND s.versie IS DISTINCT FROM r.versie),
+       (SELECT coalesce(sum(versie), 0)::bigint FROM plimit_roster);
+
 -- graphile-worker's world (after its own migration): the jobs, one per message, a named
 -- queue per group, in order; and the business rows.
 -- name: graphile_reset
