@@ -319,7 +319,8 @@ fn pipeline_section(out: &mut String, r: &Results) {
          on), by readers of the calculation queue. Latency: from the roster commit to the stored result. The \
          limit: pgbench doing each edit's minimal durable work with {} clients (`bench_pipeline_limit.pgbench`: \
          the roster row and a request row; the worker's attempt row, the request taken and an answer written; \
-         the answer taken and the result stored, latest wins), the ratio taken within each repetition.\n\n\
+         the answer taken and the result stored, latest wins; each client takes the rows it wrote), the ratio \
+         taken within each repetition.\n\n\
          | readers | import requests/s | edits/s | ratio to the limit | p50 ms | p99 ms | verified |\n\
          | --- | --- | --- | --- | --- | --- | --- |",
         s.pipeline_employees,
