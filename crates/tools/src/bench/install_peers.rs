@@ -124,8 +124,8 @@ pub async fn install_pgmq(out: &Path) -> Result<PathBuf, String> {
     build_harness(out, "pgmq", &files, "pgmq-bench", "pgmq's harness (pgmq 0.33.7, its SQL 1.11)").await
 }
 
-/// A peer's harness (a Cargo project of its own, `files` by path, the lock file second)
-/// written into its cache entry and built there with cargo (a no-op when it is current:
+/// A peer's harness (a Cargo project of its own, `files` by path, `Cargo.lock` among
+/// them) written into its cache entry and built there with cargo (a no-op when it is current:
 /// cargo's own lock keeps two runs from building it at once); the binary `bin`, or the
 /// reason it cannot be had.
 async fn build_harness(
