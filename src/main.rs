@@ -59,8 +59,16 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "tools")]
         Command::Demo { size, edits, readers, postgres, seed, mssql } => {
-            let opts =
-                sbworker::demo::Options { size, edits, postgres, readers: readers.max(1), seed, mssql, progress: true };
+            let opts = sbworker::demo::Options {
+                size,
+                edits,
+                postgres,
+                readers: readers.max(1),
+                seed,
+                mssql,
+                progress: true,
+                external: None,
+            };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {
                 sbworker::demo::run(&opts, &mut std::io::stdout()).await?;

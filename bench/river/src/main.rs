@@ -5,6 +5,7 @@
 //! river-bench preload URL GROUPS PER_GROUP MODE
 //! river-bench work URL WORKERS POOL MODE GROUPS
 //! river-bench send URL RATE TOTAL START_UNIX GROUPS MODE
+//! river-bench pipeline URL WORKERS POOL
 //! ```
 //!
 //! `migrate` applies River's own migrations. `preload` inserts the headline's jobs with
@@ -20,6 +21,14 @@
 //! START_UNIX + i / RATE, round-robin over GROUPS groups, on two connections), each
 //! inserted with River's client (which notifies the workers) and carrying its planned
 //! time, from which the bench measures latency.
+//!
+//! `pipeline` works the River pipeline until SIGTERM: the roster's commit trigger
+//! inserted a job per Vraag (`crates/tools/sql/postgres/bench_river_pipeline.sql`), in
+//! the queue `rekenserver` worked by WORKERS workers. Each job runs sbworker's engine
+//! (the same crate the worker ships) on its Vraag and, in one transaction, stores the
+//! result with the collector's latest-wins store (`rekenserver.sla_antwoord_op`: a newer
+//! version is never overwritten, so no per-key order is needed) or records the Fout, and
+//! completes itself.
 //!
 //! MODE `one`: every job in one queue worked by WORKERS workers (River's ordinary use;
 //! it does not keep a group's jobs in order). MODE `per-group`: a queue per group with
@@ -51,6 +60,71 @@ struct Apply {
     /// The open loop's planned send time (seconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     t: Option<String>,
+}
+
+/// One key's Vraag, inserted by the roster's commit trigger: the log's key (`h`, a dialog
+/// handle's stand-in) and the Vraag's text (`v`).
+#[derive(Clone, Debug, Deserialize, JobArgs, Serialize)]
+#[river(kind = "rekenserver_vraag")]
+struct Vraag {
+    h: String,
+    v: String,
+}
+
+/// The engine's tables and limits, made once for the process.
+fn engine() -> &'static (sbworker_core::engine::Tables, sbworker_core::contract::Limits) {
+    static ENGINE: std::sync::OnceLock<(sbworker_core::engine::Tables, sbworker_core::contract::Limits)> =
+        std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let tables = sbworker_core::engine::Tables::built_in().expect("the built-in rate tables load");
+        (tables, sbworker_core::contract::Limits::default())
+    })
+}
+
+/// A Vraag worked: computed, then stored (or its Fout recorded) and completed in one
+/// transaction.
+async fn bereken(context: WorkContext, job: Job<Vraag>) -> Result<WorkOutcome, Error> {
+    use sbworker_core::{contract, engine};
+    let (tables, limits) = engine();
+    let computed = contract::decode_vraag(job.args.v.as_bytes(), limits)
+        .map_err(|e| format!("unreadable Vraag: {e}"))
+        .and_then(|v| engine::calculate(&v, tables, false).map_err(|e| format!("{e}")));
+    let client = context.client().expect("jobs worked by a client have a client");
+    let pool = client.database().as_postgres().expect("the bench uses Postgres").pool().clone();
+    let mut tx = riverqueue::database::begin_postgres(&pool).await?;
+    match computed {
+        Ok(c) => {
+            let a = &c.antwoord;
+            let kaart: Vec<i32> = a.mutaties.iter().map(|m| m.kaart_soort).collect();
+            let codes: Vec<&str> = a.mutaties.iter().map(|m| m.loonfactor_code.as_str()).collect();
+            let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();
+            sqlx::query(
+                "SELECT rekenserver.sla_antwoord_op($1::text::uuid, $2::text::uuid, $3, $4, $5, false, $6, $7, \
+                 $8::text[]::numeric[], $9)",
+            )
+            .bind(&job.args.h)
+            .bind(a.id.to_string())
+            .bind(a.dienstverband_id)
+            .bind(a.periode_id)
+            .bind(a.versie)
+            .bind(&kaart)
+            .bind(&codes)
+            .bind(&waarden)
+            .bind(&a.rekenversie)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Err(reason) => {
+            sqlx::query("SELECT rekenserver.noteer_fout($1::text::uuid, $2, false)")
+                .bind(&job.args.h)
+                .bind(&reason)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    context.job_complete_tx(&mut tx).await?;
+    tx.commit().await?;
+    Ok(WorkOutcome::Complete)
 }
 
 /// The attempts of a job before River discards it: sbworker's (`worker.max_attempts`).
@@ -139,7 +213,7 @@ fn mode(args: &[String], i: usize) -> Result<String, Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
-    let url = args.get(2).ok_or("usage: river-bench migrate|preload|work URL …")?;
+    let url = args.get(2).ok_or("usage: river-bench migrate|preload|work|send|pipeline URL …")?;
     match args.get(1).map(String::as_str) {
         Some("migrate") => {
             let pool = PgPoolOptions::new().max_connections(2).connect(url).await?;
@@ -204,13 +278,32 @@ async fn main() -> Result<(), Error> {
             eprintln!("river running ({mode}, {workers_n} workers, pool {pool_n})");
             run.wait().await?;
         }
+        Some("pipeline") => {
+            let (workers_n, pool_n) = (arg::<usize>(&args, 3, "WORKERS")?, arg::<u32>(&args, 4, "POOL")?);
+            let pool = PgPoolOptions::new().max_connections(pool_n).connect(url).await?;
+            let mut workers = Workers::new();
+            workers.add_fn(bereken)?;
+            let client = Client::builder(pool)
+                .workers(workers)
+                .fetch_cooldown(Duration::from_millis(1))
+                .retry_policy(BenchRetry)
+                .queue("rekenserver", QueueConfig::new(workers_n))
+                .build()?;
+            let mut run = client.start_with_graceful_stop(async {
+                if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    term.recv().await;
+                }
+            })?;
+            eprintln!("river pipeline running ({workers_n} workers, pool {pool_n})");
+            run.wait().await?;
+        }
         Some("send") => {
             let (rate, total) = (arg::<f64>(&args, 3, "RATE")?, arg::<u64>(&args, 4, "TOTAL")?);
             let start_unix = arg::<f64>(&args, 5, "START_UNIX")?;
             let (groups, mode) = (arg::<u64>(&args, 6, "GROUPS")?, mode(&args, 7)?);
             send(url, rate, total, start_unix, groups, &mode).await?;
         }
-        _ => return Err("usage: river-bench migrate|preload|work|send URL …".into()),
+        _ => return Err("usage: river-bench migrate|preload|work|send|pipeline URL …".into()),
     }
     Ok(())
 }

@@ -102,12 +102,19 @@ pub async fn migrate_graphile(world: &World, db: &str, home: &Path) -> anyhow::R
     .await
 }
 
-/// River's harness (`bench/river`, its own Cargo project), built with cargo in the
-/// harness cache before anything is measured (a no-op when it is current); the binary,
-/// or the reason it cannot be had.
+/// River's harness (`bench/river`, its own Cargo project, with this repository's
+/// `sbworker-core` for the pipeline's engine), built with cargo in the harness cache
+/// before anything is measured (a no-op when it is current: cargo rebuilds the core
+/// crate there when it changed); the binary, or the reason it cannot be had.
 pub async fn install_river(out: &Path) -> Result<PathBuf, String> {
+    // The pipeline's workers run sbworker's engine: the harness depends on this
+    // repository's core crate, by its absolute path once the harness is copied away.
+    let manifest = include_str!("../../../../bench/river/Cargo.toml").replace(
+        "path = \"../../crates/core\"",
+        &format!("path = {:?}", concat!(env!("CARGO_MANIFEST_DIR"), "/../core")),
+    );
     let files = [
-        ("Cargo.toml", include_str!("../../../../bench/river/Cargo.toml")),
+        ("Cargo.toml", manifest.as_str()),
         ("Cargo.lock", include_str!("../../../../bench/river/Cargo.lock")),
         ("src/main.rs", include_str!("../../../../bench/river/src/main.rs")),
     ];

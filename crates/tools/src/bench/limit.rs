@@ -144,10 +144,8 @@ pub async fn pipeline_limit(
     let hot_var = format!("hot={}", (employees / 10).max(1));
     settle().await;
     let (commits0, wal0) = reading(url).await?;
-    let server0 = world.server_cpu();
     let per_client = per_client.to_string();
     let tps = pgbench(url, &script, clients, &["-t", &per_client, "-D", &employees_var, "-D", &hot_var]).await?;
-    let server1 = world.server_cpu();
     settle().await;
     let (commits1, wal1) = reading(url).await?;
     let c = world::connect(url).await?;
@@ -168,7 +166,6 @@ pub async fn pipeline_limit(
         per_second: tps,
         commits_per_edit: (commits1 - commits0 - READING) as f64 / n,
         wal_bytes_per_edit: (wal1 - wal0) as f64 / n,
-        postgres_cpu_per_1000: world::server_cpu_seconds(&server0, &server1) * 1000.0 / n,
     })
 }
 

@@ -450,6 +450,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         for readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers{r}")));
         }
+        if opts.runs(Part::Pipeline) && river.is_ok() {
+            steps.push(plan::Step::open("pipeline", format!("pipeline: River{r}")));
+        }
         if opts.runs(Part::Engine) {
             steps.push(plan::Step::fixed("engine", format!("engine alone{r}"), sizes.engine_seconds));
         }
@@ -572,6 +575,19 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             tracker.next();
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
+        }
+        if let (true, Ok((bin, _))) = (opts.runs(Part::Pipeline), &river) {
+            tracker.next();
+            // River's workers and pool as in the headline: the bench's connection budget.
+            let (workers, pool) = (sizes.readers, peers::POOL);
+            let run = pipeline::river(&w, bin, sizes.pipeline_employees, (workers, pool), rep, &work).await;
+            match run {
+                Ok(p) => results.pipeline.push(p),
+                Err(e) => {
+                    progress(&format!("River pipeline: {e:#}"));
+                    results.notes.push(format!("River, pipeline, repetition {}: {e:#}", rep + 1));
+                }
+            }
         }
         if opts.runs(Part::Engine) {
             tracker.next();

@@ -28,7 +28,7 @@ pub struct Peer {
 }
 
 /// The connection pool every peer runs on: the bench's budget of 8.
-const POOL: u32 = 8;
+pub(super) const POOL: u32 = 8;
 /// graphile-worker's local queue, in jobs, for the contender that has one.
 const LOCAL_QUEUE: u32 = 50;
 

@@ -3,6 +3,7 @@
 //! reader counts; and the engine alone: Vraags decoded, calculated and answered per
 //! second on one core.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,10 @@ use crate::engine::{self, Tables};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PipelineRun {
+    /// The peer that worked the pipeline (`None`: sbworker on the PostgreSQL broker).
+    #[serde(default)]
+    pub peer: Option<String>,
+    /// Readers of the calculation queue (a peer's: its workers).
     pub readers: u32,
     pub employees: usize,
     pub repetition: usize,
@@ -56,14 +61,56 @@ pub struct PipelineLimit {
     pub per_second: f64,
     pub commits_per_edit: f64,
     pub wal_bytes_per_edit: f64,
-    pub postgres_cpu_per_1000: f64,
 }
 
 /// The demo pipeline with `readers` calculation readers, on a new database.
 pub async fn run(world: &World, employees: usize, readers: u32, repetition: usize) -> anyhow::Result<PipelineRun> {
     let name = format!("bench_pipeline_{readers}_{repetition}");
     let url = world.cluster.create_database(&name).await?;
-    let opts = crate::demo::Options {
+    super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
+    measured(demo_options(employees, url, readers, repetition, None), None, repetition).await
+}
+
+/// The same pipeline worked by River (`bench/river`, `pipeline`): the roster's commit
+/// trigger inserts a River job per Vraag (`bench_river_pipeline.sql`), `workers` River
+/// workers on a pool of `pool` run sbworker's engine and store with the same
+/// latest-wins rule.
+pub async fn river(
+    world: &World,
+    river: &Path,
+    employees: usize,
+    (workers, pool): (u32, u32),
+    repetition: usize,
+    dir: &Path,
+) -> anyhow::Result<PipelineRun> {
+    let name = format!("bench_pipeline_river_{repetition}");
+    let url = world.cluster.create_database(&name).await?;
+    let sqlx_url = super::runs::node_url(world, &name);
+    super::progress(&format!("pipeline: {employees} employees, River with {workers} workers"));
+    let external = crate::demo::External {
+        program: river.to_path_buf(),
+        migrate: vec!["migrate".into(), sqlx_url.clone()],
+        setup_sql: RIVER_PIPELINE_SQL.to_owned(),
+        work: vec!["pipeline".into(), sqlx_url, workers.to_string(), pool.to_string()],
+        log: dir.join(format!("pipeline-river-{repetition}.log")),
+    };
+    let opts = demo_options(employees, url, workers, repetition, Some(external));
+    measured(opts, Some(RIVER.to_owned()), repetition).await
+}
+
+/// The River pipeline's peer name in the report.
+pub const RIVER: &str = "River 0.5";
+
+const RIVER_PIPELINE_SQL: &str = include_str!("../../sql/postgres/bench_river_pipeline.sql");
+
+fn demo_options(
+    employees: usize,
+    url: String,
+    readers: u32,
+    repetition: usize,
+    external: Option<crate::demo::External>,
+) -> crate::demo::Options {
+    crate::demo::Options {
         size: employees,
         edits: Some(edits(employees)),
         postgres: Some(url),
@@ -71,9 +118,13 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
         seed: 2026 + repetition as u64,
         mssql: false,
         progress: false,
-    };
-    super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
-    let url = opts.postgres.as_deref().expect("set above");
+        external,
+    }
+}
+
+/// Runs the demo with `opts` on its database, its statements counted.
+async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: usize) -> anyhow::Result<PipelineRun> {
+    let url = opts.postgres.as_deref().expect("the bench gives the demo its database");
     let pgss = super::runs::statements_reset(url).await?;
     if pgss {
         // Nested statements too, here (the demo's sessions start after this).
@@ -84,8 +135,9 @@ pub async fn run(world: &World, employees: usize, readers: u32, repetition: usiz
     let statements = super::runs::statements_top(url, pgss, requests).await?;
     let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     Ok(PipelineRun {
-        readers,
-        employees,
+        peer,
+        readers: opts.readers,
+        employees: opts.size,
         repetition,
         import_per_second: per_second(report.load.requests, report.load.seconds),
         edits: report.burst.requests,

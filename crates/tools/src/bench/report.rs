@@ -297,16 +297,28 @@ fn open_loop_section(out: &mut String, r: &Results) {
     }
 }
 
+/// sbworker's pipeline runs with `readers` readers (a peer's runs are apart).
+fn sbworker_pipeline(r: &Results, readers: u32) -> impl Iterator<Item = &super::pipeline::PipelineRun> {
+    r.pipeline.iter().filter(move |p| p.peer.is_none() && p.readers == readers)
+}
+
+/// A peer's pipeline runs.
+fn peer_pipeline<'a>(r: &'a Results, peer: &'a str) -> impl Iterator<Item = &'a super::pipeline::PipelineRun> {
+    r.pipeline.iter().filter(move |p| p.peer.as_deref() == Some(peer))
+}
+
 /// Per repetition, the pipeline's edits/s with `readers` over the pipeline limit's.
 fn pipeline_ratios(r: &Results, readers: u32) -> Vec<f64> {
-    r.pipeline
-        .iter()
-        .filter(|p| p.readers == readers)
-        .filter_map(|p| {
-            let limit = r.pipeline_limit.iter().find(|l| l.repetition == p.repetition)?;
-            Some(p.edits_per_second / limit.per_second)
-        })
-        .collect()
+    limit_ratios(r, sbworker_pipeline(r, readers))
+}
+
+/// Per repetition, `runs`' edits/s over the pipeline limit's.
+fn limit_ratios<'a>(r: &Results, runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>) -> Vec<f64> {
+    runs.filter_map(|p| {
+        let limit = r.pipeline_limit.iter().find(|l| l.repetition == p.repetition)?;
+        Some(p.edits_per_second / limit.per_second)
+    })
+    .collect()
 }
 
 /// Workload 5: the real pipeline by readers, with the server's statements per request.
@@ -327,7 +339,7 @@ fn pipeline_section(out: &mut String, r: &Results) {
         r.pipeline_limit.first().map_or(s.connections, |l| l.clients),
     );
     for &readers in &s.pipeline_readers {
-        let runs: Vec<_> = r.pipeline.iter().filter(|p| p.readers == readers).collect();
+        let runs: Vec<_> = sbworker_pipeline(r, readers).collect();
         if runs.is_empty() {
             continue;
         }
@@ -343,21 +355,38 @@ fn pipeline_section(out: &mut String, r: &Results) {
             if runs.iter().all(|p| p.verified) { "yes" } else { "**no**" }
         );
     }
+    let river: Vec<_> = peer_pipeline(r, super::pipeline::RIVER).collect();
+    if !river.is_empty() {
+        let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&river.iter().map(|p| g(p)).collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "| {}: {} workers, pool {} | {} | {} | {} | {} | {} | {} |",
+            super::pipeline::RIVER,
+            river[0].readers,
+            super::peers::POOL,
+            show(f(|p| p.import_per_second), 0),
+            show(f(|p| p.edits_per_second), 0),
+            show(spread(&limit_ratios(r, river.iter().copied())), 2),
+            show(f(|p| p.p50_ms), 0),
+            show(f(|p| p.p99_ms), 0),
+            if river.iter().all(|p| p.verified) { "yes" } else { "**no**" }
+        );
+    }
     if !r.pipeline_limit.is_empty() {
         let f =
             |g: fn(&super::pipeline::PipelineLimit) -> f64| spread(&r.pipeline_limit.iter().map(g).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "| limit: pgbench | – | {} | 1 | – | – | yes |\n\nThe limit per edit: {} commits, {} WAL bytes, \
-             {} s of server CPU per 1,000 edits.",
+            "| limit: pgbench | – | {} | 1 | – | – | yes |\n\nThe limit per edit: {} commits, {} WAL bytes.",
             show(f(|l| l.per_second), 0),
             show(f(|l| l.commits_per_edit), 2),
             show(f(|l| l.wal_bytes_per_edit), 0),
-            show(f(|l| l.postgres_cpu_per_1000), 2),
         );
     }
     // Where the time goes: the server's statements per request, at the most readers.
-    if let Some(p) = r.pipeline.iter().filter(|p| !p.statements.is_empty()).max_by_key(|p| p.readers) {
+    if let Some(p) =
+        r.pipeline.iter().filter(|p| p.peer.is_none() && !p.statements.is_empty()).max_by_key(|p| p.readers)
+    {
         let _ = writeln!(
             out,
             "\nWhere the server's time goes ({} readers, repetition {}; pg_stat_statements, nested statements \
@@ -540,6 +569,20 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             verdict(s.min >= 0.5, format!("the lowest repetition at {:.2}×", s.min)),
         ));
     }
+    // Against the River pipeline, within each repetition.
+    let ahead: Vec<f64> = sbworker_pipeline(r, 4)
+        .filter_map(|p| {
+            let river = peer_pipeline(r, super::pipeline::RIVER).find(|q| q.repetition == p.repetition)?;
+            Some(p.edits_per_second / river.edits_per_second)
+        })
+        .collect();
+    if let Some(s) = spread(&ahead) {
+        t.push((
+            format!("pipeline: ahead of the {} pipeline with 4 readers, in every repetition", super::pipeline::RIVER),
+            format!("{:.2}× its edits/s ({:.2}–{:.2}×)", s.median, s.min, s.max),
+            verdict(s.min > 1.0, format!("the lowest repetition at {:.2}×", s.min)),
+        ));
+    }
     // Server time per call in the real pipeline with 4 readers (its top-level statements).
     for (name, prefix, limit) in [
         ("`sb.send`", "SELECT sb.send($1", 0.3),
@@ -549,7 +592,7 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
         let means: Vec<f64> = r
             .pipeline
             .iter()
-            .filter(|p| p.readers == 4)
+            .filter(|p| p.peer.is_none() && p.readers == 4)
             .flat_map(|p| p.statements.iter())
             .filter(|st| st.top_level && st.statement.starts_with(prefix))
             .map(|st| st.mean_ms)
@@ -610,7 +653,7 @@ fn pipeline_svg(r: &Results) -> String {
         .pipeline_readers
         .iter()
         .filter_map(|&n| {
-            let v: Vec<f64> = r.pipeline.iter().filter(|p| p.readers == n).map(|p| p.edits_per_second).collect();
+            let v: Vec<f64> = sbworker_pipeline(r, n).map(|p| p.edits_per_second).collect();
             spread(&v).map(|s| (f64::from(n), s.median))
         })
         .collect();
@@ -741,6 +784,7 @@ mod tests {
                 .unwrap();
         assert!(r.pipeline_limit.is_empty(), "results from before the pipeline limit read as having none");
         let run = |repetition, edits_per_second| PipelineRun {
+            peer: None,
             readers: 4,
             employees: 400,
             repetition,
@@ -759,7 +803,6 @@ mod tests {
             per_second,
             commits_per_edit: 4.0,
             wal_bytes_per_edit: 3000.0,
-            postgres_cpu_per_1000: 0.3,
         };
         // 300/1,000 in the first repetition, 480/600 in the second: 0.30× and 0.80×.
         r.pipeline = vec![run(0, 300.0), run(1, 480.0)];
@@ -773,6 +816,25 @@ mod tests {
             md.contains(
                 "| pipeline: at least 0.5× its pgbench limit with 4 readers, in every repetition | 0.55× \
                  (0.30–0.80×) | missed: the lowest repetition at 0.30× |"
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("River 0.5 pipeline"), "no River row or target when River did not run:\n{md}");
+        // River's pipeline: 200/s and 480/s, so sbworker is 1.50× and 1.00× of it; its own
+        // runs are not counted as sbworker's readers.
+        let river = |repetition, edits_per_second| PipelineRun {
+            peer: Some(super::super::pipeline::RIVER.to_owned()),
+            readers: 7,
+            ..run(repetition, edits_per_second)
+        };
+        r.pipeline.extend([river(0, 200.0), river(1, 480.0)]);
+        assert_eq!(pipeline_ratios(&r, 4), vec![0.3, 0.8]);
+        let md = markdown(&r);
+        assert!(md.contains("| River 0.5: 7 workers, pool 8 | 500 | 340 (200–480) | 0.50 (0.20–0.80) |"), "{md}");
+        assert!(
+            md.contains(
+                "| pipeline: ahead of the River 0.5 pipeline with 4 readers, in every repetition | 1.25× its \
+                 edits/s (1.00–1.50×) | missed: the lowest repetition at 1.00× |"
             ),
             "{md}"
         );

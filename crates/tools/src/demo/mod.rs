@@ -57,6 +57,21 @@ pub struct Options {
     pub mssql: bool,
     /// Show progress lines on stderr.
     pub progress: bool,
+    /// Other workers than sbworker's (the bench's River pipeline); `None`: sbworker's.
+    pub external: Option<External>,
+}
+
+/// Workers of another kind for the demo's pipeline (the bench's peers): `program` run
+/// with `migrate` to its end once the roster schema is installed (their own tables),
+/// then `setup_sql` (what sends a key's Vraag to them), then `program` with `work`,
+/// working the pipeline until SIGTERM, its output in `log`.
+#[derive(Debug, Clone)]
+pub struct External {
+    pub program: std::path::PathBuf,
+    pub migrate: Vec<String>,
+    pub setup_sql: String,
+    pub work: Vec<String>,
+    pub log: std::path::PathBuf,
 }
 
 /// One phase's figures.
@@ -206,7 +221,27 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let mut config = worker_config(&worker_url, opts.readers);
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
-    let (_emulator_stop, worker) = if opts.mssql {
+    let (_emulator_stop, worker) = if let Some(x) = &opts.external {
+        let migrated = tokio::process::Command::new(&x.program).args(&x.migrate).output().await;
+        let migrated = migrated.with_context(|| format!("running {}", x.program.display()))?;
+        anyhow::ensure!(
+            migrated.status.success(),
+            "{} {}: {}",
+            x.program.display(),
+            x.migrate.join(" "),
+            String::from_utf8_lossy(&migrated.stderr)
+        );
+        client.batch_execute(&x.setup_sql).await.context("setting the database up for the external workers")?;
+        let log = std::fs::File::create(&x.log).with_context(|| format!("creating {}", x.log.display()))?;
+        let child = tokio::process::Command::new(&x.program)
+            .args(&x.work)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", x.program.display()))?;
+        (None, Workers::External(child))
+    } else if opts.mssql {
         // The emulator on a free port, with a password made up for this run.
         let (stop_tx, stop_rx) = worker::Stop::new();
         let password = uuid::Uuid::new_v4().simple().to_string();
@@ -223,10 +258,11 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         );
         config.check().context("the demo's SQL Server configuration")?;
         let transport = MssqlTransport::new(&config.broker.connection)?;
-        (Some(stop_tx), spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
+        let workers = spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?;
+        (Some(stop_tx), Workers::Ours(workers))
     } else {
         let transport = PostgresTransport::new(worker_url.clone());
-        (None, spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?)
+        (None, Workers::Ours(spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?))
     };
     let tty = std::io::stderr().is_terminal();
     let limit = Duration::from_secs(600);
@@ -264,16 +300,37 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
     let burst = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
 
-    let _ = stop.send(()).await;
-    match worker.await? {
-        Ok(RunOutcome::Drained) => {}
-        Ok(RunOutcome::Aborted { reason }) => anyhow::bail!("the workers did not stop cleanly: {reason}"),
-        Err(e) => return Err(e.into()),
+    match worker {
+        Workers::Ours(worker) => {
+            let _ = stop.send(()).await;
+            match worker.await? {
+                Ok(RunOutcome::Drained) => {}
+                Ok(RunOutcome::Aborted { reason }) => anyhow::bail!("the workers did not stop cleanly: {reason}"),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Workers::External(mut child) => {
+            if let Some(pid) = child.id() {
+                // SAFETY: kill(2) with a pid this process started and has not reaped.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            }
+            let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+                .await
+                .context("the external workers did not stop within 30 s of SIGTERM")??;
+            anyhow::ensure!(status.success(), "the external workers ended with {status}");
+        }
     }
     let verdict = check::verify(&client, &tables).await?;
     let report = Report { load, burst, verdict };
     write_report(out, &client, &report, &roster, opts, &metrics).await?;
     Ok(report)
+}
+
+/// The pipeline's workers: sbworker's, on a task of this process, or another kind's, a
+/// process of their own.
+enum Workers {
+    Ours(tokio::task::JoinHandle<Result<RunOutcome, worker::WorkerError>>),
+    External(tokio::process::Child),
 }
 
 /// Checks the queues, then runs the calculation and collector workers on `transport` on
