@@ -630,3 +630,74 @@ async fn a_group_keeps_the_level_of_the_messages_it_still_holds() {
 async fn group_level(s: &Session, g: Uuid) -> i16 {
     s.client().query_one("SELECT priority FROM sb.group_ready WHERE group_id = $1", &[&g]).await.unwrap().get(0)
 }
+
+/// A SEND locks its own side of the conversation only ("Conversation group locks": a
+/// lock the target holds does not block the initiator): the initiator sends while the
+/// target's transaction, which sent on the same conversation, is still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_does_not_wait_for_the_far_sides_open_send() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    let h = dialog(&mut a, &["<v/>"]).await;
+    b.begin().await.unwrap();
+    let target = b.receive("tq", 10, None, NOW).await.unwrap()[0].conversation_handle;
+    b.commit().await.unwrap();
+    // The target answers and keeps its transaction open.
+    b.begin().await.unwrap();
+    b.send(target, ANTWOORD, Some(b"<a/>")).await.unwrap();
+    a.begin().await.unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(30), a.send(h, VRAAG, Some(b"<v2/>"))).await;
+    sent.expect("the initiator's SEND waited for the target's transaction").unwrap();
+    a.commit().await.unwrap();
+    b.commit().await.unwrap();
+    a.begin().await.unwrap();
+    assert_eq!(bodies(&a.receive("iq", 10, None, NOW).await.unwrap()), ["<a/>"]);
+    assert_eq!(bodies(&a.receive("tq", 10, None, NOW).await.unwrap()), ["<v2/>"]);
+    a.commit().await.unwrap();
+}
+
+/// An END of the far side waits for a SEND in flight on the conversation (so it never
+/// ends under a message being put in its queue), then discards that message with the
+/// rest of what it had not received, and the sender hears of the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_waits_for_the_far_sides_send_in_flight_and_discards_its_message() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    let watcher = Session::open(&url).await.unwrap();
+    let h = dialog(&mut a, &["<v/>"]).await;
+    b.begin().await.unwrap();
+    let target = b.receive("tq", 10, None, NOW).await.unwrap()[0].conversation_handle;
+    b.commit().await.unwrap();
+    a.begin().await.unwrap();
+    a.send(h, VRAAG, Some(b"<v2/>")).await.unwrap();
+    let ending = tokio::spawn(async move {
+        b.begin().await.unwrap();
+        b.end_conversation(target, None).await.unwrap();
+        b.commit().await.unwrap();
+        b
+    });
+    // The END waits on a row lock the sender holds.
+    crate::common::calc::wait_until("the END waits for the SEND", || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT count(*) = 1 FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%end_conversation%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    a.commit().await.unwrap();
+    let b = tokio::time::timeout(Duration::from_secs(30), ending).await.expect("the END finished").unwrap();
+    assert_eq!(state(&b, target).await.as_deref(), Some("DO"));
+    let left: i64 =
+        b.client().query_one("SELECT count(*) FROM sb.message WHERE handle = $1", &[&target]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the message sent before the end was discarded with the conversation");
+    a.begin().await.unwrap();
+    let back = a.receive("iq", 10, None, NOW).await.unwrap();
+    assert_eq!(back.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(), [system::END_DIALOG]);
+    a.commit().await.unwrap();
+}

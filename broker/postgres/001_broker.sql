@@ -627,8 +627,23 @@ DECLARE
     v_group    uuid;
     v_level    smallint;
     v_seq      bigint;
+    v_peek     uuid;
 BEGIN
-    e := sb.lock_endpoint(p_handle);
+    -- This side's endpoint is locked for the send; the far side's only against its end
+    -- and its move (FOR KEY SHARE, which END, END WITH CLEANUP and MOVE CONVERSATION
+    -- wait for: they lock FOR UPDATE). The far side's own SEND and RECEIVE go on
+    -- meanwhile: in Service Broker a lock is taken on one side only, and a lock the
+    -- target holds does not block the initiator ("Conversation group locks"). In handle
+    -- order, as sb.lock_conversation takes them, so a send and an end wait for each
+    -- other instead of deadlocking.
+    SELECT far_handle INTO v_peek FROM sb.endpoint WHERE handle = p_handle;
+    IF v_peek < p_handle THEN
+        PERFORM 1 FROM sb.endpoint WHERE handle = v_peek FOR KEY SHARE;
+    END IF;
+    SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
     PERFORM sb.require_right('SEND', e.far_service);
     SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
       INTO c
@@ -665,7 +680,7 @@ BEGIN
         UPDATE sb.endpoint SET far_handle = v_far, state = 'CO', send_seq = send_seq + 1
          WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     ELSE
-        SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint WHERE handle = e.far_handle;
+        SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint WHERE handle = e.far_handle FOR KEY SHARE;
         IF NOT FOUND THEN
             -- The far side was removed WITH CLEANUP: nobody will receive this. (SQL
             -- Server keeps such a message in sys.transmission_queue for ever; here it is
