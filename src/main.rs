@@ -68,6 +68,7 @@ fn main() -> ExitCode {
                 mssql,
                 progress: true,
                 external: None,
+                pace: None,
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {

@@ -259,6 +259,10 @@ impl Sizes {
     }
 }
 
+/// The pipeline's open loop runs with this many readers (when a closed run with as many
+/// gave its capacity).
+const OPEN_LOOP_READERS: u32 = 4;
+
 /// Everything one bench run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
@@ -450,6 +454,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         for readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers{r}")));
         }
+        if opts.runs(Part::Pipeline) && sizes.pipeline_readers.contains(&OPEN_LOOP_READERS) {
+            steps.push(plan::Step::open("pipeline", format!("pipeline: open loop at half capacity{r}")));
+        }
         if opts.runs(Part::Pipeline) && river.is_ok() {
             steps.push(plan::Step::open("pipeline", format!("pipeline: River{r}")));
         }
@@ -574,7 +581,20 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             tracker.next();
-            results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, rep).await?);
+            results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, None, rep).await?);
+        }
+        // The open loop: 4 readers, the edits paced at half of what 4 readers answered
+        // in this repetition's closed run.
+        let capacity = results
+            .pipeline
+            .iter()
+            .find(|p| p.repetition == rep && p.peer.is_none() && p.paced.is_none() && p.readers == OPEN_LOOP_READERS)
+            .map(|p| p.edits_per_second);
+        if let (true, Some(capacity)) = (opts.runs(Part::Pipeline), capacity) {
+            tracker.next();
+            let pace = Some(capacity / 2.0);
+            let run = pipeline::run(&w, sizes.pipeline_employees, OPEN_LOOP_READERS, pace, rep).await?;
+            results.pipeline.push(run);
         }
         if let (true, Ok((bin, _))) = (opts.runs(Part::Pipeline), &river) {
             tracker.next();

@@ -20,6 +20,10 @@ pub struct PipelineRun {
     pub peer: Option<String>,
     /// Readers of the calculation queue (a peer's: its workers).
     pub readers: u32,
+    /// An open loop: the edits were paced at this many a second (`None`: the planners
+    /// went as fast as they could).
+    #[serde(default)]
+    pub paced: Option<f64>,
     pub employees: usize,
     pub repetition: usize,
     /// The roster import: one transaction, one Vraag per employee.
@@ -63,12 +67,25 @@ pub struct PipelineLimit {
     pub wal_bytes_per_edit: f64,
 }
 
-/// The demo pipeline with `readers` calculation readers, on a new database.
-pub async fn run(world: &World, employees: usize, readers: u32, repetition: usize) -> anyhow::Result<PipelineRun> {
-    let name = format!("bench_pipeline_{readers}_{repetition}");
+/// The demo pipeline with `readers` calculation readers, on a new database; with
+/// `pace`, its edits sent at that rate by plan (an open loop).
+pub async fn run(
+    world: &World,
+    employees: usize,
+    readers: u32,
+    pace: Option<f64>,
+    repetition: usize,
+) -> anyhow::Result<PipelineRun> {
+    let name = match pace {
+        None => format!("bench_pipeline_{readers}_{repetition}"),
+        Some(_) => format!("bench_pipeline_open_{readers}_{repetition}"),
+    };
     let url = world.cluster.create_database(&name).await?;
-    super::progress(&format!("pipeline: {employees} employees, {readers} readers"));
-    measured(demo_options(employees, url, readers, repetition, None), None, repetition).await
+    let how = pace.map_or(String::new(), |p| format!(", edits paced at {p:.0}/s"));
+    super::progress(&format!("pipeline: {employees} employees, {readers} readers{how}"));
+    let mut opts = demo_options(employees, url, readers, repetition, None);
+    opts.pace = pace;
+    measured(opts, None, repetition).await
 }
 
 /// The same pipeline worked by River (`bench/river`, `pipeline`): the roster's commit
@@ -119,6 +136,7 @@ fn demo_options(
         mssql: false,
         progress: false,
         external,
+        pace: None,
     }
 }
 
@@ -137,6 +155,7 @@ async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: 
     Ok(PipelineRun {
         peer,
         readers: opts.readers,
+        paced: opts.pace,
         employees: opts.size,
         repetition,
         import_per_second: per_second(report.load.requests, report.load.seconds),

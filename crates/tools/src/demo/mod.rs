@@ -59,6 +59,9 @@ pub struct Options {
     pub progress: bool,
     /// Other workers than sbworker's (the bench's River pipeline); `None`: sbworker's.
     pub external: Option<External>,
+    /// The burst's edits a second, paced by plan (an open loop); `None`: as fast as the
+    /// planners can.
+    pub pace: Option<f64>,
 }
 
 /// Workers of another kind for the demo's pipeline (the bench's peers): `program` run
@@ -276,18 +279,24 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
     let load = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
 
-    // Phase 2: a burst of edits from four planners at once.
+    // Phase 2: a burst of edits from four planners at once (or paced: edit i of the
+    // burst at i / pace seconds, the planners taking turns).
     let edits = edits::burst(&roster, opts.edits.unwrap_or(opts.size * 3), opts.seed);
     let since = now_text(&client).await?;
     let started = Instant::now();
     let planners = 4;
     let mut tasks = tokio::task::JoinSet::new();
+    let begin = tokio::time::Instant::now();
     for p in 0..planners {
-        let mine: Vec<edits::Edit> = edits.iter().skip(p).step_by(planners).cloned().collect();
+        let mine: Vec<(usize, edits::Edit)> = edits.iter().cloned().enumerate().skip(p).step_by(planners).collect();
         let (c, conn) = crate::pg_tls::connect(&planner_url).await?;
         tokio::spawn(conn);
+        let pace = opts.pace;
         tasks.spawn(async move {
-            for e in &mine {
+            for (i, e) in &mine {
+                if let Some(pace) = pace {
+                    tokio::time::sleep_until(begin + Duration::from_secs_f64(*i as f64 / pace)).await;
+                }
                 e.apply(&c).await?;
             }
             Ok::<(), tokio_postgres::Error>(())
