@@ -677,19 +677,7 @@ async fn an_end_waits_for_the_far_sides_send_in_flight_and_discards_its_message(
         b
     });
     // The END waits on a row lock the sender holds.
-    crate::common::calc::wait_until("the END waits for the SEND", || async {
-        watcher
-            .client()
-            .query_one(
-                "SELECT count(*) = 1 FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%end_conversation%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    })
-    .await;
+    waits_on_a_lock(&watcher, "end_conversation").await;
     a.commit().await.unwrap();
     let b = tokio::time::timeout(Duration::from_secs(30), ending).await.expect("the END finished").unwrap();
     assert_eq!(state(&b, target).await.as_deref(), Some("DO"));
@@ -700,4 +688,65 @@ async fn an_end_waits_for_the_far_sides_send_in_flight_and_discards_its_message(
     let back = a.receive("iq", 10, None, NOW).await.unwrap();
     assert_eq!(back.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(), [system::END_DIALOG]);
     a.commit().await.unwrap();
+}
+
+/// A MOVE CONVERSATION of the far side waits for a SEND in flight on the conversation
+/// (the sender holds the far endpoint against a move: the move locks only its own
+/// endpoint), so the message lands in the group the conversation moved to, not the one
+/// it left. Without the sender's lock on the far endpoint the move would not wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_of_the_far_side_waits_for_a_send_in_flight() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    let watcher = Session::open(&url).await.unwrap();
+    let h = dialog(&mut a, &["<v/>"]).await;
+    dialog(&mut a, &["<ander/>"]).await;
+    // Both first messages received (each RECEIVE takes one group): the groups by handle.
+    let mut groups = HashMap::new();
+    for _ in 0..2 {
+        b.begin().await.unwrap();
+        for m in b.receive("tq", 10, None, NOW).await.unwrap() {
+            groups.insert(m.conversation_handle, m.conversation_group_id);
+        }
+        b.commit().await.unwrap();
+    }
+    // The other dialog's group on the target side is where h's target side moves to.
+    let target: Uuid =
+        b.client().query_one("SELECT far_handle FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0);
+    let to = *groups.iter().find(|(handle, _)| **handle != target).expect("the other dialog's group").1;
+    a.begin().await.unwrap();
+    a.send(h, VRAAG, Some(b"<v2/>")).await.unwrap();
+    let moving = tokio::spawn(async move {
+        b.begin().await.unwrap();
+        b.move_conversation(target, to).await.unwrap();
+        b.commit().await.unwrap();
+        b
+    });
+    waits_on_a_lock(&watcher, "move_conversation").await;
+    a.commit().await.unwrap();
+    let mut b = tokio::time::timeout(Duration::from_secs(30), moving).await.expect("the MOVE finished").unwrap();
+    b.begin().await.unwrap();
+    let got = b.receive("tq", 10, Some(to), NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<v2/>"]);
+    assert!(got.iter().all(|m| m.conversation_group_id == to), "{got:?}");
+    b.commit().await.unwrap();
+}
+
+/// Waits until a session of this test's database waits on a lock in a statement that
+/// contains `what`.
+async fn waits_on_a_lock(watcher: &Session, what: &str) {
+    let pattern = format!("%{what}%");
+    crate::common::calc::wait_until("a session waits on a lock", || async {
+        watcher
+            .client()
+            .query_one(
+                "SELECT count(*) = 1 FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
 }

@@ -20,6 +20,7 @@ DECLARE
     v_tekst  text;
     -- The log's key, as a dialog handle would be; the job carries it to the store.
     v_handle uuid := gen_random_uuid();
+    v_job    bigint;
 BEGIN
     SELECT versie INTO v_versie FROM rekenserver.sleutel
      WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
@@ -32,8 +33,17 @@ BEGIN
     END IF;
     v_tekst := v_vraag::text;
     INSERT INTO public.river_job (args, kind, max_attempts, priority, queue, state)
-    VALUES (jsonb_build_object('h', v_handle, 'v', v_tekst), 'rekenserver_vraag', 3, 1, 'rekenserver', 'available');
-    PERFORM pg_notify('public.river_insert', '{"queue":"rekenserver"}');
+    VALUES (jsonb_build_object('h', v_handle, 'v', v_tekst), 'rekenserver_vraag', 3, 1, 'rekenserver', 'available')
+    RETURNING id INTO v_job;
+    -- River's own client sends at most one insert notification per queue and fetch
+    -- cooldown (100 ms by default), since its producers fetch again whenever a job
+    -- finishes. A trigger keeps no such clock: it notifies only when no other job of the
+    -- queue is waiting (were one waiting, the producers are busy and fetch anyway).
+    -- Every notifying commit takes the server's one notification queue lock.
+    IF NOT EXISTS (SELECT 1 FROM public.river_job
+                    WHERE queue = 'rekenserver' AND state = 'available' AND id <> v_job) THEN
+        PERFORM pg_notify('public.river_insert', '{"queue":"rekenserver"}');
+    END IF;
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     RETURN v_handle;

@@ -64,8 +64,9 @@ pub fn cache_dir(out: &Path) -> PathBuf {
         .unwrap_or_else(|| out.to_path_buf())
 }
 
-/// A cache entry's name: the harness and the first 16 hex digits of its lock file's
-/// SHA-256, so that a changed lock file builds anew beside the old entry.
+/// A cache entry's name: the harness and the first 16 hex digits of the SHA-256 of its
+/// lock file (for cargo's harnesses, with the manifest), so that a changed lock file
+/// builds anew beside the old entry.
 fn cache_key(name: &str, lock: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(lock.as_bytes());
@@ -131,8 +132,8 @@ pub async fn install_pgmq(out: &Path) -> Result<PathBuf, String> {
     build_harness(out, "pgmq", &files, "pgmq-bench", "pgmq's harness (pgmq 0.33.7, its SQL 1.11)").await
 }
 
-/// A peer's harness (a Cargo project of its own, `files` by path, `Cargo.lock` among
-/// them) written into its cache entry and built there with cargo (a no-op when it is current:
+/// A peer's harness (a Cargo project of its own, `files` by path, `Cargo.toml` and
+/// `Cargo.lock` among them) written into its cache entry (named for both) and built there with cargo (a no-op when it is current:
 /// cargo's own lock keeps two runs from building it at once); the binary `bin`, or the
 /// reason it cannot be had.
 async fn build_harness(
@@ -142,8 +143,10 @@ async fn build_harness(
     bin: &str,
     what: &str,
 ) -> Result<PathBuf, String> {
-    let lock = files.iter().find(|(f, _)| *f == "Cargo.lock").map_or("", |(_, t)| *t);
-    let home = cache_dir(out).join(cache_key(name, lock));
+    // Keyed by the manifest too: River's names the core crate by its absolute path, so
+    // two checkouts never share (and rebuild under each other) one entry.
+    let file = |name: &str| files.iter().find(|(f, _)| *f == name).map_or("", |(_, t)| *t);
+    let home = cache_dir(out).join(cache_key(name, &format!("{}\n{}", file("Cargo.lock"), file("Cargo.toml"))));
     write_changed(&home, files)?;
     let binary = home.join("target/release").join(bin);
     super::progress(&if binary.exists() {

@@ -583,13 +583,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
             tracker.next();
             results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, None, rep).await?);
         }
-        // The open loop: 4 readers, the edits paced at half of what 4 readers answered
-        // in this repetition's closed run.
+        // The open loop: 4 readers, the edits paced at half the rate the planners made
+        // them in this repetition's closed run with 4 readers.
         let capacity = results
             .pipeline
             .iter()
             .find(|p| p.repetition == rep && p.peer.is_none() && p.paced.is_none() && p.readers == OPEN_LOOP_READERS)
-            .map(|p| p.edits_per_second);
+            .map(|p| p.edit_rate);
         if let (true, Some(capacity)) = (opts.runs(Part::Pipeline), capacity) {
             tracker.next();
             let pace = Some(capacity / 2.0);

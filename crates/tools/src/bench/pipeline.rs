@@ -28,9 +28,15 @@ pub struct PipelineRun {
     pub repetition: usize,
     /// The roster import: one transaction, one Vraag per employee.
     pub import_per_second: f64,
-    /// The planner burst: edits from four planners at once.
+    /// The planner burst: edits from four planners at once. (Counted as the requests
+    /// they sent: an edit that changes no roster row, such as removing a shift that is
+    /// not there, sends none.)
     pub edits: i64,
     pub edits_per_second: f64,
+    /// The planners' edits a second over the burst, every edit counted (absent from
+    /// older results).
+    #[serde(default)]
+    pub edit_rate: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub verified: bool,
@@ -161,6 +167,7 @@ async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: 
         import_per_second: per_second(report.load.requests, report.load.seconds),
         edits: report.burst.requests,
         edits_per_second: per_second(report.burst.requests, report.burst.seconds),
+        edit_rate: per_second(opts.edits.unwrap_or(0) as i64, report.burst.seconds),
         p50_ms: report.burst.p50_ms,
         p99_ms: report.burst.p99_ms,
         verified: report.verdict.problems.is_empty(),
