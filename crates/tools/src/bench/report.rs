@@ -584,11 +584,22 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
             verdict(s.median < 25.0, format!("{:.1}× over", s.median / 25.0)),
         ));
     }
+    // A pipeline whose end state was wrong meets no target.
+    fn unverified<'a>(mut runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>) -> bool {
+        runs.any(|p| !p.verified)
+    }
+    let pipeline_verdict = |ok: bool, by: String, wrong: bool| {
+        if wrong { "missed: a run's end state was wrong".to_owned() } else { verdict(ok, by) }
+    };
     if let Some(s) = spread(&pipeline_ratios(r, 4)) {
         t.push((
             "pipeline: at least 0.5× its pgbench limit with 4 readers, in every repetition".into(),
             format!("{:.2}× ({:.2}–{:.2}×)", s.median, s.min, s.max),
-            verdict(s.min >= 0.5, format!("the lowest repetition at {:.2}×", s.min)),
+            pipeline_verdict(
+                s.min >= 0.5,
+                format!("the lowest repetition at {:.2}×", s.min),
+                unverified(sbworker_pipeline(r, 4)),
+            ),
         ));
     }
     if let Some(s) = spread(&open_loop_pipeline(r).map(|p| p.p99_ms).collect::<Vec<_>>()) {
@@ -597,7 +608,11 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
              repetition"
                 .into(),
             format!("{:.0} ms ({:.0}–{:.0} ms)", s.median, s.min, s.max),
-            verdict(s.max < 50.0, format!("the highest repetition at {:.0} ms", s.max)),
+            pipeline_verdict(
+                s.max < 50.0,
+                format!("the highest repetition at {:.0} ms", s.max),
+                unverified(open_loop_pipeline(r)),
+            ),
         ));
     }
     // Against the River pipeline, within each repetition.
@@ -611,7 +626,11 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
         t.push((
             format!("pipeline: ahead of the {} pipeline with 4 readers, in every repetition", super::pipeline::RIVER),
             format!("{:.2}× its edits/s ({:.2}–{:.2}×)", s.median, s.min, s.max),
-            verdict(s.min > 1.0, format!("the lowest repetition at {:.2}×", s.min)),
+            pipeline_verdict(
+                s.min > 1.0,
+                format!("the lowest repetition at {:.2}×", s.min),
+                unverified(sbworker_pipeline(r, 4)),
+            ),
         ));
     }
     // Server time per call in the real pipeline with 4 readers (its top-level statements).
@@ -853,6 +872,10 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("River 0.5 pipeline"), "no River row or target when River did not run:\n{md}");
+        // A run whose end state was wrong: the target is missed whatever the ratio.
+        r.pipeline[1].verified = false;
+        assert!(markdown(&r).contains("0.55× (0.30–0.80×) | missed: a run's end state was wrong |"));
+        r.pipeline[1].verified = true;
         // River's pipeline: 200/s and 480/s, so sbworker is 1.50× and 1.00× of it; its own
         // runs are not counted as sbworker's readers.
         let river = |repetition, edits_per_second| PipelineRun {
