@@ -638,10 +638,7 @@ async fn group_level(s: &Session, g: Uuid) -> i16 {
 async fn a_send_does_not_wait_for_the_far_sides_open_send() {
     let (url, mut a) = world().await;
     let mut b = Session::open(&url).await.unwrap();
-    let h = dialog(&mut a, &["<v/>"]).await;
-    b.begin().await.unwrap();
-    let target = b.receive("tq", 10, None, NOW).await.unwrap()[0].conversation_handle;
-    b.commit().await.unwrap();
+    let (h, target) = conversing(&mut a, &mut b).await;
     // The target answers and keeps its transaction open.
     b.begin().await.unwrap();
     b.send(target, ANTWOORD, Some(b"<a/>")).await.unwrap();
@@ -664,10 +661,7 @@ async fn an_end_waits_for_the_far_sides_send_in_flight_and_discards_its_message(
     let (url, mut a) = world().await;
     let mut b = Session::open(&url).await.unwrap();
     let watcher = Session::open(&url).await.unwrap();
-    let h = dialog(&mut a, &["<v/>"]).await;
-    b.begin().await.unwrap();
-    let target = b.receive("tq", 10, None, NOW).await.unwrap()[0].conversation_handle;
-    b.commit().await.unwrap();
+    let (h, target) = conversing(&mut a, &mut b).await;
     a.begin().await.unwrap();
     a.send(h, VRAAG, Some(b"<v2/>")).await.unwrap();
     let ending = tokio::spawn(async move {
@@ -730,6 +724,15 @@ async fn a_move_of_the_far_side_waits_for_a_send_in_flight() {
     assert_eq!(bodies(&got), ["<v2/>"]);
     assert!(got.iter().all(|m| m.conversation_group_id == to), "{got:?}");
     b.commit().await.unwrap();
+}
+
+/// A dialog begun by `a` whose first message `b` has received: (initiator, target).
+async fn conversing(a: &mut Session, b: &mut Session) -> (Uuid, Uuid) {
+    let h = dialog(a, &["<v/>"]).await;
+    b.begin().await.unwrap();
+    let target = b.receive("tq", 10, None, NOW).await.unwrap()[0].conversation_handle;
+    b.commit().await.unwrap();
+    (h, target)
 }
 
 /// Waits until a session of this test's database waits on a lock in a statement that
