@@ -67,7 +67,7 @@ fn main() -> ExitCode {
                 seed,
                 mssql,
                 progress: true,
-                external: None,
+                external_setup: None,
                 pace: None,
             };
             // The workers log errors only (the demo prints its own progress).

@@ -133,9 +133,9 @@ pub async fn install_pgmq(out: &Path) -> Result<PathBuf, String> {
 }
 
 /// A peer's harness (a Cargo project of its own, `files` by path, `Cargo.toml` and
-/// `Cargo.lock` among them) written into its cache entry (named for both) and built there with cargo (a no-op when it is current:
-/// cargo's own lock keeps two runs from building it at once); the binary `bin`, or the
-/// reason it cannot be had.
+/// `Cargo.lock` among them) written into its cache entry (named for both) and built
+/// there with cargo (a no-op when it is current: cargo's own lock keeps two runs from
+/// building it at once); the binary `bin`, or the reason it cannot be had.
 async fn build_harness(
     out: &Path,
     name: &str,

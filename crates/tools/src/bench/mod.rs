@@ -564,7 +564,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         if opts.runs(Part::Pipeline) {
             tracker.next();
-            let edits = pipeline::edits(sizes.pipeline_employees) as u64;
+            let edits = crate::demo::default_edits(sizes.pipeline_employees) as u64;
             results.pipeline_limit.push(
                 runs::pipeline_limit(
                     &w,

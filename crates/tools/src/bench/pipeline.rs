@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::world::World;
@@ -54,11 +55,6 @@ pub struct StatementTime {
     pub top_level: bool,
 }
 
-/// The planners' edits in a pipeline run (and in its limit's): three per employee.
-pub fn edits(employees: usize) -> usize {
-    employees * 3
-}
-
 /// The pipeline's limit in one repetition: pgbench doing each edit's minimal durable
 /// work (the planner's, the worker's and the collector's transactions) with durable
 /// commits.
@@ -89,7 +85,7 @@ pub async fn run(
     let url = world.cluster.create_database(&name).await?;
     let how = pace.map_or(String::new(), |p| format!(", edits paced at {p:.0}/s"));
     super::progress(&format!("pipeline: {employees} employees, {readers} readers{how}"));
-    let mut opts = demo_options(employees, url, readers, repetition, None);
+    let mut opts = demo_options(employees, url, readers, repetition);
     opts.pace = pace;
     measured(opts, None, repetition).await
 }
@@ -108,17 +104,22 @@ pub async fn river(
 ) -> anyhow::Result<PipelineRun> {
     let name = format!("bench_pipeline_river_{repetition}");
     let url = world.cluster.create_database(&name).await?;
-    let sqlx_url = super::runs::node_url(world, &name);
     super::progress(&format!("pipeline: {employees} employees, River with {workers} workers"));
-    let external = crate::demo::External {
-        program: river.to_path_buf(),
-        migrate: vec!["migrate".into(), sqlx_url.clone()],
-        setup_sql: RIVER_PIPELINE_SQL.to_owned(),
-        work: vec!["pipeline".into(), sqlx_url, workers.to_string(), pool.to_string()],
-        log: dir.join(format!("pipeline-river-{repetition}.log")),
-    };
-    let opts = demo_options(employees, url, workers, repetition, Some(external));
-    measured(opts, Some(RIVER.to_owned()), repetition).await
+    super::runs::migrate_river(world, &name, river).await?;
+    let log = std::fs::File::create(dir.join(format!("pipeline-river-{repetition}.log")))?;
+    let child = tokio::process::Command::new(river)
+        .args(["pipeline", &super::runs::node_url(world, &name), &workers.to_string(), &pool.to_string()])
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting River's pipeline workers")?;
+    let process = super::runs::Process::new(child);
+    let mut opts = demo_options(employees, url, workers, repetition);
+    opts.external_setup = Some(RIVER_PIPELINE_SQL.to_owned());
+    let run = measured(opts, Some(RIVER.to_owned()), repetition).await?;
+    process.terminate().await?;
+    Ok(run)
 }
 
 /// The River pipeline's peer name in the report.
@@ -126,22 +127,16 @@ pub const RIVER: &str = "River 0.5";
 
 const RIVER_PIPELINE_SQL: &str = include_str!("../../sql/postgres/bench_river_pipeline.sql");
 
-fn demo_options(
-    employees: usize,
-    url: String,
-    readers: u32,
-    repetition: usize,
-    external: Option<crate::demo::External>,
-) -> crate::demo::Options {
+fn demo_options(employees: usize, url: String, readers: u32, repetition: usize) -> crate::demo::Options {
     crate::demo::Options {
         size: employees,
-        edits: Some(edits(employees)),
+        edits: Some(crate::demo::default_edits(employees)),
         postgres: Some(url),
         readers,
         seed: 2026 + repetition as u64,
         mssql: false,
         progress: false,
-        external,
+        external_setup: None,
         pace: None,
     }
 }

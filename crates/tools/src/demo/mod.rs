@@ -57,24 +57,18 @@ pub struct Options {
     pub mssql: bool,
     /// Show progress lines on stderr.
     pub progress: bool,
-    /// Other workers than sbworker's (the bench's River pipeline); `None`: sbworker's.
-    pub external: Option<External>,
+    /// Other workers than sbworker's work the pipeline (the bench's River, started and
+    /// stopped by the caller): the SQL that sends a key's Vraag to them, run after the
+    /// install; sbworker's workers are then not started. `None`: sbworker's.
+    pub external_setup: Option<String>,
     /// The burst's edits a second, paced by plan (an open loop); `None`: as fast as the
     /// planners can.
     pub pace: Option<f64>,
 }
 
-/// Workers of another kind for the demo's pipeline (the bench's peers): `program` run
-/// with `migrate` to its end once the roster schema is installed (their own tables),
-/// then `setup_sql` (what sends a key's Vraag to them), then `program` with `work`,
-/// working the pipeline until SIGTERM, its output in `log`.
-#[derive(Debug, Clone)]
-pub struct External {
-    pub program: std::path::PathBuf,
-    pub migrate: Vec<String>,
-    pub setup_sql: String,
-    pub work: Vec<String>,
-    pub log: std::path::PathBuf,
+/// The burst's edits when none are given: three per employee.
+pub fn default_edits(size: usize) -> usize {
+    size * 3
 }
 
 /// One phase's figures.
@@ -224,26 +218,9 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let mut config = worker_config(&worker_url, opts.readers);
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
-    let (_emulator_stop, worker) = if let Some(x) = &opts.external {
-        let migrated = tokio::process::Command::new(&x.program).args(&x.migrate).output().await;
-        let migrated = migrated.with_context(|| format!("running {}", x.program.display()))?;
-        anyhow::ensure!(
-            migrated.status.success(),
-            "{} {}: {}",
-            x.program.display(),
-            x.migrate.join(" "),
-            String::from_utf8_lossy(&migrated.stderr)
-        );
-        client.batch_execute(&x.setup_sql).await.context("setting the database up for the external workers")?;
-        let log = std::fs::File::create(&x.log).with_context(|| format!("creating {}", x.log.display()))?;
-        let child = tokio::process::Command::new(&x.program)
-            .args(&x.work)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", x.program.display()))?;
-        (None, Workers::External(child))
+    let (_emulator_stop, worker) = if let Some(setup) = &opts.external_setup {
+        client.batch_execute(setup).await.context("setting the database up for the external workers")?;
+        (None, None)
     } else if opts.mssql {
         // The emulator on a free port, with a password made up for this run.
         let (stop_tx, stop_rx) = worker::Stop::new();
@@ -261,11 +238,10 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         );
         config.check().context("the demo's SQL Server configuration")?;
         let transport = MssqlTransport::new(&config.broker.connection)?;
-        let workers = spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?;
-        (Some(stop_tx), Workers::Ours(workers))
+        (Some(stop_tx), Some(spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?))
     } else {
         let transport = PostgresTransport::new(worker_url.clone());
-        (None, Workers::Ours(spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?))
+        (None, Some(spawn_workers(transport, config, tables.clone(), metrics.clone(), signals).await?))
     };
     let tty = std::io::stderr().is_terminal();
     let limit = Duration::from_secs(600);
@@ -281,7 +257,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
 
     // Phase 2: a burst of edits from four planners at once (or paced: edit i of the
     // burst at i / pace seconds, the planners taking turns).
-    let edits = edits::burst(&roster, opts.edits.unwrap_or(opts.size * 3), opts.seed);
+    let edits = edits::burst(&roster, opts.edits.unwrap_or(default_edits(opts.size)), opts.seed);
     let since = now_text(&client).await?;
     let started = Instant::now();
     let planners = 4;
@@ -309,37 +285,19 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
     let burst = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
 
-    match worker {
-        Workers::Ours(worker) => {
-            let _ = stop.send(()).await;
-            match worker.await? {
-                Ok(RunOutcome::Drained) => {}
-                Ok(RunOutcome::Aborted { reason }) => anyhow::bail!("the workers did not stop cleanly: {reason}"),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Workers::External(mut child) => {
-            if let Some(pid) = child.id() {
-                // SAFETY: kill(2) with a pid this process started and has not reaped.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-            }
-            let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-                .await
-                .context("the external workers did not stop within 30 s of SIGTERM")??;
-            anyhow::ensure!(status.success(), "the external workers ended with {status}");
+    // (External workers are the caller's to stop.)
+    if let Some(worker) = worker {
+        let _ = stop.send(()).await;
+        match worker.await? {
+            Ok(RunOutcome::Drained) => {}
+            Ok(RunOutcome::Aborted { reason }) => anyhow::bail!("the workers did not stop cleanly: {reason}"),
+            Err(e) => return Err(e.into()),
         }
     }
     let verdict = check::verify(&client, &tables).await?;
     let report = Report { load, burst, verdict };
     write_report(out, &client, &report, &roster, opts, &metrics).await?;
     Ok(report)
-}
-
-/// The pipeline's workers: sbworker's, on a task of this process, or another kind's, a
-/// process of their own.
-enum Workers {
-    Ours(tokio::task::JoinHandle<Result<RunOutcome, worker::WorkerError>>),
-    External(tokio::process::Child),
 }
 
 /// Checks the queues, then runs the calculation and collector workers on `transport` on
