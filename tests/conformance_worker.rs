@@ -613,6 +613,132 @@ async fn sigkill_in_the_middle_of_a_group_loses_nothing(kind: Kind) {
     assert_eq!(code, Some(0), "{name}: {log}");
 }
 
+/// The calculation queue of `cfg` taking up to `groups` groups per transaction, with
+/// one reader and a window no test run reaches.
+fn batched(mut cfg: Config, groups: u32) -> Config {
+    let q = cfg.queues.get_mut(REKEN_QUEUE).unwrap();
+    (q.groups_per_transaction, q.transaction_window_ms, q.max_readers) = (groups, 10_000, 1);
+    cfg
+}
+
+async fn several_waiting_groups_are_committed_in_one_transaction_up_to_the_bound(kind: Kind) {
+    let mut w = World::new(kind).await;
+    let name = w.name();
+    let mut handles = Vec::new();
+    for _ in 0..7 {
+        handles.push(ask(&mut w.s, &vraag_body(Uuid::new_v4())).await);
+    }
+    // All seven wait before the one reader starts: 3 + 3 + 1.
+    let worker = w.start_calculation(batched(w.config(), 3));
+    let got = collect(&mut w.s, handles.len()).await;
+    assert!(got.iter().all(|m| m.message_type == message_types::ANTWOORD), "{name}");
+    let mut answered: Vec<Uuid> = got.iter().map(|m| m.conversation_handle).collect();
+    answered.sort();
+    handles.sort();
+    assert_eq!(answered, handles, "{name}: every request answered once");
+    end_all(&mut w.s, handles).await;
+    the_end_state_is_clean(&w.s, 0).await;
+    let m = worker.finish().await;
+    assert_eq!(metric_in(&m, &q_metric("sbworker_transactions_committed_total")), 3.0, "{name}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_requests_answered_total")), 7.0, "{name}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_groups_given_back_total")), 0.0, "{name}");
+}
+
+async fn a_group_failing_beside_others_is_retried_alone_and_their_attempts_are_given_back(kind: Kind) {
+    let mut w = World::new(kind).await;
+    let name = w.name();
+    let mut poison = vraag_body(Uuid::new_v4());
+    poison.extend_from_slice(b"<!-- poison -->");
+    let first = ask(&mut w.s, &vraag_body(Uuid::new_v4())).await;
+    let bad = ask(&mut w.s, &poison).await;
+    let mut good = vec![first];
+    for _ in 0..2 {
+        good.push(ask(&mut w.s, &vraag_body(Uuid::new_v4())).await);
+    }
+    let first_key: (Uuid, i64) = {
+        let r =
+            w.s.client()
+                .query_one("SELECT handle, seq FROM sb.message WHERE queue = $1 ORDER BY id LIMIT 1", &[&REKEN_QUEUE])
+                .await
+                .unwrap();
+        (r.get(0), r.get(1))
+    };
+    // The first transaction takes the first group, then fails on the poisoned one. The
+    // poisoned group is tried alone until it is diverted, and that COMMIT pauses.
+    let mut cfg = batched(w.config(), 4);
+    cfg.hooks.pause_before_commit = 1;
+    let worker = w.start(cfg, Arc::new(Poisoned));
+    wait_until("the poisoned message's diversion is counted", || async {
+        w.count("SELECT count(*) FROM sbworker.message_attempt WHERE attempts = 4 AND failures = 3").await == 1
+    })
+    .await;
+    // The first group was rolled back with it, and its attempt given back: not one
+    // failure on it.
+    let row =
+        w.s.client()
+            .query_one(
+                "SELECT attempts, failures, transient_failures, last_transient_error FROM sbworker.message_attempt \
+             WHERE conversation_handle = $1 AND message_sequence_number = $2",
+                &[&first_key.0, &first_key.1],
+            )
+            .await
+            .unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1), row.get::<_, i32>(2)), (0, 0, 1), "{name}");
+    let why: String = row.get(3);
+    assert!(why.contains("rolled back with another group") && why.contains("choked on poison"), "{name}: {why}");
+    let m = worker.finish().await;
+    assert_eq!(metric_in(&m, &q_metric("sbworker_groups_given_back_total")), 1.0, "{name}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_messages_dead_lettered_total")), 1.0, "{name}");
+    // A second worker answers the rest, several groups to a transaction again.
+    let worker = w.start(batched(w.config(), 4), Arc::new(Poisoned));
+    let got = collect(&mut w.s, 5).await;
+    let of = |h: Uuid| {
+        got.iter().filter(|m| m.conversation_handle == h).map(|m| m.message_type.as_str()).collect::<Vec<_>>()
+    };
+    assert_eq!(of(bad), [message_types::FOUT, system::ERROR], "{name}");
+    for h in &good {
+        assert_eq!(of(*h), [message_types::ANTWOORD], "{name}");
+    }
+    let fout =
+        decode_fout(&got.iter().find(|m| m.conversation_handle == bad).unwrap().body, &Limits::default()).unwrap();
+    assert!(fout.error_message.contains("diverted after 3 failed attempts"), "{name}: {}", fout.error_message);
+    good.push(bad);
+    end_all(&mut w.s, good).await;
+    the_end_state_is_clean(&w.s, 1).await;
+    let m = worker.finish().await;
+    assert_eq!(metric_in(&m, &q_metric("sbworker_transactions_committed_total")), 1.0, "{name}: the three in one");
+}
+
+async fn a_group_in_flight_when_a_worker_died_is_never_joined_by_others(kind: Kind) {
+    let mut w = World::new(kind).await;
+    let name = w.name();
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(ask(&mut w.s, &vraag_body(Uuid::new_v4())).await);
+    }
+    // The third request's message as a worker that died while handling it left it: one
+    // attempt counted, no failure noted.
+    w.s.client()
+        .execute(
+            "INSERT INTO sbworker.message_attempt (conversation_handle, message_sequence_number, queue, attempts) \
+             SELECT handle, seq, queue, 1 FROM sb.message WHERE queue = $1 ORDER BY id OFFSET 2 LIMIT 1",
+            &[&REKEN_QUEUE],
+        )
+        .await
+        .unwrap();
+    // The first transaction takes the first two groups, then meets the third: it rolls
+    // back, gives every attempt back and takes the third alone; then the other two.
+    let worker = w.start_calculation(batched(w.config(), 3));
+    let got = collect(&mut w.s, handles.len()).await;
+    assert!(got.iter().all(|m| m.message_type == message_types::ANTWOORD), "{name}");
+    end_all(&mut w.s, handles).await;
+    the_end_state_is_clean(&w.s, 0).await;
+    let m = worker.finish().await;
+    assert_eq!(metric_in(&m, &q_metric("sbworker_transactions_committed_total")), 2.0, "{name}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_groups_given_back_total")), 2.0, "{name}");
+    assert_eq!(metric_in(&m, &q_metric("sbworker_requests_answered_total")), 3.0, "{name}");
+}
+
 /// Each scenario as a test on each back end.
 macro_rules! on_every_back_end {
     ($($scenario:ident),* $(,)?) => {
@@ -650,4 +776,7 @@ on_every_back_end!(
     readers_scale_up_under_a_backlog_and_back_down_when_idle,
     sigterm_lets_the_group_in_flight_commit_and_exits_zero,
     sigkill_in_the_middle_of_a_group_loses_nothing,
+    several_waiting_groups_are_committed_in_one_transaction_up_to_the_bound,
+    a_group_failing_beside_others_is_retried_alone_and_their_attempts_are_given_back,
+    a_group_in_flight_when_a_worker_died_is_never_joined_by_others,
 );

@@ -65,6 +65,32 @@ impl Config {
                     format!("is {}, must be 1 to 20000 (keep waits below command timeouts)", q.wait_ms),
                 ));
             }
+            if q.groups_per_transaction == 0 || q.groups_per_transaction > 1_000 {
+                return Err(key_error(
+                    key("groups_per_transaction"),
+                    format!("is {}, must be 1 to 1000", q.groups_per_transaction),
+                ));
+            }
+            if q.groups_per_transaction > 1 && self.worker.max_attempts < 2 {
+                return Err(key_error(
+                    key("groups_per_transaction"),
+                    format!(
+                        "is {}, which needs worker.max_attempts of 2 or more: a worker that dies in a transaction of \
+                         several groups leaves an attempt on each of them, and with 1 a group would be set aside for \
+                         another's death",
+                        q.groups_per_transaction
+                    ),
+                ));
+            }
+            if q.transaction_window_ms > 10_000 {
+                return Err(key_error(
+                    key("transaction_window_ms"),
+                    format!(
+                        "is {}, must be 0 to 10000 (a group received early waits that long for its commit)",
+                        q.transaction_window_ms
+                    ),
+                ));
+            }
         }
         let sw = &self.sweep;
         for (key, v) in [

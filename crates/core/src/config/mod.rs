@@ -210,6 +210,15 @@ pub struct QueueConfig {
     /// How long one WAITFOR (RECEIVE) waits.
     #[serde(default = "five_seconds")]
     pub wait_ms: u64,
+    /// Most conversation groups one transaction takes (Service Broker's batched
+    /// commits): after a group is handled, the reader receives the next waiting group
+    /// in the same transaction, up to this many, and commits them together. 1: a
+    /// transaction per group.
+    #[serde(default = "one")]
+    pub groups_per_transaction: u32,
+    /// How long a transaction goes on taking groups after its first was received.
+    #[serde(default = "twenty_ms")]
+    pub transaction_window_ms: u64,
 }
 
 fn one() -> u32 {
@@ -223,6 +232,9 @@ fn hundred() -> u32 {
 }
 fn five_seconds() -> u64 {
     5_000
+}
+fn twenty_ms() -> u64 {
+    20
 }
 
 /// Test hooks: they do nothing unless set, and exist so that tests can wait for a
@@ -338,6 +350,35 @@ mod tests {
         let d = WorkerSettings::default();
         assert_eq!((c.worker.max_attempts, c.worker.shutdown_grace_ms), (d.max_attempts, d.shutdown_grace_ms));
         assert_eq!(c.engine.max_body_bytes, EngineConfig::default().max_body_bytes);
+    }
+
+    #[test]
+    fn groups_per_transaction_is_bounded_and_needs_a_second_attempt() {
+        let with = |worker: &str, queue: &str| {
+            from_str(
+                &format!(
+                    "[broker]\nkind = \"postgres\"\nconnection = \"host=db\"\n[worker]\n{worker}\n\
+                     [queues.q]\nhandler = \"h\"\n{queue}\n"
+                ),
+                &Vec::new(),
+            )
+            .and_then(|c| c.check().map(|()| c))
+            .map_err(|e| e.to_string())
+        };
+        let e = with("", "groups_per_transaction = 0").unwrap_err();
+        assert!(e.starts_with("queues.q.groups_per_transaction: is 0, must be 1 to 1000"), "{e}");
+        let e = with("max_attempts = 1", "groups_per_transaction = 4").unwrap_err();
+        assert!(e.contains("needs worker.max_attempts of 2 or more"), "{e}");
+        let e = with("", "groups_per_transaction = 4\ntransaction_window_ms = 10001").unwrap_err();
+        assert!(e.starts_with("queues.q.transaction_window_ms: is 10001"), "{e}");
+        let c = with("max_attempts = 2", "groups_per_transaction = 4").unwrap();
+        assert_eq!(c.queues["q"].groups_per_transaction, 4);
+        let c = with("", "").unwrap();
+        assert_eq!(
+            (c.queues["q"].groups_per_transaction, c.queues["q"].transaction_window_ms),
+            (1, 20),
+            "the defaults"
+        );
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Metrics {
     pub superseded: Counters,
     pub retried: Counters,
     pub dead_lettered: Counters,
+    pub committed: Counters,
+    pub given_back: Counters,
     pub processing: Family<QueueLabel, Histogram, fn() -> Histogram>,
     pub readers: Family<QueueLabel, Gauge>,
     pub busy: Family<QueueLabel, Gauge>,
@@ -67,6 +69,8 @@ pub struct QueueMetrics {
     pub superseded: Counter,
     pub retried: Counter,
     pub dead_lettered: Counter,
+    pub committed: Counter,
+    pub given_back: Counter,
     pub transient_failures: Counter,
     pub processing: Histogram,
     pub readers: Gauge,
@@ -95,6 +99,8 @@ impl Metrics {
             superseded: Counters::default(),
             retried: Counters::default(),
             dead_lettered: Counters::default(),
+            committed: Counters::default(),
+            given_back: Counters::default(),
             processing: Family::new_with_constructor(processing_histogram as fn() -> Histogram),
             readers: Family::default(),
             busy: Family::default(),
@@ -125,6 +131,16 @@ impl Metrics {
             "messages_dead_lettered",
             "Messages diverted to the dead-letter table",
             m.dead_lettered.clone(),
+        );
+        registry.register(
+            "transactions_committed",
+            "Reader transactions committed, each with one conversation group or more (groups_per_transaction)",
+            m.committed.clone(),
+        );
+        registry.register(
+            "groups_given_back",
+            "Groups rolled back with another group of their transaction, their attempt given back",
+            m.given_back.clone(),
         );
         registry.register(
             "group_processing_seconds",
@@ -165,6 +181,8 @@ impl Metrics {
             superseded: self.superseded.get_or_create(&l).clone(),
             retried: self.retried.get_or_create(&l).clone(),
             dead_lettered: self.dead_lettered.get_or_create(&l).clone(),
+            committed: self.committed.get_or_create(&l).clone(),
+            given_back: self.given_back.get_or_create(&l).clone(),
             transient_failures: self.transient_failures.get_or_create(&l).clone(),
             processing: self.processing.get_or_create(&l).clone(),
             readers: self.readers.get_or_create(&l).clone(),

@@ -100,6 +100,10 @@ pub(crate) struct QueueCtx<T: Transport> {
     pub readers: AtomicU32,
     /// Readers holding a group.
     pub busy: AtomicU32,
+    /// Transactions still to take one group each, queue-wide, after a transaction of
+    /// several groups failed without saying which (each group then fails or commits on
+    /// its own).
+    pub solo: AtomicU32,
     /// Groups waiting to be retried after transient failures.
     pub waits: waits::TransientWaits,
     /// Attempts and notes a stopping worker still owes the counts.
@@ -110,6 +114,16 @@ pub(crate) struct QueueCtx<T: Transport> {
 impl<T: Transport> QueueCtx<T> {
     pub fn wait(&self) -> Duration {
         self.cfg.wait
+    }
+
+    /// Most groups the next transaction takes: one while a failed transaction of several
+    /// groups is being sorted out, else the queue's `groups_per_transaction`.
+    pub fn groups_for_next(&self) -> usize {
+        if self.solo.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            1
+        } else {
+            self.cfg.groups_per_transaction
+        }
     }
 
     /// A reader that has been idle may leave if more than the minimum are running.
@@ -198,6 +212,7 @@ pub async fn run<T: Transport>(
             reconnect: settings.reconnect,
             readers: AtomicU32::new(0),
             busy: AtomicU32::new(0),
+            solo: AtomicU32::new(0),
             waits: waits::TransientWaits::default(),
             unfinished: unfinished::Unfinished::default(),
             hooks: hooks.clone(),

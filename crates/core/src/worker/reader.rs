@@ -7,6 +7,11 @@
 //! connection) is given back and the group waits, with a growing backoff capped at
 //! `retry_max_delay_ms`, for as long as the fault lasts. An attempt whose worker died
 //! leaves its count, so a message that kills the worker is diverted too.
+//!
+//! With `groups_per_transaction` above 1, one transaction goes on receiving waiting
+//! groups (without waiting) after the first, and commits them together; a failure is
+//! blamed on the group that failed, and the groups before it are given back
+//! (docs/retries.md, "Several groups in one transaction").
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,22 +38,41 @@ pub(crate) enum ReaderExit {
     Disabled,
 }
 
-/// A group's transaction failed.
+/// A transaction failed: the group it is blamed on, and the groups handled before it
+/// in the same transaction (given back: another group's failure never counts against
+/// their messages).
 struct Failure {
+    /// The group the transaction is retried with.
+    group: Uuid,
     /// The attempt that failed (highest count among the group's messages).
     attempt: i32,
     keys: Vec<MessageKey>,
     error: HandlerError,
     /// The attempt was counted before it failed (its note may give it back).
     counted: bool,
+    /// Not the group's fault whatever the error: the attempt is given back (a
+    /// transaction of several groups that cannot say which one failed).
+    forgiven: bool,
+    /// The counted messages of the groups handled before in the transaction.
+    others: Vec<MessageKey>,
+    /// How many groups those are.
+    other_groups: u64,
 }
 
 impl Failure {
+    fn new(group: Uuid, attempt: i32, keys: Vec<MessageKey>, error: HandlerError, counted: bool) -> Self {
+        Self { group, attempt, keys, error, counted, forgiven: false, others: Vec::new(), other_groups: 0 }
+    }
+
     /// Whose fault it was: the environment's (deadlock, lock timeout, lost connection,
     /// server shutdown, the other side ending the conversation meanwhile) or the
     /// message's (everything else).
     fn fault(&self) -> Fault {
-        if self.error.is_retryable() || self.error.is_closed_conversation() { Fault::Transient } else { Fault::Message }
+        if self.forgiven || self.error.is_retryable() || self.error.is_closed_conversation() {
+            Fault::Transient
+        } else {
+            Fault::Message
+        }
     }
 }
 
@@ -60,8 +84,13 @@ struct Note {
     fault: Fault,
 }
 
-async fn write_note<S: Session>(s: &mut S, note: &Note) -> Result<(), crate::transport::BrokerError> {
-    s.note_failure(&note.keys, &note.error, note.fault).await
+/// Writes the notes in order; those not written stay in `notes`.
+async fn write_notes<S: Session>(s: &mut S, notes: &mut Vec<Note>) -> Result<(), crate::transport::BrokerError> {
+    while let Some(note) = notes.first() {
+        s.note_failure(&note.keys, &note.error, note.fault).await?;
+        notes.remove(0);
+    }
+    Ok(())
 }
 
 /// What a committed group did.
@@ -145,16 +174,16 @@ fn retry_plan<T: Transport>(ctx: &QueueCtx<T>, f: &Failure, group: Uuid, streaks
 pub(crate) async fn read<T: Transport>(ctx: Arc<QueueCtx<T>>, id: u32, mut stop: Stop) -> ReaderExit {
     // A task of its own: the supervisor's span does not carry over, so name the queue.
     let span = info_span!("reader", queue = %ctx.name, reader = id);
-    let mut pending: Option<Note> = None;
+    let mut pending: Vec<Note> = Vec::new();
     let exit = read_loop(&ctx, &mut stop, &mut pending).instrument(span).await;
-    if let Some(n) = pending {
+    for n in pending {
         // Written by the worker once its readers are gone.
         ctx.unfinished.keep((n.keys, n.error, n.fault));
     }
     exit
 }
 
-async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &mut Option<Note>) -> ReaderExit {
+async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &mut Vec<Note>) -> ReaderExit {
     let idle_exit = ctx.settings.idle_exit;
     let mut session: Option<T::Session> = None;
     let mut next = Next::Any;
@@ -172,12 +201,11 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
             }
         }
         let Some(s) = session.as_mut() else { continue };
-        if let Some(note) = pending.take() {
+        if !pending.is_empty() {
             // Written before anything is received again: a transient failure must be
             // given back before its message is counted once more.
-            if let Err(e) = write_note(s, &note).await {
+            if let Err(e) = write_notes(s, pending).await {
                 warn!("cannot record the last failure yet; reconnecting: {e}");
-                *pending = Some(note);
                 session = None;
                 streaks.receive += 1;
                 if sleep_or_stop(ctx.retry.delay(streaks.receive), stop).await {
@@ -258,31 +286,30 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
             continue;
         }
         last_work = Instant::now();
-        let group_id = msgs[0].conversation_group_id;
-        let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
-        ctx.meters.busy.set(busy as i64);
-        ctx.meters.received.inc_by(msgs.len() as u64);
-        let started = Instant::now();
-        let span = info_span!("group", group = %group_id, messages = msgs.len(), attempt = field::Empty);
-        let result = process_group(ctx, s, &msgs, stop).instrument(span.clone()).await;
-        let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
-        ctx.meters.busy.set(busy as i64);
-        let _enter = span.enter();
-        match result {
-            Ok(done) => {
-                ctx.waits.end(group_id);
+        // A group being retried is taken alone.
+        let limit = if group.is_some() { 1 } else { ctx.groups_for_next() };
+        match transaction(ctx, s, msgs, limit, stop).await {
+            Ok(held) => {
                 streaks.transient = 0;
-                ctx.meters.processing.observe(started.elapsed().as_secs_f64());
-                count_committed(ctx, done);
+                ctx.meters.committed.inc();
+                for h in held {
+                    let _enter = h.span.enter();
+                    ctx.waits.end(h.group);
+                    ctx.meters.processing.observe(h.started.elapsed().as_secs_f64());
+                    count_committed(ctx, h.done);
+                }
             }
             Err(f) => {
                 ctx.meters.retried.inc();
+                ctx.meters.given_back.inc_by(f.other_groups);
                 let fault = f.fault();
                 let disabled = roll_back(&mut session, &f, pending).await;
-                let (delay, max) = retry_plan(ctx, &f, group_id, &mut streaks);
+                let (delay, max) = retry_plan(ctx, &f, f.group, &mut streaks);
                 warn!(
+                    group = %f.group,
                     attempt = f.attempt,
                     transient = fault == Fault::Transient,
+                    given_back = f.other_groups,
                     retry_in_ms = delay.as_millis() as u64,
                     "group rolled back: {}",
                     f.error
@@ -290,7 +317,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 if disabled || f.error.is_queue_disabled() {
                     return ReaderExit::Disabled;
                 }
-                next = Next::Retry { group: group_id, delay, max };
+                next = Next::Retry { group: f.group, delay, max };
             }
         }
     }
@@ -315,8 +342,9 @@ fn count_committed<T: Transport>(ctx: &QueueCtx<T>, done: Done) {
 /// After a failed attempt: rolls back (a broken connection is dropped instead, which
 /// rolls back on the server) and, when the attempt was counted, notes why on the
 /// session's side connection, or leaves the note `pending` for the next session to
-/// write before it receives. True when the rollback disabled the queue.
-async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &mut Option<Note>) -> bool {
+/// write before it receives. The groups handled before in the same transaction are
+/// given back. True when the rollback disabled the queue.
+async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &mut Vec<Note>) -> bool {
     let broken = f.error.is_connection();
     let mut disabled = false;
     if !broken && let Some(s) = session.as_mut() {
@@ -328,16 +356,21 @@ async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &m
             }
         }
     }
+    let error = truncate(&f.error.to_string(), 3000);
     if f.counted {
-        // The side connection may have outlived a broken working connection.
-        let note = Note { keys: f.keys.clone(), error: truncate(&f.error.to_string(), 3000), fault: f.fault() };
-        let written = match session.as_mut() {
-            Some(s) => write_note(s, &note).await.map_err(|e| warn!("cannot record the failure yet: {e}")).is_ok(),
-            None => false,
-        };
-        if !written {
-            *pending = Some(note);
-        }
+        pending.push(Note { keys: f.keys.clone(), error: error.clone(), fault: f.fault() });
+    }
+    if !f.others.is_empty() {
+        let error =
+            truncate(&format!("rolled back with another group of the transaction (not counted): {error}"), 3000);
+        pending.push(Note { keys: f.others.clone(), error, fault: Fault::Transient });
+    }
+    // The side connection may have outlived a broken working connection.
+    if !pending.is_empty()
+        && let Some(s) = session.as_mut()
+        && let Err(e) = write_notes(s, pending).await
+    {
+        warn!("cannot record the failure yet: {e}");
     }
     if broken {
         *session = None;
@@ -349,59 +382,151 @@ fn truncate(s: &str, max_chars: usize) -> String {
     s.chars().take(max_chars).collect()
 }
 
-/// Inside the open transaction: count the attempt, handle or divert, commit.
-async fn process_group<S: Session, T: Transport<Session = S>>(
-    ctx: &QueueCtx<T>,
-    s: &mut S,
-    msgs: &[Message],
-    stop: &mut Stop,
-) -> Result<Done, Failure> {
-    let keys: Vec<MessageKey> = msgs.iter().map(MessageKey::of).collect();
-    let attempts = s.count_attempts(&ctx.name, &keys).await.map_err(|e| Failure {
-        attempt: 0,
-        keys: keys.clone(),
-        error: e.into(),
-        counted: false,
-    })?;
-    // Registered from the count until the transaction is over: a shutdown that aborts
-    // it leaves the registration, and the worker gives the attempt back.
-    let token = ctx.unfinished.begin(keys.clone());
-    let result = attempt_group(ctx, s, msgs, &keys, &attempts, stop).await;
-    ctx.unfinished.end(token);
-    result
+/// A group handled in the open transaction, waiting for its COMMIT.
+struct Held {
+    group: Uuid,
+    keys: Vec<MessageKey>,
+    attempt: i32,
+    done: Done,
+    /// Its registration as unfinished, ended once the transaction is over.
+    token: u64,
+    started: Instant,
+    /// Its span (queue, group, attempt), for what is logged of it at the COMMIT.
+    span: Span,
+    /// An earlier attempt of its messages died with its worker: it is not joined by
+    /// other groups (their messages would be counted should it kill this one too).
+    died_before: bool,
 }
 
-/// The counted attempt: handle (or divert) and commit.
-async fn attempt_group<S: Session, T: Transport<Session = S>>(
+/// One transaction: the received group handled, then, up to `limit` groups and the
+/// queue's `transaction_window`, the next waiting groups received and handled in the
+/// same transaction (Service Broker's batched commits), then COMMIT. A failure rolls
+/// all of it back; the groups handled before the failing one are given back.
+async fn transaction<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
-    msgs: &[Message],
-    keys: &[MessageKey],
-    attempts: &[Attempt],
+    first: Vec<Message>,
+    limit: usize,
     stop: &mut Stop,
-) -> Result<Done, Failure> {
-    let fail = |attempt: i32, keys: &[MessageKey]| {
-        let keys = keys.to_vec();
-        move |error: HandlerError| Failure { attempt, keys, error, counted: true }
+) -> Result<Vec<Held>, Failure> {
+    let began = Instant::now();
+    let mut held: Vec<Held> = Vec::new();
+    let mut msgs = first;
+    let outcome = loop {
+        let group = msgs[0].conversation_group_id;
+        let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
+        ctx.meters.busy.set(busy as i64);
+        ctx.meters.received.inc_by(msgs.len() as u64);
+        let span = info_span!("group", group = %group, messages = msgs.len(), attempt = field::Empty);
+        let r = process_group(ctx, s, &msgs, !held.is_empty()).instrument(span).await;
+        let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
+        ctx.meters.busy.set(busy as i64);
+        match r {
+            Ok(h) => held.push(h),
+            Err(f) => break Err(f),
+        }
+        if held.len() >= limit
+            || held[0].died_before
+            || began.elapsed() >= ctx.cfg.transaction_window
+            || stop.is_stopped()
+        {
+            break Ok(());
+        }
+        match s.receive(&ctx.name, ctx.cfg.batch, None, Duration::ZERO).await {
+            Ok(m) if m.is_empty() => break Ok(()),
+            Ok(m) => msgs = m,
+            Err(e) => break Err(Failure::new(held[0].group, 0, Vec::new(), e.into(), false)),
+        }
     };
-    let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
-    Span::current().record("attempt", attempt);
-    let max = ctx.settings.max_attempts;
-    let done = if attempt > max {
-        let n = divert(ctx, s, msgs, attempts, attempt > max + 1).await.map_err(fail(attempt, keys))?;
-        Done::Diverted(n)
-    } else {
-        let handled = ctx.handler.handle(s, msgs).await.map_err(fail(attempt, keys))?;
-        s.forget_attempts(keys).await.map_err(|e| fail(attempt, keys)(e.into()))?;
-        Done::Handled(handled)
-    };
+    let ended = |held: &[Held]| held.iter().for_each(|h| ctx.unfinished.end(h.token));
+    if let Err(mut f) = outcome {
+        f.others = held.iter().flat_map(|h| h.keys.iter().copied()).collect();
+        f.other_groups = held.len() as u64;
+        ended(&held);
+        return Err(f);
+    }
     if ctx.hooks.take_pause() {
         info!("test hook: paused before commit");
         stop.stopped().await;
         info!("test hook: resumed");
     }
-    s.commit().await.map_err(|e| fail(attempt, keys)(e.into()))?;
-    Ok(done)
+    if let Err(e) = s.commit().await {
+        let mut f = Failure::new(held[0].group, held[0].attempt, held[0].keys.clone(), e.into(), true);
+        if held.len() > 1 {
+            // Which group failed the COMMIT is not known: none is blamed, and the groups
+            // are taken one per transaction for a while, where each answers for itself.
+            f.forgiven = true;
+            f.others = held[1..].iter().flat_map(|h| h.keys.iter().copied()).collect();
+            f.other_groups = held.len() as u64 - 1;
+            ctx.solo.fetch_max(u32::try_from(held.len() * 2).unwrap_or(u32::MAX), Ordering::SeqCst);
+        }
+        ended(&held);
+        return Err(f);
+    }
+    ended(&held);
+    Ok(held)
+}
+
+/// Inside the open transaction: count the attempt, handle or divert. `later`: the
+/// transaction holds other groups already.
+async fn process_group<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    later: bool,
+) -> Result<Held, Failure> {
+    let started = Instant::now();
+    let group = msgs[0].conversation_group_id;
+    let keys: Vec<MessageKey> = msgs.iter().map(MessageKey::of).collect();
+    let attempts =
+        s.count_attempts(&ctx.name, &keys).await.map_err(|e| Failure::new(group, 0, keys.clone(), e.into(), false))?;
+    let attempt = attempts.iter().map(|a| a.attempts).max().unwrap_or(1);
+    Span::current().record("attempt", attempt);
+    let died_before = attempts.iter().any(|a| a.deaths() > 0);
+    if later && died_before {
+        // Handled beside others, it could kill this worker too and have their
+        // messages counted: everything is given back, and it is taken alone.
+        let mut f = Failure::new(
+            group,
+            attempt,
+            keys,
+            HandlerError::Failed(
+                "in flight when a worker stopped before: taken again in a transaction of its own (not counted)".into(),
+            ),
+            true,
+        );
+        f.forgiven = true;
+        return Err(f);
+    }
+    // Registered from the count until the transaction is over: a shutdown that aborts
+    // it leaves the registration, and the worker gives the attempt back.
+    let token = ctx.unfinished.begin(keys.clone());
+    match handle_group(ctx, s, msgs, &keys, &attempts, attempt).await {
+        Ok(done) => Ok(Held { group, keys, attempt, done, token, started, span: Span::current(), died_before }),
+        Err(error) => {
+            ctx.unfinished.end(token);
+            Err(Failure::new(group, attempt, keys, error, true))
+        }
+    }
+}
+
+/// The counted attempt: handle (or divert).
+async fn handle_group<S: Session, T: Transport<Session = S>>(
+    ctx: &QueueCtx<T>,
+    s: &mut S,
+    msgs: &[Message],
+    keys: &[MessageKey],
+    attempts: &[Attempt],
+    attempt: i32,
+) -> Result<Done, HandlerError> {
+    let max = ctx.settings.max_attempts;
+    if attempt > max {
+        Ok(Done::Diverted(divert(ctx, s, msgs, attempts, attempt > max + 1).await?))
+    } else {
+        let handled = ctx.handler.handle(s, msgs).await?;
+        s.forget_attempts(keys).await?;
+        Ok(Done::Handled(handled))
+    }
 }
 
 /// Sets aside the messages of a group that failed too often: each conversation of the

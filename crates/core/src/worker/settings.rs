@@ -22,6 +22,10 @@ pub struct Queue {
     pub batch: i32,
     /// How long one `WAITFOR (RECEIVE …)` waits.
     pub wait: Duration,
+    /// Most groups one transaction takes.
+    pub groups_per_transaction: usize,
+    /// How long a transaction goes on taking groups after its first.
+    pub transaction_window: Duration,
 }
 
 /// Everything [`run`](super::run) needs, and only that.
@@ -64,6 +68,9 @@ impl Settings {
                 // The configuration bounds it (1 to 10,000).
                 batch: i32::try_from(q.batch).unwrap_or(i32::MAX),
                 wait: ms(q.wait_ms),
+                // The configuration bounds it (1 to 1,000).
+                groups_per_transaction: usize::try_from(q.groups_per_transaction).unwrap_or(1),
+                transaction_window: ms(q.transaction_window_ms),
             })
             .collect();
         Self {
