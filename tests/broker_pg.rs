@@ -753,3 +753,129 @@ async fn waits_on_a_lock(watcher: &Session, what: &str) {
     })
     .await;
 }
+
+/// The target side's handle of a dialog begun at `h`.
+async fn far_side(s: &Session, h: Uuid) -> Uuid {
+    s.client().query_one("SELECT far_handle FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0)
+}
+
+async fn timer_set(s: &Session, h: Uuid) -> bool {
+    s.client().query_one("SELECT timer_at IS NOT NULL FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_conversation_timer_puts_a_dialog_timer_on_its_own_side_before_the_dialogs_other_messages() {
+    let (_url, mut s) = world().await;
+    let h = dialog(&mut s, &["<v1/>", "<v2/>"]).await;
+    let target = far_side(&s, h).await;
+    // An hour away: nothing arrives.
+    s.begin().await.unwrap();
+    s.begin_conversation_timer(h, 3600).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    assert!(s.receive("iq", 10, None, NOW).await.unwrap().is_empty());
+    s.commit().await.unwrap();
+    assert!(timer_set(&s, h).await);
+    // A new call sets the new timeout (0: due at once), and each side has its own timer.
+    s.begin().await.unwrap();
+    s.begin_conversation_timer(h, 0).await.unwrap();
+    s.begin_conversation_timer(target, 0).await.unwrap();
+    s.commit().await.unwrap();
+    // On the target's queue: the timer first, then the dialog's messages in order.
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    s.commit().await.unwrap();
+    let kinds: Vec<(&str, i64)> = got.iter().map(|m| (m.message_type.as_str(), m.sequence)).collect();
+    assert_eq!(kinds, [(system::DIALOG_TIMER, 0), (VRAAG, 1), (VRAAG, 2)]);
+    assert!(got.iter().all(|m| m.conversation_handle == target));
+    assert!(got[0].body.is_empty(), "a DialogTimer message is empty");
+    // On the initiator's queue: its own, once.
+    s.begin().await.unwrap();
+    let back = s.receive("iq", 10, None, NOW).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(
+        back.iter().map(|m| (m.message_type.as_str(), m.conversation_handle)).collect::<Vec<_>>(),
+        [(system::DIALOG_TIMER, h)]
+    );
+    s.begin().await.unwrap();
+    assert!(s.receive("iq", 10, None, NOW).await.unwrap().is_empty(), "fired once");
+    assert!(s.receive("tq", 10, None, NOW).await.unwrap().is_empty(), "fired once");
+    s.commit().await.unwrap();
+    assert!(!timer_set(&s, h).await && !timer_set(&s, target).await);
+    // The dialog goes on as before.
+    s.begin().await.unwrap();
+    s.send(target, ANTWOORD, Some(b"<a/>")).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("iq", 10, None, NOW).await.unwrap()), ["<a/>"]);
+    s.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_conversation_timer_needs_an_open_side_and_a_timeout_of_zero_or_more_and_dies_with_its_side() {
+    let (_url, mut s) = world().await;
+    s.begin().await.unwrap();
+    let e = s.begin_conversation_timer(Uuid::new_v4(), 10).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::ConversationNotFound, 8426), "{e}");
+    s.rollback().await.unwrap();
+    let h = dialog(&mut s, &["<v/>"]).await;
+    s.begin().await.unwrap();
+    let e = s.begin_conversation_timer(h, -1).await.unwrap_err();
+    assert!(e.message.contains("must be 0 or more"), "{e}");
+    s.rollback().await.unwrap();
+    // A timer due, then its side ends in the same transaction: nothing arrives, and the
+    // timer is dropped at the next look.
+    let target = far_side(&s, h).await;
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("tq", 10, None, NOW).await.unwrap()), ["<v/>"]);
+    s.begin_conversation_timer(target, 0).await.unwrap();
+    s.end_conversation(target, None).await.unwrap();
+    s.commit().await.unwrap();
+    s.begin().await.unwrap();
+    assert!(s.receive("tq", 10, None, NOW).await.unwrap().is_empty());
+    s.commit().await.unwrap();
+    assert!(!timer_set(&s, target).await);
+    // An ended side takes no timer.
+    s.begin().await.unwrap();
+    let e = s.begin_conversation_timer(target, 10).await.unwrap_err();
+    assert_eq!((e.kind, e.number), (ErrorKind::InvalidState, 8429), "{e}");
+    s.rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_due_timer_of_a_group_another_receiver_holds_never_makes_a_receive_wait() {
+    let (url, mut a) = world().await;
+    let mut b = Session::open(&url).await.unwrap();
+    let h = dialog(&mut a, &["<x/>"]).await;
+    let target = far_side(&a, h).await;
+    a.begin().await.unwrap();
+    a.receive("tq", 10, None, NOW).await.unwrap();
+    a.commit().await.unwrap();
+    // A holds the target's group, received to its last message (its ready row deleted,
+    // not yet committed); B sets the target's timer due now, and receives.
+    a.begin().await.unwrap();
+    a.send(h, VRAAG, Some(b"<y/>")).await.unwrap();
+    a.commit().await.unwrap();
+    a.begin().await.unwrap();
+    assert_eq!(bodies(&a.receive("tq", 10, None, NOW).await.unwrap()), ["<y/>"]);
+    b.begin().await.unwrap();
+    b.begin_conversation_timer(target, 0).await.unwrap();
+    b.commit().await.unwrap();
+    b.begin().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(30), b.receive("tq", 10, None, NOW))
+        .await
+        .expect("the receive waited for the group A holds")
+        .unwrap();
+    assert!(got.is_empty());
+    b.commit().await.unwrap();
+    assert!(timer_set(&b, target).await, "left for the next look");
+    a.commit().await.unwrap();
+    // A let go: the next look delivers it.
+    b.begin().await.unwrap();
+    let got = b.receive("tq", 10, None, NOW).await.unwrap();
+    b.commit().await.unwrap();
+    assert_eq!(
+        got.iter().map(|m| (m.message_type.as_str(), m.conversation_handle)).collect::<Vec<_>>(),
+        [(system::DIALOG_TIMER, target)]
+    );
+}

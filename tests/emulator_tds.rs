@@ -199,6 +199,49 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
 }
 
 /// Asks `n` questions, collects the answers: each request answered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_t_sql_client_sets_a_conversation_timer_and_receives_its_dialog_timer_over_tds() {
+    use sbworker::broker::mssql::Connection;
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    // No worker runs: the Vraag waits on the calculation's queue; the timer is the data
+    // side's own.
+    let row = c
+        .query(
+            "DECLARE @h uniqueidentifier;
+             BEGIN DIALOG CONVERSATION @h
+                 FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                 TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                 ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
+                 WITH ENCRYPTION = OFF;
+             SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);
+             BEGIN CONVERSATION TIMER (@h) TIMEOUT = 3600;
+             SELECT @h;",
+            &[&vraag_body(Uuid::new_v4()).as_slice()],
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .expect("the handle");
+    let handle: Uuid = row.get(0).unwrap();
+    let receive = "WAITFOR (RECEIVE TOP (10) conversation_handle, message_type_name, message_sequence_number
+                     FROM dbo.loonfactorberekening_data), TIMEOUT ";
+    let rows = c.query(format!("{receive}100"), &[]).await.unwrap().into_first_result().await.unwrap();
+    assert!(rows.is_empty(), "an hour away: nothing yet");
+    // A new timeout, from a parameter: due at once.
+    c.execute("BEGIN CONVERSATION TIMER (@P1) TIMEOUT = @P2", &[&handle, &0i32]).await.unwrap();
+    let rows = c.query(format!("{receive}30000"), &[]).await.unwrap().into_first_result().await.unwrap();
+    let got: Vec<(Uuid, &str, i64)> =
+        rows.iter().map(|r| (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap())).collect();
+    assert_eq!(got, [(handle, sbworker::broker::system::DIALOG_TIMER, 0)]);
+    let e = c.execute("BEGIN CONVERSATION TIMER (@P1) TIMEOUT = 10", &[&Uuid::new_v4()]).await.unwrap_err();
+    assert!(e.to_string().contains("8426") || e.to_string().contains("not found"), "{e}");
+    c.execute("END CONVERSATION @P1 WITH CLEANUP", &[&handle]).await.unwrap();
+}
+
 async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session, n: usize) {
     let mut asked = Vec::new();
     for _ in 0..n {

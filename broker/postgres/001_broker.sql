@@ -132,6 +132,10 @@ CREATE TABLE IF NOT EXISTS sb.broker_priority (
     priority_level smallint NOT NULL CHECK (priority_level BETWEEN 1 AND 10)
 );
 ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+-- BEGIN CONVERSATION TIMER: when this side's DialogTimer message is due (NULL: no timer
+-- set, or it has fired). Each side has its own.
+ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS timer_at timestamptz;
+CREATE INDEX IF NOT EXISTS endpoint_timer ON sb.endpoint (timer_at) WHERE timer_at IS NOT NULL;
 -- A group's level: the highest of its endpoints that have messages waiting.
 ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
 CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
@@ -697,6 +701,71 @@ BEGIN
     PERFORM sb.put_message(c.queue, c.queue_id, v_group, v_far, v_seq, p_message_type, p_body, v_level);
 END $$;
 
+-- BEGIN CONVERSATION TIMER (handle) TIMEOUT = seconds: after the timeout a DialogTimer
+-- message (empty) arrives on this side's queue, for this conversation; the other side is
+-- not told. A new call before it fires sets the new timeout. Needs the right to SEND on
+-- the conversation, as in Service Broker. (A TIMEOUT of 0, which Microsoft's page does
+-- not describe, makes the timer due at once; a negative one is refused.)
+CREATE OR REPLACE FUNCTION sb.begin_conversation_timer(p_handle uuid, p_timeout_seconds int)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e sb.endpoint;
+BEGIN
+    IF p_timeout_seconds IS NULL OR p_timeout_seconds < 0 THEN
+        PERFORM sb.fail('22023', format('the TIMEOUT of a conversation timer is %s seconds: it must be 0 or more',
+            coalesce(p_timeout_seconds::text, 'NULL')));
+    END IF;
+    -- This side only, as a SEND locks it.
+    SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
+    PERFORM sb.require_right('SEND', e.far_service);
+    IF e.state IN ('DO', 'CD') THEN
+        PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
+    END IF;
+    UPDATE sb.endpoint SET timer_at = clock_timestamp() + make_interval(secs => p_timeout_seconds)
+     WHERE handle = p_handle;
+END $$;
+
+-- Puts a DialogTimer message on queue p_queue for each of its conversations whose timer
+-- is due; returns how many. Called by every RECEIVE and GET CONVERSATION GROUP that
+-- looks for a group while a timer is due, inside its transaction (it commits or rolls
+-- back with it). It never waits: an endpoint another transaction holds (a SEND on it) and
+-- a group a receiver holds are left to the next look. The message has sequence number 0,
+-- so a RECEIVE returns it before the conversation's other messages, as Service Broker
+-- does ("Broker System Messages"). A timer of a side that has ended is dropped.
+CREATE OR REPLACE FUNCTION sb.fire_timers(p_queue text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    t   record;
+    v_n int := 0;
+BEGIN
+    FOR t IN
+        SELECT e.handle, e.group_id, e.priority, e.state, q.id AS queue_id
+          FROM sb.endpoint e JOIN sb.service s ON s.name = e.service JOIN sb.queue q ON q.name = s.queue
+         WHERE e.timer_at IS NOT NULL AND e.timer_at <= clock_timestamp() AND q.name = p_queue
+         ORDER BY e.timer_at
+           FOR NO KEY UPDATE OF e SKIP LOCKED
+    LOOP
+        IF t.state IN ('DO', 'CD') THEN
+            UPDATE sb.endpoint SET timer_at = NULL WHERE handle = t.handle;
+            CONTINUE;
+        END IF;
+        -- The group's ready row, free, or none: a row a receiver holds (or has deleted and
+        -- not yet committed) would make the message wait for that receiver.
+        PERFORM 1 FROM sb.group_ready WHERE group_id = t.group_id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = t.group_id) THEN
+            CONTINUE;
+        END IF;
+        UPDATE sb.endpoint SET timer_at = NULL WHERE handle = t.handle;
+        PERFORM sb.put_message(p_queue, t.queue_id, t.group_id, t.handle, 0,
+                               'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer', NULL, t.priority);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END $$;
+
 -- Receiving -------------------------------------------------------------------------------
 
 -- A hint per queue of where its oldest ready group lies, kept in a sequence (setval is
@@ -740,6 +809,13 @@ BEGIN
         SELECT group_id INTO v_group FROM sb.group_ready
          WHERE group_id = p_group AND queue = p_queue FOR UPDATE SKIP LOCKED;
         RETURN v_group;
+    END IF;
+    -- Conversation timers that are due become DialogTimer messages first: one probe of a
+    -- partial index that is empty unless a timer is set. (IS NOT NULL spelled out: with
+    -- the volatile clock alone the planner does not take the partial index, and scans
+    -- every endpoint.)
+    IF EXISTS (SELECT 1 FROM sb.endpoint WHERE timer_at IS NOT NULL AND timer_at <= clock_timestamp()) THEN
+        PERFORM sb.fire_timers(p_queue);
     END IF;
     v_seq := to_regclass('sb.queue_floor_' || v_qid);
     IF v_seq IS NOT NULL AND nextval('sb.floor_tick') % 64 <> 0 THEN

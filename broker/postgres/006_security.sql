@@ -59,6 +59,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'sb', 'end_conversation'),
     ('sbworker_worker', 'sb', 'end_conversation_cleanup'),
     ('sbworker_worker', 'sb', 'move_conversation'),
+    ('sbworker_worker', 'sb', 'begin_conversation_timer'),
     ('sbworker_worker', 'sb', 'note_rollback'),
     ('sbworker_worker', 'sb', 'queue_state'),
     ('sbworker_worker', 'sb', 'may'),

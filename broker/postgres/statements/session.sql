@@ -33,6 +33,9 @@ SELECT sb.end_conversation_cleanup($1);
 -- name: move_conversation
 SELECT sb.move_conversation($1, $2);
 
+-- name: begin_conversation_timer
+SELECT sb.begin_conversation_timer($1, $2);
+
 -- name: note_rollback
 SELECT sb.note_rollback($1);
 

@@ -420,6 +420,13 @@ impl Session {
         Ok(())
     }
 
+    /// `BEGIN CONVERSATION TIMER (handle) TIMEOUT = seconds`: a DialogTimer message on
+    /// this side's queue once the timeout has passed (a new call sets a new timeout).
+    pub async fn begin_conversation_timer(&mut self, handle: Uuid, timeout_seconds: i32) -> Result<(), BrokerError> {
+        self.work(S::BEGIN_CONVERSATION_TIMER, &[&handle, &timeout_seconds]).await?;
+        Ok(())
+    }
+
     /// `MOVE CONVERSATION handle TO group`.
     pub async fn move_conversation(&mut self, handle: Uuid, group: Uuid) -> Result<(), BrokerError> {
         self.work(S::MOVE_CONVERSATION, &[&handle, &group]).await?;

@@ -230,6 +230,12 @@ pub(super) async fn execute(
             }
             Ok(None)
         }
+        Statement::BeginConversationTimer { handle, timeout } => {
+            let h = as_uuid(value(&handle, params)?)?;
+            let seconds = i32::try_from(as_i64(value(&timeout, params)?)?).map_err(|_| fail("TIMEOUT out of range"))?;
+            s.begin_conversation_timer(h, seconds).await?;
+            Ok(None)
+        }
         Statement::MoveConversation { handle, group } => {
             s.move_conversation(as_uuid(value(&handle, params)?)?, as_uuid(value(&group, params)?)?).await?;
             Ok(None)

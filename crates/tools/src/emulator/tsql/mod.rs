@@ -129,6 +129,11 @@ pub enum Statement {
         handle: Value,
         group: Value,
     },
+    /// `BEGIN CONVERSATION TIMER (handle) TIMEOUT = seconds`.
+    BeginConversationTimer {
+        handle: Value,
+        timeout: Value,
+    },
     Transaction(Tran),
     SetOption {
         option: String,

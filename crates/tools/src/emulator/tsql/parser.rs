@@ -150,6 +150,16 @@ impl Parser {
             if self.eat_kw("DIALOG") {
                 return self.begin_dialog();
             }
+            if self.eat_kw("CONVERSATION") {
+                self.kw("TIMER")?;
+                self.punct('(')?;
+                let handle = self.value()?;
+                self.punct(')')?;
+                self.kw("TIMEOUT")?;
+                self.punct('=')?;
+                let timeout = self.value()?;
+                return Ok(Statement::BeginConversationTimer { handle, timeout });
+            }
             if self.eat_kw("TRAN") || self.eat_kw("TRANSACTION") {
                 return Ok(Statement::Transaction(Tran::Begin));
             }

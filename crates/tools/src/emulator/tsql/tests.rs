@@ -217,6 +217,14 @@ fn the_rest_of_the_statement_set() {
     );
     assert!(matches!(one("END CONVERSATION @h WITH CLEANUP"), Statement::EndConversation { cleanup: true, .. }));
     assert!(matches!(one("MOVE CONVERSATION @h TO @g"), Statement::MoveConversation { .. }));
+    assert_eq!(
+        one("begin conversation timer (@h) timeout = 120"),
+        Statement::BeginConversationTimer { handle: Value::Var("@h".into()), timeout: Value::Int(120) }
+    );
+    assert!(matches!(
+        one("BEGIN CONVERSATION TIMER ( @h ) TIMEOUT = @t"),
+        Statement::BeginConversationTimer { timeout: Value::Var(_), .. }
+    ));
     assert!(matches!(
         one("WAITFOR (GET CONVERSATION GROUP @g FROM q), TIMEOUT @t"),
         Statement::GetConversationGroup { waitfor: true, timeout: Some(_), .. }
