@@ -82,6 +82,17 @@ impl Config {
                     ),
                 ));
             }
+            if q.groups_per_transaction > 1 && self.worker.allow_broker_poison_detection {
+                return Err(key_error(
+                    key("groups_per_transaction"),
+                    format!(
+                        "is {}, which cannot go with worker.allow_broker_poison_detection: a transaction of several \
+                         groups that rolls back counts a rollback against every message in it, and the broker \
+                         disables the queue after five",
+                        q.groups_per_transaction
+                    ),
+                ));
+            }
             if q.transaction_window_ms > 10_000 {
                 return Err(key_error(
                     key("transaction_window_ms"),

@@ -369,6 +369,8 @@ mod tests {
         assert!(e.starts_with("queues.q.groups_per_transaction: is 0, must be 1 to 1000"), "{e}");
         let e = with("max_attempts = 1", "groups_per_transaction = 4").unwrap_err();
         assert!(e.contains("needs worker.max_attempts of 2 or more"), "{e}");
+        let e = with("allow_broker_poison_detection = true", "groups_per_transaction = 4").unwrap_err();
+        assert!(e.contains("cannot go with worker.allow_broker_poison_detection"), "{e}");
         let e = with("", "groups_per_transaction = 4\ntransaction_window_ms = 10001").unwrap_err();
         assert!(e.starts_with("queues.q.transaction_window_ms: is 10001"), "{e}");
         let c = with("max_attempts = 2", "groups_per_transaction = 4").unwrap();

@@ -53,15 +53,37 @@ struct Failure {
     /// Not the group's fault whatever the error: the attempt is given back (a
     /// transaction of several groups that cannot say which one failed).
     forgiven: bool,
-    /// The counted messages of the groups handled before in the transaction.
+    /// The group was in flight when a worker died before, and met beside others: it
+    /// is taken again at once, alone (not a failure of anyone's).
+    died_before: bool,
+    /// The counted messages of the other groups of the transaction, given back.
     others: Vec<MessageKey>,
     /// How many groups those are.
     other_groups: u64,
+    /// The transaction's registrations as unfinished, ended once the notes are written
+    /// (or kept to be written): a shutdown that aborts the rollback gives them back.
+    tokens: Vec<u64>,
+    /// The transaction wrote no attempt row (it failed before the COMMIT's forgetting):
+    /// the notes are written before the rollback, while its groups are still held, so
+    /// that no other reader counts a message before its note is in.
+    notes_first: bool,
 }
 
 impl Failure {
     fn new(group: Uuid, attempt: i32, keys: Vec<MessageKey>, error: HandlerError, counted: bool) -> Self {
-        Self { group, attempt, keys, error, counted, forgiven: false, others: Vec::new(), other_groups: 0 }
+        Self {
+            group,
+            attempt,
+            keys,
+            error,
+            counted,
+            forgiven: false,
+            died_before: false,
+            others: Vec::new(),
+            other_groups: 0,
+            tokens: Vec::new(),
+            notes_first: true,
+        }
     }
 
     /// Whose fault it was: the environment's (deadlock, lock timeout, lost connection,
@@ -156,6 +178,9 @@ struct Streaks {
 /// a time after the message's own failure, isolating the bad one, after a backoff by
 /// its durable attempt count.
 fn retry_plan<T: Transport>(ctx: &QueueCtx<T>, f: &Failure, group: Uuid, streaks: &mut Streaks) -> (Duration, i32) {
+    if f.died_before {
+        return (Duration::ZERO, ctx.cfg.batch);
+    }
     match f.fault() {
         _ if f.error.is_closed_conversation() => (Duration::ZERO, ctx.cfg.batch),
         Fault::Transient => {
@@ -214,15 +239,16 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 continue;
             }
         }
-        let (max, group, wait) = match std::mem::replace(&mut next, Next::Any) {
+        // A retry (or its fallback) is taken alone.
+        let (max, group, wait, alone) = match std::mem::replace(&mut next, Next::Any) {
             Next::Retry { group, delay, max } => {
                 if sleep_or_stop(delay, stop).await {
                     return ReaderExit::Stopped;
                 }
-                (max, Some(group), Duration::ZERO)
+                (max, Some(group), Duration::ZERO, true)
             }
-            Next::AnyTaking(max) => (max, None, ctx.wait()),
-            Next::Any => (ctx.cfg.batch, None, ctx.wait()),
+            Next::AnyTaking(max) => (max, None, ctx.wait(), true),
+            Next::Any => (ctx.cfg.batch, None, ctx.wait(), false),
         };
         if let Err(e) = s.begin().await {
             warn!("BEGIN failed; reconnecting: {e}");
@@ -286,9 +312,13 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
             continue;
         }
         last_work = Instant::now();
-        // A group being retried is taken alone.
-        let limit = if group.is_some() { 1 } else { ctx.groups_for_next() };
-        match transaction(ctx, s, msgs, limit, stop).await {
+        let limit = if alone { 1 } else { ctx.groups_for_next() };
+        let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
+        ctx.meters.busy.set(busy as i64);
+        let result = transaction(ctx, s, msgs, limit, stop).await;
+        let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
+        ctx.meters.busy.set(busy as i64);
+        match result {
             Ok(held) => {
                 streaks.transient = 0;
                 ctx.meters.committed.inc();
@@ -304,6 +334,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 ctx.meters.given_back.inc_by(f.other_groups);
                 let fault = f.fault();
                 let disabled = roll_back(&mut session, &f, pending).await;
+                f.tokens.iter().for_each(|t| ctx.unfinished.end(*t));
                 let (delay, max) = retry_plan(ctx, &f, f.group, &mut streaks);
                 warn!(
                     group = %f.group,
@@ -339,12 +370,25 @@ fn count_committed<T: Transport>(ctx: &QueueCtx<T>, done: Done) {
     }
 }
 
-/// After a failed attempt: rolls back (a broken connection is dropped instead, which
-/// rolls back on the server) and, when the attempt was counted, notes why on the
-/// session's side connection, or leaves the note `pending` for the next session to
-/// write before it receives. The groups handled before in the same transaction are
-/// given back. True when the rollback disabled the queue.
+/// After a failed attempt: notes why (the failing group's attempt, and the other
+/// groups' given back) on the session's side connection, and rolls back (a broken
+/// connection is dropped instead, which rolls back on the server). The notes go first
+/// when the transaction wrote no attempt row, so its groups are noted before any other
+/// reader can receive them; a note that cannot be written yet stays `pending`, for the
+/// next session to write before it receives. True when the rollback disabled the queue.
 async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &mut Vec<Note>) -> bool {
+    let error = truncate(&f.error.to_string(), 3000);
+    if f.counted {
+        pending.push(Note { keys: f.keys.clone(), error: error.clone(), fault: f.fault() });
+    }
+    if !f.others.is_empty() {
+        let error =
+            truncate(&format!("rolled back with another group of the transaction (not counted): {error}"), 3000);
+        pending.push(Note { keys: f.others.clone(), error, fault: Fault::Transient });
+    }
+    if f.notes_first {
+        write_pending(session, pending).await;
+    }
     let broken = f.error.is_connection();
     let mut disabled = false;
     if !broken && let Some(s) = session.as_mut() {
@@ -356,26 +400,23 @@ async fn roll_back<S: Session>(session: &mut Option<S>, f: &Failure, pending: &m
             }
         }
     }
-    let error = truncate(&f.error.to_string(), 3000);
-    if f.counted {
-        pending.push(Note { keys: f.keys.clone(), error: error.clone(), fault: f.fault() });
-    }
-    if !f.others.is_empty() {
-        let error =
-            truncate(&format!("rolled back with another group of the transaction (not counted): {error}"), 3000);
-        pending.push(Note { keys: f.others.clone(), error, fault: Fault::Transient });
-    }
     // The side connection may have outlived a broken working connection.
+    write_pending(session, pending).await;
+    if broken {
+        *session = None;
+    }
+    disabled
+}
+
+/// Writes the pending notes on the session's side connection, if there is a session;
+/// those it cannot write stay pending.
+async fn write_pending<S: Session>(session: &mut Option<S>, pending: &mut Vec<Note>) {
     if !pending.is_empty()
         && let Some(s) = session.as_mut()
         && let Err(e) = write_notes(s, pending).await
     {
         warn!("cannot record the failure yet: {e}");
     }
-    if broken {
-        *session = None;
-    }
-    disabled
 }
 
 fn truncate(s: &str, max_chars: usize) -> String {
@@ -386,6 +427,9 @@ fn truncate(s: &str, max_chars: usize) -> String {
 struct Held {
     group: Uuid,
     keys: Vec<MessageKey>,
+    /// The attempt rows the COMMIT deletes: the group's messages, and with a diversion
+    /// those of its conversations received to be kept aside.
+    forget: Vec<MessageKey>,
     attempt: i32,
     done: Done,
     /// Its registration as unfinished, ended once the transaction is over.
@@ -398,10 +442,10 @@ struct Held {
     died_before: bool,
 }
 
-/// One transaction: the received group handled, then, up to `limit` groups and the
+/// One transaction: the received group handled, then, up to `limit` receives and the
 /// queue's `transaction_window`, the next waiting groups received and handled in the
-/// same transaction (Service Broker's batched commits), then COMMIT. A failure rolls
-/// all of it back; the groups handled before the failing one are given back.
+/// same transaction (Service Broker's batched commits); then their attempt rows deleted
+/// and COMMIT. A failure rolls all of it back; the other groups are given back.
 async fn transaction<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
@@ -412,58 +456,72 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
     let began = Instant::now();
     let mut held: Vec<Held> = Vec::new();
     let mut msgs = first;
-    let outcome = loop {
+    let keys_of = |held: &[Held]| held.iter().flat_map(|h| h.keys.iter().copied()).collect::<Vec<_>>();
+    let tokens_of = |held: &[Held]| held.iter().map(|h| h.token).collect::<Vec<_>>();
+    loop {
         let group = msgs[0].conversation_group_id;
-        let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
-        ctx.meters.busy.set(busy as i64);
         ctx.meters.received.inc_by(msgs.len() as u64);
         let span = info_span!("group", group = %group, messages = msgs.len(), attempt = field::Empty);
-        let r = process_group(ctx, s, &msgs, !held.is_empty()).instrument(span).await;
-        let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
-        ctx.meters.busy.set(busy as i64);
-        match r {
+        match process_group(ctx, s, &msgs, !held.is_empty()).instrument(span).await {
             Ok(h) => held.push(h),
-            Err(f) => break Err(f),
+            Err(mut f) => {
+                f.others = keys_of(&held);
+                f.other_groups = held.len() as u64;
+                f.tokens.extend(tokens_of(&held));
+                return Err(f);
+            }
         }
-        if held.len() >= limit
+        // A group received again (more messages than one RECEIVE takes, or new ones)
+        // ends the transaction: it holds that group's messages in order.
+        let again = held[..held.len() - 1].iter().any(|h| h.group == group);
+        if again
+            || held.len() >= limit
             || held[0].died_before
             || began.elapsed() >= ctx.cfg.transaction_window
             || stop.is_stopped()
         {
-            break Ok(());
+            break;
         }
         match s.receive(&ctx.name, ctx.cfg.batch, None, Duration::ZERO).await {
-            Ok(m) if m.is_empty() => break Ok(()),
+            Ok(m) if m.is_empty() => break,
             Ok(m) => msgs = m,
-            Err(e) => break Err(Failure::new(held[0].group, 0, Vec::new(), e.into(), false)),
+            Err(e) => {
+                // Nobody's fault: every group is given back, the first retried.
+                let mut f = Failure::new(held[0].group, held[0].attempt, held[0].keys.clone(), e.into(), true);
+                f.forgiven = true;
+                f.others = keys_of(&held[1..]);
+                f.other_groups = held.len() as u64 - 1;
+                f.tokens = tokens_of(&held);
+                return Err(f);
+            }
         }
-    };
-    let ended = |held: &[Held]| held.iter().for_each(|h| ctx.unfinished.end(h.token));
-    if let Err(mut f) = outcome {
-        f.others = held.iter().flat_map(|h| h.keys.iter().copied()).collect();
-        f.other_groups = held.len() as u64;
-        ended(&held);
-        return Err(f);
     }
     if ctx.hooks.take_pause() {
         info!("test hook: paused before commit");
         stop.stopped().await;
         info!("test hook: resumed");
     }
-    if let Err(e) = s.commit().await {
+    let forget: Vec<MessageKey> = held.iter().flat_map(|h| h.forget.iter().copied()).collect();
+    let committed = match s.forget_attempts(&forget).await {
+        Ok(()) => s.commit().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = committed {
         let mut f = Failure::new(held[0].group, held[0].attempt, held[0].keys.clone(), e.into(), true);
+        // The transaction has deleted attempt rows: its rollback comes before the notes.
+        f.notes_first = false;
+        f.tokens = tokens_of(&held);
         if held.len() > 1 {
             // Which group failed the COMMIT is not known: none is blamed, and the groups
             // are taken one per transaction for a while, where each answers for itself.
             f.forgiven = true;
-            f.others = held[1..].iter().flat_map(|h| h.keys.iter().copied()).collect();
+            f.others = keys_of(&held[1..]);
             f.other_groups = held.len() as u64 - 1;
             ctx.solo.fetch_max(u32::try_from(held.len() * 2).unwrap_or(u32::MAX), Ordering::SeqCst);
         }
-        ended(&held);
         return Err(f);
     }
-    ended(&held);
+    held.iter().for_each(|h| ctx.unfinished.end(h.token));
     Ok(held)
 }
 
@@ -496,21 +554,26 @@ async fn process_group<S: Session, T: Transport<Session = S>>(
             true,
         );
         f.forgiven = true;
+        f.died_before = true;
         return Err(f);
     }
     // Registered from the count until the transaction is over: a shutdown that aborts
     // it leaves the registration, and the worker gives the attempt back.
     let token = ctx.unfinished.begin(keys.clone());
     match handle_group(ctx, s, msgs, &keys, &attempts, attempt).await {
-        Ok(done) => Ok(Held { group, keys, attempt, done, token, started, span: Span::current(), died_before }),
+        Ok((done, forget)) => {
+            Ok(Held { group, keys, forget, attempt, done, token, started, span: Span::current(), died_before })
+        }
         Err(error) => {
-            ctx.unfinished.end(token);
-            Err(Failure::new(group, attempt, keys, error, true))
+            let mut f = Failure::new(group, attempt, keys, error, true);
+            f.tokens.push(token);
+            Err(f)
         }
     }
 }
 
-/// The counted attempt: handle (or divert).
+/// The counted attempt: handle (or divert). Returns what it came to and the attempt
+/// rows the COMMIT is to delete.
 async fn handle_group<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
@@ -518,14 +581,14 @@ async fn handle_group<S: Session, T: Transport<Session = S>>(
     keys: &[MessageKey],
     attempts: &[Attempt],
     attempt: i32,
-) -> Result<Done, HandlerError> {
+) -> Result<(Done, Vec<MessageKey>), HandlerError> {
     let max = ctx.settings.max_attempts;
     if attempt > max {
-        Ok(Done::Diverted(divert(ctx, s, msgs, attempts, attempt > max + 1).await?))
+        let letters = divert(ctx, s, msgs, attempts, attempt > max + 1).await?;
+        Ok((Done::Diverted(letters.len() as u32), letters))
     } else {
         let handled = ctx.handler.handle(s, msgs).await?;
-        s.forget_attempts(keys).await?;
-        Ok(Done::Handled(handled))
+        Ok((Done::Handled(handled), keys.to_vec()))
     }
 }
 
@@ -534,14 +597,15 @@ async fn handle_group<S: Session, T: Transport<Session = S>>(
 /// every message, including those of these conversations not yet received (an END
 /// would discard them), goes to the dead-letter table with the reason. With `minimal`
 /// (an earlier diversion of this group failed), only the received messages are kept
-/// aside, with no sends or ends that could fail again.
+/// aside, with no sends or ends that could fail again. Returns the keys of the messages
+/// set aside (their attempt rows go at the COMMIT).
 async fn divert<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
     msgs: &[Message],
     attempts: &[Attempt],
     minimal: bool,
-) -> Result<u32, HandlerError> {
+) -> Result<Vec<MessageKey>, HandlerError> {
     let counts: HashMap<MessageKey, &Attempt> = attempts.iter().map(|a| (a.key, a)).collect();
     let reason = truncate(&attempts.iter().max_by_key(|a| a.attempts).map_or_else(String::new, diversion_reason), 3000);
     let mut handles: Vec<Uuid> = Vec::new();
@@ -577,9 +641,7 @@ async fn divert<S: Session, T: Transport<Session = S>>(
         }
         error!(messages = letters.len(), conversations = handles.len(), reason = %reason, "messages diverted to the dead-letter table");
     }
-    let keys: Vec<MessageKey> = letters.iter().map(MessageKey::of).collect();
-    s.forget_attempts(&keys).await?;
-    Ok(letters.len() as u32)
+    Ok(letters.iter().map(MessageKey::of).collect())
 }
 
 /// Why a message is diverted, from what its counted attempts died of: the handler's
