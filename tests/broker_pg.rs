@@ -760,7 +760,11 @@ async fn far_side(s: &Session, h: Uuid) -> Uuid {
 }
 
 async fn timer_set(s: &Session, h: Uuid) -> bool {
-    s.client().query_one("SELECT timer_at IS NOT NULL FROM sb.endpoint WHERE handle = $1", &[&h]).await.unwrap().get(0)
+    s.client()
+        .query_one("SELECT EXISTS (SELECT 1 FROM sb.conversation_timer WHERE handle = $1)", &[&h])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 #[tokio::test]
