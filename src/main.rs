@@ -69,6 +69,7 @@ fn main() -> ExitCode {
                 progress: true,
                 external_setup: None,
                 pace: None,
+                groups_per_transaction: 1,
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {
@@ -238,6 +239,7 @@ fn main() -> ExitCode {
             open_loop_seconds,
             open_loop_rates,
             bloat_seconds,
+            groups_per_transaction,
             parts,
             contenders,
             render,
@@ -255,6 +257,7 @@ fn main() -> ExitCode {
                 open_loop_seconds,
                 open_loop_rates,
                 bloat_seconds,
+                groups_per_transaction,
                 parts,
                 contenders,
             };

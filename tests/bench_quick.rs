@@ -89,3 +89,32 @@ async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
         assert!(std::fs::read_to_string(dir.0.join(plot)).unwrap().starts_with("<svg"), "{plot}");
     }
 }
+
+/// The pipeline with several groups per transaction (`--groups-per-transaction`): every
+/// run's end state verified (latest wins, nothing left), and the report says how it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_the_quick_pipeline_with_several_groups_per_transaction_verifies() {
+    let dir = crate::common::calc::TempDir::new("bench-quick-groups");
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(["bench", "--quick", "--skip-peers", "--parts", "pipeline", "--groups-per-transaction", "4", "--out"])
+            .arg(&dir.0)
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["sizes"]["pipeline_groups_per_transaction"], 4, "{results}");
+    let runs = results["pipeline"].as_array().unwrap();
+    assert!(runs.len() >= 3, "{results}");
+    for r in runs {
+        assert_eq!(r["verified"], true, "{r}");
+        assert!(r["edits_per_second"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let report = std::fs::read_to_string(dir.0.join("report.md")).unwrap();
+    assert!(report.contains("took up to 4 conversation groups per transaction"), "{report}");
+}

@@ -247,6 +247,7 @@ pub enum Command {
         cargo run --release --features tools -- bench --groups 200 --per-group 50 --reps 3\n  \
         cargo run --release --features tools -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
         cargo run --release --features tools -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
+        cargo run --release --features tools -- bench --parts pipeline --skip-peers --groups-per-transaction 4   (batched commits, B of an A/B)\n  \
         sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
     Bench {
         /// Every part at a tiny size (a check that the bench works, not a measurement).
@@ -278,6 +279,10 @@ pub enum Command {
         /// Seconds the bloat workload runs with xmin pinned (default 180).
         #[arg(long, value_name = "SECONDS")]
         bloat_seconds: Option<f64>,
+        /// The pipeline's sbworker readers take up to this many conversation groups per
+        /// transaction (the queues' `groups_per_transaction`; default 1): an A/B of it.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        groups_per_transaction: Option<u32>,
         /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
         /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
         /// is an A/B of a change in minutes.
@@ -289,7 +294,7 @@ pub enum Command {
         contenders: Vec<crate::bench::Contender>,
         /// Measure nothing: write report.md and the plots again, into --out, from the
         /// results.json of an earlier run.
-        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "parts", "contenders"])]
+        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "groups_per_transaction", "parts", "contenders"])]
         render: Option<std::path::PathBuf>,
     },
     #[cfg(feature = "tools")]

@@ -188,6 +188,8 @@ pub struct Options {
     pub open_loop_rates: Vec<u32>,
     /// Seconds the bloat workload runs with xmin pinned (default 180).
     pub bloat_seconds: Option<f64>,
+    /// The pipeline's readers take up to this many groups per transaction (default 1).
+    pub groups_per_transaction: Option<u32>,
     /// The parts to run (empty: every part); the calibration runs in every repetition.
     pub parts: Vec<Part>,
     /// The contenders to run (empty: every one installed).
@@ -223,6 +225,14 @@ pub struct Sizes {
     pub bloat_groups: i32,
     pub bloat_per_group: i32,
     pub bloat_seconds: f64,
+    /// The pipeline's sbworker readers: groups per transaction (absent from older
+    /// results: 1).
+    #[serde(default = "one")]
+    pub pipeline_groups_per_transaction: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Sizes {
@@ -255,6 +265,7 @@ impl Sizes {
             bloat_groups,
             bloat_per_group,
             bloat_seconds,
+            pipeline_groups_per_transaction: o.groups_per_transaction.unwrap_or(1),
         }
     }
 }
@@ -581,7 +592,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             tracker.next();
-            results.pipeline.push(pipeline::run(&w, sizes.pipeline_employees, readers, None, rep).await?);
+            results.pipeline.push(pipeline::run(&w, &sizes, readers, None, rep).await?);
         }
         // The open loop: 4 readers, the edits paced at half the rate the planners made
         // them in this repetition's closed run with 4 readers.
@@ -593,7 +604,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         if let (true, Some(capacity)) = (opts.runs(Part::Pipeline), capacity) {
             tracker.next();
             let pace = Some(capacity / 2.0);
-            let run = pipeline::run(&w, sizes.pipeline_employees, OPEN_LOOP_READERS, pace, rep).await?;
+            let run = pipeline::run(&w, &sizes, OPEN_LOOP_READERS, pace, rep).await?;
             results.pipeline.push(run);
         }
         if let (true, Ok((bin, _))) = (opts.runs(Part::Pipeline), &river) {

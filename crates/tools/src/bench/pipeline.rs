@@ -73,7 +73,7 @@ pub struct PipelineLimit {
 /// `pace`, its edits sent at that rate by plan (an open loop).
 pub async fn run(
     world: &World,
-    employees: usize,
+    sizes: &super::Sizes,
     readers: u32,
     pace: Option<f64>,
     repetition: usize,
@@ -82,11 +82,13 @@ pub async fn run(
         None => format!("bench_pipeline_{readers}_{repetition}"),
         Some(_) => format!("bench_pipeline_open_{readers}_{repetition}"),
     };
+    let employees = sizes.pipeline_employees;
     let url = world.cluster.create_database(&name).await?;
     let how = pace.map_or(String::new(), |p| format!(", edits paced at {p:.0}/s"));
     super::progress(&format!("pipeline: {employees} employees, {readers} readers{how}"));
     let mut opts = demo_options(employees, url, readers, repetition);
     opts.pace = pace;
+    opts.groups_per_transaction = sizes.pipeline_groups_per_transaction;
     measured(opts, None, repetition).await
 }
 
@@ -114,10 +116,19 @@ pub async fn river(
         .kill_on_drop(true)
         .spawn()
         .context("starting River's pipeline workers")?;
-    let process = super::runs::Process::new(child);
+    let mut process = super::runs::Process::new(child);
     let mut opts = demo_options(employees, url, workers, repetition);
     opts.external_setup = Some(RIVER_PIPELINE_SQL.to_owned());
-    let run = measured(opts, Some(RIVER.to_owned()), repetition).await?;
+    // Workers that exit on their own would leave the demo waiting out its limit for a
+    // drain that cannot come: that ends the run at once, with where their log is.
+    let run = tokio::select! {
+        run = measured(opts, Some(RIVER.to_owned()), repetition) => run?,
+        status = process.exited() => anyhow::bail!(
+            "River's pipeline workers exited ({}) before the pipeline drained: see {}",
+            status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+            dir.join(format!("pipeline-river-{repetition}.log")).display()
+        ),
+    };
     process.terminate().await?;
     Ok(run)
 }
@@ -138,6 +149,7 @@ fn demo_options(employees: usize, url: String, readers: u32, repetition: usize) 
         progress: false,
         external_setup: None,
         pace: None,
+        groups_per_transaction: 1,
     }
 }
 

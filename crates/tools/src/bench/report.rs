@@ -338,11 +338,17 @@ fn pipeline_section(out: &mut String, r: &Results) {
          limit: pgbench doing each edit's minimal durable work with {} clients (`bench_pipeline_limit.pgbench`: \
          the roster row and a request row; the worker's attempt row, the request taken and an answer written; \
          the answer taken and the result stored, latest wins; each client takes the rows it wrote), the ratio \
-         taken within each repetition.\n\n\
+         taken within each repetition.{}\n\n\
          | readers | import requests/s | edits/s | ratio to the limit | p50 ms | p99 ms | verified |\n\
          | --- | --- | --- | --- | --- | --- | --- |",
         s.pipeline_employees,
         r.pipeline_limit.first().map_or(s.connections, |l| l.clients),
+        match s.pipeline_groups_per_transaction {
+            1 => String::new(),
+            n => format!(
+                " sbworker's readers took up to {n} conversation groups per transaction (`--groups-per-transaction`)."
+            ),
+        },
     );
     for &readers in &s.pipeline_readers {
         let runs: Vec<_> = sbworker_pipeline(r, readers).collect();

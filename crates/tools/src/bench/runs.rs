@@ -193,6 +193,11 @@ impl Process {
         self.0.id().unwrap_or(0)
     }
 
+    /// Waits until the process exits on its own.
+    pub(super) async fn exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.wait().await
+    }
+
     pub(super) async fn terminate(mut self) -> anyhow::Result<()> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };

@@ -64,6 +64,9 @@ pub struct Options {
     /// The burst's edits a second, paced by plan (an open loop); `None`: as fast as the
     /// planners can.
     pub pace: Option<f64>,
+    /// The workers' queues take up to this many conversation groups per transaction
+    /// (`groups_per_transaction`; 1: one each).
+    pub groups_per_transaction: u32,
 }
 
 /// The burst's edits when none are given: three per employee.
@@ -216,6 +219,10 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     tokio::spawn(conn);
 
     let mut config = worker_config(&worker_url, opts.readers);
+    for q in config.queues.values_mut() {
+        q.groups_per_transaction = opts.groups_per_transaction;
+    }
+    config.check().context("the demo's worker configuration")?;
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
     let (_emulator_stop, worker) = if let Some(setup) = &opts.external_setup {
