@@ -70,6 +70,7 @@ fn main() -> ExitCode {
                 external_setup: None,
                 pace: None,
                 groups_per_transaction: 1,
+                dialog_reuse_idle_seconds: None,
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {
@@ -240,6 +241,7 @@ fn main() -> ExitCode {
             open_loop_rates,
             bloat_seconds,
             groups_per_transaction,
+            dialog_reuse_idle_seconds,
             parts,
             contenders,
             render,
@@ -258,6 +260,7 @@ fn main() -> ExitCode {
                 open_loop_rates,
                 bloat_seconds,
                 groups_per_transaction,
+                dialog_reuse_idle_seconds,
                 parts,
                 contenders,
             };

@@ -110,6 +110,68 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
     assert_eq!(stop_worker(worker).await, Some(0));
 }
 
+/// Conversation reuse (`dialog_reuse_idle_seconds`): a key's versions share its dialog
+/// while it is open; a Fout ends it (the key's next version begins another); an idle
+/// dialog is ended by the collector on its timer, and the calculation side follows. The
+/// results are those of the dialog-per-request pipeline: latest wins, equal to the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_conversation_reuse_a_keys_versions_share_its_dialog_until_it_is_idle() {
+    let (url, mut c) = pipeline_world().await;
+    // An hour idle: no dialog ends on its own during the test.
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let dir = TempDir::new("reuse");
+    let worker = spawn_worker(&dir, &demo::worker_config_text(&url, 2));
+    let roster = Roster::generate(12, 7, true);
+    roster.load(&mut c).await.unwrap();
+    check::wait_until(&c, Duration::from_secs(300), check::Progress::worked_off, |_| {}).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 40, 7) {
+        e.apply(&c).await.unwrap();
+    }
+    check::wait_until(&c, Duration::from_secs(300), check::Progress::worked_off, |_| {}).await.unwrap();
+    let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!((verdict.latest, verdict.faulted.len()), (11, 1), "{:?}", verdict.faulted);
+    assert!(verdict.faulted[0].1.contains("salary-missing"), "{:?}", verdict.faulted);
+    // Reused: each key that was never answered with a Fout sent every version on one
+    // dialog; the one with the Fout began one a version.
+    let requests = count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await;
+    let dialogs = count(&c, "SELECT count(DISTINCT dialog_handle) FROM rekenserver.berekening_log").await;
+    assert!(requests > 12 && dialogs < requests, "{dialogs} dialogs for {requests} requests");
+    let several = count(
+        &c,
+        "SELECT count(*) FROM (SELECT 1 FROM rekenserver.berekening_log GROUP BY dienstverband_id, periode_id
+                                 HAVING count(DISTINCT dialog_handle) > 1) k",
+    )
+    .await;
+    assert_eq!(several, 1, "only the key with the Fout began a dialog a version");
+    let fouten = count(&c, "SELECT count(*) FROM rekenserver.berekening_log WHERE uitkomst = 'fout'").await;
+    let of_the_key = count(
+        &c,
+        &format!("SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {}", verdict.faulted[0].0),
+    )
+    .await;
+    assert_eq!(fouten, of_the_key, "every request of the key without a salary, and none other, got a Fout");
+    // The dialogs are open, idle; then their hour passes (the timers made due): the
+    // collector ends each, the calculation side follows, nothing is left.
+    assert!(count(&c, "SELECT count(*) FROM sb.endpoint").await > 0);
+    c.execute("UPDATE sb.conversation_timer SET due_at = now()", &[]).await.unwrap();
+    drained(&c).await;
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM rekenserver.sleutel s JOIN sb.endpoint e ON e.handle = s.dialog_handle").await,
+        0
+    );
+    // The next version of a key begins a new dialog, and is answered.
+    let before = count(&c, "SELECT count(DISTINCT dialog_handle) FROM rekenserver.berekening_log").await;
+    for e in sbworker::demo::edits::burst(&roster, 3, 8) {
+        e.apply(&c).await.unwrap();
+    }
+    check::wait_until(&c, Duration::from_secs(300), check::Progress::worked_off, |_| {}).await.unwrap();
+    assert!(count(&c, "SELECT count(DISTINCT dialog_handle) FROM rekenserver.berekening_log").await > before);
+    let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(stop_worker(worker).await, Some(0));
+}
+
 /// The calculation, after a random pause of up to 3 ms: completions come out of order.
 struct Delayed {
     inner: Arc<calculation::Calculation>,

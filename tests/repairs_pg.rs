@@ -338,3 +338,81 @@ async fn an_answer_the_collector_diverts_is_recorded_and_its_key_sent_again() {
     assert_end_state(&c).await;
     assert_eq!(stop_worker(worker).await, Some(0));
 }
+
+/// Conversation reuse: a Fout answers the oldest request still open on its dialog; the
+/// requests sent after it on the same dialog are lost with it (the calculation ends the
+/// dialog with the Fout's error), recorded as the environment's, so the sweep sends their
+/// keys again. Without reuse each dialog carries one request, as before.
+#[tokio::test]
+async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later_ones_are_lost() {
+    let (url, c) = fresh_roster_db().await;
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let mut loader = connect(&url).await;
+    // No worker: every request stays open on its key's dialog.
+    let roster = Roster::generate(2, 15, false);
+    roster.load(&mut loader).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
+        e.apply(&c).await.unwrap();
+    }
+    let row = c
+        .query_one(
+            "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
+              ORDER BY count(*) DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (h, n): (uuid::Uuid, i64) = (row.get(0), row.get(1));
+    assert!(n >= 3, "a key's versions share its dialog: {n}");
+    // As the calculation does with a Fout: its side ends the dialog with the error.
+    c.execute("SELECT sb.end_conversation(far_handle, 50012, 'ongeldig') FROM sb.endpoint WHERE handle = $1", &[&h])
+        .await
+        .unwrap();
+    c.execute("SELECT rekenserver.noteer_fout($1, 'tijdblok (50012): ongeldig', false, true)", &[&h]).await.unwrap();
+    let rows = c
+        .query(
+            "SELECT uitkomst, herstelbaar, foutmelding FROM rekenserver.berekening_log WHERE dialog_handle = $1
+              ORDER BY versie",
+            &[&h],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(String, bool, String)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(got[0], ("fout".into(), false, "tijdblok (50012): ongeldig".into()), "the oldest gets the Fout");
+    for later in &got[1..] {
+        assert_eq!((later.0.as_str(), later.1), ("fout", true), "{later:?}");
+        assert!(later.2.starts_with("lost: the dialog ended with the Fout of an earlier request"), "{later:?}");
+    }
+    // The key's current version went again at once, on a new dialog.
+    let again = c
+        .query_one(
+            "SELECT l.dialog_handle, l.versie, s.versie FROM rekenserver.berekening_log l
+               JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
+              WHERE l.uitkomst IS NULL
+                AND (l.dienstverband_id, l.periode_id) =
+                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
+            &[&h],
+        )
+        .await
+        .unwrap();
+    let (to, sent, current): (uuid::Uuid, i64, i64) = (again.get(0), again.get(1), again.get(2));
+    assert_ne!(to, h);
+    assert_eq!(sent, current);
+    // An error end without a Fout (no p_eerste) records every open request, as before.
+    let other: uuid::Uuid = c
+        .query_one("SELECT dialog_handle FROM rekenserver.berekening_log WHERE dialog_handle <> $1 LIMIT 1", &[&h])
+        .await
+        .unwrap()
+        .get(0);
+    c.execute("SELECT rekenserver.noteer_fout($1, 'error -8489: over', true)", &[&other]).await.unwrap();
+    assert_eq!(
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.berekening_log WHERE dialog_handle = '{other}' AND uitkomst IS NULL"
+            )
+        )
+        .await,
+        0
+    );
+}

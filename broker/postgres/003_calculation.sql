@@ -37,6 +37,18 @@ SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loon
                          ARRAY['/Rekenserver/LoonfactorBerekening/HerberekenContract']);
 SELECT sb.create_broker_priority('herberekening', '/Rekenserver/LoonfactorBerekening/HerberekenContract',
     NULL, NULL, 3);
+-- A key's dialog kept open for its next versions (conversation reuse: the setting
+-- 'dialog_reuse_idle_seconds' of rekenserver.instelling; off without it) goes on a
+-- contract of its own, so that each side knows from the dialog that it does not end with
+-- an answer: the collector ends it once the key has been idle that long (its
+-- conversation timer), and the calculation side ends on the EndDialog. The same
+-- messages, the same services.
+SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/SleutelContract', ARRAY[
+    ['/Rekenserver/LoonfactorBerekening/Vraag', 'INITIATOR'],
+    ['/Rekenserver/LoonfactorBerekening/Antwoord', 'TARGET'],
+    ['/Rekenserver/Fout', 'TARGET']]);
+SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
+                         ARRAY['/Rekenserver/LoonfactorBerekening/SleutelContract']);
 
 -- The calculation side: per (dienstverband, periode) the newest roster version it has
 -- answered. The receiving transaction claims a version here (holding the row lock to
@@ -99,7 +111,7 @@ CREATE INDEX IF NOT EXISTS resultaat_historie_key ON rekenserver.resultaat_histo
 -- older than the stored result; vervangen: answered as superseded by the calculation;
 -- fout: a Fout or an error end, with the reason).
 CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
-    dialog_handle    uuid PRIMARY KEY,
+    dialog_handle    uuid NOT NULL,
     vraag_id         uuid NOT NULL,
     dienstverband_id int NOT NULL,
     periode_id       int NOT NULL,
@@ -107,10 +119,22 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
     verzonden_op     timestamptz NOT NULL DEFAULT clock_timestamp(),
     beantwoord_op    timestamptz,
     uitkomst         text CHECK (uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')),
-    foutmelding      text
+    foutmelding      text,
+    PRIMARY KEY (dialog_handle, vraag_id)
 );
 CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
     WHERE uitkomst IS NULL;
+-- A reused dialog carries several requests, and a replay sends a Vraag again on a new
+-- dialog: a row per request and dialog. (An install from before kept a row per dialog,
+-- when each dialog carried one.)
+DO $$
+BEGIN
+    IF (SELECT array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid = 'rekenserver.berekening_log'::regclass AND c.contype = 'p') = 1 THEN
+        ALTER TABLE rekenserver.berekening_log DROP CONSTRAINT berekening_log_pkey;
+        ALTER TABLE rekenserver.berekening_log ADD PRIMARY KEY (dialog_handle, vraag_id);
+    END IF;
+END $$;
 
 -- Evidence of every stored result (`sbworker explain`): the Vraag as sent is kept in
 -- the log row of its request (text; PostgreSQL compresses a long value itself), and the
@@ -158,6 +182,19 @@ CREATE TABLE IF NOT EXISTS rekenserver.instelling (
     naam   text PRIMARY KEY CHECK (naam IN ('dialog_lifetime_seconds')),
     waarde bigint NOT NULL CHECK (waarde BETWEEN 1 AND 2147483647)
 );
+-- The second setting: 'dialog_reuse_idle_seconds', conversation reuse. With it, a key's
+-- dialog (on the contract SleutelContract) carries the key's next versions, and ends once
+-- the key has had no request open for that many seconds (no row: a dialog per request).
+-- Recomputes and the self-test's scratch key keep a dialog per request.
+ALTER TABLE rekenserver.instelling DROP CONSTRAINT IF EXISTS instelling_naam_check;
+ALTER TABLE rekenserver.instelling ADD CONSTRAINT instelling_naam_check
+    CHECK (naam IN ('dialog_lifetime_seconds', 'dialog_reuse_idle_seconds'));
+
+CREATE OR REPLACE FUNCTION rekenserver.dialoog_hergebruik() RETURNS int
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT waarde FROM rekenserver.instelling WHERE naam = 'dialog_reuse_idle_seconds'), 0);
+END $$;
 
 CREATE OR REPLACE FUNCTION rekenserver.dialog_levensduur() RETURNS int
 LANGUAGE plpgsql STABLE AS $$
@@ -183,7 +220,12 @@ BEGIN
     -- The answer must be for the request its dialog carried: an answer naming another
     -- key or version is refused (the transaction fails; after the worker's attempts it
     -- is set aside), never stored under the wrong key.
-    SELECT * INTO v_log FROM rekenserver.berekening_log WHERE dialog_handle = p_handle;
+    -- (A reused dialog carries several: the request is the one the Antwoord names.)
+    SELECT * INTO v_log FROM rekenserver.berekening_log WHERE vraag_id = p_vraag_id AND dialog_handle = p_handle;
+    IF NOT FOUND THEN
+        SELECT * INTO v_log FROM rekenserver.berekening_log WHERE dialog_handle = p_handle
+         ORDER BY versie DESC LIMIT 1;
+    END IF;
     IF FOUND AND (v_log.dienstverband_id, v_log.periode_id, v_log.versie, v_log.vraag_id)
                  IS DISTINCT FROM (p_dv, p_periode, p_versie, p_vraag_id) THEN
         PERFORM sb.fail('22023', format(
@@ -239,7 +281,15 @@ BEGIN
     -- The Vraag kept for the evidence leaves the log with the outcome (copied above when
     -- the result was stored): the log keeps no salary data of its own.
     UPDATE rekenserver.berekening_log SET beantwoord_op = clock_timestamp(), uitkomst = v_uitkomst, vraag = NULL
-     WHERE dialog_handle = p_handle;
+     WHERE vraag_id = p_vraag_id AND dialog_handle = p_handle;
+    -- A reused dialog with no request left open: its idle timer starts (again). Its
+    -- DialogTimer reaches the collector, which ends the dialog if the key is still idle
+    -- (rekenserver.dialoog_stil).
+    IF EXISTS (SELECT 1 FROM sb.endpoint
+                WHERE handle = p_handle AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract')
+       AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL) THEN
+        PERFORM sb.begin_conversation_timer(p_handle, greatest(rekenserver.dialoog_hergebruik(), 1));
+    END IF;
     RETURN v_uitkomst;
 END $$;
 
@@ -247,16 +297,71 @@ END $$;
 -- same version again can succeed (p_herstelbaar: the environment's fault). The first
 -- record of a dialog stands. A worker of an older release passes no p_herstelbaar: it
 -- is then read from the text, in the formats that release wrote.
+-- With p_eerste (a Fout, which answers one request): the oldest request still open on
+-- the dialog gets it (a dialog's messages come in order). On a reused dialog the
+-- requests sent after it are lost with the dialog, which the calculation ends with the
+-- Fout's error: they are recorded as the environment's, and their key's current version
+-- is sent again at once, on a new dialog.
 DROP FUNCTION IF EXISTS rekenserver.noteer_fout(uuid, text);
-CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text, p_herstelbaar boolean DEFAULT NULL)
+DROP FUNCTION IF EXISTS rekenserver.noteer_fout(uuid, text, boolean);
+CREATE OR REPLACE FUNCTION rekenserver.noteer_fout(p_handle uuid, p_melding text, p_herstelbaar boolean DEFAULT NULL,
+    p_eerste boolean DEFAULT false)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_eerste  uuid;
+    v_dv      int;
+    v_periode int;
 BEGIN
+    IF p_eerste THEN
+        SELECT vraag_id INTO v_eerste FROM rekenserver.berekening_log
+         WHERE dialog_handle = p_handle AND uitkomst IS NULL ORDER BY versie, verzonden_op LIMIT 1;
+        IF FOUND THEN
+            UPDATE rekenserver.berekening_log
+               SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, foutmelding = p_melding,
+                   herstelbaar = coalesce(p_herstelbaar, p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
+             WHERE vraag_id = v_eerste;
+            UPDATE rekenserver.berekening_log
+               SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, herstelbaar = true,
+                   foutmelding = 'lost: the dialog ended with the Fout of an earlier request on it; sent again'
+             WHERE dialog_handle = p_handle AND uitkomst IS NULL;
+            IF FOUND THEN
+                SELECT dienstverband_id, periode_id INTO v_dv, v_periode FROM rekenserver.berekening_log
+                 WHERE dialog_handle = p_handle AND vraag_id = v_eerste;
+                PERFORM rekenserver.stuur_vraag(v_dv, v_periode);
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
     UPDATE rekenserver.berekening_log
        SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout', vraag = NULL,
            foutmelding = coalesce(foutmelding, p_melding),
            herstelbaar = coalesce(herstelbaar, p_herstelbaar,
                                   p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
      WHERE dialog_handle = p_handle AND (uitkomst IS NULL OR uitkomst = 'fout');
+END $$;
+
+-- A reused dialog's idle timer has fired (the collector received its DialogTimer): true
+-- when no request of the key is open on it (the dialog is then no longer the key's, and
+-- the collector ends it); false when one is (its answer starts the timer again). Under
+-- the key's row lock, which rekenserver.stuur_vraag holds while it chooses the dialog and
+-- sends, so that a request is never sent on a dialog being ended.
+CREATE OR REPLACE FUNCTION rekenserver.dialoog_stil(p_handle uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_dv      int;
+    v_periode int;
+BEGIN
+    SELECT dienstverband_id, periode_id INTO v_dv, v_periode FROM rekenserver.berekening_log
+     WHERE dialog_handle = p_handle LIMIT 1;
+    IF FOUND THEN
+        PERFORM 1 FROM rekenserver.sleutel WHERE dienstverband_id = v_dv AND periode_id = v_periode FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL) THEN
+            RETURN false;
+        END IF;
+        UPDATE rekenserver.sleutel SET dialog_handle = NULL
+         WHERE dienstverband_id = v_dv AND periode_id = v_periode AND dialog_handle = p_handle;
+    END IF;
+    RETURN true;
 END $$;
 
 -- The sweep's way to sb.expire_dialogs (housekeeping has no rights in schema sb): the

@@ -94,6 +94,9 @@ CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
     gewijzigd_op     timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (dienstverband_id, periode_id)
 );
+-- With conversation reuse: the key's open dialog (its initiator's handle), which carries
+-- its next versions until the collector ends it idle.
+ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
 
 -- Keys whose Vraag could not be built at their current version (the dienstverband, its
 -- CAO or the period is gone): recorded with the reason, left out of the sweep until the
@@ -222,8 +225,9 @@ DECLARE
     v_vraag  xml;
     v_tekst  text;
     v_handle uuid;
+    v_reuse  uuid;
 BEGIN
-    SELECT versie, group_id INTO v_versie, v_group FROM rekenserver.sleutel
+    SELECT versie, group_id, dialog_handle INTO v_versie, v_group, v_reuse FROM rekenserver.sleutel
      WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -241,15 +245,50 @@ BEGIN
             SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
-    -- A recompute's Vraag goes on its own contract, at its lower priority.
-    v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
-                                '/Rekenserver/LoonfactorBerekening/RekenService',
-                                CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenContract'
-                                     ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group,
-                                rekenserver.dialog_levensduur());
+    IF p_herberekening OR p_dv < 0 OR rekenserver.dialoog_hergebruik() = 0 THEN
+        -- A dialog per request. A recompute's Vraag goes on its own contract, at its
+        -- lower priority; the self-test's scratch key (negative ids) is not reused.
+        v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
+                                    '/Rekenserver/LoonfactorBerekening/RekenService',
+                                    CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenContract'
+                                         ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group,
+                                    rekenserver.dialog_levensduur());
+    ELSIF v_reuse IS NOT NULL AND EXISTS (
+            SELECT 1 FROM sb.endpoint
+             WHERE handle = v_reuse AND state IN ('SO', 'CO')
+               AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
+               AND (expires_at IS NULL OR expires_at > clock_timestamp()
+                    + make_interval(secs => least(600, rekenserver.dialog_levensduur() / 2)))) THEN
+        -- Conversation reuse: the key's dialog, open (neither side has ended it) and not
+        -- near its LIFETIME's end. Messages on one dialog arrive in order.
+        v_handle := v_reuse;
+    ELSE
+        v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
+                                    '/Rekenserver/LoonfactorBerekening/RekenService',
+                                    '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group,
+                                    rekenserver.dialog_levensduur());
+        UPDATE rekenserver.sleutel SET dialog_handle = v_handle
+         WHERE dienstverband_id = p_dv AND periode_id = p_periode;
+    END IF;
     -- The text once: sent as UTF-8, and kept in the log for the evidence.
     v_tekst := v_vraag::text;
-    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
+    IF v_handle = v_reuse THEN
+        BEGIN
+            PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
+        EXCEPTION WHEN SQLSTATE 'SB429' OR SQLSTATE 'SB426' THEN
+            -- The other side ended the key's dialog after it was chosen (a Fout, a
+            -- diversion): a new one.
+            v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
+                                        '/Rekenserver/LoonfactorBerekening/RekenService',
+                                        '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group,
+                                        rekenserver.dialog_levensduur());
+            UPDATE rekenserver.sleutel SET dialog_handle = v_handle
+             WHERE dienstverband_id = p_dv AND periode_id = p_periode;
+            PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
+        END;
+    ELSE
+        PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
+    END IF;
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;

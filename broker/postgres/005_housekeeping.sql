@@ -114,10 +114,11 @@ LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('rekenserver.vragen_uit', 'on', true);
     PERFORM sb.end_conversation_cleanup(e.handle)
-       FROM rekenserver.berekening_log l
-       JOIN sb.endpoint i ON i.handle = l.dialog_handle
-       JOIN sb.endpoint e ON e.conversation_id = i.conversation_id
-      WHERE l.dienstverband_id = -1000001;
+       FROM (SELECT DISTINCT e.handle
+               FROM rekenserver.berekening_log l
+               JOIN sb.endpoint i ON i.handle = l.dialog_handle
+               JOIN sb.endpoint e ON e.conversation_id = i.conversation_id
+              WHERE l.dienstverband_id = -1000001) e;
     DELETE FROM rooster.dienst WHERE dienstverband_id = -1000001;
     DELETE FROM rooster.dienstverband WHERE id = -1000001;
     DELETE FROM rooster.periode WHERE id = -1000001;

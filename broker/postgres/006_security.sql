@@ -65,6 +65,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'sb', 'may'),
     ('sbworker_worker', 'rekenserver', 'sla_antwoord_op'),
     ('sbworker_worker', 'rekenserver', 'noteer_fout'),
+    ('sbworker_worker', 'rekenserver', 'dialoog_stil'),
     ('sbworker_worker', 'rekenserver', 'selftest_scratch'),
     ('sbworker_worker', 'rekenserver', 'selftest_dialogs'),
     ('sbworker_worker', 'rekenserver', 'selftest_result'),

@@ -283,6 +283,11 @@ pub enum Command {
         /// transaction (the queues' `groups_per_transaction`; default 1): an A/B of it.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
         groups_per_transaction: Option<u32>,
+        /// The pipeline with conversation reuse: a key's dialog carries its next
+        /// versions and ends after this many idle seconds (PostgreSQL broker; default: a
+        /// dialog per request): an A/B of it.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+        dialog_reuse_idle_seconds: Option<u32>,
         /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
         /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
         /// is an A/B of a change in minutes.
@@ -294,7 +299,7 @@ pub enum Command {
         contenders: Vec<crate::bench::Contender>,
         /// Measure nothing: write report.md and the plots again, into --out, from the
         /// results.json of an earlier run.
-        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "groups_per_transaction", "parts", "contenders"])]
+        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "groups_per_transaction", "dialog_reuse_idle_seconds", "parts", "contenders"])]
         render: Option<std::path::PathBuf>,
     },
     #[cfg(feature = "tools")]

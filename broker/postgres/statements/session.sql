@@ -100,6 +100,12 @@ SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::n
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);
 
+-- name: record_request_fout
+SELECT rekenserver.noteer_fout($1, $2, $3, true);
+
+-- name: dialog_idle
+SELECT rekenserver.dialoog_stil($1);
+
 -- The side connection's writes (attempt counts, failure notes) need not wait for the
 -- WAL flush: a lost count after a server crash only gives an attempt back.
 -- name: side_async_commit

@@ -30,6 +30,11 @@ pub mod message_types {
     pub const FOUT: &str = "/Rekenserver/Fout";
 }
 
+/// The contract of a key's reused dialog (conversation reuse, PostgreSQL broker): the
+/// same messages as the others, but neither side ends the dialog with an answer; the
+/// initiator ends it once the key has been idle (its conversation timer).
+pub const SLEUTEL_CONTRACT: &str = "/Rekenserver/LoonfactorBerekening/SleutelContract";
+
 /// The Waarschuwing code of an Antwoord that answers a superseded Vraag: it carries no
 /// factors, and the collector stores nothing for it.
 pub const VERVANGEN: &str = "vervangen";

@@ -109,7 +109,9 @@ impl Calculation {
                 }
             }
         };
-        if !m.last {
+        // A reused dialog (its own contract) stays open for the key's next versions: the
+        // initiator ends it once the key is idle, and this side on its EndDialog.
+        if !m.last || m.message.contract == contract::SLEUTEL_CONTRACT {
             return Ok(Step::new(outcome, End::Open));
         }
         s.end_conversation(h, None).await?;

@@ -28,8 +28,15 @@ impl Collector {
         Self { limits }
     }
 
-    /// Stores an Antwoord if it is newer than the stored result, and ends the dialog.
-    async fn on_antwoord<S: PayrollStore>(&self, s: &mut S, h: Uuid, body: &[u8]) -> Result<Step, HandlerError> {
+    /// Stores an Antwoord if it is newer than the stored result, and ends the dialog
+    /// (a reused one stays open until the key is idle: `on_timer`).
+    async fn on_antwoord<S: PayrollStore>(
+        &self,
+        s: &mut S,
+        h: Uuid,
+        body: &[u8],
+        reused: bool,
+    ) -> Result<Step, HandlerError> {
         match contract::decode_antwoord(body, &self.limits) {
             Ok(a) => {
                 let superseded = a.waarschuwingen.iter().any(|w| w.code == VERVANGEN);
@@ -37,13 +44,16 @@ impl Collector {
                     Stored::Stored => Outcome::Answered,
                     Stored::Older | Stored::Superseded => Outcome::Superseded,
                 };
+                if reused {
+                    return Ok(Step::new(outcome, End::Open));
+                }
                 s.end_conversation(h, None).await?;
                 Ok(Step::new(outcome, End::Ended))
             }
             Err(e) => {
                 let reason = format!("unreadable Antwoord: {e}");
                 warn!(reason = %reason, "Antwoord refused");
-                s.record_fout(h, &reason, false).await?;
+                s.record_request_fout(h, &reason, false).await?;
                 s.end_conversation(h, Some((e.reden.error_number(), &reason))).await?;
                 Ok(Step::new(Outcome::Faulted, End::WithError))
             }
@@ -59,7 +69,7 @@ impl Collector {
             Err(e) => (format!("unreadable Fout: {e}"), false),
         };
         warn!(reason = %reason, "the calculation answered with a Fout");
-        s.record_fout(h, &reason, repairable).await?;
+        s.record_request_fout(h, &reason, repairable).await?;
         s.end_conversation(h, None).await?;
         Ok(Step::new(Outcome::Faulted, End::Ended))
     }
@@ -70,7 +80,8 @@ impl<S: PayrollStore> Dialog<S> for Collector {
 
     async fn on_message(&self, s: &mut S, m: Incoming<'_>) -> Result<Step, HandlerError> {
         if m.message.message_type == message_types::ANTWOORD {
-            self.on_antwoord(s, m.handle(), &m.message.body).await
+            let reused = m.message.contract == contract::SLEUTEL_CONTRACT;
+            self.on_antwoord(s, m.handle(), &m.message.body, reused).await
         } else {
             self.on_fout(s, m.handle(), &m.message.body).await
         }
@@ -86,6 +97,12 @@ impl<S: PayrollStore> Dialog<S> for Collector {
     async fn on_breach(&self, s: &mut S, handle: Uuid, text: &str) -> Result<(), HandlerError> {
         s.record_fout(handle, text, false).await?;
         Ok(())
+    }
+
+    /// A reused dialog's idle timer: ended when the key has had no request open on it
+    /// for the idle time (the store then says it is no longer the key's).
+    async fn on_timer(&self, s: &mut S, handle: Uuid, contract: &str) -> Result<bool, HandlerError> {
+        Ok(contract == contract::SLEUTEL_CONTRACT && s.dialog_idle(handle).await?)
     }
 }
 

@@ -2,8 +2,9 @@
 //! it does what Service Broker's rules say whatever the contract: a message of a
 //! conversation this transaction has already ended is dropped; an EndDialog ends our
 //! side; an Error is logged, handed to the handler to record, and ends our side; a
-//! dialog timer is ignored; a message type outside the contract is handed to the
-//! handler to record and ends the conversation with [`CONTRACT_BREACH`]. Only the
+//! dialog timer is handed to the handler, which may end the conversation (the collector
+//! does on a reused dialog gone idle); a message type outside the contract is handed to
+//! the handler to record and ends the conversation with [`CONTRACT_BREACH`]. Only the
 //! contract's own message types reach the handler's [`Dialog::on_message`], with what
 //! the loop knows of the batch. The loop counts what each message came to ([`Handled`]).
 
@@ -100,6 +101,18 @@ pub trait Dialog<S: PayrollStore>: Sync {
         let _ = (s, handle, text);
         async { Ok(()) }
     }
+
+    /// This side's conversation timer fired on a dialog of `contract`: true to end the
+    /// conversation (without an error), false to leave it. Left by default.
+    fn on_timer(
+        &self,
+        s: &mut S,
+        handle: Uuid,
+        contract: &str,
+    ) -> impl Future<Output = Result<bool, HandlerError>> + Send {
+        let _ = (s, handle, contract);
+        async { Ok(false) }
+    }
 }
 
 /// Runs `d` over the messages of one received group, in order, inside the caller's
@@ -168,9 +181,14 @@ pub async fn run<S: PayrollStore, D: Dialog<S>>(
                     done.ended += 1;
                 }
                 system::DIALOG_TIMER => {
-                    debug!("dialog timer ignored");
-                    done.skipped += 1;
-                    return Ok(());
+                    if !d.on_timer(s, h, &m.contract).await? {
+                        debug!("dialog timer: the conversation stays open");
+                        done.skipped += 1;
+                        return Ok(());
+                    }
+                    debug!("dialog timer: the conversation is ended");
+                    s.end_conversation(h, None).await?;
+                    done.ended += 1;
                 }
                 other => {
                     warn!(message_type = other, "message type outside the contract; conversation ended with an error");

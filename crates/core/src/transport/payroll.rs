@@ -53,4 +53,25 @@ pub trait PayrollStore: Session {
         message: &str,
         repairable: bool,
     ) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// The collector: records a Fout (or an unreadable answer), which answers one
+    /// request: the oldest still open on the dialog. On a reused dialog the requests
+    /// sent after it are lost with the dialog (repairable). Where every dialog carries
+    /// one request, as [`record_fout`](Self::record_fout).
+    fn record_request_fout(
+        &mut self,
+        handle: Uuid,
+        message: &str,
+        repairable: bool,
+    ) -> impl Future<Output = Result<(), BrokerError>> + Send {
+        self.record_fout(handle, message, repairable)
+    }
+
+    /// The collector, on a reused dialog's DialogTimer: true when the key has had no
+    /// request open on it for the idle time and the dialog is to be ended (it is no
+    /// longer the key's); false to keep it. Never true where dialogs are not reused.
+    fn dialog_idle(&mut self, handle: Uuid) -> impl Future<Output = Result<bool, BrokerError>> + Send {
+        let _ = handle;
+        async { Ok(false) }
+    }
 }

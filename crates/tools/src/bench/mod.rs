@@ -190,6 +190,8 @@ pub struct Options {
     pub bloat_seconds: Option<f64>,
     /// The pipeline's readers take up to this many groups per transaction (default 1).
     pub groups_per_transaction: Option<u32>,
+    /// The pipeline with conversation reuse, with this idle time (default: off).
+    pub dialog_reuse_idle_seconds: Option<u32>,
     /// The parts to run (empty: every part); the calibration runs in every repetition.
     pub parts: Vec<Part>,
     /// The contenders to run (empty: every one installed).
@@ -229,6 +231,9 @@ pub struct Sizes {
     /// results: 1).
     #[serde(default = "one")]
     pub pipeline_groups_per_transaction: u32,
+    /// The pipeline with conversation reuse: its idle time in seconds (absent: off).
+    #[serde(default)]
+    pub pipeline_dialog_reuse_idle_seconds: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -266,6 +271,7 @@ impl Sizes {
             bloat_per_group,
             bloat_seconds,
             pipeline_groups_per_transaction: o.groups_per_transaction.unwrap_or(1),
+            pipeline_dialog_reuse_idle_seconds: o.dialog_reuse_idle_seconds,
         }
     }
 }

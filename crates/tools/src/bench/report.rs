@@ -343,12 +343,22 @@ fn pipeline_section(out: &mut String, r: &Results) {
          | --- | --- | --- | --- | --- | --- | --- |",
         s.pipeline_employees,
         r.pipeline_limit.first().map_or(s.connections, |l| l.clients),
-        match s.pipeline_groups_per_transaction {
-            1 => String::new(),
-            n => format!(
-                " sbworker's readers took up to {n} conversation groups per transaction (`--groups-per-transaction`)."
-            ),
-        },
+        [
+            match s.pipeline_groups_per_transaction {
+                1 => String::new(),
+                n => format!(
+                    " sbworker's readers took up to {n} conversation groups per transaction (`--groups-per-transaction`)."
+                ),
+            },
+            match s.pipeline_dialog_reuse_idle_seconds {
+                None => String::new(),
+                Some(n) => format!(
+                    " Conversations were reused per key, ended after {n} s idle (`--dialog-reuse-idle-seconds`); edits/s \
+                     is timed to the last answer stored, before the dialogs close."
+                ),
+            },
+        ]
+        .concat(),
     );
     for &readers in &s.pipeline_readers {
         let runs: Vec<_> = sbworker_pipeline(r, readers).collect();

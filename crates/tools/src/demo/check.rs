@@ -23,9 +23,15 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Every request answered and no message waiting: the work is done. (Reused dialogs
+    /// stay open until their keys have been idle a while.)
+    pub fn worked_off(&self) -> bool {
+        self.answered == self.sent && self.messages == 0
+    }
+
     /// Every request answered, no message waiting, every conversation ended.
     pub fn drained(&self) -> bool {
-        self.answered == self.sent && self.messages == 0 && self.endpoints == 0
+        self.worked_off() && self.endpoints == 0
     }
 }
 
@@ -36,16 +42,22 @@ pub async fn progress(client: &Client) -> Result<Progress, tokio_postgres::Error
 
 /// Checks progress every 100 ms (calling `report` with it) until drained; an error
 /// after `limit`.
-pub async fn wait_drained(
+pub async fn wait_drained(client: &Client, limit: Duration, report: impl FnMut(&Progress)) -> anyhow::Result<Progress> {
+    wait_until(client, limit, Progress::drained, report).await
+}
+
+/// Until `done` holds of the progress, within `limit`, reporting as it goes.
+pub async fn wait_until(
     client: &Client,
     limit: Duration,
+    done: fn(&Progress) -> bool,
     mut report: impl FnMut(&Progress),
 ) -> anyhow::Result<Progress> {
     let start = Instant::now();
     loop {
         let p = progress(client).await?;
         report(&p);
-        if p.drained() {
+        if done(&p) {
             return Ok(p);
         }
         if start.elapsed() > limit {

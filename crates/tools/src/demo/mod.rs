@@ -67,6 +67,9 @@ pub struct Options {
     /// The workers' queues take up to this many conversation groups per transaction
     /// (`groups_per_transaction`; 1: one each).
     pub groups_per_transaction: u32,
+    /// Conversation reuse, with this idle time in seconds (`None`: a dialog per
+    /// request).
+    pub dialog_reuse_idle_seconds: Option<u32>,
 }
 
 /// The burst's edits when none are given: three per employee.
@@ -194,6 +197,9 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     install_with(&url, true).await.context("installing the broker and the roster schema")?;
     let (client, conn) = crate::pg_tls::connect(&url).await?;
     tokio::spawn(conn);
+    if let Some(idle) = opts.dialog_reuse_idle_seconds {
+        client.execute(stmt::DIALOG_REUSE.sql, &[&i64::from(idle)]).await.context("turning conversation reuse on")?;
+    }
     let existing: i64 = client.query_one(stmt::DIENSTVERBAND_COUNT.sql, &[]).await?.get(0);
     anyhow::ensure!(existing == 0, "the database already holds a roster ({existing} employees): give an empty one");
     // On its own cluster the demo runs as production would: the workers and the planners
@@ -259,8 +265,9 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     let started = Instant::now();
     roster.load(&mut planner).await.context("loading the roster")?;
     let mut line = ProgressLine { phase: "roster import", tty, last: None, quiet: !opts.progress };
-    check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
+    check::wait_until(&client, limit, check::Progress::worked_off, |p| line.show(p, started)).await?;
     let load = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
+    check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
 
     // Phase 2: a burst of edits from four planners at once (or paced: edit i of the
     // burst at i / pace seconds, the planners taking turns).
@@ -289,8 +296,10 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     while let Some(done) = tasks.join_next().await {
         done?.context("applying an edit")?;
     }
-    check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
+    // Timed to the work's end; reused dialogs close once their keys have been idle.
+    check::wait_until(&client, limit, check::Progress::worked_off, |p| line.show(p, started)).await?;
     let burst = phase(&client, &since, started.elapsed().as_secs_f64()).await?;
+    check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
 
     // (External workers are the caller's to stop.)
     if let Some(worker) = worker {

@@ -675,4 +675,14 @@ impl transport::PayrollStore for Session {
         self.work(S::RECORD_FOUT, &[&handle, &message, &repairable]).await?;
         Ok(())
     }
+
+    async fn record_request_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
+        self.work(S::RECORD_REQUEST_FOUT, &[&handle, &message, &repairable]).await?;
+        Ok(())
+    }
+
+    async fn dialog_idle(&mut self, handle: Uuid) -> Result<bool, BrokerError> {
+        let rows = self.work(S::DIALOG_IDLE, &[&handle]).await?;
+        Ok(single(rows, S::DIALOG_IDLE.name)?.get(0))
+    }
 }

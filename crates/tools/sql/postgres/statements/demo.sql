@@ -193,3 +193,8 @@ BEGIN
     CREATE ROLE sbworker_demo_planner LOGIN;
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$
+
+-- name: dialog_reuse
+-- Conversation reuse on, with this idle time in seconds (rekenserver.instelling).
+INSERT INTO rekenserver.instelling (naam, waarde) VALUES ('dialog_reuse_idle_seconds', $1)
+ON CONFLICT (naam) DO UPDATE SET waarde = EXCLUDED.waarde;
