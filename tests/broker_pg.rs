@@ -883,3 +883,46 @@ async fn a_due_timer_of_a_group_another_receiver_holds_never_makes_a_receive_wai
         [(system::DIALOG_TIMER, target)]
     );
 }
+
+async fn ready_to_send(s: &Session, h: Uuid) -> bool {
+    s.client().query_one("SELECT sb.ready_to_send($1)", &[&h]).await.unwrap().get(0)
+}
+
+/// A sender that reuses a dialog asks `sb.ready_to_send` first: false, at once, while a
+/// receiver holds the other side's group (a SEND into it would wait for that receiver's
+/// transaction) or either side has ended; true otherwise, holding the group's ready row
+/// until its commit.
+#[tokio::test]
+async fn ready_to_send_never_waits_for_the_other_sides_receiver() {
+    let (url, mut a) = world().await;
+    let b = Session::open(&url).await.unwrap();
+    let h = dialog(&mut a, &["<x/>", "<y/>"]).await;
+    // The target's receiver holds its group, with a message left in it.
+    a.begin().await.unwrap();
+    assert_eq!(bodies(&a.receive("tq", 1, None, NOW).await.unwrap()), ["<x/>"]);
+    b.client().batch_execute("BEGIN").await.unwrap();
+    let held = tokio::time::timeout(Duration::from_secs(30), ready_to_send(&b, h)).await.expect("it waited");
+    assert!(!held, "the group is held");
+    b.client().batch_execute("ROLLBACK").await.unwrap();
+    // Received to its last message (the ready row deleted, not committed): still held.
+    assert_eq!(bodies(&a.receive("tq", 10, None, NOW).await.unwrap()), ["<y/>"]);
+    b.client().batch_execute("BEGIN").await.unwrap();
+    assert!(!tokio::time::timeout(Duration::from_secs(30), ready_to_send(&b, h)).await.expect("it waited"));
+    b.client().batch_execute("ROLLBACK").await.unwrap();
+    a.commit().await.unwrap();
+    // Free: true, and the group stays with the sender until it commits.
+    b.client().batch_execute("BEGIN").await.unwrap();
+    assert!(ready_to_send(&b, h).await);
+    b.client().query_one("SELECT sb.send($1, $2, $3)", &[&h, &VRAAG, &b"<z/>".as_slice()]).await.unwrap();
+    a.begin().await.unwrap();
+    assert!(a.receive("tq", 10, None, NOW).await.unwrap().is_empty(), "the sender holds the group");
+    a.commit().await.unwrap();
+    b.client().batch_execute("COMMIT").await.unwrap();
+    a.begin().await.unwrap();
+    assert_eq!(bodies(&a.receive("tq", 10, None, NOW).await.unwrap()), ["<z/>"]);
+    // The other side ended: false.
+    let target = far_side(&a, h).await;
+    a.end_conversation(target, None).await.unwrap();
+    a.commit().await.unwrap();
+    assert!(!ready_to_send(&b, h).await);
+}

@@ -198,7 +198,8 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
-/// Asks `n` questions, collects the answers: each request answered exactly once.
+/// BEGIN CONVERSATION TIMER from a T-SQL client: the DialogTimer arrives on the side's
+/// own queue once due, with sequence number 0; an unknown handle is refused (8426).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_t_sql_client_sets_a_conversation_timer_and_receives_its_dialog_timer_over_tds() {
     use sbworker::broker::mssql::Connection;
@@ -242,6 +243,7 @@ async fn a_t_sql_client_sets_a_conversation_timer_and_receives_its_dialog_timer_
     c.execute("END CONVERSATION @P1 WITH CLEANUP", &[&handle]).await.unwrap();
 }
 
+/// Asks `n` questions, collects the answers: each request answered exactly once.
 async fn every_request_answered_once(s: &mut sbworker::broker::postgres::Session, n: usize) {
     let mut asked = Vec::new();
     for _ in 0..n {

@@ -745,9 +745,11 @@ END $$;
 -- Puts a DialogTimer message on queue p_queue for each of its conversations whose timer
 -- is due; returns how many. Called by every RECEIVE and GET CONVERSATION GROUP that
 -- looks for a group while a timer is due, inside its transaction (it commits or rolls
--- back with it). It never waits: a timer another transaction holds (one setting it again,
--- another receiver firing it), an endpoint being ended or moved, and a group a receiver
--- holds are left to the next look. The message has sequence number 0,
+-- back with it). It does not wait on a receiver: a group a receiver holds, a timer
+-- another transaction holds (one setting it again, another receiver firing it) and an
+-- endpoint being ended or moved are left to the next look. (It can wait on a send into
+-- the same group committing at that moment, as any send can; with conversation reuse a
+-- timer fires only when its key has no request open, so none is expected.) The message has sequence number 0,
 -- so a RECEIVE returns it before the conversation's other messages, as Service Broker
 -- does ("Broker System Messages"). A timer of a side that has ended is dropped.
 CREATE OR REPLACE FUNCTION sb.fire_timers(p_queue text) RETURNS int
@@ -756,24 +758,36 @@ DECLARE
     t   record;
     v_n int := 0;
 BEGIN
-    -- Timers whose endpoint has ended, or is gone, are dropped.
-    DELETE FROM sb.conversation_timer c
-     WHERE c.queue = p_queue AND c.due_at <= statement_timestamp()
-       AND NOT EXISTS (SELECT 1 FROM sb.endpoint e WHERE e.handle = c.handle AND e.state NOT IN ('DO', 'CD'));
+    -- Timers whose endpoint has ended, or is gone, are dropped (those no other look holds).
+    DELETE FROM sb.conversation_timer
+     WHERE handle IN (SELECT c.handle FROM sb.conversation_timer c
+                       WHERE c.queue = p_queue AND c.due_at <= statement_timestamp()
+                         AND NOT EXISTS (SELECT 1 FROM sb.endpoint e
+                                          WHERE e.handle = c.handle AND e.state NOT IN ('DO', 'CD'))
+                         FOR UPDATE SKIP LOCKED);
     FOR t IN
         SELECT e.handle, e.group_id, e.priority, q.id AS queue_id
           FROM sb.conversation_timer c JOIN sb.endpoint e ON e.handle = c.handle
           JOIN sb.queue q ON q.name = c.queue
          WHERE c.queue = p_queue AND c.due_at <= statement_timestamp() AND e.state NOT IN ('DO', 'CD')
          ORDER BY c.due_at
-           -- The endpoint against its end and its move (they lock it FOR UPDATE), not
-           -- against a SEND.
-           FOR UPDATE OF c SKIP LOCKED FOR KEY SHARE OF e SKIP LOCKED
     LOOP
-        -- The group's ready row, free, or none: a row a receiver holds (or has deleted and
-        -- not yet committed) would make the message wait for that receiver.
+        -- The group's ready row first, free, or none: a row a receiver holds (or has
+        -- deleted and not yet committed) would make the message wait for that receiver.
         PERFORM 1 FROM sb.group_ready WHERE group_id = t.group_id FOR UPDATE SKIP LOCKED;
         IF NOT FOUND AND EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = t.group_id) THEN
+            CONTINUE;
+        END IF;
+        -- Then the timer, and the endpoint against its end and its move (they lock it FOR
+        -- UPDATE; a SEND does not conflict), each as it stands now.
+        PERFORM 1 FROM sb.conversation_timer
+         WHERE handle = t.handle AND due_at <= statement_timestamp() FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        PERFORM 1 FROM sb.endpoint
+         WHERE handle = t.handle AND group_id = t.group_id AND state NOT IN ('DO', 'CD') FOR KEY SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
             CONTINUE;
         END IF;
         DELETE FROM sb.conversation_timer WHERE handle = t.handle;
@@ -782,6 +796,43 @@ BEGIN
         v_n := v_n + 1;
     END LOOP;
     RETURN v_n;
+END $$;
+
+-- Whether a SEND on p_handle from this side can go now without waiting for the other
+-- side's receiver, taking what it needs as sb.send would (this side FOR NO KEY UPDATE,
+-- the other FOR KEY SHARE, in handle order) and the other side's group's ready row when
+-- it is free (held until commit, so that no receiver takes the group meanwhile): true
+-- when both sides are open and the other side's group is not held by a receiver. A
+-- sender that reuses a dialog asks first, and begins a new one on false: a receiver
+-- holds its group for its whole transaction, and a SEND into a held group waits for it.
+CREATE OR REPLACE FUNCTION sb.ready_to_send(p_handle uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_far   uuid;
+    v_group uuid;
+BEGIN
+    SELECT far_handle INTO v_far FROM sb.endpoint WHERE handle = p_handle;
+    IF v_far IS NULL THEN
+        RETURN false;
+    END IF;
+    IF v_far < p_handle THEN
+        SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = v_far AND state IN ('SI', 'CO') FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    PERFORM 1 FROM sb.endpoint WHERE handle = p_handle AND state IN ('SO', 'CO') FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_far > p_handle THEN
+        SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = v_far AND state IN ('SI', 'CO') FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    PERFORM 1 FROM sb.group_ready WHERE group_id = v_group FOR UPDATE SKIP LOCKED;
+    RETURN FOUND OR NOT EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = v_group);
 END $$;
 
 -- Receiving -------------------------------------------------------------------------------

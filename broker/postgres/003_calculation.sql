@@ -186,9 +186,17 @@ CREATE TABLE IF NOT EXISTS rekenserver.instelling (
 -- dialog (on the contract SleutelContract) carries the key's next versions, and ends once
 -- the key has had no request open for that many seconds (no row: a dialog per request).
 -- Recomputes and the self-test's scratch key keep a dialog per request.
-ALTER TABLE rekenserver.instelling DROP CONSTRAINT IF EXISTS instelling_naam_check;
-ALTER TABLE rekenserver.instelling ADD CONSTRAINT instelling_naam_check
-    CHECK (naam IN ('dialog_lifetime_seconds', 'dialog_reuse_idle_seconds'));
+-- (Changed only where it is still the first version's: the change locks the table.)
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
+                    WHERE conrelid = 'rekenserver.instelling'::regclass AND conname = 'instelling_naam_check'
+                      AND pg_catalog.pg_get_constraintdef(oid) LIKE '%dialog_reuse_idle_seconds%') THEN
+        ALTER TABLE rekenserver.instelling DROP CONSTRAINT IF EXISTS instelling_naam_check;
+        ALTER TABLE rekenserver.instelling ADD CONSTRAINT instelling_naam_check
+            CHECK (naam IN ('dialog_lifetime_seconds', 'dialog_reuse_idle_seconds'));
+    END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION rekenserver.dialoog_hergebruik() RETURNS int
 LANGUAGE plpgsql STABLE AS $$
@@ -295,7 +303,7 @@ END $$;
 
 -- Records a Fout (or an error end without one) for the dialog, and whether sending the
 -- same version again can succeed (p_herstelbaar: the environment's fault). The first
--- record of a dialog stands. A worker of an older release passes no p_herstelbaar: it
+-- record of a request stands. A worker of an older release passes no p_herstelbaar: it
 -- is then read from the text, in the formats that release wrote.
 -- With p_eerste (a Fout, which answers one request): the oldest request still open on
 -- the dialog gets it (a dialog's messages come in order). On a reused dialog the
@@ -319,7 +327,7 @@ BEGIN
             UPDATE rekenserver.berekening_log
                SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, foutmelding = p_melding,
                    herstelbaar = coalesce(p_herstelbaar, p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
-             WHERE vraag_id = v_eerste;
+             WHERE dialog_handle = p_handle AND vraag_id = v_eerste;
             UPDATE rekenserver.berekening_log
                SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, herstelbaar = true,
                    foutmelding = 'lost: the dialog ended with the Fout of an earlier request on it; sent again'
@@ -327,6 +335,9 @@ BEGIN
             IF FOUND THEN
                 SELECT dienstverband_id, periode_id INTO v_dv, v_periode FROM rekenserver.berekening_log
                  WHERE dialog_handle = p_handle AND vraag_id = v_eerste;
+                -- Never on this dialog again (the collector is about to end it).
+                UPDATE rekenserver.sleutel SET dialog_handle = NULL
+                 WHERE dienstverband_id = v_dv AND periode_id = v_periode AND dialog_handle = p_handle;
                 PERFORM rekenserver.stuur_vraag(v_dv, v_periode);
             END IF;
             RETURN;

@@ -253,16 +253,22 @@ BEGIN
                                     CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenContract'
                                          ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group,
                                     rekenserver.dialog_levensduur());
-    ELSIF v_reuse IS NOT NULL AND EXISTS (
-            SELECT 1 FROM sb.endpoint
-             WHERE handle = v_reuse AND state IN ('SO', 'CO')
-               AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
-               AND (expires_at IS NULL OR expires_at > clock_timestamp()
-                    + make_interval(secs => least(600, rekenserver.dialog_levensduur() / 2)))) THEN
-        -- Conversation reuse: the key's dialog, open (neither side has ended it) and not
-        -- near its LIFETIME's end. Messages on one dialog arrive in order.
-        v_handle := v_reuse;
     ELSE
+        -- Conversation reuse: the key's dialog, while neither side has ended it, it is not
+        -- near its LIFETIME's end, and the calculation side does not hold its group (a
+        -- send into a held group would wait for the calculation's transaction: a new
+        -- dialog is taken instead). Messages on one dialog arrive in order.
+        IF v_reuse IS NOT NULL AND EXISTS (
+                SELECT 1 FROM sb.endpoint
+                 WHERE handle = v_reuse AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
+                   AND (expires_at IS NULL OR expires_at > clock_timestamp()
+                        + make_interval(secs => least(600, rekenserver.dialog_levensduur() / 2)))) THEN
+            IF sb.ready_to_send(v_reuse) THEN
+                v_handle := v_reuse;
+            END IF;
+        END IF;
+    END IF;
+    IF v_handle IS NULL THEN
         v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
                                     '/Rekenserver/LoonfactorBerekening/RekenService',
                                     '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group,
@@ -272,23 +278,7 @@ BEGIN
     END IF;
     -- The text once: sent as UTF-8, and kept in the log for the evidence.
     v_tekst := v_vraag::text;
-    IF v_handle = v_reuse THEN
-        BEGIN
-            PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
-        EXCEPTION WHEN SQLSTATE 'SB429' OR SQLSTATE 'SB426' THEN
-            -- The other side ended the key's dialog after it was chosen (a Fout, a
-            -- diversion): a new one.
-            v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
-                                        '/Rekenserver/LoonfactorBerekening/RekenService',
-                                        '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group,
-                                        rekenserver.dialog_levensduur());
-            UPDATE rekenserver.sleutel SET dialog_handle = v_handle
-             WHERE dienstverband_id = p_dv AND periode_id = p_periode;
-            PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
-        END;
-    ELSE
-        PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
-    END IF;
+    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;

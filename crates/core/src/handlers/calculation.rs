@@ -3,8 +3,10 @@
 //! receives the Antwoord and the EndDialog together and ends its side: one transaction
 //! less per request than waiting for its EndDialog), or, when it cannot be answered, a
 //! Fout and END CONVERSATION WITH ERROR. A dialog carries one request, as the roster
-//! triggers send; several Vraags of one dialog in one receive are all answered before
-//! it ends. A Vraag older
+//! triggers send by default; several Vraags of one dialog in one receive are all
+//! answered before it ends. A reused dialog (its contract `SleutelContract`: the key's
+//! next versions come on it) is not ended with an answer: the initiator ends it once the
+//! key is idle, and this side on the EndDialog. A Vraag older
 //! than a version already answered for its (dienstverband, periode) is answered as
 //! superseded, without computing. EndDialog, Error, timers and message types
 //! outside the contract are the shared dialog loop's ([`super::dialog`]).

@@ -2,8 +2,11 @@
 //! replaces the stored wage factors of its (dienstverband, periode) only when its
 //! roster version is newer than the stored one (latest wins, in the store's one
 //! statement); then the collector ends the dialog, and the calculation side ends its
-//! side on the EndDialog. A Fout or an Error is recorded in the calculation log with the
-//! reason, and the dialog is ended (EndDialog, Error, timers and message types outside
+//! side on the EndDialog. A reused dialog (`SleutelContract`) stays open after an
+//! answer; its conversation timer, started when no request of it is left open, brings a
+//! DialogTimer, and the collector ends it if the key is still idle. A Fout or an Error is
+//! recorded in the calculation log with the reason (a Fout for the oldest request open on
+//! the dialog), and the dialog is ended (EndDialog, Error, timers and message types outside
 //! the contract are the shared dialog loop's, [`super::dialog`]). Where the results live is the store's
 //! business ([`PayrollStore`], one implementation per back end).
 
@@ -95,7 +98,7 @@ impl<S: PayrollStore> Dialog<S> for Collector {
     }
 
     async fn on_breach(&self, s: &mut S, handle: Uuid, text: &str) -> Result<(), HandlerError> {
-        s.record_fout(handle, text, false).await?;
+        s.record_request_fout(handle, text, false).await?;
         Ok(())
     }
 
