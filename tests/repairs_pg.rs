@@ -416,3 +416,52 @@ async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later
         0
     );
 }
+
+/// An unreadable Antwoord on a reused dialog is recorded against its oldest open request
+/// while the dialog is still open (the collector ends it just after): the key's current
+/// version is sent again on a new dialog, never on the one being ended.
+#[tokio::test]
+async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new_one() {
+    let (url, c) = fresh_roster_db().await;
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let mut loader = connect(&url).await;
+    let roster = Roster::generate(2, 15, false);
+    roster.load(&mut loader).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
+        e.apply(&c).await.unwrap();
+    }
+    let h: uuid::Uuid = c
+        .query_one(
+            "SELECT dialog_handle FROM rekenserver.berekening_log GROUP BY dialog_handle HAVING count(*) >= 2
+              ORDER BY count(*) DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // The dialog is open on both sides (nothing ended it), as when the collector finds an
+    // Antwoord it cannot read.
+    c.execute("SELECT rekenserver.noteer_fout($1, 'unreadable Antwoord: no', false, true)", &[&h]).await.unwrap();
+    let again: uuid::Uuid = c
+        .query_one(
+            "SELECT l.dialog_handle FROM rekenserver.berekening_log l
+              WHERE l.uitkomst IS NULL
+                AND (l.dienstverband_id, l.periode_id) =
+                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
+            &[&h],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(again, h, "sent again on a new dialog");
+    assert_eq!(
+        count(
+            &c,
+            &format!(
+                "SELECT count(*) FROM rekenserver.berekening_log WHERE dialog_handle = '{h}' AND uitkomst IS NULL"
+            )
+        )
+        .await,
+        0
+    );
+}

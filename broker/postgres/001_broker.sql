@@ -771,6 +771,9 @@ BEGIN
           JOIN sb.queue q ON q.name = c.queue
          WHERE c.queue = p_queue AND c.due_at <= statement_timestamp() AND e.state NOT IN ('DO', 'CD')
          ORDER BY c.due_at
+         -- A few at a time: many timers due together (the dialogs of a bulk import gone
+         -- idle) are spread over the next looks instead of one long transaction.
+         LIMIT 16
     LOOP
         -- The group's ready row first, free, or none: a row a receiver holds (or has
         -- deleted and not yet committed) would make the message wait for that receiver.
