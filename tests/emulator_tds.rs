@@ -813,6 +813,14 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
     );
     // What the emulator does not run is refused, loudly; so is one handle twice in a SEND.
     assert!(v["refused"].as_str().unwrap().contains("not supported by the emulator"), "{v}");
+    // The timer's reference-page form, then a timer due at once: its DialogTimer on the
+    // initiator's own queue.
+    let timer = &v["timer"];
+    assert_eq!(
+        timer["received"],
+        json!([[[sbworker::broker::system::DIALOG_TIMER, timer["dialog"].as_str().unwrap()]]]),
+        "{v}"
+    );
     assert!(v["twice"].as_str().unwrap().contains("more than once"), "{v}");
     // Every conversation ended: nothing left behind.
     assert_eq!(count(&s, "SELECT count(*) FROM sb.endpoint").await, 0, "{v}");

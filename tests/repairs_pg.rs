@@ -339,21 +339,28 @@ async fn an_answer_the_collector_diverts_is_recorded_and_its_key_sent_again() {
     assert_eq!(stop_worker(worker).await, Some(0));
 }
 
+/// A roster of two employees with conversation reuse on, a burst of edits, no worker:
+/// every request open on its key's dialog.
+async fn reused_and_unanswered() -> Client {
+    let (url, c) = fresh_roster_db().await;
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let mut loader = connect(&url).await;
+    let roster = Roster::generate(2, 15, false);
+    roster.load(&mut loader).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
+        e.apply(&c).await.unwrap();
+    }
+    c
+}
+
 /// Conversation reuse: a Fout answers the oldest request still open on its dialog; the
 /// requests sent after it on the same dialog are lost with it (the calculation ends the
 /// dialog with the Fout's error), recorded as the environment's, so the sweep sends their
 /// keys again. Without reuse each dialog carries one request, as before.
 #[tokio::test]
 async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later_ones_are_lost() {
-    let (url, c) = fresh_roster_db().await;
-    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
-    let mut loader = connect(&url).await;
     // No worker: every request stays open on its key's dialog.
-    let roster = Roster::generate(2, 15, false);
-    roster.load(&mut loader).await.unwrap();
-    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
-        e.apply(&c).await.unwrap();
-    }
+    let c = reused_and_unanswered().await;
     let row = c
         .query_one(
             "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
@@ -422,14 +429,7 @@ async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later
 /// version is sent again on a new dialog, never on the one being ended.
 #[tokio::test]
 async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new_one() {
-    let (url, c) = fresh_roster_db().await;
-    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
-    let mut loader = connect(&url).await;
-    let roster = Roster::generate(2, 15, false);
-    roster.load(&mut loader).await.unwrap();
-    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
-        e.apply(&c).await.unwrap();
-    }
+    let c = reused_and_unanswered().await;
     let h: uuid::Uuid = c
         .query_one(
             "SELECT dialog_handle FROM rekenserver.berekening_log GROUP BY dialog_handle HAVING count(*) >= 2

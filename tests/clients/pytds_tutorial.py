@@ -1,5 +1,5 @@
 """The conversation steps of Microsoft's single-database Service Broker tutorial, and the
-forms of the RECEIVE, SEND and GET CONVERSATION GROUP reference pages, sent through
+forms of the RECEIVE, SEND, GET CONVERSATION GROUP and BEGIN CONVERSATION TIMER reference pages, sent through
 python-tds (a client we did not write) to the emulator, in the documents' own statement
 forms (our own names and texts).
 
@@ -241,6 +241,29 @@ SELECT message_dialog FROM @receiveTable;
         # The target ends too (the initiator has): the conversation is gone.
         for (h,) in case_rows[1][:1]:
             cur.execute("END CONVERSATION %s", (h,))
+
+        # BEGIN CONVERSATION TIMER as its reference page writes it, then set again to a
+        # timer due at once: the DialogTimer arrives on the initiator's own queue.
+        cur.execute(
+            """
+DECLARE @dialog_handle UNIQUEIDENTIFIER;
+BEGIN DIALOG @dialog_handle FROM SERVICE [//sbworker/Tutorial/InitiatorService]
+    TO SERVICE '//sbworker/Tutorial/TargetService' ON CONTRACT [//sbworker/Tutorial/Contract]
+    WITH ENCRYPTION = OFF;
+-- @dialog_handle is of type uniqueidentifier and
+-- contains a valid conversation handle.
+BEGIN CONVERSATION TIMER (@dialog_handle)
+TIMEOUT = 120 ;
+BEGIN CONVERSATION TIMER (@dialog_handle) TIMEOUT = 0;
+SELECT @dialog_handle;
+"""
+        )
+        timer_dialog = rows(cur)[0][0][0]
+        cur.execute(
+            "WAITFOR (RECEIVE TOP (10) message_type_name, conversation_handle FROM TutorialInitiatorQueue), TIMEOUT 10000"
+        )
+        out["timer"] = {"dialog": timer_dialog, "received": rows(cur)}
+        cur.execute("END CONVERSATION %s WITH CLEANUP", (timer_dialog,))
 
         # One handle twice in one SEND is refused, and nothing is sent.
         try:
