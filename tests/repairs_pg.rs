@@ -465,3 +465,52 @@ async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new
         0
     );
 }
+
+/// A reused dialog's idle timer: `rekenserver.dialoog_stil` keeps the dialog while a
+/// request of its key is open on it, and once none is, lets it go (no longer the key's).
+#[tokio::test]
+async fn an_idle_timer_keeps_a_reused_dialog_while_a_request_is_open_on_it() {
+    let c = reused_and_unanswered().await;
+    let h: uuid::Uuid = c
+        .query_one("SELECT dialog_handle FROM rekenserver.sleutel WHERE dialog_handle IS NOT NULL LIMIT 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let stil = "SELECT rekenserver.dialoog_stil($1)";
+    assert!(!c.query_one(stil, &[&h]).await.unwrap().get::<_, bool>(0), "a request is open on it");
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dialog_handle = '{h}'")).await, 1);
+    // Every request of it answered (as the collector records them): idle.
+    c.execute(
+        "UPDATE rekenserver.berekening_log SET uitkomst = 'opgeslagen', beantwoord_op = now() WHERE dialog_handle = $1",
+        &[&h],
+    )
+    .await
+    .unwrap();
+    assert!(c.query_one(stil, &[&h]).await.unwrap().get::<_, bool>(0));
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dialog_handle = '{h}'")).await, 0);
+}
+
+/// An install from before conversation reuse kept the calculation log a row per dialog:
+/// installing again makes it a row per request and dialog, with its rows, and again
+/// changes nothing.
+#[tokio::test]
+async fn installing_over_a_log_keyed_by_the_dialog_keys_it_by_request_and_dialog() {
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(2, 15, false).load(&mut loader).await.unwrap();
+    c.batch_execute(
+        "ALTER TABLE rekenserver.berekening_log DROP CONSTRAINT berekening_log_pkey;
+         ALTER TABLE rekenserver.berekening_log ADD PRIMARY KEY (dialog_handle);",
+    )
+    .await
+    .unwrap();
+    let key = "SELECT array_length(conkey, 1)::bigint FROM pg_constraint
+                WHERE conrelid = 'rekenserver.berekening_log'::regclass AND contype = 'p'";
+    assert_eq!(count(&c, key).await, 1);
+    let rows = count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await;
+    for _ in 0..2 {
+        sbworker::broker::postgres::install_with(&url, true).await.unwrap();
+        assert_eq!(count(&c, key).await, 2);
+        assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, rows);
+    }
+}
