@@ -242,6 +242,8 @@ fn main() -> ExitCode {
             bloat_seconds,
             groups_per_transaction,
             dialog_reuse_idle_seconds,
+            pipeline_readers,
+            pipeline_employees,
             parts,
             contenders,
             render,
@@ -261,6 +263,8 @@ fn main() -> ExitCode {
                 bloat_seconds,
                 groups_per_transaction,
                 dialog_reuse_idle_seconds,
+                pipeline_readers,
+                pipeline_employees: pipeline_employees.map(|n| n as usize),
                 parts,
                 contenders,
             };

@@ -248,6 +248,7 @@ pub enum Command {
         cargo run --release --features tools -- bench --parts headline --groups 200 --per-group 20   (an A/B of a change)\n  \
         cargo run --release --features tools -- bench --parts bloat --contenders sbworker-pg,river-per-group\n  \
         cargo run --release --features tools -- bench --parts pipeline --skip-peers --groups-per-transaction 4   (batched commits, B of an A/B)\n  \
+        cargo run --release --features tools -- bench --parts pipeline --skip-peers --pipeline-readers 1,4 --pipeline-employees 1600   (a longer pipeline run, two reader counts)\n  \
         sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
     Bench {
         /// Every part at a tiny size (a check that the bench works, not a measurement).
@@ -288,6 +289,14 @@ pub enum Command {
         /// dialog per request): an A/B of it.
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
         dialog_reuse_idle_seconds: Option<u32>,
+        /// The pipeline's reader counts, a run each (comma-separated; default 1,2,4,8; the
+        /// open loop runs when 4 is among them).
+        #[arg(long, value_delimiter = ',', value_name = "READERS", value_parser = clap::value_parser!(u32).range(1..=64))]
+        pipeline_readers: Vec<u32>,
+        /// Employees of the pipeline's roster (default 400; three edits each): a larger
+        /// run for an A/B that needs less spread.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100000))]
+        pipeline_employees: Option<u64>,
         /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
         /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
         /// is an A/B of a change in minutes.

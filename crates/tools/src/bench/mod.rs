@@ -192,6 +192,10 @@ pub struct Options {
     pub groups_per_transaction: Option<u32>,
     /// The pipeline with conversation reuse, with this idle time (default: off).
     pub dialog_reuse_idle_seconds: Option<u32>,
+    /// The pipeline's reader counts (empty: 1, 2, 4 and 8).
+    pub pipeline_readers: Vec<u32>,
+    /// Employees of the pipeline's roster (default 400).
+    pub pipeline_employees: Option<usize>,
     /// The parts to run (empty: every part); the calibration runs in every repetition.
     pub parts: Vec<Part>,
     /// The contenders to run (empty: every one installed).
@@ -261,8 +265,8 @@ impl Sizes {
             readers: 7,
             connections: 8,
             calibration_seconds,
-            pipeline_employees,
-            pipeline_readers,
+            pipeline_employees: o.pipeline_employees.unwrap_or(pipeline_employees),
+            pipeline_readers: if o.pipeline_readers.is_empty() { pipeline_readers } else { o.pipeline_readers.clone() },
             engine_seconds,
             open_loop_rates: if o.open_loop_rates.is_empty() { open_loop_rates } else { o.open_loop_rates.clone() },
             open_loop_warmup_seconds,

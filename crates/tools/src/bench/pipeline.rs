@@ -53,6 +53,9 @@ pub struct StatementTime {
     pub ms_per_request: f64,
     /// Sent by a client (or run inside another statement: a function's, a trigger's).
     pub top_level: bool,
+    /// Rows the statement returned or changed, per call (absent in older results).
+    #[serde(default)]
+    pub rows_per_call: Option<f64>,
 }
 
 /// The pipeline's limit in one repetition: pgbench doing each edit's minimal durable

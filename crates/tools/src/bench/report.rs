@@ -428,17 +428,19 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let _ = writeln!(
             out,
             "\nWhere the server's time goes ({} readers, repetition {}; pg_stat_statements, nested statements \
-             included, so the times overlap):\n\n| statement | calls/request | mean ms | ms/request | sent by |\n\
-             | --- | --- | --- | --- | --- |",
+             included, so the times overlap; rows per call tells an empty RECEIVE from one that took \
+             messages):\n\n| statement | calls/request | rows/call | mean ms | ms/request | sent by |\n\
+             | --- | --- | --- | --- | --- | --- |",
             p.readers,
             p.repetition + 1
         );
         for st in &p.statements {
             let _ = writeln!(
                 out,
-                "| `{}` | {:.2} | {:.3} | {:.3} | {} |",
+                "| `{}` | {:.2} | {} | {:.3} | {:.3} | {} |",
                 st.statement.replace('|', "\\|").replace('`', "'"),
                 st.calls_per_request,
+                st.rows_per_call.map_or("–".to_owned(), |r| format!("{r:.2}")),
                 st.mean_ms,
                 st.ms_per_request,
                 if st.top_level { "a client" } else { "a function or trigger" }

@@ -81,6 +81,7 @@ pub(super) async fn statements_top(
             mean_ms: r.get(2),
             ms_per_request: r.get(3),
             top_level: r.get(4),
+            rows_per_call: r.get(5),
         })
         .collect())
 }

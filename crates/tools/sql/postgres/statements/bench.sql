@@ -101,13 +101,15 @@ DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET pg_stat_statements.track = %L'
 -- name: pgss_reset
 SELECT pg_stat_statements_reset();
 
--- Statements (nested ones too) by time, per request: calls and milliseconds.
+-- Statements (nested ones too) by time, per request: calls, milliseconds and rows per
+-- call (a RECEIVE's tell the empty ones from those that took messages).
 -- name: pgss_top
 SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 100),
        calls::float8 / $1::float8,
        mean_exec_time,
        total_exec_time / $1::float8,
-       toplevel
+       toplevel,
+       rows::float8 / greatest(calls, 1)::float8
   FROM pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY total_exec_time DESC
