@@ -209,9 +209,9 @@ async fn listening(url: &str, queue: &str) -> (tokio_postgres::Client, tokio::sy
     (client, rx)
 }
 
-/// How many wake-ups (empty payloads) the listener got before `tag`, which another
-/// session notifies now: notifications arrive in commit order, so whatever the sends
-/// committed before notified has arrived by then.
+/// How many wake-ups (a group's id, or empty) the listener got before `tag`, which
+/// another session notifies now: notifications arrive in commit order, so whatever the
+/// sends committed before notified has arrived by then.
 async fn wakeups_before(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
     other: &Session,
@@ -223,8 +223,7 @@ async fn wakeups_before(
     loop {
         match crate::common::within(60, "a notification", rx.recv()).await.expect("the listener is open") {
             p if p == tag => return wakeups,
-            p if p.is_empty() => wakeups += 1,
-            _ => {}
+            _ => wakeups += 1,
         }
     }
 }
@@ -261,6 +260,91 @@ async fn a_send_notifies_only_while_a_receiver_is_marked_waiting_on_its_queue() 
     dialog(&mut s, &["<d/>"]).await;
     let (_w, mut rx) = listening(&url, "tq").await;
     assert_eq!(wakeups_before(&mut rx, &s, "tq", "session gone").await, 0);
+}
+
+#[tokio::test]
+async fn a_send_notifies_once_for_each_group_it_makes_ready_naming_the_group() {
+    let (url, mut s) = world().await;
+    let (waiter, mut rx) = listening(&url, "tq").await;
+    waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap();
+    // Two dialogs (two groups) in one transaction, two messages on the first.
+    s.begin().await.unwrap();
+    let a = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    let b = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+    for (h, body) in [(a, "<a1/>"), (a, "<a2/>"), (b, "<b/>")] {
+        s.send(h, VRAAG, Some(body.as_bytes())).await.unwrap();
+    }
+    s.commit().await.unwrap();
+    s.client().execute("SELECT pg_notify(sb.channel('tq'), 'sent')", &[]).await.unwrap();
+    let mut payloads = Vec::new();
+    loop {
+        match crate::common::within(60, "a notification", rx.recv()).await.expect("the listener is open") {
+            p if p == "sent" => break,
+            p => payloads.push(p),
+        }
+    }
+    let mut groups: Vec<String> = Vec::new();
+    for h in [a, b] {
+        let g: Uuid = s
+            .client()
+            .query_one("SELECT far.group_id FROM sb.endpoint e JOIN sb.endpoint far ON far.conversation_id = e.conversation_id AND far.handle <> e.handle WHERE e.handle = $1", &[&h])
+            .await
+            .unwrap()
+            .get(0);
+        groups.push(g.to_string());
+    }
+    payloads.sort();
+    groups.sort();
+    assert_eq!(payloads, groups, "one wake-up per target group, naming it");
+}
+
+/// Two readers of one worker (one side connection) wait on a queue; one transaction
+/// makes two groups ready. Each reader is woken for one (a wake-up per group): were one
+/// wake-up to stand for both, the second reader would wait out its 120 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_sharing_a_side_are_woken_one_for_each_group_made_ready() {
+    let (url, mut s) = world().await;
+    let side = std::sync::Arc::new(sbworker::broker::postgres::Side::open(&url).await.unwrap());
+    let first = waiting_receive(Session::open_with(&url, side.clone()).await.unwrap());
+    let second = waiting_receive(Session::open_with(&url, side).await.unwrap());
+    until_waiting(&s, 2).await;
+    s.begin().await.unwrap();
+    for body in ["<een/>", "<twee/>"] {
+        let h = s.begin_dialog("/t/I", "/t/T", "/t/C", None, None).await.unwrap();
+        s.send(h, VRAAG, Some(body.as_bytes())).await.unwrap();
+    }
+    s.commit().await.unwrap();
+    let mut got = crate::common::within(60, "both readers", async {
+        let (a, b) = tokio::join!(first, second);
+        [a.unwrap(), b.unwrap()].concat()
+    })
+    .await;
+    got.sort();
+    assert_eq!(got, ["<een/>", "<twee/>"]);
+}
+
+/// A session of the worker waits for one group of its own; another, sharing its side
+/// connection, waits for any group, after it. A message for a third group must wake the
+/// second: were the first to take the group's turn, the message would wait out the
+/// second's 120 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_waiting_for_its_own_group_takes_no_other_readers_turn() {
+    let (url, mut s) = world().await;
+    let side = std::sync::Arc::new(sbworker::broker::postgres::Side::open(&url).await.unwrap());
+    let mut own = Session::open_with(&url, side.clone()).await.unwrap();
+    let own = tokio::spawn(async move {
+        own.begin().await.unwrap();
+        let got = own.receive("tq", 10, Some(Uuid::from_u128(0x0e1)), Duration::from_secs(120)).await.unwrap();
+        own.rollback().await.unwrap();
+        got.len()
+    });
+    until_waiting(&s, 1).await;
+    let any = waiting_receive(Session::open_with(&url, side).await.unwrap());
+    until_waiting(&s, 2).await;
+    dialog(&mut s, &["<derde/>"]).await;
+    let got = crate::common::within(60, "the reader of any group", any).await.unwrap();
+    assert_eq!(got, ["<derde/>"]);
+    own.abort();
 }
 
 #[tokio::test]

@@ -370,6 +370,20 @@ BEGIN
     END IF;
 END $$;
 
+-- The same for a conversation group made ready: the notification names the group, so
+-- that a transaction that readies several groups notifies once for each (identical
+-- notifications of one transaction are folded into one) and a listening worker wakes one
+-- waiting reader for each, where a notification without a group wakes every reader
+-- waiting on the queue.
+CREATE OR REPLACE FUNCTION sb.wake_group(p_queue_id int, p_group uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1396834306, p_queue_id);
+    IF NOT sb.lock_is_free(1396834305, p_queue_id) THEN
+        PERFORM pg_notify('sb_queue_' || p_queue_id, p_group::text);
+    END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION sb.wake(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -567,7 +581,8 @@ BEGIN
 END $$;
 
 -- Puts a message for endpoint p_handle (in group p_group, at level p_priority) on queue
--- p_queue (id p_queue_id), marks its group ready and wakes a waiting receiver at commit.
+-- p_queue (id p_queue_id), marks its group ready and wakes a waiting receiver at commit
+-- (a notification naming the group: sb.wake_group).
 DROP FUNCTION IF EXISTS sb.put_message(text, int, uuid, uuid, bigint, text, bytea);
 CREATE OR REPLACE FUNCTION sb.put_message(p_queue text, p_queue_id int, p_group uuid, p_handle uuid,
     p_seq bigint, p_message_type text, p_body bytea, p_priority smallint)
@@ -586,7 +601,7 @@ BEGIN
     INSERT INTO sb.group_ready (group_id, queue, first_id, priority) VALUES (p_group, p_queue, v_id, p_priority)
     ON CONFLICT (group_id) DO UPDATE SET first_id = least(sb.group_ready.first_id, excluded.first_id),
         priority = greatest(sb.group_ready.priority, excluded.priority);
-    PERFORM sb.wake_id(p_queue_id);
+    PERFORM sb.wake_group(p_queue_id, p_group);
 END $$;
 
 -- Puts one message on the far side of endpoint `e`, counting it in e's sequence (no

@@ -12,6 +12,7 @@ mod install;
 mod side;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -28,6 +29,7 @@ use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState,
 pub use errors::{error_of, error_of_ref};
 pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_with, stamp};
 pub use side::Side;
+use side::Wakeups;
 
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
 use crate::sql::statements::postgres_operations as O;
@@ -63,8 +65,9 @@ pub fn endpoint(url: &str) -> Result<Endpoint, BrokerError> {
     Endpoint::new(url).map_err(|e| BrokerError { kind: ErrorKind::Connection, number: 0, message: e.to_string() })
 }
 
-/// Connects, driving the connection on a task; notifications go to `notify`.
-async fn connect(at: &Endpoint, notify: Option<watch::Sender<u64>>) -> Result<Client, BrokerError> {
+/// Connects, driving the connection on a task; notifications go to `notify`'s wake-ups,
+/// and its sender is dropped when the connection ends.
+async fn connect(at: &Endpoint, notify: Option<(Arc<Wakeups>, watch::Sender<()>)>) -> Result<Client, BrokerError> {
     let (client, mut conn) = at.connect().await.map_err(|e| match e {
         crate::pg_tls::ConnectError::Connect(e) => error_of(e),
         crate::pg_tls::ConnectError::Setup(e) => {
@@ -74,8 +77,8 @@ async fn connect(at: &Endpoint, notify: Option<watch::Sender<u64>>) -> Result<Cl
     tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
         while let Some(Ok(msg)) = stream.next().await {
-            if let (AsyncMessage::Notification(_), Some(tx)) = (msg, notify.as_ref()) {
-                tx.send_modify(|n| *n += 1);
+            if let (AsyncMessage::Notification(n), Some((wakeups, _))) = (msg, notify.as_ref()) {
+                wakeups.deliver(n.channel(), n.payload());
             }
         }
     });
@@ -87,7 +90,12 @@ async fn connect(at: &Endpoint, notify: Option<watch::Sender<u64>>) -> Result<Cl
 pub struct Session {
     client: Client,
     side: std::sync::Arc<Side>,
-    wakeups: watch::Receiver<u64>,
+    /// Ends when the side connection does.
+    alive: watch::Receiver<()>,
+    /// Whether the last wait on this session found its queue empty twice and waited: the
+    /// next one marks itself waiting before its first look (one RECEIVE instead of two
+    /// when the queue is still idle).
+    idle: bool,
     /// Ids of messages received in the open transaction (for poison counting).
     received: Vec<i64>,
     /// Prepared statements of the working connection.
@@ -118,7 +126,8 @@ impl Session {
         let client = connect(at, None).await?;
         Ok(Self {
             client,
-            wakeups: side.wakeups.clone(),
+            alive: side.alive.clone(),
+            idle: false,
             side,
             received: Vec::new(),
             client_stmts: HashMap::new(),
@@ -217,9 +226,10 @@ impl Session {
         Ok(single(self.work(S::NOTE_ROLLBACK, &[&ids]).await?, "note_rollback")?.get(0))
     }
 
-    async fn listen(&mut self, queue: &str) -> Result<(), BrokerError> {
-        if self.side.listening.lock().expect("not poisoned").iter().any(|q| q == queue) {
-            return Ok(());
+    /// LISTENs for `queue`'s wake-ups on the side connection (once per side); its waiters.
+    async fn listen(&mut self, queue: &str) -> Result<Arc<side::Waiters>, BrokerError> {
+        if let Some(n) = self.side.listening.lock().expect("not poisoned").get(queue) {
+            return Ok(n.clone());
         }
         let row = self.work(S::CHANNEL, &[&queue]).await?.into_iter().next();
         let Some(channel) = row.and_then(|r| r.get::<_, Option<String>>(0)) else {
@@ -229,12 +239,13 @@ impl Session {
                 message: format!("queue {queue} is not found"),
             });
         };
+        let waiters = self.side.wakeups.of(&channel);
         // The channel name is ours (sb_queue_<id>), never user text.
         self.side.watch(
             self.side.client.batch_execute(&S::LISTEN.sql.replace("{channel}", &channel)).await.map_err(error_of),
         )?;
-        self.side.listening.lock().expect("not poisoned").push(queue.to_owned());
-        Ok(())
+        self.side.listening.lock().expect("not poisoned").insert(queue.to_owned(), waiters.clone());
+        Ok(waiters)
     }
 
     /// `WAITFOR (RECEIVE TOP (max) … FROM queue [WHERE conversation_group_id = group]),
@@ -250,8 +261,8 @@ impl Session {
     ) -> Result<Vec<Message>, BrokerError> {
         let wake = self.wake_others;
         let handle: Option<Uuid> = None;
-        let rows =
-            self.wait_for(queue, wait, S::RECEIVE, &[&queue, &max, &group, &handle, &wake], |r| !r.is_empty()).await?;
+        let params: [&(dyn ToSql + Sync); 5] = [&queue, &max, &group, &handle, &wake];
+        let rows = self.wait_for(queue, wait, group.is_some(), S::RECEIVE, &params, |r| !r.is_empty()).await?;
         Ok(self.messages(&rows))
     }
 
@@ -261,48 +272,75 @@ impl Session {
     /// with one more attempt); sends notify only while a receiver is marked (the protocol
     /// is in `001_broker.sql`, at `sb.wake`). When a send was in flight as it marked
     /// itself, it looks again after a short time (1 ms, doubling to 64 ms) instead of
-    /// trusting the notification alone.
+    /// trusting the notification alone. When its last wait found the queue idle, it marks
+    /// itself before its first look, so an idle queue costs one empty attempt, not two.
+    ///
+    /// It registers for the queue's wake-ups before each attempt, so a send that commits
+    /// during it still wakes it; a wake-up meant for one session that it no longer needs
+    /// (it found something) passes to another waiting session when it is dropped
+    /// (tokio's `Notified`). A `restricted` attempt (one group or conversation) is woken
+    /// by every notification of the queue instead.
     async fn wait_for(
         &mut self,
         queue: &str,
         wait: Duration,
+        restricted: bool,
         name: Named,
         params: &[&(dyn ToSql + Sync)],
         found: fn(&[Row]) -> bool,
     ) -> Result<Vec<Row>, BrokerError> {
         const FIRST_LOOK: Duration = Duration::from_millis(1);
         const LAST_LOOK: Duration = Duration::from_millis(64);
-        self.listen(queue).await?;
+        let queue_waiters = self.listen(queue).await?;
+        let waiters = if restricted { &queue_waiters.restricted } else { &queue_waiters.any };
         let deadline = tokio::time::Instant::now() + wait;
         let mut look = FIRST_LOOK;
+        let mut mark_first = self.idle && !wait.is_zero() && self.waiting.is_none();
         loop {
-            // Taken before the attempt, so a send that commits during it still wakes us.
-            self.wakeups.borrow_and_update();
-            let rows = match self.waiting.take() {
-                Some(marked) => {
-                    let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
-                    if ended.is_err() {
-                        // Still marked: drop the mark next time.
-                        self.waiting = Some(marked);
+            let woken = waiters.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let (mark, rows) = if mark_first {
+                // About to wait unless this look finds something: mark first.
+                mark_first = false;
+                self.waiting = Some(queue.to_owned());
+                let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
+                (Some(mark), rows?)
+            } else {
+                let rows = match self.waiting.take() {
+                    Some(marked) => {
+                        let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
+                        if ended.is_err() {
+                            // Still marked: drop the mark next time.
+                            self.waiting = Some(marked);
+                        }
+                        rows?
                     }
-                    rows?
+                    None => self.work(name, params).await?,
+                };
+                if found(&rows) {
+                    return Ok(rows);
                 }
-                None => self.work(name, params).await?,
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(rows);
+                }
+                (None, rows)
+            };
+            let (mark, rows) = match mark {
+                Some(mark) => (mark, rows),
+                None => {
+                    // About to wait: mark, and look once more after the mark is in place.
+                    self.waiting = Some(queue.to_owned());
+                    let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
+                    (mark, rows?)
+                }
             };
             if found(&rows) {
-                return Ok(rows);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(rows);
-            }
-            // About to wait: mark, and look once more after the mark is in place.
-            self.waiting = Some(queue.to_owned());
-            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-            let rows = rows?;
-            if found(&rows) {
+                self.idle = false;
                 self.end_wait().await?;
                 return Ok(rows);
             }
+            self.idle = true;
             let no_send_in_flight = single(mark?, "begin_wait")?.get::<_, bool>(0);
             let until = if no_send_in_flight {
                 look = FIRST_LOOK;
@@ -312,19 +350,21 @@ impl Session {
                 look = (look * 2).min(LAST_LOOK);
                 t
             };
-            match tokio::time::timeout_at(until, self.wakeups.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
+            tokio::select! {
+                biased;
+                () = &mut woken => {}
+                Err(_) = self.alive.changed() => {
                     return self.side.watch(Err(BrokerError {
                         kind: ErrorKind::Connection,
                         number: 0,
                         message: "the side connection (LISTEN, attempt counts) closed".into(),
                     }));
                 }
-                Err(_) if until < deadline => {}
-                Err(_) => {
-                    self.end_wait().await?;
-                    return Ok(rows);
+                () = tokio::time::sleep_until(until) => {
+                    if until >= deadline {
+                        self.end_wait().await?;
+                        return Ok(rows);
+                    }
                 }
             }
         }
@@ -379,7 +419,7 @@ impl Session {
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
     pub async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
         let rows = self
-            .wait_for(queue, wait, S::GET_CONVERSATION_GROUP, &[&queue], |r| {
+            .wait_for(queue, wait, false, S::GET_CONVERSATION_GROUP, &[&queue], |r| {
                 r.first().is_some_and(|r| r.get::<_, Option<Uuid>>(0).is_some())
             })
             .await?;
