@@ -347,6 +347,55 @@ async fn a_reader_waiting_for_its_own_group_takes_no_other_readers_turn() {
     own.abort();
 }
 
+/// MOVE CONVERSATION into a group makes that group ready when it commits: a receiver
+/// waiting meanwhile (it skipped the group the mover held) is woken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_moved_into_a_group_wakes_a_waiting_receiver() {
+    let (url, mut s) = world().await;
+    let initiator = dialog(&mut s, &["<verhuisd/>"]).await;
+    let target: Uuid = s
+        .client()
+        .query_one(
+            "SELECT far.handle FROM sb.endpoint e JOIN sb.endpoint far              ON far.conversation_id = e.conversation_id AND far.handle <> e.handle WHERE e.handle = $1",
+            &[&initiator],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let mut mover = Session::open(&url).await.unwrap();
+    mover.begin().await.unwrap();
+    assert!(mover.get_conversation_group("tq", NOW).await.unwrap().is_some(), "the mover holds the group");
+    let waiting = waiting_receive(Session::open(&url).await.unwrap());
+    until_waiting(&s, 1).await;
+    mover.move_conversation(target, Uuid::from_u128(0x6e1e)).await.unwrap();
+    mover.commit().await.unwrap();
+    let got = crate::common::within(60, "the waiting receiver", waiting).await.unwrap();
+    assert_eq!(got, ["<verhuisd/>"]);
+}
+
+/// A session whose last wait found its queue idle marks itself before its first look;
+/// when that look fails (here: the queue was disabled meanwhile), the mark does not
+/// outlive it (every send to the queue would notify while it is held).
+#[tokio::test]
+async fn a_wait_whose_first_look_fails_leaves_no_mark() {
+    let (url, s) = world().await;
+    let mut r = Session::open(&url).await.unwrap();
+    r.begin().await.unwrap();
+    assert!(r.receive("tq", 10, None, Duration::from_millis(20)).await.unwrap().is_empty());
+    r.commit().await.unwrap();
+    s.client().execute("SELECT sb.alter_queue('tq', p_enabled => false)", &[]).await.unwrap();
+    r.begin().await.unwrap();
+    let e = r.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::QueueDisabled, "{e:?}");
+    r.rollback().await.unwrap();
+    let marks = crate::common::calc::count(
+        &s,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305",
+    )
+    .await;
+    assert_eq!(marks, 0, "the failed wait's mark is dropped");
+}
+
 #[tokio::test]
 async fn a_receiver_marking_itself_while_a_send_is_in_flight_is_told_to_look_again() {
     let (url, mut sender) = world().await;

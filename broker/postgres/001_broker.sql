@@ -1251,6 +1251,9 @@ BEGIN
     IF v_first IS NOT NULL THEN
         INSERT INTO sb.group_ready (group_id, queue, first_id, priority) VALUES (p_group, v_queue, v_first, v_level)
         ON CONFLICT (group_id) DO UPDATE SET first_id = excluded.first_id, priority = excluded.priority;
+        -- The group may have had no messages: it is ready at commit, so a waiting
+        -- receiver is told (the caller holds it until then).
+        PERFORM sb.wake_group(sb.queue_id(v_queue), p_group);
     END IF;
     IF e.group_id <> p_group THEN
         PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);

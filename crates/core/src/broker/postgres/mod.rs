@@ -219,6 +219,11 @@ impl Session {
     /// disabled the queue.
     pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
         self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
+        // A wait whose statement failed in the transaction could not drop its mark there
+        // (if this fails too, the next wait drops it, or the session's end).
+        if self.waiting.is_some() {
+            let _ = self.end_wait().await;
+        }
         let ids = std::mem::take(&mut self.received);
         if ids.is_empty() {
             return Ok(false);
@@ -305,7 +310,7 @@ impl Session {
                 mark_first = false;
                 self.waiting = Some(queue.to_owned());
                 let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-                (Some(mark), rows?)
+                (Some(mark), self.unmarked_on_error(rows).await?)
             } else {
                 let rows = match self.waiting.take() {
                     Some(marked) => {
@@ -332,12 +337,15 @@ impl Session {
                     // About to wait: mark, and look once more after the mark is in place.
                     self.waiting = Some(queue.to_owned());
                     let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-                    (mark, rows?)
+                    (mark, self.unmarked_on_error(rows).await?)
                 }
             };
             if found(&rows) {
                 self.idle = false;
-                self.end_wait().await?;
+                // What it found is returned even if the mark cannot be dropped now (the
+                // caller must know what it received); the mark is then dropped by the
+                // next wait or the rollback.
+                let _ = self.end_wait().await;
                 return Ok(rows);
             }
             self.idle = true;
@@ -370,12 +378,26 @@ impl Session {
         }
     }
 
-    /// Drops the session's waiting mark, if it has one.
+    /// Drops the session's waiting mark, if it has one (kept, to be dropped later, if
+    /// that fails).
     async fn end_wait(&mut self) -> Result<(), BrokerError> {
         if let Some(marked) = self.waiting.take() {
-            self.work(S::END_WAIT, &[&marked]).await?;
+            if let Err(e) = self.work(S::END_WAIT, &[&marked]).await {
+                self.waiting = Some(marked);
+                return Err(e);
+            }
         }
         Ok(())
+    }
+
+    /// `rows`, or its error after trying to drop the mark just taken: a mark must not
+    /// outlive the wait (while it is held every send to the queue notifies). In a
+    /// transaction the error aborted, the rollback drops it.
+    async fn unmarked_on_error(&mut self, rows: Result<Vec<Row>, BrokerError>) -> Result<Vec<Row>, BrokerError> {
+        if rows.is_err() {
+            let _ = self.end_wait().await;
+        }
+        rows
     }
 
     /// Rows of `receive` as messages, noted as received in this transaction.
