@@ -360,28 +360,24 @@ BEGIN
 END $$;
 
 -- A send's wake-up (see above): at commit, notifies the queue's channel if a receiver
--- waits on it.
-CREATE OR REPLACE FUNCTION sb.wake_id(p_queue_id int) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1396834306, p_queue_id);
-    IF NOT sb.lock_is_free(1396834305, p_queue_id) THEN
-        PERFORM pg_notify('sb_queue_' || p_queue_id, '');
-    END IF;
-END $$;
-
--- The same for a conversation group made ready: the notification names the group, so
+-- waits on it. For a conversation group made ready (p_group), the notification names the group, so
 -- that a transaction that readies several groups notifies once for each (identical
 -- notifications of one transaction are folded into one) and a listening worker wakes one
--- waiting reader for each, where a notification without a group wakes every reader
--- waiting on the queue.
+-- waiting reader for each; a notification without a group (p_group NULL) wakes every
+-- reader waiting on the queue.
 CREATE OR REPLACE FUNCTION sb.wake_group(p_queue_id int, p_group uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1396834306, p_queue_id);
     IF NOT sb.lock_is_free(1396834305, p_queue_id) THEN
-        PERFORM pg_notify('sb_queue_' || p_queue_id, p_group::text);
+        PERFORM pg_notify('sb_queue_' || p_queue_id, coalesce(p_group::text, ''));
     END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.wake_id(p_queue_id int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM sb.wake_group(p_queue_id, NULL);
 END $$;
 
 CREATE OR REPLACE FUNCTION sb.wake(p_queue text) RETURNS void
