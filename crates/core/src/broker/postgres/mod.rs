@@ -305,13 +305,7 @@ impl Session {
             let woken = waiters.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let (mark, rows) = if mark_first {
-                // About to wait unless this look finds something: mark first.
-                mark_first = false;
-                self.waiting = Some(queue.to_owned());
-                let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-                (Some(mark), self.unmarked_on_error(rows).await?)
-            } else {
+            if !mark_first {
                 let rows = match self.waiting.take() {
                     Some(marked) => {
                         let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
@@ -329,17 +323,12 @@ impl Session {
                 if tokio::time::Instant::now() >= deadline {
                     return Ok(rows);
                 }
-                (None, rows)
-            };
-            let (mark, rows) = match mark {
-                Some(mark) => (mark, rows),
-                None => {
-                    // About to wait: mark, and look once more after the mark is in place.
-                    self.waiting = Some(queue.to_owned());
-                    let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-                    (mark, self.unmarked_on_error(rows).await?)
-                }
-            };
+            }
+            // About to wait: mark, and look (once more) after the mark is in place.
+            mark_first = false;
+            self.waiting = Some(queue.to_owned());
+            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
+            let rows = self.unmarked_on_error(rows).await?;
             if found(&rows) {
                 self.idle = false;
                 // What it found is returned even if the mark cannot be dropped now (the

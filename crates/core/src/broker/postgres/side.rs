@@ -15,6 +15,7 @@ pub(super) const SIDE_STATEMENTS: [Named; 3] = [S::COUNT_ATTEMPTS, S::NOTE_FAILU
 /// made ready in one transaction notify once each. A notification without a group (a
 /// rollback giving messages back, a group with messages left, a queue enabled) wakes
 /// every session waiting on its queue.
+///
 /// A session waiting for one group or conversation (`WHERE conversation_group_id = g`)
 /// cannot take another group's message, so it is woken by every notification of its
 /// queue instead of taking a turn.
