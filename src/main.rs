@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             }
         }
         #[cfg(feature = "tools")]
-        Command::Demo { size, edits, readers, postgres, seed, mssql } => {
+        Command::Demo { size, edits, readers, postgres, seed, mssql, dialog_reuse_idle_seconds } => {
             let opts = sbworker::demo::Options {
                 size,
                 edits,
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
                 external_setup: None,
                 pace: None,
                 groups_per_transaction: 1,
-                dialog_reuse_idle_seconds: None,
+                dialog_reuse_idle_seconds,
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {

@@ -348,6 +348,28 @@ async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
 }
 
+/// Conversation reuse on the SQL Server transport: the collector over TDS ends a key's
+/// dialog on its idle timer (`Rekenserver.dialoog_stil`), and a Fout on a reused dialog
+/// answers its oldest open request (`Rekenserver.noteer_fout @eerste = 1`); the demo
+/// checks every key's latest result and that no conversation is left open.
+#[tokio::test]
+async fn sbworker_demo_reuses_dialogs_on_the_sql_server_transport_and_ends_them_idle() {
+    let out = crate::common::within(
+        600,
+        "the command ends",
+        Command::new(BIN).args(["demo", "--size", "15", "--mssql", "--dialog-reuse-idle-seconds", "1"]).output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
+    assert!(stdout.contains("no conversation left open"), "{stdout}");
+    let line = stdout.lines().find(|l| l.contains("conversation reuse:")).expect("the reuse line");
+    let numbers: Vec<i64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(numbers.len() >= 2 && numbers[1] < numbers[0], "no dialog carried two requests: {line}");
+}
+
 /// Upgrade in place: `sbworker install` run again over a live database, while planners
 /// edit and the worker runs, replaces every function in one transaction (the same
 /// version's scripts: the paths that only an older install takes, a column added or a
@@ -356,7 +378,21 @@ async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
 /// version's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_installing_again_over_running_workers_fails_no_message() {
+    installing_again_over_running_workers(false).await;
+}
+
+/// The same with conversation reuse on (a second idle: keys' dialogs are reused and
+/// ended while the installs replace the functions that reuse and end them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_with_conversation_reuse_installing_again_over_running_workers_fails_no_message() {
+    installing_again_over_running_workers(true).await;
+}
+
+async fn installing_again_over_running_workers(reuse: bool) {
     let (url, mut c) = pipeline_world().await;
+    if reuse {
+        c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 1)", &[]).await.unwrap();
+    }
     let dir = TempDir::new("upgrade");
     let config = dir.0.join("worker.toml");
     std::fs::write(&config, demo::worker_config_text(&url, 2)).unwrap();
@@ -403,6 +439,11 @@ async fn slow_installing_again_over_running_workers_fails_no_message() {
     let counted: Vec<&str> =
         text.lines().filter(|l| l.contains("group rolled back") && !l.contains("transient=true")).collect();
     assert!(counted.is_empty(), "failures counted against messages during the installs: {counted:#?}");
+    if reuse {
+        let requests = count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await;
+        let dialogs = count(&c, "SELECT count(DISTINCT dialog_handle) FROM rekenserver.berekening_log").await;
+        assert!(dialogs < requests, "{dialogs} dialogs for {requests} requests: none was reused");
+    }
 }
 
 /// The SQL builder (what the roster trigger sends) carries a block's leave (`Verlof`) and

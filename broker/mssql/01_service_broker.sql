@@ -95,3 +95,23 @@ IF NOT EXISTS (SELECT 1 FROM sys.conversation_priorities WHERE name = N'herberek
              REMOTE_SERVICE_NAME = ANY,
              PRIORITY_LEVEL = 3);
 GO
+-- A key's dialog kept open for its next versions (conversation reuse: the setting
+-- 'dialog_reuse_idle_seconds' of Rekenserver.instelling; off without it) goes on a
+-- contract of its own, so that each side knows from the dialog that it does not end with
+-- an answer: the collector ends it once the key has been idle that long (its conversation
+-- timer), and the calculation side ends on the EndDialog. The same messages, the same
+-- services (a key's dialogs share its conversation group).
+IF NOT EXISTS (SELECT 1 FROM sys.service_contracts WHERE name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+    CREATE CONTRACT [/Rekenserver/LoonfactorBerekening/SleutelContract] (
+        [/Rekenserver/LoonfactorBerekening/Vraag] SENT BY INITIATOR,
+        [/Rekenserver/LoonfactorBerekening/Antwoord] SENT BY TARGET,
+        [/Rekenserver/Fout] SENT BY TARGET);
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.service_contract_usages u
+                JOIN sys.services s ON s.service_id = u.service_id
+                JOIN sys.service_contracts c ON c.service_contract_id = u.service_contract_id
+                WHERE s.name = N'/Rekenserver/LoonfactorBerekening/RekenService'
+                  AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+    ALTER SERVICE [/Rekenserver/LoonfactorBerekening/RekenService]
+        (ADD CONTRACT [/Rekenserver/LoonfactorBerekening/SleutelContract]);
+GO

@@ -67,7 +67,7 @@ GO
 
 IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
     CREATE TABLE Rekenserver.berekening_log (
-        dialog_handle    uniqueidentifier NOT NULL CONSTRAINT pk_berekening_log PRIMARY KEY,
+        dialog_handle    uniqueidentifier NOT NULL,
         vraag_id         uniqueidentifier NOT NULL,
         dienstverband_id int NOT NULL,
         periode_id       int NOT NULL,
@@ -77,7 +77,32 @@ IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NULL
         uitkomst         varchar(10) NULL
                          CONSTRAINT ck_log_uitkomst CHECK (uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')),
         foutmelding      nvarchar(3000) NULL,
+        CONSTRAINT pk_berekening_log PRIMARY KEY (dialog_handle, vraag_id),
         INDEX ix_berekening_log_key (dienstverband_id, periode_id, versie));
+GO
+-- A reused dialog carries several requests (conversation reuse, below): a row per request
+-- and dialog. An install from before kept a row per dialog, when each dialog carried
+-- one: its key gets the second column. The rows stay, but the table and its indexes are
+-- rebuilt twice (dropping the clustered key makes it a heap) under a schema lock, which
+-- the roster's triggers wait for: on a large log, install in a quiet hour. One
+-- transaction: a failure leaves the old key, and the next install tries again.
+IF (SELECT COUNT(*) FROM sys.key_constraints k
+      JOIN sys.index_columns ic ON ic.object_id = k.parent_object_id AND ic.index_id = k.unique_index_id
+     WHERE k.name = N'pk_berekening_log' AND k.parent_object_id = OBJECT_ID(N'Rekenserver.berekening_log')
+       AND ic.key_ordinal > 0) <> 2
+BEGIN
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        IF OBJECT_ID(N'Rekenserver.pk_berekening_log', N'PK') IS NOT NULL
+            ALTER TABLE Rekenserver.berekening_log DROP CONSTRAINT pk_berekening_log;
+        ALTER TABLE Rekenserver.berekening_log ADD CONSTRAINT pk_berekening_log PRIMARY KEY (dialog_handle, vraag_id);
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+        THROW;
+    END CATCH
+END
 GO
 -- Requests without an outcome, for Rekenserver.markeer_verloren (every sweep run). A plain
 -- index: a filtered one would make every writer of the log (the roster's triggers) depend
@@ -123,8 +148,41 @@ GO
 IF OBJECT_ID(N'Rekenserver.instelling', N'U') IS NULL
     CREATE TABLE Rekenserver.instelling (
         naam  varchar(60) NOT NULL CONSTRAINT pk_instelling PRIMARY KEY
-              CONSTRAINT ck_instelling_naam CHECK (naam IN ('dialog_lifetime_seconds')),
+              CONSTRAINT ck_instelling_naam CHECK (naam IN ('dialog_lifetime_seconds', 'dialog_reuse_idle_seconds')),
         waarde int NOT NULL CONSTRAINT ck_instelling_waarde CHECK (waarde >= 1));
+GO
+-- The second setting: 'dialog_reuse_idle_seconds', conversation reuse. With it, a key's
+-- dialog (on the contract SleutelContract) carries the key's next versions, and ends once
+-- the key has had no request open for that many seconds (no row: a dialog per request).
+-- Recomputes and the self-test's scratch key keep a dialog per request.
+--   INSERT Rekenserver.instelling (naam, waarde) VALUES ('dialog_reuse_idle_seconds', 10);
+-- The check of an install from before names the first setting only: replaced, once, in
+-- one transaction (a failure leaves the old check, and the next install tries again).
+IF NOT EXISTS (SELECT 1 FROM sys.check_constraints c
+                WHERE c.name = N'ck_instelling_naam' AND c.parent_object_id = OBJECT_ID(N'Rekenserver.instelling')
+                  AND c.[definition] LIKE N'%dialog[_]reuse[_]idle[_]seconds%')
+BEGIN
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        IF OBJECT_ID(N'Rekenserver.ck_instelling_naam', N'C') IS NOT NULL
+            ALTER TABLE Rekenserver.instelling DROP CONSTRAINT ck_instelling_naam;
+        ALTER TABLE Rekenserver.instelling ADD CONSTRAINT ck_instelling_naam
+            CHECK (naam IN ('dialog_lifetime_seconds', 'dialog_reuse_idle_seconds'));
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+        THROW;
+    END CATCH
+END
+GO
+
+CREATE OR ALTER FUNCTION Rekenserver.dialoog_hergebruik ()
+RETURNS int
+AS
+BEGIN
+    RETURN ISNULL((SELECT waarde FROM Rekenserver.instelling WHERE naam = 'dialog_reuse_idle_seconds'), 0);
+END;
 GO
 
 CREATE OR ALTER FUNCTION Rekenserver.dialog_levensduur ()
@@ -164,7 +222,7 @@ BEGIN
     SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
     SET NUMERIC_ROUNDABORT OFF;
     DECLARE @dv int, @periode int, @versie bigint, @vraag uniqueidentifier, @vervangen bit, @uitkomst varchar(10),
-            @dubbel varchar(3), @rekenversie nvarchar(200);
+            @dubbel varchar(3), @rekenversie nvarchar(200), @stil int;
     -- Each wage factor code once (as the XSD's xs:unique and the decoder say): a second
     -- value for a code is refused with a reason, not by a key violation.
     WITH XMLNAMESPACES (DEFAULT 'http://www.sdbgroep.nl/MPlus/Rekenserver/2008')
@@ -186,13 +244,14 @@ BEGIN
            @vraag = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Id)[1]', 'uniqueidentifier'),
            @rekenversie = @antwoord.value('(/LoonfactorBerekeningAntwoord/@Rekenversie)[1]', 'nvarchar(200)'),
            @vervangen = @antwoord.exist('/LoonfactorBerekeningAntwoord/Waarschuwing[@Code = "vervangen"]');
-    -- The answer must be for the request its dialog carried: an answer naming another key
-    -- or version is refused (the transaction fails; after the worker's attempts it is set
-    -- aside), never stored under the wrong key.
-    IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log
-                WHERE dialog_handle = @handle
-                  AND (dienstverband_id <> @dv OR periode_id <> @periode OR versie <> @versie OR vraag_id <> @vraag
-                       OR @dv IS NULL OR @periode IS NULL OR @versie IS NULL OR @vraag IS NULL))
+    -- The answer must be for a request its dialog carried (a reused dialog carries several:
+    -- the one the Antwoord names): an answer naming another key, version or request is
+    -- refused (the transaction fails; after the worker's attempts it is set aside), never
+    -- stored under the wrong key.
+    IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle)
+       AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log
+                        WHERE dialog_handle = @handle AND vraag_id = @vraag AND dienstverband_id = @dv
+                          AND periode_id = @periode AND versie = @versie)
     BEGIN
         SET @melding = REPLACE(CONCAT(N'invalid-value: the Antwoord on dialog ', @handle, N' is for dienstverband ', @dv,
             N', periode ', @periode, N', version ', @versie, N', not for the request its dialog carried'), N'%', N'%%');
@@ -250,7 +309,8 @@ BEGIN
             SELECT @dv, @periode, kaart_soort, loonfactor_code, waarde FROM @nieuw;
             INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren, rekenversie)
             VALUES (@dv, @periode, @versie,
-                    (SELECT l.vraag FROM Rekenserver.berekening_log l WHERE l.dialog_handle = @handle),
+                    (SELECT l.vraag FROM Rekenserver.berekening_log l
+                      WHERE l.dialog_handle = @handle AND l.vraag_id = @vraag),
                     (SELECT n.loonfactor_code AS c, CONVERT(varchar(40), n.waarde) AS w FROM @nieuw n
                       ORDER BY n.loonfactor_code FOR JSON PATH),
                     @rekenversie);
@@ -261,27 +321,124 @@ BEGIN
     -- The Vraag kept for the evidence leaves the log with the outcome (copied above when
     -- the result was stored): the log keeps no salary data of its own.
     UPDATE Rekenserver.berekening_log SET beantwoord_op = SYSUTCDATETIME(), uitkomst = @uitkomst, vraag = NULL
-     WHERE dialog_handle = @handle;
+     WHERE dialog_handle = @handle AND vraag_id = @vraag;
+    -- A reused dialog with no request left open: its idle timer starts (again; BEGIN
+    -- CONVERSATION TIMER on a running timer sets it to the new timeout). The DialogTimer
+    -- comes to this side's queue only, and the collector ends the dialog if the key is
+    -- still idle then (Rekenserver.dialoog_stil). A dialog the target has ended (state
+    -- DI) is not timed: its EndDialog or Error is on its way.
+    IF EXISTS (SELECT 1 FROM sys.conversation_endpoints e
+                 JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
+                WHERE e.conversation_handle = @handle AND e.state = 'CO'
+                  AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+       AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle AND uitkomst IS NULL)
+    BEGIN
+        -- (Reuse turned off since: the dialog still ends, after a second.)
+        SET @stil = Rekenserver.dialoog_hergebruik();
+        IF @stil < 1 SET @stil = 1;
+        BEGIN CONVERSATION TIMER (@handle) TIMEOUT = @stil;
+    END;
     SELECT @uitkomst AS uitkomst;
 END;
 GO
 
 -- Records why a dialog got no answer (a Fout's reason, an error end), and whether
 -- sending the same version again can succeed (@herstelbaar: the environment's fault).
--- The first record of a dialog stands. A caller of an older release passes no
+-- The first record of a request stands. A caller of an older release passes no
 -- @herstelbaar: it is then read from the text, in the formats those releases wrote.
+-- With @eerste = 1 (a Fout, which answers one request): the oldest request still open on
+-- the dialog gets it (a dialog's messages come in order). On a reused dialog the
+-- requests sent after it are lost with the dialog, which the calculation ends with the
+-- Fout's error: they are recorded as the environment's, and their key's current version
+-- is sent again at once, on a new dialog.
 CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000),
-    @herstelbaar bit = NULL
+    @herstelbaar bit = NULL, @eerste bit = 0
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     IF @herstelbaar IS NULL
         SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
+    DECLARE @vraag uniqueidentifier, @dv int, @periode int;
+    IF @eerste = 1
+    BEGIN
+        SELECT TOP (1) @vraag = vraag_id, @dv = dienstverband_id, @periode = periode_id
+          FROM Rekenserver.berekening_log
+         WHERE dialog_handle = @handle AND uitkomst IS NULL
+         ORDER BY versie, verzonden_op;
+        IF @vraag IS NOT NULL
+        BEGIN
+            UPDATE Rekenserver.berekening_log
+               SET beantwoord_op = SYSUTCDATETIME(), uitkomst = 'fout', vraag = NULL, foutmelding = @melding,
+                   herstelbaar = @herstelbaar
+             WHERE dialog_handle = @handle AND vraag_id = @vraag;
+            UPDATE Rekenserver.berekening_log
+               SET beantwoord_op = SYSUTCDATETIME(), uitkomst = 'fout', vraag = NULL, herstelbaar = 1,
+                   foutmelding = N'lost: the dialog ended with the Fout of an earlier request on it; sent again'
+             WHERE dialog_handle = @handle AND uitkomst IS NULL;
+            IF @@ROWCOUNT > 0
+            BEGIN
+                -- The collector holds the key's conversation group; a planner holding the
+                -- key's row waits for that group (SEND and BEGIN DIALOG lock it). Should
+                -- the two deadlock, this transaction is the victim (the worker takes it
+                -- again, not counted), never the planner's edit. (Restored on return, as
+                -- every SET in a procedure.)
+                SET DEADLOCK_PRIORITY LOW;
+                -- Never on this dialog again (the collector is about to end it).
+                UPDATE Rekenserver.sleutel SET dialog_handle = NULL
+                 WHERE dienstverband_id = @dv AND periode_id = @periode AND dialog_handle = @handle;
+                EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @periode;
+            END;
+            RETURN;
+        END;
+    END;
     UPDATE Rekenserver.berekening_log
        SET beantwoord_op = ISNULL(beantwoord_op, SYSUTCDATETIME()), uitkomst = 'fout',
            foutmelding = ISNULL(foutmelding, @melding), herstelbaar = ISNULL(herstelbaar, @herstelbaar),
            vraag = NULL   -- the evidence's copy of the Vraag is kept for stored results only
      WHERE dialog_handle = @handle AND (uitkomst IS NULL OR uitkomst = 'fout');
+END;
+GO
+
+-- A reused dialog's idle timer has fired (the collector received its DialogTimer): one
+-- row, stil = 1 when no request of the key is open on it (the dialog is then no longer
+-- the key's, and the collector ends it), 0 when one is (its answer starts the timer
+-- again). Decided under the key's row lock, which Rekenserver.stuur_vraag holds while it
+-- chooses the dialog and sends, so that a request is never sent on a dialog being ended.
+-- That lock is not waited for: the collector holds the key's conversation group, which a
+-- planner holding the row waits for (SEND and BEGIN DIALOG lock it), so waiting could
+-- deadlock with the planner's edit. A row a planner holds counts as busy: stil = 0, and
+-- the timer starts again (the planner may send on another dialog), unless the dialog is
+-- no longer open on both sides (its EndDialog or Error is on its way, and ends it).
+CREATE OR ALTER PROCEDURE Rekenserver.dialoog_stil @handle uniqueidentifier
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- READPAST is for READ COMMITTED and REPEATABLE READ, and with READ_COMMITTED_SNAPSHOT
+    -- on it needs READCOMMITTEDLOCK (Table Hints): the caller's level again on return.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    DECLARE @dv int, @periode int, @stil bit = 1, @idle int;
+    SELECT TOP (1) @dv = dienstverband_id, @periode = periode_id
+      FROM Rekenserver.berekening_log WHERE dialog_handle = @handle;
+    IF @dv IS NOT NULL
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (UPDLOCK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+                        WHERE dienstverband_id = @dv AND periode_id = @periode)
+           AND EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (NOLOCK)
+                        WHERE dienstverband_id = @dv AND periode_id = @periode)
+        BEGIN
+            SET @stil = 0;
+            SET @idle = Rekenserver.dialoog_hergebruik();
+            IF @idle < 1 SET @idle = 1;
+            IF EXISTS (SELECT 1 FROM sys.conversation_endpoints WHERE conversation_handle = @handle AND state = 'CO')
+                BEGIN CONVERSATION TIMER (@handle) TIMEOUT = @idle;
+        END
+        ELSE IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle AND uitkomst IS NULL)
+            SET @stil = 0;
+        ELSE
+            UPDATE Rekenserver.sleutel SET dialog_handle = NULL
+             WHERE dienstverband_id = @dv AND periode_id = @periode AND dialog_handle = @handle;
+    END;
+    SELECT @stil AS stil;
 END;
 GO
 
@@ -311,6 +468,7 @@ BEGIN
             @opzij bit;
     DECLARE @uit TABLE (uitkomst varchar(10));
     DECLARE @sleutel nvarchar(200), @antwoord xml;
+    DECLARE @stil TABLE (stil bit);
     DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
                             transient_failures int);
     WHILE 1 = 1
@@ -352,7 +510,9 @@ BEGIN
                 DELETE @uit;
                 SET @antwoord = CAST(@body AS xml);   -- explicit: a malformed body fails here, in the TRY
                 INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @antwoord;
-                END CONVERSATION @handle;
+                -- A reused dialog stays open for the key's next versions (its idle timer ends it).
+                IF @contract <> N'/Rekenserver/LoonfactorBerekening/SleutelContract'
+                    END CONVERSATION @handle;
             END
             ELSE IF @type = N'/Rekenserver/Fout'
             BEGIN
@@ -372,7 +532,9 @@ BEGIN
                 ELSE
                     SELECT @tekst = LEFT(CONCAT(@reden, N' (', @nummer, N'): ', @tekst), 3000),
                            @herstelbaar = CASE WHEN @reden = N'internal' THEN 1 ELSE 0 END;
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = @herstelbaar;
+                -- A Fout answers the oldest request open on the dialog (a reused one carries several).
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = @herstelbaar,
+                     @eerste = 1;
                 END CONVERSATION @handle;
             END
             ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
@@ -389,11 +551,22 @@ BEGIN
             END
             ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog'
                 END CONVERSATION @handle;
-            ELSE IF @type <> N'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer'
+            ELSE IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer'
+            BEGIN
+                -- A reused dialog's idle timer: ended when the key is still idle.
+                IF @contract = N'/Rekenserver/LoonfactorBerekening/SleutelContract'
+                BEGIN
+                    DELETE @stil;
+                    INSERT @stil EXEC Rekenserver.dialoog_stil @handle = @handle;
+                    IF EXISTS (SELECT 1 FROM @stil WHERE stil = 1)
+                        END CONVERSATION @handle;
+                END
+            END
+            ELSE
             BEGIN
                 -- Outside the contract: ended with an error, as the Rust collector does.
                 SET @tekst = CONCAT(N'message type ', @type, N' is not part of the calculation contract');
-                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 0;
+                EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = 0, @eerste = 1;
                 END CONVERSATION @handle WITH ERROR = 50900 DESCRIPTION = @tekst;
             END
             DELETE sbworker.message_attempt WHERE conversation_handle = @handle AND message_sequence_number = @seq;

@@ -90,6 +90,15 @@ IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NULL
         group_id uniqueidentifier NOT NULL, gewijzigd_op datetime2(3) NOT NULL DEFAULT SYSUTCDATETIME(),
         CONSTRAINT pk_sleutel PRIMARY KEY (dienstverband_id, periode_id));
 GO
+-- With conversation reuse: the key's open dialog (its initiator's handle), which carries
+-- its next versions until the collector ends it idle, and when its LIFETIME ends (UTC,
+-- written when it was begun). Added to an existing install too.
+IF COL_LENGTH(N'Rekenserver.sleutel', N'dialog_handle') IS NULL
+    ALTER TABLE Rekenserver.sleutel ADD dialog_handle uniqueidentifier NULL;
+GO
+IF COL_LENGTH(N'Rekenserver.sleutel', N'dialog_verloopt') IS NULL
+    ALTER TABLE Rekenserver.sleutel ADD dialog_verloopt datetime2(3) NULL;
+GO
 
 -- The Vraag of one key (listing 10: WITH XMLNAMESPACES ... FOR XML PATH).
 CREATE OR ALTER FUNCTION Rekenserver.vraag (@dv int, @periode int, @versie bigint, @id uniqueidentifier)
@@ -180,7 +189,8 @@ IF OBJECT_ID(N'Rekenserver.onverzendbaar', N'U') IS NULL
 GO
 
 -- Sends the Vraag of one key at its current version, in the key's group, with the
--- configured LIFETIME (Rekenserver.instelling), and logs it. @verzonden says whether it
+-- configured LIFETIME (Rekenserver.instelling), and logs it. With conversation reuse
+-- (Rekenserver.instelling 'dialog_reuse_idle_seconds') on the key's open dialog. @verzonden says whether it
 -- sent: not when the key does not exist, nor when its Vraag cannot be built (then
 -- recorded in Rekenserver.onverzendbaar with the reason).
 -- Runs as the worker's user, so the worker owns the dialogs and its collector can end
@@ -195,9 +205,11 @@ BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     DECLARE @versie bigint, @group uniqueidentifier, @id uniqueidentifier = NEWID(), @vraag xml, @handle uniqueidentifier,
-            @lifetime int = Rekenserver.dialog_levensduur(), @reden nvarchar(200);
+            @lifetime int = Rekenserver.dialog_levensduur(), @reden nvarchar(200), @reuse uniqueidentifier,
+            @verloopt datetime2(3), @marge int;
     SET @verzonden = 0;
-    SELECT @versie = versie, @group = group_id FROM Rekenserver.sleutel WITH (UPDLOCK)
+    SELECT @versie = versie, @group = group_id, @reuse = dialog_handle, @verloopt = dialog_verloopt
+      FROM Rekenserver.sleutel WITH (UPDLOCK)
      WHERE dienstverband_id = @dv AND periode_id = @periode;
     IF @versie IS NULL RETURN;
     SET @vraag = Rekenserver.vraag(@dv, @periode, @versie, @id);
@@ -216,19 +228,58 @@ BEGIN
         RETURN;
     END;
     -- A recompute's Vraag goes on its own contract, at its lower priority (a contract is
-    -- an identifier in BEGIN DIALOG, not a variable: two statements).
+    -- an identifier in BEGIN DIALOG, not a variable: a statement each).
     IF @herberekening = 1
         BEGIN DIALOG CONVERSATION @handle
             FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
             ON CONTRACT [/Rekenserver/LoonfactorBerekening/HerberekenContract]
             WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
-    ELSE
+    -- A dialog per request: reuse off; the self-test's scratch key (negative ids).
+    ELSE IF @dv < 0 OR Rekenserver.dialoog_hergebruik() = 0
         BEGIN DIALOG CONVERSATION @handle
             FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
             WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+    ELSE
+    BEGIN
+        -- Conversation reuse: the key's dialog, when every request sent on it has its
+        -- outcome recorded, both sides have it open (state CO) and it is not near its
+        -- LIFETIME's end (a margin of min(10 minutes, half the LIFETIME)). Messages on one
+        -- dialog arrive in order. A SEND on a dialog the calculation has ended fails, and
+        -- would roll back the planner's edit; SQL Server cannot check a dialog's state and
+        -- send in one step (an incoming message changes it without a lock: Conversation
+        -- Group Locks). The calculation ends a dialog only in answer to a request on it
+        -- (a Fout, a diversion), and the collector records that answer and ends its side in
+        -- one transaction, so a dialog with no request open is ended by nobody but the
+        -- collector on its idle timer, under this key's row lock, which this procedure
+        -- holds. (A burst of edits of one key therefore takes a new dialog for each request
+        -- in flight; the PostgreSQL broker checks and sends in one step, sb.ready_to_send.)
+        -- Adding a message to the target's queue takes no lock there, so the send never
+        -- waits for the calculation.
+        SET @marge = CASE WHEN @lifetime / 2 < 600 THEN @lifetime / 2 ELSE 600 END;
+        IF @reuse IS NOT NULL
+           AND @verloopt > DATEADD(SECOND, @marge, SYSUTCDATETIME())
+           AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
+                            WHERE l.dialog_handle = @reuse AND l.uitkomst IS NULL)
+           AND EXISTS (SELECT 1 FROM sys.conversation_endpoints e
+                         JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
+                        WHERE e.conversation_handle = @reuse AND e.is_initiator = 1 AND e.state = 'CO'
+                          AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+            SET @handle = @reuse;
+        ELSE
+        BEGIN
+            BEGIN DIALOG CONVERSATION @handle
+                FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                ON CONTRACT [/Rekenserver/LoonfactorBerekening/SleutelContract]
+                WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+            UPDATE Rekenserver.sleutel
+               SET dialog_handle = @handle, dialog_verloopt = DATEADD(SECOND, @lifetime, SYSUTCDATETIME())
+             WHERE dienstverband_id = @dv AND periode_id = @periode;
+        END;
+    END;
     SEND ON CONVERSATION @handle MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@vraag);
     -- The Vraag as sent, compressed, for the evidence of its result.
     INSERT Rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)

@@ -32,8 +32,8 @@ GO
 -- Only results with factor rows are claimed. The claim and the read of the factors are
 -- one transaction: the claimed rows stay locked until the factors are read, so a newer
 -- Antwoord stored meanwhile cannot be exported under the old version. READ COMMITTED
--- whatever the caller's level (READPAST is a READ COMMITTED hint: Table Hints, Msg 650),
--- reset on return.
+-- whatever the caller's level (READPAST is a READ COMMITTED hint: Table Hints, Msg 650;
+-- with READ_COMMITTED_SNAPSHOT on it needs READCOMMITTEDLOCK too), reset on return.
 CREATE OR ALTER PROCEDURE Rekenserver.export_claim @periode int, @mode varchar(10), @lease_minutes int = 15,
     @batch uniqueidentifier
 AS
@@ -48,7 +48,7 @@ BEGIN
        SET export_status = CASE @mode WHEN 'once' THEN 2 ELSE 1 END, export_batch = @batch,
            geclaimd_op = SYSUTCDATETIME(), geexporteerd_op = CASE @mode WHEN 'once' THEN SYSUTCDATETIME() END
     OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie, inserted.vorige_export_versie INTO @claimed
-      FROM Rekenserver.resultaat r WITH (READPAST, UPDLOCK, ROWLOCK)
+      FROM Rekenserver.resultaat r WITH (READPAST, UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
      WHERE r.periode_id = @periode
        AND (r.export_status = 0
             OR (@mode = 'lease' AND r.export_status = 1 AND r.geclaimd_op < DATEADD(MINUTE, -@lease_minutes, SYSUTCDATETIME())))

@@ -29,6 +29,7 @@ GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/HerberekenContr
 -- Rekenserver.stuur_vraag begins dialogs as the worker's user (BEGIN DIALOG needs
 -- REFERENCES on the contract and RECEIVE on the FROM service's queue).
 GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/DataContract] TO sbworker_role;
+GRANT REFERENCES ON CONTRACT::[/Rekenserver/LoonfactorBerekening/SleutelContract] TO sbworker_role;
 GO
 GRANT EXECUTE ON OBJECT::sbworker.count_attempts TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.note_failure TO sbworker_role;
@@ -39,6 +40,7 @@ GRANT EXECUTE ON OBJECT::sbworker.queue_state TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.module_options TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sla_antwoord_op TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.dialoog_stil TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.selftest TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.heartbeat_end TO sbworker_role;
@@ -82,7 +84,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5c0752e25a84fd81';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+26639427e4334c13';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5c0752e25a84fd81';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+26639427e4334c13';
 GO

@@ -73,6 +73,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         sbworker demo\n  \
         sbworker demo --size 1000 --readers 8\n  \
+        sbworker demo --mssql --dialog-reuse-idle-seconds 2\n  \
         sbworker demo --postgres 'host=localhost user=payroll dbname=empty_demo'\n\n\
         Exit status: 0 when every key holds its latest result; 1 otherwise, with the reason.")]
     Demo {
@@ -96,6 +97,10 @@ pub enum Command {
         /// Service Broker emulator, started in this process on the same broker.
         #[arg(long)]
         mssql: bool,
+        /// Conversation reuse: a key's dialog carries its next versions and is ended
+        /// after this many idle seconds (default: a dialog per request).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+        dialog_reuse_idle_seconds: Option<u32>,
     },
     /// Hand a period's results to payroll: claim the unexported ones in one statement and
     /// write them (CSV: one row per factor; JSON: factors nested per employee).

@@ -19,6 +19,7 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'/Rekenserver/LoonfactorBerekening/RekenService', N'SERVICE', N'SEND'),
                (N'/Rekenserver/LoonfactorBerekening/DataService', N'SERVICE', N'SEND'),
                (N'/Rekenserver/LoonfactorBerekening/DataContract', N'CONTRACT', N'REFERENCES'),
+               (N'/Rekenserver/LoonfactorBerekening/SleutelContract', N'CONTRACT', N'REFERENCES'),
                (N'sbworker.count_attempts', N'OBJECT', N'EXECUTE'),
                (N'sbworker.note_failure', N'OBJECT', N'EXECUTE'),
                (N'sbworker.forget_attempts', N'OBJECT', N'EXECUTE'),
@@ -30,6 +31,7 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'sbworker.heartbeat_end', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.sla_antwoord_op', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.noteer_fout', N'OBJECT', N'EXECUTE'),
+               (N'Rekenserver.dialoog_stil', N'OBJECT', N'EXECUTE'),
                (N'Rekenserver.selftest', N'OBJECT', N'EXECUTE')) AS v(securable, class, permission)
 
 -- The database: broker enabled, compatibility level (OPENJSON needs 130).

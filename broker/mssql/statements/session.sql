@@ -75,6 +75,14 @@ EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
 -- name: record_fout
 EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2, @herstelbaar = @P3
 
+-- A Fout (or an unreadable answer) answers one request: the oldest open on the dialog.
+-- name: record_request_fout
+EXEC Rekenserver.noteer_fout @handle = @P1, @melding = @P2, @herstelbaar = @P3, @eerste = 1
+
+-- A reused dialog's DialogTimer: one row, whether the collector ends it.
+-- name: dialog_idle
+EXEC Rekenserver.dialoog_stil @handle = @P1
+
 -- The worker's heartbeat (06_operations.sql): @P1 instance, @P2 host, @P3 pid, @P4
 -- version, @P5 started (seconds since the Unix epoch), @P6 queues (JSON), @P7 how often
 -- it beats (ms).

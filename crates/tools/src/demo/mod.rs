@@ -415,6 +415,15 @@ async fn write_report(
         opts.readers
     )?;
     writeln!(out, "  latency: from the roster transaction's commit to the stored result (or superseded answer)")?;
+    if let Some(idle) = opts.dialog_reuse_idle_seconds {
+        let row = client.query_one(stmt::DIALOGS_USED.sql, &[]).await?;
+        writeln!(
+            out,
+            "  conversation reuse: {} requests on {} dialogs, each ended after its key was idle {idle} s",
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1)
+        )?;
+    }
     let v = &r.verdict;
     for (dv, reason) in &v.faulted {
         writeln!(out, "  Fout for employee {dv} (expected: no salary on file): {reason}")?;

@@ -338,6 +338,16 @@ impl transport::PayrollStore for MssqlSession {
         let text: String = message.chars().take(3000).collect();
         Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &text.as_str(), &repairable]).await
     }
+
+    async fn record_request_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
+        let text: String = message.chars().take(3000).collect();
+        Self::exec(&mut self.work, stmt::RECORD_REQUEST_FOUT.sql, &[&handle, &text.as_str(), &repairable]).await
+    }
+
+    async fn dialog_idle(&mut self, handle: Uuid) -> Result<bool, BrokerError> {
+        let rows = Self::rows(&mut self.work, stmt::DIALOG_IDLE.sql, &[&handle]).await?;
+        Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
+    }
 }
 
 #[cfg(test)]

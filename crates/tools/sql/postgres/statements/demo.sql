@@ -198,3 +198,7 @@ END $$
 -- Conversation reuse on, with this idle time in seconds (rekenserver.instelling).
 INSERT INTO rekenserver.instelling (naam, waarde) VALUES ('dialog_reuse_idle_seconds', $1)
 ON CONFLICT (naam) DO UPDATE SET waarde = EXCLUDED.waarde;
+
+-- name: dialogs_used
+-- The requests sent, and the dialogs that carried them (fewer with conversation reuse).
+SELECT count(*), count(DISTINCT dialog_handle) FROM rekenserver.berekening_log

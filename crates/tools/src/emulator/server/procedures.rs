@@ -406,8 +406,23 @@ pub(super) async fn call(
                 Some(Sql::Int(i)) => i != 0,
                 _ => text.starts_with("internal (") || text.starts_with("error "),
             };
-            s.record_fout(handle, &text, repairable).await?;
+            // @eerste: a Fout, which answers the oldest request open on the dialog.
+            let first = match arg("@eerste").ok() {
+                None | Some(Sql::Null) => false,
+                Some(Sql::Bit(b)) => b,
+                Some(v) => as_i64(v)? != 0,
+            };
+            if first {
+                s.record_request_fout(handle, &text, repairable).await?;
+            } else {
+                s.record_fout(handle, &text, repairable).await?;
+            }
             Ok(None)
+        }
+        "rekenserver.dialoog_stil" => {
+            let handle = as_uuid(arg("@handle")?)?;
+            let idle = s.dialog_idle(handle).await?;
+            Ok(result_set(t, &[("stil", ColType::Bit)], &[vec![Sql::Bit(idle)]]))
         }
         other => Err(Failure {
             number: 2812,
