@@ -153,12 +153,27 @@ async fn reconnect(url: &str) -> tokio_postgres::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgresql_crash_restart_under_load_loses_nothing_and_diverts_nothing() {
+    crash_restart_under_load(false).await;
+}
+
+/// The same crash with conversation reuse on: keys' dialogs open across the crash (and
+/// their timers) carry the next versions or are ended idle; nothing is lost or left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_conversation_reuse_a_postgresql_crash_restart_under_load_loses_nothing() {
+    crash_restart_under_load(true).await;
+}
+
+async fn crash_restart_under_load(reuse: bool) {
     use sbworker::demo::{self, edits, roster::Roster};
     // A cluster of its own: the crash ends every session on it.
     let cluster = sbworker::pg_cluster::Cluster::start(&[]).expect("a PostgreSQL cluster");
     let url = cluster.create_database("crash").await.unwrap();
     sbworker::broker::postgres::install_with(&url, true).await.unwrap();
     let mut c = reconnect(&url).await;
+    if reuse {
+        // A second idle: dialogs end during the test, and others are reused.
+        c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 1)", &[]).await.unwrap();
+    }
     let roster = Roster::generate(40, 5, false);
     roster.load(&mut c).await.unwrap();
     // Two worker processes, left running through the crash.
@@ -207,6 +222,14 @@ async fn a_postgresql_crash_restart_under_load_loses_nothing_and_diverts_nothing
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "nothing diverted, queued or left half-attempted");
+    if reuse {
+        let (requests, dialogs): (i64, i64) = c
+            .query_one("SELECT count(*), count(DISTINCT dialog_handle) FROM rekenserver.berekening_log", &[])
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        assert!(dialogs < requests, "{dialogs} dialogs for {requests} requests: none was reused");
+    }
     for w in workers {
         assert_eq!(stop_worker(w).await, Some(0));
     }
