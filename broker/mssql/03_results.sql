@@ -347,10 +347,19 @@ GO
 -- The first record of a request stands. A caller of an older release passes no
 -- @herstelbaar: it is then read from the text, in the formats those releases wrote.
 -- With @eerste = 1 (a Fout, which answers one request): the oldest request still open on
--- the dialog gets it (a dialog's messages come in order). On a reused dialog the
--- requests sent after it are lost with the dialog, which the calculation ends with the
--- Fout's error: they are recorded as the environment's, and their key's current version
--- is sent again at once, on a new dialog.
+-- the dialog gets it (a dialog's messages come in order). Should requests have been sent
+-- after it on the same dialog (not with SQL Server's rule for reuse, Rekenserver.stuur_vraag,
+-- which sends on a dialog with no request open; kept for the rule being loosened), they are
+-- lost with the dialog, which the calculation ends with the Fout's error: they are
+-- recorded as the environment's, and their key's current version is sent again at once,
+-- on a new dialog.
+-- Every caller ends the dialog next. When it is its key's reused dialog, it stops being
+-- the key's first, under the key's row lock (as Rekenserver.dialoog_stil does), so that a
+-- planner never sends on a dialog being ended: the planner reuses a dialog only while
+-- holding that row. The collector holds the key's conversation group, which a planner
+-- holding the row waits for (SEND and BEGIN DIALOG lock it): should the two deadlock,
+-- this transaction is the victim (DEADLOCK_PRIORITY LOW: the worker takes it again, not
+-- counted), never the planner's edit. (Restored on return, as every SET in a procedure.)
 CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000),
     @herstelbaar bit = NULL, @eerste bit = 0
 AS
@@ -359,6 +368,18 @@ BEGIN
     IF @herstelbaar IS NULL
         SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
     DECLARE @vraag uniqueidentifier, @dv int, @periode int;
+    SELECT TOP (1) @dv = dienstverband_id, @periode = periode_id
+      FROM Rekenserver.berekening_log WHERE dialog_handle = @handle;
+    -- (Read without a lock first: only the key's own reused dialog takes the row. A planner
+    -- sets dialog_handle to a dialog it has just begun, never to this one.)
+    IF @dv IS NOT NULL AND EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (NOLOCK)
+                                    WHERE dienstverband_id = @dv AND periode_id = @periode
+                                      AND dialog_handle = @handle)
+    BEGIN
+        SET DEADLOCK_PRIORITY LOW;
+        UPDATE Rekenserver.sleutel SET dialog_handle = NULL
+         WHERE dienstverband_id = @dv AND periode_id = @periode AND dialog_handle = @handle;
+    END;
     IF @eerste = 1
     BEGIN
         SELECT TOP (1) @vraag = vraag_id, @dv = dienstverband_id, @periode = periode_id
@@ -377,15 +398,9 @@ BEGIN
              WHERE dialog_handle = @handle AND uitkomst IS NULL;
             IF @@ROWCOUNT > 0
             BEGIN
-                -- The collector holds the key's conversation group; a planner holding the
-                -- key's row waits for that group (SEND and BEGIN DIALOG lock it). Should
-                -- the two deadlock, this transaction is the victim (the worker takes it
-                -- again, not counted), never the planner's edit. (Restored on return, as
-                -- every SET in a procedure.)
+                -- On a new dialog (this one is no longer the key's: above). The key's row
+                -- is taken here if not above, at the same low deadlock priority.
                 SET DEADLOCK_PRIORITY LOW;
-                -- Never on this dialog again (the collector is about to end it).
-                UPDATE Rekenserver.sleutel SET dialog_handle = NULL
-                 WHERE dienstverband_id = @dv AND periode_id = @periode AND dialog_handle = @handle;
                 EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @periode;
             END;
             RETURN;
@@ -419,6 +434,8 @@ BEGIN
     DECLARE @dv int, @periode int, @stil bit = 1, @idle int;
     SELECT TOP (1) @dv = dienstverband_id, @periode = periode_id
       FROM Rekenserver.berekening_log WHERE dialog_handle = @handle;
+    -- (No log row: a dialog no key's row names, a replay whose Vraag could not be read, say.
+    -- It is ended; no planner can send on it.)
     IF @dv IS NOT NULL
     BEGIN
         IF NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (UPDLOCK, ROWLOCK, READPAST, READCOMMITTEDLOCK)

@@ -252,13 +252,18 @@ BEGIN
         -- send in one step (an incoming message changes it without a lock: Conversation
         -- Group Locks). The calculation ends a dialog only in answer to a request on it
         -- (a Fout, a diversion), and the collector records that answer and ends its side in
-        -- one transaction, so a dialog with no request open is ended by nobody but the
-        -- collector on its idle timer, under this key's row lock, which this procedure
-        -- holds. (A burst of edits of one key therefore takes a new dialog for each request
-        -- in flight; the PostgreSQL broker checks and sends in one step, sb.ready_to_send.)
+        -- one transaction. A dialog with no request open is ended by the collector only:
+        -- on its idle timer (Rekenserver.dialoog_stil) or with an error it records
+        -- (Rekenserver.noteer_fout: a diversion of its group, an Error), each of which
+        -- first takes this key's row, which this procedure holds, and clears dialog_handle.
+        -- (Or by an operator: END CONVERSATION WITH CLEANUP, SET ERROR_BROKER_CONVERSATIONS
+        -- or NEW_BROKER, which may fail a planner's edit once.) A burst of edits of one key
+        -- therefore takes a new dialog for each request in flight; the PostgreSQL broker
+        -- checks and sends in one step (sb.ready_to_send) and reuses a busy dialog too.
         -- Adding a message to the target's queue takes no lock there, so the send never
         -- waits for the calculation.
         SET @marge = CASE WHEN @lifetime / 2 < 600 THEN @lifetime / 2 ELSE 600 END;
+        IF @marge < 1 SET @marge = 1;
         IF @reuse IS NOT NULL
            AND @verloopt > DATEADD(SECOND, @marge, SYSUTCDATETIME())
            AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
