@@ -305,9 +305,11 @@ async fn a_real_deadlock_is_retried_as_the_environments_fault_and_answered(kind:
         .execute("SELECT 1 FROM sb.group_ready WHERE queue = $1 FOR UPDATE", &[&REKEN_QUEUE])
         .await
         .unwrap_or_else(|e| panic!("{name}: the test was chosen as the victim: {e}"));
-    // Held against the environment, and named as SQL Server names it.
+    // Held against the environment, and named as SQL Server names it. (At least once: the
+    // worker's retry can take the group back before the test's waiting statement gets
+    // it, and be the deadlock's victim a second time before that statement returns.)
     wait_until("the deadlock is noted", || async {
-        w.count("SELECT count(*) FROM sbworker.message_attempt WHERE transient_failures = 1 AND last_transient_error LIKE '%1205%'")
+        w.count("SELECT count(*) FROM sbworker.message_attempt WHERE transient_failures >= 1 AND last_transient_error LIKE '%1205%'")
             .await
             == 1
     })
