@@ -778,3 +778,42 @@ fn each_install_role_flag_has_its_sql_server_role() {
         assert!(security.contains(&format!("Rekenserver.{job} FROM sbworker_role;")), "{job} not revoked");
     }
 }
+
+/// A procedure, function or trigger naming a column its table lacks is refused at CREATE
+/// (deferred name resolution covers missing tables only). A column added by `ALTER TABLE
+/// … ADD` is one an older install's table lacks, so a module naming the table and the
+/// column must come after an ADD of it in the installer's order: an upgrade runs the
+/// scripts over the old table. (By the names in the text: a module naming both.)
+#[test]
+fn a_module_comes_after_the_columns_it_names_are_added() {
+    let installed: Vec<(usize, &str, String)> = batches()
+        .into_iter()
+        .filter(|(file, _, _)| SCRIPTS.iter().any(|(f, _)| f == file))
+        .enumerate()
+        .map(|(i, (file, _, upper))| (i, file, upper))
+        .collect();
+    // (batch, table as schema.name, column) of every ALTER TABLE … ADD of a column.
+    let mut added: Vec<(usize, String, String)> = Vec::new();
+    for (i, _, upper) in &installed {
+        let w = words(upper);
+        for j in 0..w.len().saturating_sub(4) {
+            if w[j] == "ALTER" && w[j + 1] == "TABLE" && w[j + 3] == "ADD" && w[j + 4] != "CONSTRAINT" {
+                added.push((*i, unquote(&w[j + 2]).to_uppercase(), w[j + 4].trim_matches(['[', ']']).to_owned()));
+            }
+        }
+    }
+    assert!(added.iter().any(|(_, t, c)| t == "REKENSERVER.SLEUTEL" && c == "DIALOG_HANDLE"), "{added:?}");
+    let mut late = Vec::new();
+    for (i, file, upper) in &installed {
+        if !["PROCEDURE", "FUNCTION", "TRIGGER"].iter().any(|k| upper.contains(&format!("CREATE OR ALTER {k}"))) {
+            continue;
+        }
+        for (_, table, column) in &added {
+            let first = added.iter().filter(|(_, t, c)| t == table && c == column).map(|(a, _, _)| *a).min().unwrap();
+            if first > *i && names(upper, table) && names(upper, column) {
+                late.push(format!("{file}: a module names {table}.{column}, added only in a later batch"));
+            }
+        }
+    }
+    assert!(late.is_empty(), "{late:#?}");
+}

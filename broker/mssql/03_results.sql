@@ -342,6 +342,19 @@ BEGIN
 END;
 GO
 
+-- Rekenserver.noteer_fout and Rekenserver.dialoog_stil below read the key's reused dialog
+-- (Rekenserver.sleutel, 04_roster.sql). On an install from before conversation reuse the
+-- table is there without its columns, and a procedure naming a column a table does not
+-- have is refused at CREATE (deferred name resolution covers missing tables only): the
+-- columns are added here first. (On a new install the table does not exist yet, and
+-- 04_roster.sql makes it with them.)
+IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NOT NULL AND COL_LENGTH(N'Rekenserver.sleutel', N'dialog_handle') IS NULL
+    ALTER TABLE Rekenserver.sleutel ADD dialog_handle uniqueidentifier NULL;
+GO
+IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NOT NULL AND COL_LENGTH(N'Rekenserver.sleutel', N'dialog_verloopt') IS NULL
+    ALTER TABLE Rekenserver.sleutel ADD dialog_verloopt datetime2(3) NULL;
+GO
+
 -- Records why a dialog got no answer (a Fout's reason, an error end), and whether
 -- sending the same version again can succeed (@herstelbaar: the environment's fault).
 -- The first record of a request stands. A caller of an older release passes no
