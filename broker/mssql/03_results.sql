@@ -185,6 +185,22 @@ BEGIN
 END;
 GO
 
+-- The state (sys.conversation_endpoints: CO conversing, DI, DO, ER, CD, ...) of a reused
+-- dialog's endpoint `@handle`; NULL when there is none or it is on another contract. As
+-- the owner: the catalog view shows a user only the endpoints of what it owns or has a
+-- permission on (metadata visibility), and a check that silently saw nothing would keep
+-- every dialog open to its LIFETIME (as Rekenserver.markeer_verloren reads it).
+CREATE OR ALTER FUNCTION Rekenserver.sleuteldialoog_staat (@handle uniqueidentifier)
+RETURNS char(2)
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    RETURN (SELECT e.state FROM sys.conversation_endpoints e
+              JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
+             WHERE e.conversation_handle = @handle AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract');
+END;
+GO
+
 CREATE OR ALTER FUNCTION Rekenserver.dialog_levensduur ()
 RETURNS int
 AS
@@ -327,10 +343,7 @@ BEGIN
     -- comes to this side's queue only, and the collector ends the dialog if the key is
     -- still idle then (Rekenserver.dialoog_stil). A dialog the target has ended (state
     -- DI) is not timed: its EndDialog or Error is on its way.
-    IF EXISTS (SELECT 1 FROM sys.conversation_endpoints e
-                 JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
-                WHERE e.conversation_handle = @handle AND e.state = 'CO'
-                  AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+    IF Rekenserver.sleuteldialoog_staat(@handle) = 'CO'
        AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle AND uitkomst IS NULL)
     BEGIN
         -- (Reuse turned off since: the dialog still ends, after a second.)
@@ -346,8 +359,8 @@ GO
 -- (Rekenserver.sleutel, 04_roster.sql). On an install from before conversation reuse the
 -- table is there without its columns, and a procedure naming a column a table does not
 -- have is refused at CREATE (deferred name resolution covers missing tables only): the
--- columns are added here first. (On a new install the table does not exist yet, and
--- 04_roster.sql makes it with them.)
+-- columns are added here first. (On a new install the table does not exist yet: 04_roster.sql
+-- makes it, and adds them as it does to an older one.)
 IF OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NOT NULL AND COL_LENGTH(N'Rekenserver.sleutel', N'dialog_handle') IS NULL
     ALTER TABLE Rekenserver.sleutel ADD dialog_handle uniqueidentifier NULL;
 GO
@@ -413,6 +426,9 @@ BEGIN
             BEGIN
                 -- On a new dialog (this one is no longer the key's: above). The key's row
                 -- is taken here if not above, at the same low deadlock priority.
+                -- (Rekenserver.stuur_vraag is made by 04_roster.sql, after this: an EXEC of
+                -- a procedure not there yet is created with a warning, Msg 2007, and
+                -- resolved when it runs.)
                 SET DEADLOCK_PRIORITY LOW;
                 EXEC Rekenserver.stuur_vraag @dv = @dv, @periode = @periode;
             END;
@@ -459,7 +475,7 @@ BEGIN
             SET @stil = 0;
             SET @idle = Rekenserver.dialoog_hergebruik();
             IF @idle < 1 SET @idle = 1;
-            IF EXISTS (SELECT 1 FROM sys.conversation_endpoints WHERE conversation_handle = @handle AND state = 'CO')
+            IF Rekenserver.sleuteldialoog_staat(@handle) = 'CO'
                 BEGIN CONVERSATION TIMER (@handle) TIMEOUT = @idle;
         END
         ELSE IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle AND uitkomst IS NULL)

@@ -268,10 +268,7 @@ BEGIN
            AND @verloopt > DATEADD(SECOND, @marge, SYSUTCDATETIME())
            AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
                             WHERE l.dialog_handle = @reuse AND l.uitkomst IS NULL)
-           AND EXISTS (SELECT 1 FROM sys.conversation_endpoints e
-                         JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
-                        WHERE e.conversation_handle = @reuse AND e.is_initiator = 1 AND e.state = 'CO'
-                          AND c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract')
+           AND Rekenserver.sleuteldialoog_staat(@reuse) = 'CO'
             SET @handle = @reuse;
         ELSE
         BEGIN

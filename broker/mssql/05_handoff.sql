@@ -365,7 +365,7 @@ BEGIN
         BEGIN TRANSACTION;
         EXEC sp_set_session_context N'vragen_uit', 1;
         DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
-            SELECT i.conversation_handle
+            SELECT DISTINCT i.conversation_handle   -- (a dialog may carry several requests)
               FROM Rekenserver.berekening_log l
               JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
              WHERE l.dienstverband_id = @dv AND i.state NOT IN ('DO', 'CD');

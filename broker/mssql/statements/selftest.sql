@@ -20,6 +20,7 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'/Rekenserver/LoonfactorBerekening/DataService', N'SERVICE', N'SEND'),
                (N'/Rekenserver/LoonfactorBerekening/DataContract', N'CONTRACT', N'REFERENCES'),
                (N'/Rekenserver/LoonfactorBerekening/SleutelContract', N'CONTRACT', N'REFERENCES'),
+               (N'/Rekenserver/LoonfactorBerekening/HerberekenContract', N'CONTRACT', N'REFERENCES'),
                (N'sbworker.count_attempts', N'OBJECT', N'EXECUTE'),
                (N'sbworker.note_failure', N'OBJECT', N'EXECUTE'),
                (N'sbworker.forget_attempts', N'OBJECT', N'EXECUTE'),
