@@ -189,8 +189,8 @@ IF OBJECT_ID(N'Rekenserver.onverzendbaar', N'U') IS NULL
 GO
 
 -- Sends the Vraag of one key at its current version, in the key's group, with the
--- configured LIFETIME (Rekenserver.instelling), and logs it. With conversation reuse
--- (Rekenserver.instelling 'dialog_reuse_idle_seconds') on the key's open dialog. @verzonden says whether it
+-- configured LIFETIME (Rekenserver.instelling), and logs it; with conversation reuse
+-- ('dialog_reuse_idle_seconds'), on the key's open dialog. @verzonden says whether it
 -- sent: not when the key does not exist, nor when its Vraag cannot be built (then
 -- recorded in Rekenserver.onverzendbaar with the reason).
 -- Runs as the worker's user, so the worker owns the dialogs and its collector can end
