@@ -148,6 +148,21 @@ async fn with_conversation_reuse_a_keys_versions_share_its_dialog_until_it_is_id
     // The dialogs are open, idle; then their hour passes (the timers made due): the
     // collector ends each, the calculation side follows, nothing is left.
     assert!(count(&c, "SELECT count(*) FROM sb.endpoint").await > 0);
+    // `sbworker status` counts them apart, as reused dialogs waiting idle, and none is the
+    // oldest conversation in flight (nothing is in flight).
+    let idle = count(
+        &c,
+        "SELECT count(*) FROM sb.endpoint WHERE is_initiator AND state = 'CO'
+            AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'",
+    )
+    .await;
+    assert!(idle > 0);
+    let status: serde_json::Value = serde_json::from_str(
+        &c.query_one("SELECT sbworker.status_report(10, 60)::text", &[]).await.unwrap().get::<_, String>(0),
+    )
+    .unwrap();
+    assert_eq!(status["conversations"]["reused_idle"], serde_json::json!(idle), "{status}");
+    assert!(status["conversations"]["oldest_open"].is_null(), "{status}");
     c.execute("UPDATE sb.conversation_timer SET due_at = now()", &[]).await.unwrap();
     drained(&c).await;
     assert_eq!(

@@ -339,6 +339,15 @@ BEGIN
                     WHERE l.uitkomst IS NULL
                     ORDER BY l.verzonden_op
                       FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS [conversations.oldest_open],
+               -- Conversation reuse: the keys' dialogs with no request open, waiting for
+               -- their idle timers (the collector ends them). Not work in flight.
+               (SELECT COUNT_BIG(*) FROM sys.conversation_endpoints e
+                  JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
+                 WHERE c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract' AND e.is_initiator = 1
+                   AND e.state IN ('SO', 'CO')
+                   AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
+                                    WHERE l.dialog_handle = e.conversation_handle AND l.uitkomst IS NULL))
+                   AS [conversations.reused_idle],
                JSON_QUERY((
                    SELECT COUNT_BIG(*) AS [count],
                           DATEDIFF_BIG(MILLISECOND, MIN(s.gewijzigd_op), @now) / 1000.0 AS oldest_seconds

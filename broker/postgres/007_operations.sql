@@ -221,6 +221,7 @@ DECLARE
     v_workers   jsonb;
     v_convs     jsonb;
     v_oldest    jsonb;
+    v_idle      bigint := NULL;
     v_stale     jsonb := NULL;
     v_runs      jsonb := NULL;
     v_export    jsonb;
@@ -250,9 +251,36 @@ BEGIN
       INTO v_workers FROM sbworker.worker_instance w;
     SELECT coalesce(jsonb_object_agg(state, n), '{}') INTO v_convs
       FROM (SELECT state, count(*) AS n FROM sb.endpoint GROUP BY state) s;
-    SELECT jsonb_build_object('handle', e.handle, 'service', e.service, 'state', e.state,
-                              'age_seconds', extract(epoch FROM clock_timestamp() - e.created_at))
-      INTO v_oldest FROM sb.endpoint e WHERE e.state <> 'CD' ORDER BY e.created_at LIMIT 1;
+    IF to_regclass('rekenserver.berekening_log') IS NOT NULL THEN
+        -- Conversation reuse: a key's dialog that carries no open request waits for its
+        -- idle timer, and the collector ends it (docs/postgresql.md). Counted apart (its
+        -- initiator's side), and left out of the oldest open conversation (both sides):
+        -- it is not work in flight, and a key edited all day keeps it open all day. (The
+        -- requests are named by the initiator's handle: a target's is its far handle.)
+        EXECUTE $q$
+            SELECT count(*) FROM sb.endpoint e
+             WHERE e.contract = '/Rekenserver/LoonfactorBerekening/SleutelContract' AND e.is_initiator
+               AND e.state IN ('SO', 'CO')
+               AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log l
+                                WHERE l.dialog_handle = e.handle AND l.uitkomst IS NULL)$q$
+          INTO v_idle;
+        EXECUTE $q$
+            SELECT jsonb_build_object('handle', e.handle, 'service', e.service, 'state', e.state,
+                                      'age_seconds', extract(epoch FROM clock_timestamp() - e.created_at))
+              FROM sb.endpoint e
+             WHERE e.state <> 'CD'
+               AND NOT (e.contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
+                        AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log l
+                                         WHERE l.dialog_handle = CASE WHEN e.is_initiator THEN e.handle
+                                                                      ELSE e.far_handle END
+                                           AND l.uitkomst IS NULL))
+             ORDER BY e.created_at LIMIT 1$q$
+          INTO v_oldest;
+    ELSE
+        SELECT jsonb_build_object('handle', e.handle, 'service', e.service, 'state', e.state,
+                                  'age_seconds', extract(epoch FROM clock_timestamp() - e.created_at))
+          INTO v_oldest FROM sb.endpoint e WHERE e.state <> 'CD' ORDER BY e.created_at LIMIT 1;
+    END IF;
     IF to_regclass('rekenserver.sleutel') IS NOT NULL THEN
         EXECUTE $q$
             SELECT jsonb_build_object('count', count(*), 'oldest_seconds',
@@ -285,7 +313,7 @@ BEGIN
         'at', sbworker.utc_text(clock_timestamp()),
         'queues', v_queues,
         'workers', v_workers,
-        'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest),
+        'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest, 'reused_idle', v_idle),
         'stale_keys', v_stale,
         'sweeps', v_runs,
         'last_export', v_export);

@@ -55,7 +55,12 @@ pub struct WorkerStatus {
 pub struct Conversations {
     /// Endpoints per state (SO, SI, CO, DI, DO, ER, CD).
     pub by_state: std::collections::BTreeMap<String, i64>,
+    /// The oldest conversation in flight (a reused dialog waiting idle excepted).
     pub oldest_open: Option<OldestOpen>,
+    /// Conversation reuse: the keys' dialogs with no request open, waiting for their
+    /// idle timers (the collector ends them). `None` from an install without it.
+    #[serde(default)]
+    pub reused_idle: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -212,6 +217,9 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
     }
     let states: Vec<String> = s.conversations.by_state.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(o, "\nconversations: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
+    if let Some(n) = s.conversations.reused_idle.filter(|n| *n > 0) {
+        let _ = writeln!(o, "  reused dialogs idle, ended by their timers: {n}");
+    }
     if let Some(c) = &s.conversations.oldest_open {
         let _ = writeln!(
             o,
