@@ -19,11 +19,7 @@ use crate::common::mssql_real::database;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_a_real_sql_server_when_one_is_given() {
-    let Some(real) = database().await else {
-        eprintln!(
-            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
-             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
-        );
+    let Some(real) = database_or_skip().await else {
         return;
     };
     // A DBA's session in the new database sends a Vraag.
@@ -93,11 +89,7 @@ async fn against_a_real_sql_server_when_one_is_given() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_conversation_reuse_against_a_real_sql_server_when_one_is_given() {
     use sbworker::handlers::collector;
-    let Some(real) = database().await else {
-        eprintln!(
-            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
-             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
-        );
+    let Some(real) = database_or_skip().await else {
         return;
     };
     let mut dba = sbworker::broker::mssql::connect(&Connection::parse(&real.admin).unwrap()).await.unwrap();
@@ -202,6 +194,18 @@ async fn with_conversation_reuse_against_a_real_sql_server_when_one_is_given() {
     }
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+}
+
+/// [`database`], or `None` after saying the test is skipped and why.
+async fn database_or_skip() -> Option<crate::common::mssql_real::RealDb> {
+    let real = database().await;
+    if real.is_none() {
+        eprintln!(
+            "mssql_real: SKIPPED: set SBWORKER_MSSQL_URL, SBWORKER_MSSQL_WORKER_LOGIN and \
+             SBWORKER_MSSQL_WORKER_PASSWORD to run against a real SQL Server"
+        );
+    }
+    real
 }
 
 /// The one bigint of a query.
