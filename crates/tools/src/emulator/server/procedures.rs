@@ -166,11 +166,7 @@ pub(super) async fn call(
         "sbworker.replay_dead_letter" => {
             let id = as_i64(arg("@id")?)?;
             let by = as_text(arg("@by")?)?;
-            let unless_replayed = match arg("@unless_replayed").ok() {
-                None | Some(Sql::Null) => false,
-                Some(Sql::Bit(b)) => b,
-                Some(v) => as_i64(v)? != 0,
-            };
+            let unless_replayed = optional_bit(arg("@unless_replayed").ok())?;
             let row = s.client().query_one(ops::REPLAY.sql, &[&id, &by, &unless_replayed]).await.map_err(pg)?;
             let handle = row.get::<_, Option<Uuid>>(0).map_or(Sql::Null, Sql::Guid);
             Ok(result_set(t, &[("conversation_handle", ColType::Guid)], &[vec![handle]]))
@@ -407,11 +403,7 @@ pub(super) async fn call(
                 _ => text.starts_with("internal (") || text.starts_with("error "),
             };
             // @eerste: a Fout, which answers the oldest request open on the dialog.
-            let first = match arg("@eerste").ok() {
-                None | Some(Sql::Null) => false,
-                Some(Sql::Bit(b)) => b,
-                Some(v) => as_i64(v)? != 0,
-            };
+            let first = optional_bit(arg("@eerste").ok())?;
             if first {
                 s.record_request_fout(handle, &text, repairable).await?;
             } else {
@@ -457,6 +449,15 @@ fn keys_of_json(text: &str) -> Result<Vec<(i32, i32)>, Failure> {
         p: i32,
     }
     Ok(json_of::<Vec<Key>>(text, "@sleutels")?.into_iter().map(|k| (k.dv, k.p)).collect())
+}
+
+/// A bit parameter that may be left out (or NULL): false then; a number other than 0 is true.
+fn optional_bit(v: Option<Sql>) -> Result<bool, Failure> {
+    Ok(match v {
+        None | Some(Sql::Null) => false,
+        Some(Sql::Bit(b)) => b,
+        Some(v) => as_i64(v)? != 0,
+    })
 }
 
 fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
