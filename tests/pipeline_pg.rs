@@ -337,28 +337,26 @@ async fn a_bulk_import_sends_one_vraag_per_key() {
     assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, 1005);
 }
 
-#[tokio::test]
-async fn sbworker_demo_runs_and_checks_itself() {
-    let out = crate::common::within(600, "the command ends", Command::new(BIN).args(["demo", "--size", "20"]).output())
+/// `sbworker demo ARGS`, which must succeed within 10 minutes: its output.
+async fn demo(args: &[&str]) -> String {
+    let out = crate::common::within(600, "the command ends", Command::new(BIN).arg("demo").args(args).output())
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+#[tokio::test]
+async fn sbworker_demo_runs_and_checks_itself() {
+    let stdout = demo(&["--size", "20"]).await;
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
     assert!(stdout.contains("roster import"), "{stdout}");
 }
 
 #[tokio::test]
 async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
-    let out = crate::common::within(
-        600,
-        "the command ends",
-        Command::new(BIN).args(["demo", "--size", "15", "--mssql"]).output(),
-    )
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = demo(&["--size", "15", "--mssql"]).await;
     assert!(stdout.contains("workers on the SQL Server transport through the Service Broker emulator"), "{stdout}");
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
 }
@@ -369,15 +367,7 @@ async fn sbworker_demo_runs_on_the_sql_server_transport_through_the_emulator() {
 /// checks every key's latest result and that no conversation is left open.
 #[tokio::test]
 async fn sbworker_demo_reuses_dialogs_on_the_sql_server_transport_and_ends_them_idle() {
-    let out = crate::common::within(
-        600,
-        "the command ends",
-        Command::new(BIN).args(["demo", "--size", "15", "--mssql", "--dialog-reuse-idle-seconds", "1"]).output(),
-    )
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = demo(&["--size", "15", "--mssql", "--dialog-reuse-idle-seconds", "1"]).await;
     assert!(stdout.contains("OK: every key holds the result of its latest roster version"), "{stdout}");
     assert!(stdout.contains("no conversation left open"), "{stdout}");
     let line = stdout.lines().find(|l| l.contains("conversation reuse:")).expect("the reuse line");
