@@ -335,12 +335,11 @@ impl transport::PayrollStore for MssqlSession {
     }
 
     async fn record_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
-        let text: String = message.chars().take(3000).collect();
-        Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &text.as_str(), &repairable]).await
+        Self::exec(&mut self.work, stmt::RECORD_FOUT.sql, &[&handle, &fout_text(message).as_str(), &repairable]).await
     }
 
     async fn record_request_fout(&mut self, handle: Uuid, message: &str, repairable: bool) -> Result<(), BrokerError> {
-        let text: String = message.chars().take(3000).collect();
+        let text = fout_text(message);
         Self::exec(&mut self.work, stmt::RECORD_REQUEST_FOUT.sql, &[&handle, &text.as_str(), &repairable]).await
     }
 
@@ -348,6 +347,11 @@ impl transport::PayrollStore for MssqlSession {
         let rows = Self::rows(&mut self.work, stmt::DIALOG_IDLE.sql, &[&handle]).await?;
         Ok(rows.first().and_then(|r| r.get::<bool, _>(0)).unwrap_or(false))
     }
+}
+
+/// A Fout's text as `Rekenserver.noteer_fout` takes it (`@melding nvarchar(3000)`).
+fn fout_text(message: &str) -> String {
+    message.chars().take(3000).collect()
 }
 
 #[cfg(test)]
