@@ -11,6 +11,10 @@ use uuid::Uuid;
 
 use crate::common::broker::{ANTWOORD, NOW, VRAAG, VRIJ, bodies, dialog, state, until_waiting, waiting_receive, world};
 
+/// The wait marks held in this test's database (the cluster is shared by the tests).
+const MARKS: &str = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305 \
+                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
 /// A reply sent into a group while a receiver holds that group, committing after the
 /// receiver has taken the group's last visible message, must still be received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,12 +253,7 @@ async fn a_send_notifies_only_while_a_receiver_is_marked_waiting_on_its_queue() 
     waiter.query_one("SELECT sb.begin_wait('tq')", &[]).await.unwrap();
     drop(waiter);
     crate::common::calc::wait_until("the waiter's session ended", || async {
-        crate::common::calc::count(
-            &s,
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305",
-        )
-        .await
-            == 0
+        crate::common::calc::count(&s, MARKS).await == 0
     })
     .await;
     dialog(&mut s, &["<d/>"]).await;
@@ -388,11 +387,7 @@ async fn a_wait_whose_first_look_fails_leaves_no_mark() {
     let e = r.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::QueueDisabled, "{e:?}");
     r.rollback().await.unwrap();
-    let marks = crate::common::calc::count(
-        &s,
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1396834305",
-    )
-    .await;
+    let marks = crate::common::calc::count(&s, MARKS).await;
     assert_eq!(marks, 0, "the failed wait's mark is dropped");
 }
 
@@ -527,4 +522,71 @@ async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_
     until_waiting(&watcher, 1).await;
     dialog(&mut sender, &["<drie/>"]).await;
     assert_eq!(tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("woken").unwrap(), ["<drie/>"]);
+}
+
+/// A worker's session sends its BEGIN with the transaction's first statement, drops a
+/// wait mark it no longer needs with its next statement and deletes the attempt rows with
+/// the COMMIT. Whatever it defers reaches the server in its place: the RECEIVE runs inside
+/// the transaction (a rollback gives the message back and keeps its count), no mark
+/// outlives the transaction, and the count goes only with a COMMIT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_session_sends_what_it_defers_with_its_next_statement() {
+    use sbworker::broker::postgres::PostgresTransport;
+    use sbworker::transport::{MessageKey, Session as _, Transport};
+
+    let (url, mut sender) = world().await;
+    let watcher = Session::open(&url).await.unwrap();
+    let mut w = PostgresTransport::new(url.clone()).open().await.unwrap();
+    let w_pid = pid(&w).await;
+    let counts = "SELECT count(*) FROM sbworker.message_attempt";
+    let state = format!("SELECT state FROM pg_stat_activity WHERE pid = {w_pid}");
+    let state_of =
+        async |watcher: &Session| -> String { watcher.client().query_one(&state, &[]).await.unwrap().get(0) };
+
+    // A transaction that runs nothing costs nothing and leaves nothing open.
+    w.begin().await.unwrap();
+    w.commit().await.unwrap();
+    assert_eq!(state_of(&watcher).await, "idle");
+
+    // An empty wait: it marks itself and waits; the mark goes with the COMMIT.
+    w.begin().await.unwrap();
+    assert!(w.receive("tq", 10, None, Duration::from_millis(20)).await.unwrap().is_empty());
+    assert_eq!(state_of(&watcher).await, "idle in transaction", "the RECEIVE ran inside the transaction");
+    w.commit().await.unwrap();
+    assert_eq!(crate::common::calc::count(&watcher, MARKS).await, 0, "the mark went with the COMMIT");
+    assert_eq!(state_of(&watcher).await, "idle");
+
+    // Its last wait was idle: the next marks itself before it looks, finds a message,
+    // and keeps the mark until its next statement.
+    dialog(&mut sender, &["<een/>"]).await;
+    w.begin().await.unwrap();
+    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(bodies(&got), ["<een/>"]);
+    let key = MessageKey::of(&got[0]);
+    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    w.forget_attempts(&[key]).await.unwrap();
+    assert_eq!(crate::common::calc::count(&watcher, counts).await, 1, "the count is deleted with the COMMIT");
+    w.commit().await.unwrap();
+    assert_eq!(crate::common::calc::count(&watcher, counts).await, 0, "and the COMMIT deleted it");
+    assert_eq!(crate::common::calc::count(&watcher, MARKS).await, 0, "no mark outlives the transaction");
+    assert_eq!(crate::common::calc::count(&watcher, "SELECT count(*) FROM sb.message WHERE queue = 'tq'").await, 0);
+
+    // A rollback: the message comes back, its count stays, the deferred delete is dropped.
+    dialog(&mut sender, &["<twee/>"]).await;
+    w.begin().await.unwrap();
+    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(bodies(&got), ["<twee/>"]);
+    let key = MessageKey::of(&got[0]);
+    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    w.forget_attempts(&[key]).await.unwrap();
+    w.rollback().await.unwrap();
+    assert_eq!(crate::common::calc::count(&watcher, counts).await, 1, "a rollback keeps the count");
+    assert_eq!(crate::common::calc::count(&watcher, MARKS).await, 0);
+    w.begin().await.unwrap();
+    let again = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(bodies(&again), ["<twee/>"], "the rolled-back RECEIVE gave the message back");
+    assert_eq!(w.count_attempts("tq", &[MessageKey::of(&again[0])]).await.unwrap()[0].attempts, 2);
+    w.forget_attempts(&[MessageKey::of(&again[0])]).await.unwrap();
+    w.commit().await.unwrap();
+    assert_eq!(crate::common::calc::count(&watcher, counts).await, 0);
 }

@@ -6,6 +6,10 @@
 //! a connection of its own), and that writes the attempt counts outside the transaction.
 //! A worker's sessions share one side. Sends notify only while a receiver is marked
 //! waiting; the working connection marks itself before it waits (`sb.begin_wait`).
+//!
+//! A worker's session saves round trips: its BEGIN goes with the transaction's first
+//! statement, a wait mark it no longer needs is dropped with its next statement, and the
+//! attempt rows are deleted with the COMMIT, each pipelined in one round trip.
 
 mod errors;
 mod install;
@@ -105,6 +109,20 @@ pub struct Session {
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
+    /// A worker's session: its BEGIN, the drop of a wait mark it no longer needs and its
+    /// attempt rows' delete wait for the next statement and go in its round trip
+    /// ([`Session::run`]). A T-SQL client's session (the emulator) sends each at once.
+    pipelined: bool,
+    /// A BEGIN not sent yet (pipelined sessions).
+    begin_deferred: bool,
+    /// Attempt rows to delete before the COMMIT (pipelined sessions).
+    forget_deferred: Option<(Vec<Uuid>, Vec<i64>)>,
+}
+
+/// The statement a [`Session::run`] ends with.
+enum Last<'a> {
+    Query(Statement, &'a [&'a (dyn ToSql + Sync)]),
+    Commit,
 }
 
 impl Session {
@@ -133,6 +151,9 @@ impl Session {
             client_stmts: HashMap::new(),
             waiting: None,
             wake_others: true,
+            pipelined: false,
+            begin_deferred: false,
+            forget_deferred: None,
         })
     }
 
@@ -140,30 +161,92 @@ impl Session {
     /// open transaction, if any); its rows.
     async fn work(&mut self, name: Named, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
         let st = prepared(&self.client, &mut self.client_stmts, name).await?;
-        self.client.query(&st, params).await.map_err(error_of)
+        self.run(None, Last::Query(st, params)).await.1
     }
 
-    /// `first` and then `name` on the working connection, sent together: tokio-postgres
-    /// pipelines queries polled together, so the two cost one round trip. The result of
-    /// each.
-    async fn work_pair(
+    /// `last` on the working connection, after what waits to be sent with it: a BEGIN
+    /// not sent yet, the drop of the session's wait mark (unless `mark` takes one:
+    /// `sb.begin_wait` on that queue instead), the attempt rows to delete before a
+    /// COMMIT. tokio-postgres pipelines queries polled together, and `join!(biased; …)`
+    /// polls them in order, so they reach the server in this order and cost one round
+    /// trip. The result of the mark taken, if one was, and of `last`.
+    ///
+    /// A failed BEGIN or delete is `last`'s error: after it the server has aborted the
+    /// transaction (and a COMMIT rolls back). A failed drop of the mark keeps the mark to
+    /// be dropped later; `last`'s result stands (outside a transaction it may have
+    /// succeeded), and when it failed too, the drop's error is given.
+    async fn run(
         &mut self,
-        first: Named,
-        first_params: &[&(dyn ToSql + Sync)],
-        name: Named,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> (Result<Vec<Row>, BrokerError>, Result<Vec<Row>, BrokerError>) {
-        let statements = async {
-            let a = prepared(&self.client, &mut self.client_stmts, first).await?;
-            let b = prepared(&self.client, &mut self.client_stmts, name).await?;
-            Ok::<_, BrokerError>((a, b))
+        mark: Option<&str>,
+        last: Last<'_>,
+    ) -> (Option<Result<Vec<Row>, BrokerError>>, Result<Vec<Row>, BrokerError>) {
+        // The statements first (prepared once per connection; a first use costs a trip).
+        let wait = match (mark, &self.waiting) {
+            (Some(_), _) => Some(S::BEGIN_WAIT),
+            (None, Some(_)) => Some(S::END_WAIT),
+            (None, None) => None,
         };
-        let (a, b) = match statements.await {
-            Ok(ab) => ab,
-            Err(e) => return (Err(e.clone()), Err(e)),
+        let wait_st = match wait {
+            Some(w) => match prepared(&self.client, &mut self.client_stmts, w).await {
+                Ok(st) => Some(st),
+                Err(e) => return (None, Err(e)),
+            },
+            None => None,
         };
-        let (ra, rb) = tokio::join!(self.client.query(&a, first_params), self.client.query(&b, params));
-        (ra.map_err(error_of), rb.map_err(error_of))
+        let forget_st = match self.forget_deferred {
+            Some(_) => match prepared(&self.client, &mut self.client_stmts, S::FORGET_ATTEMPTS).await {
+                Ok(st) => Some(st),
+                Err(e) => return (None, Err(e)),
+            },
+            None => None,
+        };
+        let begin = std::mem::take(&mut self.begin_deferred);
+        let forget = self.forget_deferred.take();
+        let dropped = if mark.is_none() { self.waiting.take() } else { None };
+        if let Some(q) = mark {
+            // Marked from here on, whatever comes back: a mark must not outlive the wait
+            // (the caller drops it on an error).
+            self.waiting = Some(q.to_owned());
+        }
+        let wait_queue = mark.map(str::to_owned).or_else(|| dropped.clone());
+        let c = &self.client;
+        let (began, waited, forgot, rows) = tokio::join!(
+            biased;
+            async {
+                if begin { c.batch_execute("BEGIN").await.map_err(error_of) } else { Ok(()) }
+            },
+            async {
+                match (&wait_st, &wait_queue) {
+                    (Some(st), Some(q)) => Some(c.query(st, &[q]).await.map_err(error_of)),
+                    _ => None,
+                }
+            },
+            async {
+                match (&forget_st, &forget) {
+                    (Some(st), Some((h, s))) => c.query(st, &[h, s]).await.map(drop).map_err(error_of),
+                    _ => Ok(()),
+                }
+            },
+            async {
+                match last {
+                    Last::Query(st, params) => c.query(&st, params).await.map_err(error_of),
+                    Last::Commit => c.batch_execute("COMMIT").await.map(|()| Vec::new()).map_err(error_of),
+                }
+            },
+        );
+        if mark.is_some() {
+            return (waited, began.and(rows));
+        }
+        let rows = match (waited, rows) {
+            // Still marked: dropped next time. When `last` failed too, the drop's error
+            // is the cause (it aborted the transaction).
+            (Some(Err(e)), rows) => {
+                self.waiting = dropped;
+                rows.map_err(|_| e)
+            }
+            (_, rows) => rows,
+        };
+        (None, began.and(forgot).and(rows))
     }
 
     /// A side statement on the side connection, which is never in a transaction: what it
@@ -204,21 +287,36 @@ impl Session {
         &mut self.client
     }
 
+    /// BEGIN. A pipelined session sends it with the transaction's first statement.
     pub async fn begin(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
+        if self.pipelined {
+            self.begin_deferred = true;
+            return Ok(());
+        }
         self.client.batch_execute("BEGIN").await.map_err(error_of)
     }
 
+    /// COMMIT, sent with what waits to go before it (the attempt rows' delete, the drop
+    /// of a wait mark). A transaction whose BEGIN was never sent has run nothing, and
+    /// costs nothing to end.
     pub async fn commit(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
-        self.client.batch_execute("COMMIT").await.map_err(error_of)
+        if self.begin_deferred && self.forget_deferred.is_none() {
+            self.begin_deferred = false;
+            return Ok(());
+        }
+        self.run(None, Last::Commit).await.1.map(drop)
     }
 
     /// Rolls back; when the transaction had received messages, reports the rollback to
     /// the broker in a transaction of its own (poison detection). Returns whether that
     /// disabled the queue.
     pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
-        self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
+        self.forget_deferred = None;
+        if !std::mem::take(&mut self.begin_deferred) {
+            self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
+        }
         // A wait whose statement failed in the transaction could not drop its mark there
         // (if this fails too, the next wait drops it, or the session's end).
         if self.waiting.is_some() {
@@ -306,17 +404,8 @@ impl Session {
             tokio::pin!(woken);
             woken.as_mut().enable();
             if !mark_first {
-                let rows = match self.waiting.take() {
-                    Some(marked) => {
-                        let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
-                        if ended.is_err() {
-                            // Still marked: drop the mark next time.
-                            self.waiting = Some(marked);
-                        }
-                        rows?
-                    }
-                    None => self.work(name, params).await?,
-                };
+                // A mark still held goes in the same round trip (`run`).
+                let rows = self.work(name, params).await?;
                 if found(&rows) {
                     return Ok(rows);
                 }
@@ -326,18 +415,22 @@ impl Session {
             }
             // About to wait: mark, and look (once more) after the mark is in place.
             mark_first = false;
-            self.waiting = Some(queue.to_owned());
-            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
+            let st = prepared(&self.client, &mut self.client_stmts, name).await?;
+            let (mark, rows) = self.run(Some(queue), Last::Query(st, params)).await;
             let rows = self.unmarked_on_error(rows).await?;
             if found(&rows) {
                 self.idle = false;
                 // What it found is returned even if the mark cannot be dropped now (the
                 // caller must know what it received); the mark is then dropped by the
-                // next wait or the rollback.
-                let _ = self.end_wait().await;
+                // next wait or the rollback. A pipelined session drops it with its next
+                // statement.
+                if !self.pipelined {
+                    let _ = self.end_wait().await;
+                }
                 return Ok(rows);
             }
             self.idle = true;
+            let mark = mark.unwrap_or_else(|| Ok(Vec::new()));
             let no_send_in_flight = single(mark?, "begin_wait")?.get::<_, bool>(0);
             let until = if no_send_in_flight {
                 look = FIRST_LOOK;
@@ -359,7 +452,11 @@ impl Session {
                 }
                 () = tokio::time::sleep_until(until) => {
                     if until >= deadline {
-                        self.end_wait().await?;
+                        // A pipelined session drops the mark with its next statement
+                        // (its COMMIT, when nothing came).
+                        if !self.pipelined {
+                            self.end_wait().await?;
+                        }
                         return Ok(rows);
                     }
                 }
@@ -546,6 +643,7 @@ impl Transport for PostgresTransport {
     async fn open(&self) -> Result<Session, BrokerError> {
         let mut s = Session::open_at(self.endpoint()?, self.shared_side().await?).await?;
         s.wake_others = false;
+        s.pipelined = true;
         Ok(s)
     }
 
@@ -628,8 +726,22 @@ impl transport::Session for Session {
         Ok(())
     }
 
+    /// A pipelined session deletes them with the COMMIT, in its round trip.
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
         let (handles, seqs) = key_arrays(keys);
+        if self.pipelined {
+            match &mut self.forget_deferred {
+                Some((h, s)) => {
+                    h.extend(handles);
+                    s.extend(seqs);
+                }
+                None => self.forget_deferred = Some((handles, seqs)),
+            }
+            return Ok(());
+        }
         self.work(S::FORGET_ATTEMPTS, &[&handles, &seqs]).await?;
         Ok(())
     }
