@@ -524,11 +524,11 @@ async fn a_transports_sessions_share_one_side_connection_and_get_a_new_one_when_
     assert_eq!(tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("woken").unwrap(), ["<drie/>"]);
 }
 
-/// A worker's session sends its BEGIN with the transaction's first statement, drops a
-/// wait mark it no longer needs with its next statement and deletes the attempt rows with
-/// the COMMIT. Whatever it defers reaches the server in its place: the RECEIVE runs inside
-/// the transaction (a rollback gives the message back and keeps its count), no mark
-/// outlives the transaction, and the count goes only with a COMMIT.
+/// A worker's session drops the mark of a wait that ended empty with the COMMIT and
+/// deletes the attempt rows with the COMMIT. Whatever it defers reaches the server in its
+/// place: the RECEIVE runs inside the transaction (a rollback gives the message back and
+/// keeps its count), no mark outlives the transaction, and the count goes only with a
+/// COMMIT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_session_sends_what_it_defers_with_its_next_statement() {
     use sbworker::broker::postgres::PostgresTransport;
@@ -543,7 +543,7 @@ async fn a_worker_session_sends_what_it_defers_with_its_next_statement() {
     let state_of =
         async |watcher: &Session| -> String { watcher.client().query_one(&state, &[]).await.unwrap().get(0) };
 
-    // A transaction that runs nothing costs nothing and leaves nothing open.
+    // A transaction that runs nothing leaves nothing open.
     w.begin().await.unwrap();
     w.commit().await.unwrap();
     assert_eq!(state_of(&watcher).await, "idle");
@@ -589,4 +589,34 @@ async fn a_worker_session_sends_what_it_defers_with_its_next_statement() {
     w.forget_attempts(&[MessageKey::of(&again[0])]).await.unwrap();
     w.commit().await.unwrap();
     assert_eq!(crate::common::calc::count(&watcher, counts).await, 0);
+
+    // The delete sent with the COMMIT fails (here: its row is locked past the lock
+    // timeout): the server rolls the transaction back at the COMMIT without an error of
+    // its own, and the COMMIT reports the delete's failure.
+    dialog(&mut sender, &["<drie/>"]).await;
+    w.begin().await.unwrap();
+    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    let key = MessageKey::of(&got[0]);
+    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    let holder = Session::open(&url).await.unwrap();
+    holder.client().batch_execute("BEGIN").await.unwrap();
+    holder
+        .client()
+        .execute(
+            "SELECT 1 FROM sbworker.message_attempt WHERE conversation_handle = $1 FOR UPDATE",
+            &[&key.conversation_handle],
+        )
+        .await
+        .unwrap();
+    w.client().batch_execute("SET lock_timeout = '50ms'").await.unwrap();
+    w.forget_attempts(&[key]).await.unwrap();
+    let e = w.commit().await.expect_err("the failed delete is the COMMIT's failure");
+    assert!(e.message.contains("lock"), "{e:?}");
+    w.rollback().await.unwrap();
+    holder.client().batch_execute("COMMIT").await.unwrap();
+    w.client().batch_execute("RESET lock_timeout").await.unwrap();
+    w.begin().await.unwrap();
+    let again = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(bodies(&again), ["<drie/>"], "the transaction was rolled back: the message is back");
+    w.commit().await.unwrap();
 }

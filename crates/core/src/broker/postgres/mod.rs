@@ -7,9 +7,11 @@
 //! A worker's sessions share one side. Sends notify only while a receiver is marked
 //! waiting; the working connection marks itself before it waits (`sb.begin_wait`).
 //!
-//! A worker's session saves round trips: its BEGIN goes with the transaction's first
-//! statement, a wait mark it no longer needs is dropped with its next statement, and the
-//! attempt rows are deleted with the COMMIT, each pipelined in one round trip.
+//! A worker's session saves round trips: a wait mark it no longer needs is dropped with
+//! its next statement, and the attempt rows are deleted with the COMMIT, pipelined in
+//! one round trip. Its BEGIN is a round trip of its own: sent with the RECEIVE, a BEGIN
+//! that failed on a live connection (a cancel) would leave the RECEIVE to run, and
+//! commit, outside any transaction.
 
 mod errors;
 mod install;
@@ -109,13 +111,11 @@ pub struct Session {
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
-    /// A worker's session: its BEGIN, the drop of a wait mark it no longer needs and its
-    /// attempt rows' delete wait for the next statement and go in its round trip
+    /// A worker's session: the drop of a wait mark it no longer needs and its attempt
+    /// rows' delete wait for the next statement and go in its round trip
     /// ([`Session::run`]). A T-SQL client's session (the emulator) sends each at once.
     pipelined: bool,
-    /// A BEGIN not sent yet (pipelined sessions).
-    begin_deferred: bool,
-    /// Attempt rows to delete before the COMMIT (pipelined sessions).
+    /// Attempt rows to delete with the next statement, the COMMIT (pipelined sessions).
     forget_deferred: Option<(Vec<Uuid>, Vec<i64>)>,
 }
 
@@ -123,6 +123,16 @@ pub struct Session {
 enum Last<'a> {
     Query(Statement, &'a [&'a (dyn ToSql + Sync)]),
     Commit,
+}
+
+/// What a [`Session::run`] came to.
+struct Ran {
+    /// The mark's result, when it took one.
+    mark: Option<Result<Vec<Row>, BrokerError>>,
+    /// `last`'s, or the error of the first statement that failed.
+    rows: Result<Vec<Row>, BrokerError>,
+    /// Whether the attempt rows' delete failed.
+    forget_failed: bool,
 }
 
 impl Session {
@@ -152,7 +162,6 @@ impl Session {
             waiting: None,
             wake_others: true,
             pipelined: false,
-            begin_deferred: false,
             forget_deferred: None,
         })
     }
@@ -161,25 +170,22 @@ impl Session {
     /// open transaction, if any); its rows.
     async fn work(&mut self, name: Named, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
         let st = prepared(&self.client, &mut self.client_stmts, name).await?;
-        self.run(None, Last::Query(st, params)).await.1
+        self.run(None, Last::Query(st, params)).await.rows
     }
 
-    /// `last` on the working connection, after what waits to be sent with it: a BEGIN
-    /// not sent yet, the drop of the session's wait mark (unless `mark` takes one:
-    /// `sb.begin_wait` on that queue instead), the attempt rows to delete before a
-    /// COMMIT. tokio-postgres pipelines queries polled together, and `join!(biased; …)`
-    /// polls them in order, so they reach the server in this order and cost one round
-    /// trip. The result of the mark taken, if one was, and of `last`.
+    /// `last` on the working connection, after what waits to be sent with it: the drop
+    /// of the session's wait mark (unless `mark` takes one: `sb.begin_wait` on that
+    /// queue instead), the attempt rows to delete. tokio-postgres pipelines queries
+    /// polled together, and `join!(biased; …)` polls them in order, so they reach the
+    /// server in this order and cost one round trip. The result of the mark taken, if
+    /// one was, and of `last`.
     ///
-    /// A failed BEGIN or delete is `last`'s error: after it the server has aborted the
-    /// transaction (and a COMMIT rolls back). A failed drop of the mark keeps the mark to
-    /// be dropped later; `last`'s result stands (outside a transaction it may have
-    /// succeeded), and when it failed too, the drop's error is given.
-    async fn run(
-        &mut self,
-        mark: Option<&str>,
-        last: Last<'_>,
-    ) -> (Option<Result<Vec<Row>, BrokerError>>, Result<Vec<Row>, BrokerError>) {
+    /// The first statement that failed, in the order sent, gives the error: after it the
+    /// server has aborted the transaction, the statements after it fail for that alone,
+    /// and a COMMIT after it rolls back without an error. Only a failed drop of a mark
+    /// leaves a query's own result standing (outside a transaction the query may have
+    /// succeeded); the mark is kept, to be dropped later.
+    async fn run(&mut self, mark: Option<&str>, last: Last<'_>) -> Ran {
         // The statements first (prepared once per connection; a first use costs a trip).
         let wait = match (mark, &self.waiting) {
             (Some(_), _) => Some(S::BEGIN_WAIT),
@@ -189,19 +195,19 @@ impl Session {
         let wait_st = match wait {
             Some(w) => match prepared(&self.client, &mut self.client_stmts, w).await {
                 Ok(st) => Some(st),
-                Err(e) => return (None, Err(e)),
+                Err(e) => return Ran { mark: None, rows: Err(e), forget_failed: false },
             },
             None => None,
         };
         let forget_st = match self.forget_deferred {
             Some(_) => match prepared(&self.client, &mut self.client_stmts, S::FORGET_ATTEMPTS).await {
                 Ok(st) => Some(st),
-                Err(e) => return (None, Err(e)),
+                Err(e) => return Ran { mark: None, rows: Err(e), forget_failed: false },
             },
             None => None,
         };
-        let begin = std::mem::take(&mut self.begin_deferred);
         let forget = self.forget_deferred.take();
+        let is_commit = matches!(last, Last::Commit);
         let dropped = if mark.is_none() { self.waiting.take() } else { None };
         if let Some(q) = mark {
             // Marked from here on, whatever comes back: a mark must not outlive the wait
@@ -210,11 +216,8 @@ impl Session {
         }
         let wait_queue = mark.map(str::to_owned).or_else(|| dropped.clone());
         let c = &self.client;
-        let (began, waited, forgot, rows) = tokio::join!(
+        let (waited, forgot, rows) = tokio::join!(
             biased;
-            async {
-                if begin { c.batch_execute("BEGIN").await.map_err(error_of) } else { Ok(()) }
-            },
             async {
                 match (&wait_st, &wait_queue) {
                     (Some(st), Some(q)) => Some(c.query(st, &[q]).await.map_err(error_of)),
@@ -234,19 +237,24 @@ impl Session {
                 }
             },
         );
+        let forget_failed = forgot.is_err();
         if mark.is_some() {
-            return (waited, began.and(rows));
+            let rows = match (&waited, forgot.and(rows)) {
+                (Some(Err(e)), Err(_)) => Err(e.clone()),
+                (_, rows) => rows,
+            };
+            return Ran { mark: waited, rows, forget_failed };
         }
-        let rows = match (waited, rows) {
-            // Still marked: dropped next time. When `last` failed too, the drop's error
-            // is the cause (it aborted the transaction).
-            (Some(Err(e)), rows) => {
+        let rows = match (waited, forgot, rows) {
+            (Some(Err(e)), forgot, rows) => {
+                // Still marked: dropped next time.
                 self.waiting = dropped;
-                rows.map_err(|_| e)
+                if forgot.is_err() || rows.is_err() || is_commit { Err(e) } else { rows }
             }
-            (_, rows) => rows,
+            (_, Err(e), _) => Err(e),
+            (_, Ok(()), rows) => rows,
         };
-        (None, began.and(forgot).and(rows))
+        Ran { mark: None, rows, forget_failed }
     }
 
     /// A side statement on the side connection, which is never in a transaction: what it
@@ -287,26 +295,21 @@ impl Session {
         &mut self.client
     }
 
-    /// BEGIN. A pipelined session sends it with the transaction's first statement.
     pub async fn begin(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
-        if self.pipelined {
-            self.begin_deferred = true;
-            return Ok(());
-        }
         self.client.batch_execute("BEGIN").await.map_err(error_of)
     }
 
     /// COMMIT, sent with what waits to go before it (the attempt rows' delete, the drop
-    /// of a wait mark). A transaction whose BEGIN was never sent has run nothing, and
-    /// costs nothing to end.
+    /// of a wait mark). When the delete failed, the messages received stay noted and the
+    /// rollback counts them (poison detection), as when it was a statement of its own; a
+    /// failed COMMIT is not counted.
     pub async fn commit(&mut self) -> Result<(), BrokerError> {
-        self.received.clear();
-        if self.begin_deferred && self.forget_deferred.is_none() {
-            self.begin_deferred = false;
-            return Ok(());
+        let ran = self.run(None, Last::Commit).await;
+        if !ran.forget_failed {
+            self.received.clear();
         }
-        self.run(None, Last::Commit).await.1.map(drop)
+        ran.rows.map(drop)
     }
 
     /// Rolls back; when the transaction had received messages, reports the rollback to
@@ -314,9 +317,7 @@ impl Session {
     /// disabled the queue.
     pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
         self.forget_deferred = None;
-        if !std::mem::take(&mut self.begin_deferred) {
-            self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
-        }
+        self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
         // A wait whose statement failed in the transaction could not drop its mark there
         // (if this fails too, the next wait drops it, or the session's end).
         if self.waiting.is_some() {
@@ -416,7 +417,7 @@ impl Session {
             // About to wait: mark, and look (once more) after the mark is in place.
             mark_first = false;
             let st = prepared(&self.client, &mut self.client_stmts, name).await?;
-            let (mark, rows) = self.run(Some(queue), Last::Query(st, params)).await;
+            let Ran { mark, rows, .. } = self.run(Some(queue), Last::Query(st, params)).await;
             let rows = self.unmarked_on_error(rows).await?;
             if found(&rows) {
                 self.idle = false;
@@ -726,7 +727,8 @@ impl transport::Session for Session {
         Ok(())
     }
 
-    /// A pipelined session deletes them with the COMMIT, in its round trip.
+    /// A pipelined session deletes them with its next statement (the worker's: the
+    /// COMMIT), in that statement's round trip.
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
         if keys.is_empty() {
             return Ok(());
