@@ -170,8 +170,7 @@ pub trait Session: Send + 'static {
         fault: Fault,
     ) -> impl Future<Output = Result<(), BrokerError>> + Send;
 
-    /// Inside the transaction: these messages are done; forget their counts (a
-    /// transport may send this with the COMMIT, whose error is then its error).
+    /// Inside the transaction: these messages are done; forget their counts.
     fn forget_attempts(&mut self, keys: &[MessageKey]) -> impl Future<Output = Result<(), BrokerError>> + Send;
 
     /// Inside the transaction: keep a diverted message.

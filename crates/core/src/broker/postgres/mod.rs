@@ -6,12 +6,6 @@
 //! a connection of its own), and that writes the attempt counts outside the transaction.
 //! A worker's sessions share one side. Sends notify only while a receiver is marked
 //! waiting; the working connection marks itself before it waits (`sb.begin_wait`).
-//!
-//! A worker's session saves round trips: a wait mark it no longer needs is dropped with
-//! its next statement, and the attempt rows are deleted with the COMMIT, pipelined in
-//! one round trip. Its BEGIN is a round trip of its own: sent with the RECEIVE, a BEGIN
-//! that failed on a live connection (a cancel) would leave the RECEIVE to run, and
-//! commit, outside any transaction.
 
 mod errors;
 mod install;
@@ -111,28 +105,6 @@ pub struct Session {
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
-    /// A worker's session: the drop of a wait mark it no longer needs and its attempt
-    /// rows' delete wait for the next statement and go in its round trip
-    /// ([`Session::run`]). A T-SQL client's session (the emulator) sends each at once.
-    pipelined: bool,
-    /// Attempt rows to delete with the next statement, the COMMIT (pipelined sessions).
-    forget_deferred: Option<(Vec<Uuid>, Vec<i64>)>,
-}
-
-/// The statement a [`Session::run`] ends with.
-enum Last<'a> {
-    Query(Statement, &'a [&'a (dyn ToSql + Sync)]),
-    Commit,
-}
-
-/// What a [`Session::run`] came to.
-struct Ran {
-    /// The mark's result, when it took one.
-    mark: Option<Result<Vec<Row>, BrokerError>>,
-    /// `last`'s, or the error of the first statement that failed.
-    rows: Result<Vec<Row>, BrokerError>,
-    /// Whether the attempt rows' delete failed.
-    forget_failed: bool,
 }
 
 impl Session {
@@ -161,8 +133,6 @@ impl Session {
             client_stmts: HashMap::new(),
             waiting: None,
             wake_others: true,
-            pipelined: false,
-            forget_deferred: None,
         })
     }
 
@@ -170,91 +140,30 @@ impl Session {
     /// open transaction, if any); its rows.
     async fn work(&mut self, name: Named, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, BrokerError> {
         let st = prepared(&self.client, &mut self.client_stmts, name).await?;
-        self.run(None, Last::Query(st, params)).await.rows
+        self.client.query(&st, params).await.map_err(error_of)
     }
 
-    /// `last` on the working connection, after what waits to be sent with it: the drop
-    /// of the session's wait mark (unless `mark` takes one: `sb.begin_wait` on that
-    /// queue instead), the attempt rows to delete. tokio-postgres pipelines queries
-    /// polled together, and `join!(biased; …)` polls them in order, so they reach the
-    /// server in this order and cost one round trip. The result of the mark taken, if
-    /// one was, and of `last`.
-    ///
-    /// The first statement that failed, in the order sent, gives the error: after it the
-    /// server has aborted the transaction, the statements after it fail for that alone,
-    /// and a COMMIT after it rolls back without an error. Only a failed drop of a mark
-    /// leaves a query's own result standing (outside a transaction the query may have
-    /// succeeded); the mark is kept, to be dropped later.
-    async fn run(&mut self, mark: Option<&str>, last: Last<'_>) -> Ran {
-        // The statements first (prepared once per connection; a first use costs a trip).
-        let wait = match (mark, &self.waiting) {
-            (Some(_), _) => Some(S::BEGIN_WAIT),
-            (None, Some(_)) => Some(S::END_WAIT),
-            (None, None) => None,
+    /// `first` and then `name` on the working connection, sent together: tokio-postgres
+    /// pipelines queries polled together, so the two cost one round trip. The result of
+    /// each.
+    async fn work_pair(
+        &mut self,
+        first: Named,
+        first_params: &[&(dyn ToSql + Sync)],
+        name: Named,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> (Result<Vec<Row>, BrokerError>, Result<Vec<Row>, BrokerError>) {
+        let statements = async {
+            let a = prepared(&self.client, &mut self.client_stmts, first).await?;
+            let b = prepared(&self.client, &mut self.client_stmts, name).await?;
+            Ok::<_, BrokerError>((a, b))
         };
-        let wait_st = match wait {
-            Some(w) => match prepared(&self.client, &mut self.client_stmts, w).await {
-                Ok(st) => Some(st),
-                Err(e) => return Ran { mark: None, rows: Err(e), forget_failed: false },
-            },
-            None => None,
+        let (a, b) = match statements.await {
+            Ok(ab) => ab,
+            Err(e) => return (Err(e.clone()), Err(e)),
         };
-        let forget_st = match self.forget_deferred {
-            Some(_) => match prepared(&self.client, &mut self.client_stmts, S::FORGET_ATTEMPTS).await {
-                Ok(st) => Some(st),
-                Err(e) => return Ran { mark: None, rows: Err(e), forget_failed: false },
-            },
-            None => None,
-        };
-        let forget = self.forget_deferred.take();
-        let is_commit = matches!(last, Last::Commit);
-        let dropped = if mark.is_none() { self.waiting.take() } else { None };
-        if let Some(q) = mark {
-            // Marked from here on, whatever comes back: a mark must not outlive the wait
-            // (the caller drops it on an error).
-            self.waiting = Some(q.to_owned());
-        }
-        let wait_queue = mark.map(str::to_owned).or_else(|| dropped.clone());
-        let c = &self.client;
-        let (waited, forgot, rows) = tokio::join!(
-            biased;
-            async {
-                match (&wait_st, &wait_queue) {
-                    (Some(st), Some(q)) => Some(c.query(st, &[q]).await.map_err(error_of)),
-                    _ => None,
-                }
-            },
-            async {
-                match (&forget_st, &forget) {
-                    (Some(st), Some((h, s))) => c.query(st, &[h, s]).await.map(drop).map_err(error_of),
-                    _ => Ok(()),
-                }
-            },
-            async {
-                match last {
-                    Last::Query(st, params) => c.query(&st, params).await.map_err(error_of),
-                    Last::Commit => c.batch_execute("COMMIT").await.map(|()| Vec::new()).map_err(error_of),
-                }
-            },
-        );
-        let forget_failed = forgot.is_err();
-        if mark.is_some() {
-            let rows = match (&waited, forgot.and(rows)) {
-                (Some(Err(e)), Err(_)) => Err(e.clone()),
-                (_, rows) => rows,
-            };
-            return Ran { mark: waited, rows, forget_failed };
-        }
-        let rows = match (waited, forgot, rows) {
-            (Some(Err(e)), forgot, rows) => {
-                // Still marked: dropped next time.
-                self.waiting = dropped;
-                if forgot.is_err() || rows.is_err() || is_commit { Err(e) } else { rows }
-            }
-            (_, Err(e), _) => Err(e),
-            (_, Ok(()), rows) => rows,
-        };
-        Ran { mark: None, rows, forget_failed }
+        let (ra, rb) = tokio::join!(self.client.query(&a, first_params), self.client.query(&b, params));
+        (ra.map_err(error_of), rb.map_err(error_of))
     }
 
     /// A side statement on the side connection, which is never in a transaction: what it
@@ -300,23 +209,15 @@ impl Session {
         self.client.batch_execute("BEGIN").await.map_err(error_of)
     }
 
-    /// COMMIT, sent with what waits to go before it (the attempt rows' delete, the drop
-    /// of a wait mark). When the delete failed, the messages received stay noted and the
-    /// rollback counts them (poison detection), as when it was a statement of its own; a
-    /// failed COMMIT is not counted.
     pub async fn commit(&mut self) -> Result<(), BrokerError> {
-        let ran = self.run(None, Last::Commit).await;
-        if !ran.forget_failed {
-            self.received.clear();
-        }
-        ran.rows.map(drop)
+        self.received.clear();
+        self.client.batch_execute("COMMIT").await.map_err(error_of)
     }
 
     /// Rolls back; when the transaction had received messages, reports the rollback to
     /// the broker in a transaction of its own (poison detection). Returns whether that
     /// disabled the queue.
     pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
-        self.forget_deferred = None;
         self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
         // A wait whose statement failed in the transaction could not drop its mark there
         // (if this fails too, the next wait drops it, or the session's end).
@@ -405,8 +306,17 @@ impl Session {
             tokio::pin!(woken);
             woken.as_mut().enable();
             if !mark_first {
-                // A mark still held goes in the same round trip (`run`).
-                let rows = self.work(name, params).await?;
+                let rows = match self.waiting.take() {
+                    Some(marked) => {
+                        let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
+                        if ended.is_err() {
+                            // Still marked: drop the mark next time.
+                            self.waiting = Some(marked);
+                        }
+                        rows?
+                    }
+                    None => self.work(name, params).await?,
+                };
                 if found(&rows) {
                     return Ok(rows);
                 }
@@ -416,22 +326,18 @@ impl Session {
             }
             // About to wait: mark, and look (once more) after the mark is in place.
             mark_first = false;
-            let st = prepared(&self.client, &mut self.client_stmts, name).await?;
-            let Ran { mark, rows, .. } = self.run(Some(queue), Last::Query(st, params)).await;
+            self.waiting = Some(queue.to_owned());
+            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
             let rows = self.unmarked_on_error(rows).await?;
             if found(&rows) {
                 self.idle = false;
                 // What it found is returned even if the mark cannot be dropped now (the
                 // caller must know what it received); the mark is then dropped by the
-                // next wait or the rollback. A pipelined session drops it with its next
-                // statement.
-                if !self.pipelined {
-                    let _ = self.end_wait().await;
-                }
+                // next wait or the rollback.
+                let _ = self.end_wait().await;
                 return Ok(rows);
             }
             self.idle = true;
-            let mark = mark.unwrap_or_else(|| Ok(Vec::new()));
             let no_send_in_flight = single(mark?, "begin_wait")?.get::<_, bool>(0);
             let until = if no_send_in_flight {
                 look = FIRST_LOOK;
@@ -453,11 +359,7 @@ impl Session {
                 }
                 () = tokio::time::sleep_until(until) => {
                     if until >= deadline {
-                        // A pipelined session drops the mark with its next statement
-                        // (its COMMIT, when nothing came).
-                        if !self.pipelined {
-                            self.end_wait().await?;
-                        }
+                        self.end_wait().await?;
                         return Ok(rows);
                     }
                 }
@@ -644,7 +546,6 @@ impl Transport for PostgresTransport {
     async fn open(&self) -> Result<Session, BrokerError> {
         let mut s = Session::open_at(self.endpoint()?, self.shared_side().await?).await?;
         s.wake_others = false;
-        s.pipelined = true;
         Ok(s)
     }
 
@@ -727,23 +628,8 @@ impl transport::Session for Session {
         Ok(())
     }
 
-    /// A pipelined session deletes them with its next statement (the worker's: the
-    /// COMMIT), in that statement's round trip.
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
         let (handles, seqs) = key_arrays(keys);
-        if self.pipelined {
-            match &mut self.forget_deferred {
-                Some((h, s)) => {
-                    h.extend(handles);
-                    s.extend(seqs);
-                }
-                None => self.forget_deferred = Some((handles, seqs)),
-            }
-            return Ok(());
-        }
         self.work(S::FORGET_ATTEMPTS, &[&handles, &seqs]).await?;
         Ok(())
     }
