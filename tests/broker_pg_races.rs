@@ -572,7 +572,7 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
     assert_eq!(crate::common::calc::count(&watcher, MARKS).await, 0, "no mark outlives the transaction");
     assert_eq!(crate::common::calc::count(&watcher, "SELECT count(*) FROM sb.message WHERE queue = 'tq'").await, 0);
 
-    // A rollback: the message comes back, its count stays, the deferred delete is dropped.
+    // A rollback: the message comes back, its count stays, its delete is undone.
     dialog(&mut sender, &["<twee/>"]).await;
     w.begin().await.unwrap();
     let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
