@@ -559,12 +559,7 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
 
     // Its last wait was idle: the next marks itself before it looks, and finds a
     // message.
-    dialog(&mut sender, &["<een/>"]).await;
-    w.begin().await.unwrap();
-    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
-    assert_eq!(bodies(&got), ["<een/>"]);
-    let key = MessageKey::of(&got[0]);
-    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    let key = sent_and_taken(&mut sender, &mut w, "<een/>").await;
     w.forget_attempts(&[key]).await.unwrap();
     assert_eq!(crate::common::calc::count(&watcher, counts).await, 1, "the count stays until the COMMIT");
     w.commit().await.unwrap();
@@ -573,12 +568,7 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
     assert_eq!(crate::common::calc::count(&watcher, "SELECT count(*) FROM sb.message WHERE queue = 'tq'").await, 0);
 
     // A rollback: the message comes back, its count stays, its delete is undone.
-    dialog(&mut sender, &["<twee/>"]).await;
-    w.begin().await.unwrap();
-    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
-    assert_eq!(bodies(&got), ["<twee/>"]);
-    let key = MessageKey::of(&got[0]);
-    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    let key = sent_and_taken(&mut sender, &mut w, "<twee/>").await;
     w.forget_attempts(&[key]).await.unwrap();
     w.rollback().await.unwrap();
     assert_eq!(crate::common::calc::count(&watcher, counts).await, 1, "a rollback keeps the count");
@@ -594,11 +584,7 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
     // The count's delete fails (here: its row is locked past the lock timeout); sent
     // with the COMMIT, the COMMIT must report it (the server would roll back at the
     // COMMIT without an error of its own).
-    dialog(&mut sender, &["<drie/>"]).await;
-    w.begin().await.unwrap();
-    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
-    let key = MessageKey::of(&got[0]);
-    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    let key = sent_and_taken(&mut sender, &mut w, "<drie/>").await;
     let holder = Session::open(&url).await.unwrap();
     holder.client().batch_execute("BEGIN").await.unwrap();
     holder
@@ -622,4 +608,17 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
     let again = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
     assert_eq!(bodies(&again), ["<drie/>"], "the transaction was rolled back: the message is back");
     w.commit().await.unwrap();
+}
+
+/// `body` sent on a new dialog, then received by `w` in a transaction it begins and
+/// counted once (the transaction is left open); the message's key.
+async fn sent_and_taken(sender: &mut Session, w: &mut Session, body: &str) -> sbworker::transport::MessageKey {
+    use sbworker::transport::{MessageKey, Session as _};
+    dialog(sender, &[body]).await;
+    w.begin().await.unwrap();
+    let got = w.receive("tq", 10, None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(bodies(&got), [body]);
+    let key = MessageKey::of(&got[0]);
+    assert_eq!(w.count_attempts("tq", &[key]).await.unwrap()[0].attempts, 1);
+    key
 }
