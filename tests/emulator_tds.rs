@@ -1843,3 +1843,93 @@ async fn client_json(what: &str, mut client: tokio::process::Command) -> serde_j
     assert!(out.status.success(), "{what}: {stdout}{stderr}");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {stdout}{stderr}"))
 }
+
+/// Conversation reuse's two procedures from a client we did not write: pymssql (FreeTDS),
+/// its parameters written into the batch as literals (the handle as N'…', the bits as
+/// 0 and 1), in its own transaction. `Rekenserver.noteer_fout @eerste = 1` answers the
+/// oldest request open on a reused dialog with the Fout and records the later ones as lost
+/// (the environment's, to be sent again); `Rekenserver.dialoog_stil` keeps a dialog while
+/// a request is open on it and lets it go once none is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
+    use sbworker::demo::roster::Roster;
+    let (url, c) = crate::common::pg::fresh_roster_db().await;
+    let (conn, _stop) = emulator(&url).await;
+    let port = crate::common::tds::port(&conn).to_string();
+    // A burst of edits with reuse on and no worker: every request open on its key's dialog.
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let (mut loader, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let roster = Roster::generate(2, 15, false);
+    roster.load(&mut loader).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
+        e.apply(&c).await.unwrap();
+    }
+    let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
+    let call = |step: &'static str, handle: Uuid| {
+        let mut client = tokio::process::Command::new("python3");
+        client
+            .env("PYTHONPATH", &pymssql)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/pymssql_reuse.py"))
+            .args([port.as_str(), "sbworker", "p;w\"d", step, &handle.to_string()]);
+        client_json("pymssql", client)
+    };
+    let log = "SELECT uitkomst, herstelbaar, foutmelding FROM rekenserver.berekening_log WHERE dialog_handle = $1
+                ORDER BY versie";
+
+    // The Fout: the dialog carrying the most requests, ended with its error by the
+    // calculation's side (as the calculation does with a Fout).
+    let row = c
+        .query_one(
+            "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
+              ORDER BY count(*) DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (h, n): (Uuid, i64) = (row.get(0), row.get(1));
+    assert!(n >= 3, "a key's versions share its dialog: {n}");
+    c.execute("SELECT sb.end_conversation(far_handle, 50012, 'ongeldig') FROM sb.endpoint WHERE handle = $1", &[&h])
+        .await
+        .unwrap();
+    call("fout", h).await;
+    let got: Vec<(Option<String>, Option<bool>, Option<String>)> =
+        c.query(log, &[&h]).await.unwrap().iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(
+        got[0],
+        (Some("fout".into()), Some(false), Some("tijdblok (50012): ongeldig".into())),
+        "the oldest request gets the Fout"
+    );
+    for later in &got[1..] {
+        assert_eq!((later.0.as_deref(), later.1), (Some("fout"), Some(true)), "{later:?}");
+        assert!(
+            later
+                .2
+                .as_deref()
+                .is_some_and(|m| m.starts_with("lost: the dialog ended with the Fout of an earlier request")),
+            "{later:?}"
+        );
+    }
+
+    // The idle timer: another key's dialog, open while a request is open on it.
+    let k: Uuid = c
+        .query_one(
+            "SELECT dialog_handle FROM rekenserver.sleutel WHERE dialog_handle IS NOT NULL AND dialog_handle <> $1
+              LIMIT 1",
+            &[&h],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let keeps = "SELECT count(*) FROM rekenserver.sleutel WHERE dialog_handle = $1";
+    assert_eq!(call("stil", k).await["stil"], false, "a request is open on it");
+    assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 1, "still the key's dialog");
+    c.execute(
+        "UPDATE rekenserver.berekening_log SET uitkomst = 'opgeslagen', beantwoord_op = now() WHERE dialog_handle = $1",
+        &[&k],
+    )
+    .await
+    .unwrap();
+    assert_eq!(call("stil", k).await["stil"], true, "every request on it answered");
+    assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 0, "no longer the key's dialog");
+}
