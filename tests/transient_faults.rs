@@ -107,6 +107,42 @@ async fn over_tds_deadlocks_lock_timeouts_and_dropped_connections_lose_nothing_a
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
 }
 
+/// A server that refuses BEGIN TRANSACTION on a live connection (here the next three,
+/// error 3988): the reader takes a new connection after a pause that grows with each
+/// refusal in a row (no storm of logins), and the request is answered once BEGIN works
+/// again, with nothing diverted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_refused_begins_are_met_with_growing_pauses_and_lose_nothing() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    faults.set_begin_fail_next(3);
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let started = std::time::Instant::now();
+    let (tx, run, _) = tds_worker(&conn, &url, |c| {
+        c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1;
+        c.worker.retry_min_delay_ms = 100;
+        c.worker.retry_max_delay_ms = 1_000;
+    });
+    let body = vraag_for(fresh_key());
+    let h = ask(&mut s, &body).await;
+    let got = collect(&mut s, 1).await;
+    assert_eq!(faults.injected(), 3, "the three BEGINs were refused");
+    // One reader, three refusals in a row: it paused at least 100 + 200 + 400 ms (the
+    // jitter only adds). Without the pauses it reconnects at once.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(700), "{:?}", started.elapsed());
+    assert_eq!(got[0].conversation_handle, h);
+    assert_eq!(got[0].message_type, message_types::ANTWOORD);
+    let want = calculation_handler().answer(&body).unwrap();
+    assert_eq!(
+        decode_antwoord(&got[0].body, &Limits::default()).unwrap(),
+        decode_antwoord(want.as_bytes(), &Limits::default()).unwrap()
+    );
+    end_all(&mut s, [h]).await;
+    the_end_state_is_clean(&s, 0).await;
+    tx.send(()).await.unwrap();
+    assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tds_a_session_killed_while_blocked_on_a_lock_five_times_is_answered_and_never_diverted() {
     let (url, mut s) = calc_world().await;

@@ -251,8 +251,19 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
             Next::Any => (ctx.cfg.batch, None, ctx.wait(), false),
         };
         if let Err(e) = s.begin().await {
-            warn!("BEGIN failed; reconnecting: {e}");
+            // A new connection, after a pause that grows with each failure in a row: a
+            // server that refuses every BEGIN must not be met with a storm of logins.
+            streaks.receive += 1;
+            let delay = ctx.retry.delay(streaks.receive);
+            warn!(
+                failures_in_a_row = streaks.receive,
+                retry_in_ms = delay.as_millis() as u64,
+                "BEGIN failed; reconnecting: {e}"
+            );
             session = None;
+            if sleep_or_stop(delay, stop).await {
+                return ReaderExit::Stopped;
+            }
             continue;
         }
         let received = tokio::select! {

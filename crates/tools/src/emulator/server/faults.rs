@@ -25,6 +25,8 @@ pub struct Faults {
     /// A request still running after this many milliseconds (blocked on a lock) drops
     /// its connection, as a killed session does; 0 is off.
     drop_blocked_after_ms: AtomicU64,
+    /// How many of the next outermost BEGIN TRANSACTIONs fail (error 3988).
+    begin_fail_next: AtomicU64,
     /// Every response waits this long before it is written.
     pub delay: Duration,
     receives: AtomicU64,
@@ -70,6 +72,19 @@ impl Faults {
         self.count(Self::hit(&self.send_drop_every, n))
     }
 
+    /// The next `n` outermost BEGIN TRANSACTIONs fail with error 3988, each on a live
+    /// connection, as a server refusing new transactions does.
+    pub fn set_begin_fail_next(&self, n: u64) {
+        self.begin_fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Counts an outermost BEGIN TRANSACTION; true: it fails.
+    pub(super) fn on_begin(&self) -> bool {
+        let failed =
+            self.begin_fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        self.count(failed)
+    }
+
     /// Drop the connection of a request still running after `after` (None: off).
     pub fn set_drop_blocked_after(&self, after: Option<Duration>) {
         self.drop_blocked_after_ms.store(after.map_or(0, |d| d.as_millis().max(1) as u64), Ordering::SeqCst);
@@ -81,6 +96,7 @@ impl Faults {
         self.set_commit_deadlock_every(None);
         self.set_drop_blocked_after(None);
         self.set_send_drop_every(None);
+        self.set_begin_fail_next(0);
     }
 
     pub(super) fn drop_blocked_after(&self) -> Option<Duration> {

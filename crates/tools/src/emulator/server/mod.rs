@@ -707,6 +707,15 @@ async fn transaction(conn: &mut Conn, what: Tran, t: &mut Tokens) -> Result<(), 
                 conn.nested += 1;
                 return Ok(());
             }
+            if conn.faults.on_begin() {
+                warn!("fault injected: BEGIN TRANSACTION refused (3988)");
+                return Err(Failure {
+                    number: 3988,
+                    class: 16,
+                    message: "New transaction is not allowed because there are other threads running in the session."
+                        .into(),
+                });
+            }
             conn.session.begin().await?;
             conn.in_tran = true;
             conn.received = false;
