@@ -1845,8 +1845,8 @@ async fn client_json(what: &str, mut client: tokio::process::Command) -> serde_j
 }
 
 /// Conversation reuse's two procedures from a client we did not write: pymssql (FreeTDS),
-/// its parameters written into the batch as literals (the handle as N'…', the bits as
-/// 0 and 1), in its own transaction. `Rekenserver.noteer_fout @eerste = 1` answers the
+/// its parameters written into the batch as literals (the handle and the text as N'…',
+/// the bits, passed as Python bools, as 1), in its own transaction. `Rekenserver.noteer_fout @eerste = 1` answers the
 /// oldest request open on a reused dialog with the Fout and records the later ones as lost
 /// (the environment's, to be sent again); `Rekenserver.dialoog_stil` keeps a dialog while
 /// a request is open on it and lets it go once none is.
@@ -1897,8 +1897,8 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
         c.query(log, &[&h]).await.unwrap().iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     assert_eq!(
         got[0],
-        (Some("fout".into()), Some(false), Some("tijdblok (50012): ongeldig".into())),
-        "the oldest request gets the Fout"
+        (Some("fout".into()), Some(true), Some("tijdblok (50012): ongeldig".into())),
+        "the oldest request gets the Fout, repairable as the caller said (the text alone says not)"
     );
     for later in &got[1..] {
         assert_eq!((later.0.as_deref(), later.1), (Some("fout"), Some(true)), "{later:?}");
@@ -1910,6 +1910,22 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
             "{later:?}"
         );
     }
+
+    // The key's current version went again at once, on a new dialog.
+    let again = c
+        .query_one(
+            "SELECT l.dialog_handle, l.versie, s.versie FROM rekenserver.berekening_log l
+               JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
+              WHERE l.uitkomst IS NULL
+                AND (l.dienstverband_id, l.periode_id) =
+                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
+            &[&h],
+        )
+        .await
+        .unwrap();
+    let (to, sent, current): (Uuid, i64, i64) = (again.get(0), again.get(1), again.get(2));
+    assert_ne!(to, h, "sent again on a new dialog");
+    assert_eq!(sent, current, "the key's current version");
 
     // The idle timer: another key's dialog, open while a request is open on it.
     let k: Uuid = c

@@ -5,7 +5,7 @@ Run by tests/emulator_tds.rs with: python3 pymssql_reuse.py PORT USER PASSWORD S
 STEP being `fout` (Rekenserver.noteer_fout with @eerste = 1: a Fout that answers the oldest
 request open on the dialog HANDLE) or `stil` (Rekenserver.dialoog_stil: whether the dialog
 HANDLE has gone idle). pymssql writes its parameters into the batch as literals (a str as
-N'…') and works in its own transaction (autocommit off), which it commits. Prints what it
+N'…', a bool as 1 or 0) and works in its own transaction (autocommit off), which it commits. Prints what it
 saw as one JSON object.
 """
 
@@ -19,9 +19,10 @@ out = {}
 conn = pymssql.connect(server="127.0.0.1", port=port, user=user, password=password)
 cur = conn.cursor()
 if step == "fout":
+    # @herstelbaar = 1 where the text alone would say 0: a dropped parameter shows.
     cur.execute(
-        "EXEC Rekenserver.noteer_fout @handle = %s, @melding = %s, @herstelbaar = 0, @eerste = 1",
-        (handle, "tijdblok (50012): ongeldig"),
+        "EXEC Rekenserver.noteer_fout @handle = %s, @melding = %s, @herstelbaar = %s, @eerste = %s",
+        (handle, "tijdblok (50012): ongeldig", True, True),
     )
     out["done"] = True
 elif step == "stil":

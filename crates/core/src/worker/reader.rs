@@ -261,6 +261,14 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 "BEGIN failed; reconnecting: {e}"
             );
             session = None;
+            // A retry keeps its place: taken on the new connection as planned (its own
+            // pause is over), not as a batch that would end its isolation.
+            if alone {
+                next = match group {
+                    Some(group) => Next::Retry { group, delay: Duration::ZERO, max },
+                    None => Next::AnyTaking(max),
+                };
+            }
             if sleep_or_stop(delay, stop).await {
                 return ReaderExit::Stopped;
             }

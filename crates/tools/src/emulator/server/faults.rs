@@ -72,8 +72,9 @@ impl Faults {
         self.count(Self::hit(&self.send_drop_every, n))
     }
 
-    /// The next `n` outermost BEGIN TRANSACTIONs fail with error 3988, each on a live
-    /// connection, as a server refusing new transactions does.
+    /// The next `n` outermost BEGIN TRANSACTIONs fail with error 3988 (SQL Server's for a
+    /// new transaction while other requests run in the session), each on a live
+    /// connection.
     pub fn set_begin_fail_next(&self, n: u64) {
         self.begin_fail_next.store(n, Ordering::SeqCst);
     }
