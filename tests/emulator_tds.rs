@@ -1852,19 +1852,10 @@ async fn client_json(what: &str, mut client: tokio::process::Command) -> serde_j
 /// a request is open on it and lets it go once none is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
-    use sbworker::demo::roster::Roster;
-    let (url, c) = crate::common::pg::fresh_roster_db().await;
+    // A burst of edits with reuse on and no worker: every request open on its key's dialog.
+    let (url, c) = crate::common::pg::reused_and_unanswered().await;
     let (conn, _stop) = emulator(&url).await;
     let port = crate::common::tds::port(&conn).to_string();
-    // A burst of edits with reuse on and no worker: every request open on its key's dialog.
-    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
-    let (mut loader, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let roster = Roster::generate(2, 15, false);
-    roster.load(&mut loader).await.unwrap();
-    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
-        e.apply(&c).await.unwrap();
-    }
     let pymssql = crate::common::python_package("pymssql", "pymssql", "pymssql==2.4.6");
     let call = |step: &'static str, handle: Uuid| {
         let mut client = tokio::process::Command::new("python3");
@@ -1912,18 +1903,7 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
     }
 
     // The key's current version went again at once, on a new dialog.
-    let again = c
-        .query_one(
-            "SELECT l.dialog_handle, l.versie, s.versie FROM rekenserver.berekening_log l
-               JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
-              WHERE l.uitkomst IS NULL
-                AND (l.dienstverband_id, l.periode_id) =
-                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
-            &[&h],
-        )
-        .await
-        .unwrap();
-    let (to, sent, current): (Uuid, i64, i64) = (again.get(0), again.get(1), again.get(2));
+    let (to, sent, current) = crate::common::pg::open_request_of_the_key_of(&c, h).await;
     assert_ne!(to, h, "sent again on a new dialog");
     assert_eq!(sent, current, "the key's current version");
 

@@ -14,7 +14,7 @@ use sbworker::handoff::sweep::{self, Outcome};
 use tokio_postgres::Client;
 
 use crate::common::calc::{TempDir, spawn_worker, stop_worker, wait_until};
-use crate::common::pg::fresh_roster_db;
+use crate::common::pg::{fresh_roster_db, open_request_of_the_key_of, reused_and_unanswered};
 
 async fn connect(url: &str) -> Client {
     let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
@@ -339,20 +339,6 @@ async fn an_answer_the_collector_diverts_is_recorded_and_its_key_sent_again() {
     assert_eq!(stop_worker(worker).await, Some(0));
 }
 
-/// A roster of two employees with conversation reuse on, a burst of edits, no worker:
-/// every request open on its key's dialog.
-async fn reused_and_unanswered() -> Client {
-    let (url, c) = fresh_roster_db().await;
-    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
-    let mut loader = connect(&url).await;
-    let roster = Roster::generate(2, 15, false);
-    roster.load(&mut loader).await.unwrap();
-    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
-        e.apply(&c).await.unwrap();
-    }
-    c
-}
-
 /// Conversation reuse: a Fout answers the oldest request still open on its dialog; the
 /// requests sent after it on the same dialog are lost with it (the calculation ends the
 /// dialog with the Fout's error), recorded as the environment's, so the sweep sends their
@@ -360,7 +346,7 @@ async fn reused_and_unanswered() -> Client {
 #[tokio::test]
 async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later_ones_are_lost() {
     // No worker: every request stays open on its key's dialog.
-    let c = reused_and_unanswered().await;
+    let (_, c) = reused_and_unanswered().await;
     let row = c
         .query_one(
             "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
@@ -391,18 +377,7 @@ async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later
         assert!(later.2.starts_with("lost: the dialog ended with the Fout of an earlier request"), "{later:?}");
     }
     // The key's current version went again at once, on a new dialog.
-    let again = c
-        .query_one(
-            "SELECT l.dialog_handle, l.versie, s.versie FROM rekenserver.berekening_log l
-               JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
-              WHERE l.uitkomst IS NULL
-                AND (l.dienstverband_id, l.periode_id) =
-                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
-            &[&h],
-        )
-        .await
-        .unwrap();
-    let (to, sent, current): (uuid::Uuid, i64, i64) = (again.get(0), again.get(1), again.get(2));
+    let (to, sent, current) = open_request_of_the_key_of(&c, h).await;
     assert_ne!(to, h);
     assert_eq!(sent, current);
     // An error end without a Fout (no p_eerste) records every open request, as before.
@@ -429,7 +404,7 @@ async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later
 /// version is sent again on a new dialog, never on the one being ended.
 #[tokio::test]
 async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new_one() {
-    let c = reused_and_unanswered().await;
+    let (_, c) = reused_and_unanswered().await;
     let h: uuid::Uuid = c
         .query_one(
             "SELECT dialog_handle FROM rekenserver.berekening_log GROUP BY dialog_handle HAVING count(*) >= 2
@@ -442,17 +417,7 @@ async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new
     // The dialog is open on both sides (nothing ended it), as when the collector finds an
     // Antwoord it cannot read.
     c.execute("SELECT rekenserver.noteer_fout($1, 'unreadable Antwoord: no', false, true)", &[&h]).await.unwrap();
-    let again: uuid::Uuid = c
-        .query_one(
-            "SELECT l.dialog_handle FROM rekenserver.berekening_log l
-              WHERE l.uitkomst IS NULL
-                AND (l.dienstverband_id, l.periode_id) =
-                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
-            &[&h],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let (again, _, _) = open_request_of_the_key_of(&c, h).await;
     assert_ne!(again, h, "sent again on a new dialog");
     assert_eq!(
         count(
@@ -470,7 +435,7 @@ async fn a_request_lost_with_a_reused_dialog_the_collector_ends_is_sent_on_a_new
 /// request of its key is open on it, and once none is, lets it go (no longer the key's).
 #[tokio::test]
 async fn an_idle_timer_keeps_a_reused_dialog_while_a_request_is_open_on_it() {
-    let c = reused_and_unanswered().await;
+    let (_, c) = reused_and_unanswered().await;
     let h: uuid::Uuid = c
         .query_one("SELECT dialog_handle FROM rekenserver.sleutel WHERE dialog_handle IS NOT NULL LIMIT 1", &[])
         .await

@@ -75,3 +75,35 @@ pub async fn lengthen_first_block(c: &tokio_postgres::Client, dienstverband: i32
     .await
     .unwrap();
 }
+
+/// A roster of two employees with conversation reuse on, a burst of edits, no worker:
+/// every request open on its key's dialog. Its url and a client.
+pub async fn reused_and_unanswered() -> (String, tokio_postgres::Client) {
+    let (url, c) = fresh_roster_db().await;
+    c.execute("INSERT INTO rekenserver.instelling VALUES ('dialog_reuse_idle_seconds', 3600)", &[]).await.unwrap();
+    let (mut loader, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    let roster = sbworker::demo::roster::Roster::generate(2, 15, false);
+    roster.load(&mut loader).await.unwrap();
+    for e in sbworker::demo::edits::burst(&roster, 12, 4) {
+        e.apply(&c).await.unwrap();
+    }
+    (url, c)
+}
+
+/// The open request of the key that dialog `h` carried: its dialog, the version it sent
+/// and the key's current version.
+pub async fn open_request_of_the_key_of(c: &tokio_postgres::Client, h: uuid::Uuid) -> (uuid::Uuid, i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT l.dialog_handle, l.versie, s.versie FROM rekenserver.berekening_log l
+               JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id)
+              WHERE l.uitkomst IS NULL
+                AND (l.dienstverband_id, l.periode_id) =
+                    (SELECT dienstverband_id, periode_id FROM rekenserver.berekening_log WHERE dialog_handle = $1 LIMIT 1)",
+            &[&h],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
