@@ -1870,15 +1870,7 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
 
     // The Fout: the dialog carrying the most requests, ended with its error by the
     // calculation's side (as the calculation does with a Fout).
-    let row = c
-        .query_one(
-            "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
-              ORDER BY count(*) DESC LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap();
-    let (h, n): (Uuid, i64) = (row.get(0), row.get(1));
+    let (h, n) = crate::common::pg::busiest_dialog(&c).await;
     assert!(n >= 3, "a key's versions share its dialog: {n}");
     c.execute("SELECT sb.end_conversation(far_handle, 50012, 'ongeldig') FROM sb.endpoint WHERE handle = $1", &[&h])
         .await

@@ -14,7 +14,7 @@ use sbworker::handoff::sweep::{self, Outcome};
 use tokio_postgres::Client;
 
 use crate::common::calc::{TempDir, spawn_worker, stop_worker, wait_until};
-use crate::common::pg::{fresh_roster_db, open_request_of_the_key_of, reused_and_unanswered};
+use crate::common::pg::{busiest_dialog, fresh_roster_db, open_request_of_the_key_of, reused_and_unanswered};
 
 async fn connect(url: &str) -> Client {
     let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
@@ -347,15 +347,7 @@ async fn an_answer_the_collector_diverts_is_recorded_and_its_key_sent_again() {
 async fn a_fout_on_a_reused_dialog_answers_its_oldest_open_request_and_the_later_ones_are_lost() {
     // No worker: every request stays open on its key's dialog.
     let (_, c) = reused_and_unanswered().await;
-    let row = c
-        .query_one(
-            "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
-              ORDER BY count(*) DESC LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap();
-    let (h, n): (uuid::Uuid, i64) = (row.get(0), row.get(1));
+    let (h, n) = busiest_dialog(&c).await;
     assert!(n >= 3, "a key's versions share its dialog: {n}");
     // As the calculation does with a Fout: its side ends the dialog with the error.
     c.execute("SELECT sb.end_conversation(far_handle, 50012, 'ongeldig') FROM sb.endpoint WHERE handle = $1", &[&h])

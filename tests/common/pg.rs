@@ -107,3 +107,16 @@ pub async fn open_request_of_the_key_of(c: &tokio_postgres::Client, h: uuid::Uui
         .unwrap();
     (row.get(0), row.get(1), row.get(2))
 }
+
+/// The dialog carrying the most requests, and how many.
+pub async fn busiest_dialog(c: &tokio_postgres::Client) -> (uuid::Uuid, i64) {
+    let row = c
+        .query_one(
+            "SELECT dialog_handle, count(*) FROM rekenserver.berekening_log GROUP BY dialog_handle
+              ORDER BY count(*) DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
