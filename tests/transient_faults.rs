@@ -274,3 +274,73 @@ async fn crash_restart_under_load(reuse: bool) {
 async fn wait_drained_or_panic(c: &tokio_postgres::Client) {
     sbworker::demo::check::wait_drained(c, std::time::Duration::from_secs(120), |_| {}).await.unwrap();
 }
+
+/// Fails the first group it is given (by that group's own fault: a retry one message at
+/// a time follows) and then has the emulator refuse the next BEGIN; every later group is
+/// the calculation's. Records how many messages each call was given.
+struct ChokesOnceThenBeginRefused {
+    faults: Arc<Faults>,
+    calls: std::sync::Mutex<Vec<usize>>,
+}
+
+impl<S: sbworker::transport::PayrollStore> sbworker::worker::handler::Handler<S> for ChokesOnceThenBeginRefused {
+    fn handle<'a>(
+        &'a self,
+        s: &'a mut S,
+        msgs: &'a [sbworker::broker::Message],
+    ) -> sbworker::worker::handler::BoxFuture<
+        'a,
+        Result<sbworker::worker::handler::Handled, sbworker::worker::handler::HandlerError>,
+    > {
+        Box::pin(async move {
+            let first = {
+                let mut calls = self.calls.lock().unwrap();
+                calls.push(msgs.len());
+                calls.len() == 1
+            };
+            if first {
+                self.faults.set_begin_fail_next(1);
+                return Err(sbworker::worker::handler::HandlerError::Failed("choked once".into()));
+            }
+            sbworker::worker::handler::Handler::<S>::handle(&*calculation_handler(), s, msgs).await
+        })
+    }
+
+    fn divert_reply(&self, m: &sbworker::broker::Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
+        sbworker::worker::handler::Handler::<S>::divert_reply(&*calculation_handler(), m, reason)
+    }
+}
+
+/// A group retry keeps its place across a refused BEGIN: after a group's own failure the
+/// reader takes it again one message at a time (isolating the bad one); when that
+/// retry's BEGIN is refused, the retry on the new connection still takes one message,
+/// not a batch of the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_group_retry_keeps_its_place_across_a_refused_begin() {
+    let (url, mut s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    // Two Vraags on one dialog: one conversation group, taken whole by a plain RECEIVE.
+    s.begin().await.unwrap();
+    let h = s.begin_dialog(DATA_SERVICE, REKEN_SERVICE, CONTRACT, None, None).await.unwrap();
+    for _ in 0..2 {
+        s.send(h, message_types::VRAAG, Some(&vraag_for(fresh_key()))).await.unwrap();
+    }
+    s.commit().await.unwrap();
+    let handler = Arc::new(ChokesOnceThenBeginRefused { faults: faults.clone(), calls: Default::default() });
+    let mut cfg = config(&url, "");
+    cfg.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1;
+    let handlers = sbworker::worker::Handlers::default().with(sbworker::handlers::calculation::NAME, handler.clone());
+    let metrics = Arc::new(sbworker::worker::Metrics::new());
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let transport = sbworker::broker::mssql::MssqlTransport::new(&conn).unwrap();
+    let run =
+        tokio::spawn(async move { sbworker::worker::run(transport, &(&cfg).into(), &handlers, metrics, rx).await });
+    let got = collect(&mut s, 1).await;
+    assert_eq!(got[0].conversation_handle, h);
+    assert_eq!(faults.injected(), 1, "the retry's BEGIN was refused");
+    let calls = handler.calls.lock().unwrap().clone();
+    assert_eq!(calls[..2], [2, 1], "the group whole, then its retry one message at a time: {calls:?}");
+    tx.send(()).await.unwrap();
+    crate::common::within(60, "the worker stops", run).await.unwrap().unwrap();
+}
