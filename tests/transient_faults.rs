@@ -15,7 +15,7 @@ use crate::common::calc::*;
 use crate::common::faults::{
     answered_correctly_and_all_clean, fresh_key, hold_version_lock, the_end_state_is_clean, vraag_for,
 };
-use crate::common::tds::{emulator_with, tds_worker};
+use crate::common::tds::{emulator_with, tds_worker, tds_worker_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_refuses_a_queue_whose_broker_poison_detection_is_on() {
@@ -328,19 +328,13 @@ async fn over_tds_a_group_retry_keeps_its_place_across_a_refused_begin() {
     }
     s.commit().await.unwrap();
     let handler = Arc::new(ChokesOnceThenBeginRefused { faults: faults.clone(), calls: Default::default() });
-    let mut cfg = config(&url, "");
-    cfg.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1;
-    let handlers = sbworker::worker::Handlers::default().with(sbworker::handlers::calculation::NAME, handler.clone());
-    let metrics = Arc::new(sbworker::worker::Metrics::new());
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    let transport = sbworker::broker::mssql::MssqlTransport::new(&conn).unwrap();
-    let run =
-        tokio::spawn(async move { sbworker::worker::run(transport, &(&cfg).into(), &handlers, metrics, rx).await });
+    let (tx, run, _) =
+        tds_worker_with(&conn, &url, handler.clone(), |c| c.queues.get_mut(REKEN_QUEUE).unwrap().max_readers = 1);
     let got = collect(&mut s, 1).await;
     assert_eq!(got[0].conversation_handle, h);
     assert_eq!(faults.injected(), 1, "the retry's BEGIN was refused");
     let calls = handler.calls.lock().unwrap().clone();
     assert_eq!(calls[..2], [2, 1], "the group whole, then its retry one message at a time: {calls:?}");
     tx.send(()).await.unwrap();
-    crate::common::within(60, "the worker stops", run).await.unwrap().unwrap();
+    crate::common::within(60, "the worker stops", run).await.unwrap();
 }

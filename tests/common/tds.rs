@@ -45,17 +45,28 @@ pub async fn emulator_tls(url: &str, faults: Arc<Faults>) -> (String, tokio::syn
     (conn, stop_tx, pem)
 }
 
-/// The worker on the SQL Server transport through the emulator, with `handlers`.
+/// The worker on the SQL Server transport through the emulator, with the calculation.
 pub fn tds_worker(
     conn: &str,
     url: &str,
+    tune: impl FnOnce(&mut sbworker::config::Config),
+) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
+    tds_worker_with(conn, url, calculation_handler(), tune)
+}
+
+/// The worker on the SQL Server transport through the emulator, with `handler` serving
+/// the calculation queue.
+pub fn tds_worker_with(
+    conn: &str,
+    url: &str,
+    handler: Arc<dyn sbworker::worker::handler::Handler<sbworker::broker::mssql::MssqlSession>>,
     tune: impl FnOnce(&mut sbworker::config::Config),
 ) -> (mpsc::Sender<()>, tokio::task::JoinHandle<RunOutcome>, Arc<Metrics>) {
     let transport = MssqlTransport::new(conn).unwrap();
     let mut cfg = config(url, "");
     cfg.queues.get_mut(REKEN_QUEUE).unwrap().wait_ms = 500;
     tune(&mut cfg);
-    let handlers = Handlers::default().with(calculation::NAME, calculation_handler());
+    let handlers = Handlers::default().with(calculation::NAME, handler);
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = mpsc::channel(2);
     let m = metrics.clone();
