@@ -43,6 +43,24 @@ pub struct PipelineRun {
     pub verified: bool,
     /// The statements that took the server's time, per request (pg_stat_statements).
     pub statements: Vec<StatementTime>,
+    /// The run's work per request, counted (absent in older results and where
+    /// pg_stat_statements is not installed).
+    #[serde(default)]
+    pub work: Option<WorkPerRequest>,
+}
+
+/// What a run made the server do per request, counted by `pg_stat_statements` over the
+/// whole run (the import, the edits, the check of the end state): a change's effect on
+/// the work shows here even where the machine's spread hides it in the rates.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WorkPerRequest {
+    /// Statements the clients sent (each a round trip; BEGIN and COMMIT included).
+    pub sent: f64,
+    /// Statements run inside them: by functions and triggers.
+    pub nested: f64,
+    /// Shared buffers the sent statements touched (hit or read; their nested
+    /// statements' included).
+    pub buffers: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -169,6 +187,7 @@ async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: 
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
     let requests = (report.load.requests + report.burst.requests).max(1) as f64;
     let statements = super::runs::statements_top(url, pgss, requests).await?;
+    let work = super::runs::statements_work(url, pgss, requests).await?;
     let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     Ok(PipelineRun {
         peer,
@@ -184,6 +203,7 @@ async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: 
         p99_ms: report.burst.p99_ms,
         verified: report.verdict.problems.is_empty(),
         statements,
+        work,
     })
 }
 

@@ -421,6 +421,7 @@ fn pipeline_section(out: &mut String, r: &Results) {
             show(f(|l| l.wal_bytes_per_edit), 0),
         );
     }
+    work_table(out, r, &open, &river);
     // Where the time goes: the server's statements per request, at the most readers.
     if let Some(p) =
         r.pipeline.iter().filter(|p| p.peer.is_none() && !p.statements.is_empty()).max_by_key(|p| p.readers)
@@ -446,6 +447,50 @@ fn pipeline_section(out: &mut String, r: &Results) {
                 if st.top_level { "a client" } else { "a function or trigger" }
             );
         }
+    }
+}
+
+/// The pipeline's work per request, counted: what each run made the server do, beside the
+/// rates that the machine's spread moves.
+fn work_table(
+    out: &mut String,
+    r: &Results,
+    open: &[&super::pipeline::PipelineRun],
+    river: &[&super::pipeline::PipelineRun],
+) {
+    let mut rows: Vec<(String, Vec<super::pipeline::WorkPerRequest>)> = Vec::new();
+    let works = |runs: &[&super::pipeline::PipelineRun]| runs.iter().filter_map(|p| p.work).collect::<Vec<_>>();
+    for &readers in &r.sizes.pipeline_readers {
+        let runs: Vec<_> = sbworker_pipeline(r, readers).collect();
+        rows.push((format!("sbworker, {readers} readers"), works(&runs)));
+    }
+    if let Some(first) = open.first() {
+        rows.push((format!("sbworker, {} readers, open loop", first.readers), works(open)));
+    }
+    if let Some(first) = river.first() {
+        rows.push((format!("{}: {} workers", super::pipeline::RIVER, first.readers), works(river)));
+    }
+    rows.retain(|(_, w)| !w.is_empty());
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nThe work per request, counted (pg_stat_statements over the whole run: the import, the edits and the \
+         check of the end state; counts do not move with the machine's speed): the statements the clients sent \
+         (each a round trip, BEGIN and COMMIT included), the statements run inside them by functions and \
+         triggers, and the shared buffers the sent statements touched.\n\n\
+         | run | statements sent | nested statements | buffers touched |\n| --- | --- | --- | --- |"
+    );
+    for (name, w) in rows {
+        let f = |g: fn(&super::pipeline::WorkPerRequest) -> f64| spread(&w.iter().map(g).collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} |",
+            show(f(|w| w.sent), 1),
+            show(f(|w| w.nested), 1),
+            show(f(|w| w.buffers), 0)
+        );
     }
 }
 
@@ -865,6 +910,7 @@ mod tests {
             p99_ms: 20.0,
             verified: true,
             statements: Vec::new(),
+            work: None,
         };
         let limit = |repetition, per_second| PipelineLimit {
             repetition,
@@ -930,6 +976,20 @@ mod tests {
             ),
             "{md}"
         );
+        // The work per request: no table without counts; with them, a row per run kind,
+        // each with its spread over the repetitions.
+        assert!(!md.contains("The work per request, counted"), "{md}");
+        use super::super::pipeline::WorkPerRequest;
+        for (p, n) in r.pipeline.iter_mut().zip([20.0, 30.0, 8.0, 9.0, 40.0, 50.0]) {
+            p.work = Some(WorkPerRequest { sent: n, nested: n * 10.0, buffers: n * 100.0 });
+        }
+        let md = markdown(&r);
+        assert!(
+            md.contains("| sbworker, 4 readers | 25.0 (20.0–30.0) | 250.0 (200.0–300.0) | 2500 (2000–3000) |"),
+            "{md}"
+        );
+        assert!(md.contains("| sbworker, 4 readers, open loop | 45.0 (40.0–50.0) |"), "{md}");
+        assert!(md.contains("| River 0.5: 7 workers | 8.5 (8.0–9.0) | 85.0 (80.0–90.0) | 850 (800–900) |"), "{md}");
     }
 
     /// The headline plot has a bar for each contender and mode that ran, none for the rest.

@@ -86,6 +86,21 @@ pub(super) async fn statements_top(
         .collect())
 }
 
+/// The work of the run in `url`'s database per request (`None` when `pg_stat_statements`
+/// is not there): counts, which the machine's speed does not move.
+pub(super) async fn statements_work(
+    url: &str,
+    available: bool,
+    requests: f64,
+) -> anyhow::Result<Option<super::pipeline::WorkPerRequest>> {
+    if !available {
+        return Ok(None);
+    }
+    let c = world::connect(url).await?;
+    let r = c.query_one(stmt::PGSS_TOTALS.sql, &[&requests.max(1.0)]).await?;
+    Ok(Some(super::pipeline::WorkPerRequest { sent: r.get(0), nested: r.get(1), buffers: r.get(2) }))
+}
+
 /// The shape of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {

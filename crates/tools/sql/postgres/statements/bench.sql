@@ -115,6 +115,18 @@ SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 100),
  ORDER BY total_exec_time DESC
  LIMIT 14;
 
+-- The work of a run per request ($1 requests), from the same counters: the statements
+-- the clients sent (each a round trip), those run inside them (functions, triggers), and
+-- the shared buffers the sent ones touched (nested statements' buffers are counted in
+-- the statement that ran them). Counts, not times: they do not move with the machine's
+-- speed, only with what the run did.
+-- name: pgss_totals
+SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0)::float8 / $1::float8,
+       coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0)::float8 / $1::float8,
+       coalesce(sum(shared_blks_hit + shared_blks_read) FILTER (WHERE toplevel), 0)::float8 / $1::float8
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
+
 -- The open loop: dialogs to send on, one send at its planned time, and the latency of
 -- the messages planned after the warm-up, from the plan to the reply (ms).
 -- name: open_dialogs
