@@ -420,12 +420,13 @@ async fn an_expired_lifetime_ends_the_dialog_with_an_error_on_both_sides() {
     let expired: i32 = s.client().query_one("SELECT sb.expire_dialogs()", &[]).await.unwrap().get(0);
     assert_eq!(expired, 1);
     assert_eq!(state(&s, h).await.as_deref(), Some("ER"));
-    // Each side finds an Error -8489 after what was already waiting for it.
+    // Each side finds an Error -8489, before what was already waiting for it (a dialog's
+    // Error comes before its other messages: "Broker System Messages").
     s.begin().await.unwrap();
     let target_side = s.receive("tq", 10, None, NOW).await.unwrap();
     let initiator_side = s.receive("iq", 10, None, NOW).await.unwrap();
     let types: Vec<&str> = target_side.iter().map(|m| m.message_type.as_str()).collect();
-    assert_eq!(types, [VRIJ, system::ERROR]);
+    assert_eq!(types, [system::ERROR, VRIJ]);
     assert_eq!(initiator_side[0].message_type, system::ERROR);
     assert!(String::from_utf8_lossy(&initiator_side[0].body).contains("<Code>-8489</Code>"));
     s.end_conversation(target_side[0].conversation_handle, None).await.unwrap();
@@ -813,6 +814,48 @@ async fn a_conversation_timer_puts_a_dialog_timer_on_its_own_side_before_the_dia
     s.begin().await.unwrap();
     assert_eq!(bodies(&s.receive("iq", 10, None, NOW).await.unwrap()), ["<a/>"]);
     s.commit().await.unwrap();
+}
+
+/// A dialog's Error comes before its other messages, whatever order they were sent in,
+/// and after its DialogTimer; the other messages can still be received after it ("Broker
+/// System Messages"). Both in one batch and one message at a time.
+#[tokio::test]
+async fn a_dialogs_error_is_received_after_its_timer_and_before_its_other_messages() {
+    let (_url, mut s) = world().await;
+    for max in [10, 1] {
+        let h = dialog(&mut s, &["<v/>"]).await;
+        let target = far_side(&s, h).await;
+        s.begin().await.unwrap();
+        assert_eq!(s.receive("tq", 10, None, NOW).await.unwrap().len(), 1);
+        s.send(target, ANTWOORD, Some(b"<a1/>")).await.unwrap();
+        s.send(target, ANTWOORD, Some(b"<a2/>")).await.unwrap();
+        s.end_conversation(target, Some((4711, "the second failed"))).await.unwrap();
+        s.commit().await.unwrap();
+        s.begin().await.unwrap();
+        s.begin_conversation_timer(h, 0).await.unwrap();
+        s.commit().await.unwrap();
+        let mut got = Vec::new();
+        loop {
+            s.begin().await.unwrap();
+            let batch = s.receive("iq", max, None, NOW).await.unwrap();
+            s.commit().await.unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            assert!(batch.len() <= max as usize);
+            got.extend(batch);
+        }
+        let kinds: Vec<(&str, i64)> = got.iter().map(|m| (m.message_type.as_str(), m.sequence)).collect();
+        assert_eq!(
+            kinds,
+            [(system::DIALOG_TIMER, 0), (system::ERROR, 3), (ANTWOORD, 1), (ANTWOORD, 2)],
+            "receiving at most {max} at a time"
+        );
+        assert!(got.iter().all(|m| m.conversation_handle == h));
+        s.begin().await.unwrap();
+        s.end_conversation(h, None).await.unwrap();
+        s.commit().await.unwrap();
+    }
 }
 
 #[tokio::test]

@@ -300,8 +300,9 @@ where
     assert_eq!(far.state(h).await.as_deref(), Some("ER"), "{name}: the initiator's side is in error");
     let got = far.finish(h).await;
     let types: Vec<&str> = got.iter().map(|m| m.message_type.as_str()).collect();
-    assert_eq!(types, [message_types::FOUT, system::ERROR], "{name}");
-    let (code, text) = sbworker::transport::system::error_body(&got[1].body);
+    // The Error first, before the Fout sent ahead of it ("Broker System Messages").
+    assert_eq!(types, [system::ERROR, message_types::FOUT], "{name}");
+    let (code, text) = sbworker::transport::system::error_body(&got[0].body);
     assert_eq!((code, text.as_str()), (50001, "conformance"), "{name}");
     assert_eq!(far.state(h).await, None, "{name}: the initiator's endpoint is gone once it ends");
     if backend.can(EndedEndpointsRemoved) {

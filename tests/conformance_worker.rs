@@ -231,11 +231,13 @@ async fn a_malformed_vraag_gets_a_fout_naming_the_problem_and_an_error_end(kind:
     let body = br#"<LoonfactorBerekeningVraag xmlns="http://www.sdbgroep.nl/MPlus/Rekenserver/2008" Id="not-a-guid"/>"#;
     let h = ask(&mut w.s, body).await;
     let got = collect(&mut w.s, 2).await;
-    assert_eq!((got[0].message_type.as_str(), got[0].conversation_handle), (message_types::FOUT, h), "{name}");
-    let fout = decode_fout(&got[0].body, &Limits::default()).expect("a RekenserverFout");
+    // The Error first, although it was sent after the Fout: a receive returns a dialog's
+    // Error before its other messages ("Broker System Messages").
+    assert_eq!((got[0].message_type.as_str(), got[0].conversation_handle), (system::ERROR, h), "{name}");
+    assert_eq!((got[1].message_type.as_str(), got[1].conversation_handle), (message_types::FOUT, h), "{name}");
+    let fout = decode_fout(&got[1].body, &Limits::default()).expect("a RekenserverFout");
     assert!(fout.error_message.contains("Id"), "{name}: the Fout names the problem: {}", fout.error_message);
-    assert_eq!(got[1].message_type, system::ERROR, "{name}");
-    let (code, text) = error_body(&got[1].body);
+    let (code, text) = error_body(&got[0].body);
     assert_eq!((code, text.as_str()), (fout.error_number, fout.error_message.as_str()), "{name}");
     // Our side ended with the error; the initiator ends too and nothing is left.
     end_all(&mut w.s, [h]).await;
@@ -441,15 +443,15 @@ async fn a_message_that_keeps_failing_is_diverted_and_the_queue_stays_enabled(ki
     );
     assert_eq!(
         for_bad.iter().map(|m| m.message_type.as_str()).collect::<Vec<_>>(),
-        [message_types::FOUT, system::ERROR],
-        "{name}"
+        [system::ERROR, message_types::FOUT],
+        "{name}: the Error first, before the Fout sent ahead of it"
     );
     // The Fout names the diversion and the handler's error; the Error end carries the
     // same text under the diversion's number.
-    let fout = decode_fout(&for_bad[0].body, &Limits::default()).unwrap();
+    let fout = decode_fout(&for_bad[1].body, &Limits::default()).unwrap();
     assert!(fout.error_message.contains("diverted after 3 failed attempts"), "{name}: {}", fout.error_message);
     assert!(fout.error_message.contains("choked on poison"), "{name}: {}", fout.error_message);
-    let (code, text) = error_body(&for_bad[1].body);
+    let (code, text) = error_body(&for_bad[0].body);
     assert_eq!((code, text.as_str()), (DIVERTED, fout.error_message.as_str()), "{name}");
     // The dead letter: the attempts, the reason, the body byte for byte.
     let row =
@@ -697,12 +699,15 @@ async fn a_group_failing_beside_others_is_retried_alone_and_their_attempts_are_g
     let of = |h: Uuid| {
         got.iter().filter(|m| m.conversation_handle == h).map(|m| m.message_type.as_str()).collect::<Vec<_>>()
     };
-    assert_eq!(of(bad), [message_types::FOUT, system::ERROR], "{name}");
+    assert_eq!(of(bad), [system::ERROR, message_types::FOUT], "{name}");
     for h in &good {
         assert_eq!(of(*h), [message_types::ANTWOORD], "{name}");
     }
-    let fout =
-        decode_fout(&got.iter().find(|m| m.conversation_handle == bad).unwrap().body, &Limits::default()).unwrap();
+    let fout = decode_fout(
+        &got.iter().find(|m| m.conversation_handle == bad && m.message_type == message_types::FOUT).unwrap().body,
+        &Limits::default(),
+    )
+    .unwrap();
     assert!(fout.error_message.contains("diverted after 3 failed attempts"), "{name}: {}", fout.error_message);
     good.push(bad);
     end_all(&mut w.s, good).await;

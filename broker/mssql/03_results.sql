@@ -385,7 +385,11 @@ GO
 -- holding that row. The collector holds the key's conversation group, which a planner
 -- holding the row waits for (SEND and BEGIN DIALOG lock it): should the two deadlock,
 -- this transaction is the victim (DEADLOCK_PRIORITY LOW: the worker takes it again, not
--- counted), never the planner's edit. (Restored on return, as every SET in a procedure.)
+-- counted), not the planner's edit, unless the planner's session runs at LOW too (equal
+-- priorities: the cheaper to roll back is chosen, SET DEADLOCK_PRIORITY). (Restored on
+-- return, as every SET in a procedure.) With reuse on, the row is always taken: a read
+-- without a lock could see a planner's new dialog that its rollback then takes back,
+-- leaving this dialog the key's while it is ended.
 CREATE OR ALTER PROCEDURE Rekenserver.noteer_fout @handle uniqueidentifier, @melding nvarchar(3000),
     @herstelbaar bit = NULL, @eerste bit = 0
 AS
@@ -396,11 +400,12 @@ BEGIN
     DECLARE @vraag uniqueidentifier, @dv int, @periode int;
     SELECT TOP (1) @dv = dienstverband_id, @periode = periode_id
       FROM Rekenserver.berekening_log WHERE dialog_handle = @handle;
-    -- (Read without a lock first: only the key's own reused dialog takes the row. A planner
-    -- sets dialog_handle to a dialog it has just begun, never to this one.)
-    IF @dv IS NOT NULL AND EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (NOLOCK)
-                                    WHERE dienstverband_id = @dv AND periode_id = @periode
-                                      AND dialog_handle = @handle)
+    -- (With reuse off, read without a lock first: a dialog named from before it was turned
+    -- off takes the row; planners write no dialog then.)
+    IF @dv IS NOT NULL AND (Rekenserver.dialoog_hergebruik() > 0
+                            OR EXISTS (SELECT 1 FROM Rekenserver.sleutel WITH (NOLOCK)
+                                        WHERE dienstverband_id = @dv AND periode_id = @periode
+                                          AND dialog_handle = @handle))
     BEGIN
         SET DEADLOCK_PRIORITY LOW;
         UPDATE Rekenserver.sleutel SET dialog_handle = NULL
@@ -457,6 +462,11 @@ CREATE OR ALTER PROCEDURE Rekenserver.dialoog_stil @handle uniqueidentifier
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- READPAST skips a row's lock, not a page's or the table's (Table Hints): a planner's
+    -- edit whose locks escalated is waited for, and it may be waiting for this
+    -- transaction's group. This transaction is then the deadlock's victim (taken again
+    -- by the worker, not counted), as in Rekenserver.noteer_fout.
+    SET DEADLOCK_PRIORITY LOW;
     -- READPAST is for READ COMMITTED and REPEATABLE READ, and with READ_COMMITTED_SNAPSHOT
     -- on it needs READCOMMITTEDLOCK (Table Hints): the caller's level again on return.
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -551,6 +561,26 @@ BEGIN
                 COMMIT TRANSACTION;
                 CONTINUE;
             END
+            -- A dialog's Error is received before its other messages, whatever order they
+            -- were sent in ("Broker System Messages"): the Fout the calculation sends just
+            -- before it ends the dialog with that Fout's error waits behind the Error. That
+            -- Fout is the outcome (the request's own fault), handled as a Fout below; its
+            -- END discards it with the Error's conversation. Not when an Antwoord waits
+            -- before it (a reused dialog: END would drop that answer, and the Fout would go
+            -- to its request, the oldest open): then the Error is recorded for every open
+            -- request as the environment's, and the sweep sends them again (the Fout comes
+            -- back then, and is recorded as such).
+            -- (NOLOCK, as "Querying Queues" advises: a SELECT on a queue may block its readers.
+            -- The Fout was committed with the Error, and this transaction holds the group.)
+            IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
+                SELECT TOP (1) @type = f.message_type_name, @body = f.message_body
+                  FROM dbo.loonfactorberekening_data AS f WITH (NOLOCK)
+                 WHERE f.conversation_handle = @handle AND f.message_type_name = N'/Rekenserver/Fout'
+                   AND NOT EXISTS (SELECT 1 FROM dbo.loonfactorberekening_data AS a WITH (NOLOCK)
+                                    WHERE a.conversation_handle = @handle
+                                      AND a.message_type_name = N'/Rekenserver/LoonfactorBerekening/Antwoord'
+                                      AND a.message_sequence_number < f.message_sequence_number)
+                 ORDER BY f.message_sequence_number;
             IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
             BEGIN
                 DELETE @uit;

@@ -950,7 +950,9 @@ BEGIN
 END $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
--- order, at most p_max. The group stays locked to the end of the transaction. With
+-- order, at most p_max; within a conversation its DialogTimer first, then its Error,
+-- whatever order they arrived in, as Service Broker returns them ("Broker System
+-- Messages": the other messages can still be received after the Error). The group stays locked to the end of the transaction. With
 -- p_handle (WHERE conversation_handle = h), only that conversation's messages.
 -- When messages are left in the group, waiting receivers are woken at commit (the group
 -- becomes free then), unless p_wake is false: a receiver that comes straight back for
@@ -983,7 +985,9 @@ BEGIN
     WITH picked AS (
         SELECT m.id FROM sb.message m
          WHERE m.group_id = v_group AND (p_handle IS NULL OR m.handle = p_handle)
-         ORDER BY min(m.id) OVER (PARTITION BY m.handle), m.handle, m.seq
+         ORDER BY min(m.id) OVER (PARTITION BY m.handle), m.handle,
+                  m.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer',
+                  m.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', m.seq
          LIMIT p_max
     ), gone AS (
         DELETE FROM sb.message m USING picked WHERE m.id = picked.id
@@ -991,7 +995,9 @@ BEGIN
     )
     SELECT g.id, g.group_id, g.handle, g.seq, g.message_type, g.body, e.service, e.contract
       FROM gone g JOIN sb.endpoint e ON e.handle = g.handle
-     ORDER BY min(g.id) OVER (PARTITION BY g.handle), g.handle, g.seq;
+     ORDER BY min(g.id) OVER (PARTITION BY g.handle), g.handle,
+              g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer',
+              g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', g.seq;
     -- A target endpoint that has received its first message is conversing.
     UPDATE sb.endpoint SET state = 'CO' WHERE group_id = v_group AND state = 'SI';
     SELECT min(id) INTO v_next FROM sb.message WHERE group_id = v_group;

@@ -137,7 +137,8 @@ pub async fn run<S: PayrollStore, D: Dialog<S>>(
         .filter(|(_, m)| D::RECEIVES.contains(&m.message_type.as_str()))
         .map(|(i, m)| (m.conversation_handle, i))
         .collect();
-    for (i, m) in messages.iter().enumerate() {
+    for i in handling_order(messages, &last) {
+        let m = &messages[i];
         let h = m.conversation_handle;
         let span = info_span!("message", conversation = %h, seq = m.sequence, message_type = %m.message_type);
         async {
@@ -205,6 +206,32 @@ pub async fn run<S: PayrollStore, D: Dialog<S>>(
         .await?;
     }
     Ok(done)
+}
+
+/// The order the loop handles a batch in: the batch's own, except that an Error goes
+/// after the later messages of the contract's types of its conversation (`last`: the
+/// last such message of each). Service Broker returns a dialog's Error before the
+/// dialog's other messages, whatever order they were sent in, and they can still be
+/// received after it ("Broker System Messages"): the Fout that the calculation sends
+/// just before it ends the dialog with that Fout's error comes after the Error. Handled
+/// first, the Error would end our side, which drops the Fout, and the request would be
+/// recorded as the environment's failure (the sweep sends it again) instead of the
+/// request's own.
+fn handling_order(messages: &[Message], last: &HashMap<Uuid, usize>) -> Vec<usize> {
+    let mut order = Vec::with_capacity(messages.len());
+    let mut deferred: HashMap<Uuid, Vec<usize>> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        let h = m.conversation_handle;
+        if m.message_type == system::ERROR && last.get(&h).is_some_and(|&l| l > i) {
+            deferred.entry(h).or_default().push(i);
+            continue;
+        }
+        order.push(i);
+        if last.get(&h) == Some(&i) {
+            order.extend(deferred.remove(&h).unwrap_or_default());
+        }
+    }
+    order
 }
 
 #[cfg(test)]
@@ -462,5 +489,69 @@ mod tests {
         assert_eq!(s.calls[6], "record 4 unreadable Antwoord repairable=false");
         assert!(s.calls[7].starts_with("end 4 with error "), "{:?}", s.calls);
         assert_eq!(done, Handled { answered: 1, faulted: 2, ended: 2, superseded: 0, skipped: 1 });
+    }
+
+    use crate::contract::Reden;
+
+    fn fout() -> Vec<u8> {
+        let reden = Reden::MissingElement;
+        let fout = crate::contract::RekenserverFout {
+            error_number: reden.error_number(),
+            error_severity: 16,
+            error_state: 1,
+            error_procedure: "sbworker".to_owned(),
+            error_line: 0,
+            error_message: "Periode is missing".to_owned(),
+            vraag_id: None,
+            reden,
+        };
+        crate::contract::encode_fout(&fout).into_bytes()
+    }
+
+    /// SQL Server returns a dialog's Error before its other messages ("Broker System
+    /// Messages"): the calculation's Fout, sent just before it ended the dialog with the
+    /// Fout's error, comes after the Error. The Fout is still what is recorded (the
+    /// request's own fault, not repairable), and the Error after it is moot.
+    #[test]
+    fn a_fout_received_after_its_error_is_recorded_as_the_fout() {
+        let mut s = Recorder::default();
+        let antwoord = calculation().answer(&vraag()).unwrap();
+        // Conversation 1 is a reused dialog (an Antwoord leaves it open) with an answer
+        // and then a Fout behind its Error.
+        let reused = |m: Message| Message { contract: crate::contract::SLEUTEL_CONTRACT.to_owned(), ..m };
+        let batch = [
+            reused(msg(1, 3, system::ERROR, &error(50010))),
+            reused(msg(1, 1, message_types::ANTWOORD, antwoord.as_bytes())),
+            reused(msg(1, 2, message_types::FOUT, &fout())),
+            // An Error with nothing of the contract after it is handled where it is.
+            msg(2, 1, system::ERROR, &error(-8489)),
+            msg(3, 1, message_types::ANTWOORD, antwoord.as_bytes()),
+        ];
+        let done = block_on(run(&Collector::new(crate::contract::Limits::default()), &mut s, &batch)).unwrap();
+        assert_eq!(
+            s.calls,
+            [
+                "store 1 v1 superseded=false",
+                "record 1 missing-element (50010) repairable=false",
+                "end 1",
+                // Conversation 1's Error is dropped: the Fout ended our side.
+                "record 2 error -8489 repairable=true",
+                "end 2",
+                "store 3 v1 superseded=false",
+                "end 3",
+            ]
+        );
+        assert_eq!(done, Handled { answered: 2, faulted: 1, ended: 3, superseded: 0, skipped: 1 });
+    }
+
+    #[test]
+    fn an_error_waits_for_the_last_message_of_its_conversation_only() {
+        let h = |n: u128| msg(n, 0, message_types::VRAAG, b"");
+        let e = |n: u128| msg(n, 9, system::ERROR, b"");
+        let t = |n: u128| msg(n, 0, system::DIALOG_TIMER, b"");
+        let batch = [t(1), e(1), e(2), h(1), h(3), h(1), h(2), e(3)];
+        let last = HashMap::from([(conv(1), 5), (conv(2), 6), (conv(3), 4)]);
+        assert_eq!(handling_order(&batch, &last), [0, 3, 4, 5, 1, 6, 2, 7]);
+        assert_eq!(handling_order(&batch, &HashMap::new()), (0..batch.len()).collect::<Vec<_>>());
     }
 }
