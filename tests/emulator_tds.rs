@@ -1921,3 +1921,41 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
     assert_eq!(call("stil", k).await["stil"], true, "every request on it answered");
     assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 0, "no longer the key's dialog");
 }
+
+/// `RECEIVE TOP (n) … WHERE conversation_handle = h` takes at most n of the dialog's
+/// messages and leaves the rest queued (before, the emulator took them all and returned
+/// n: the others were lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_of_one_conversation_takes_at_most_its_top_and_leaves_the_rest() {
+    use sbworker::broker::mssql::Connection;
+    let (url, s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let send = "DECLARE @h uniqueidentifier;
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (N'<v1/>');
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (N'<v2/>');
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (N'<v3/>');";
+    c.simple_query(send).await.unwrap().into_results().await.unwrap();
+    let target: uuid::Uuid =
+        s.client().query_one("SELECT handle FROM sb.endpoint WHERE NOT is_initiator", &[]).await.unwrap().get(0);
+    let mut seqs = Vec::new();
+    for _ in 0..3 {
+        let rows = c
+            .query(
+                "RECEIVE TOP (1) message_sequence_number FROM dbo.loonfactorberekening_reken
+                  WHERE conversation_handle = @P1",
+                &[&target],
+            )
+            .await
+            .unwrap()
+            .into_first_result()
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "one message a RECEIVE TOP (1)");
+        seqs.push(rows[0].get::<i64, _>(0).unwrap());
+    }
+    assert_eq!(seqs, [1, 2, 3], "each message once, in order");
+}

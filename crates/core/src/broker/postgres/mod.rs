@@ -424,7 +424,18 @@ impl Session {
     /// `RECEIVE … FROM queue WHERE conversation_handle = handle`: what is left of one
     /// conversation, without waiting.
     pub async fn receive_conversation(&mut self, queue: &str, handle: Uuid) -> Result<Vec<Message>, BrokerError> {
-        self.receive_now(queue, i32::MAX, None, Some(handle)).await
+        self.receive_conversation_taking(queue, handle, i32::MAX).await
+    }
+
+    /// `RECEIVE TOP (max) … FROM queue WHERE conversation_handle = handle`: at most `max`
+    /// of what is left of one conversation, the rest staying queued.
+    pub async fn receive_conversation_taking(
+        &mut self,
+        queue: &str,
+        handle: Uuid,
+        max: i32,
+    ) -> Result<Vec<Message>, BrokerError> {
+        self.receive_now(queue, max, None, Some(handle)).await
     }
 
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.

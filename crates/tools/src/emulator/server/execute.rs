@@ -122,11 +122,7 @@ pub(super) async fn execute(
             let msgs = match filter {
                 None => s.receive(q, max, None, wait).await?,
                 Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
-                Some(Filter::Handle(v)) => {
-                    let mut m = s.receive_conversation(q, as_uuid(value(&v, params)?)?).await?;
-                    m.truncate(max.max(0) as usize);
-                    m
-                }
+                Some(Filter::Handle(v)) => s.receive_conversation_taking(q, as_uuid(value(&v, params)?)?, max).await?,
             };
             if !msgs.is_empty()
                 && let Some(f) = conn.faults.on_receive()
