@@ -173,6 +173,37 @@ impl<S: PayrollStore> Handler<S> for PoisonedTwice {
     }
 }
 
+/// Records the dialog of every Vraag it is given and, with `fail_first`, fails a group
+/// the first time it holds a Vraag of a dialog; otherwise the calculation.
+#[derive(Default)]
+struct Recording {
+    fail_first: bool,
+    seen: std::sync::Mutex<Vec<Uuid>>,
+}
+
+impl<S: PayrollStore> Handler<S> for Recording {
+    fn handle<'a>(&'a self, s: &'a mut S, msgs: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
+        Box::pin(async move {
+            let mut first = false;
+            {
+                let mut seen = self.seen.lock().unwrap();
+                for m in msgs.iter().filter(|m| m.message_type == message_types::VRAAG) {
+                    first |= !seen.contains(&m.conversation_handle);
+                    seen.push(m.conversation_handle);
+                }
+            }
+            if self.fail_first && first {
+                return Err(HandlerError::Failed("fails the first time it meets a Vraag".into()));
+            }
+            Handler::<S>::handle(&*calculation_handler(), s, msgs).await
+        })
+    }
+
+    fn divert_reply(&self, _: &Message, _: &str) -> Option<(&'static str, Vec<u8>)> {
+        None
+    }
+}
+
 /// Holds every group until the test lets it go.
 struct Held {
     entered: mpsc::UnboundedSender<()>,
@@ -259,6 +290,34 @@ async fn an_error_from_the_initiator_ends_our_side_without_an_answer(kind: Kind)
     let m = worker.finish().await;
     assert_eq!(metric_in(&m, &q_metric("sbworker_conversations_ended_total")), 1.0, "{name}");
     assert_eq!(metric_in(&m, &q_metric("sbworker_requests_answered_total")), 0.0, "{name}: no answer");
+}
+
+/// A dialog's Error is received before its other messages: a RECEIVE that takes one
+/// message (a retry after the handler failed) or a full batch gets the Error without the
+/// message behind it. The rest of that dialog comes along, so the message is handled
+/// (here: tried again, and its attempt row cleared) before the Error ends the dialog,
+/// not thrown away by that END with its attempt row left behind.
+async fn a_message_behind_its_dialogs_error_is_handled_before_the_error_ends_the_dialog(kind: Kind) {
+    for (fail_first, batch) in [(true, 100), (false, 1)] {
+        let mut w = World::new(kind).await;
+        let name = w.name();
+        let h = ask(&mut w.s, &vraag_body(Uuid::new_v4())).await;
+        w.s.begin().await.unwrap();
+        w.s.end_conversation(h, Some((4711, "roster withdrawn"))).await.unwrap();
+        w.s.commit().await.unwrap();
+        let handler = Arc::new(Recording { fail_first, ..Recording::default() });
+        let mut cfg = w.config();
+        cfg.queues.get_mut(REKEN_QUEUE).unwrap().batch = batch;
+        let worker = w.start(cfg, handler.clone());
+        the_end_state_is_clean(&w.s, 0).await;
+        let m = worker.finish().await;
+        // (The worker sees the target's handle of the dialog: one dialog, met once or twice.)
+        let seen = handler.seen.lock().unwrap().clone();
+        let want = if fail_first { 2 } else { 1 };
+        assert_eq!(seen.len(), want, "{name}: fail first {fail_first}, batch {batch}: the Vraag handled");
+        assert!(seen.iter().all(|x| *x == seen[0]), "{name}");
+        assert_eq!(metric_in(&m, &q_metric("sbworker_conversations_ended_total")), 1.0, "{name}");
+    }
 }
 
 async fn an_unknown_message_type_is_a_contract_breach_ended_with_an_error(kind: Kind) {
@@ -823,6 +882,7 @@ on_every_back_end!(
     answers_each_request_and_ends_its_side_with_the_answer,
     a_malformed_vraag_gets_a_fout_naming_the_problem_and_an_error_end,
     an_error_from_the_initiator_ends_our_side_without_an_answer,
+    a_message_behind_its_dialogs_error_is_handled_before_the_error_ends_the_dialog,
     an_unknown_message_type_is_a_contract_breach_ended_with_an_error,
     a_real_deadlock_is_retried_as_the_environments_fault_and_answered,
     a_lock_held_past_many_lock_timeouts_is_waited_out_and_never_diverted,

@@ -571,11 +571,13 @@ BEGIN
             -- request as the environment's, and the sweep sends them again (the Fout comes
             -- back then, and is recorded as such).
             -- (NOLOCK, as "Querying Queues" advises: a SELECT on a queue may block its readers.
-            -- The Fout was committed with the Error, and this transaction holds the group.)
+            -- The Fout was committed with the Error, and this transaction holds the group;
+            -- status 0, ready, in case the calculation were ever on another instance: a
+            -- message not yet complete is not taken for it, CREATE QUEUE's columns.)
             IF @type = N'http://schemas.microsoft.com/SQL/ServiceBroker/Error'
                 SELECT TOP (1) @type = f.message_type_name, @body = f.message_body
                   FROM dbo.loonfactorberekening_data AS f WITH (NOLOCK)
-                 WHERE f.conversation_handle = @handle AND f.message_type_name = N'/Rekenserver/Fout'
+                 WHERE f.conversation_handle = @handle AND f.message_type_name = N'/Rekenserver/Fout' AND f.status = 0
                    AND NOT EXISTS (SELECT 1 FROM dbo.loonfactorberekening_data AS a WITH (NOLOCK)
                                     WHERE a.conversation_handle = @handle
                                       AND a.message_type_name = N'/Rekenserver/LoonfactorBerekening/Antwoord'

@@ -1,5 +1,6 @@
-//! The dialog loop both handlers share. For each message of a received group, in order,
-//! it does what Service Broker's rules say whatever the contract: a message of a
+//! The dialog loop both handlers share. For each message of a received group, in order
+//! (except that an Error waits for the later messages of its own dialog:
+//! `handling_order`), it does what Service Broker's rules say whatever the contract: a message of a
 //! conversation this transaction has already ended is dropped; an EndDialog ends our
 //! side; an Error is logged, handed to the handler to record, and ends our side; a
 //! dialog timer is handed to the handler, which may end the conversation (the collector
@@ -115,8 +116,8 @@ pub trait Dialog<S: PayrollStore>: Sync {
     }
 }
 
-/// Runs `d` over the messages of one received group, in order, inside the caller's
-/// transaction.
+/// Runs `d` over the messages of one received group, in order (an Error after the later
+/// messages of its dialog: `handling_order`), inside the caller's transaction.
 pub async fn run<S: PayrollStore, D: Dialog<S>>(
     d: &D,
     s: &mut S,

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use super::handler::{Handled, HandlerError};
 use super::{QueueCtx, Stop};
 use crate::transport::{Attempt, DeadLetter, Fault, MessageKey, Session, Transport};
-use crate::transport::{ErrorKind, Message, system};
+use crate::transport::{BrokerError, ErrorKind, Message, system};
 
 /// Why a reader ended.
 #[derive(Debug)]
@@ -334,7 +334,7 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
         let limit = if alone { 1 } else { ctx.groups_for_next() };
         let busy = ctx.busy.fetch_add(1, Ordering::SeqCst) + 1;
         ctx.meters.busy.set(busy as i64);
-        let result = transaction(ctx, s, msgs, limit, stop).await;
+        let result = transaction(ctx, s, msgs, max, limit, stop).await;
         let busy = ctx.busy.fetch_sub(1, Ordering::SeqCst) - 1;
         ctx.meters.busy.set(busy as i64);
         match result {
@@ -469,16 +469,28 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
     ctx: &QueueCtx<T>,
     s: &mut S,
     first: Vec<Message>,
+    asked: i32,
     limit: usize,
     stop: &mut Stop,
 ) -> Result<Vec<Held>, Failure> {
     let began = Instant::now();
     let mut held: Vec<Held> = Vec::new();
     let mut msgs = first;
+    let mut asked = asked;
     let keys_of = |held: &[Held]| held.iter().flat_map(|h| h.keys.iter().copied()).collect::<Vec<_>>();
     let tokens_of = |held: &[Held]| held.iter().map(|h| h.token).collect::<Vec<_>>();
     loop {
         let group = msgs[0].conversation_group_id;
+        if let Err(e) = rest_of_errored_dialogs(s, &ctx.name, &mut msgs, asked).await {
+            // Nothing of this group is counted yet (as when counting fails).
+            let keys = msgs.iter().map(MessageKey::of).collect();
+            let mut f = Failure::new(group, 0, keys, e.into(), false);
+            f.others = keys_of(&held);
+            f.other_groups = held.len() as u64;
+            f.tokens = tokens_of(&held);
+            return Err(f);
+        }
+        asked = ctx.cfg.batch;
         ctx.meters.received.inc_by(msgs.len() as u64);
         let span = info_span!("group", group = %group, messages = msgs.len(), attempt = field::Empty);
         match process_group(ctx, s, &msgs, !held.is_empty()).instrument(span).await {
@@ -542,6 +554,36 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
     }
     held.iter().for_each(|h| ctx.unfinished.end(h.token));
     Ok(held)
+}
+
+/// A receive returns a dialog's Error before the dialog's other messages, whatever
+/// order they were sent in ("Broker System Messages"). One that came back with as many
+/// messages as it `asked` for (a full batch, or the one message of a retry) may have left
+/// the rest of an errored dialog behind: a Fout or an Antwoord that the Error's end would
+/// discard unhandled, or, in a retry, the very message that failed. The rest of each
+/// such dialog is received too, in this transaction (RECEIVE … WHERE
+/// conversation_handle, as a diversion does), so the dialog loop handles it before the
+/// Error.
+async fn rest_of_errored_dialogs<S: Session>(
+    s: &mut S,
+    queue: &str,
+    msgs: &mut Vec<Message>,
+    asked: i32,
+) -> Result<(), BrokerError> {
+    if msgs.len() < usize::try_from(asked).unwrap_or(usize::MAX) {
+        return Ok(());
+    }
+    let mut errored: Vec<Uuid> = Vec::new();
+    for m in msgs.iter().filter(|m| m.message_type == system::ERROR) {
+        if !errored.contains(&m.conversation_handle) {
+            errored.push(m.conversation_handle);
+        }
+    }
+    for h in errored {
+        let rest = s.receive_conversation(queue, h).await?;
+        msgs.extend(rest);
+    }
+    Ok(())
 }
 
 /// Inside the open transaction: count the attempt, handle or divert. `later`: the
