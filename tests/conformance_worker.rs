@@ -173,27 +173,38 @@ impl<S: PayrollStore> Handler<S> for PoisonedTwice {
     }
 }
 
-/// Records the dialog of every Vraag it is given and, with `fail_first`, fails a group
-/// the first time it holds a Vraag of a dialog; otherwise the calculation.
+/// When [`Recording`] fails a group holding a Vraag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Fails {
+    #[default]
+    Never,
+    /// The first time it meets a Vraag of a dialog.
+    First,
+    Always,
+}
+
+/// Records the dialog of every Vraag it is given and fails as `fails` says; otherwise
+/// the calculation.
 #[derive(Default)]
 struct Recording {
-    fail_first: bool,
+    fails: Fails,
     seen: std::sync::Mutex<Vec<Uuid>>,
 }
 
 impl<S: PayrollStore> Handler<S> for Recording {
     fn handle<'a>(&'a self, s: &'a mut S, msgs: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
         Box::pin(async move {
-            let mut first = false;
+            let (mut any, mut first) = (false, false);
             {
                 let mut seen = self.seen.lock().unwrap();
                 for m in msgs.iter().filter(|m| m.message_type == message_types::VRAAG) {
+                    any = true;
                     first |= !seen.contains(&m.conversation_handle);
                     seen.push(m.conversation_handle);
                 }
             }
-            if self.fail_first && first {
-                return Err(HandlerError::Failed("fails the first time it meets a Vraag".into()));
+            if (self.fails == Fails::First && first) || (self.fails == Fails::Always && any) {
+                return Err(HandlerError::Failed("fails on a Vraag".into()));
             }
             Handler::<S>::handle(&*calculation_handler(), s, msgs).await
         })
@@ -294,29 +305,44 @@ async fn an_error_from_the_initiator_ends_our_side_without_an_answer(kind: Kind)
 
 /// A dialog's Error is received before its other messages: a RECEIVE that takes one
 /// message (a retry after the handler failed) or a full batch gets the Error without the
-/// message behind it. The rest of that dialog comes along, so the message is handled
-/// (here: tried again, and its attempt row cleared) before the Error ends the dialog,
-/// not thrown away by that END with its attempt row left behind.
+/// messages behind it. The rest of that dialog comes along, so they are handled (here:
+/// tried again, their attempt rows cleared, or diverted with the Error when they fail
+/// every time) before the Error ends the dialog, not thrown away by that END with their
+/// attempt rows left behind. One reader, so no other reader takes the group whole.
 async fn a_message_behind_its_dialogs_error_is_handled_before_the_error_ends_the_dialog(kind: Kind) {
-    for (fail_first, batch) in [(true, 100), (false, 1)] {
+    // (how the handler fails, the batch, Vraags on the dialog, Vraags the handler is given,
+    // messages diverted)
+    let cases = [
+        (Fails::First, 100, 1, 2, 0),
+        (Fails::Never, 1, 1, 1, 0),
+        (Fails::Never, 2, 2, 2, 0),
+        (Fails::Always, 100, 1, 3, 2),
+    ];
+    for (fails, batch, vraags, handled, diverted) in cases {
         let mut w = World::new(kind).await;
         let name = w.name();
         let h = ask(&mut w.s, &vraag_body(Uuid::new_v4())).await;
         w.s.begin().await.unwrap();
+        for _ in 1..vraags {
+            w.s.send(h, message_types::VRAAG, Some(&vraag_body(Uuid::new_v4()))).await.unwrap();
+        }
         w.s.end_conversation(h, Some((4711, "roster withdrawn"))).await.unwrap();
         w.s.commit().await.unwrap();
-        let handler = Arc::new(Recording { fail_first, ..Recording::default() });
+        let handler = Arc::new(Recording { fails, ..Recording::default() });
         let mut cfg = w.config();
-        cfg.queues.get_mut(REKEN_QUEUE).unwrap().batch = batch;
+        let q = cfg.queues.get_mut(REKEN_QUEUE).unwrap();
+        (q.batch, q.max_readers) = (batch, 1);
         let worker = w.start(cfg, handler.clone());
-        the_end_state_is_clean(&w.s, 0).await;
+        the_end_state_is_clean(&w.s, diverted).await;
         let m = worker.finish().await;
-        // (The worker sees the target's handle of the dialog: one dialog, met once or twice.)
+        let case = format!("{name}: {fails:?}, batch {batch}, {vraags} Vraag(s)");
+        // (The worker sees the target's handle of the dialog: one dialog throughout.)
         let seen = handler.seen.lock().unwrap().clone();
-        let want = if fail_first { 2 } else { 1 };
-        assert_eq!(seen.len(), want, "{name}: fail first {fail_first}, batch {batch}: the Vraag handled");
-        assert!(seen.iter().all(|x| *x == seen[0]), "{name}");
-        assert_eq!(metric_in(&m, &q_metric("sbworker_conversations_ended_total")), 1.0, "{name}");
+        assert_eq!(seen.len(), handled, "{case}: Vraags given to the handler");
+        assert!(seen.iter().all(|x| *x == seen[0]), "{case}");
+        let ended = if diverted > 0 { 0.0 } else { 1.0 };
+        assert_eq!(metric_in(&m, &q_metric("sbworker_conversations_ended_total")), ended, "{case}");
+        assert_eq!(metric_in(&m, &q_metric("sbworker_messages_dead_lettered_total")), diverted as f64, "{case}");
     }
 }
 

@@ -3,7 +3,8 @@
 //! that failed too often → COMMIT. Any failure rolls the whole transaction back and is
 //! noted with whose fault it was (docs/retries.md): the message's keeps its count and
 //! the group is tried again after a backoff, one message at a time, so a bad message is
-//! isolated from the rest of its group; the environment's (deadlock, lock timeout, lost
+//! isolated from the rest of its group (an Error brings the rest of its dialog, which
+//! its END would discard); the environment's (deadlock, lock timeout, lost
 //! connection) is given back and the group waits, with a growing backoff capped at
 //! `retry_max_delay_ms`, for as long as the fault lasts. An attempt whose worker died
 //! leaves its count, so a message that kills the worker is diverted too.
@@ -175,8 +176,9 @@ struct Streaks {
 /// (docs/retries.md): at once and whole when the other side ended a conversation
 /// meanwhile (so its EndDialog or Error comes along); whole after a backoff that grows
 /// with each transient failure in a row, capped, for as long as it takes; one message at
-/// a time after the message's own failure, isolating the bad one, after a backoff by
-/// its durable attempt count.
+/// a time after the message's own failure, isolating the bad one (an Error with the rest
+/// of its dialog: `rest_of_errored_dialogs`), after a backoff by its durable attempt
+/// count.
 fn retry_plan<T: Transport>(ctx: &QueueCtx<T>, f: &Failure, group: Uuid, streaks: &mut Streaks) -> (Duration, i32) {
     if f.died_before {
         return (Duration::ZERO, ctx.cfg.batch);
@@ -481,6 +483,8 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
     let tokens_of = |held: &[Held]| held.iter().map(|h| h.token).collect::<Vec<_>>();
     loop {
         let group = msgs[0].conversation_group_id;
+        let taken = msgs.len();
+        ctx.meters.received.inc_by(taken as u64);
         if let Err(e) = rest_of_errored_dialogs(s, &ctx.name, &mut msgs, asked).await {
             // Nothing of this group is counted yet (as when counting fails).
             let keys = msgs.iter().map(MessageKey::of).collect();
@@ -491,7 +495,7 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
             return Err(f);
         }
         asked = ctx.cfg.batch;
-        ctx.meters.received.inc_by(msgs.len() as u64);
+        ctx.meters.received.inc_by((msgs.len() - taken) as u64);
         let span = info_span!("group", group = %group, messages = msgs.len(), attempt = field::Empty);
         match process_group(ctx, s, &msgs, !held.is_empty()).instrument(span).await {
             Ok(h) => held.push(h),
@@ -563,7 +567,8 @@ async fn transaction<S: Session, T: Transport<Session = S>>(
 /// discard unhandled, or, in a retry, the very message that failed. The rest of each
 /// such dialog is received too, in this transaction (RECEIVE … WHERE
 /// conversation_handle, as a diversion does), so the dialog loop handles it before the
-/// Error.
+/// Error. All of it, however many: what is left behind would be lost (the batch may
+/// then exceed `batch`, as a diversion's does).
 async fn rest_of_errored_dialogs<S: Session>(
     s: &mut S,
     queue: &str,
