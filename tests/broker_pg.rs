@@ -266,6 +266,23 @@ async fn a_waiting_receive_returns_as_soon_as_a_send_commits() {
     assert_eq!(got, ["<wakker/>"]);
 }
 
+/// A queue set to OFF while a WAITFOR (RECEIVE) waits on it ends that wait with the
+/// error at once (the RECEIVE page), not when the wait runs out.
+#[tokio::test]
+async fn disabling_a_queue_ends_a_waiting_receive_with_its_error() {
+    let (url, sender) = world().await;
+    let waiter = tokio::spawn(async move {
+        let mut s = Session::open(&url).await.unwrap();
+        s.begin().await.unwrap();
+        s.receive("tq", 10, None, Duration::from_secs(120)).await
+    });
+    until_waiting(&sender, 1).await;
+    sender.client().batch_execute("SELECT sb.alter_queue('tq', p_enabled => false)").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the receive returned").unwrap();
+    let e = got.expect_err("a receive on a disabled queue");
+    assert_eq!(e.kind, ErrorKind::QueueDisabled, "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_sessions_share_a_queue_without_overlap_or_loss() {
     const GROUPS: i64 = 1000;

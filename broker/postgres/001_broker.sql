@@ -453,7 +453,9 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM sb.fail('SB404', format('queue %s is not found', p_name));
     END IF;
-    IF p_enabled THEN
+    -- Enabled: the waiting receivers look again. Disabled: they look too, and a RECEIVE
+    -- waiting on a queue set to OFF returns its error at once (the RECEIVE page).
+    IF p_enabled IS NOT NULL THEN
         PERFORM pg_notify(sb.channel(p_name), '');
     END IF;
 END $$;
