@@ -100,10 +100,10 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
 #[tokio::test]
 async fn error_tokens_from_the_wire_are_classified_by_number() {
     use sbworker::broker::ErrorKind;
-    use sbworker::broker::mssql::{Connection, error_of};
+    use sbworker::broker::mssql::error_of;
     let (url, s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     let mut fails = async |sql: &str, params: &[&dyn tiberius::ToSql]| {
         let e = match c.query(sql, params).await {
             Ok(stream) => stream.into_results().await.expect_err(sql),
@@ -125,11 +125,10 @@ async fn error_tokens_from_the_wire_are_classified_by_number() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_tds() {
-    use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
     let (tx, run, _) = tds_worker(&conn, &url, |_| {});
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     // The body in each form a T-SQL sender uses: varbinary UTF-8; NVARCHAR (UTF-16LE, no
     // byte-order mark); and as SQL Server keeps an `xml` value, as the roster triggers
     // send it (UTF-16LE with a byte-order mark).
@@ -202,10 +201,9 @@ async fn a_t_sql_initiator_begins_a_dialog_sends_and_receives_the_answer_over_td
 /// own queue once due, with sequence number 0; an unknown handle is refused (8426).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_t_sql_client_sets_a_conversation_timer_and_receives_its_dialog_timer_over_tds() {
-    use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     // No worker runs: the Vraag waits on the calculation's queue; the timer is the data
     // side's own.
     let row = c
@@ -829,7 +827,6 @@ async fn python_tds_runs_the_tutorials_conversation_steps_and_the_reference_page
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_the_latest() {
-    use sbworker::broker::mssql::Connection;
     use sbworker::demo::check::{verify, wait_drained};
     use sbworker::demo::roster::{PERIODE_ID, Roster};
     let (url, mut c) = crate::common::pg::fresh_roster_db().await;
@@ -839,7 +836,7 @@ async fn a_t_sql_sender_sends_as_the_roster_triggers_do_and_the_collector_keeps_
     // below sends instead.
     c.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
     Roster::generate(6, 11, true).load(&mut c).await.unwrap();
-    let mut sender = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut sender = crate::common::tds::client(&conn).await;
     // As the SQL Server trigger sends one key's Vraag: in the key's conversation group,
     // the body an `xml` value (UTF-16LE with a byte-order mark in the queue), the log
     // row in the same transaction (written here through PostgreSQL before the COMMIT).
@@ -1191,7 +1188,6 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
 /// latest version's result and no conversation is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_dialog_is_answered_again_on_the_sql_server_transport() {
-    use sbworker::broker::mssql::Connection;
     use sbworker::demo::roster::Roster;
     let (url, c) = crate::common::pg::fresh_roster_db().await;
     let (conn, _stop) = emulator(&url).await;
@@ -1215,7 +1211,7 @@ async fn a_lost_dialog_is_answered_again_on_the_sql_server_transport() {
         .await
         .unwrap()
         .get(0);
-    let mut tds = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut tds = crate::common::tds::client(&conn).await;
     tds.execute("END CONVERSATION @P1 WITH CLEANUP", &[&target]).await.unwrap();
     // The hour passes (the dialogs are made older rather than the clock waited for).
     c.batch_execute("UPDATE sb.endpoint SET expires_at = now() - interval '1 second' WHERE is_initiator")
@@ -1307,10 +1303,9 @@ with pytds.connect("127.0.0.1\\PAYROLL", database="payroll", user="sbworker", pa
 /// about a large value whose error stays small, the connection usable after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_drivers_send_first_and_read_back_is_served_as_sql_server_types_it() {
-    use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     // pymssql's and tedious's login batches.
     for login in [
         "SET ARITHABORT ON;SET CONCAT_NULL_YIELDS_NULL ON;SET ANSI_NULLS ON;SET ANSI_NULL_DFLT_ON ON;SET ANSI_PADDING ON;\
@@ -1652,10 +1647,9 @@ async fn the_mssql_package_with_its_default_pool_queries_and_rolls_back() {
 /// whole transaction back; a batch that does not parse changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abort_says() {
-    use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     let send = "DECLARE @h uniqueidentifier;
         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
@@ -1756,10 +1750,9 @@ async fn a_statements_error_undoes_the_statement_or_the_transaction_as_xact_abor
 /// NULL body included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn varchar_values_are_single_bytes_of_code_page_1252() {
-    use sbworker::broker::mssql::Connection;
     let (url, _s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     let row = c
         .simple_query(
             "SELECT CAST(CAST(N'€ é' AS VARCHAR(10)) AS VARBINARY(10)), CAST(N'Ω' AS VARCHAR(10)), CAST(0x80 AS VARCHAR(5))",
@@ -1927,10 +1920,9 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
 /// n: the others were lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_of_one_conversation_takes_at_most_its_top_and_leaves_the_rest() {
-    use sbworker::broker::mssql::Connection;
     let (url, s) = calc_world().await;
     let (conn, _stop) = emulator(&url).await;
-    let mut c = sbworker::broker::mssql::connect(&Connection::parse(&conn).unwrap()).await.unwrap();
+    let mut c = crate::common::tds::client(&conn).await;
     let send = "DECLARE @h uniqueidentifier;
          BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
              TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'

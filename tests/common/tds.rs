@@ -13,6 +13,12 @@ use tokio::sync::mpsc;
 
 use super::calc::{REKEN_QUEUE, calculation_handler, config};
 
+/// A tiberius client of the emulator at `conn` (a connection string from [`emulator`]),
+/// as the SQL Server transport opens one.
+pub async fn client(conn: &str) -> sbworker::broker::mssql::Tds {
+    sbworker::broker::mssql::connect(&sbworker::broker::mssql::Connection::parse(conn).unwrap()).await.unwrap()
+}
+
 /// The TCP port of an emulator's connection string (`Server=tcp:127.0.0.1,PORT;…`).
 pub fn port(conn: &str) -> u16 {
     conn.split(',').nth(1).and_then(|r| r.split(';').next()).and_then(|p| p.parse().ok()).expect("a port in the string")
