@@ -240,7 +240,8 @@ fn four_week_period_with_iso_week_53_has_a_five_week_norm() {
     let c = calc(&v);
     // 184 h against a norm of 24 x 5 = 120 and a full-time norm of 36 x 5 = 180.
     expect(&c, &[("100", "184.00"), ("300", "60.00"), ("310", "4.00")]);
-    assert!(c.antwoord.waarschuwingen.is_empty(), "{:?}", c.antwoord.waarschuwingen);
+    // The 4 overtime hours: CAO Ziekenhuizen's table holds no art. 8.4 percentage.
+    assert_eq!(warnings(&c), ["overwerk-zonder-percentage"]);
     // The same hours in a plain 4-week period: norm 96, full time 144.
     let mut v4 = v.clone();
     v4.periode.einde = d("2026-12-27");
@@ -338,7 +339,8 @@ fn inputs_the_engine_cannot_honour_yield_a_fout() {
 #[test]
 fn an_empty_roster_still_answers_every_factor() {
     let c = calc(&example("vraag-geen-diensten.xml"));
-    assert_eq!(c.antwoord.mutaties.len(), 17);
+    // The 14 fixed factors and CAO Ziekenhuizen's five ORT rates.
+    assert_eq!(c.antwoord.mutaties.len(), 19);
     assert!(c.antwoord.mutaties.iter().all(|m| m.waarde.is_zero()));
 }
 
@@ -491,7 +493,8 @@ fn six_months(used: &str) -> Vec<sbworker::contract::HistoriePeriode> {
             let begin = d(b);
             let mut f = vec![("100", "144.00"), ("210", "10.00"), ("212", "20.00"), ("214", "8.00")];
             if i == begins.len() - 1 {
-                f.push(("133", used));
+                // Statutory hours taken then, all of which carried ORT.
+                f.extend([("130", used), ("133", used)]);
             }
             sbworker::contract::HistoriePeriode {
                 id: 100 + i as i32,
@@ -585,70 +588,286 @@ fn a_four_week_years_first_period_belongs_to_its_iso_year() {
     let mut v = with_vacation();
     v.historie = six_months("0");
     let first_2026 = v.historie.iter_mut().find(|h| h.begin == d("2025-12-29")).unwrap();
-    first_2026.factoren.push(("133".into(), "140".parse().unwrap()));
+    first_2026.factoren.extend([("130".into(), "140".parse().unwrap()), ("133".into(), "140".parse().unwrap())]);
     expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "4.00"), ("240", "11.39")]);
 }
 
 #[test]
-fn only_the_periods_of_the_past_six_months_make_the_average() {
-    // Added to the six periods: one that began on 11 August 2025, before the window (23
-    // August 2025), and the period itself, neither of which may count: both are all
-    // night work at 47%, which would raise the average above 11.3889%. 240 stays 45.56.
-    let mut v = with_vacation();
-    v.historie = six_months("0");
-    for (begin, einde) in [("2025-08-11", "2025-09-07"), ("2026-02-23", "2026-03-22")] {
-        v.historie.push(sbworker::contract::HistoriePeriode {
-            id: 99,
-            begin: d(begin),
-            einde: d(einde),
-            factoren: vec![("100".into(), "144".parse().unwrap()), ("212".into(), "144".parse().unwrap())],
-        });
+fn only_the_past_six_months_make_the_average() {
+    // Added to the six periods: the period itself, which may not count, and one from 11
+    // August to 7 September 2025, which straddles the window's start (23 August 2025):
+    // by default (`deels_in_venster = "naar_rato"`) it counts for the share of its days
+    // in the six months, 16 of 28 (23 August - 7 September). Both are all night work,
+    // 144 h at 47%. Average = (9,840 + 144 x 47 x 16/28) / (864 + 144 x 16/28) = (95,952
+    // / 7) / (6,624 / 7) = 95,952 / 6,624 = 14.4855...%; 240 = 16 x 25.00 x 14.4855...%
+    // = 57.942... = 57.94.
+    let straddling = || {
+        let mut v = with_vacation();
+        v.historie = six_months("0");
+        for (begin, einde) in [("2025-08-11", "2025-09-07"), ("2026-02-23", "2026-03-22")] {
+            v.historie.push(sbworker::contract::HistoriePeriode {
+                id: 99,
+                begin: d(begin),
+                einde: d(einde),
+                factoren: vec![("100".into(), "144".parse().unwrap()), ("212".into(), "144".parse().unwrap())],
+            });
+        }
+        v
+    };
+    let c = calc(&straddling());
+    expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "57.94")]);
+    // With it the six months are covered whole: no short-history warning.
+    assert!(c.antwoord.waarschuwingen.is_empty(), "{:?}", c.antwoord.waarschuwingen);
+    // `heel`: counted whole, (9,840 + 6,768) / (864 + 144) = 16,608 / 1,008 = 16.4761...%,
+    // 240 = 16 x 25.00 x 16.4761...% = 65.904... = 65.90. `niet`: not at all, 45.56 as
+    // without it.
+    for (choice, amount) in [("heel", "65.90"), ("niet", "45.56")] {
+        let t = with_setting("deels_in_venster = \"naar_rato\"", &format!("deels_in_venster = \"{choice}\""));
+        let c = engine::calculate(&straddling(), &t, true).unwrap();
+        expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", amount)]);
     }
-    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56")]);
+}
+
+/// The built-in tables with one setting of CAO Ziekenhuizen changed.
+fn with_setting(from: &str, to: &str) -> Tables {
+    let text = engine::tables::BUILT_IN.replacen(from, to, 1);
+    assert_ne!(text, engine::tables::BUILT_IN, "{from} is not in the tables");
+    Tables::from_toml(&text).unwrap()
 }
 
 #[test]
-fn leave_counts_towards_the_ort_limit_and_vacation_after_it_carries_none() {
-    // Statutory vacation first (Monday 23 and Tuesday 24 February, 16 h), then 16 day
-    // shifts (128 h): 144 h, the limit. Then the night of Thursday 19 March 21:00-07:00
-    // is all above it: no ORT on it (it would be 1 h at 22% and 9 h at 47%). The
-    // vacation, within the limit, carries its ORT: 240 = 45.56 as before.
+fn statutory_hours_at_a_zero_average_use_the_maximum_up() {
+    // Period 1 of 2026 (29 December 2025 - 25 January 2026) took 140 statutory hours at an
+    // average of 0%: 130 = 140, 133 = 0. By default (`maximum_telt = "opgenomen"`) every
+    // statutory hour taken uses the year's maximum of 144 h up (art. 12.1.2 lid 2 sets it
+    // on "opgenomen wettelijke vakantie-uren"): 4 h left, 133 = 4.00, 240 = 4 x 25.00 x
+    // 11.3888...% = 11.39. With `met_ort` only hours that carried ORT count: all 16 carry
+    // it, 240 = 45.56.
+    let mut v = with_vacation();
+    v.historie = six_months("0");
+    let first_2026 = v.historie.iter_mut().find(|h| h.begin == d("2025-12-29")).unwrap();
+    first_2026.factoren.extend([("130".into(), "140".parse().unwrap()), ("133".into(), "0".parse().unwrap())]);
+    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "4.00"), ("240", "11.39")]);
+    let t = with_setting("maximum_telt = \"opgenomen\"", "maximum_telt = \"met_ort\"");
+    let c = engine::calculate(&v, &t, true).unwrap();
+    expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56")]);
+}
+
+#[test]
+fn the_average_is_over_worked_hours_or_as_the_table_says_over_paid_hours() {
+    // Each of the six periods also holds 36 sick hours (120). By default (`noemer =
+    // "gewerkt"`) the average is over worked hours: 11.3888...%, 240 = 45.56 as without
+    // them. Over paid hours (`betaald`: 100 + 120 + 130-132): 9,840 / (6 x 180) =
+    // 9.1111...%; 240 = 16 x 25.00 x 9.1111...% = 36.444... = 36.44.
+    let mut v = with_vacation();
+    v.historie = six_months("0");
+    for h in &mut v.historie {
+        h.factoren.push(("120".into(), "36".parse().unwrap()));
+    }
+    expect(&calc(&v), &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56")]);
+    let t = with_setting("noemer = \"gewerkt\"", "noemer = \"betaald\"");
+    let c = engine::calculate(&v, &t, true).unwrap();
+    expect(&c, &[("100", "128.00"), ("130", "16.00"), ("133", "16.00"), ("240", "36.44")]);
+    assert!(c.explanation.unwrap().to_string().contains("1080.00 paid hours"));
+}
+
+/// A full-timer's 4-week period (23 February - 22 March 2026, limit 36 x 4 = 144 h) with
+/// 144 worked hours, every one at the weekday night rate of 47% (art. 9.4): each week a
+/// Monday 04:00-06:00, four nights Monday to Thursday 22:00-06:00 and Friday 22:00-24:00
+/// (2 + 32 + 2 = 36 h), plus `extra` on `day`.
+fn nights_and(day: &str, extra: sbworker::contract::Tijdblok) -> sbworker::contract::Vraag {
+    let mut ds = Vec::new();
+    for week in 0..4u64 {
+        let monday = d("2026-02-23") + chrono::Days::new(7 * week);
+        let date = |n: u64| (monday + chrono::Days::new(n)).to_string();
+        ds.push(dienst(&date(0), vec![w("04:00", "06:00"), w("22:00", "06:00")]));
+        for n in 1..4 {
+            ds.push(dienst(&date(n), vec![w("22:00", "06:00")]));
+        }
+        ds.push(dienst(&date(4), vec![w("22:00", "00:00")]));
+    }
+    ds.push(dienst(day, vec![extra]));
+    vraag("2026-02-23", "2026-03-22", true, ds)
+}
+
+#[test]
+fn a_sick_day_first_or_last_gives_the_same_pay() {
+    // 144 worked hours at 47% and an 8-hour sick day (Sunday 22 March or Monday 23
+    // February, 08:00-16:00). Sick hours fill the limit first wherever they fall (they are
+    // rostered hours, not work; hours above the working time are work, art. 8.1): the room
+    // for ORT-bearing work is 144 - 8 = 136 h, and the worked hours after it in time order
+    // (Friday 20 March 22:00-24:00 and the Thursday night's 00:00-06:00: 8 h) carry none
+    // (art. 9.1 lid 1) and are the overtime (art. 8.5 lid 3): 310 = 144 + 8 - 144 = 8.00.
+    // 212 = 136.00; 230 = 136 x 25.00 x 0.47 = 1,598.00. Before the rule, the sick day
+    // last left ORT on all 144 h beside 310 = 8.
+    let last = calc(&nights_and("2026-03-22", z("08:00", "16:00")));
+    let first = calc(&nights_and("2026-02-23", z("08:00", "16:00")));
+    for c in [&last, &first] {
+        expect(c, &[("100", "144.00"), ("120", "8.00"), ("212", "136.00"), ("230", "1598.00"), ("310", "8.00")]);
+        assert_eq!(rows(c)["101"], "20");
+        assert_eq!(c.totals.over_limit_minutes, 8 * 60);
+    }
+    assert_eq!(last.antwoord.mutaties, first.antwoord.mutaties);
+}
+
+#[test]
+fn a_vacation_day_first_or_last_gives_the_same_vacation_ort() {
+    // The same with a statutory vacation day instead of the sick day, and the six stored
+    // periods (average 11.3888...%). Vacation fills the limit first as sick hours do, so
+    // ORT on 136 worked hours either way; and every statutory vacation hour carries the
+    // vacation ORT up to the year's maximum (art. 12.1.2 lid 2 knows no other limit):
+    // 133 = 8.00, 240 = 8 x 25.00 x 11.3888...% = 22.777... = 22.78. Before the rule, the
+    // vacation day last got none (133 = 0, 240 = 0).
     use sbworker::contract::Verlof;
-    let mut ds = vec![
-        dienst("2026-02-23", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]),
-        dienst("2026-02-24", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]),
-    ];
-    ds.extend(day_shifts(18).into_iter().skip(2));
+    let with = |day: &str| {
+        let mut v = nights_and(day, verlof("08:00", "16:00", Verlof::Wettelijk));
+        v.historie = six_months("0");
+        calc(&v)
+    };
+    let (last, first) = (with("2026-03-22"), with("2026-02-23"));
+    for c in [&last, &first] {
+        expect(
+            c,
+            &[
+                ("100", "144.00"),
+                ("130", "8.00"),
+                ("133", "8.00"),
+                ("212", "136.00"),
+                ("230", "1598.00"),
+                ("240", "22.78"),
+                ("310", "8.00"),
+            ],
+        );
+    }
+    assert_eq!(last.antwoord.mutaties, first.antwoord.mutaties);
+}
+
+#[test]
+fn overtime_without_a_percentage_in_the_table_is_named_in_a_warning() {
+    // CAO Ziekenhuizen: art. 8.5 lid 3 sends the hours above full time to art. 8.4, whose
+    // text was not read, so the table holds no percentage. The full-timer's night of 19
+    // March (146 h, 310 = 2.00) is answered with hours only and a warning that names the
+    // 2 h; 315 and 330 stay 0.
+    let mut ds = day_shifts(17);
     ds.push(dienst("2026-03-19", vec![w("21:00", "07:00")]));
+    let c = calc(&vraag("2026-02-23", "2026-03-22", true, ds.clone()));
+    expect(&c, &[("100", "146.00"), ("210", "1.00"), ("212", "7.00"), ("230", "87.75"), ("310", "2.00")]);
+    assert_eq!(warnings(&c), ["overwerk-zonder-percentage"]);
+    assert!(c.antwoord.waarschuwingen[0].tekst.starts_with("2.00 overtime hours"), "{:?}", c.antwoord.waarschuwingen);
+    // FNV (2025-2027): the overtime compensation applies up to FWG scale 60. Job group 65
+    // gets none, so there is nothing for payroll to add and no warning.
     let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
-    v.historie = six_months("0");
+    v.dienstverband.functiegroep = 65;
     let c = calc(&v);
-    expect(&c, &[("100", "138.00"), ("130", "16.00"), ("133", "16.00"), ("240", "45.56"), ("310", "10.00")]);
-    // Vacation last: the same hours the other way round. The night is within the limit
-    // now and carries ORT; the vacation after the limit carries none (133 = 0).
-    let mut ds = day_shifts(16);
-    ds.push(dienst("2026-03-17", vec![w("21:00", "07:00")]));
-    ds.push(dienst("2026-03-19", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
-    ds.push(dienst("2026-03-20", vec![verlof("08:00", "16:00", Verlof::Wettelijk)]));
+    assert!(c.antwoord.waarschuwingen.is_empty(), "{:?}", c.antwoord.waarschuwingen);
+    assert!(c.explanation.unwrap().to_string().contains("job group 65 is above 60: no overtime pay"));
+}
+
+#[test]
+fn a_contract_above_the_caos_maximum_is_answered_with_a_warning() {
+    // Art. 6.1 lid 2: at most 2,087 hours a year, 40 a week on average. A 42-hour contract
+    // is computed as given (its own limit, 42 x 4 = 168 h) with a warning.
+    let mut v = vraag("2026-02-23", "2026-03-22", true, day_shifts(20));
+    v.dienstverband.parttime_uren = 42.into();
+    let c = calc(&v);
+    expect(&c, &[("100", "160.00")]);
+    assert_eq!(warnings(&c), ["contract-boven-maximum"]);
+    v.dienstverband.parttime_uren = 40.into();
+    assert!(calc(&v).antwoord.waarschuwingen.is_empty());
+}
+
+/// A GGZ full-timer in the same 4-week period (limit 36 x 4 = 144 h; hourly wage 25.00).
+fn ggz(ds: Vec<sbworker::contract::Dienst>) -> sbworker::contract::Vraag {
     let mut v = vraag("2026-02-23", "2026-03-22", true, ds);
-    v.historie = six_months("0");
-    let c = calc(&v);
-    // 16 shifts (128 h) + the night (10 h) = 138 h, then 6 of the 16 vacation hours are
-    // within the limit (to 144 h) and 10 after it: 133 = 6.00, 240 = 6 x 25.00 x
-    // 11.3888...% = 17.0833... = 17.08. The night (Tuesday 17 March 21:00-07:00): 1 h at
-    // 22%, then 9 h at 47% (22-24, 00-06 at 47%, 06-07 at 22%): 210 = 2.00, 212 = 8.00;
-    // amount 25.00 x (2 x 0.22 + 8 x 0.47) = 25.00 x 4.20 = 105.00.
+    v.dienstverband.cao.code = "GGZ".into();
+    v.dienstverband.cao.naam = "CAO GGZ".into();
+    v
+}
+
+#[test]
+fn ggz_overtime_in_each_window_and_across_its_cap() {
+    // CAO GGZ, H10 A Overwerk art. 3 (the opening read): time off equal to the overtime
+    // (315), plus 25% Monday to Friday 06:00-22:00 for at most 5 h in seven consecutive
+    // weekdays, the rest 50%; 50% 22:00-06:00 (taken Monday to Friday). GGZ pays ORT on
+    // every worked hour (no limit in the table). 18 day shifts 08:00-16:00 (144 h, to
+    // Wednesday 18 March), then overtime:
+    // - Thursday 19 March 08:00-16:00: 08-13 at 25% (5 h, the cap), 13-16 at 50% (3 h);
+    // - Friday 20 March 04:00-06:00: 50% (2 h); ORT 44% (212);
+    // - Friday 20 March 20:00-24:00: 20-22 in the 25% window but the cap is used: 50%
+    //   (2 h); 22-24 at 50% (2 h); ORT 20-22 at 22% (210), 22-24 at 44% (212);
+    // - Saturday 21 March 10:00-12:00: no overtime window read for Saturday: no percentage,
+    //   a warning (2.00 h); ORT 38% (211).
+    // 310 = 16.00 = 315; 321 = 5.00; 322 = 3 + 2 + 2 + 2 = 9.00; 330 = 25.00 x (5 x 0.25 +
+    // 9 x 0.50) = 25.00 x 5.75 = 143.75. ORT: 210 = 2, 211 = 2, 212 = 4; 230 = 25.00 x (2 x
+    // 0.22 + 2 x 0.38 + 4 x 0.44) = 25.00 x 2.96 = 74.00.
+    let mut ds = day_shifts(18);
+    ds.push(dienst("2026-03-19", vec![w("08:00", "16:00")]));
+    ds.push(dienst("2026-03-20", vec![w("04:00", "06:00"), w("20:00", "00:00")]));
+    ds.push(dienst("2026-03-21", vec![w("10:00", "12:00")]));
+    let c = calc(&ggz(ds));
     expect(
         &c,
         &[
-            ("100", "138.00"),
-            ("130", "16.00"),
-            ("133", "6.00"),
+            ("100", "160.00"),
             ("210", "2.00"),
-            ("212", "8.00"),
-            ("230", "105.00"),
-            ("240", "17.08"),
-            ("310", "10.00"),
+            ("211", "2.00"),
+            ("212", "4.00"),
+            ("230", "74.00"),
+            ("310", "16.00"),
+            ("315", "16.00"),
+            ("321", "5.00"),
+            ("322", "9.00"),
+            ("330", "143.75"),
         ],
     );
+    assert_eq!(warnings(&c), ["overwerk-zonder-percentage", "tabel-niet-geverifieerd"]);
+    assert!(c.antwoord.waarschuwingen[0].tekst.starts_with("2.00 overtime hours"));
+    let text = c.explanation.unwrap().to_string();
+    assert!(text.contains("2026-03-19 thu 13:00-16:00   3:00 overtime     50%"), "{text}");
+}
+
+#[test]
+fn ggz_overtime_cap_counts_seven_consecutive_weekdays() {
+    // "in een periode van zeven achtereenvolgende doordeweekse dagen ... maximaal 5": any
+    // seven consecutive weekdays, not a calendar week. 12 day shifts 07:00-19:00 (144 h,
+    // no ORT, to Tuesday 10 March), then overtime 08:00 onwards:
+    // - Wednesday 11 March 3 h: 25% (3 of 5 used);
+    // - Thursday 12 March 3 h: 2 h at 25%, 1 h at 50%;
+    // - Monday 16 March 4 h: the seven weekdays 6-16 March hold 5 h at 25%: all 50% (a
+    //   calendar week, 16-22 March, would have paid them at 25%);
+    // - Friday 20 March 3 h: the seven weekdays 12-20 March hold 2 h: 3 h at 25%.
+    // 321 = 8.00, 322 = 5.00, 310 = 315 = 13.00; 330 = 25.00 x (8 x 0.25 + 5 x 0.50) =
+    // 112.50.
+    let mut ds = Vec::new();
+    let mut day = d("2026-02-23");
+    while ds.len() < 12 {
+        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
+            ds.push(dienst(&day.to_string(), vec![w("07:00", "19:00")]));
+        }
+        day = day.succ_opt().unwrap();
+    }
+    for (date, end) in
+        [("2026-03-11", "11:00"), ("2026-03-12", "11:00"), ("2026-03-16", "12:00"), ("2026-03-20", "11:00")]
+    {
+        ds.push(dienst(date, vec![w("08:00", end)]));
+    }
+    let c = calc(&ggz(ds));
+    expect(
+        &c,
+        &[("100", "157.00"), ("310", "13.00"), ("315", "13.00"), ("321", "8.00"), ("322", "5.00"), ("330", "112.50")],
+    );
+    assert_eq!(warnings(&c), ["tabel-niet-geverifieerd"]);
+}
+
+#[test]
+fn ggz_a_night_shift() {
+    // A GGZ night in March 2026, Tuesday 10 March 22:00 - Wednesday 07:00 (9 h, far below
+    // the month's 36 x 52/12 = 156 h): 22-24 and 00-06 at 44% (8 h, 212), 06-07 at 22%
+    // (1 h, 210). 230 = 25.00 x (8 x 0.44 + 1 x 0.22) = 25.00 x 3.74 = 93.50. No overtime;
+    // the only warning is the unverified table's.
+    let mut v = maart(vec![dienst("2026-03-10", vec![w("22:00", "07:00")])]);
+    v.dienstverband.cao.code = "GGZ".into();
+    let c = calc(&v);
+    expect(&c, &[("100", "9.00"), ("210", "1.00"), ("212", "8.00"), ("230", "93.50")]);
+    assert_eq!(warnings(&c), ["tabel-niet-geverifieerd"]);
 }

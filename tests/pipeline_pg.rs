@@ -103,7 +103,7 @@ async fn roster_edits_give_the_results_sbworker_calc_gives() {
             .map(|r| (r.get(0), r.get::<_, String>(1).parse().unwrap()))
             .collect();
         assert_eq!(stored, from_calc, "employee {dv}");
-        assert_eq!(stored.len(), 17);
+        assert_eq!(stored.len(), 19);
     }
     // Idle: nothing waiting, no conversation open on either side.
     assert_eq!(count(&c, "SELECT count(*) FROM sb.endpoint").await, 0);

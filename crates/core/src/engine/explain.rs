@@ -47,6 +47,7 @@ pub struct Explanation {
     head: String,
     diensten: Vec<DutyExplained>,
     wage: String,
+    overtime: Vec<String>,
     tail: String,
 }
 
@@ -224,11 +225,24 @@ impl Explanation {
             let _ = writeln!(
                 s,
                 "ORT limit: max({pt}, {ww}) h x {w} weeks (art. 9.1 lid 1-2; a part-timer's extra hours up to full time \
-                 carry ORT, art. 8.5 lid 2): worked, sick and leave hours count towards it in time order, and worked \
-                 and vacation hours after it carry none."
+                 carry ORT, art. 8.5 lid 2): the period's sick and leave hours fill it first, wherever they fall, and \
+                 worked hours fill the room left in time order; the worked hours after it carry none (vacation \
+                 hours are never above it)."
             );
         }
         self.wage = s;
+    }
+
+    /// Overtime minutes `from..to` of local `date` at `pct` (`None`: no percentage), and why.
+    pub(crate) fn overtime(&mut self, date: NaiveDate, from: u16, to: u16, pct: Option<u32>, why: &str) {
+        let rate = pct.map_or("  - ".to_owned(), |p| format!("{p:>3}%"));
+        let wd = WEEKDAYS[date.weekday().num_days_from_monday() as usize];
+        self.overtime.push(format!(
+            "    {date} {wd} {}-{} {:>6} overtime    {rate}  {why}",
+            hm(from),
+            hm(to),
+            dur(i64::from(to - from))
+        ));
     }
 
     /// A line of its own after the wage (a rule's computation).
@@ -295,6 +309,13 @@ impl fmt::Display for Explanation {
                 }
             }
         }
-        write!(f, "{}{}", self.wage, self.tail)
+        write!(f, "{}", self.wage)?;
+        if !self.overtime.is_empty() {
+            writeln!(f, "Overtime (worked hours above the roster's hours, in time order):")?;
+            for l in &self.overtime {
+                writeln!(f, "{l}")?;
+            }
+        }
+        write!(f, "{}", self.tail)
     }
 }

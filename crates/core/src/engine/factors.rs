@@ -3,32 +3,12 @@
 
 use rust_decimal::{Decimal, RoundingStrategy};
 
+use super::codes;
 use super::explain::Explanation;
 use super::ort::Sums;
 use super::tables::{Cao, Tables};
 use super::{EngineError, Reden, Totals, hours_from_minutes};
 use crate::contract::{Antwoord, VariabeleMutatie, Vraag, Waarschuwing};
-
-/// The wage factor codes (ours: no public standard exists).
-pub mod codes {
-    pub const WORKED_HOURS: &str = "100";
-    pub const DAYS_WORKED: &str = "101";
-    pub const TRAVEL_DAYS: &str = "110";
-    pub const SICK_HOURS: &str = "120";
-    /// Statutory vacation hours taken (`Verlof="Wettelijk"`).
-    pub const VACATION_HOURS: &str = "130";
-    /// Vacation hours above the statutory ones (`Verlof="Bovenwettelijk"`).
-    pub const EXTRA_VACATION_HOURS: &str = "131";
-    /// Other paid leave hours (`Verlof="Overig"`).
-    pub const LEAVE_HOURS: &str = "132";
-    /// Statutory vacation hours that carry ORT (within the year's maximum).
-    pub const VACATION_ORT_HOURS: &str = "133";
-    pub const ORT_AMOUNT: &str = "230";
-    /// ORT over statutory vacation (euro).
-    pub const VACATION_ORT_AMOUNT: &str = "240";
-    pub const EXTRA_HOURS: &str = "300";
-    pub const OVERTIME_HOURS: &str = "310";
-}
 
 fn money(d: Decimal) -> Decimal {
     let mut r = d.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
@@ -118,8 +98,30 @@ pub fn answer(
     // contract of more than full time (art. 6.1 lid 2 allows up to 40 hours a week).
     let full = unit(werkweek.max(dv.parttime_uren));
     let extra = (total - norm).min(full - norm).max(Decimal::ZERO);
-    let over = (total - full).max(Decimal::ZERO);
+    // Overtime is work (art. 8.1 "arbeid ... boven"): sick and leave hours fill the roster's
+    // hours first and are never above them, so it is at most the worked hours.
+    let over = (total - full).max(Decimal::ZERO).min(Decimal::from(totals.worked_minutes * 12));
     let to_hours = |u: Decimal| money(u / Decimal::from(720));
+    let overtime = overtime_pay(v, cao, totals, &mut warnings)?;
+    if let Some(max) = cao.max_hours_week
+        && dv.parttime_uren > max
+    {
+        warnings.push(Waarschuwing {
+            code: "contract-boven-maximum".into(),
+            datum: Some(v.periode.begin),
+            tekst: format!(
+                "the contract holds {} hours a week, more than the {max} CAO {} allows: the norms use the contract as given",
+                dv.parttime_uren, cao.code
+            ),
+        });
+    }
+    if let Some(why) = &cao.unverified {
+        warnings.push(Waarschuwing {
+            code: "tabel-niet-geverifieerd".into(),
+            datum: Some(v.periode.begin),
+            tekst: format!("the rate table of CAO {} is not checked against the CAO's text: {why}", cao.code),
+        });
+    }
 
     let ort_hours: Vec<Decimal> = totals
         .ort_minutes
@@ -141,12 +143,18 @@ pub fn answer(
     rows.push((codes::VACATION_ORT_AMOUNT, vacation_amount));
     rows.push((codes::EXTRA_HOURS, to_hours(extra)));
     rows.push((codes::OVERTIME_HOURS, to_hours(over)));
+    if let Some(ot) = &cao.overtime {
+        rows.extend(ot.rates.iter().zip(&overtime.rate_hours).map(|(r, h)| (r.code.as_str(), *h)));
+    }
+    rows.push((codes::OVERTIME_TIME_OFF_HOURS, overtime.time_off_hours));
+    rows.push((codes::OVERTIME_AMOUNT, overtime.amount));
     rows.sort_by(|a, b| a.0.cmp(b.0));
     if let Some(e) = ex {
         e.wage(wage_note, totals.ort_entitled, cao, (wn, wd), dv.parttime_uren, werkweek);
         if let Some(o) = &vacation {
             e.note(&o.note);
         }
+        e.note(&overtime.note);
     }
     Ok(Antwoord {
         id: v.id,
@@ -169,4 +177,116 @@ pub fn answer(
         waarschuwingen: warnings,
         rekenversie: Some(super::rekenversie(tables)),
     })
+}
+
+/// What overtime pay gives for one period.
+struct OvertimePay {
+    /// Hours per overtime rate of the CAO (in the order of `Overtime::rates`).
+    rate_hours: Vec<Decimal>,
+    time_off_hours: Decimal,
+    amount: Decimal,
+    note: String,
+}
+
+/// Overtime pay from the overtime minutes placed in the table's windows: hours per
+/// percentage, the time-off part and the allowance (hours x hourly wage x percentage,
+/// rounded to cents once). Overtime minutes no percentage is paid for give a warning.
+fn overtime_pay(
+    v: &Vraag,
+    cao: &Cao,
+    totals: &Totals,
+    warnings: &mut Vec<Waarschuwing>,
+) -> Result<OvertimePay, EngineError> {
+    let dv = &v.dienstverband;
+    let zero = Decimal::new(0, 2);
+    let ot = cao.overtime.as_ref();
+    let entitled = ot.is_none_or(|o| o.max_functiegroep.is_none_or(|g| dv.functiegroep <= g));
+    let mut out = OvertimePay {
+        rate_hours: vec![zero; ot.map_or(0, |o| o.rates.len())],
+        time_off_hours: zero,
+        amount: zero,
+        note: String::new(),
+    };
+    if totals.overtime_minutes == 0 {
+        return Ok(out);
+    }
+    if !entitled {
+        let g = ot.and_then(|o| o.max_functiegroep).unwrap_or_default();
+        out.note = format!(
+            "Overtime: {} h above the roster's hours; job group {} is above {g}: no overtime pay under CAO {}.",
+            hours_from_minutes(totals.overtime_minutes),
+            dv.functiegroep,
+            cao.code
+        );
+        return Ok(out);
+    }
+    if totals.overtime_unpaid_minutes > 0 {
+        let why = match ot {
+            Some(o) if o.windows.is_empty() => "the rate table holds no overtime percentages for this CAO".to_owned(),
+            Some(_) => "they fall in no overtime window of the rate table".to_owned(),
+            None => "the rate table holds no overtime rules for this CAO".to_owned(),
+        };
+        warnings.push(Waarschuwing {
+            code: "overwerk-zonder-percentage".into(),
+            datum: Some(v.periode.begin),
+            tekst: format!(
+                "{} overtime hours carry no overtime percentage ({why}): payroll must compensate them under CAO {}",
+                hours_from_minutes(totals.overtime_unpaid_minutes),
+                cao.code
+            ),
+        });
+    }
+    let Some(ot) = ot else { return Ok(out) };
+    // A capped window's stretch of weekdays that reaches back into the previous period:
+    // the Vraag does not carry that period's overtime day by day, so when its stored
+    // result has hours at the capped percentage, the cap may have been reached already.
+    let day_before = v.periode.begin.pred_opt();
+    for &rate in &totals.overtime_cap_at_start {
+        let code = ot.rates[rate].code.as_str();
+        let before: Decimal = v
+            .historie
+            .iter()
+            .filter(|h| Some(h.einde) == day_before)
+            .flat_map(|h| h.factoren.iter().filter(|(c, _)| c == code).map(|(_, v)| *v))
+            .sum();
+        if before > Decimal::ZERO {
+            warnings.push(Waarschuwing {
+                code: "overwerk-maximum-vorige-periode".into(),
+                datum: Some(v.periode.begin),
+                tekst: format!(
+                    "overtime at {}% (factor {code}) early in the period: the previous period has {before} such hours, \
+                     which may have used the most of that percentage for the same stretch of weekdays",
+                    ot.rates[rate].pct
+                ),
+            });
+        }
+    }
+    out.rate_hours = totals.overtime_rate_minutes.iter().map(|m| hours_from_minutes(*m)).collect();
+    if ot.time_off {
+        out.time_off_hours = hours_from_minutes(totals.overtime_minutes);
+    }
+    if totals.overtime_pct_minutes > 0 {
+        let salary = dv.salaris.as_ref().map(|s| s.nominaal_salaris).ok_or_else(|| {
+            EngineError::new(
+                Reden::SalaryMissing,
+                "Dienstverband/Salaris",
+                "an overtime allowance is due but the Vraag holds no salary",
+            )
+        })?;
+        // Σ minutes x pct x salary x 12 / (6000 x werkweek x 52): exact, then cents.
+        let annual_hours = dv.cao.werkweek_uren * Decimal::from(52);
+        out.amount = money(
+            Decimal::from(totals.overtime_pct_minutes) * salary * Decimal::from(12)
+                / (Decimal::from(6000) * annual_hours),
+        );
+    }
+    out.note = format!(
+        "Overtime: {} h above the roster's hours, {} h of them in an overtime window; allowance = Σ hours x \
+         percentage x hourly wage (no cap) = {}{}.",
+        hours_from_minutes(totals.overtime_minutes),
+        hours_from_minutes(totals.overtime_minutes - totals.overtime_unpaid_minutes),
+        out.amount,
+        if ot.time_off { "; the overtime hours themselves are compensated in time off (315)" } else { "" }
+    );
+    Ok(out)
 }

@@ -3,11 +3,12 @@
 //!
 //! No I/O and no async: the rules of `docs/payroll-rules.md` with the rate tables of
 //! [`tables`]. Layout: [`tables`] (rates as data), [`holidays`] (Easter-based days),
-//! [`clock`] (Europe/Amsterdam as integer minutes), `timeline` (blocks to real time,
+//! [`codes`] (every wage factor code), [`clock`] (Europe/Amsterdam as integer minutes), `timeline` (blocks to real time,
 //! overlaps), `ort` (minutes to rates), `vacation` (ORT over statutory vacation, from
 //! the Vraag's history), `factors` (totals to rows), [`explain`].
 
 pub mod clock;
+pub mod codes;
 pub mod explain;
 mod factors;
 pub mod holidays;
@@ -21,7 +22,6 @@ use uuid::Uuid;
 
 use crate::contract::{Antwoord, Reden, RekenserverFout, Vraag, fout_for};
 pub use explain::{Explanation, Line};
-pub use factors::codes;
 pub use tables::{TableError, Tables};
 
 /// Why a Vraag cannot be answered with wage factors.
@@ -55,9 +55,6 @@ pub struct Totals {
     /// Statutory vacation minutes that carry ORT (art. 12.1.2 lid 2: up to the year's
     /// maximum).
     pub vacation_ort_minutes: i64,
-    /// Statutory vacation minutes after the ORT limit of the period was reached: no ORT
-    /// over them either.
-    pub vacation_over_limit_minutes: i64,
     /// Minutes of blocks whose duty type does not count as worked time.
     pub other_minutes: i64,
     pub days_worked: u32,
@@ -70,6 +67,21 @@ pub struct Totals {
     pub over_limit_minutes: i64,
     /// The ORT limit of the period in minutes (`None`: the CAO sets none).
     pub ort_limit_minutes: Option<i64>,
+    /// The roster's hours of the period in minutes, max(contract, full time) x weeks:
+    /// the worked minutes after the room it leaves past the sick and leave minutes are
+    /// overtime (art. 8.1).
+    pub roster_limit_minutes: i64,
+    /// Worked minutes above the roster's hours (the overtime, placed in time).
+    pub overtime_minutes: i64,
+    /// Overtime minutes per overtime rate of the CAO (`Overtime::rates`).
+    pub overtime_rate_minutes: Vec<i64>,
+    /// Overtime minutes in no overtime window of the table (no percentage for them).
+    pub overtime_unpaid_minutes: i64,
+    /// Σ overtime minutes x percentage, for the overtime allowance.
+    pub overtime_pct_minutes: i64,
+    /// Overtime rates (indices) of capped windows that paid minutes in a stretch of
+    /// weekdays reaching back before the period.
+    pub overtime_cap_at_start: Vec<usize>,
     /// Whether the employee is entitled to ORT (job group at most the CAO's limit).
     pub ort_entitled: bool,
 }
@@ -111,10 +123,15 @@ pub fn calculate(vraag: &Vraag, tables: &Tables, explain: bool) -> Result<Calcul
     })?;
     let mut ex = explain.then(|| Explanation::new(vraag, cao));
     let line = timeline::build(vraag, ex.as_mut())?;
-    let mut totals =
-        Totals { ort_minutes: vec![0; cao.rates.len()], days_worked: line.days_worked, ..Totals::default() };
-    totals.ort_limit_minutes = cao.ort_tot_voltijd.then(|| ort_limit_minutes(vraag));
-    let sums = ort::split(&line, cao, &mut totals, ex.as_mut())?;
+    let mut totals = Totals {
+        ort_minutes: vec![0; cao.rates.len()],
+        overtime_rate_minutes: vec![0; cao.overtime.as_ref().map_or(0, |o| o.rates.len())],
+        days_worked: line.days_worked,
+        roster_limit_minutes: ort_limit_minutes(vraag),
+        ..Totals::default()
+    };
+    totals.ort_limit_minutes = cao.ort_tot_voltijd.then_some(totals.roster_limit_minutes);
+    let sums = ort::split(&line, cao, vraag.periode.begin, &mut totals, ex.as_mut())?;
     let antwoord = factors::answer(vraag, tables, cao, &mut totals, &sums, line.warnings, ex.as_mut())?;
     if let Some(e) = ex.as_mut() {
         e.finish(&antwoord, &totals, cao);

@@ -2,10 +2,12 @@
 //! midnights and window edges; each cut is paid at the highest rate whose window holds
 //! it on that local day (weekday, holiday or calendar day), under the table in force
 //! on that day. Where the CAO limits ORT to the hours up to full time (art. 9.1 lid 1-2),
-//! the worked, sick and leave minutes of the period are counted in time order and the
-//! worked minutes after the limit is reached carry no ORT.
+//! the period's sick and leave minutes fill the limit first, whenever they fall, and the
+//! worked minutes are counted in time order into the room left: the worked minutes after
+//! it carry no ORT (docs/payroll-rules.md, "Which hours are above the limit").
 
 use chrono::Datelike;
+use rust_decimal::Decimal;
 
 use super::clock::split_local;
 use super::explain::Explanation;
@@ -36,6 +38,7 @@ impl Sums {
 pub fn split(
     line: &Line,
     cao: &Cao,
+    period_begin: chrono::NaiveDate,
     totals: &mut Totals,
     mut ex: Option<&mut Explanation>,
 ) -> Result<Sums, EngineError> {
@@ -45,21 +48,14 @@ pub fn split(
         _ => return Ok(sums),
     };
     let holidays = cao.holidays_in(first.year(), last.year());
-    // The instant the ORT limit is reached: worked, sick and leave minutes (rostered
-    // hours) count towards it, in time order (the hours above the limit are the last
-    // ones of the period).
-    let cutoff = totals.ort_limit_minutes.and_then(|limit| {
-        let mut left = limit;
-        line.pieces.iter().filter(|p| p.kind != Kind::Other).find_map(|p| {
-            let len = p.end - p.start;
-            if len > left {
-                Some(p.start + left)
-            } else {
-                left -= len;
-                None
-            }
-        })
-    });
+    // The instant the ORT limit is reached. Sick and leave minutes are rostered hours that
+    // are not work: they count towards the limit wherever they fall in the period, and
+    // never are the hours above it (those are work by definition, art. 8.1). So the room
+    // for work is the limit less them, and worked minutes fill it in time order.
+    // The same instant begins the overtime (work above the roster's hours, art. 8.1), which
+    // the CAO's overtime windows may pay a percentage over.
+    let cutoff = work_cutoff(line, totals.roster_limit_minutes);
+    let mut overtime = Overtime { first_day: weekday_number(period_begin), ..Overtime::default() };
     for piece in &line.pieces {
         let len = piece.end - piece.start;
         match piece.kind {
@@ -88,9 +84,6 @@ pub fn split(
                     let day_start = t - i64::from(m0);
                     let m1 = (lb - day_start).min(1440) as u16;
                     if piece.kind != Kind::Worked {
-                        if above && piece.kind == Kind::LeaveStatutory {
-                            totals.vacation_over_limit_minutes += i64::from(m1 - m0);
-                        }
                         if let Some(e) = ex.as_deref_mut() {
                             e.line(piece, date, m0, m1, None, None);
                         }
@@ -98,6 +91,10 @@ pub fn split(
                         continue;
                     }
                     if above {
+                        totals.overtime_minutes += i64::from(m1 - m0);
+                        overtime.classify(cao, date, m0, m1, &holidays, totals, ex.as_deref_mut());
+                    }
+                    if above && totals.ort_limit_minutes.is_some() {
                         totals.over_limit_minutes += i64::from(m1 - m0);
                         if let Some(e) = ex.as_deref_mut() {
                             e.above_limit(piece, date, m0, m1, totals.ort_limit_minutes.unwrap_or_default());
@@ -145,4 +142,145 @@ pub fn split(
         }
     }
     Ok(sums)
+}
+
+/// The overtime minutes of one calculation, placed in the CAO's overtime windows in time
+/// order. A window with a [cap](super::tables::Cap) pays its own percentage on a minute
+/// only while the minutes it paid in the window's last consecutive weekdays (this day
+/// and those before it) are under the cap: taken in time order this keeps every such
+/// stretch of weekdays within the cap, and pays the rest at the higher percentage.
+#[derive(Default)]
+struct Overtime {
+    /// (window index, weekday number, minutes paid at the window's own percentage).
+    paid: Vec<(usize, i64, i64)>,
+    /// The weekday number of the period's first day.
+    first_day: i64,
+}
+
+/// The number of Monday-to-Friday days from 1970-01-05 (a Monday) to `date`; a Saturday
+/// and Sunday share the Friday's number.
+fn weekday_number(date: chrono::NaiveDate) -> i64 {
+    let days = (date - chrono::NaiveDate::from_ymd_opt(1970, 1, 5).expect("a date")).num_days();
+    days.div_euclid(7) * 5 + days.rem_euclid(7).min(4)
+}
+
+impl Overtime {
+    /// Places the overtime minutes `m0..m1` of local `date`.
+    #[allow(clippy::too_many_arguments)]
+    fn classify(
+        &mut self,
+        cao: &Cao,
+        date: chrono::NaiveDate,
+        m0: u16,
+        m1: u16,
+        holidays: &[(chrono::NaiveDate, &str)],
+        totals: &mut Totals,
+        mut ex: Option<&mut Explanation>,
+    ) {
+        let Some(ot) = &cao.overtime else {
+            totals.overtime_unpaid_minutes += i64::from(m1 - m0);
+            return;
+        };
+        let info = cao.day_info(date, holidays);
+        let day = weekday_number(date);
+        let mut m = m0;
+        for &edge in ot.edges.iter().filter(|&&e| e > m0) {
+            let end = edge.min(m1);
+            let best = ot
+                .windows
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| w.window.from <= m && w.window.to >= end && w.window.days.matches(&info))
+                .max_by_key(|(_, w)| w.window.pct);
+            let minutes = i64::from(end - m);
+            match best {
+                None => {
+                    totals.overtime_unpaid_minutes += minutes;
+                    if let Some(e) = ex.as_deref_mut() {
+                        e.overtime(date, m, end, None, "in no overtime window of the table: no percentage");
+                    }
+                }
+                Some((wi, w)) => {
+                    let (own, rest) = match w.cap {
+                        None => (minutes, 0),
+                        Some(cap) => {
+                            let first = day - i64::from(cap.weekdays) + 1;
+                            let used: i64 = self
+                                .paid
+                                .iter()
+                                .filter(|(i, d, _)| *i == wi && (first..=day).contains(d))
+                                .map(|(_, _, n)| n)
+                                .sum();
+                            let own = minutes.min((cap.minutes - used).max(0));
+                            if own > 0 {
+                                self.paid.push((wi, day, own));
+                                // The stretch reaches into the previous period, whose
+                                // overtime this Vraag does not carry day by day.
+                                if first < self.first_day && !totals.overtime_cap_at_start.contains(&w.window.rate) {
+                                    totals.overtime_cap_at_start.push(w.window.rate);
+                                }
+                            }
+                            (own, minutes - own)
+                        }
+                    };
+                    let pct = |rate: usize| ot.rates[rate].pct;
+                    totals.overtime_rate_minutes[w.window.rate] += own;
+                    totals.overtime_pct_minutes += own * i64::from(pct(w.window.rate));
+                    if let Some(cap) = w.cap {
+                        totals.overtime_rate_minutes[cap.rate] += rest;
+                        totals.overtime_pct_minutes += rest * i64::from(pct(cap.rate));
+                    }
+                    if let Some(e) = ex.as_deref_mut() {
+                        let at = m + own as u16;
+                        if own > 0 {
+                            e.overtime(date, m, at, Some(w.window.pct), &window_text(&w.window, w.cap));
+                        }
+                        if let (Some(cap), true) = (w.cap, rest > 0) {
+                            let why = format!(
+                                "{}: its {} h in {} weekdays are used",
+                                window_text(&w.window, None),
+                                Decimal::from(cap.minutes) / Decimal::from(60),
+                                cap.weekdays
+                            );
+                            e.overtime(date, at, end, Some(pct(cap.rate)), &why);
+                        }
+                    }
+                }
+            }
+            m = end;
+            if m >= m1 {
+                break;
+            }
+        }
+    }
+}
+
+fn window_text(w: &Window, cap: Option<super::tables::Cap>) -> String {
+    let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+    let mut s = format!("overtime window {} {}-{} at {}%", w.days_text, hm(w.from), hm(w.to), w.pct);
+    if let Some(c) = cap {
+        s.push_str(&format!(
+            " (at most {} h in {} weekdays)",
+            Decimal::from(c.minutes) / Decimal::from(60),
+            c.weekdays
+        ));
+    }
+    s
+}
+
+/// The instant the worked minutes of the period fill the room the limit leaves after
+/// its sick and leave minutes (`None`: they never do, no worked minute is above it).
+pub(crate) fn work_cutoff(line: &Line, limit: i64) -> Option<super::clock::Minute> {
+    let rostered_off: i64 =
+        line.pieces.iter().filter(|p| !matches!(p.kind, Kind::Worked | Kind::Other)).map(|p| p.end - p.start).sum();
+    let mut left = (limit - rostered_off).max(0);
+    line.pieces.iter().filter(|p| p.kind == Kind::Worked).find_map(|p| {
+        let len = p.end - p.start;
+        if len > left {
+            Some(p.start + left)
+        } else {
+            left -= len;
+            None
+        }
+    })
 }

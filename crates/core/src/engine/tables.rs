@@ -45,6 +45,12 @@ struct RawCao {
     ort_tot_voltijd: bool,
     #[serde(default)]
     ort_vakantie: Option<RawVacationOrt>,
+    #[serde(default)]
+    max_uren_week: Option<Decimal>,
+    #[serde(default)]
+    niet_geverifieerd: Option<String>,
+    #[serde(default)]
+    overwerk: Option<RawOvertime>,
     feestdagen: Vec<RawHoliday>,
     #[serde(default)]
     ort_max_uurloon: Vec<RawCap>,
@@ -56,6 +62,41 @@ struct RawCao {
 struct RawVacationOrt {
     maanden: u32,
     max_uren_voltijd: Decimal,
+    #[serde(default)]
+    noemer: Option<String>,
+    #[serde(default)]
+    maximum_telt: Option<String>,
+    #[serde(default)]
+    deels_in_venster: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOvertime {
+    #[serde(default)]
+    max_functiegroep: Option<i32>,
+    #[serde(default)]
+    tijd_voor_tijd: bool,
+    #[serde(default)]
+    vensters: Vec<RawOvertimeWindow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOvertimeWindow {
+    dagen: String,
+    van: String,
+    tot: String,
+    pct: u32,
+    code: String,
+    #[serde(default)]
+    max_uren: Option<Decimal>,
+    #[serde(default)]
+    per_doordeweekse_dagen: Option<u32>,
+    #[serde(default)]
+    daarboven_pct: Option<u32>,
+    #[serde(default)]
+    daarboven_code: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -165,6 +206,14 @@ pub struct Cao {
     /// 2): the hourly wage raised by the average ORT percentage of the past `months`, on
     /// at most `max_hours_full_time` statutory vacation hours a calendar year (pro rata).
     pub vacation_ort: Option<VacationOrt>,
+    /// The most hours a week a contract may hold (CAO Ziekenhuizen art. 6.1 lid 2: 40);
+    /// a Vraag above it is answered with a warning.
+    pub max_hours_week: Option<Decimal>,
+    /// Why this table is not checked against its CAO's text, when it is not: every
+    /// Antwoord computed with it says so in a warning.
+    pub unverified: Option<String>,
+    /// Overtime pay: which worked hours above the roster's hours get which percentage.
+    pub overtime: Option<Overtime>,
     pub holidays: Vec<HolidayRule>,
     /// (from, cap) sorted by date.
     pub caps: Vec<(NaiveDate, Decimal)>,
@@ -215,11 +264,90 @@ impl Cao {
     }
 }
 
-/// ORT during statutory vacation, as the CAO sets it.
+/// Overtime pay as the CAO sets it: the overtime hours (worked hours above the roster's
+/// hours) get the percentage of the window they fall in, over the hourly wage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overtime {
+    /// Job groups above this get no overtime pay (`None`: every job group).
+    pub max_functiegroep: Option<i32>,
+    /// The overtime hours themselves are compensated in time off (factor 315), the
+    /// percentages paid on top.
+    pub time_off: bool,
+    pub windows: Vec<OvertimeWindow>,
+    /// Every window edge plus 0 and 1440, sorted, unique.
+    pub edges: Vec<u16>,
+    /// The distinct overtime percentages, sorted by code.
+    pub rates: Vec<Rate>,
+}
+
+/// One overtime window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OvertimeWindow {
+    pub window: Window,
+    /// A most of minutes at this window's own percentage.
+    pub cap: Option<Cap>,
+}
+
+/// At most `minutes` at a window's percentage in any `weekdays` consecutive days Monday
+/// to Friday (CAO GGZ: 5 hours in seven consecutive weekdays); the window's other minutes
+/// go to `rate` (an index into [`Overtime::rates`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cap {
+    pub minutes: i64,
+    pub weekdays: u32,
+    pub rate: usize,
+}
+
+/// ORT during statutory vacation, as the CAO sets it, with the three choices the text
+/// leaves open (docs/payroll-rules.md gives the defaults and their reasons).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VacationOrt {
     pub months: u32,
     pub max_hours_full_time: Decimal,
+    /// What the average ORT percentage is a percentage of (`noemer`).
+    pub denominator: AverageOver,
+    /// Which statutory hours use the year's maximum up (`maximum_telt`).
+    pub maximum_counts: MaximumCounts,
+    /// How a stored period partly inside the past months counts (`deels_in_venster`).
+    pub partial_period: PartialPeriod,
+}
+
+/// The denominator of the average ORT percentage over vacation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AverageOver {
+    /// `gewerkt` (default): Σ(ORT hours x %) / worked hours (100).
+    Worked,
+    /// `betaald`: Σ(ORT hours x %) / paid hours (worked, sick and leave: 100, 120,
+    /// 130-132).
+    Paid,
+}
+
+/// Which statutory vacation hours of the year use up its maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaximumCounts {
+    /// `opgenomen` (default): every statutory hour taken (130), whatever its average.
+    Taken,
+    /// `met_ort`: only the hours that carried ORT (133); hours at a 0% average do not.
+    WithOrt,
+}
+
+/// How a stored period that straddles the start of the past months counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartialPeriod {
+    /// `naar_rato` (default): its hours weighted by the share of its days in the window.
+    ProRata,
+    /// `heel`: whole.
+    Whole,
+    /// `niet`: not at all.
+    Excluded,
+}
+
+fn choice<T: Copy>(at: &str, key: &str, given: Option<&str>, options: &[(&str, T)]) -> Result<T, TableError> {
+    let Some(given) = given else { return Ok(options[0].1) };
+    options.iter().find(|(name, _)| *name == given).map(|(_, v)| *v).ok_or_else(|| {
+        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+        bad(at, format!("{key} '{given}' is not one of {}", names.join(", ")))
+    })
 }
 
 /// All rate tables, validated.
@@ -320,6 +448,112 @@ fn days(at: &str, s: &str) -> Result<DaySet, TableError> {
     Ok(set)
 }
 
+/// A code a table assigns: three digits and none the engine writes itself.
+fn check_code(at: &str, code: &str) -> Result<(), TableError> {
+    if !super::codes::is_code_shaped(code) {
+        return Err(bad(at, format!("code '{code}' is not a three-digit wage factor code")));
+    }
+    // An Antwoord holds each code once: a rate cannot take a code of another factor.
+    if let Some((_, what)) = super::codes::FIXED.iter().find(|(c, _)| *c == code) {
+        return Err(bad(at, format!("code '{code}' is the code of another wage factor ({what})")));
+    }
+    Ok(())
+}
+
+/// One rate, one code: the index of (pct, code) in `rates`, added when new.
+fn rate_index(at: &str, rates: &mut Vec<Rate>, pct: u32, code: &str) -> Result<usize, TableError> {
+    match rates.iter().position(|r| r.pct == pct || r.code == code) {
+        Some(r) if rates[r].pct == pct && rates[r].code == code => Ok(r),
+        Some(r) => Err(bad(
+            at,
+            format!(
+                "{pct}% with code {code} clashes with {}% with code {}: one rate, one code",
+                rates[r].pct, rates[r].code
+            ),
+        )),
+        None => {
+            rates.push(Rate { pct, code: code.to_owned() });
+            Ok(rates.len() - 1)
+        }
+    }
+}
+
+/// Rates sorted by code; returns the old index → new index map.
+fn sort_rates(rates: &mut Vec<Rate>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..rates.len()).collect();
+    order.sort_by(|a, b| rates[*a].code.cmp(&rates[*b].code));
+    let remap: Vec<usize> = (0..rates.len()).map(|old| order.iter().position(|o| *o == old).unwrap()).collect();
+    *rates = order.into_iter().map(|i| rates[i].clone()).collect();
+    remap
+}
+
+fn overtime_from_raw(at: &str, ro: &RawOvertime, ort_rates: &[Rate]) -> Result<Overtime, TableError> {
+    let mut rates: Vec<Rate> = Vec::new();
+    let mut windows = Vec::new();
+    let mut edges = vec![0u16, 1440];
+    for (wi, w) in ro.vensters.iter().enumerate() {
+        let wat = format!("{at}.vensters[{wi}]");
+        let dayset = days(&wat, &w.dagen)?;
+        let (f, t) = (minute(&wat, &w.van, false)?, minute(&wat, &w.tot, true)?);
+        if f >= t {
+            return Err(bad(&wat, format!("van {} is not before tot {}", w.van, w.tot)));
+        }
+        let mut add = |pct: u32, code: &str| -> Result<usize, TableError> {
+            if pct == 0 || pct > 200 {
+                return Err(bad(&wat, format!("pct {pct} is not between 1 and 200")));
+            }
+            check_code(&wat, code)?;
+            if let Some(r) = ort_rates.iter().find(|r| r.code == code) {
+                return Err(bad(&wat, format!("code '{code}' is the code of the ORT rate of {}%", r.pct)));
+            }
+            rate_index(&wat, &mut rates, pct, code)
+        };
+        let rate = add(w.pct, &w.code)?;
+        let cap = match (&w.max_uren, w.per_doordeweekse_dagen, w.daarboven_pct, &w.daarboven_code) {
+            (None, None, None, None) => None,
+            (Some(hours), Some(weekdays), Some(pct), Some(code)) => {
+                if *hours <= Decimal::ZERO || *hours > Decimal::from(1000) {
+                    return Err(bad(&wat, format!("max_uren {hours} is not more than 0 and at most 1000")));
+                }
+                if !(1..=260).contains(&weekdays) {
+                    return Err(bad(&wat, format!("per_doordeweekse_dagen {weekdays} is not 1 to 260")));
+                }
+                let minutes = i64::try_from((*hours * Decimal::from(60)).round()).unwrap_or(0);
+                if minutes == 0 {
+                    return Err(bad(&wat, "max_uren is less than a minute"));
+                }
+                Some(Cap { minutes, weekdays, rate: add(pct, code)? })
+            }
+            _ => {
+                return Err(bad(
+                    &wat,
+                    "max_uren, per_doordeweekse_dagen, daarboven_pct and daarboven_code go together",
+                ));
+            }
+        };
+        edges.extend([f, t]);
+        windows.push(OvertimeWindow {
+            window: Window { days: dayset, days_text: w.dagen.clone(), from: f, to: t, pct: w.pct, rate },
+            cap,
+        });
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let remap = sort_rates(&mut rates);
+    for w in &mut windows {
+        w.window.rate = remap[w.window.rate];
+        if let Some(c) = &mut w.cap {
+            c.rate = remap[c.rate];
+        }
+    }
+    if let Some(g) = ro.max_functiegroep
+        && g < 0
+    {
+        return Err(bad(at, format!("max_functiegroep {g} is below 0")));
+    }
+    Ok(Overtime { max_functiegroep: ro.max_functiegroep, time_off: ro.tijd_voor_tijd, windows, edges, rates })
+}
+
 fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
     if rc.code.trim().is_empty() {
         return Err(bad(at, "code is empty"));
@@ -340,7 +574,35 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
             if v.max_uren_voltijd <= Decimal::ZERO {
                 return Err(bad(&vat, "max_uren_voltijd must be more than 0"));
             }
-            Some(VacationOrt { months: v.maanden, max_hours_full_time: v.max_uren_voltijd })
+            let denominator = choice(
+                &vat,
+                "noemer",
+                v.noemer.as_deref(),
+                &[("gewerkt", AverageOver::Worked), ("betaald", AverageOver::Paid)],
+            )?;
+            let maximum_counts = choice(
+                &vat,
+                "maximum_telt",
+                v.maximum_telt.as_deref(),
+                &[("opgenomen", MaximumCounts::Taken), ("met_ort", MaximumCounts::WithOrt)],
+            )?;
+            let partial_period = choice(
+                &vat,
+                "deels_in_venster",
+                v.deels_in_venster.as_deref(),
+                &[
+                    ("naar_rato", PartialPeriod::ProRata),
+                    ("heel", PartialPeriod::Whole),
+                    ("niet", PartialPeriod::Excluded),
+                ],
+            )?;
+            Some(VacationOrt {
+                months: v.maanden,
+                max_hours_full_time: v.max_uren_voltijd,
+                denominator,
+                maximum_counts,
+                partial_period,
+            })
         }
     };
     let mut caps = Vec::new();
@@ -380,39 +642,8 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
             if w.pct == 0 || w.pct > 100 {
                 return Err(bad(&wat, format!("pct {} is not between 1 and 100", w.pct)));
             }
-            if w.code.len() != 3 || !w.code.bytes().all(|c| c.is_ascii_digit()) {
-                return Err(bad(&wat, format!("code '{}' is not a three-digit wage factor code", w.code)));
-            }
-            // An Antwoord holds each code once: a rate cannot take a code of another factor.
-            use super::factors::codes;
-            let fixed = [
-                codes::WORKED_HOURS,
-                codes::DAYS_WORKED,
-                codes::TRAVEL_DAYS,
-                codes::SICK_HOURS,
-                codes::ORT_AMOUNT,
-                codes::EXTRA_HOURS,
-                codes::OVERTIME_HOURS,
-            ];
-            if fixed.contains(&w.code.as_str()) {
-                return Err(bad(&wat, format!("code '{}' is the code of another wage factor", w.code)));
-            }
-            let rate = match rates.iter().position(|r| r.pct == w.pct || r.code == w.code) {
-                Some(r) if rates[r].pct == w.pct && rates[r].code == w.code => r,
-                Some(r) => {
-                    return Err(bad(
-                        &wat,
-                        format!(
-                            "{}% with code {} clashes with {}% with code {}: one rate, one code",
-                            w.pct, w.code, rates[r].pct, rates[r].code
-                        ),
-                    ));
-                }
-                None => {
-                    rates.push(Rate { pct: w.pct, code: w.code.clone() });
-                    rates.len() - 1
-                }
-            };
+            check_code(&wat, &w.code)?;
+            let rate = rate_index(&wat, &mut rates, w.pct, &w.code)?;
             edges.extend([f, t]);
             windows.push(Window { days: dayset, days_text: w.dagen.clone(), from: f, to: t, pct: w.pct, rate });
         }
@@ -421,15 +652,18 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         versions.push(Version { from, windows, edges });
     }
     // Rates sorted by code, window indices remapped.
-    let mut order: Vec<usize> = (0..rates.len()).collect();
-    order.sort_by(|a, b| rates[*a].code.cmp(&rates[*b].code));
-    let remap: Vec<usize> = (0..rates.len()).map(|old| order.iter().position(|o| *o == old).unwrap()).collect();
+    let remap = sort_rates(&mut rates);
     for v in &mut versions {
         for w in &mut v.windows {
             w.rate = remap[w.rate];
         }
     }
-    let rates = order.into_iter().map(|i| rates[i].clone()).collect();
+    let overtime = rc.overwerk.as_ref().map(|o| overtime_from_raw(&format!("{at}.overwerk"), o, &rates)).transpose()?;
+    if let Some(h) = rc.max_uren_week
+        && h <= Decimal::ZERO
+    {
+        return Err(bad(at, "max_uren_week must be more than 0"));
+    }
     let holiday_dates = holiday_dates(&holidays, HOLIDAY_YEARS);
     Ok(Cao {
         holiday_dates,
@@ -439,6 +673,9 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         ort_max_functiegroep: rc.ort_max_functiegroep,
         ort_tot_voltijd: rc.ort_tot_voltijd,
         vacation_ort,
+        max_hours_week: rc.max_uren_week,
+        unverified: rc.niet_geverifieerd.filter(|s| !s.trim().is_empty()),
+        overtime,
         holidays,
         caps,
         versions,
@@ -467,6 +704,43 @@ mod tests {
         let text = BUILT_IN.replacen("code = \"210\"", "code = \"230\"", 2);
         let e = Tables::from_toml(&text).unwrap_err().to_string();
         assert!(e.contains("code '230' is the code of another wage factor"), "{e}");
+    }
+
+    #[test]
+    fn a_rate_cannot_take_any_fixed_code() {
+        // Every code the engine writes itself (codes::FIXED), 130-133 and 240 among them:
+        // an ORT rate or an overtime percentage with one would put that code in every
+        // Antwoord twice, which the collector refuses.
+        for (code, _) in super::super::codes::FIXED {
+            let text = BUILT_IN.replacen("code = \"210\"", &format!("code = \"{code}\""), 2);
+            let e = Tables::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("code '{code}' is the code of another wage factor")), "{code}: {e}");
+            let text = BUILT_IN.replacen("code = \"321\"", &format!("code = \"{code}\""), 1);
+            let e = Tables::from_toml(&text).unwrap_err();
+            assert_eq!(e.at, "cao[1] (GGZ).overwerk.vensters[0]", "{code}: {e}");
+        }
+    }
+
+    #[test]
+    fn overtime_entries_are_checked() {
+        let cases = [
+            // An overtime percentage cannot take an ORT rate's code.
+            (BUILT_IN.replacen("code = \"322\" }", "code = \"212\" }", 1), "cao[1] (GGZ).overwerk.vensters[0]"),
+            // A cap needs all four keys.
+            (BUILT_IN.replacen(", daarboven_pct = 50", "", 1), "cao[1] (GGZ).overwerk.vensters[0]"),
+            (BUILT_IN.replacen("max_uren = \"5\"", "max_uren = \"0\"", 1), "cao[1] (GGZ).overwerk.vensters[0]"),
+            // One percentage, one code.
+            (
+                BUILT_IN.replacen("pct = 50, code = \"322\" }", "pct = 60, code = \"322\" }", 1),
+                "cao[1] (GGZ).overwerk.vensters[1]",
+            ),
+            (BUILT_IN.replacen("noemer = \"gewerkt\"", "noemer = \"uren\"", 1), "cao[0] (ZKH).ort_vakantie"),
+        ];
+        for (text, at) in cases {
+            assert_ne!(text, BUILT_IN, "{at}: replacement did not apply");
+            let e = Tables::from_toml(&text).unwrap_err();
+            assert_eq!(e.at, at, "{e}");
+        }
     }
 
     #[test]
