@@ -147,3 +147,27 @@ fn characters_xml_does_not_allow_get_a_well_formed_fout() {
     let docs: Vec<&[u8]> = fouts.iter().map(Vec::as_slice).collect();
     crate::common::xmllint_all(Some(&xsd("RekenserverFout")), &docs).unwrap();
 }
+
+#[test]
+fn a_warning_is_in_the_antwoord_and_said_on_stderr() {
+    // A CAO Ziekenhuizen full-timer with 2 hours above the 144 of a 4-week period: the
+    // table holds no art. 8.4 percentage, so the Antwoord warns, and so does stderr.
+    use crate::common::build::{d, dienst, vraag, w};
+    let mut ds = Vec::new();
+    let mut day = d("2026-02-23");
+    while ds.len() < 18 {
+        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
+            ds.push(dienst(&day.to_string(), vec![w("08:00", "16:00")]));
+        }
+        day = day.succ_opt().unwrap();
+    }
+    ds.push(dienst("2026-03-19", vec![w("16:00", "18:00")]));
+    let xml = contract::encode_vraag(&vraag("2026-02-23", "2026-03-22", true, ds));
+    let out = calc(&["-"], Some(xml.as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let a = contract::decode_antwoord(&out.stdout, &Limits::default()).unwrap();
+    let codes: Vec<&str> = a.waarschuwingen.iter().map(|w| w.code.as_str()).collect();
+    assert_eq!(codes, ["overwerk-zonder-percentage"]);
+    let said = String::from_utf8(out.stderr).unwrap();
+    assert!(said.starts_with("sbworker calc: warning overwerk-zonder-percentage: 2.00 overtime hours"), "{said}");
+}

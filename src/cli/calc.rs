@@ -12,9 +12,10 @@ pub enum Outcome {
     Fout,
 }
 
-/// Reads a Vraag from `input` and writes the Antwoord XML to `out`, or the
-/// RekenserverFout XML to `out` and its reason to `err`. With `explain`, the
-/// explanation goes to `err` as well, so `out` stays one XML document.
+/// Reads a Vraag from `input` and writes the Antwoord XML to `out` and its warnings to
+/// `err`, or the RekenserverFout XML to `out` and its reason to `err`. With `explain`,
+/// the explanation (which ends with the warnings) goes to `err` instead, so `out` stays
+/// one XML document.
 pub fn run(
     input: &[u8],
     limits: &Limits,
@@ -26,8 +27,15 @@ pub fn run(
     let fout = match contract::decode_vraag(input, limits) {
         Ok(v) => match engine::calculate(&v, tables, explain) {
             Ok(calc) => {
-                if let Some(e) = &calc.explanation {
-                    write!(err, "{e}")?;
+                match &calc.explanation {
+                    Some(e) => write!(err, "{e}")?,
+                    // The warnings are in the Antwoord; at a terminal they are said too
+                    // (overtime no percentage is paid for, an unverified table, ...).
+                    None => {
+                        for w in &calc.antwoord.waarschuwingen {
+                            writeln!(err, "sbworker calc: warning {}: {}", w.code, w.tekst)?;
+                        }
+                    }
                 }
                 let xml = contract::encode_antwoord(&calc.antwoord);
                 writeln!(out, "{xml}")?;
