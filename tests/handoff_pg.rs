@@ -804,3 +804,69 @@ async fn a_planners_edit_is_answered_before_a_running_recompute() {
     // Every key is at its newest version, the planner's key at its edit.
     assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.resultaat r JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id) WHERE r.versie = s.versie").await, n as i64);
 }
+
+/// Stores version `versie` of key (dv, P) through the collector's function, with the
+/// factors 100 and 230 at `hours` and `amount`; its outcome.
+async fn store(c: &Client, dv: i32, versie: i64, hours: &str, amount: &str) -> String {
+    c.query_one(
+        "SELECT rekenserver.sla_antwoord_op(gen_random_uuid(), gen_random_uuid(), $1, $2, $3, false,
+                ARRAY[5, 5], ARRAY['100', '230'], ARRAY[$4::text::numeric, $5::text::numeric])",
+        &[&dv, &P, &versie, &hours, &amount],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// The versions of (dv, P) whose evidence says they went out to payroll.
+async fn stamped(c: &Client, dv: i32) -> Vec<i64> {
+    c.query(
+        "SELECT versie FROM rekenserver.resultaat_historie
+          WHERE dienstverband_id = $1 AND periode_id = $2 AND geexporteerd_op IS NOT NULL ORDER BY versie",
+        &[&dv, &P],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+#[tokio::test]
+async fn a_version_with_the_same_figures_leaves_the_correction_naming_what_payroll_has() {
+    // Export, then a version with the same figures (a recompute that changed nothing),
+    // then a real change, then export: the correction replaces the version payroll
+    // received (1), not the same-figures version (2) it never saw; the evidence marks
+    // versions 1 and 3 as gone out, never 2. Once, and leased with the confirmation
+    // coming after the same-figures version.
+    let (_url, mut c) = fresh_roster_db().await;
+    // Employee 2 under a lease, then employee 1 once.
+    assert_eq!(store(&c, 2, 1, "8", "10.00").await, "opgeslagen");
+    let (lease, taken) = claim(&mut c, LEASE).await;
+    assert_eq!(taken, BTreeSet::from([2]));
+    assert_eq!(store(&c, 1, 1, "8", "10.00").await, "opgeslagen");
+    let (_, taken) = claim(&mut c, Mode::Once).await;
+    assert_eq!(taken, BTreeSet::from([1]));
+    // Version 2: the same figures. Both keep their export state.
+    for dv in [1, 2] {
+        assert_eq!(store(&c, dv, 2, "8", "10.00").await, "opgeslagen");
+    }
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM rekenserver.resultaat WHERE versie = 2 AND export_status <> 0").await,
+        2
+    );
+    // The lease is confirmed now: it was version 1 that went out.
+    assert_eq!(export::ack(&c, lease).await.unwrap(), 1);
+    assert_eq!((stamped(&c, 1).await, stamped(&c, 2).await), (vec![1], vec![1]));
+    // Version 3: a real change. Exported as a correction of version 1.
+    for dv in [1, 2] {
+        assert_eq!(store(&c, dv, 3, "9", "12.50").await, "opgeslagen");
+    }
+    let tx = c.transaction().await.unwrap();
+    let batch = export::claim(&tx, P, Mode::Once).await.unwrap();
+    tx.commit().await.unwrap();
+    let replaced: BTreeSet<(i32, i64, Option<i64>)> =
+        batch.rows.iter().map(|r| (r.dienstverband_id, r.versie, r.vervangt_versie)).collect();
+    assert_eq!(replaced, BTreeSet::from([(1, 3, Some(1)), (2, 3, Some(1))]));
+    assert_eq!((stamped(&c, 1).await, stamped(&c, 2).await), (vec![1, 3], vec![1, 3]));
+}

@@ -41,6 +41,17 @@ GO
 -- existing install too.
 IF COL_LENGTH(N'Rekenserver.resultaat', N'vorige_export_versie') IS NULL
     ALTER TABLE Rekenserver.resultaat ADD vorige_export_versie bigint NULL;
+-- The version payroll received (once) or may hold (claimed under a lease): set by the
+-- claim, kept when a version with the same figures is stored (which moves `versie` but
+-- sends nothing), so the next correction names what payroll has. Rows claimed before
+-- the column existed take their own version (the best there is to know).
+IF COL_LENGTH(N'Rekenserver.resultaat', N'geexporteerde_versie') IS NULL
+BEGIN
+    ALTER TABLE Rekenserver.resultaat ADD geexporteerde_versie bigint NULL;
+    -- (Dynamic: the column is new to this batch's compilation.)
+    EXEC sp_executesql N'UPDATE Rekenserver.resultaat SET geexporteerde_versie = versie
+                          WHERE geexporteerde_versie IS NULL AND export_status IN (1, 2)';
+END
 GO
 
 IF OBJECT_ID(N'Rekenserver.resultaat_factor', N'U') IS NULL
@@ -305,8 +316,11 @@ BEGIN
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
                -- (Every expression reads the row as it was before the update.)
                -- Exported, or claimed under a lease (payroll may hold it already).
+               -- The version payroll has, not the stored one: a version with the same
+               -- figures may have moved `versie` past it.
                vorige_export_versie = CASE WHEN @zelfde = 1 THEN vorige_export_versie
-                                           WHEN export_status IN (1, 2) THEN versie ELSE vorige_export_versie END,
+                                           WHEN export_status IN (1, 2) THEN ISNULL(geexporteerde_versie, versie)
+                                           ELSE vorige_export_versie END,
                export_status = CASE WHEN @zelfde = 1 THEN export_status ELSE 0 END,
                export_batch = CASE WHEN @zelfde = 1 THEN export_batch END,
                geclaimd_op = CASE WHEN @zelfde = 1 THEN geclaimd_op END,

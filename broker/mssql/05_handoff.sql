@@ -46,7 +46,8 @@ BEGIN
                             vorige_export_versie bigint NULL, PRIMARY KEY (dienstverband_id, periode_id));
     UPDATE r
        SET export_status = CASE @mode WHEN 'once' THEN 2 ELSE 1 END, export_batch = @batch,
-           geclaimd_op = SYSUTCDATETIME(), geexporteerd_op = CASE @mode WHEN 'once' THEN SYSUTCDATETIME() END
+           geclaimd_op = SYSUTCDATETIME(), geexporteerd_op = CASE @mode WHEN 'once' THEN SYSUTCDATETIME() END,
+           geexporteerde_versie = r.versie
     OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie, inserted.vorige_export_versie INTO @claimed
       FROM Rekenserver.resultaat r WITH (READPAST, UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
      WHERE r.periode_id = @periode
@@ -139,8 +140,9 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;   -- under SNAPSHOT its updates could fail (3960)
     DECLARE @done TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL);
     BEGIN TRANSACTION;
+    -- The version claimed: a version with the same figures stored since has moved `versie`.
     UPDATE Rekenserver.resultaat SET export_status = 2, geexporteerd_op = SYSUTCDATETIME()
-    OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie INTO @done
+    OUTPUT inserted.dienstverband_id, inserted.periode_id, ISNULL(inserted.geexporteerde_versie, inserted.versie) INTO @done
      WHERE export_batch = @batch AND export_status = 1;
     -- When each version went out, in its evidence (the first time).
     UPDATE h SET geexporteerd_op = SYSUTCDATETIME()

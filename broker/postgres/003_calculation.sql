@@ -145,6 +145,13 @@ ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
 -- A result that replaces one exported before is a correction: the exported version it
 -- replaces, set when it is stored (the export marks it in its output).
 ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie bigint;
+-- The version payroll received (once) or may hold (claimed under a lease): set by the
+-- claim, kept when a version with the same figures is stored (which moves `versie` but
+-- sends nothing), so the next correction names what payroll has. Rows claimed before
+-- the column existed take their own version (the best there is to know).
+ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS geexporteerde_versie bigint;
+UPDATE rekenserver.resultaat SET geexporteerde_versie = versie
+ WHERE geexporteerde_versie IS NULL AND export_status IN (1, 2);
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
 -- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
@@ -266,8 +273,10 @@ BEGIN
                 opgeslagen_op = clock_timestamp(),
                 -- Exported, or claimed under a lease (payroll may hold it already): the
                 -- new version corrects it.
+                -- The version payroll has, not the stored one: a version with the same
+                -- figures may have moved `versie` past it.
                 vorige_export_versie = CASE WHEN v_zelfde THEN r.vorige_export_versie
-                                            WHEN r.export_status IN (1, 2) THEN r.versie
+                                            WHEN r.export_status IN (1, 2) THEN coalesce(r.geexporteerde_versie, r.versie)
                                             ELSE r.vorige_export_versie END,
                 export_status = CASE WHEN v_zelfde THEN r.export_status ELSE 0 END,
                 export_batch = CASE WHEN v_zelfde THEN r.export_batch END,

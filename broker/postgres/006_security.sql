@@ -138,7 +138,8 @@ GRANT SELECT ON sb.migration, sbworker.installation TO sbworker_worker;
 
 -- Payroll: the results and the export's columns of them.
 GRANT SELECT ON rekenserver.resultaat, rekenserver.resultaat_factor TO sbworker_payroll;
-GRANT UPDATE (export_status, export_batch, geclaimd_op, geexporteerd_op) ON rekenserver.resultaat TO sbworker_payroll;
+GRANT UPDATE (export_status, export_batch, geclaimd_op, geexporteerd_op, geexporteerde_versie)
+    ON rekenserver.resultaat TO sbworker_payroll;
 -- ... and when each version went out, in its evidence.
 GRANT SELECT (dienstverband_id, periode_id, versie, geexporteerd_op), UPDATE (geexporteerd_op)
     ON rekenserver.resultaat_historie TO sbworker_payroll;

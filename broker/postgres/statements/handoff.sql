@@ -7,7 +7,8 @@
 -- name: claim_once
 WITH claimed AS (
     UPDATE rekenserver.resultaat r
-       SET export_status = 2, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerd_op = clock_timestamp()
+       SET export_status = 2, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerd_op = clock_timestamp(),
+           geexporteerde_versie = r.versie
      WHERE r.periode_id = $1 AND r.export_status = 0
        AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
@@ -29,7 +30,7 @@ SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_c
 -- name: claim_lease
 WITH claimed AS (
     UPDATE rekenserver.resultaat r
-       SET export_status = 1, export_batch = $2, geclaimd_op = clock_timestamp()
+       SET export_status = 1, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerde_versie = r.versie
      WHERE r.periode_id = $1
        AND (r.export_status = 0
             OR (r.export_status = 1 AND r.geclaimd_op < clock_timestamp() - make_interval(secs => $3::float8)))
@@ -47,7 +48,8 @@ SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_c
 WITH done AS (
     UPDATE rekenserver.resultaat SET export_status = 2, geexporteerd_op = clock_timestamp()
      WHERE export_batch = $1 AND export_status = 1
-    RETURNING dienstverband_id, periode_id, versie
+    -- The version claimed: a version with the same figures stored since has moved `versie`.
+    RETURNING dienstverband_id, periode_id, coalesce(geexporteerde_versie, versie) AS versie
 ), stamped AS (
     -- When the version went out, in its evidence (the first time).
     UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
