@@ -870,3 +870,60 @@ async fn a_version_with_the_same_figures_leaves_the_correction_naming_what_payro
     assert_eq!(replaced, BTreeSet::from([(1, 3, Some(1)), (2, 3, Some(1))]));
     assert_eq!((stamped(&c, 1).await, stamped(&c, 2).await), (vec![1, 3], vec![1, 3]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_deadlock_with_a_recompute_the_planners_edit_survives() {
+    // An aimed deadlock: a recompute's transaction holds key 1; a planner's transaction
+    // edits key 2, then key 1, and commits (its deferred trigger locks key 2, then waits
+    // for key 1); then the recompute asks for key 2. PostgreSQL's victim would be the
+    // planner (its deadlock_timeout, 1 s, runs out first: it waited first); the
+    // recompute gives up its wait after 200 ms (55P03) instead, and once it rolls back
+    // the planner's commit goes through. Taken again, the batch succeeds.
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(4, 5, false).load(&mut loader).await.unwrap();
+    let (k1, k2) = (FIRST_ID, FIRST_ID + 1);
+    let known =
+        format!("SELECT count(*) FROM rekenserver.sleutel WHERE dienstverband_id IN ({k1}, {k2}) AND periode_id = {P}");
+    assert_eq!(count(&c, &known).await, 2);
+    let versions =
+        format!("SELECT sum(versie)::bigint FROM rekenserver.sleutel WHERE dienstverband_id IN ({k1}, {k2})");
+    let before = count(&c, &versions).await;
+    let mut recompute = connect(&url).await;
+    let batch = "SELECT rekenserver.herbereken(ARRAY[$1::int], ARRAY[$2::int])";
+    let rt = recompute.transaction().await.unwrap();
+    rt.query_one(batch, &[&k1, &P]).await.unwrap();
+    let mut planner = connect(&url).await;
+    let pid: i32 = planner.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let edit = |dv: i32| {
+        format!(
+            "UPDATE rooster.tijdblok SET eind_tijd = eind_tijd WHERE dienst_id IN
+               (SELECT id FROM rooster.dienst WHERE dienstverband_id = {dv} AND datum BETWEEN '2026-04-01' AND '2026-04-30');"
+        )
+    };
+    let statements = format!("{}{}", edit(k2), edit(k1));
+    let planned = tokio::spawn(async move {
+        let tx = planner.transaction().await.unwrap();
+        tx.batch_execute(&statements).await.unwrap();
+        tx.commit().await
+    });
+    crate::common::calc::wait_until("the planner's commit waits for key 1", || async {
+        count(&c, &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"))
+            .await
+            == 1
+    })
+    .await;
+    let e = rt.query_one(batch, &[&k2, &P]).await.unwrap_err();
+    assert_eq!(e.code(), Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE), "{e:?}");
+    rt.rollback().await.unwrap();
+    let committed = crate::common::within(60, "the planner's commit", planned).await.unwrap();
+    assert!(committed.is_ok(), "the planner's edit must survive: {committed:?}");
+    // The planner's edit raised both keys once; the batch, taken again, once more.
+    assert_eq!(count(&c, &versions).await, before + 2);
+    let rt = recompute.transaction().await.unwrap();
+    let sent: i32 =
+        rt.query_one("SELECT rekenserver.herbereken($1, $2)", &[&vec![k1, k2], &vec![P, P]]).await.unwrap().get(0);
+    rt.commit().await.unwrap();
+    assert_eq!((sent, count(&c, &versions).await), (2, before + 4));
+}

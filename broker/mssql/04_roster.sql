@@ -332,7 +332,8 @@ GO
 CREATE OR ALTER PROCEDURE Rekenserver.markeer_sleutels @dv_van int, @dv_tot int, @datum_van date, @datum_tot date
 AS
 BEGIN
-    SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- Planners first in a deadlock (as Rekenserver.herbereken and the sweep).
+    SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     IF @dv_van IS NULL OR @dv_tot IS NULL OR @datum_van IS NULL OR @datum_tot IS NULL
        OR @dv_van > @dv_tot OR @datum_van > @datum_tot
@@ -398,7 +399,12 @@ GO
 CREATE OR ALTER PROCEDURE Rekenserver.herbereken @sleutels nvarchar(max)
 AS
 BEGIN
-    SET NOCOUNT ON; SET XACT_ABORT ON;
+    -- Planners first in a deadlock too: at equal priority SQL Server rolls back the
+    -- cheaper transaction, a planner's edit rather than this batch (SET DEADLOCK_PRIORITY:
+    -- "the session that is less expensive to roll back"). LOW makes this batch the
+    -- victim; `sbworker recompute` takes it again. (Restored when the procedure returns;
+    -- every lock wait of the batch is in here.)
+    SET NOCOUNT ON; SET XACT_ABORT ON; SET DEADLOCK_PRIORITY LOW;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
     INSERT @k SELECT DISTINCT dv, p FROM OPENJSON(@sleutels) WITH (dv int '$.dv', p int '$.p');

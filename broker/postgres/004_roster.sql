@@ -310,9 +310,12 @@ END $$;
 -- the dates p_datum_van..p_datum_tot, both the keys of the roster's duties there and the
 -- keys known before whose period overlaps the dates (their duties may be gone), and
 -- sends nothing: `sbworker sweep` sends them. Returns how many keys it raised.
+-- Planners first: a key a planner's transaction holds for more than 200 ms makes this
+-- fail (55P03, lock_not_available) instead of waiting, so in a deadlock with a planner's
+-- commit this is the one that gives way (see rekenserver.herbereken); run it again.
 --   SELECT rekenserver.markeer_sleutels(1, 2147483647, DATE '2026-01-01', DATE '2026-12-31');
 CREATE OR REPLACE FUNCTION rekenserver.markeer_sleutels(p_dv_van int, p_dv_tot int, p_datum_van date, p_datum_tot date)
-RETURNS int LANGUAGE plpgsql AS $$
+RETURNS int LANGUAGE plpgsql SET lock_timeout = '200ms' AS $$
 DECLARE
     v_n int;
 BEGIN
@@ -367,11 +370,17 @@ END $$;
 -- Recomputes these keys ($1 dienstverbanden, $2 periods, pairwise) as a roster edit
 -- does: each key's version rises and its Vraag, built from the data as it stands now,
 -- is sent, in key order (a planner's commit may lock keys in another order: a deadlock
--- between them costs one of the two its transaction, and `sbworker recompute` takes its
--- batch again). Returns how many were
--- sent (a key whose Vraag cannot be built is recorded in rekenserver.onverzendbaar).
+-- between them costs one of the two its transaction). Returns how many were sent (a key
+-- whose Vraag cannot be built is recorded in rekenserver.onverzendbaar).
+-- Planners first, in a deadlock too: PostgreSQL has no deadlock priority (the session
+-- whose deadlock_timeout, 1 s by default, runs out first while it waits is the victim,
+-- often the planner's). So this gives up any lock wait after 200 ms (55P03,
+-- lock_not_available), well within a planner's deadlock_timeout: in a deadlock it is this
+-- batch that rolls back, and `sbworker recompute` takes it again after a pause. (A
+-- planner whose deadlock check runs within 200 ms of this batch starting to wait still
+-- loses: the window SQL Server's DEADLOCK_PRIORITY LOW closes, which this cannot.)
 CREATE OR REPLACE FUNCTION rekenserver.herbereken(p_dvs int[], p_periodes int[])
-RETURNS int LANGUAGE plpgsql AS $$
+RETURNS int LANGUAGE plpgsql SET lock_timeout = '200ms' AS $$
 DECLARE
     k record;
     v_n int := 0;

@@ -234,19 +234,27 @@ pub async fn run<B: Backend>(
         if take.is_empty() {
             break;
         }
-        // Up to five tries: a deadlock with a planner's commit is the planner's edit or
-        // this batch losing its transaction, and this batch is simply taken again.
-        let mut result = None;
-        for _ in 0..5 {
+        // Up to eight tries, with a growing pause between them: a batch that loses a
+        // deadlock to a planner's commit, or gives way to a key a planner holds (it is
+        // the victim by design: SQL Server's DEADLOCK_PRIORITY LOW, PostgreSQL's 200 ms
+        // lock_timeout), is taken again once the planner is through.
+        let mut pauses = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(std::time::Duration::from_millis(100))
+                .with_max_delay(std::time::Duration::from_secs(2))
+                .with_jitter()
+                .with_max_times(7),
+        );
+        let result = loop {
             match db.batch(take).await {
-                Err(e) if B::transient(&e) => result = Some(Err(e)),
-                other => {
-                    result = Some(other);
-                    break;
-                }
+                Err(e) if B::transient(&e) => match pauses.next() {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => break Err(e),
+                },
+                other => break other,
             }
-        }
-        match result.expect("tried at least once") {
+        };
+        match result {
             Ok(n) => {
                 keys += take.len() as i64;
                 sent += n;
