@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use sbworker::contract::{self, Limits, Reden};
+use sbworker::contract::{self, CONTRACT_VERSIE, Limits, Reden};
 
 use crate::common::{root, root_of, xml_files, xmllint, xsd};
 
@@ -303,4 +303,52 @@ fn characters_xml_does_not_allow_are_refused_raw_and_as_references_in_utf8_and_u
     let from_refs = "\t\n\r\u{7F}\u{D7FF}\u{E000}\u{FFFD}\u{10000}\u{10FFFF}";
     assert_eq!(v.dienstverband.cao.naam, format!("{allowed}{from_refs}"));
     assert_eq!(v.diensten.dienst[0].tijdblokken[0].dienst_type.code, format!("L{from_refs}").as_str());
+}
+
+#[test]
+fn a_vraag_of_a_later_contract_version_is_refused_as_the_environments_fault() {
+    // A newer sender's Vraag: a later ContractVersie and an element this worker does not
+    // know. Refused before the element is judged, as newer-contract (which the collector
+    // records as repairable), naming the versions and with the Vraag's Id.
+    let text = example("vraag-voorbeeld1.xml");
+    let newer = text
+        .replacen("Versie=\"1\">", &format!("Versie=\"1\" ContractVersie=\"{}\">", CONTRACT_VERSIE + 1), 1)
+        .replacen("</LoonfactorBerekeningVraag>", "<Toekomst/></LoonfactorBerekeningVraag>", 1);
+    assert_ne!(newer, text);
+    let e = contract::decode_vraag(newer.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(e.reden, contract::Reden::NewerContract, "{e}");
+    assert!(e.detail.contains(&format!("contract version {}", CONTRACT_VERSIE + 1)), "{e}");
+    assert!(e.detail.contains(&format!("knows versions up to {CONTRACT_VERSIE}")), "{e}");
+    assert!(e.message_id.is_some());
+    let fout = e.to_fout();
+    assert_eq!(fout.reden, contract::Reden::NewerContract);
+    xmllint(&xsd("RekenserverFout"), contract::encode_fout(&fout).as_bytes()).unwrap();
+    // The same unknown element in a Vraag of this version, or of none (the shapes before
+    // the attribute), is the request's own fault.
+    for stamp in [format!(" ContractVersie=\"{CONTRACT_VERSIE}\""), String::new()] {
+        let v = text.replacen("Versie=\"1\">", &format!("Versie=\"1\"{stamp}>"), 1).replacen(
+            "</LoonfactorBerekeningVraag>",
+            "<Toekomst/></LoonfactorBerekeningVraag>",
+            1,
+        );
+        let e = contract::decode_vraag(v.as_bytes(), &Limits::default()).unwrap_err();
+        assert_eq!(e.reden, contract::Reden::UnexpectedElement, "{e}");
+    }
+    // This version, written with the lexical freedom of xs:positiveInteger, decodes; 0
+    // is no contract version.
+    let v = text.replacen("Versie=\"1\">", &format!("Versie=\"1\" ContractVersie=\" +{CONTRACT_VERSIE}\">"), 1);
+    let decoded = contract::decode_vraag(v.as_bytes(), &Limits::default()).unwrap();
+    assert_eq!(decoded.contract_versie, Some(CONTRACT_VERSIE));
+    let v = text.replacen("Versie=\"1\">", "Versie=\"1\" ContractVersie=\"0\">", 1);
+    let e = contract::decode_vraag(v.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(e.reden, contract::Reden::InvalidValue, "{e}");
+}
+
+#[test]
+fn the_senders_write_this_contract_version() {
+    // Both senders stamp the version this worker knows (a literal in their SQL).
+    let pg = std::fs::read_to_string(root().join("broker/postgres/004_roster.sql")).unwrap();
+    assert!(pg.contains(&format!("{CONTRACT_VERSIE} AS \"ContractVersie\"")));
+    let ms = std::fs::read_to_string(root().join("broker/mssql/04_roster.sql")).unwrap();
+    assert!(ms.contains(&format!("{CONTRACT_VERSIE} AS '@ContractVersie'")));
 }

@@ -118,12 +118,14 @@ prop_compose! {
     fn vraag()(id in uuid(), ts in timestamp(), versie in 0i64..=i64::MAX, dv in dienstverband(), pid in any::<i32>(),
         begin in date(), einde in date(),
         diensten in prop::collection::vec((date(), prop::collection::vec(tijdblok(), 1..4)), 0..8),
-        historie in prop::collection::vec(historie_periode(), 0..3)) -> Vraag {
+        historie in prop::collection::vec(historie_periode(), 0..3),
+        contract_versie in prop::option::of(1u32..=sbworker::contract::CONTRACT_VERSIE)) -> Vraag {
         Vraag {
             id, timestamp: ts, versie, dienstverband: dv,
             periode: Periode { id: pid, begin, einde },
             diensten: Diensten { dienst: diensten.into_iter().map(|(datum, tijdblokken)| Dienst { datum, tijdblokken }).collect() },
             historie,
+            contract_versie,
         }
     }
 }

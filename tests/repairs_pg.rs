@@ -471,3 +471,49 @@ async fn installing_over_a_log_keyed_by_the_dialog_keys_it_by_request_and_dialog
         assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await, rows);
     }
 }
+
+/// N1 of the fourth SQL Server review: a rolling upgrade in the wrong order. The sender
+/// is a release ahead of the workers (its Vraags of a later contract version, with an
+/// element these workers do not know): the workers answer newer-contract, which the
+/// collector records as the environment's fault, not the request's; once the sender and
+/// workers agree again (here: the sender put back, as the workers' upgrade would), the
+/// sweep sends every such key again and the end state is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vraag_from_a_newer_release_is_answered_again_after_the_upgrade() {
+    let (url, c) = fresh_roster_db().await;
+    let newer = sbworker::contract::CONTRACT_VERSIE + 1;
+    c.batch_execute(&format!(
+        "ALTER FUNCTION rekenserver.vraag(int, int, bigint, uuid) RENAME TO vraag_nu;
+         CREATE FUNCTION rekenserver.vraag(p_dv int, p_periode int, p_versie bigint, p_id uuid)
+         RETURNS xml LANGUAGE sql STABLE AS $$
+             SELECT replace(replace(rekenserver.vraag_nu(p_dv, p_periode, p_versie, p_id)::text,
+                                    'ContractVersie=\"{v}\"', 'ContractVersie=\"{newer}\"'),
+                            '</LoonfactorBerekeningVraag>', '<Toekomst/></LoonfactorBerekeningVraag>')::xml $$;",
+        v = sbworker::contract::CONTRACT_VERSIE
+    ))
+    .await
+    .unwrap();
+    let mut loader = connect(&url).await;
+    Roster::generate(3, 17, false).load(&mut loader).await.unwrap();
+    let keys = count(&c, "SELECT count(*) FROM rekenserver.sleutel").await;
+    assert!(keys >= 3);
+    let dir = TempDir::new("newer-contract");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    let refused = "SELECT count(*) FROM rekenserver.berekening_log
+                    WHERE uitkomst = 'fout' AND herstelbaar AND foutmelding LIKE 'newer-contract (%'";
+    wait_until("every request is refused as newer-contract", || async { count(&c, refused).await == keys }).await;
+    assert_eq!(count(&c, "SELECT count(*) FROM rekenserver.resultaat").await, 0);
+    let said: String =
+        c.query_one("SELECT foutmelding FROM rekenserver.berekening_log LIMIT 1", &[]).await.unwrap().get(0);
+    assert!(said.contains(&format!("contract version {newer}")), "{said}");
+    // The upgrade: sender and workers agree again. The sweep repairs every key.
+    c.batch_execute(
+        "DROP FUNCTION rekenserver.vraag(int, int, bigint, uuid);
+         ALTER FUNCTION rekenserver.vraag_nu(int, int, bigint, uuid) RENAME TO vraag;",
+    )
+    .await
+    .unwrap();
+    assert_eq!(sweep_once(&url).await, (0, 0, keys, keys, keys));
+    assert_end_state(&c).await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+}

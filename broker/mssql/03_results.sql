@@ -410,7 +410,8 @@ AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     IF @herstelbaar IS NULL
-        SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
+        SET @herstelbaar = CASE WHEN @melding LIKE N'internal (%' OR @melding LIKE N'newer-contract (%'
+                                      OR @melding LIKE N'error %' THEN 1 ELSE 0 END;
     DECLARE @vraag uniqueidentifier, @dv int, @periode int;
     SELECT TOP (1) @dv = dienstverband_id, @periode = periode_id
       FROM Rekenserver.berekening_log WHERE dialog_handle = @handle;
@@ -609,7 +610,8 @@ BEGIN
             ELSE IF @type = N'/Rekenserver/Fout'
             BEGIN
                 -- The Rust collector's text, "reden (number): message"; an internal Fout
-                -- (a diversion) is the environment's fault, any other is the request's.
+                -- (a diversion) or a newer-contract one (a worker older than the Vraag) is
+                -- the environment's fault, any other is the request's.
                 -- A Fout that cannot be read (its elements missing or not numbers) is
                 -- recorded as such, as the Rust collector does (not the environment's
                 -- fault), not retried. The body is well-formed (WELL_FORMED_XML).
@@ -623,7 +625,7 @@ BEGIN
                            @herstelbaar = 0;
                 ELSE
                     SELECT @tekst = LEFT(CONCAT(@reden, N' (', @nummer, N'): ', @tekst), 3000),
-                           @herstelbaar = CASE WHEN @reden = N'internal' THEN 1 ELSE 0 END;
+                           @herstelbaar = CASE WHEN @reden IN (N'internal', N'newer-contract') THEN 1 ELSE 0 END;
                 -- A Fout answers the oldest request open on the dialog (a reused one carries several).
                 EXEC Rekenserver.noteer_fout @handle = @handle, @melding = @tekst, @herstelbaar = @herstelbaar,
                      @eerste = 1;

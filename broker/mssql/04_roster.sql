@@ -116,6 +116,9 @@ BEGIN
                    SYSUTCDATETIME() AT TIME ZONE 'UTC' AT TIME ZONE 'W. Europe Standard Time'), 121), 11, 1, 'T')
                    AS '@Timestamp',
                @versie AS '@Versie',
+               -- The contract version (crates/core/src/contract/mod.rs, CONTRACT_VERSIE): a
+               -- worker that knows an older one refuses it as the environment's fault.
+               2 AS '@ContractVersie',
             (SELECT dv.id AS '@Id',
                 (SELECT c.id AS '@Id', c.code AS 'Code', CAST(c.is_vier_weken AS int) AS 'IsVierWeken', c.naam AS 'Naam',
                         c.werkweek_uren AS 'WerkweekUren'

@@ -227,8 +227,8 @@ BEGIN
          WHERE s.versie > ISNULL(r.versie, 0)
            -- In flight, or the latest version ended in a Fout about the request itself:
            -- not sent. One that failed by the environment (herstelbaar: an internal Fout
-           -- after a diversion, an error end, a lost dialog) is sent again, at most three
-           -- times per version.
+           -- after a diversion, a Fout from a worker older than the Vraag, an error end, a
+           -- lost dialog) is sent again, at most three times per version.
            AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
                             WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
                               AND (l.uitkomst IS NULL

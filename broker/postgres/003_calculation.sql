@@ -335,7 +335,8 @@ BEGIN
         IF FOUND THEN
             UPDATE rekenserver.berekening_log
                SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, foutmelding = p_melding,
-                   herstelbaar = coalesce(p_herstelbaar, p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
+                   herstelbaar = coalesce(p_herstelbaar, p_melding LIKE 'internal (%'
+                                          OR p_melding LIKE 'newer-contract (%' OR p_melding LIKE 'error %')
              WHERE dialog_handle = p_handle AND vraag_id = v_eerste;
             UPDATE rekenserver.berekening_log
                SET beantwoord_op = clock_timestamp(), uitkomst = 'fout', vraag = NULL, herstelbaar = true,
@@ -355,8 +356,8 @@ BEGIN
     UPDATE rekenserver.berekening_log
        SET beantwoord_op = coalesce(beantwoord_op, clock_timestamp()), uitkomst = 'fout', vraag = NULL,
            foutmelding = coalesce(foutmelding, p_melding),
-           herstelbaar = coalesce(herstelbaar, p_herstelbaar,
-                                  p_melding LIKE 'internal (%' OR p_melding LIKE 'error %')
+           herstelbaar = coalesce(herstelbaar, p_herstelbaar, p_melding LIKE 'internal (%'
+                                  OR p_melding LIKE 'newer-contract (%' OR p_melding LIKE 'error %')
      WHERE dialog_handle = p_handle AND (uitkomst IS NULL OR uitkomst = 'fout');
 END $$;
 

@@ -144,7 +144,10 @@ BEGIN
     RETURN (SELECT xmlelement(name "LoonfactorBerekeningVraag",
         xmlattributes('http://www.sdbgroep.nl/MPlus/Rekenserver/2008' AS xmlns, upper(p_id::text) AS "Id",
             to_char(clock_timestamp() AT TIME ZONE 'Europe/Amsterdam', 'YYYY-MM-DD"T"HH24:MI:SS.MS') AS "Timestamp",
-            p_versie AS "Versie"),
+            p_versie AS "Versie",
+            -- The contract version (crates/core/src/contract/mod.rs, CONTRACT_VERSIE): a
+            -- worker that knows an older one refuses it as the environment's fault.
+            2 AS "ContractVersie"),
         xmlelement(name "Dienstverband", xmlattributes(dv.id AS "Id"),
             xmlelement(name "Cao", xmlattributes(c.id AS "Id"),
                 xmlelement(name "Code", c.code),

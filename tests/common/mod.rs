@@ -195,6 +195,7 @@ pub mod build {
             periode: Periode { id: 7, begin: d(begin), einde: d(einde) },
             diensten: Diensten { dienst: diensten },
             historie: Vec::new(),
+            contract_versie: Some(sbworker::contract::CONTRACT_VERSIE),
         }
     }
 

@@ -22,8 +22,8 @@ USE [$(Database)];
 GO
 
 IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
-               WHERE name = N'LoonfactorBerekening_525dcd5d68c57f3b' AND schema_id = SCHEMA_ID(N'Rekenserver'))
-    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_525dcd5d68c57f3b AS N'<!--
+               WHERE name = N'LoonfactorBerekening_399f0fbbfb6e69ae' AND schema_id = SCHEMA_ID(N'Rekenserver'))
+    CREATE XML SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_399f0fbbfb6e69ae AS N'<!--
   LoonfactorBerekeningVraag: the calculation request a roster trigger sends to the
   calculation service (one dienstverband, one salary period, its shifts).
 
@@ -238,6 +238,9 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
       <xs:attribute name="Id" type="VraagUuid" use="required"/>
       <xs:attribute name="Timestamp" type="xs:dateTime" use="required"/>
       <xs:attribute name="Versie" type="VraagVersie" use="required"/>
+      <!-- The contract version the sender wrote (2 since Historie and Verlof; absent
+           before). A worker that knows an earlier one refuses the Vraag as newer-contract. -->
+      <xs:attribute name="ContractVersie" type="xs:positiveInteger" use="optional"/>
     </xs:complexType>
   </xs:element>
 </xs:schema>
@@ -375,6 +378,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.xml_schema_collections
       <xs:enumeration value="salary-missing"/>
       <xs:enumeration value="unknown-cao"/>
       <xs:enumeration value="internal"/>
+      <xs:enumeration value="newer-contract"/>
     </xs:restriction>
   </xs:simpleType>
 
@@ -398,14 +402,14 @@ GO
 
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
-ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_525dcd5d68c57f3b;
+ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] VALIDATION = VALID_XML WITH SCHEMA COLLECTION Rekenserver.LoonfactorBerekening_399f0fbbfb6e69ae;
 ALTER MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Antwoord] VALIDATION = WELL_FORMED_XML;
 ALTER MESSAGE TYPE [/Rekenserver/Fout] VALIDATION = WELL_FORMED_XML;
 -- Earlier versions' collections, now referenced by no message type.
 DECLARE @old sysname, @drop nvarchar(400);
 DECLARE old_collections CURSOR LOCAL STATIC READ_ONLY FOR
     SELECT c.name FROM sys.xml_schema_collections c
-     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_525dcd5d68c57f3b'
+     WHERE c.schema_id = SCHEMA_ID(N'Rekenserver') AND c.name <> N'LoonfactorBerekening_399f0fbbfb6e69ae'
        AND (c.name = N'LoonfactorBerekening' OR c.name LIKE N'LoonfactorBerekening[_]________________')
        AND NOT EXISTS (SELECT 1 FROM sys.service_message_types t WHERE t.xml_collection_id = c.xml_collection_id)
        AND NOT EXISTS (SELECT 1 FROM sys.columns k WHERE k.xml_collection_id = c.xml_collection_id)

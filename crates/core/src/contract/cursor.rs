@@ -485,6 +485,20 @@ impl<'i> Cursor<'i> {
         Ok(out)
     }
 
+    /// The value of an unprefixed attribute `name` of `start`, read leniently (no
+    /// other attribute is judged) and only when it needs no normalizing: for what must
+    /// be known before the strict reading (the Vraag's contract version).
+    pub(crate) fn plain_attr<'s>(&self, start: &'s BytesStart<'_>, name: &str) -> Option<&'s str> {
+        let raw = start.attributes_raw();
+        let mut at = 0;
+        while let Ok(Some(a)) = next_attr(raw, &mut at) {
+            if a.name == name {
+                return a.plain.then_some(a.value);
+            }
+        }
+        None
+    }
+
     /// Takes a required attribute from `attrs` and parses it.
     pub(crate) fn req<T>(
         &self,

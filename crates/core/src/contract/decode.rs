@@ -4,6 +4,7 @@
 //! (see `cursor`), and builds the typed model. Every error carries the element path,
 //! line and column, and a reason code.
 
+use super::CONTRACT_VERSIE;
 use super::body::{Limits, body_text};
 use super::cursor::{Child, Cursor, many, one};
 use super::error::DecodeError;
@@ -67,9 +68,30 @@ pub fn decode_fout(bytes: &[u8], limits: &Limits) -> Result<RekenserverFout, Dec
 
 fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
     let (start, pos) = cur.open_root("LoonfactorBerekeningVraag")?;
-    let [id, ts, versie] = cur.attrs(&start, ["Id", "Timestamp", "Versie"], pos)?;
+    // A Vraag of a later contract version than this worker knows is refused before
+    // anything else is read: an element or attribute this worker does not know is then
+    // the sender's upgrade, not a fault of the request.
+    if let Some(newer) = cur
+        .plain_attr(&start, "ContractVersie")
+        .and_then(|v| parse_contract_version(v).ok())
+        .filter(|v| *v > CONTRACT_VERSIE)
+    {
+        cur.message_id = cur.plain_attr(&start, "Id").and_then(|v| parse_uuid(v).ok());
+        return Err(cur.err(
+            Reden::NewerContract,
+            Some(("ContractVersie", true)),
+            format!(
+                "the Vraag is of contract version {newer}; this worker (sbworker {}) knows versions up to \
+                 {CONTRACT_VERSIE}: upgrade the calculation workers (the sweep sends it again)",
+                env!("CARGO_PKG_VERSION")
+            ),
+            pos,
+        ));
+    }
+    let [id, ts, versie, contract_versie] = cur.attrs(&start, ["Id", "Timestamp", "Versie", "ContractVersie"], pos)?;
     let id = cur.req(id, "Id", pos, parse_uuid)?;
     cur.message_id = Some(id);
+    let contract_versie = cur.opt(contract_versie, "ContractVersie", pos, parse_contract_version)?;
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
     let versie = cur.req(versie, "Versie", pos, parse_version)?;
     const C: &[Child] =
@@ -92,6 +114,7 @@ fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
         periode: periode.ok_or_else(|| cur.missing("Periode"))?,
         diensten: diensten.ok_or_else(|| cur.missing("Diensten"))?,
         historie,
+        contract_versie,
     };
     cur.close();
     Ok(v)

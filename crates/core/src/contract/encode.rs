@@ -204,6 +204,9 @@ pub fn encode_vraag_into(out: &mut String, v: &Vraag) {
     o.attr_with("Id", |s| uuid(s, &v.id));
     o.attr("Timestamp", v.timestamp.as_str());
     o.attr_with("Versie", |s| int(s, v.versie));
+    if let Some(c) = v.contract_versie {
+        o.attr_with("ContractVersie", |s| int(s, i64::from(c)));
+    }
     o.gt();
     dienstverband(&mut o, &v.dienstverband);
     let p = &v.periode;

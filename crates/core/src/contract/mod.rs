@@ -23,6 +23,12 @@ pub use model::*;
 /// The XML namespace of every message.
 pub const NAMESPACE: &str = "http://www.sdbgroep.nl/MPlus/Rekenserver/2008";
 
+/// The Vraag's contract version this worker knows (`ContractVersie`): 1 is the original
+/// system's shape, 2 adds `Historie`, `Verlof` and the attribute itself. A Vraag of a
+/// later version is refused with reason `newer-contract`, which the collector records as
+/// the environment's fault: the sweep sends it again once the workers are upgraded.
+pub const CONTRACT_VERSIE: u32 = 2;
+
 /// Service Broker message type names of the calculation contract.
 pub mod message_types {
     pub const VRAAG: &str = "/Rekenserver/LoonfactorBerekening/Vraag";

@@ -23,6 +23,10 @@ pub struct Vraag {
     pub diensten: Diensten,
     /// Stored results of earlier periods (`Historie`; empty when absent).
     pub historie: Vec<HistoriePeriode>,
+    /// The contract version the sender wrote (`ContractVersie`; absent in the shapes
+    /// before it, versions 1 and 2). A worker refuses a Vraag of a later version than
+    /// [`CONTRACT_VERSIE`](crate::contract::CONTRACT_VERSIE) as the environment's fault.
+    pub contract_versie: Option<u32>,
 }
 
 /// The employment: contract terms the engine needs.
@@ -201,11 +205,14 @@ pub enum Reden {
     SalaryMissing,
     UnknownCao,
     Internal,
+    /// The Vraag is of a later contract version than the worker knows (a rolling
+    /// upgrade in the wrong order): the environment's fault, sent again after the upgrade.
+    NewerContract,
 }
 
 impl Reden {
     /// Every reason, in the order of their error numbers.
-    pub const ALL: [Reden; 17] = [
+    pub const ALL: [Reden; 18] = [
         Reden::BodyTooLarge,
         Reden::BadEncoding,
         Reden::MalformedXml,
@@ -223,6 +230,7 @@ impl Reden {
         Reden::SalaryMissing,
         Reden::UnknownCao,
         Reden::Internal,
+        Reden::NewerContract,
     ];
 
     /// The code as written in XML.
@@ -245,6 +253,7 @@ impl Reden {
             Reden::SalaryMissing => "salary-missing",
             Reden::UnknownCao => "unknown-cao",
             Reden::Internal => "internal",
+            Reden::NewerContract => "newer-contract",
         }
     }
 

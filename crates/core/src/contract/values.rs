@@ -162,6 +162,20 @@ pub fn parse_int(s: &str) -> Result<i32, &'static str> {
 }
 
 /// `xs:long` restricted to 0 or more (a roster version).
+/// A contract version: xs:positiveInteger, 1 or more (at most 2^32-1 here).
+pub fn parse_contract_version(s: &str) -> Result<u32, &'static str> {
+    let t = xml_trim(s);
+    let body = t.strip_prefix('+').unwrap_or(t);
+    if body.is_empty() || !body.bytes().all(|c| c.is_ascii_digit()) {
+        return Err("is not a contract version (a whole number, 1 or more)");
+    }
+    match body.parse::<u32>() {
+        Ok(0) => Err("is not a contract version (a whole number, 1 or more)"),
+        Ok(v) => Ok(v),
+        Err(_) => Err("is out of range for a contract version"),
+    }
+}
+
 pub fn parse_version(s: &str) -> Result<i64, &'static str> {
     let t = xml_trim(s);
     let body = t.strip_prefix('+').unwrap_or(t);

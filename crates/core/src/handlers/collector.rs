@@ -65,10 +65,15 @@ impl Collector {
 
     /// Records a Fout's reason in the calculation log, and ends the dialog.
     async fn on_fout<S: PayrollStore>(&self, s: &mut S, h: Uuid, body: &[u8]) -> Result<Step, HandlerError> {
-        // An internal Fout (the request was diverted) is the environment's fault: the
-        // sweep sends the version again. Any other is the request's.
+        // An internal Fout (the request was diverted) or a newer-contract one (the
+        // worker is older than the Vraag: an upgrade in the wrong order) is the
+        // environment's fault: the sweep sends the version again. Any other is the
+        // request's.
         let (reason, repairable) = match contract::decode_fout(body, &self.limits) {
-            Ok(f) => (format!("{} ({}): {}", f.reden, f.error_number, f.error_message), f.reden == Reden::Internal),
+            Ok(f) => (
+                format!("{} ({}): {}", f.reden, f.error_number, f.error_message),
+                matches!(f.reden, Reden::Internal | Reden::NewerContract),
+            ),
             Err(e) => (format!("unreadable Fout: {e}"), false),
         };
         warn!(reason = %reason, "the calculation answered with a Fout");

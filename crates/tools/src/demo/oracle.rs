@@ -119,5 +119,6 @@ pub async fn vraag(
         periode: periode_row,
         diensten: Diensten { dienst: diensten.into_iter().map(|(_, d)| d).collect() },
         historie,
+        contract_versie: Some(crate::contract::CONTRACT_VERSIE),
     }))
 }
