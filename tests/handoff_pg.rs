@@ -869,6 +869,29 @@ async fn a_version_with_the_same_figures_leaves_the_correction_naming_what_payro
         batch.rows.iter().map(|r| (r.dienstverband_id, r.versie, r.vervangt_versie)).collect();
     assert_eq!(replaced, BTreeSet::from([(1, 3, Some(1)), (2, 3, Some(1))]));
     assert_eq!((stamped(&c, 1).await, stamped(&c, 2).await), (vec![1, 3], vec![1, 3]));
+    // Version 4 answers a factor more, at 0 (as a release that adds factors does): the
+    // same figures, no correction; a factor the stored result has at 0 and the new one
+    // lacks, likewise.
+    let outcome: String = c
+        .query_one(
+            "SELECT rekenserver.sla_antwoord_op(gen_random_uuid(), gen_random_uuid(), 1, $1, 4, false,
+                    ARRAY[5, 5, 5], ARRAY['100', '230', '330'], ARRAY[9, 12.50, 0]::numeric[])",
+            &[&P],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(outcome, "opgeslagen");
+    assert_eq!(store(&c, 1, 5, "9", "12.50").await, "opgeslagen");
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM rekenserver.resultaat WHERE dienstverband_id = 1 AND versie = 5 AND export_status = 2"
+        )
+        .await,
+        1,
+        "a factor at 0 is no change of figures"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -300,16 +300,17 @@ BEGIN
                m.value('(Waarde)[1]', 'decimal(18, 4)')
           FROM @antwoord.nodes('/LoonfactorBerekeningAntwoord/VariabeleMutatie') AS t(m);
         -- Only a result claimed or exported has an export state to keep: one still
-        -- waiting (the pipeline's usual case) is not compared.
+        -- waiting (the pipeline's usual case) is not compared. A factor at 0 and a factor
+        -- absent are the same figure (a release that adds a factor answers it at 0).
         DECLARE @zelfde bit = 0;
         IF EXISTS (SELECT 1 FROM Rekenserver.resultaat
                     WHERE dienstverband_id = @dv AND periode_id = @periode AND export_status <> 0)
             SET @zelfde = CASE
-                WHEN NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw
+                WHEN NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw WHERE waarde <> 0
                                  EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
                                          WHERE dienstverband_id = @dv AND periode_id = @periode)
                  AND NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
-                                  WHERE dienstverband_id = @dv AND periode_id = @periode
+                                  WHERE dienstverband_id = @dv AND periode_id = @periode AND waarde <> 0
                                  EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw)
                 THEN 1 ELSE 0 END;
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)

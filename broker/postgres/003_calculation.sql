@@ -253,17 +253,18 @@ BEGIN
         -- new version is stored, but its export state stays (payroll has these figures;
         -- no correction is sent for nothing). Only a result claimed or exported has an
         -- export state to keep: one still waiting (the pipeline's usual case) is not
-        -- compared.
+        -- compared. A factor at 0 and a factor absent are the same figure (a release that
+        -- adds a factor answers it at 0: that is no correction for payroll).
         v_zelfde := false;
         IF EXISTS (SELECT 1 FROM rekenserver.resultaat
                     WHERE dienstverband_id = p_dv AND periode_id = p_periode AND export_status <> 0) THEN
             v_zelfde := NOT EXISTS (
-                    SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w)
+                    SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w) WHERE u.w <> 0
                     EXCEPT SELECT f.kaart_soort, f.loonfactor_code, f.waarde FROM rekenserver.resultaat_factor f
                             WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode)
                 AND NOT EXISTS (
                     SELECT f.kaart_soort, f.loonfactor_code, f.waarde FROM rekenserver.resultaat_factor f
-                     WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode
+                     WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode AND f.waarde <> 0
                     EXCEPT SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w));
         END IF;
         INSERT INTO rekenserver.resultaat AS r (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)

@@ -35,6 +35,14 @@ pub fn run(
                         for w in &calc.antwoord.waarschuwingen {
                             writeln!(err, "sbworker calc: warning {}: {}", w.code, w.tekst)?;
                         }
+                        // Said here and at the worker's start, not in every Antwoord.
+                        if let Some(why) = tables.cao(&v.dienstverband.cao.code).and_then(|c| c.unverified.as_ref()) {
+                            writeln!(
+                                err,
+                                "sbworker calc: warning: the rate table of CAO {} is not checked against its text: {why}",
+                                v.dienstverband.cao.code
+                            )?;
+                        }
                     }
                 }
                 let xml = contract::encode_antwoord(&calc.antwoord);

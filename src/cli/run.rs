@@ -97,6 +97,12 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
     let _ = bench;
     init_logging(&config)?;
     let tables = Arc::new(super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?);
+    // A table not checked against its CAO's text says so once, at start-up.
+    for cao in tables.caos.iter() {
+        if let Some(why) = &cao.unverified {
+            tracing::warn!(cao = %cao.code, "the rate table of CAO {} is not checked against its text: {why}", cao.code);
+        }
+    }
     let limits = Limits { max_body_bytes: config.engine.max_body_bytes, ..Limits::default() };
     let rt = super::runtime::runtime(true)?;
     // Resolved once, here: the worker's settings, and the database it talks to (the

@@ -186,8 +186,18 @@ impl Explanation {
     }
 
     /// Worked minutes after the period's ORT limit was reached.
-    pub(crate) fn above_limit(&mut self, p: &Piece, date: NaiveDate, from: u16, to: u16, limit: i64) {
-        let why = format!("above the ORT limit of {} h in the period (art. 9.1 lid 1-2): no ORT", dur(limit));
+    pub(crate) fn above_limit(&mut self, p: &Piece, date: NaiveDate, from: u16, to: u16, limit: i64, off: i64) {
+        let why = if off > 0 {
+            format!(
+                "above the ORT limit of {} h in the period less {} h of sick and leave hours, {} h of work \
+                 (art. 9.1 lid 1-2): no ORT",
+                dur(limit),
+                dur(off),
+                dur((limit - off).max(0))
+            )
+        } else {
+            format!("above the ORT limit of {} h in the period (art. 9.1 lid 1-2): no ORT", dur(limit))
+        };
         let lines = &mut self.diensten[p.dienst].blocks[p.block].lines;
         match lines.last_mut() {
             Some(l) if l.date == date && l.to == from && l.pct.is_none() && l.why == why => l.to = to,

@@ -99,8 +99,9 @@ pub fn answer(
     let full = unit(werkweek.max(dv.parttime_uren));
     let extra = (total - norm).min(full - norm).max(Decimal::ZERO);
     // Overtime is work (art. 8.1 "arbeid ... boven"): sick and leave hours fill the roster's
-    // hours first and are never above them, so it is at most the worked hours.
-    let over = (total - full).max(Decimal::ZERO).min(Decimal::from(totals.worked_minutes * 12));
+    // hours first and are never above them, so it is at most the worked hours. It is the
+    // worked minutes placed above the roster's hours (ort::work_cutoff, the limit to the
+    // minute): one count for 310 and for what overtime pay places in its windows.
     let to_hours = |u: Decimal| money(u / Decimal::from(720));
     let overtime = overtime_pay(v, cao, totals, &mut warnings)?;
     if let Some(max) = cao.max_hours_week
@@ -113,13 +114,6 @@ pub fn answer(
                 "the contract holds {} hours a week, more than the {max} CAO {} allows: the norms use the contract as given",
                 dv.parttime_uren, cao.code
             ),
-        });
-    }
-    if let Some(why) = &cao.unverified {
-        warnings.push(Waarschuwing {
-            code: "tabel-niet-geverifieerd".into(),
-            datum: Some(v.periode.begin),
-            tekst: format!("the rate table of CAO {} is not checked against the CAO's text: {why}", cao.code),
         });
     }
 
@@ -142,7 +136,7 @@ pub fn answer(
     rows.push((codes::ORT_AMOUNT, amount));
     rows.push((codes::VACATION_ORT_AMOUNT, vacation_amount));
     rows.push((codes::EXTRA_HOURS, to_hours(extra)));
-    rows.push((codes::OVERTIME_HOURS, to_hours(over)));
+    rows.push((codes::OVERTIME_HOURS, hours_from_minutes(totals.overtime_minutes)));
     if let Some(ot) = &cao.overtime {
         rows.extend(ot.rates.iter().zip(&overtime.rate_hours).map(|(r, h)| (r.code.as_str(), *h)));
     }
@@ -155,6 +149,9 @@ pub fn answer(
             e.note(&o.note);
         }
         e.note(&overtime.note);
+        if let Some(why) = &cao.unverified {
+            e.note(&format!("The rate table of CAO {} is not checked against its text: {why}.", cao.code));
+        }
     }
     Ok(Antwoord {
         id: v.id,
@@ -179,6 +176,30 @@ pub fn answer(
     })
 }
 
+/// Whether the employee gets the CAO's overtime pay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entitlement {
+    /// The overtime minutes are placed in the table's windows (a CAO without overtime
+    /// rules too: every minute then has no percentage, and a warning says so).
+    Paid,
+    /// Above the table's job group: no overtime pay (FNV on CAO Ziekenhuizen: FWG 60).
+    JobGroupAbove(i32),
+    /// The rules were read for full-timers only (`alleen_voltijd`): a part-timer's
+    /// overtime gets no percentage, and a warning.
+    PartTimer,
+}
+
+pub(crate) fn entitlement(v: &Vraag, cao: &Cao) -> Entitlement {
+    let dv = &v.dienstverband;
+    match &cao.overtime {
+        Some(o) if o.max_functiegroep.is_some_and(|g| dv.functiegroep > g) => {
+            Entitlement::JobGroupAbove(o.max_functiegroep.unwrap_or_default())
+        }
+        Some(o) if o.full_time_only && dv.parttime_uren < dv.cao.werkweek_uren => Entitlement::PartTimer,
+        _ => Entitlement::Paid,
+    }
+}
+
 /// What overtime pay gives for one period.
 struct OvertimePay {
     /// Hours per overtime rate of the CAO (in the order of `Overtime::rates`).
@@ -200,7 +221,6 @@ fn overtime_pay(
     let dv = &v.dienstverband;
     let zero = Decimal::new(0, 2);
     let ot = cao.overtime.as_ref();
-    let entitled = ot.is_none_or(|o| o.max_functiegroep.is_none_or(|g| dv.functiegroep <= g));
     let mut out = OvertimePay {
         rate_hours: vec![zero; ot.map_or(0, |o| o.rates.len())],
         time_off_hours: zero,
@@ -210,33 +230,50 @@ fn overtime_pay(
     if totals.overtime_minutes == 0 {
         return Ok(out);
     }
-    if !entitled {
-        let g = ot.and_then(|o| o.max_functiegroep).unwrap_or_default();
+    let hours = hours_from_minutes(totals.overtime_minutes);
+    let ent = entitlement(v, cao);
+    // The overtime minutes no percentage is paid for, and why.
+    let (unpaid, why) = match ent {
+        Entitlement::JobGroupAbove(g) => {
+            out.note = format!(
+                "Overtime: {hours} h above the roster's hours; job group {} is above {g}: no overtime pay under CAO {}.",
+                dv.functiegroep, cao.code
+            );
+            return Ok(out);
+        }
+        Entitlement::PartTimer => (
+            totals.overtime_minutes,
+            format!(
+                "the overtime rules of the rate table were read for full-timers, and this contract is {} of {} hours",
+                dv.parttime_uren, dv.cao.werkweek_uren
+            ),
+        ),
+        Entitlement::Paid => (
+            totals.overtime_unpaid_minutes,
+            match ot {
+                Some(o) if o.windows.is_empty() => "the rate table holds no overtime percentages for this CAO",
+                Some(_) => "they fall in no overtime window of the rate table",
+                None => "the rate table holds no overtime rules for this CAO",
+            }
+            .to_owned(),
+        ),
+    };
+    if unpaid > 0 {
         out.note = format!(
-            "Overtime: {} h above the roster's hours; job group {} is above {g}: no overtime pay under CAO {}.",
-            hours_from_minutes(totals.overtime_minutes),
-            dv.functiegroep,
-            cao.code
+            "Overtime: {hours} h above the roster's hours; {} h of them carry no percentage: {why}.",
+            hours_from_minutes(unpaid)
         );
-        return Ok(out);
-    }
-    if totals.overtime_unpaid_minutes > 0 {
-        let why = match ot {
-            Some(o) if o.windows.is_empty() => "the rate table holds no overtime percentages for this CAO".to_owned(),
-            Some(_) => "they fall in no overtime window of the rate table".to_owned(),
-            None => "the rate table holds no overtime rules for this CAO".to_owned(),
-        };
         warnings.push(Waarschuwing {
             code: "overwerk-zonder-percentage".into(),
             datum: Some(v.periode.begin),
             tekst: format!(
                 "{} overtime hours carry no overtime percentage ({why}): payroll must compensate them under CAO {}",
-                hours_from_minutes(totals.overtime_unpaid_minutes),
+                hours_from_minutes(unpaid),
                 cao.code
             ),
         });
     }
-    let Some(ot) = ot else { return Ok(out) };
+    let Some(ot) = ot.filter(|o| ent == Entitlement::Paid && !o.windows.is_empty()) else { return Ok(out) };
     // A capped window's stretch of weekdays that reaches back into the previous period:
     // the Vraag does not carry that period's overtime day by day, so when its stored
     // result has hours at the capped percentage, the cap may have been reached already.

@@ -131,7 +131,14 @@ pub fn calculate(vraag: &Vraag, tables: &Tables, explain: bool) -> Result<Calcul
         ..Totals::default()
     };
     totals.ort_limit_minutes = cao.ort_tot_voltijd.then_some(totals.roster_limit_minutes);
-    let sums = ort::split(&line, cao, vraag.periode.begin, &mut totals, ex.as_mut())?;
+    let sums = ort::split(
+        &line,
+        cao,
+        vraag.periode.begin,
+        factors::entitlement(vraag, cao) == factors::Entitlement::Paid,
+        &mut totals,
+        ex.as_mut(),
+    )?;
     let antwoord = factors::answer(vraag, tables, cao, &mut totals, &sums, line.warnings, ex.as_mut())?;
     if let Some(e) = ex.as_mut() {
         e.finish(&antwoord, &totals, cao);

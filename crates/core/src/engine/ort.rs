@@ -35,10 +35,14 @@ impl Sums {
     }
 }
 
+/// `overtime_paid`: the employee gets the CAO's overtime pay (its job group, and the
+/// contract the overtime rules were read for); the overtime minutes are placed in its
+/// windows only then.
 pub fn split(
     line: &Line,
     cao: &Cao,
     period_begin: chrono::NaiveDate,
+    overtime_paid: bool,
     totals: &mut Totals,
     mut ex: Option<&mut Explanation>,
 ) -> Result<Sums, EngineError> {
@@ -55,7 +59,14 @@ pub fn split(
     // The same instant begins the overtime (work above the roster's hours, art. 8.1), which
     // the CAO's overtime windows may pay a percentage over.
     let cutoff = work_cutoff(line, totals.roster_limit_minutes);
-    let mut overtime = Overtime { first_day: weekday_number(period_begin), ..Overtime::default() };
+    let rostered_off = rostered_off(line);
+    // The number of the period's first weekday (a period that begins on a Saturday or
+    // Sunday: the Monday after; the Friday before is the previous period's).
+    let first_weekday = (0..3u64)
+        .map(|n| period_begin + chrono::Days::new(n))
+        .find(|d| d.weekday().num_days_from_monday() < 5)
+        .unwrap_or(period_begin);
+    let mut overtime = Overtime { first_day: weekday_number(first_weekday), ..Overtime::default() };
     for piece in &line.pieces {
         let len = piece.end - piece.start;
         match piece.kind {
@@ -92,12 +103,21 @@ pub fn split(
                     }
                     if above {
                         totals.overtime_minutes += i64::from(m1 - m0);
-                        overtime.classify(cao, date, m0, m1, &holidays, totals, ex.as_deref_mut());
+                        if overtime_paid {
+                            overtime.classify(cao, date, m0, m1, &holidays, totals, ex.as_deref_mut());
+                        }
                     }
                     if above && totals.ort_limit_minutes.is_some() {
                         totals.over_limit_minutes += i64::from(m1 - m0);
                         if let Some(e) = ex.as_deref_mut() {
-                            e.above_limit(piece, date, m0, m1, totals.ort_limit_minutes.unwrap_or_default());
+                            e.above_limit(
+                                piece,
+                                date,
+                                m0,
+                                m1,
+                                totals.ort_limit_minutes.unwrap_or_default(),
+                                rostered_off,
+                            );
                         }
                         t = day_start + i64::from(m1);
                         continue;
@@ -190,7 +210,15 @@ impl Overtime {
                 .windows
                 .iter()
                 .enumerate()
-                .filter(|(_, w)| w.window.from <= m && w.window.to >= end && w.window.days.matches(&info))
+                // A public holiday is not a weekday for overtime: a window holds it only
+                // when it names `feestdag` (CAO GGZ's Monday-to-Friday percentages were
+                // read for working days; its holiday rule was not).
+                .filter(|(_, w)| {
+                    w.window.from <= m
+                        && w.window.to >= end
+                        && w.window.days.matches(&info)
+                        && (info.holiday.is_none() || w.window.days.holiday)
+                })
                 .max_by_key(|(_, w)| w.window.pct);
             let minutes = i64::from(end - m);
             match best {
@@ -268,12 +296,15 @@ fn window_text(w: &Window, cap: Option<super::tables::Cap>) -> String {
     s
 }
 
+/// The period's sick and leave minutes: rostered hours that are not work.
+fn rostered_off(line: &Line) -> i64 {
+    line.pieces.iter().filter(|p| !matches!(p.kind, Kind::Worked | Kind::Other)).map(|p| p.end - p.start).sum()
+}
+
 /// The instant the worked minutes of the period fill the room the limit leaves after
 /// its sick and leave minutes (`None`: they never do, no worked minute is above it).
 pub(crate) fn work_cutoff(line: &Line, limit: i64) -> Option<super::clock::Minute> {
-    let rostered_off: i64 =
-        line.pieces.iter().filter(|p| !matches!(p.kind, Kind::Worked | Kind::Other)).map(|p| p.end - p.start).sum();
-    let mut left = (limit - rostered_off).max(0);
+    let mut left = (limit - rostered_off(line)).max(0);
     line.pieces.iter().filter(|p| p.kind == Kind::Worked).find_map(|p| {
         let len = p.end - p.start;
         if len > left {

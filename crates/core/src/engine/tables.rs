@@ -78,6 +78,8 @@ struct RawOvertime {
     #[serde(default)]
     tijd_voor_tijd: bool,
     #[serde(default)]
+    alleen_voltijd: bool,
+    #[serde(default)]
     vensters: Vec<RawOvertimeWindow>,
 }
 
@@ -273,6 +275,9 @@ pub struct Overtime {
     /// The overtime hours themselves are compensated in time off (factor 315), the
     /// percentages paid on top.
     pub time_off: bool,
+    /// The rules hold for full-timers only (as read): a part-timer's overtime gets no
+    /// percentage and a warning (`alleen_voltijd`).
+    pub full_time_only: bool,
     pub windows: Vec<OvertimeWindow>,
     /// Every window edge plus 0 and 1440, sorted, unique.
     pub edges: Vec<u16>,
@@ -551,7 +556,14 @@ fn overtime_from_raw(at: &str, ro: &RawOvertime, ort_rates: &[Rate]) -> Result<O
     {
         return Err(bad(at, format!("max_functiegroep {g} is below 0")));
     }
-    Ok(Overtime { max_functiegroep: ro.max_functiegroep, time_off: ro.tijd_voor_tijd, windows, edges, rates })
+    Ok(Overtime {
+        max_functiegroep: ro.max_functiegroep,
+        time_off: ro.tijd_voor_tijd,
+        full_time_only: ro.alleen_voltijd,
+        windows,
+        edges,
+        rates,
+    })
 }
 
 fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
