@@ -455,7 +455,8 @@ async fn a_rate_table_change_is_recomputed_for_one_period_only() {
         .await
         .unwrap();
     assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
-    assert!(std::fs::read_to_string(&april).unwrap().lines().skip(1).all(|l| l.ends_with(",0,")));
+    // Nothing is a correction yet (the correctie column, the ninth).
+    assert!(std::fs::read_to_string(&april).unwrap().lines().skip(1).all(|l| l.split(',').nth(8) == Some("0")));
     // New rate tables: weekday nights at 50%.
     let text = std::fs::read_to_string(crate::common::root().join("data/cao.toml")).unwrap();
     let changed = text.replace("pct = 47, code = \"212\"", "pct = 50, code = \"212\"");
@@ -949,4 +950,75 @@ async fn in_a_deadlock_with_a_recompute_the_planners_edit_survives() {
         rt.query_one("SELECT rekenserver.herbereken($1, $2)", &[&vec![k1, k2], &vec![P, P]]).await.unwrap().get(0);
     rt.commit().await.unwrap();
     assert_eq!((sent, count(&c, &versions).await), (2, before + 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_warnings_reach_payroll_with_its_figures() {
+    // The engine's warnings are stored with the result and exported with it: the codes
+    // in the CSV, the texts in the JSON, and a count on stderr. One employee's contract
+    // is set to 42 hours a week under CAO Ziekenhuizen (art. 6.1 lid 2 allows 40).
+    use sbworker::demo::roster::FIRST_ID;
+    let (url, c) = fresh_roster_db().await;
+    let mut loader = connect(&url).await;
+    Roster::generate(3, 5, false).load(&mut loader).await.unwrap();
+    c.batch_execute(&format!(
+        "UPDATE rooster.dienstverband SET parttime_uren = 42, cao_id = 100 WHERE id = {FIRST_ID}"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("warnings");
+    let worker = spawn_worker(&dir, &sbworker::demo::worker_config_text(&url, 2));
+    crate::common::calc::wait_until("every key holds its latest version", || async {
+        count(
+            &c,
+            "SELECT count(*) FROM rekenserver.sleutel s LEFT JOIN rekenserver.resultaat r USING (dienstverband_id, periode_id)
+              WHERE r.versie IS DISTINCT FROM s.versie",
+        )
+        .await
+            == 0
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+    let json_file = dir.0.join("april.json");
+    let out = Command::new(BIN)
+        .args(["export", "--postgres", &url, "--periode", &P.to_string(), "--format", "json", "--mode", "lease"])
+        .arg("--out")
+        .arg(&json_file)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    // (The demo roster has warnings of its own, overlapping blocks among them.)
+    assert!(said.contains("results carry warnings (") && said.contains("contract-boven-maximum 1"), "{said}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_file).unwrap()).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert!(results.len() >= 2);
+    for r in results {
+        let warnings = r["waarschuwingen"].as_array().unwrap();
+        let above: Vec<_> = warnings.iter().filter(|w| w["code"] == "contract-boven-maximum").collect();
+        if r["dienstverband_id"] == FIRST_ID {
+            assert_eq!(above.len(), 1, "{r}");
+            assert!(above[0]["tekst"].as_str().unwrap().contains("42"), "{r}");
+        } else {
+            assert!(above.is_empty(), "{r}");
+        }
+    }
+    // The CSV, after the lease is given back: the code on each of its rows.
+    c.batch_execute("UPDATE rekenserver.resultaat SET export_status = 0").await.unwrap();
+    let csv_file = dir.0.join("april.csv");
+    let out = Command::new(BIN)
+        .args(["export", "--postgres", &url, "--periode", &P.to_string(), "--out"])
+        .arg(&csv_file)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let csv = std::fs::read_to_string(&csv_file).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",correctie,vervangt_versie,waarschuwingen"));
+    for line in csv.lines().skip(1) {
+        let of_first = line.split(',').nth(2) == Some(&FIRST_ID.to_string());
+        let codes = line.rsplit(',').next().unwrap();
+        assert_eq!(codes.split(';').any(|c| c == "contract-boven-maximum"), of_first, "{line}");
+    }
 }

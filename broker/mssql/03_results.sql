@@ -45,6 +45,10 @@ IF COL_LENGTH(N'Rekenserver.resultaat', N'vorige_export_versie') IS NULL
 -- claim, kept when a version with the same figures is stored (which moves `versie` but
 -- sends nothing), so the next correction names what payroll has. Rows claimed before
 -- the column existed take their own version (the best there is to know).
+-- The stored version's warnings (the Antwoord's Waarschuwing elements as JSON
+-- [{"code", "tekst"}], NULL for none): the export hands them to payroll with the figures.
+IF COL_LENGTH(N'Rekenserver.resultaat', N'waarschuwingen') IS NULL
+    ALTER TABLE Rekenserver.resultaat ADD waarschuwingen nvarchar(max) NULL;
 IF COL_LENGTH(N'Rekenserver.resultaat', N'geexporteerde_versie') IS NULL
 BEGIN
     ALTER TABLE Rekenserver.resultaat ADD geexporteerde_versie bigint NULL;
@@ -313,8 +317,16 @@ BEGIN
                                   WHERE dienstverband_id = @dv AND periode_id = @periode AND waarde <> 0
                                  EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw)
                 THEN 1 ELSE 0 END;
+        -- Its warnings for payroll (the superseded marker is none). The namespace in the
+        -- XQuery prolog: WITH XMLNAMESPACES does not go with FOR JSON.
+        DECLARE @waarschuwingen nvarchar(max) = (
+            SELECT w.value('@Code', 'nvarchar(100)') AS code, w.value('.', 'nvarchar(3000)') AS tekst
+              FROM @antwoord.nodes('declare default element namespace "http://www.sdbgroep.nl/MPlus/Rekenserver/2008";
+                                    /LoonfactorBerekeningAntwoord/Waarschuwing[@Code != "vervangen"]') AS t(w)
+               FOR JSON PATH);
         UPDATE Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
            SET versie = @versie, vraag_id = @vraag, dialog_handle = @handle, opgeslagen_op = SYSUTCDATETIME(),
+               waarschuwingen = @waarschuwingen,
                -- (Every expression reads the row as it was before the update.)
                -- Exported, or claimed under a lease (payroll may hold it already).
                -- The version payroll has, not the stored one: a version with the same
@@ -329,8 +341,8 @@ BEGIN
          WHERE dienstverband_id = @dv AND periode_id = @periode AND versie < @versie;
         IF @@ROWCOUNT = 0 AND NOT EXISTS (SELECT 1 FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
                                            WHERE dienstverband_id = @dv AND periode_id = @periode)
-            INSERT Rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
-            VALUES (@dv, @periode, @versie, @vraag, @handle);
+            INSERT Rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle, waarschuwingen)
+            VALUES (@dv, @periode, @versie, @vraag, @handle, @waarschuwingen);
         IF EXISTS (SELECT 1 FROM Rekenserver.resultaat
                     WHERE dienstverband_id = @dv AND periode_id = @periode AND versie = @versie AND dialog_handle = @handle)
         BEGIN

@@ -43,12 +43,14 @@ BEGIN
     IF @mode NOT IN ('once', 'lease') THROW 50101, 'mode must be once or lease', 1;
     BEGIN TRANSACTION;
     DECLARE @claimed TABLE (dienstverband_id int NOT NULL, periode_id int NOT NULL, versie bigint NOT NULL,
-                            vorige_export_versie bigint NULL, PRIMARY KEY (dienstverband_id, periode_id));
+                            vorige_export_versie bigint NULL, waarschuwingen nvarchar(max) NULL,
+                            PRIMARY KEY (dienstverband_id, periode_id));
     UPDATE r
        SET export_status = CASE @mode WHEN 'once' THEN 2 ELSE 1 END, export_batch = @batch,
            geclaimd_op = SYSUTCDATETIME(), geexporteerd_op = CASE @mode WHEN 'once' THEN SYSUTCDATETIME() END,
            geexporteerde_versie = r.versie
-    OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie, inserted.vorige_export_versie INTO @claimed
+    OUTPUT inserted.dienstverband_id, inserted.periode_id, inserted.versie, inserted.vorige_export_versie,
+           inserted.waarschuwingen INTO @claimed
       FROM Rekenserver.resultaat r WITH (READPAST, UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
      WHERE r.periode_id = @periode
        AND (r.export_status = 0
@@ -65,7 +67,8 @@ BEGIN
     -- waarde as text, exactly as stored (decimal(18, 4)), as the PostgreSQL export gives it.
     SELECT @batch AS batch, CONCAT(c.dienstverband_id, '-', c.periode_id, '-', c.versie) AS sleutel,
            c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code,
-           CONVERT(varchar(40), f.waarde) AS waarde, c.vorige_export_versie AS vervangt_versie
+           CONVERT(varchar(40), f.waarde) AS waarde, c.vorige_export_versie AS vervangt_versie,
+           c.waarschuwingen
       FROM @claimed c JOIN Rekenserver.resultaat_factor f
         ON f.dienstverband_id = c.dienstverband_id AND f.periode_id = c.periode_id
      ORDER BY c.dienstverband_id, f.loonfactor_code;

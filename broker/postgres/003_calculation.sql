@@ -150,6 +150,10 @@ ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie 
 -- sends nothing), so the next correction names what payroll has. Rows claimed before
 -- the column existed take their own version (the best there is to know).
 ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS geexporteerde_versie bigint;
+-- The stored version's warnings (the Antwoord's Waarschuwing elements, as
+-- [{"code": …, "tekst": …}], NULL for none): the export hands them to payroll with the
+-- figures (overtime no percentage is paid for, a contract above the CAO's maximum, …).
+ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS waarschuwingen jsonb;
 UPDATE rekenserver.resultaat SET geexporteerde_versie = versie
  WHERE geexporteerde_versie IS NULL AND export_status IN (1, 2);
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
@@ -220,12 +224,14 @@ END $$;
 -- Stores an Antwoord: replaces the key's factors when its version is newer than the
 -- stored one (never otherwise, so a stored result never goes back), logs the version,
 -- and completes the calculation log. Returns the outcome.
--- (p_rekenversie came later: the function of an older install is replaced, not
--- overloaded.)
+-- (p_rekenversie and p_waarschuwingen came later: the function of an older install is
+-- replaced, not overloaded; an older worker's call without them still resolves.)
 DROP FUNCTION IF EXISTS rekenserver.sla_antwoord_op(uuid, uuid, int, int, bigint, boolean, int[], text[], numeric[]);
+DROP FUNCTION IF EXISTS rekenserver.sla_antwoord_op(uuid, uuid, int, int, bigint, boolean, int[], text[], numeric[],
+    text);
 CREATE OR REPLACE FUNCTION rekenserver.sla_antwoord_op(p_handle uuid, p_vraag_id uuid, p_dv int, p_periode int,
     p_versie bigint, p_vervangen boolean, p_kaart_soorten int[], p_codes text[], p_waarden numeric[],
-    p_rekenversie text DEFAULT NULL)
+    p_rekenversie text DEFAULT NULL, p_waarschuwingen jsonb DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_uitkomst text := 'vervangen';
@@ -267,11 +273,12 @@ BEGIN
                      WHERE f.dienstverband_id = p_dv AND f.periode_id = p_periode AND f.waarde <> 0
                     EXCEPT SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w));
         END IF;
-        INSERT INTO rekenserver.resultaat AS r (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
-        VALUES (p_dv, p_periode, p_versie, p_vraag_id, p_handle)
+        INSERT INTO rekenserver.resultaat AS r (dienstverband_id, periode_id, versie, vraag_id, dialog_handle,
+                                                waarschuwingen)
+        VALUES (p_dv, p_periode, p_versie, p_vraag_id, p_handle, p_waarschuwingen)
         ON CONFLICT (dienstverband_id, periode_id) DO UPDATE
             SET versie = EXCLUDED.versie, vraag_id = EXCLUDED.vraag_id, dialog_handle = EXCLUDED.dialog_handle,
-                opgeslagen_op = clock_timestamp(),
+                opgeslagen_op = clock_timestamp(), waarschuwingen = EXCLUDED.waarschuwingen,
                 -- Exported, or claimed under a lease (payroll may hold it already): the
                 -- new version corrects it.
                 -- The version payroll has, not the stored one: a version with the same

@@ -129,8 +129,10 @@ pub fn export(target: &Target, periode: i32, format: Format, mode: Mode, out: Op
                 batch
             }
         };
+        // The warnings first: the confirmation command stays the message's end.
         Ok(format!(
-            "exported {} results ({} factor rows) of period {periode}, batch {}, mode {}{}",
+            "{}exported {} results ({} factor rows) of period {periode}, batch {}, mode {}{}",
+            batch.warning_summary().map_or(String::new(), |s| format!("{s}\n")),
             batch.results(),
             batch.rows.len(),
             batch.id,

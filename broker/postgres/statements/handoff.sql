@@ -12,7 +12,7 @@ WITH claimed AS (
      WHERE r.periode_id = $1 AND r.export_status = 0
        AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
-    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie
+    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie, r.waarschuwingen
 ), stamped AS (
     -- When the version went out, in its evidence (the first time).
     UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
@@ -21,7 +21,7 @@ WITH claimed AS (
        AND h.geexporteerd_op IS NULL
 )
 SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text,
-       c.vorige_export_versie
+       c.vorige_export_versie, c.waarschuwingen::text
   FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
  ORDER BY c.dienstverband_id, f.loonfactor_code;
 
@@ -36,10 +36,10 @@ WITH claimed AS (
             OR (r.export_status = 1 AND r.geclaimd_op < clock_timestamp() - make_interval(secs => $3::float8)))
        AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
                     WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
-    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie
+    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie, r.waarschuwingen
 )
 SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text,
-       c.vorige_export_versie
+       c.vorige_export_versie, c.waarschuwingen::text
   FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
  ORDER BY c.dienstverband_id, f.loonfactor_code;
 

@@ -95,7 +95,7 @@ RETURNING versie;
 -- The collector (broker/postgres/003_calculation.sql). --------------------------------
 
 -- name: store_antwoord
-SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[], $10);
+SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[], $10, $11::text::jsonb);
 
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);

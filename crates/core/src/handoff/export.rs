@@ -44,6 +44,27 @@ pub struct Row {
     /// imports take a corrected period's full new set, replacing the old: the marker
     /// says so, and which version it replaces).
     pub vervangt_versie: Option<i64>,
+    /// The result's warnings (the same on each of its rows): what payroll must look at
+    /// (overtime no percentage is paid for, a contract above the CAO's maximum, …).
+    pub waarschuwingen: Vec<Warning>,
+}
+
+/// A warning of a stored result, as the engine wrote it in the Antwoord.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Warning {
+    pub code: String,
+    pub tekst: String,
+}
+
+/// The warnings column as stored (JSON `[{"code", "tekst"}]`, NULL for none). What does
+/// not read as that is handed on as one warning saying so, never dropped.
+pub fn warnings_of(stored: Option<&str>) -> Vec<Warning> {
+    match stored {
+        None => Vec::new(),
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|e| {
+            vec![Warning { code: "waarschuwingen-onleesbaar".into(), tekst: format!("{e}: {text}") }]
+        }),
+    }
 }
 
 impl Row {
@@ -70,16 +91,46 @@ impl Batch {
         keys.len()
     }
 
+    /// What payroll must look at: how many results carry each warning code, e.g.
+    /// `warning: 3 results carry warnings (overwerk-zonder-percentage 3): see the
+    /// waarschuwingen column`; `None` when none does.
+    pub fn warning_summary(&self) -> Option<String> {
+        let mut per_code: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        let mut results = 0;
+        let mut last = None;
+        for r in &self.rows {
+            let key = (r.dienstverband_id, r.periode_id);
+            if last == Some(key) || r.waarschuwingen.is_empty() {
+                last = Some(key);
+                continue;
+            }
+            last = Some(key);
+            results += 1;
+            for w in &r.waarschuwingen {
+                *per_code.entry(w.code.as_str()).or_default() += 1;
+            }
+        }
+        (results > 0).then(|| {
+            let codes: Vec<String> = per_code.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            format!(
+                "warning: {results} results carry warnings ({}): see their waarschuwingen (CSV: codes; JSON: texts)",
+                codes.join(", ")
+            )
+        })
+    }
+
     /// Flat: a header, then one line per factor.
     pub fn write_csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             w,
-            "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde,correctie,vervangt_versie"
+            "batch,sleutel,dienstverband_id,periode_id,versie,kaart_soort,loonfactor_code,waarde,correctie,vervangt_versie,waarschuwingen"
         )?;
         for r in &self.rows {
+            // The warning codes, `;` between them (the texts are in the JSON format).
+            let codes: Vec<&str> = r.waarschuwingen.iter().map(|w| w.code.as_str()).collect();
             writeln!(
                 w,
-                "{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{}",
                 self.id,
                 r.key(),
                 r.dienstverband_id,
@@ -89,7 +140,8 @@ impl Batch {
                 r.loonfactor_code,
                 r.waarde,
                 u8::from(r.vervangt_versie.is_some()),
-                r.vervangt_versie.map_or(String::new(), |v| v.to_string())
+                r.vervangt_versie.map_or(String::new(), |v| v.to_string()),
+                codes.join(";").replace([',', '"', '\n', '\r'], "_")
             )?;
         }
         Ok(())
@@ -140,6 +192,13 @@ impl Batch {
                 )?;
                 j += 1;
             }
+            write!(w, "],\"waarschuwingen\":[")?;
+            for (k, x) in head.waarschuwingen.iter().enumerate() {
+                if k > 0 {
+                    write!(w, ",")?;
+                }
+                write!(w, "{{\"code\":\"{}\",\"tekst\":\"{}\"}}", json_text(&x.code), json_text(&x.tekst))?;
+            }
             write!(w, "]}}")?;
             i = j;
         }
@@ -179,6 +238,7 @@ pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<
             loonfactor_code: r.get(4),
             waarde: r.get(5),
             vervangt_versie: r.get(6),
+            waarschuwingen: warnings_of(r.get(7)),
         })
         .collect();
     Ok(Batch { id, periode_id, mode, rows })
@@ -203,6 +263,7 @@ mod tests {
             loonfactor_code: code.into(),
             waarde: w.into(),
             vervangt_versie: None,
+            waarschuwingen: Vec::new(),
         }
     }
 
@@ -215,7 +276,14 @@ mod tests {
             rows: vec![
                 row(1, "100", "8.50"),
                 row(1, "230", "12.34"),
-                Row { vervangt_versie: Some(2), ..row(2, "100", "0") },
+                Row {
+                    vervangt_versie: Some(2),
+                    waarschuwingen: vec![Warning {
+                        code: "overwerk-zonder-percentage".into(),
+                        tekst: "2.00 overtime hours carry \"no\" percentage".into(),
+                    }],
+                    ..row(2, "100", "0")
+                },
             ],
         };
         assert_eq!(b.results(), 2);
@@ -223,15 +291,37 @@ mod tests {
         b.write_csv(&mut csv).unwrap();
         let csv = String::from_utf8(csv).unwrap();
         assert_eq!(csv.lines().count(), 4);
-        assert!(csv.contains("\n00000000-0000-0000-0000-000000000000,1-7-3,1,7,3,5,230,12.34,0,\n"), "{csv}");
-        // A correction: the full new set, marked, naming the exported version it replaces.
-        assert!(csv.ends_with("\n00000000-0000-0000-0000-000000000000,2-7-3,2,7,3,5,100,0,1,2\n"), "{csv}");
+        assert!(csv.contains("\n00000000-0000-0000-0000-000000000000,1-7-3,1,7,3,5,230,12.34,0,,\n"), "{csv}");
+        // A correction: the full new set, marked, naming the exported version it replaces;
+        // its warning's code.
+        assert!(
+            csv.ends_with(
+                "\n00000000-0000-0000-0000-000000000000,2-7-3,2,7,3,5,100,0,1,2,overwerk-zonder-percentage\n"
+            ),
+            "{csv}"
+        );
         let mut json = Vec::new();
         b.write_json(&mut json).unwrap();
         let json = String::from_utf8(json).unwrap();
         assert_eq!(json.matches("\"sleutel\"").count(), 2);
         assert!(json.contains("\"sleutel\":\"2-7-3\",\"dienstverband_id\":2,\"periode_id\":7,\"versie\":3,\"correctie\":true,\"vervangt_versie\":2,"), "{json}");
-        assert!(json.contains("\"sleutel\":\"1-7-3\",\"dienstverband_id\":1,\"periode_id\":7,\"versie\":3,\"correctie\":false,\"vervangt_versie\":null,\"factors\":[{\"kaart_soort\":5,\"loonfactor_code\":\"100\",\"waarde\":\"8.50\"},{\"kaart_soort\":5,\"loonfactor_code\":\"230\",\"waarde\":\"12.34\"}]}"), "{json}");
+        assert!(json.contains("\"sleutel\":\"1-7-3\",\"dienstverband_id\":1,\"periode_id\":7,\"versie\":3,\"correctie\":false,\"vervangt_versie\":null,\"factors\":[{\"kaart_soort\":5,\"loonfactor_code\":\"100\",\"waarde\":\"8.50\"},{\"kaart_soort\":5,\"loonfactor_code\":\"230\",\"waarde\":\"12.34\"}],\"waarschuwingen\":[]}"), "{json}");
+        assert!(json.contains("\"waarschuwingen\":[{\"code\":\"overwerk-zonder-percentage\",\"tekst\":\"2.00 overtime hours carry \\\"no\\\" percentage\"}]"), "{json}");
+        let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed["results"][1]["waarschuwingen"][0]["tekst"], "2.00 overtime hours carry \"no\" percentage");
+        assert_eq!(
+            warnings_of(Some("[{\"code\":\"a\",\"tekst\":\"b\"}]")),
+            [Warning { code: "a".into(), tekst: "b".into() }]
+        );
+        assert_eq!(warnings_of(Some("{")).len(), 1);
+        assert_eq!(
+            b.warning_summary().as_deref(),
+            Some(
+                "warning: 1 results carry warnings (overwerk-zonder-percentage 1): see their waarschuwingen (CSV: \
+                 codes; JSON: texts)"
+            )
+        );
+        assert!(warnings_of(None).is_empty());
         assert_eq!(json_text("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
     }
 }

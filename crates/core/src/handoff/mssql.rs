@@ -72,9 +72,12 @@ pub async fn claim(c: &mut Tds, periode: i32, mode: Mode) -> Result<Batch, Broke
             vervangt_versie: r.try_get::<i64, _>(8).map_err(|_| BrokerError {
                 kind: crate::broker::ErrorKind::Other,
                 number: 0,
-                message: "Rekenserver.export_claim returned no vervangt_versie column: install this release's                           scripts (sbworker install --mssql) before exporting"
+                message: "Rekenserver.export_claim returned no vervangt_versie column: install this release's \
+                          scripts (sbworker install --mssql) before exporting"
                     .into(),
             })?,
+            // An install older than the column has no warnings to hand on.
+            waarschuwingen: super::export::warnings_of(r.try_get::<&str, _>(9).ok().flatten()),
         });
     }
     Ok(Batch { id, periode_id: periode, mode, rows })

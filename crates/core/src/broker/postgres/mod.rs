@@ -708,6 +708,14 @@ impl transport::PayrollStore for Session {
         let kaart: Vec<i32> = a.mutaties.iter().map(|m| m.kaart_soort).collect();
         let codes: Vec<&str> = a.mutaties.iter().map(|m| m.loonfactor_code.as_str()).collect();
         let waarden: Vec<String> = a.mutaties.iter().map(|m| m.waarde.to_string()).collect();
+        // The warnings for payroll, as JSON (the superseded marker is none); NULL for none.
+        let warnings: Vec<serde_json::Value> = a
+            .waarschuwingen
+            .iter()
+            .filter(|w| w.code != crate::contract::VERVANGEN)
+            .map(|w| serde_json::json!({"code": w.code.as_str(), "tekst": w.tekst.as_str()}))
+            .collect();
+        let warnings = (!warnings.is_empty()).then(|| serde_json::Value::Array(warnings).to_string());
         let rows = self
             .work(
                 S::STORE_ANTWOORD,
@@ -722,6 +730,7 @@ impl transport::PayrollStore for Session {
                     &codes,
                     &waarden,
                     &a.rekenversie,
+                    &warnings,
                 ],
             )
             .await?;

@@ -210,6 +210,7 @@ pub(super) async fn call(
                         Sql::NVarChar(r.get(4)),
                         Sql::NVarChar(r.get(5)),
                         r.get::<_, Option<i64>>(6).map_or(Sql::Null, Sql::BigInt),
+                        r.get::<_, Option<String>>(7).map_or(Sql::Null, Sql::NVarChar),
                     ]
                 })
                 .collect();
@@ -223,6 +224,7 @@ pub(super) async fn call(
                 ("loonfactor_code", ColType::NVarChar),
                 ("waarde", ColType::NVarChar),
                 ("vervangt_versie", ColType::BigInt),
+                ("waarschuwingen", ColType::NVarChar),
             ];
             Ok(result_set(t, &cols, &out))
         }
