@@ -712,9 +712,10 @@ CREATE OR ALTER PROCEDURE Rekenserver.bewijs @dv int, @periode int
 AS
 BEGIN
     SET NOCOUNT ON;
-    SELECT h.versie, CONVERT(nvarchar(33), h.opgeslagen_op, 126) AS opgeslagen_op,
+    -- UTC, marked so (as status_report writes it); NULL stays NULL.
+    SELECT h.versie, CONVERT(nvarchar(33), h.opgeslagen_op, 126) + N'Z' AS opgeslagen_op,
            CAST(DECOMPRESS(h.vraag) AS nvarchar(max)) AS vraag, h.factoren, h.rekenversie,
-           CONVERT(nvarchar(33), h.geexporteerd_op, 126) AS geexporteerd_op
+           CONVERT(nvarchar(33), h.geexporteerd_op, 126) + N'Z' AS geexporteerd_op
       FROM Rekenserver.resultaat_historie h
      WHERE h.dienstverband_id = @dv AND h.periode_id = @periode
      ORDER BY h.versie, h.id;

@@ -368,7 +368,7 @@ GO
 -- key order after the key (@na_dv, @na_periode), at most @aantal. For a change no roster
 -- edit makes: new rate tables, a CAO change, a corrected period. @periodes: a JSON array
 -- of period ids.
-CREATE OR ALTER PROCEDURE Rekenserver.herbereken_sleutels @periodes nvarchar(max) = NULL, @cao nvarchar(20) = NULL,
+CREATE OR ALTER PROCEDURE Rekenserver.herbereken_sleutels @periodes nvarchar(max) = NULL, @cao varchar(10) = NULL,
     @dv_van int = NULL, @dv_tot int = NULL, @na_dv int = NULL, @na_periode int = NULL, @aantal int,
     @sleutels nvarchar(max) = NULL
 AS

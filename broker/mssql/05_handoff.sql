@@ -221,7 +221,8 @@ BEGIN
         SELECT @verloren = verloren FROM @gemarkeerd;
         DECLARE @kand TABLE (nr int IDENTITY PRIMARY KEY, dv int NOT NULL, p int NOT NULL, herstel bit NOT NULL);
         INSERT @kand (dv, p, herstel)
-        SELECT TOP (@fuse + 1) s.dienstverband_id, s.periode_id,
+        -- (bigint: @fuse + 1 overflows int at 2147483647, Msg 8115.)
+        SELECT TOP (CAST(@fuse AS bigint) + 1) s.dienstverband_id, s.periode_id,
                CASE WHEN EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
                                   WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
                                     AND l.versie = s.versie AND l.uitkomst = 'fout') THEN 1 ELSE 0 END

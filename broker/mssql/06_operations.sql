@@ -1,4 +1,4 @@
--- sbworker on SQL Server, script 08: what an operator needs (`sbworker status`,
+-- sbworker on SQL Server, script 06: what an operator needs (`sbworker status`,
 -- `sbworker dead-letter`, crates/core/src/ops/) and the workers' heartbeats, as 007_operations.sql
 -- on PostgreSQL, with the same result shapes. Times travel as ISO 8601 text in UTC.
 -- Runs before 07_security.sql, which grants the operator's role (sbworker_operator_role,
