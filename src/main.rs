@@ -307,9 +307,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Install { postgres, roster, mssql, vars, roles } => match (postgres, mssql) {
-            (Some(url), _) => report_install(cli::install::postgres(&url, roster, &roles.grants())),
-            (None, Some(conn)) => report_install(cli::install::mssql(&conn, &vars, &roles.grants())),
+        Command::Install { postgres, roster, mssql, vars, allow_older_workers, roles } => match (postgres, mssql) {
+            (Some(url), _) => {
+                report_install(cli::install::postgres(&url, roster, allow_older_workers, &roles.grants()))
+            }
+            (None, Some(conn)) => {
+                report_install(cli::install::mssql(&conn, &vars, allow_older_workers, &roles.grants()))
+            }
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
         Command::Selftest { postgres, mssql, json } => cli::selftest::run(postgres, mssql, json),

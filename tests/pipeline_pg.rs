@@ -536,3 +536,45 @@ async fn the_sql_builder_adds_leave_and_the_stored_history_as_the_oracle_reads_t
     let codes: Vec<&str> = calc.antwoord.waarschuwingen.iter().map(|w| w.code.as_str()).collect();
     assert_eq!(codes, ["ort-vakantie-korte-historie"]);
 }
+
+/// N1 of the fourth SQL Server review, on PostgreSQL: workers first. `sbworker install
+/// --roster` replaces the sender, which writes this release's contract version; while a
+/// live calculation worker reads an older one (or records none: a release before the
+/// column) it refuses, naming the worker, unless told to go on. A worker of this
+/// release, or one whose beat is old, does not stop it.
+#[tokio::test]
+async fn the_install_refuses_to_replace_the_sender_while_an_older_worker_is_live() {
+    let (url, c) = fresh_roster_db().await;
+    let install = |extra: &'static [&'static str]| {
+        let url = url.clone();
+        async move {
+            Command::new(BIN).args(["install", "--postgres", &url, "--roster"]).args(extra).output().await.unwrap()
+        }
+    };
+    let beat = |host: &str, contract: Option<i32>, seconds_ago: i32| {
+        format!(
+            "INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, interval_ms, contract_versie)
+             VALUES (gen_random_uuid(), '{host}', 42, '0.0.9', clock_timestamp(),
+                     clock_timestamp() - make_interval(secs => {seconds_ago}), 10000, {})",
+            contract.map_or("NULL".to_owned(), |v| v.to_string())
+        )
+    };
+    let now = sbworker::contract::CONTRACT_VERSIE as i32;
+    // This release's worker, and an old one that has not beaten for a minute: no refusal.
+    c.batch_execute(&format!("{}; {}", beat("nieuw", Some(now), 1), beat("weg", None, 60))).await.unwrap();
+    let out = install(&[]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A live worker of a release before the recorded version: refused, saying why.
+    c.batch_execute(&beat("oud", None, 1)).await.unwrap();
+    let out = install(&[]).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("1 live calculation worker(s) read an older Vraag contract"), "{said}");
+    assert!(
+        said.contains("oud pid 42 (sbworker 0.0.9, contract before 2)") && said.contains("--allow-older-workers"),
+        "{said}"
+    );
+    // Told to go on, it does.
+    let out = install(&["--allow-older-workers"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -30,6 +30,38 @@ GO
 USE [$(Database)];
 GO
 
+-- Workers first (docs/deployment.md): this script replaces the senders, whose Vraag is of
+-- contract version 2 (`ContractVersie`); a live calculation worker that reads an older
+-- one would refuse every Vraag. So it stops (50150) while a worker that beat within three
+-- of its intervals reads an older version, or records none (a release before the
+-- column), unless the session says to go on anyway:
+--   EXEC sp_set_session_context N'sbworker.oudere_workers_toegestaan', 1;
+-- (`sbworker install --mssql --allow-older-workers` does that.) The heartbeat table and
+-- its columns may not exist yet (script 06 makes them): read through dynamic SQL.
+IF OBJECT_ID(N'sbworker.worker_instance', N'U') IS NOT NULL
+   AND ISNULL(CAST(SESSION_CONTEXT(N'sbworker.oudere_workers_toegestaan') AS int), 0) = 0
+BEGIN
+    DECLARE @oud int, @wie nvarchar(2000),
+            -- (One of them named: STRING_AGG needs SQL Server 2017.)
+            @sql nvarchar(max) = N'SELECT @oud = COUNT(*),
+                   @wie = MAX(CONCAT(host, N'' pid '', pid, N'' (sbworker '', version, N'')''))
+              FROM sbworker.worker_instance
+             WHERE beat_at > DATEADD(SECOND, -3 * ' +
+            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL THEN N'10'
+                 ELSE N'(interval_ms / 1000)' END + N', SYSUTCDATETIME())' +
+            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'contract_versie') IS NULL THEN N''
+                 ELSE N' AND ISNULL(contract_versie, 1) < 2' END;
+    EXEC sys.sp_executesql @sql, N'@oud int OUTPUT, @wie nvarchar(2000) OUTPUT', @oud = @oud OUTPUT, @wie = @wie OUTPUT;
+    IF @oud > 0
+    BEGIN
+        DECLARE @melding nvarchar(2048) = REPLACE(CONCAT(@oud, N' live calculation worker(s) read an older Vraag ',
+            N'contract than this script sends (among them ', @wie, N'): upgrade the workers first (docs/deployment.md), or ',
+            N'go on anyway with EXEC sp_set_session_context N''sbworker.oudere_workers_toegestaan'', 1'), N'%', N'%%');
+        THROW 50150, @melding, 1;
+    END
+END
+GO
+
 IF OBJECT_ID(N'Rooster.cao', N'U') IS NULL
     CREATE TABLE Rooster.cao (
         id int PRIMARY KEY, code varchar(10) NOT NULL, is_vier_weken bit NOT NULL,

@@ -39,23 +39,32 @@ IF COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL
     ALTER TABLE sbworker.worker_instance ADD interval_ms int NOT NULL CONSTRAINT df_worker_instance_interval DEFAULT 10000;
 GO
 
+-- The Vraag contract version the worker reads (NULL: a release before it was recorded):
+-- script 04 and `sbworker install` refuse to replace the senders while a live worker
+-- reads an older one (docs/deployment.md, "workers first").
+IF COL_LENGTH(N'sbworker.worker_instance', N'contract_versie') IS NULL
+    ALTER TABLE sbworker.worker_instance ADD contract_versie int NULL;
+GO
+
 -- @started_unix: when the instance started, seconds since the Unix epoch;
--- @interval_ms: how often it beats.
+-- @interval_ms: how often it beats; @contract_versie: the contract version it reads.
 CREATE OR ALTER PROCEDURE sbworker.heartbeat
     @instance uniqueidentifier, @host nvarchar(256), @pid int, @version nvarchar(64), @started_unix bigint,
-    @queues nvarchar(max), @interval_ms int = 10000
+    @queues nvarchar(max), @interval_ms int = 10000, @contract_versie int = NULL
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @now datetime2(3) = SYSUTCDATETIME();
-    UPDATE sbworker.worker_instance SET beat_at = @now, queues = @queues, interval_ms = @interval_ms
+    UPDATE sbworker.worker_instance
+       SET beat_at = @now, queues = @queues, interval_ms = @interval_ms, contract_versie = @contract_versie
      WHERE instance = @instance;
     IF @@ROWCOUNT = 0
-        INSERT sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms)
+        INSERT sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms,
+                                         contract_versie)
         VALUES (@instance, @host, @pid, @version,
                 DATEADD(SECOND, CAST(@started_unix % 86400 AS int),
                         DATEADD(DAY, CAST(@started_unix / 86400 AS int), CAST('1970-01-01' AS datetime2(3)))),
-                @now, @queues, @interval_ms);
+                @now, @queues, @interval_ms, @contract_versie);
     -- Instances silent for a day are gone for good.
     DELETE sbworker.worker_instance WHERE beat_at < DATEADD(DAY, -1, @now);
 END;

@@ -20,18 +20,27 @@ CREATE TABLE IF NOT EXISTS sbworker.worker_instance (
 -- How often the instance beats (worker.heartbeat_ms): status judges its silence by it.
 ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS interval_ms int NOT NULL DEFAULT 10000;
 
+-- The Vraag contract version the worker reads (NULL: a release before it was recorded):
+-- `sbworker install` refuses to replace the senders while a live worker reads an older
+-- one (docs/deployment.md, "workers first").
+ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS contract_versie int;
+
 -- p_started_unix: when the instance started, seconds since the Unix epoch;
--- p_interval_ms: how often it beats.
+-- p_interval_ms: how often it beats; p_contract_versie: the contract version it reads
+-- (an older worker's call without it still resolves).
 DROP FUNCTION IF EXISTS sbworker.heartbeat(uuid, text, int, text, bigint, jsonb);
+DROP FUNCTION IF EXISTS sbworker.heartbeat(uuid, text, int, text, bigint, jsonb, int);
 CREATE OR REPLACE FUNCTION sbworker.heartbeat(p_instance uuid, p_host text, p_pid int, p_version text,
-    p_started_unix bigint, p_queues jsonb, p_interval_ms int)
+    p_started_unix bigint, p_queues jsonb, p_interval_ms int, p_contract_versie int DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms)
+    INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at, beat_at, queues, interval_ms,
+                                          contract_versie)
     VALUES (p_instance, p_host, p_pid, p_version, to_timestamp(p_started_unix), clock_timestamp(), p_queues,
-            p_interval_ms)
+            p_interval_ms, p_contract_versie)
     ON CONFLICT (instance) DO UPDATE
-        SET beat_at = excluded.beat_at, queues = excluded.queues, interval_ms = excluded.interval_ms;
+        SET beat_at = excluded.beat_at, queues = excluded.queues, interval_ms = excluded.interval_ms,
+            contract_versie = excluded.contract_versie;
     -- Instances silent for a day are gone for good.
     DELETE FROM sbworker.worker_instance WHERE beat_at < clock_timestamp() - interval '1 day';
 END $$;

@@ -399,6 +399,10 @@ pub enum Command {
         /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
         vars: Vec<(String, String)>,
+        /// Replace the roster senders even while a live calculation worker reads an older
+        /// Vraag contract (refused otherwise: upgrade the workers first, docs/deployment.md).
+        #[arg(long)]
+        allow_older_workers: bool,
         #[command(flatten)]
         roles: InstallRoles,
     },

@@ -5,9 +5,26 @@ use crate::broker::postgres;
 /// Installs (or brings up to date) the PostgreSQL broker at `url`; returns a line to
 /// print.
 /// `grants`: (group role, login) pairs to grant after the scripts.
-pub fn postgres(url: &str, roster: bool, grants: &[(&'static str, String)]) -> anyhow::Result<String> {
+/// `allow_older_workers`: replace the roster senders even while a live calculation
+/// worker reads an older Vraag contract.
+pub fn postgres(
+    url: &str,
+    roster: bool,
+    allow_older_workers: bool,
+    grants: &[(&'static str, String)],
+) -> anyhow::Result<String> {
     use anyhow::Context;
     let rt = super::runtime::runtime(false)?;
+    if roster && !allow_older_workers {
+        let older = rt.block_on(postgres::older_workers(url)).context("reading the workers' heartbeats")?;
+        if !older.is_empty() {
+            anyhow::bail!(
+                "{} live calculation worker(s) read an older Vraag contract than this release's roster sender                  writes ({}): upgrade the workers first (docs/deployment.md), or go on anyway with                  --allow-older-workers",
+                older.len(),
+                older.join("; ")
+            );
+        }
+    }
     let versions = rt.block_on(postgres::install_with(url, roster)).context("installing the PostgreSQL broker")?;
     rt.block_on(postgres::grant_roles(url, grants)).context("granting sbworker's roles")?;
     let granted: String = grants.iter().map(|(role, login)| format!("\n  {role} granted to {login}")).collect();
@@ -23,9 +40,12 @@ pub fn postgres(url: &str, roster: bool, grants: &[(&'static str, String)]) -> a
 /// variables; returns a line to print.
 /// `grants`: (group role, login) pairs, as for PostgreSQL; each login's user in the
 /// database (made if missing) joins the job's SQL Server role.
+/// `allow_older_workers`: script 04 replaces the roster senders even while a live
+/// calculation worker reads an older Vraag contract (it refuses otherwise, 50150).
 pub fn mssql(
     connection_string: &str,
     vars: &[(String, String)],
+    allow_older_workers: bool,
     grants: &[(&'static str, String)],
 ) -> anyhow::Result<String> {
     use anyhow::Context;
@@ -43,7 +63,7 @@ pub fn mssql(
     }
     let rt = super::runtime::runtime(false)?;
     let n = rt
-        .block_on(crate::broker::mssql::install(connection_string, vars))
+        .block_on(crate::broker::mssql::install(connection_string, vars, allow_older_workers))
         .context("installing the SQL Server scripts")?;
     // The database the scripts were run for, by sqlcmd's precedence.
     let database = sqlcmd.value("Database").unwrap_or_default();

@@ -1,4 +1,9 @@
--- The statements of `sbworker install --mssql` after the scripts (crates/core/src/broker/mssql/scripts.rs).
+-- The statements of `sbworker install --mssql` around the scripts (crates/core/src/broker/mssql/scripts.rs).
+
+-- `--allow-older-workers`: script 04 replaces the senders even while a live worker reads
+-- an older Vraag contract (its guard reads this; the session keeps it across USE).
+-- name: allow_older_workers
+EXEC sp_set_session_context N'sbworker.oudere_workers_toegestaan', 1;
 
 -- A login's user in the database, added to one of sbworker's roles: the user the login
 -- has there (whatever its name), or a new one named as the login. @P1 the database, @P2

@@ -87,7 +87,7 @@ EXEC Rekenserver.dialoog_stil @handle = @P1
 -- version, @P5 started (seconds since the Unix epoch), @P6 queues (JSON), @P7 how often
 -- it beats (ms).
 -- name: heartbeat
-EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6, @interval_ms = @P7
+EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6, @interval_ms = @P7, @contract_versie = @P8
 
 -- name: heartbeat_end
 EXEC sbworker.heartbeat_end @instance = @P1

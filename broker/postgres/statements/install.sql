@@ -16,6 +16,22 @@ SET LOCAL lock_timeout = '5s';
 INSERT INTO sbworker.installation (part, stamp) VALUES ($1, $2)
     ON CONFLICT (part) DO UPDATE SET stamp = EXCLUDED.stamp, installed_at = clock_timestamp();
 
+-- Workers first: the live calculation workers (a beat within three of their intervals)
+-- that read an older Vraag contract than $1, or record none (a release before the
+-- column), each described. Read through to_jsonb, so an install older than the columns
+-- answers too. (The caller checks that the table exists.)
+-- name: older_workers
+SELECT format('%s pid %s (sbworker %s, contract %s)', w.host, w.pid, w.version,
+              coalesce(to_jsonb(w) ->> 'contract_versie', 'before 2'))
+  FROM sbworker.worker_instance w
+ WHERE w.beat_at > clock_timestamp()
+                   - make_interval(secs => 3 * coalesce((to_jsonb(w) ->> 'interval_ms')::int, 10000) / 1000.0)
+   AND coalesce((to_jsonb(w) ->> 'contract_versie')::int, 1) < $1
+ ORDER BY w.host, w.pid;
+
+-- name: heartbeat_table_exists
+SELECT to_regclass('sbworker.worker_instance') IS NOT NULL;
+
 -- `--worker-role LOGIN` and the like: one of sbworker's group roles to an existing
 -- login. $1 the role, $2 the login.
 -- name: grant_role

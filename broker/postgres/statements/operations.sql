@@ -30,7 +30,7 @@ SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
 
 -- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text), $7 interval (ms).
 -- name: heartbeat
-SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7);
+SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7, $8);
 
 -- $1 instance.
 -- name: heartbeat_end

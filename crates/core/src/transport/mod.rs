@@ -14,6 +14,8 @@ pub mod message;
 pub mod payroll;
 
 pub use message::{BrokerError, ErrorKind, Message, system};
+/// The Vraag contract version this build reads (for the heartbeat).
+pub const CONTRACT_VERSIE: i32 = crate::contract::CONTRACT_VERSIE as i32;
 pub use payroll::{PayrollStore, Stored};
 
 /// How Service Broker identifies a received message: the receiving conversation handle
@@ -201,6 +203,10 @@ pub struct Heartbeat {
     pub queues: Vec<(String, u32, u32)>,
     /// How often it beats, milliseconds (`sbworker status` judges its silence by it).
     pub interval_ms: i32,
+    /// The Vraag contract version its calculation reads (`None`: a worker of a release
+    /// before the version was recorded): the install refuses to replace the senders
+    /// while a live worker reads an older one.
+    pub contract_versie: Option<i32>,
 }
 
 impl Heartbeat {

@@ -27,6 +27,7 @@ pub(super) fn identity() -> Heartbeat {
         host,
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         version: env!("CARGO_PKG_VERSION"),
+        contract_versie: Some(crate::transport::CONTRACT_VERSIE),
         started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
         queues: Vec::new(),
         interval_ms: 0,

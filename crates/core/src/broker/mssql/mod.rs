@@ -292,6 +292,7 @@ impl transport::Session for MssqlSession {
                 &b.started_unix,
                 &queues.as_str(),
                 &b.interval_ms,
+                &b.contract_versie,
             ],
         )
         .await?;

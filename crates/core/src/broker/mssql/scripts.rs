@@ -246,13 +246,28 @@ pub fn schema_collection_script() -> String {
 
 /// Runs the scripts against the server of `connection_string` (connected to
 /// `master` or the target database; script 00 switches with USE), batch by batch.
-pub async fn install(connection_string: &str, vars: &[(String, String)]) -> Result<usize, BrokerError> {
+/// `allow_older_workers`: tell script 04 (session context) to replace the senders even
+/// while a live worker reads an older Vraag contract.
+pub async fn install(
+    connection_string: &str,
+    vars: &[(String, String)],
+    allow_older_workers: bool,
+) -> Result<usize, BrokerError> {
     let c = Connection::parse(connection_string).map_err(|e| BrokerError {
         kind: ErrorKind::Other,
         number: 0,
         message: e.to_string(),
     })?;
     let mut client = connect(&c).await?;
+    if allow_older_workers {
+        client
+            .simple_query(crate::sql::statements::mssql_install::ALLOW_OLDER_WORKERS.sql)
+            .await
+            .map_err(error_of)?
+            .into_results()
+            .await
+            .map_err(error_of)?;
+    }
     let mut n = 0;
     for (file, script) in SCRIPTS {
         let env = |name: &str| std::env::var(name).ok();

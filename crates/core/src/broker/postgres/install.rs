@@ -90,6 +90,22 @@ async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> 
     Ok(applied)
 }
 
+/// The live calculation workers (a beat within three of their intervals) that read an
+/// older Vraag contract than this release's senders write, or record none: each as
+/// `host pid N (sbworker V, contract C)`. Empty when there are none (or no heartbeat
+/// table yet). `sbworker install --roster` refuses while there are any.
+pub async fn older_workers(url: &str) -> Result<Vec<String>, BrokerError> {
+    let client = connect(&super::endpoint(url)?, None).await?;
+    let exists: bool =
+        client.query_one(postgres_install::HEARTBEAT_TABLE_EXISTS.sql, &[]).await.map_err(error_of)?.get(0);
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let version = crate::contract::CONTRACT_VERSIE as i32;
+    let rows = client.query(postgres_install::OLDER_WORKERS.sql, &[&version]).await.map_err(error_of)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// Grants sbworker's group roles to existing logins: (role, login) pairs.
 pub async fn grant_roles(url: &str, grants: &[(&str, String)]) -> Result<(), BrokerError> {
     if grants.is_empty() {

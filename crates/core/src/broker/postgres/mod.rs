@@ -27,7 +27,7 @@ use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 pub use errors::{error_of, error_of_ref};
-pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_with, stamp};
+pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_with, older_workers, stamp};
 pub use side::Side;
 use side::Wakeups;
 
@@ -187,8 +187,8 @@ impl Session {
         version: &str,
         queues: &str,
     ) -> Result<(), BrokerError> {
-        let params: [&(dyn ToSql + Sync); 7] =
-            [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms];
+        let params: [&(dyn ToSql + Sync); 8] =
+            [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms, &b.contract_versie];
         self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
         Ok(())
     }

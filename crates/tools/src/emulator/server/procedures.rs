@@ -87,6 +87,10 @@ pub(super) async fn call(
                     None | Some(Sql::Null) => 10_000,
                     Some(v) => int32(v, "@interval_ms")?,
                 },
+                contract_versie: match arg("@contract_versie").ok() {
+                    None | Some(Sql::Null) => None,
+                    Some(v) => Some(int32(v, "@contract_versie")?),
+                },
             };
             let version = as_text(arg("@version")?)?;
             let queues = as_text(arg("@queues")?)?;
