@@ -98,7 +98,30 @@ BEGIN
      WHERE l.uitkomst IS NULL
        AND NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints e
                         WHERE e.conversation_handle = l.dialog_handle AND e.state <> 'CD');
-    SELECT @@ROWCOUNT AS verloren;
+    DECLARE @verloren int = @@ROWCOUNT;
+    -- A dialog whose far side is gone while a request on it waits (an operator ended the
+    -- calculation side WITH CLEANUP, say), where the far side is in this database: the
+    -- initiator's conversation has no target endpoint here, no message of it is in
+    -- transmission (sys.transmission_queue: a target not yet reached) and none waits for
+    -- the initiator that would say what happened (an EndDialog or Error: the collector's
+    -- to record). Lost now, not when the LIFETIME runs out; the initiator endpoint is left
+    -- to its LIFETIME (no WITH CLEANUP here), whose Error then finds the request recorded.
+    UPDATE l
+       SET uitkomst = 'fout', herstelbaar = 1, beantwoord_op = SYSUTCDATETIME(), vraag = NULL,
+           foutmelding = N'lost: the far side of the dialog no longer exists (ended with cleanup) without an answer'
+      FROM Rekenserver.berekening_log l
+      JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle AND i.is_initiator = 1
+     WHERE l.uitkomst IS NULL
+       AND i.state IN ('SO', 'CO')
+       AND EXISTS (SELECT 1 FROM sys.services s WHERE s.name = i.far_service)
+       AND NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints t
+                        WHERE t.conversation_id = i.conversation_id AND t.is_initiator = 0)
+       AND NOT EXISTS (SELECT 1 FROM sys.transmission_queue q WHERE q.conversation_handle = i.conversation_handle)
+       -- (NOLOCK, as "Querying Queues" advises: a SELECT on a queue may block its readers.)
+       AND NOT EXISTS (SELECT 1 FROM dbo.loonfactorberekening_data m WITH (NOLOCK)
+                        WHERE m.conversation_handle = i.conversation_handle);
+    SET @verloren += @@ROWCOUNT;
+    SELECT @verloren AS verloren;
 END;
 GO
 

@@ -411,8 +411,27 @@ END $$;
 CREATE OR REPLACE FUNCTION rekenserver.markeer_verloren() RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_n int;
+    v_n      int;
+    v_handle uuid;
 BEGIN
+    -- A dialog whose far side is gone while a request on it waits (an operator ended the
+    -- calculation side WITH CLEANUP, say): in one database the far endpoint is seen to be
+    -- missing (the initiator knows its handle, and nothing waits for the initiator that
+    -- would say so), so the request is lost now, not when the lifetime runs out, and the
+    -- initiator's own endpoint is ended with cleanup (nothing can reach it any more). A
+    -- dialog a worker or collector holds is left for the next run.
+    FOR v_handle IN
+        SELECT i.handle FROM sb.endpoint i
+         WHERE i.is_initiator AND i.far_handle IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM sb.endpoint t WHERE t.handle = i.far_handle)
+           AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.handle = i.handle)
+           AND EXISTS (SELECT 1 FROM rekenserver.berekening_log l
+                        WHERE l.dialog_handle = i.handle AND l.uitkomst IS NULL)
+         ORDER BY i.handle
+         FOR UPDATE OF i SKIP LOCKED
+    LOOP
+        PERFORM sb.end_conversation_cleanup(v_handle);
+    END LOOP;
     UPDATE rekenserver.berekening_log l
        SET uitkomst = 'fout', herstelbaar = true, beantwoord_op = clock_timestamp(), vraag = NULL,
            foutmelding = 'lost: the dialog no longer exists (ended with cleanup, or the broker was reset) '
