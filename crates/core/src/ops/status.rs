@@ -144,6 +144,20 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
             k.count, t.stale_minutes
         ));
     }
+    // A request in flight for longer than keys may stay stale: its answer is late, or its
+    // dialog is lost where this side cannot see it (another database; the LIFETIME ends
+    // it). (SQL Server gives no age: sys.conversation_endpoints has no creation time.)
+    if let Some(c) = &s.conversations.oldest_open
+        && let Some(age) = c.age_seconds.filter(|a| *a > f64::from(t.stale_minutes) * 60.0)
+    {
+        out.push(format!(
+            "the oldest request in flight has waited {} for its answer (conversation {}, {}): a worker behind, \
+             or a dialog lost where the sweep cannot see it; its LIFETIME ends it",
+            seconds(Some(age)),
+            c.handle,
+            c.state
+        ));
+    }
     out
 }
 
