@@ -514,7 +514,9 @@ BEGIN
             SET @idle = Rekenserver.dialoog_hergebruik();
             IF @idle < 1 SET @idle = 1;
             IF Rekenserver.sleuteldialoog_staat(@handle) = 'CO'
+            BEGIN
                 BEGIN CONVERSATION TIMER (@handle) TIMEOUT = @idle;
+            END
         END
         ELSE IF EXISTS (SELECT 1 FROM Rekenserver.berekening_log WHERE dialog_handle = @handle AND uitkomst IS NULL)
             SET @stil = 0;

@@ -264,19 +264,25 @@ BEGIN
     END;
     -- A recompute's Vraag goes on its own contract, at its lower priority (a contract is
     -- an identifier in BEGIN DIALOG, not a variable: a statement each).
+    -- (Each Service Broker statement in a BEGIN ... END of its own: no doubt how a parser
+    -- binds it to its IF.)
     IF @herberekening = 1
+    BEGIN
         BEGIN DIALOG CONVERSATION @handle
             FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
             ON CONTRACT [/Rekenserver/LoonfactorBerekening/HerberekenContract]
             WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+    END
     -- A dialog per request: reuse off; the self-test's scratch key (negative ids).
     ELSE IF @dv < 0 OR Rekenserver.dialoog_hergebruik() = 0
+    BEGIN
         BEGIN DIALOG CONVERSATION @handle
             FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract]
             WITH RELATED_CONVERSATION_GROUP = @group, LIFETIME = @lifetime, ENCRYPTION = OFF;
+    END
     ELSE
     BEGIN
         -- Conversation reuse: the key's dialog, when every request sent on it has its

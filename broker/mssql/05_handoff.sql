@@ -146,6 +146,8 @@ GO
 
 -- Completes a recompute's run-log row (@run NULL: a dry run, nothing to log) and
 -- releases its lock.
+-- (sp_getapplock: a lock taken n times is released n times. One herberekening_begin per
+-- connection, as sbworker recompute does, so one release here.)
 CREATE OR ALTER PROCEDURE Rekenserver.herberekening_einde @run bigint, @kandidaten int, @verzonden int,
     @fout nvarchar(2000) = NULL
 AS

@@ -274,6 +274,11 @@ WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON;
+    -- The run-time options xml methods need (Setting Options (xml Data Type)), whatever a
+    -- monitoring client's session has (QUOTED_IDENTIFIER and ANSI_NULLS were fixed when
+    -- this procedure was created); restored on return.
+    SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON;
+    SET NUMERIC_ROUNDABORT OFF;
     DECLARE @now datetime2(3) = SYSUTCDATETIME();
     -- Per queue: the groups waiting and the age of the oldest message, read from the
     -- queue itself (one statement per queue: a queue's name is not a variable).
