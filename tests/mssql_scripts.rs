@@ -841,3 +841,16 @@ fn a_module_comes_after_the_columns_it_names_are_added() {
     }
     assert!(late.is_empty(), "{late:#?}");
 }
+
+/// N2 of the fourth review: `sbworker install --mssql` puts this release's schema
+/// collection in before script 04 where the Vraag validates against another; the name it
+/// compares with is the one the optional script creates.
+#[test]
+fn the_installer_knows_the_current_schema_collection_by_name() {
+    let name = sbworker::broker::mssql::schema_collection_name();
+    assert!(name.starts_with("LoonfactorBerekening_") && name.len() == "LoonfactorBerekening_".len() + 16, "{name}");
+    let script =
+        std::fs::read_to_string(crate::common::root().join("broker/mssql/optional/schema_collection.sql")).unwrap();
+    assert!(script.contains(&format!("CREATE XML SCHEMA COLLECTION Rekenserver.{name} AS N'")), "{name}");
+    assert!(script.contains(&format!("WITH SCHEMA COLLECTION Rekenserver.{name};")), "{name}");
+}

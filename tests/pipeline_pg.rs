@@ -578,3 +578,42 @@ async fn the_install_refuses_to_replace_the_sender_while_an_older_worker_is_live
     let out = install(&["--allow-older-workers"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Workers first: this release's worker against an install of the release before, whose
+/// collector store takes no warnings and whose heartbeat no contract version (simulated
+/// by putting functions of the older shapes in their place). The worker stores every
+/// result and beats all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_this_release_works_against_the_install_before() {
+    let (url, mut c) = fresh_roster_db().await;
+    c.batch_execute(
+        "ALTER FUNCTION rekenserver.sla_antwoord_op(uuid, uuid, int, int, bigint, boolean, int[], text[], numeric[],
+                                                 text, jsonb) RENAME TO sla_antwoord_op_nu;
+         CREATE FUNCTION rekenserver.sla_antwoord_op(p_handle uuid, p_vraag_id uuid, p_dv int, p_periode int,
+             p_versie bigint, p_vervangen boolean, p_kaart_soorten int[], p_codes text[], p_waarden numeric[],
+             p_rekenversie text DEFAULT NULL)
+         RETURNS text LANGUAGE sql AS $$
+             SELECT rekenserver.sla_antwoord_op_nu(p_handle, p_vraag_id, p_dv, p_periode, p_versie, p_vervangen,
+                                                   p_kaart_soorten, p_codes, p_waarden, p_rekenversie, NULL) $$;
+         ALTER FUNCTION sbworker.heartbeat(uuid, text, int, text, bigint, jsonb, int, int) RENAME TO heartbeat_nu;
+         CREATE FUNCTION sbworker.heartbeat(p_instance uuid, p_host text, p_pid int, p_version text,
+             p_started_unix bigint, p_queues jsonb, p_interval_ms int)
+         RETURNS void LANGUAGE sql AS $$
+             SELECT sbworker.heartbeat_nu(p_instance, p_host, p_pid, p_version, p_started_unix, p_queues,
+                                          p_interval_ms, NULL) $$;",
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("install-before");
+    let worker = spawn_worker(&dir, &demo::worker_config_text(&url, 2));
+    Roster::generate(3, 19, false).load(&mut c).await.unwrap();
+    drained(&c).await;
+    let verdict = check::verify(&c, &Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest, verdict.keys);
+    crate::common::calc::wait_until("the worker's heartbeat is recorded", || async {
+        c.query_one("SELECT count(*) FROM sbworker.worker_instance", &[]).await.unwrap().get::<_, i64>(0) == 1
+    })
+    .await;
+    assert_eq!(stop_worker(worker).await, Some(0));
+}

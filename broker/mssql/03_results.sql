@@ -320,7 +320,7 @@ BEGIN
         -- Its warnings for payroll (the superseded marker is none). The namespace in the
         -- XQuery prolog: WITH XMLNAMESPACES does not go with FOR JSON.
         DECLARE @waarschuwingen nvarchar(max) = (
-            SELECT w.value('@Code', 'nvarchar(100)') AS code, w.value('.', 'nvarchar(3000)') AS tekst
+            SELECT w.value('@Code', 'nvarchar(100)') AS code, w.value('.', 'nvarchar(max)') AS tekst
               FROM @antwoord.nodes('declare default element namespace "http://www.sdbgroep.nl/MPlus/Rekenserver/2008";
                                     /LoonfactorBerekeningAntwoord/Waarschuwing[@Code != "vervangen"]') AS t(w)
                FOR JSON PATH);
@@ -714,6 +714,7 @@ CREATE OR ALTER PROCEDURE Rekenserver.bewijs @dv int, @periode int
 AS
 BEGIN
     SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL (OFF is possible on 2016)
     -- UTC, marked so (as status_report writes it); NULL stays NULL.
     SELECT h.versie, CONVERT(nvarchar(33), h.opgeslagen_op, 126) + N'Z' AS opgeslagen_op,
            CAST(DECOMPRESS(h.vraag) AS nvarchar(max)) AS vraag, h.factoren, h.rekenversie,

@@ -46,9 +46,11 @@ BEGIN
             @sql nvarchar(max) = N'SELECT @oud = COUNT(*),
                    @wie = MAX(CONCAT(host, N'' pid '', pid, N'' (sbworker '', version, N'')''))
               FROM sbworker.worker_instance
-             WHERE beat_at > DATEADD(SECOND, -3 * ' +
-            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL THEN N'10'
-                 ELSE N'(interval_ms / 1000)' END + N', SYSUTCDATETIME())' +
+             WHERE beat_at > DATEADD(MILLISECOND, -' +
+            -- Alive: a beat within three of its intervals, at least 3 s (as sbworker status).
+            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL THEN N'30000'
+                 ELSE N'(CASE WHEN interval_ms < 1000 THEN 3000 ELSE 3 * interval_ms END)' END
+            + N', SYSUTCDATETIME())' +
             CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'contract_versie') IS NULL THEN N''
                  ELSE N' AND ISNULL(contract_versie, 1) < 2' END;
     EXEC sys.sp_executesql @sql, N'@oud int OUTPUT, @wie nvarchar(2000) OUTPUT', @oud = @oud OUTPUT, @wie = @wie OUTPUT;
@@ -406,12 +408,16 @@ GO
 -- key order after the key (@na_dv, @na_periode), at most @aantal. For a change no roster
 -- edit makes: new rate tables, a CAO change, a corrected period. @periodes: a JSON array
 -- of period ids.
-CREATE OR ALTER PROCEDURE Rekenserver.herbereken_sleutels @periodes nvarchar(max) = NULL, @cao varchar(10) = NULL,
+CREATE OR ALTER PROCEDURE Rekenserver.herbereken_sleutels @periodes nvarchar(max) = NULL, @cao nvarchar(20) = NULL,
     @dv_van int = NULL, @dv_tot int = NULL, @na_dv int = NULL, @na_periode int = NULL, @aantal int,
     @sleutels nvarchar(max) = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
+    -- Compared as the column's type (no conversion on the column), after a check that it
+    -- fits: a parameter is truncated to its type in silence (SET ANSI_WARNINGS).
+    IF LEN(@cao) > 10 THROW 50131, N'@cao: a CAO code has at most 10 characters', 1;
+    DECLARE @code varchar(10) = @cao;
     DECLARE @p TABLE (id int NOT NULL PRIMARY KEY);
     DECLARE @k TABLE (dv int NOT NULL, p int NOT NULL, PRIMARY KEY (dv, p));
     INSERT @p (id) SELECT DISTINCT CAST(value AS int) FROM OPENJSON(@periodes);
@@ -424,7 +430,7 @@ BEGIN
       JOIN Rooster.cao c ON c.id = dv.cao_id
      WHERE (s.dienstverband_id > @na_dv OR (s.dienstverband_id = @na_dv AND s.periode_id > @na_periode))
        AND (@periodes IS NULL OR s.periode_id IN (SELECT id FROM @p))
-       AND (@cao IS NULL OR c.code = @cao)
+       AND (@code IS NULL OR c.code = @code)
        AND (@dv_van IS NULL OR s.dienstverband_id >= @dv_van)
        AND (@dv_tot IS NULL OR s.dienstverband_id <= @dv_tot)
        AND (@sleutels IS NULL OR EXISTS (SELECT 1 FROM @k k WHERE k.dv = s.dienstverband_id AND k.p = s.periode_id))

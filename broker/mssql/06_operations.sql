@@ -84,6 +84,7 @@ CREATE OR ALTER PROCEDURE sbworker.dead_letters @since nvarchar(40) = NULL, @lim
 AS
 BEGIN
     SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
     DECLARE @from datetime2(3) = CONVERT(datetime2(3), @since, 127);
     SELECT TOP (@limit) d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body,
            d.attempts, d.reason, CONVERT(nvarchar(30), d.dead_lettered_at, 127) + N'Z' AS dead_lettered_at,
@@ -100,6 +101,7 @@ CREATE OR ALTER PROCEDURE sbworker.dead_letter_show @id bigint
 AS
 BEGIN
     SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
     SELECT d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body,
            d.attempts, d.reason, CONVERT(nvarchar(30), d.dead_lettered_at, 127) + N'Z' AS dead_lettered_at,
            d.replays, CONVERT(nvarchar(30), d.replayed_at, 127) + N'Z' AS replayed_at, d.replayed_by,

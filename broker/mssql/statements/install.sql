@@ -5,6 +5,13 @@
 -- name: allow_older_workers
 EXEC sp_set_session_context N'sbworker.oudere_workers_toegestaan', 1;
 
+-- The XML schema collection the Vraag's message type validates against, if any (the
+-- optional script binds one): the install puts this release's in first where it differs.
+-- name: bound_collection
+SELECT TOP (1) x.name FROM sys.service_message_types t
+  JOIN sys.xml_schema_collections x ON x.xml_collection_id = t.xml_collection_id
+ WHERE t.name = N'/Rekenserver/LoonfactorBerekening/Vraag';
+
 -- A login's user in the database, added to one of sbworker's roles: the user the login
 -- has there (whatever its name), or a new one named as the login. @P1 the database, @P2
 -- the role (one of sbworker's, checked by the caller and again here), @P3 the login.

@@ -89,5 +89,10 @@ EXEC Rekenserver.dialoog_stil @handle = @P1
 -- name: heartbeat
 EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6, @interval_ms = @P7, @contract_versie = @P8
 
+-- The same against an install of the release before (workers are upgraded first): its
+-- procedure has no @contract_versie yet (8145).
+-- name: heartbeat_v1
+EXEC sbworker.heartbeat @instance = @P1, @host = @P2, @pid = @P3, @version = @P4, @started_unix = @P5, @queues = @P6, @interval_ms = @P7
+
 -- name: heartbeat_end
 EXEC sbworker.heartbeat_end @instance = @P1

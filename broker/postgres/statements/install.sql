@@ -25,7 +25,7 @@ SELECT format('%s pid %s (sbworker %s, contract %s)', w.host, w.pid, w.version,
               coalesce(to_jsonb(w) ->> 'contract_versie', 'before 2'))
   FROM sbworker.worker_instance w
  WHERE w.beat_at > clock_timestamp()
-                   - make_interval(secs => 3 * coalesce((to_jsonb(w) ->> 'interval_ms')::int, 10000) / 1000.0)
+                   - make_interval(secs => greatest(3, 3 * coalesce((to_jsonb(w) ->> 'interval_ms')::int, 10000) / 1000.0))
    AND coalesce((to_jsonb(w) ->> 'contract_versie')::int, 1) < $1
  ORDER BY w.host, w.pid;
 

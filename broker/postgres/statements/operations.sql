@@ -32,6 +32,11 @@ SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
 -- name: heartbeat
 SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7, $8);
 
+-- The same against an install of the release before (workers are upgraded first): its
+-- heartbeat takes no contract version yet.
+-- name: heartbeat_v1
+SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7);
+
 -- $1 instance.
 -- name: heartbeat_end
 SELECT sbworker.heartbeat_end($1);

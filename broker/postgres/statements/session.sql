@@ -97,6 +97,21 @@ RETURNING versie;
 -- name: store_antwoord
 SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[], $10, $11::text::jsonb);
 
+-- The same against an install of the release before (workers are upgraded first): its
+-- function takes no warnings yet.
+-- name: store_antwoord_v1
+SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[], $10);
+
+-- What the installed functions take (read once per session, on the side connection,
+-- before the first use: a statement that fails inside the worker's transaction would
+-- take the transaction with it): the collector's store with warnings, the heartbeat
+-- with the contract version.
+-- name: installed_arities
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'rekenserver' AND p.proname = 'sla_antwoord_op' AND p.pronargs = 11),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs = 8);
+
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);
 

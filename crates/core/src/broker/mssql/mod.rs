@@ -19,7 +19,7 @@ pub use connection::{Connection, ConnectionStringError, Tds, ado_pairs, check_wa
 pub use errors::{classify, error_of, quote_identifier, quote_name};
 pub use scripts::{
     OPTIONAL_SCRIPTS, SCRIPTS, SET_OPTIONS, SqlcmdVars, grant_roles, install, modules, role_for,
-    schema_collection_script, scripts_stamp, sqlcmd_batches,
+    schema_collection_name, schema_collection_script, scripts_stamp, sqlcmd_batches,
 };
 
 use super::{BrokerError, ErrorKind, Message};
@@ -281,21 +281,19 @@ impl transport::Session for MssqlSession {
     async fn heartbeat(&mut self, b: &transport::Heartbeat) -> Result<(), BrokerError> {
         let queues = b.queues_json();
         let version = b.version.to_string();
-        Self::exec(
-            &mut self.side,
-            stmt::HEARTBEAT.sql,
-            &[
-                &b.instance,
-                &b.host.as_str(),
-                &b.pid,
-                &version.as_str(),
-                &b.started_unix,
-                &queues.as_str(),
-                &b.interval_ms,
-                &b.contract_versie,
-            ],
-        )
-        .await?;
+        let (host, version, queues) = (b.host.as_str(), version.as_str(), queues.as_str());
+        let params: [&dyn tiberius::ToSql; 8] =
+            [&b.instance, &host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms, &b.contract_versie];
+        match Self::exec(&mut self.side, stmt::HEARTBEAT.sql, &params).await {
+            // An install of the release before (workers are upgraded first): its
+            // procedure has no @contract_versie yet (8145: not a parameter of it).
+            Err(e) if e.number == 8145 => {
+                Self::exec(&mut self.side, stmt::HEARTBEAT_V1.sql, &params[..7]).await?;
+            }
+            other => {
+                other?;
+            }
+        }
         Ok(())
     }
 

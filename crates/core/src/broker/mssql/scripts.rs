@@ -167,6 +167,22 @@ fn without_identity_constraints(xsd: &str) -> String {
     out
 }
 
+/// The collection's name carries a hash of its XSDs: an XML schema collection's
+/// components cannot be changed (ALTER XML SCHEMA COLLECTION only adds), so a changed XSD
+/// gets a collection of its own, the message type moves to it in one transaction, and
+/// the old one is dropped once nothing references it.
+fn collection_name_of(xsd: &str) -> String {
+    format!("LoonfactorBerekening_{:016x}", crate::sql::fnv1a(xsd.as_bytes()))
+}
+
+/// The name of this release's schema collection (`optional/schema_collection.sql`).
+pub fn schema_collection_name() -> String {
+    let script = schema_collection_script();
+    let at = script.find("CREATE XML SCHEMA COLLECTION Rekenserver.").expect("the script creates it")
+        + "CREATE XML SCHEMA COLLECTION Rekenserver.".len();
+    script[at..].split_whitespace().next().unwrap_or_default().to_owned()
+}
+
 /// What `broker/mssql/optional/schema_collection.sql` must hold: the three XSDs of `schemas/`
 /// (without their XML declarations, which an nvarchar literal cannot carry) in one XML
 /// SCHEMA COLLECTION, and the message types switched to VALID_XML against it.
@@ -187,11 +203,7 @@ pub fn schema_collection_script() -> String {
         })
         .collect();
     let xsd = body.join("\n");
-    // The collection's name carries a hash of its XSDs: an XML schema collection's
-    // components cannot be changed (ALTER XML SCHEMA COLLECTION only adds), so a changed
-    // XSD gets a collection of its own, the message type moves to it in one
-    // transaction, and the old one is dropped once nothing references it.
-    let name = format!("LoonfactorBerekening_{:016x}", crate::sql::fnv1a(xsd.as_bytes()));
+    let name = collection_name_of(&xsd);
     let mut out = String::from(
         "-- sbworker on SQL Server, optional script (run by hand after the numbered ones): the\n\
          -- Vraag message type validated as VALID_XML against the XSDs of schemas/, in one XML\n\
@@ -259,6 +271,8 @@ pub async fn install(
         message: e.to_string(),
     })?;
     let mut client = connect(&c).await?;
+    let env = |name: &str| std::env::var(name).ok();
+    let sqlcmd = SqlcmdVars { given: vars, env: &env };
     if allow_older_workers {
         client
             .simple_query(crate::sql::statements::mssql_install::ALLOW_OLDER_WORKERS.sql)
@@ -270,25 +284,44 @@ pub async fn install(
     }
     let mut n = 0;
     for (file, script) in SCRIPTS {
-        let env = |name: &str| std::env::var(name).ok();
-        let batches = sqlcmd_batches(script, &SqlcmdVars { given: vars, env: &env }).map_err(|m| BrokerError {
-            kind: ErrorKind::Other,
-            number: 0,
-            message: format!("{file}: {m}"),
-        })?;
-        for b in batches {
-            client
-                .simple_query(b)
+        let mut scripts = vec![(*file, script.to_string())];
+        // The optional schema collection follows the numbered scripts (N2 of the fourth
+        // review): where the Vraag's message type validates against a collection of an
+        // earlier release, this release's Vraag (script 04's) would be discarded by it,
+        // so the current collection is put in first (it accepts the older shapes too).
+        if *file == "04_roster.sql" {
+            let bound: Option<String> = client
+                .simple_query(crate::sql::statements::mssql_install::BOUND_COLLECTION.sql)
                 .await
-                .map_err(|e| {
-                    let mut be = error_of(e);
-                    be.message = format!("{file}: {}", be.message);
-                    be
-                })?
-                .into_results()
+                .map_err(error_of)?
+                .into_row()
                 .await
-                .map_err(error_of)?;
-            n += 1;
+                .map_err(error_of)?
+                .and_then(|r| r.get::<&str, _>(0).map(str::to_owned));
+            if bound.is_some_and(|b| b != schema_collection_name()) {
+                scripts.insert(0, ("optional/schema_collection.sql", schema_collection_script()));
+            }
+        }
+        for (file, script) in scripts {
+            let batches = sqlcmd_batches(&script, &sqlcmd).map_err(|m| BrokerError {
+                kind: ErrorKind::Other,
+                number: 0,
+                message: format!("{file}: {m}"),
+            })?;
+            for b in batches {
+                client
+                    .simple_query(b)
+                    .await
+                    .map_err(|e| {
+                        let mut be = error_of(e);
+                        be.message = format!("{file}: {}", be.message);
+                        be
+                    })?
+                    .into_results()
+                    .await
+                    .map_err(error_of)?;
+                n += 1;
+            }
         }
     }
     Ok(n)

@@ -105,6 +105,10 @@ pub struct Session {
     /// Whether a RECEIVE that leaves messages in its group wakes the other receivers
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
+    /// What the installed functions take: (the store takes warnings, the heartbeat the
+    /// contract version); read once, before the first use. An install of the release
+    /// before takes neither: workers are upgraded first, and must work against it.
+    arities: Option<(bool, bool)>,
 }
 
 impl Session {
@@ -133,6 +137,7 @@ impl Session {
             client_stmts: HashMap::new(),
             waiting: None,
             wake_others: true,
+            arities: None,
         })
     }
 
@@ -189,8 +194,23 @@ impl Session {
     ) -> Result<(), BrokerError> {
         let params: [&(dyn ToSql + Sync); 8] =
             [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms, &b.contract_versie];
-        self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
+        let sql = if self.installed_arities().await?.1 { O::HEARTBEAT.sql } else { O::HEARTBEAT_V1.sql };
+        let params = if sql == O::HEARTBEAT.sql { &params[..] } else { &params[..7] };
+        self.side.watch(self.side.client.query(sql, params).await.map_err(error_of))?;
         Ok(())
+    }
+
+    /// What the installed functions take (see `arities`), read on the side connection
+    /// (outside any transaction) the first time.
+    async fn installed_arities(&mut self) -> Result<(bool, bool), BrokerError> {
+        if let Some(a) = self.arities {
+            return Ok(a);
+        }
+        let rows = self.side.watch(self.side.client.query(S::INSTALLED_ARITIES.sql, &[]).await.map_err(error_of))?;
+        let row = single(rows, S::INSTALLED_ARITIES.name)?;
+        let a = (row.get(0), row.get(1));
+        self.arities = Some(a);
+        Ok(a)
     }
 
     /// The working connection, for the caller's own statements in the same transaction.
@@ -716,24 +736,25 @@ impl transport::PayrollStore for Session {
             .map(|w| serde_json::json!({"code": w.code.as_str(), "tekst": w.tekst.as_str()}))
             .collect();
         let warnings = (!warnings.is_empty()).then(|| serde_json::Value::Array(warnings).to_string());
-        let rows = self
-            .work(
-                S::STORE_ANTWOORD,
-                &[
-                    &handle,
-                    &a.id,
-                    &a.dienstverband_id,
-                    &a.periode_id,
-                    &a.versie,
-                    &superseded,
-                    &kaart,
-                    &codes,
-                    &waarden,
-                    &a.rekenversie,
-                    &warnings,
-                ],
-            )
-            .await?;
+        let params: [&(dyn ToSql + Sync); 11] = [
+            &handle,
+            &a.id,
+            &a.dienstverband_id,
+            &a.periode_id,
+            &a.versie,
+            &superseded,
+            &kaart,
+            &codes,
+            &waarden,
+            &a.rekenversie,
+            &warnings,
+        ];
+        // Against an install of the release before (workers first): without warnings.
+        let rows = if self.installed_arities().await?.0 {
+            self.work(S::STORE_ANTWOORD, &params).await?
+        } else {
+            self.work(S::STORE_ANTWOORD_V1, &params[..10]).await?
+        };
         let row = single(rows, S::STORE_ANTWOORD.name)?;
         Ok(match row.get::<_, &str>(0) {
             "opgeslagen" => Stored::Stored,

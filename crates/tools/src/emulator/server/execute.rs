@@ -84,7 +84,9 @@ pub(super) async fn execute(
             }
             Ok(None)
         }
-        Statement::If { .. } | Statement::Block(_) => unreachable!("run takes control-of-flow statements apart"),
+        Statement::If { .. } | Statement::Block(_) | Statement::ExecSql { .. } => {
+            unreachable!("run takes control-of-flow statements and sp_executesql apart")
+        }
         Statement::SelectVars(names) => {
             let mut cols = Vec::new();
             let mut row = Vec::new();

@@ -790,6 +790,50 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 }
                 continue;
             }
+            Statement::ExecSql { statement, args } => {
+                // sp_executesql in a batch: its statements run as a batch of their own,
+                // their parameters its variables; the caller's variables and table
+                // variables are not theirs, and stay as they were.
+                let inner = (|| -> Result<(String, Params), Failure> {
+                    let sql = match values::value(&statement, &vars)? {
+                        Sql::NVarChar(s) => s,
+                        Sql::VarChar(b) => Sql::varchar_text(&b),
+                        _ => {
+                            return Err(Failure {
+                                number: 214,
+                                class: 16,
+                                message: "Procedure expects parameter '@statement' of type 'ntext/nchar/nvarchar'."
+                                    .into(),
+                            });
+                        }
+                    };
+                    let mut p = Params::new();
+                    for (name, v) in &args {
+                        p.insert(name.clone(), values::value(v, &vars)?);
+                    }
+                    Ok((sql, p))
+                })();
+                let (sql, inner_params) = match inner {
+                    Ok(x) => x,
+                    Err(f) => {
+                        let keep = !conn.xact_abort;
+                        failed(conn, f, t, done_token, in_proc, keep).await;
+                        return false;
+                    }
+                };
+                let saved = (std::mem::take(&mut conn.var_types), std::mem::take(&mut conn.tables));
+                let ok = Box::pin(run(conn, &sql, &inner_params, t, 0xFF)).await;
+                (conn.var_types, conn.tables) = saved;
+                if conn.drop_now || conn.session_gone {
+                    return false;
+                }
+                let more = if pending.is_empty() { in_proc } else { done::MORE };
+                t.done(done_token, more | if ok { 0 } else { done::ERROR }, 0);
+                if !ok {
+                    return false;
+                }
+                continue;
+            }
             Statement::If { condition, then, otherwise } => match holds(&condition, &vars) {
                 Ok(true) => {
                     pending.push_front(*then);

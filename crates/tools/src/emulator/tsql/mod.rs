@@ -155,6 +155,13 @@ pub enum Statement {
         procedure: String,
         args: Vec<(String, Value)>,
     },
+    /// `EXEC sp_executesql N'statements', N'@a int, …', @a = value, …` written in a batch
+    /// (as scripts and ORMs send it): the statements run with the named parameters as
+    /// their variables. (Its declaration is not needed: each value keeps its own type.)
+    ExecSql {
+        statement: Value,
+        args: Vec<(String, Value)>,
+    },
     /// `SELECT @a [AS x], N'text', 1`: variables' and literals' values as one row (with
     /// the column names).
     SelectVars(Vec<(Value, Option<String>)>),

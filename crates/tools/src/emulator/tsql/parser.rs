@@ -316,6 +316,10 @@ impl Parser {
         }
         if self.eat_kw("EXEC") || self.eat_kw("EXECUTE") {
             let procedure = self.name()?;
+            let bare = procedure.rsplit('.').next().unwrap_or(&procedure).to_ascii_lowercase();
+            if bare == "sp_executesql" {
+                return self.exec_sql();
+            }
             if matches!(self.peek(), Some(Tok::Str(_) | Tok::AnsiStr(_) | Tok::Int(_))) {
                 // Positional arguments (`EXEC sp_executesql N'…', N'@a int', @a = 1`):
                 // valid T-SQL the emulator does not run in a batch.
@@ -338,6 +342,40 @@ impl Parser {
             Some(Tok::Word(w)) => Err(unsupported(&w.to_uppercase())),
             _ => Err(syntax(&self.near())),
         }
+    }
+
+    /// `sp_executesql`'s arguments after its name: the statements (a string or a
+    /// variable), optionally the parameters' declaration, then `@name = value` for each
+    /// parameter. Values by position and OUTPUT parameters are refused as not supported.
+    fn exec_sql(&mut self) -> Result<Statement, TsqlError> {
+        let statement = self.value()?;
+        let mut args = Vec::new();
+        if self.eat_punct(',') {
+            // The declaration, unless the parameters start at once.
+            let named =
+                matches!(self.peek(), Some(Tok::Var(_))) && self.toks.get(self.at + 1) == Some(&Tok::Punct('='));
+            if !named {
+                let _declaration = self.value()?;
+                if !self.eat_punct(',') {
+                    return Ok(Statement::ExecSql { statement, args });
+                }
+            }
+            loop {
+                if !matches!(self.peek(), Some(Tok::Var(_))) {
+                    return Err(unsupported("sp_executesql with parameter values by position"));
+                }
+                let name = self.var()?;
+                self.punct('=')?;
+                args.push((name, self.value()?));
+                if self.is_kw("OUTPUT") || self.is_kw("OUT") {
+                    return Err(unsupported("sp_executesql with OUTPUT parameters in a batch"));
+                }
+                if !self.eat_punct(',') {
+                    break;
+                }
+            }
+        }
+        Ok(Statement::ExecSql { statement, args })
     }
 
     /// `SET option …` after its name: the session settings drivers send when they log in

@@ -490,7 +490,8 @@ fn binary_literals_are_values() {
 #[test]
 fn valid_t_sql_the_emulator_does_not_run_is_said_to_be_so_not_a_syntax_error() {
     for sql in [
-        "EXEC sp_executesql N'SELECT @a AS a', N'@a INT', @a = 1",
+        "EXEC sp_executesql N'SELECT @a AS a', N'@a INT', 1",
+        "EXEC sp_executesql N'SELECT @a AS a', N'@a INT OUTPUT', @a = @b OUTPUT",
         "SELECT * FROM sys.conversation_endpoints;",
         "SELECT @@VERSION FROM sys.conversation_endpoints",
     ] {
