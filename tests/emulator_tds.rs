@@ -98,6 +98,47 @@ async fn the_whole_pipeline_runs_over_tds_and_latest_wins() {
 }
 
 #[tokio::test]
+async fn sp_executesql_written_in_a_batch_runs_with_its_parameters() {
+    // As scripts and ORMs send it: `EXEC sp_executesql N'…', N'@a int, …', @a = …` in a
+    // batch (tiberius here; pymssql in its own test). The statements see the parameters
+    // (not the caller's variables), a Service Broker statement runs inside, and values by
+    // position or OUTPUT parameters are refused as not supported, not as a syntax error.
+    let (url, _s) = calc_world().await;
+    let (conn, _stop) = emulator(&url).await;
+    let mut c = crate::common::tds::client(&conn).await;
+    let rows = c
+        .simple_query(
+            "DECLARE @outer int = 5; \
+             EXEC sp_executesql N'SELECT @a AS a, @b AS b', N'@a int, @b nvarchar(10)', @a = @outer, @b = N'x'; \
+             EXEC sys.sp_executesql N'SELECT COUNT(*) AS n FROM dbo.loonfactorberekening_reken'; \
+             SELECT @outer AS outer_after",
+        )
+        .await
+        .unwrap()
+        .into_results()
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!((rows[0][0].get::<i32, _>(0), rows[0][0].get::<&str, _>(1)), (Some(5), Some("x")));
+    assert_eq!(rows[1][0].get::<i32, _>(0), Some(0));
+    assert_eq!(rows[2][0].get::<i32, _>(0), Some(5));
+    let mut code = async |sql: &str| match c.simple_query(sql).await {
+        Ok(s) => s.into_results().await.err().map(|e| format!("{e:?}")),
+        Err(e) => Some(format!("{e:?}")),
+    };
+    // The caller's variables are not the statements': 137, as SQL Server says.
+    let e = code("DECLARE @outer int = 5; EXEC sp_executesql N'SELECT @outer AS o'").await.unwrap_or_default();
+    assert!(e.contains("code: 137"), "{e}");
+    for refused in [
+        "EXEC sp_executesql N'SELECT @a AS a', N'@a int', 1",
+        "DECLARE @b int; EXEC sp_executesql N'SELECT @a AS a', N'@a int OUTPUT', @a = @b OUTPUT",
+    ] {
+        let e = code(refused).await.unwrap_or_default();
+        assert!(e.contains("code: 50100"), "{refused}: {e}");
+    }
+}
+
+#[tokio::test]
 async fn error_tokens_from_the_wire_are_classified_by_number() {
     use sbworker::broker::ErrorKind;
     use sbworker::broker::mssql::error_of;
@@ -1444,6 +1485,10 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
     assert_eq!(v["queued_after_rollback"], 0, "{v}");
     assert_eq!(v["refused"], 50100, "{v}");
     assert_eq!(v["after_refusal"], 1, "{v}");
+    // sp_executesql written in a batch (the fourth SQL Server review's list): its
+    // statements run with its parameters; the caller's @n is its own.
+    assert_eq!(v["executesql"], serde_json::json!([41, "x", 9]), "{v}");
+    assert_eq!(v["executesql_caller_n"], 7, "{v}");
     // Now a worker serves the calculation queue.
     let mut client = tokio::process::Command::new("python3");
     client

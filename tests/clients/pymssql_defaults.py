@@ -103,5 +103,18 @@ cur.execute("SELECT 1 AS one")
 out["after_refusal"] = cur.fetchone()[0]
 conn.commit()
 
+# sp_executesql written in a batch, as scripts and ORMs send it (its parameters as
+# pymssql writes them: literals), and the caller's variable as it was after it.
+cur.execute(
+    "DECLARE @n int = 7; "
+    "EXEC sp_executesql N'SELECT @a AS a, @b AS b, @n AS n', N'@a int, @b nvarchar(10), @n int', "
+    "@a = %d, @b = %s, @n = 9; SELECT @n AS n",
+    (41, "x"),
+)
+out["executesql"] = list(cur.fetchone())
+cur.nextset()
+out["executesql_caller_n"] = cur.fetchone()[0]
+conn.commit()
+
 conn.close()
 print(json.dumps(out))
