@@ -244,7 +244,12 @@ GO
 -- factors only when its version is newer than the stored one, logs the version, and
 -- completes the calculation log. One result row per outcome: opgeslagen, verouderd
 -- (older than the stored result) or vervangen (answered as superseded).
-CREATE OR ALTER PROCEDURE Rekenserver.sla_antwoord_op @handle uniqueidentifier, @antwoord xml
+-- The outcome as a result set (the Rust collector reads it), or with @zonder_resultaat =
+-- 1 only in the OUTPUT parameter @uitkomst_uit (the in-database collector below: no
+-- INSERT ... EXEC around a procedure that may begin a conversation timer, N7 of the
+-- fourth review).
+CREATE OR ALTER PROCEDURE Rekenserver.sla_antwoord_op @handle uniqueidentifier, @antwoord xml,
+    @uitkomst_uit varchar(10) = NULL OUTPUT, @zonder_resultaat bit = 0
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
@@ -306,9 +311,12 @@ BEGIN
         -- Only a result claimed or exported has an export state to keep: one still
         -- waiting (the pipeline's usual case) is not compared. A factor at 0 and a factor
         -- absent are the same figure (a release that adds a factor answers it at 0).
-        DECLARE @zelfde bit = 0;
-        IF EXISTS (SELECT 1 FROM Rekenserver.resultaat
-                    WHERE dienstverband_id = @dv AND periode_id = @periode AND export_status <> 0)
+        -- The row is locked before its export state is read (N8 of the fourth review): a
+        -- claim between the read and the update would make the same figures a correction.
+        DECLARE @zelfde bit = 0, @status tinyint;
+        SELECT @status = export_status FROM Rekenserver.resultaat WITH (UPDLOCK, HOLDLOCK)
+         WHERE dienstverband_id = @dv AND periode_id = @periode;
+        IF @status <> 0
             SET @zelfde = CASE
                 WHEN NOT EXISTS (SELECT kaart_soort, loonfactor_code, waarde FROM @nieuw WHERE waarde <> 0
                                  EXCEPT SELECT kaart_soort, loonfactor_code, waarde FROM Rekenserver.resultaat_factor
@@ -378,7 +386,9 @@ BEGIN
         IF @stil < 1 SET @stil = 1;
         BEGIN CONVERSATION TIMER (@handle) TIMEOUT = @stil;
     END;
-    SELECT @uitkomst AS uitkomst;
+    SET @uitkomst_uit = @uitkomst;
+    IF @zonder_resultaat = 0
+        SELECT @uitkomst AS uitkomst;
 END;
 GO
 
@@ -486,7 +496,10 @@ GO
 -- deadlock with the planner's edit. A row a planner holds counts as busy: stil = 0, and
 -- the timer starts again (the planner may send on another dialog), unless the dialog is
 -- no longer open on both sides (its EndDialog or Error is on its way, and ends it).
-CREATE OR ALTER PROCEDURE Rekenserver.dialoog_stil @handle uniqueidentifier
+-- Whether the dialog was idle (and so ended), as a result set, or with @zonder_resultaat
+-- = 1 only in @stil_uit (as Rekenserver.sla_antwoord_op).
+CREATE OR ALTER PROCEDURE Rekenserver.dialoog_stil @handle uniqueidentifier,
+    @stil_uit bit = NULL OUTPUT, @zonder_resultaat bit = 0
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
@@ -524,7 +537,9 @@ BEGIN
             UPDATE Rekenserver.sleutel SET dialog_handle = NULL
              WHERE dienstverband_id = @dv AND periode_id = @periode AND dialog_handle = @handle;
     END;
-    SELECT @stil AS stil;
+    SET @stil_uit = @stil;
+    IF @zonder_resultaat = 0
+        SELECT @stil AS stil;
 END;
 GO
 
@@ -552,9 +567,9 @@ BEGIN
             @service nvarchar(512), @contract nvarchar(256), @tekst nvarchar(3000), @fout nvarchar(3000),
             @nummer int, @pogingen int, @max_pogingen int = 3, @reden nvarchar(40), @herstelbaar bit,
             @opzij bit;
-    DECLARE @uit TABLE (uitkomst varchar(10));
+    DECLARE @uit varchar(10);
     DECLARE @sleutel nvarchar(200), @antwoord xml;
-    DECLARE @stil TABLE (stil bit);
+    DECLARE @stil bit;
     DECLARE @telling TABLE (h uniqueidentifier, s bigint, attempts int, last_error nvarchar(3000), failures int,
                             transient_failures int);
     WHILE 1 = 1
@@ -615,9 +630,9 @@ BEGIN
                  ORDER BY f.message_sequence_number;
             IF @type = N'/Rekenserver/LoonfactorBerekening/Antwoord'
             BEGIN
-                DELETE @uit;
                 SET @antwoord = CAST(@body AS xml);   -- explicit: a malformed body fails here, in the TRY
-                INSERT @uit EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @antwoord;
+                EXEC Rekenserver.sla_antwoord_op @handle = @handle, @antwoord = @antwoord,
+                    @uitkomst_uit = @uit OUTPUT, @zonder_resultaat = 1;
                 -- A reused dialog stays open for the key's next versions (its idle timer ends it).
                 IF @contract <> N'/Rekenserver/LoonfactorBerekening/SleutelContract'
                     END CONVERSATION @handle;
@@ -665,10 +680,12 @@ BEGIN
                 -- A reused dialog's idle timer: ended when the key is still idle.
                 IF @contract = N'/Rekenserver/LoonfactorBerekening/SleutelContract'
                 BEGIN
-                    DELETE @stil;
-                    INSERT @stil EXEC Rekenserver.dialoog_stil @handle = @handle;
-                    IF EXISTS (SELECT 1 FROM @stil WHERE stil = 1)
+                    SET @stil = 0;
+                    EXEC Rekenserver.dialoog_stil @handle = @handle, @stil_uit = @stil OUTPUT, @zonder_resultaat = 1;
+                    IF @stil = 1
+                    BEGIN
                         END CONVERSATION @handle;
+                    END
                 END
             END
             ELSE

@@ -237,6 +237,7 @@ DECLARE
     v_uitkomst text := 'vervangen';
     v_log      rekenserver.berekening_log;
     v_zelfde   boolean;
+    v_status   smallint;
 BEGIN
     -- The answer must be for the request its dialog carried: an answer naming another
     -- key or version is refused (the transaction fails; after the worker's attempts it
@@ -261,9 +262,13 @@ BEGIN
         -- export state to keep: one still waiting (the pipeline's usual case) is not
         -- compared. A factor at 0 and a factor absent are the same figure (a release that
         -- adds a factor answers it at 0: that is no correction for payroll).
+        -- The row is locked before its export state is read (N8 of the fourth SQL Server
+        -- review): a claim between the read and the update would make the same figures a
+        -- correction. (The update below locks it anyway; this only takes it sooner.)
         v_zelfde := false;
-        IF EXISTS (SELECT 1 FROM rekenserver.resultaat
-                    WHERE dienstverband_id = p_dv AND periode_id = p_periode AND export_status <> 0) THEN
+        SELECT export_status INTO v_status FROM rekenserver.resultaat
+         WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
+        IF v_status <> 0 THEN
             v_zelfde := NOT EXISTS (
                     SELECT u.k, u.c, u.w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w) WHERE u.w <> 0
                     EXCEPT SELECT f.kaart_soort, f.loonfactor_code, f.waarde FROM rekenserver.resultaat_factor f
