@@ -323,6 +323,14 @@ fn a_vraag_of_a_later_contract_version_is_refused_as_the_environments_fault() {
     let fout = e.to_fout();
     assert_eq!(fout.reden, contract::Reden::NewerContract);
     xmllint(&xsd("RekenserverFout"), contract::encode_fout(&fout).as_bytes()).unwrap();
+    // Written with a character reference, the later version is refused the same way.
+    let referenced = text.replacen(
+        "Versie=\"1\">",
+        &format!("Versie=\"1\" ContractVersie=\"&#{};\">", u32::from(b'0') + CONTRACT_VERSIE + 1),
+        1,
+    );
+    let e = contract::decode_vraag(referenced.as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!(e.reden, contract::Reden::NewerContract, "{e}");
     // The same unknown element in a Vraag of this version, or of none (the shapes before
     // the attribute), is the request's own fault.
     for stamp in [format!(" ContractVersie=\"{CONTRACT_VERSIE}\""), String::new()] {

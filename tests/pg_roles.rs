@@ -147,6 +147,35 @@ async fn the_pipeline_runs_with_the_four_roles_none_of_them_superuser() {
     let verdict = verify(&admin, &Tables::built_in().unwrap()).await.unwrap();
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
     assert_eq!(stop_worker(worker).await, Some(0));
+    // A dialog whose far side an operator ended WITH CLEANUP while its request waited:
+    // housekeeping's sweep finds it lost and sends the key again, as its login.
+    admin.batch_execute("SET rekenserver.vragen_uit = off").await.unwrap();
+    admin
+        .batch_execute(&format!(
+            "UPDATE rooster.dienstverband SET dagen_per_week = dagen_per_week WHERE id = {}",
+            sbworker::demo::roster::FIRST_ID
+        ))
+        .await
+        .unwrap();
+    admin
+        .batch_execute("SELECT sb.end_conversation_cleanup(t.handle) FROM sb.endpoint t WHERE NOT t.is_initiator")
+        .await
+        .unwrap();
+    let out = crate::common::within(
+        120,
+        "sweep",
+        Command::new(BIN).args(["sweep", "--postgres", &as_login(&url, &l.housekeeping)]).output(),
+    )
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let lost: i64 = admin
+        .query_one("SELECT count(*) FROM rekenserver.berekening_log WHERE foutmelding LIKE 'lost: %'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(lost >= 1, "{said}");
     // None of them is a superuser, or may create roles or databases.
     let mighty: i64 = admin
         .query_one(

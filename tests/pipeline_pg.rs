@@ -615,5 +615,12 @@ async fn a_worker_of_this_release_works_against_the_install_before() {
         c.query_one("SELECT count(*) FROM sbworker.worker_instance", &[]).await.unwrap().get::<_, i64>(0) == 1
     })
     .await;
+    // The older heartbeat has no contract version: it went in the version text, so the
+    // next step of the upgrade, this release's install, does not take this (upgraded)
+    // worker for an older one.
+    let version: String = c.query_one("SELECT version FROM sbworker.worker_instance", &[]).await.unwrap().get(0);
+    assert!(version.ends_with(&format!(" contract {}", sbworker::contract::CONTRACT_VERSIE)), "{version}");
+    let out = Command::new(BIN).args(["install", "--postgres", &url, "--roster"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stop_worker(worker).await, Some(0));
 }

@@ -51,8 +51,16 @@ BEGIN
             CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'interval_ms') IS NULL THEN N'30000'
                  ELSE N'(CASE WHEN interval_ms < 1000 THEN 3000 ELSE 3 * interval_ms END)' END
             + N', SYSUTCDATETIME())' +
-            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'contract_versie') IS NULL THEN N''
-                 ELSE N' AND ISNULL(contract_versie, 1) < 2' END;
+            -- The version a worker reads: the column, or (a worker of this release against
+            -- the install before, which has no column yet) its version text's
+            -- "contract N"; none: 1. Only workers that serve the calculation queue (or
+            -- have reported no queue yet) read a Vraag.
+            N' AND ISNULL(' +
+            CASE WHEN COL_LENGTH(N'sbworker.worker_instance', N'contract_versie') IS NULL THEN N'NULL'
+                 ELSE N'contract_versie' END +
+            N', ISNULL(TRY_CAST(CASE WHEN CHARINDEX(N''contract '', version) > 0
+                                     THEN SUBSTRING(version, CHARINDEX(N''contract '', version) + 9, 9) END AS int), 1)) < 2
+               AND (queues = N''{}'' OR queues LIKE N''%loonfactorberekening_reken%'')';
     EXEC sys.sp_executesql @sql, N'@oud int OUTPUT, @wie nvarchar(2000) OUTPUT', @oud = @oud OUTPUT, @wie = @wie OUTPUT;
     IF @oud > 0
     BEGIN

@@ -418,6 +418,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n      int;
     v_handle uuid;
+    v_group  uuid;
 BEGIN
     -- A dialog whose far side is gone while a request on it waits (an operator ended the
     -- calculation side WITH CLEANUP, say): in one database the far endpoint is seen to be
@@ -425,8 +426,8 @@ BEGIN
     -- would say so), so the request is lost now, not when the lifetime runs out, and the
     -- initiator's own endpoint is ended with cleanup (nothing can reach it any more). A
     -- dialog a worker or collector holds is left for the next run.
-    FOR v_handle IN
-        SELECT i.handle FROM sb.endpoint i
+    FOR v_handle, v_group IN
+        SELECT i.handle, i.group_id FROM sb.endpoint i
          WHERE i.is_initiator AND i.far_handle IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM sb.endpoint t WHERE t.handle = i.far_handle)
            AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.handle = i.handle)
@@ -435,7 +436,14 @@ BEGIN
          ORDER BY i.handle
          FOR UPDATE OF i SKIP LOCKED
     LOOP
-        PERFORM sb.end_conversation_cleanup(v_handle);
+        -- As END CONVERSATION WITH CLEANUP does on this side (no message waits for it:
+        -- checked above), without sb.end_conversation_cleanup's RECEIVE right check,
+        -- which the sweep's login (housekeeping) does not pass on the data queue.
+        DELETE FROM sb.endpoint WHERE handle = v_handle;
+        IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = v_group) THEN
+            DELETE FROM sb.group_ready WHERE group_id = v_group;
+        END IF;
+        PERFORM sb.drop_unused_groups(ARRAY[v_group]);
     END LOOP;
     UPDATE rekenserver.berekening_log l
        SET uitkomst = 'fout', herstelbaar = true, beantwoord_op = clock_timestamp(), vraag = NULL,

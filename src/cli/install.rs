@@ -19,7 +19,8 @@ pub fn postgres(
         let older = rt.block_on(postgres::older_workers(url)).context("reading the workers' heartbeats")?;
         if !older.is_empty() {
             anyhow::bail!(
-                "{} live calculation worker(s) read an older Vraag contract than this release's roster sender                  writes ({}): upgrade the workers first (docs/deployment.md), or go on anyway with                  --allow-older-workers",
+                "{} live calculation worker(s) read an older Vraag contract than this release's roster sender writes \
+                 ({}): upgrade the workers first (docs/deployment.md), or go on anyway with --allow-older-workers",
                 older.len(),
                 older.join("; ")
             );

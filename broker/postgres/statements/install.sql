@@ -21,12 +21,19 @@ INSERT INTO sbworker.installation (part, stamp) VALUES ($1, $2)
 -- column), each described. Read through to_jsonb, so an install older than the columns
 -- answers too. (The caller checks that the table exists.)
 -- name: older_workers
+-- (A worker of this release against the install before writes its contract version in
+-- the version text, "0.1.0 contract 2": the column is not there yet. A worker that serves
+-- no calculation queue reads no Vraag: only those with the queue, or with none reported
+-- yet, count.)
 SELECT format('%s pid %s (sbworker %s, contract %s)', w.host, w.pid, w.version,
               coalesce(to_jsonb(w) ->> 'contract_versie', 'before 2'))
   FROM sbworker.worker_instance w
  WHERE w.beat_at > clock_timestamp()
                    - make_interval(secs => greatest(3, 3 * coalesce((to_jsonb(w) ->> 'interval_ms')::int, 10000) / 1000.0))
-   AND coalesce((to_jsonb(w) ->> 'contract_versie')::int, 1) < $1
+   AND coalesce((to_jsonb(w) ->> 'contract_versie')::int,
+                (regexp_match(w.version, 'contract ([0-9]+)'))[1]::int, 1) < $1
+   AND (w.queues = '{}'::jsonb
+        OR EXISTS (SELECT 1 FROM jsonb_object_keys(w.queues) k WHERE k ILIKE '%loonfactorberekening_reken'))
  ORDER BY w.host, w.pid;
 
 -- name: heartbeat_table_exists

@@ -102,15 +102,15 @@ SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::n
 -- name: store_antwoord_v1
 SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::numeric[], $10);
 
--- What the installed functions take (read once per session, on the side connection,
--- before the first use: a statement that fails inside the worker's transaction would
+-- What the installed functions take (read on the side connection before the first use,
+-- and again after a minute: a statement that fails inside the worker's transaction would
 -- take the transaction with it): the collector's store with warnings, the heartbeat
--- with the contract version.
+-- with the contract version (a later release may add parameters: at least these).
 -- name: installed_arities
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-                WHERE n.nspname = 'rekenserver' AND p.proname = 'sla_antwoord_op' AND p.pronargs = 11),
+                WHERE n.nspname = 'rekenserver' AND p.proname = 'sla_antwoord_op' AND p.pronargs >= 11),
        EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-                WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs = 8);
+                WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs >= 8);
 
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);

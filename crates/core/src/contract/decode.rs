@@ -66,6 +66,15 @@ pub fn decode_fout(bytes: &[u8], limits: &Limits) -> Result<RekenserverFout, Dec
     with_doc(bytes, limits, fout)
 }
 
+/// Why a Vraag of a later contract version is refused.
+fn newer_contract_text(newer: u32) -> String {
+    format!(
+        "the Vraag is of contract version {newer}; this worker (sbworker {}) knows versions up to \
+         {CONTRACT_VERSIE}: upgrade the calculation workers (the sweep sends it again)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
     let (start, pos) = cur.open_root("LoonfactorBerekeningVraag")?;
     // A Vraag of a later contract version than this worker knows is refused before
@@ -77,21 +86,16 @@ fn vraag(cur: &mut Cursor<'_>) -> Result<Vraag, DecodeError> {
         .filter(|v| *v > CONTRACT_VERSIE)
     {
         cur.message_id = cur.plain_attr(&start, "Id").and_then(|v| parse_uuid(v).ok());
-        return Err(cur.err(
-            Reden::NewerContract,
-            Some(("ContractVersie", true)),
-            format!(
-                "the Vraag is of contract version {newer}; this worker (sbworker {}) knows versions up to \
-                 {CONTRACT_VERSIE}: upgrade the calculation workers (the sweep sends it again)",
-                env!("CARGO_PKG_VERSION")
-            ),
-            pos,
-        ));
+        return Err(cur.err(Reden::NewerContract, Some(("ContractVersie", true)), newer_contract_text(newer), pos));
     }
     let [id, ts, versie, contract_versie] = cur.attrs(&start, ["Id", "Timestamp", "Versie", "ContractVersie"], pos)?;
     let id = cur.req(id, "Id", pos, parse_uuid)?;
     cur.message_id = Some(id);
     let contract_versie = cur.opt(contract_versie, "ContractVersie", pos, parse_contract_version)?;
+    // The same check for a value written with a character reference (not read above).
+    if let Some(newer) = contract_versie.filter(|v| *v > CONTRACT_VERSIE) {
+        return Err(cur.err(Reden::NewerContract, Some(("ContractVersie", true)), newer_contract_text(newer), pos));
+    }
     let timestamp = cur.req(ts, "Timestamp", pos, str::parse::<Timestamp>)?;
     let versie = cur.req(versie, "Versie", pos, parse_version)?;
     const C: &[Child] =

@@ -177,6 +177,8 @@ impl Backend for Client {
         e.code().is_some_and(|c| {
             *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
                 || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+                // rekenserver.herbereken gives way to a planner's lock after 200 ms.
+                || *c == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE
         })
     }
 

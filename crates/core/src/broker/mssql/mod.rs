@@ -288,7 +288,16 @@ impl transport::Session for MssqlSession {
             // An install of the release before (workers are upgraded first): its
             // procedure has no @contract_versie yet (8145: not a parameter of it).
             Err(e) if e.number == 8145 => {
-                Self::exec(&mut self.side, stmt::HEARTBEAT_V1.sql, &params[..7]).await?;
+                // The contract version then goes in the version text, where the install's
+                // check reads it (so the upgraded workers do not count as older ones).
+                let version = match b.contract_versie {
+                    Some(c) => format!("{version} contract {c}"),
+                    None => version.to_owned(),
+                };
+                let version = version.as_str();
+                let params: [&dyn tiberius::ToSql; 7] =
+                    [&b.instance, &host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms];
+                Self::exec(&mut self.side, stmt::HEARTBEAT_V1.sql, &params).await?;
             }
             other => {
                 other?;

@@ -107,8 +107,9 @@ pub struct Session {
     wake_others: bool,
     /// What the installed functions take: (the store takes warnings, the heartbeat the
     /// contract version); read once, before the first use. An install of the release
-    /// before takes neither: workers are upgraded first, and must work against it.
-    arities: Option<(bool, bool)>,
+    /// before takes neither: workers are upgraded first, and must work against it. Read
+    /// again after a minute (an install replaces them while workers run).
+    arities: Option<((bool, bool), std::time::Instant)>,
 }
 
 impl Session {
@@ -194,22 +195,35 @@ impl Session {
     ) -> Result<(), BrokerError> {
         let params: [&(dyn ToSql + Sync); 8] =
             [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms, &b.contract_versie];
-        let sql = if self.installed_arities().await?.1 { O::HEARTBEAT.sql } else { O::HEARTBEAT_V1.sql };
-        let params = if sql == O::HEARTBEAT.sql { &params[..] } else { &params[..7] };
-        self.side.watch(self.side.client.query(sql, params).await.map_err(error_of))?;
+        if self.installed_arities().await?.1 {
+            self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
+        } else {
+            // The install before records no contract version: it goes in the version
+            // text, where `sbworker install` reads it (so the upgraded workers do not
+            // count as older ones).
+            let version = match b.contract_versie {
+                Some(c) => format!("{version} contract {c}"),
+                None => version.to_owned(),
+            };
+            let params: [&(dyn ToSql + Sync); 7] =
+                [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms];
+            self.side.watch(self.side.client.query(O::HEARTBEAT_V1.sql, &params).await.map_err(error_of))?;
+        }
         Ok(())
     }
 
     /// What the installed functions take (see `arities`), read on the side connection
     /// (outside any transaction) the first time.
     async fn installed_arities(&mut self) -> Result<(bool, bool), BrokerError> {
-        if let Some(a) = self.arities {
+        if let Some((a, at)) = self.arities
+            && at.elapsed() < std::time::Duration::from_secs(60)
+        {
             return Ok(a);
         }
         let rows = self.side.watch(self.side.client.query(S::INSTALLED_ARITIES.sql, &[]).await.map_err(error_of))?;
         let row = single(rows, S::INSTALLED_ARITIES.name)?;
         let a = (row.get(0), row.get(1));
-        self.arities = Some(a);
+        self.arities = Some((a, std::time::Instant::now()));
         Ok(a)
     }
 

@@ -827,11 +827,14 @@ async fn run(conn: &mut Conn, sql: &str, params: &Params, t: &mut Tokens, done_t
                 if conn.drop_now || conn.session_gone {
                     return false;
                 }
-                let more = if pending.is_empty() { in_proc } else { done::MORE };
-                t.done(done_token, more | if ok { 0 } else { done::ERROR }, 0);
                 if !ok {
+                    // Its error ends the caller's batch here (as an error that is not
+                    // statement-level does): the last DONE, without MORE.
+                    t.done(done_token, done::ERROR | in_proc, 0);
                     return false;
                 }
+                let more = if pending.is_empty() { in_proc } else { done::MORE };
+                t.done(done_token, more, 0);
                 continue;
             }
             Statement::If { condition, then, otherwise } => match holds(&condition, &vars) {
