@@ -455,4 +455,56 @@ BEGIN
     RETURN v_n;
 END $$;
 
+-- The export's claim (`sbworker export`, crates/core/src/handoff/export.rs): a period's
+-- results claimed (p_lease_seconds NULL: once, marked exported; else leased, with the
+-- claims older than the lease taken again), then their factors read. Two statements, so
+-- the factors are read after the claim: a claim that waited for a collector's commit
+-- takes the new version (the row as committed), and a statement's own snapshot would
+-- still show the old factors under it. (The claimed rows stay locked until the caller
+-- commits: no collector changes their factors in between.)
+CREATE OR REPLACE FUNCTION rekenserver.export_claim(p_periode int, p_batch uuid, p_lease_seconds float8)
+RETURNS TABLE (dienstverband_id int, periode_id int, versie bigint, kaart_soort int, loonfactor_code text,
+               waarde text, vorige_export_versie bigint, waarschuwingen text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_dvs      int[];
+    v_versies  bigint[];
+    v_vorige   bigint[];
+    v_waarsch  text[];
+BEGIN
+    WITH claimed AS (
+        UPDATE rekenserver.resultaat r
+           SET export_status = CASE WHEN p_lease_seconds IS NULL THEN 2 ELSE 1 END, export_batch = p_batch,
+               geclaimd_op = clock_timestamp(),
+               geexporteerd_op = CASE WHEN p_lease_seconds IS NULL THEN clock_timestamp() END,
+               geexporteerde_versie = r.versie
+         WHERE r.periode_id = p_periode
+           AND (r.export_status = 0
+                OR (p_lease_seconds IS NOT NULL AND r.export_status = 1
+                    AND r.geclaimd_op < clock_timestamp() - make_interval(secs => p_lease_seconds)))
+           AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
+                        WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
+        RETURNING r.dienstverband_id, r.versie, r.vorige_export_versie, r.waarschuwingen::text
+    )
+    SELECT array_agg(c.dienstverband_id), array_agg(c.versie), array_agg(c.vorige_export_versie),
+           array_agg(c.waarschuwingen)
+      INTO v_dvs, v_versies, v_vorige, v_waarsch
+      FROM claimed c;
+    IF v_dvs IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_lease_seconds IS NULL THEN
+        -- When the version went out, in its evidence (the first time).
+        UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
+          FROM unnest(v_dvs, v_versies) AS c(dv, versie)
+         WHERE h.dienstverband_id = c.dv AND h.periode_id = p_periode AND h.versie = c.versie
+           AND h.geexporteerd_op IS NULL;
+    END IF;
+    RETURN QUERY
+    SELECT c.dv, p_periode, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text, c.vorige, c.waarsch
+      FROM unnest(v_dvs, v_versies, v_vorige, v_waarsch) AS c(dv, versie, vorige, waarsch)
+      JOIN rekenserver.resultaat_factor f ON f.dienstverband_id = c.dv AND f.periode_id = p_periode
+     ORDER BY c.dv, f.loonfactor_code;
+END $$;
+
 INSERT INTO sb.migration (version) VALUES (3) ON CONFLICT DO NOTHING;

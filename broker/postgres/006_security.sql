@@ -79,6 +79,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'herbereken'),
     ('sbworker_housekeeping', 'rekenserver', 'bewijs'),
     ('sbworker_payroll', 'rekenserver', 'bewijs'),
+    ('sbworker_payroll', 'rekenserver', 'export_claim'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),

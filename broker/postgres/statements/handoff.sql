@@ -1,47 +1,16 @@
 -- The statements of the payroll hand-off (sbworker export) and the housekeeping
 -- (sbworker sweep), crates/core/src/handoff/. Parameters are $1, $2, ... as in the Rust calls.
 
--- Mode once: claims and marks exported in one statement (at-most-once). Only results
--- with factor rows are claimed: a result with nothing to export is never marked.
--- $1 periode, $2 batch id.
+-- Mode once: claims and marks exported in one transaction (at-most-once). Only results
+-- with factor rows are claimed: a result with nothing to export is never marked. The
+-- claim, then the factors (rekenserver.export_claim). $1 periode, $2 batch id.
 -- name: claim_once
-WITH claimed AS (
-    UPDATE rekenserver.resultaat r
-       SET export_status = 2, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerd_op = clock_timestamp(),
-           geexporteerde_versie = r.versie
-     WHERE r.periode_id = $1 AND r.export_status = 0
-       AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
-                    WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
-    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie, r.waarschuwingen
-), stamped AS (
-    -- When the version went out, in its evidence (the first time).
-    UPDATE rekenserver.resultaat_historie h SET geexporteerd_op = clock_timestamp()
-      FROM claimed c
-     WHERE h.dienstverband_id = c.dienstverband_id AND h.periode_id = c.periode_id AND h.versie = c.versie
-       AND h.geexporteerd_op IS NULL
-)
-SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text,
-       c.vorige_export_versie, c.waarschuwingen::text
-  FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
- ORDER BY c.dienstverband_id, f.loonfactor_code;
+SELECT * FROM rekenserver.export_claim($1, $2, NULL);
 
 -- Mode lease: claims what waits, and claims older than the lease ($3 seconds), for
 -- confirmation by batch (at-least-once). $1 periode, $2 batch id.
 -- name: claim_lease
-WITH claimed AS (
-    UPDATE rekenserver.resultaat r
-       SET export_status = 1, export_batch = $2, geclaimd_op = clock_timestamp(), geexporteerde_versie = r.versie
-     WHERE r.periode_id = $1
-       AND (r.export_status = 0
-            OR (r.export_status = 1 AND r.geclaimd_op < clock_timestamp() - make_interval(secs => $3::float8)))
-       AND EXISTS (SELECT 1 FROM rekenserver.resultaat_factor f
-                    WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id)
-    RETURNING r.dienstverband_id, r.periode_id, r.versie, r.vorige_export_versie, r.waarschuwingen
-)
-SELECT c.dienstverband_id, c.periode_id, c.versie, f.kaart_soort, f.loonfactor_code, f.waarde::text,
-       c.vorige_export_versie, c.waarschuwingen::text
-  FROM claimed c JOIN rekenserver.resultaat_factor f USING (dienstverband_id, periode_id)
- ORDER BY c.dienstverband_id, f.loonfactor_code;
+SELECT * FROM rekenserver.export_claim($1, $2, $3);
 
 -- Confirms a leased batch: its results are exported. Returns how many.
 -- name: ack
