@@ -377,15 +377,11 @@ async fn status_without_workers_needs_attention_and_parses_into_the_documented_t
     assert!(table.contains(REKEN_QUEUE) && table.contains("needs attention"), "{table}");
     // A request in flight for longer than the stale threshold needs attention too (a
     // worker behind, or a dialog lost out of the sweep's sight).
+    assert_eq!(s.conversations.oldest_request_seconds, None, "no request is in flight");
     let mut late = s.clone();
-    late.conversations.oldest_open = Some(sbworker::ops::status::OldestOpen {
-        handle: "h".into(),
-        service: "/Rekenserver/LoonfactorBerekening/DataService".into(),
-        state: "CO".into(),
-        age_seconds: Some(2.0 * 3600.0),
-    });
+    late.conversations.oldest_request_seconds = Some(2.0 * 3600.0);
     let needs = sbworker::ops::status::attention(&late, t);
     assert!(needs.iter().any(|l| l.starts_with("the oldest request in flight has waited")), "{needs:?}");
-    late.conversations.oldest_open.as_mut().unwrap().age_seconds = Some(30.0 * 60.0);
+    late.conversations.oldest_request_seconds = Some(30.0 * 60.0);
     assert_eq!(sbworker::ops::status::attention(&late, t).len(), 1, "within the threshold: only the workers");
 }

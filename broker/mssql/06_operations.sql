@@ -355,6 +355,11 @@ BEGIN
                     WHERE l.uitkomst IS NULL
                     ORDER BY l.verzonden_op
                       FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS [conversations.oldest_open],
+               -- The oldest request without an outcome: `status` flags one older than the
+               -- stale threshold.
+               (SELECT DATEDIFF_BIG(MILLISECOND, MIN(l.verzonden_op), @now) / 1000.0
+                  FROM Rekenserver.berekening_log l WHERE l.uitkomst IS NULL)
+                   AS [conversations.oldest_request_seconds],
                -- Conversation reuse: the keys' dialogs with no request open, waiting for
                -- their idle timers (the collector ends them). Not work in flight.
                (SELECT COUNT_BIG(*) FROM sys.conversation_endpoints e

@@ -231,6 +231,7 @@ DECLARE
     v_convs     jsonb;
     v_oldest    jsonb;
     v_idle      bigint := NULL;
+    v_oldest_request double precision := NULL;
     v_stale     jsonb := NULL;
     v_runs      jsonb := NULL;
     v_export    jsonb;
@@ -285,6 +286,12 @@ BEGIN
                                            AND l.uitkomst IS NULL))
              ORDER BY e.created_at LIMIT 1$q$
           INTO v_oldest;
+        -- The oldest request without an outcome (a reused dialog's age is not its
+        -- request's): `status` flags one older than the stale threshold.
+        EXECUTE $q$
+            SELECT extract(epoch FROM clock_timestamp() - min(l.verzonden_op))
+              FROM rekenserver.berekening_log l WHERE l.uitkomst IS NULL$q$
+          INTO v_oldest_request;
     ELSE
         SELECT jsonb_build_object('handle', e.handle, 'service', e.service, 'state', e.state,
                                   'age_seconds', extract(epoch FROM clock_timestamp() - e.created_at))
@@ -322,7 +329,8 @@ BEGIN
         'at', sbworker.utc_text(clock_timestamp()),
         'queues', v_queues,
         'workers', v_workers,
-        'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest, 'reused_idle', v_idle),
+        'conversations', jsonb_build_object('by_state', v_convs, 'oldest_open', v_oldest, 'reused_idle', v_idle,
+                                            'oldest_request_seconds', v_oldest_request),
         'stale_keys', v_stale,
         'sweeps', v_runs,
         'last_export', v_export);

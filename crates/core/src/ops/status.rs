@@ -61,6 +61,10 @@ pub struct Conversations {
     /// idle timers (the collector ends them). `None` from an install without it.
     #[serde(default)]
     pub reused_idle: Option<i64>,
+    /// How long the oldest request without an outcome has waited (`None`: none, or an
+    /// install without it).
+    #[serde(default)]
+    pub oldest_request_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -147,15 +151,11 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
     // A request in flight for longer than keys may stay stale: its answer is late, or its
     // dialog is lost where this side cannot see it (another database; the LIFETIME ends
     // it). (SQL Server gives no age: sys.conversation_endpoints has no creation time.)
-    if let Some(c) = &s.conversations.oldest_open
-        && let Some(age) = c.age_seconds.filter(|a| *a > f64::from(t.stale_minutes) * 60.0)
-    {
+    if let Some(age) = s.conversations.oldest_request_seconds.filter(|a| *a > f64::from(t.stale_minutes) * 60.0) {
         out.push(format!(
-            "the oldest request in flight has waited {} for its answer (conversation {}, {}): a worker behind, \
-             or a dialog lost where the sweep cannot see it; its LIFETIME ends it",
-            seconds(Some(age)),
-            c.handle,
-            c.state
+            "the oldest request in flight has waited {} for its answer: a worker behind, or a dialog lost where \
+             the sweep cannot see it; its LIFETIME ends it",
+            seconds(Some(age))
         ));
     }
     out
