@@ -453,6 +453,16 @@ fn days(at: &str, s: &str) -> Result<DaySet, TableError> {
     Ok(set)
 }
 
+/// A window's days and its local minutes `van` to `tot` (ORT and overtime windows alike).
+fn span(at: &str, dagen: &str, van: &str, tot: &str) -> Result<(DaySet, u16, u16), TableError> {
+    let dayset = days(at, dagen)?;
+    let (f, t) = (minute(at, van, false)?, minute(at, tot, true)?);
+    if f >= t {
+        return Err(bad(at, format!("van {van} is not before tot {tot}")));
+    }
+    Ok((dayset, f, t))
+}
+
 /// A code a table assigns: three digits and none the engine writes itself.
 fn check_code(at: &str, code: &str) -> Result<(), TableError> {
     if !super::codes::is_code_shaped(code) {
@@ -498,11 +508,7 @@ fn overtime_from_raw(at: &str, ro: &RawOvertime, ort_rates: &[Rate]) -> Result<O
     let mut edges = vec![0u16, 1440];
     for (wi, w) in ro.vensters.iter().enumerate() {
         let wat = format!("{at}.vensters[{wi}]");
-        let dayset = days(&wat, &w.dagen)?;
-        let (f, t) = (minute(&wat, &w.van, false)?, minute(&wat, &w.tot, true)?);
-        if f >= t {
-            return Err(bad(&wat, format!("van {} is not before tot {}", w.van, w.tot)));
-        }
+        let (dayset, f, t) = span(&wat, &w.dagen, &w.van, &w.tot)?;
         let mut add = |pct: u32, code: &str| -> Result<usize, TableError> {
             if pct == 0 || pct > 200 {
                 return Err(bad(&wat, format!("pct {pct} is not between 1 and 200")));
@@ -646,11 +652,7 @@ fn cao_from_raw(at: &str, rc: RawCao) -> Result<Cao, TableError> {
         let mut edges = vec![0u16, 1440];
         for (wi, w) in rv.vensters.iter().enumerate() {
             let wat = format!("{vat}.vensters[{wi}]");
-            let dayset = days(&wat, &w.dagen)?;
-            let (f, t) = (minute(&wat, &w.van, false)?, minute(&wat, &w.tot, true)?);
-            if f >= t {
-                return Err(bad(&wat, format!("van {} is not before tot {}", w.van, w.tot)));
-            }
+            let (dayset, f, t) = span(&wat, &w.dagen, &w.van, &w.tot)?;
             if w.pct == 0 || w.pct > 100 {
                 return Err(bad(&wat, format!("pct {} is not between 1 and 100", w.pct)));
             }
