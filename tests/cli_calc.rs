@@ -152,15 +152,8 @@ fn characters_xml_does_not_allow_get_a_well_formed_fout() {
 fn a_warning_is_in_the_antwoord_and_said_on_stderr() {
     // A CAO Ziekenhuizen full-timer with 2 hours above the 144 of a 4-week period: the
     // table holds no art. 8.4 percentage, so the Antwoord warns, and so does stderr.
-    use crate::common::build::{d, dienst, vraag, w};
-    let mut ds = Vec::new();
-    let mut day = d("2026-02-23");
-    while ds.len() < 18 {
-        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
-            ds.push(dienst(&day.to_string(), vec![w("08:00", "16:00")]));
-        }
-        day = day.succ_opt().unwrap();
-    }
+    use crate::common::build::{dienst, vraag, w, weekday_shifts};
+    let mut ds = weekday_shifts("2026-02-23", 18, "08:00", "16:00");
     ds.push(dienst("2026-03-19", vec![w("16:00", "18:00")]));
     let xml = contract::encode_vraag(&vraag("2026-02-23", "2026-03-22", true, ds));
     let out = calc(&["-"], Some(xml.as_bytes()));

@@ -357,15 +357,7 @@ fn an_empty_roster_still_answers_every_factor() {
 /// Weekday day shifts 08:00-16:00 (8 h, in no ORT window) from Monday 23 February 2026,
 /// `n` of them.
 fn day_shifts(n: usize) -> Vec<sbworker::contract::Dienst> {
-    let mut out = Vec::new();
-    let mut day = d("2026-02-23");
-    while out.len() < n {
-        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
-            out.push(dienst(&day.to_string(), vec![w("08:00", "16:00")]));
-        }
-        day = day.succ_opt().unwrap();
-    }
-    out
+    weekday_shifts("2026-02-23", n, "08:00", "16:00")
 }
 
 #[test]
@@ -841,14 +833,7 @@ fn ggz_overtime_cap_counts_seven_consecutive_weekdays() {
     // - Friday 20 March 3 h: the seven weekdays 12-20 March hold 2 h: 3 h at 25%.
     // 321 = 8.00, 322 = 5.00, 310 = 315 = 13.00; 330 = 25.00 x (8 x 0.25 + 5 x 0.50) =
     // 112.50.
-    let mut ds = Vec::new();
-    let mut day = d("2026-02-23");
-    while ds.len() < 12 {
-        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
-            ds.push(dienst(&day.to_string(), vec![w("07:00", "19:00")]));
-        }
-        day = day.succ_opt().unwrap();
-    }
+    let mut ds = long_days("2026-02-23", 12);
     for (date, end) in
         [("2026-03-11", "11:00"), ("2026-03-12", "11:00"), ("2026-03-16", "12:00"), ("2026-03-20", "11:00")]
     {
@@ -879,15 +864,7 @@ fn ggz_a_night_shift() {
 
 /// `n` GGZ day shifts 07:00-19:00 (12 h, no ORT) on the weekdays from `first`.
 fn long_days(first: &str, n: usize) -> Vec<sbworker::contract::Dienst> {
-    let mut out = Vec::new();
-    let mut day = d(first);
-    while out.len() < n {
-        if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
-            out.push(dienst(&day.to_string(), vec![w("07:00", "19:00")]));
-        }
-        day = day.succ_opt().unwrap();
-    }
-    out
+    weekday_shifts(first, n, "07:00", "19:00")
 }
 
 #[test]

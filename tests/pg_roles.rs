@@ -125,23 +125,30 @@ async fn the_pipeline_runs_with_the_four_roles_none_of_them_superuser() {
     assert!(out.status.success(), "{csv}{}", String::from_utf8_lossy(&out.stderr));
     assert!(csv.lines().count() > verdict.latest, "{csv}");
     // Housekeeping sweeps, as its login: after a bulk edit that sent nothing.
-    admin.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
-    admin
-        .batch_execute(&format!(
-            "UPDATE rooster.dienstverband SET dagen_per_week = dagen_per_week WHERE id = {}",
-            sbworker::demo::roster::FIRST_ID
-        ))
+    let edit_first = async || {
+        admin
+            .batch_execute(&format!(
+                "UPDATE rooster.dienstverband SET dagen_per_week = dagen_per_week WHERE id = {}",
+                sbworker::demo::roster::FIRST_ID
+            ))
+            .await
+            .unwrap();
+    };
+    let sweep = async || {
+        let out = crate::common::within(
+            120,
+            "sweep",
+            Command::new(BIN).args(["sweep", "--postgres", &as_login(&url, &l.housekeeping)]).output(),
+        )
         .await
         .unwrap();
-    let out = crate::common::within(
-        120,
-        "sweep",
-        Command::new(BIN).args(["sweep", "--postgres", &as_login(&url, &l.housekeeping)]).output(),
-    )
-    .await
-    .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{said}");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    admin.batch_execute("SET rekenserver.vragen_uit = on").await.unwrap();
+    edit_first().await;
+    let said = sweep().await;
     assert!(said.contains("1 Vraags sent"), "{said}");
     wait_drained(&admin, Duration::from_secs(120), |_| {}).await.unwrap();
     let verdict = verify(&admin, &Tables::built_in().unwrap()).await.unwrap();
@@ -150,26 +157,12 @@ async fn the_pipeline_runs_with_the_four_roles_none_of_them_superuser() {
     // A dialog whose far side an operator ended WITH CLEANUP while its request waited:
     // housekeeping's sweep finds it lost and sends the key again, as its login.
     admin.batch_execute("SET rekenserver.vragen_uit = off").await.unwrap();
-    admin
-        .batch_execute(&format!(
-            "UPDATE rooster.dienstverband SET dagen_per_week = dagen_per_week WHERE id = {}",
-            sbworker::demo::roster::FIRST_ID
-        ))
-        .await
-        .unwrap();
+    edit_first().await;
     admin
         .batch_execute("SELECT sb.end_conversation_cleanup(t.handle) FROM sb.endpoint t WHERE NOT t.is_initiator")
         .await
         .unwrap();
-    let out = crate::common::within(
-        120,
-        "sweep",
-        Command::new(BIN).args(["sweep", "--postgres", &as_login(&url, &l.housekeeping)]).output(),
-    )
-    .await
-    .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{said}");
+    let said = sweep().await;
     let lost: i64 = admin
         .query_one("SELECT count(*) FROM rekenserver.berekening_log WHERE foutmelding LIKE 'lost: %'", &[])
         .await

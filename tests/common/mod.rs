@@ -200,6 +200,20 @@ pub mod build {
     }
 
     /// A March 2026 monthly Vraag.
+    /// `n` Diensten of one worked block `from`-`to`, on the weekdays (Monday to Friday)
+    /// from `first` on.
+    pub fn weekday_shifts(first: &str, n: usize, from: &str, to: &str) -> Vec<Dienst> {
+        let mut out = Vec::new();
+        let mut day = d(first);
+        while out.len() < n {
+            if chrono::Datelike::weekday(&day).number_from_monday() <= 5 {
+                out.push(Dienst { datum: day, tijdblokken: vec![w(from, to)] });
+            }
+            day = day.succ_opt().unwrap();
+        }
+        out
+    }
+
     pub fn maart(diensten: Vec<Dienst>) -> Vraag {
         vraag("2026-03-01", "2026-03-31", false, diensten)
     }
