@@ -8,7 +8,8 @@
 //! rollback returns the messages; a send is invisible until commit; the group stays
 //! locked until commit; an error end reaches the far side; attempt counts survive a
 //! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE
-//! CONVERSATION; EndDialog at the far side; GET CONVERSATION GROUP; the version claim;
+//! CONVERSATION; EndDialog at the far side; GET CONVERSATION GROUP, and a receive of a
+//! group another session holds (empty within a bound); the version claim;
 //! the state of a missing queue. (The worker level is `conformance_worker`.)
 
 use std::sync::Arc;
@@ -356,6 +357,23 @@ where
         "{name}: locked"
     );
     b.commit().await.unwrap();
+    // A receive of a group another session holds does not wait for that session's
+    // transaction: it comes back empty within its bound (SQL Server may wait for the
+    // group's lock; the transport bounds that wait to a second), and the session goes on
+    // with another group in the same transaction.
+    let hx = far.dialog(1).await;
+    b.begin().await.unwrap();
+    let held =
+        crate::common::within(10, "a receive of a held group", b.receive(REKEN_QUEUE, 10, Some(g), Duration::ZERO))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(held.is_empty(), "{name}: a held group is not taken");
+    let other = b.receive(REKEN_QUEUE, 10, None, WAIT).await.unwrap();
+    assert_eq!(other.len(), 1, "{name}: another group is served");
+    assert_ne!(other[0].conversation_group_id, g, "{name}");
+    b.end_conversation(other[0].conversation_handle, None).await.unwrap();
+    b.commit().await.unwrap();
+    far.finish(hx).await;
     let got = a.receive(REKEN_QUEUE, 10, Some(g), WAIT).await.unwrap();
     assert_eq!(got.len(), 2, "{name}");
     assert!(got.iter().all(|m| m.conversation_group_id == g), "{name}: of that group");
@@ -426,9 +444,13 @@ async fn the_postgresql_session_conforms() {
 async fn the_sql_server_transport_over_tds_conforms() {
     // The initiator's side in T-SQL too: the emulator serves both.
     let (url, _pg) = calc_world().await;
-    let (conn, _stop) = crate::common::tds::emulator_with(&url, Arc::new(Faults::default())).await;
+    let faults = Arc::new(Faults::default());
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, faults.clone()).await;
     let transport = MssqlTransport::new(&conn).unwrap();
     suite(&TDS, &transport, &mut TsqlFar::connect(&conn).await).await;
+    // The receive of the held group waited for its lock (as SQL Server most likely does)
+    // and the transport's bound ended the wait.
+    assert!(faults.group_lock_waits() >= 1, "the emulator saw no wait for a held group");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,6 +140,67 @@ async fn sp_executesql_written_in_a_batch_runs_with_its_parameters() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_receive_waits_for_a_held_group_until_its_lock_timeout() {
+    // The emulator runs `RECEIVE … WHERE conversation_group_id = g` as SQL Server most
+    // likely does: a group another session holds is waited for, up to the connection's
+    // LOCK_TIMEOUT (1222), or until that session's transaction ends (-1). The transport
+    // relies on the bound (the conformance suite shows it going on with other groups).
+    let (url, _s) = calc_world().await;
+    let faults = Arc::new(Faults::default());
+    let (conn, _stop) = emulator_with(&url, faults.clone()).await;
+    let mut sender = crate::common::tds::client(&conn).await;
+    sender
+        .execute(
+            "DECLARE @h uniqueidentifier;
+             BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+                 TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+                 ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+             SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);",
+            &[&vraag_body(Uuid::new_v4()).as_slice()],
+        )
+        .await
+        .unwrap();
+    // Session A holds the group in an open transaction.
+    let mut a = crate::common::tds::client(&conn).await;
+    let g: Uuid = a
+        .simple_query(
+            "BEGIN TRANSACTION; DECLARE @g uniqueidentifier;
+             WAITFOR (GET CONVERSATION GROUP @g FROM dbo.loonfactorberekening_reken), TIMEOUT 10000;
+             SELECT @g AS g",
+        )
+        .await
+        .unwrap()
+        .into_row()
+        .await
+        .unwrap()
+        .and_then(|r| r.get(0))
+        .expect("a group");
+    let mut b = crate::common::tds::client(&conn).await;
+    let receive = "RECEIVE conversation_group_id FROM dbo.loonfactorberekening_reken WHERE conversation_group_id = @P1";
+    for bound in ["SET LOCK_TIMEOUT 0", "SET LOCK_TIMEOUT 200"] {
+        b.simple_query(bound).await.unwrap().into_results().await.unwrap();
+        let e = match b.query(receive, &[&g]).await {
+            Ok(stream) => stream.into_results().await.expect_err(bound),
+            Err(e) => e,
+        };
+        assert_eq!(sbworker::broker::mssql::error_of(e).number, 1222, "{bound}");
+    }
+    assert_eq!(faults.group_lock_waits(), 2);
+    // Without a bound it waits until A's transaction ends, then takes the group.
+    b.simple_query("SET LOCK_TIMEOUT -1").await.unwrap().into_results().await.unwrap();
+    let waiting =
+        tokio::spawn(async move { b.query(receive, &[&g]).await.unwrap().into_first_result().await.unwrap().len() });
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while faults.group_lock_waits() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "B's receive did not begin to wait");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!waiting.is_finished(), "B waits while A holds the group");
+    a.simple_query("ROLLBACK TRANSACTION").await.unwrap().into_results().await.unwrap();
+    assert_eq!(crate::common::within(30, "B's receive after A's rollback", waiting).await.unwrap(), 1);
+}
+
 #[tokio::test]
 async fn error_tokens_from_the_wire_are_classified_by_number() {
     use sbworker::broker::ErrorKind;

@@ -112,7 +112,10 @@ pub trait Session: Send + 'static {
     fn rollback(&mut self) -> impl Future<Output = Result<bool, BrokerError>> + Send;
 
     /// `WAITFOR (RECEIVE TOP (max) … FROM queue [WHERE conversation_group_id = group]),
-    /// TIMEOUT wait`: messages of one conversation group, empty on timeout.
+    /// TIMEOUT wait`: messages of one conversation group, empty on timeout. A `group`
+    /// another session holds comes back empty within a bound (a second at most), never
+    /// waiting for that session's transaction; ask for a group only first thing in a
+    /// transaction (on SQL Server the transaction may be begun anew).
     fn receive(
         &mut self,
         queue: &str,

@@ -129,6 +129,19 @@ impl MssqlSession {
     }
 }
 
+impl MssqlSession {
+    /// A group RECEIVE waited its bound (1 s) for the group's lock: another session holds
+    /// the group, and serves it. XACT_ABORT ON rolled the (still empty) transaction back;
+    /// the lock timeout is reset and a transaction begun again, so the caller finds the
+    /// session as after an empty RECEIVE and goes on with other groups.
+    async fn group_held_elsewhere(&mut self, group: Uuid) -> Result<(), BrokerError> {
+        tracing::debug!(%group, "the group is held by another session (lock wait bounded): going on without it");
+        Self::exec(&mut self.work, stmt::LOCK_TIMEOUT_RESET.sql, &[]).await?;
+        transport::Session::rollback(self).await?;
+        transport::Session::begin(self).await
+    }
+}
+
 impl transport::Session for MssqlSession {
     async fn begin(&mut self) -> Result<(), BrokerError> {
         self.work.begin_transaction().await.map_err(error_of)
@@ -161,8 +174,18 @@ impl transport::Session for MssqlSession {
         let rows = match group {
             None => Self::rows(&mut self.work, &stmt::RECEIVE.sql.replace("{queue}", &q), &[&max, &timeout]).await?,
             Some(g) => {
-                Self::rows(&mut self.work, &stmt::RECEIVE_GROUP.sql.replace("{queue}", &q), &[&max, &timeout, &g])
-                    .await?
+                match Self::rows(&mut self.work, &stmt::RECEIVE_GROUP.sql.replace("{queue}", &q), &[&max, &timeout, &g])
+                    .await
+                {
+                    Ok(rows) => rows,
+                    Err(e) if e.number == 1222 => return self.group_held_elsewhere(g).await.map(|()| Vec::new()),
+                    Err(e) => {
+                        // The batch ended before its last line: the lock timeout stays
+                        // bounded on this connection until reset.
+                        let _ = Self::exec(&mut self.work, stmt::LOCK_TIMEOUT_RESET.sql, &[]).await;
+                        return Err(e);
+                    }
+                }
             }
         };
         rows.iter().map(message_of).collect()

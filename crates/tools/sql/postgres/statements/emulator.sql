@@ -31,3 +31,8 @@ RELEASE SAVEPOINT sbworker_statement;
 
 -- name: statement_undo
 ROLLBACK TO SAVEPOINT sbworker_statement;
+
+-- Whether a conversation group has messages waiting (a RECEIVE of it that found none
+-- found it held by another session): `RECEIVE … WHERE conversation_group_id = g` waits.
+-- name: group_waiting
+SELECT EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = $1 AND queue = $2);

@@ -25,7 +25,12 @@ pub(super) async fn execute(
             }
             Ok(None)
         }
-        Statement::SetSession { .. } => Ok(None),
+        Statement::SetSession { option, value } => {
+            if option == "LOCK_TIMEOUT" {
+                conn.lock_timeout_ms = value.parse().unwrap_or(-1);
+            }
+            Ok(None)
+        }
         Statement::Declare(declared) => {
             for d in declared {
                 let v = match d.value {
@@ -123,7 +128,10 @@ pub(super) async fn execute(
             let s = &mut conn.session;
             let msgs = match filter {
                 None => s.receive(q, max, None, wait).await?,
-                Some(Filter::Group(v)) => s.receive(q, max, Some(as_uuid(value(&v, params)?)?), wait).await?,
+                Some(Filter::Group(v)) => {
+                    let group = as_uuid(value(&v, params)?)?;
+                    receive_group(s, q, max, group, wait, conn.lock_timeout_ms, &conn.faults).await?
+                }
                 Some(Filter::Handle(v)) => s.receive_conversation_taking(q, as_uuid(value(&v, params)?)?, max).await?,
             };
             if !msgs.is_empty()
@@ -245,5 +253,43 @@ pub(super) async fn execute(
             }
             super::procedures::call(s, &procedure, a, t).await
         }
+    }
+}
+
+/// `RECEIVE … WHERE conversation_group_id = g` as SQL Server most likely runs it (the
+/// RECEIVE page does not say): a group another session holds is waited for, as a lock,
+/// until that session's transaction ends or the connection's `LOCK_TIMEOUT` passes
+/// (error 1222); the WAITFOR's TIMEOUT bounds only the wait for messages. The
+/// PostgreSQL broker behind skips a held group, so the wait is the emulator's: it looks
+/// again every 10 ms while the group still has messages waiting.
+async fn receive_group(
+    s: &mut Session,
+    queue: &str,
+    max: i32,
+    group: Uuid,
+    wait: Duration,
+    lock_timeout_ms: i64,
+    faults: &Faults,
+) -> Result<Vec<sbworker_core::transport::Message>, Failure> {
+    let started = tokio::time::Instant::now();
+    let mut counted = false;
+    loop {
+        let msgs = s.receive(queue, max, Some(group), Duration::ZERO).await?;
+        if !msgs.is_empty() {
+            return Ok(msgs);
+        }
+        let held = s.client().query_one(emu::GROUP_WAITING.sql, &[&group, &queue]).await.map_err(pg_failure)?;
+        if !held.get::<_, bool>(0) {
+            // Not held (or nothing waiting): the ordinary wait for messages.
+            return Ok(if wait.is_zero() { msgs } else { s.receive(queue, max, Some(group), wait).await? });
+        }
+        if !counted {
+            faults.note_group_lock_wait();
+            counted = true;
+        }
+        if lock_timeout_ms >= 0 && started.elapsed() >= Duration::from_millis(lock_timeout_ms.unsigned_abs()) {
+            return Err(lock_timeout());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

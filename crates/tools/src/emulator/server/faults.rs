@@ -31,6 +31,8 @@ pub struct Faults {
     pub delay: Duration,
     receives: AtomicU64,
     commits: AtomicU64,
+    /// Group RECEIVEs that found their group held by another session and waited.
+    group_lock_waits: AtomicU64,
     injected: AtomicU64,
 }
 
@@ -46,6 +48,17 @@ impl Faults {
         let f = Faults { delay, ..Faults::default() };
         f.set_receive_faults(deadlock_every, None, drop_every);
         f
+    }
+
+    /// How many group RECEIVEs have found their group held by another session and
+    /// waited for it (not a fault: what SQL Server most likely does; counted so a test
+    /// knows the wait has begun).
+    pub fn group_lock_waits(&self) -> u64 {
+        self.group_lock_waits.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn note_group_lock_wait(&self) {
+        self.group_lock_waits.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The periods of the faults at RECEIVE (None: off).

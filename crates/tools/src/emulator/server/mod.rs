@@ -126,6 +126,9 @@ struct Conn {
     /// `SET XACT_ABORT ON`: an error rolls the whole transaction back (SQL Server's
     /// default is OFF: only the failing statement is undone).
     xact_abort: bool,
+    /// `SET LOCK_TIMEOUT`: how long (ms) a group RECEIVE waits for a group another
+    /// session holds before error 1222; -1 (the default) waits as long as it takes.
+    lock_timeout_ms: i64,
     /// Statements prepared with sp_prepare or sp_prepexec, by handle, until sp_unprepare:
     /// the text and its parameters' names in declared order.
     prepared: HashMap<i32, (String, Vec<String>)>,
@@ -346,6 +349,7 @@ where
         nested: 0,
         spid: next_spid(),
         xact_abort: false,
+        lock_timeout_ms: -1,
         prepared: HashMap::new(),
         descriptor: 0,
         packet_size,

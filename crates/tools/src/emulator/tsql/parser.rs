@@ -409,8 +409,9 @@ impl Parser {
                 return Ok(Statement::SetSession { option: "TRANSACTION ISOLATION LEVEL".into(), value: level });
             }
             // The value each takes, as the emulator behaves: it never truncates a value
-            // (TEXTSIZE), speaks English, reads no dates, waits for locks as its broker
-            // does and leaves deadlock victims to PostgreSQL.
+            // (TEXTSIZE), speaks English, reads no dates and leaves deadlock victims to
+            // PostgreSQL. A lock timeout (milliseconds, -1 for none) bounds a group
+            // RECEIVE's wait for a group another session holds.
             "TEXTSIZE" | "LANGUAGE" | "DATEFORMAT" | "DATEFIRST" | "LOCK_TIMEOUT" | "DEADLOCK_PRIORITY" => {
                 let value = self.setting_word()?;
                 let ok = match option.as_str() {
@@ -418,7 +419,7 @@ impl Parser {
                     "LANGUAGE" => value == "US_ENGLISH" || value == "ENGLISH",
                     "DATEFORMAT" => value == "MDY",
                     "DATEFIRST" => value == "7",
-                    "LOCK_TIMEOUT" => value == "-1",
+                    "LOCK_TIMEOUT" => value.parse::<i64>().is_ok_and(|v| v >= -1),
                     _ => value == "NORMAL" || value == "0",
                 };
                 if !ok {

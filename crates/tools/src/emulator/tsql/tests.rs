@@ -456,6 +456,10 @@ fn the_session_settings_drivers_send_at_login_are_taken() {
         Statement::SetSession { option: "LANGUAGE".into(), value: "US_ENGLISH".into() }
     );
     assert_eq!(one("SET LOCK_TIMEOUT -1"), Statement::SetSession { option: "LOCK_TIMEOUT".into(), value: "-1".into() });
+    assert_eq!(
+        one("SET LOCK_TIMEOUT 1000"),
+        Statement::SetSession { option: "LOCK_TIMEOUT".into(), value: "1000".into() }
+    );
     // Another value changes what the emulator does: refused, saying which.
     for (sql, says) in [
         ("SET IMPLICIT_TRANSACTIONS ON", "SET IMPLICIT_TRANSACTIONS ON"),
@@ -463,7 +467,7 @@ fn the_session_settings_drivers_send_at_login_are_taken() {
         ("SET DATEFORMAT dmy", "SET DATEFORMAT DMY"),
         ("SET TEXTSIZE 4096", "SET TEXTSIZE 4096"),
         ("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
-        ("SET LOCK_TIMEOUT 100", "SET LOCK_TIMEOUT 100"),
+        ("SET LOCK_TIMEOUT -2", "SET LOCK_TIMEOUT -2"),
     ] {
         let e = parse_batch(sql).unwrap_err();
         assert_eq!(e.number, NOT_SUPPORTED, "{sql}");
