@@ -316,7 +316,9 @@ fn main() -> ExitCode {
             }
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
-        Command::Selftest { postgres, mssql, json } => cli::selftest::run(postgres, mssql, json),
+        Command::Selftest { postgres, mssql, json, deep, admin } => {
+            cli::selftest::run(postgres, mssql, json, deep.then_some(admin))
+        }
         Command::Status { flags, json, watch, stale_minutes, recent_minutes, silent_seconds } => {
             let config = match flags.load(cli::run::HANDLERS) {
                 Ok(c) => c,

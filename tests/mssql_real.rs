@@ -3,7 +3,8 @@
 //! `SBWORKER_MSSQL_WORKER_PASSWORD` (an existing SQL login for the worker). Installs the
 //! scripts into a new database, sends a Vraag as a DBA would, lets the worker answer
 //! over the SQL Server transport and receives the Antwoord, then runs `sbworker
-//! selftest --mssql` as the worker's login (every check, the round trip included). Skipped, saying so, when
+//! selftest --mssql` as the worker's login (every check, the round trip included), and
+//! the deep selftest (every step of the T-SQL). Skipped, saying so, when
 //! the variables are not set (on the development machines no SQL Server can run).
 
 use std::sync::Arc;
@@ -194,6 +195,23 @@ async fn with_conversation_reuse_against_a_real_sql_server_when_one_is_given() {
     }
     tx.send(()).await.unwrap();
     assert_eq!(crate::common::within(60, "the worker drains", run).await.unwrap(), RunOutcome::Drained);
+}
+
+/// The deep selftest on a real SQL Server, when one is given: every step of the T-SQL
+/// (recompute, export once and leased, the correction rule, explain, a dialog ended WITH
+/// CLEANUP repaired by the sweep, the planner's priority, a held group's RECEIVE), with
+/// the worker's login for the worker's part and the admin's for the rest. The review's
+/// first-server questions (B1, priorities, LIFETIME, recompute/export/explain) are its
+/// steps; the line of the held group says whether SQL Server waited for the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deep_selftest_passes_against_a_real_sql_server_when_one_is_given() {
+    let Some(real) = database_or_skip().await else {
+        return;
+    };
+    let report = sbworker::selftest::mssql::run_deep(&real.worker, &real.admin).await;
+    eprintln!("{}", report.text(false));
+    assert!(report.passed, "{}", report.text(false));
+    assert!(report.checks.iter().all(|c| c.status != sbworker::selftest::Status::Skip), "{}", report.text(false));
 }
 
 /// [`database`], or `None` after saying the test is skipped and why.

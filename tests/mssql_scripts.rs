@@ -678,13 +678,23 @@ fn every_begin_dialog_has_a_lifetime() {
 
 /// C5 of the third review: END CONVERSATION's page says not to use WITH CLEANUP in an
 /// application's code. None of ours does (the PostgreSQL broker's cleanup function is
-/// the repair path the docs name).
+/// the repair path the docs name), except the one place that plays the DBA on purpose:
+/// `Rekenserver.selftest`'s 'verlies' (the deep selftest's lost dialog), on the scratch
+/// key's own dialog.
 #[test]
 fn no_script_or_statement_ends_a_conversation_with_cleanup() {
+    let mut selftest = 0;
     for (file, code) in all_sql_code() {
         let upper = mask_literals(&code).to_uppercase();
-        assert!(!upper.contains("WITH CLEANUP"), "{file}: END CONVERSATION ... WITH CLEANUP");
+        for (at, _) in upper.match_indices("WITH CLEANUP") {
+            let procedure = upper[..at].rfind("CREATE OR ALTER PROCEDURE ").map(|p| &upper[p + 26..]);
+            let in_selftest = procedure.is_some_and(|p| p.starts_with("REKENSERVER.SELFTEST "))
+                && upper[..at].rfind("ELSE IF @STAP = 'VERLIES'").is_some_and(|v| at - v < 1200);
+            assert!(in_selftest, "{file}: END CONVERSATION ... WITH CLEANUP outside the selftest's 'verlies'");
+            selftest += 1;
+        }
     }
+    assert_eq!(selftest, 1, "the selftest's one WITH CLEANUP");
 }
 
 /// C10 of the third review: `%` is reserved in THROW's message. A message from a

@@ -176,17 +176,29 @@ async fn the_command_prints_json_and_exits_by_the_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_tds_the_emulator_logs_in_and_the_first_catalog_check_says_what_it_cannot_do() {
+async fn over_tds_the_emulator_skips_the_catalog_checks_saying_why_and_runs_the_round_trip() {
     // The emulator runs the worker's statements, not SQL Server's catalog: the selftest
-    // logs in (connection passes) and stops at the permissions check with the
-    // emulator's error, number and text, as it would with a real server's.
-    let (url, _s) = crate::common::calc::calc_world().await;
+    // logs in, says (by @@VERSION) that it talks to the emulator and skips what only the
+    // catalog can tell, and runs the round trip through Rekenserver.selftest.
+    let (url, _s) = fresh_roster_db().await;
     let (conn, _stop) = crate::common::tds::emulator_with(&url, Default::default()).await;
     let r = sbworker::selftest::mssql::run(&conn).await;
-    assert_eq!(statuses(&r), [("connection", Status::Pass), ("permissions", Status::Fail)], "{}", r.text(false));
+    assert_eq!(
+        statuses(&r),
+        [
+            ("connection", Status::Pass),
+            ("permissions", Status::Skip),
+            ("broker", Status::Skip),
+            ("module options", Status::Skip),
+            ("schema collection", Status::Skip),
+            ("version", Status::Skip),
+            ("round trip", Status::Pass),
+        ],
+        "{}",
+        r.text(false)
+    );
     assert!(r.checks[0].detail.contains("without TLS"), "{}", r.checks[0].detail);
-    assert_eq!(r.checks[1].error_number, Some(i64::from(sbworker::emulator::tsql::NOT_SUPPORTED)));
-    assert!(r.checks[1].error_text.as_deref().unwrap().contains("not supported by the emulator"));
+    assert!(r.checks[6].detail.contains("by this selftest"), "{}", r.checks[6].detail);
     // A wrong password: the connection check fails with SQL Server's 18456.
     let wrong = conn.replace("Password=\"p;w\"\"d\"", "Password=nope");
     let r = sbworker::selftest::mssql::run(&wrong).await;
@@ -203,7 +215,10 @@ fn the_selftest_statements_the_emulator_knows_are_recognised() {
     const CATALOG: &[&str] = &["server", "permissions", "database", "stamp"];
     let statements = sbworker::selftest::mssql::statements();
     let names: Vec<&str> = statements.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, ["server", "permissions", "database", "queue", "module_options", "stamp", "step"]);
+    assert_eq!(
+        names,
+        ["version_text", "server", "permissions", "database", "queue", "module_options", "stamp", "step"]
+    );
     for (name, sql) in statements {
         if CATALOG.contains(&name) {
             continue;
@@ -212,4 +227,51 @@ fn the_selftest_statements_the_emulator_knows_are_recognised() {
         let parsed = sbworker::emulator::tsql::parse_batch(&sent).unwrap_or_else(|e| panic!("{name}: {e}\n{sql}"));
         assert!(!parsed.is_empty(), "{name}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deep_selftest_runs_every_t_sql_step_end_to_end_over_tds_and_leaves_nothing_behind() {
+    // Over the emulator (the PostgreSQL broker behind it, with the roster installed): the
+    // catalog checks are skipped, saying the emulator is not SQL Server, and every deep
+    // step runs over TDS as it would on a first real server.
+    let (url, c) = fresh_roster_db().await;
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, Default::default()).await;
+    let r = sbworker::selftest::mssql::run_deep(&conn, &conn).await;
+    eprintln!("{}", r.text(false));
+    assert!(r.passed, "{}", r.text(false));
+    let names: Vec<&str> = r.checks.iter().map(|c| c.name).collect();
+    assert_eq!(
+        names,
+        [
+            "connection",
+            "permissions",
+            "broker",
+            "module options",
+            "schema collection",
+            "version",
+            "round trip",
+            "deep: start",
+            "deep: roster edit answered",
+            "deep: export once",
+            "deep: recompute dry run",
+            "deep: recompute",
+            "deep: same figures not exported again",
+            "deep: correction names what payroll received",
+            "deep: explain",
+            "deep: lost dialog repaired by the sweep",
+            "deep: planner before recompute",
+            "deep: held group not waited for",
+            "deep: cleanup",
+        ],
+        "{}",
+        r.text(false)
+    );
+    for c in &r.checks[1..6] {
+        assert_eq!(c.status, Status::Skip, "{}", c.name);
+        assert!(c.detail.contains("emulator, not SQL Server"), "{}", c.detail);
+    }
+    assert!(r.checks[7].detail.contains("on the emulator"), "{}", r.checks[7].detail);
+    // The held group: the emulator waits for the lock, the transport's bound ends it.
+    assert!(r.checks[17].detail.contains("the bound ended it"), "{}", r.checks[17].detail);
+    assert_eq!(leftovers(&c).await, 0, "{}", r.text(false));
 }

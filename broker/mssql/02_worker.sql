@@ -201,7 +201,9 @@ GO
 
 -- For `sbworker selftest`: the SET options every sbworker module was created with
 -- (xml methods fail in a module created with QUOTED_IDENTIFIER or ANSI_NULLS off, Msg
--- 1934). Runs as the owner: the worker's login sees only the modules it may execute.
+-- 1934), and, a second result set, the XML schema collection the Vraag's message type
+-- validates against (no row: none; the optional script binds one, named with a hash of
+-- its XSDs). Runs as the owner: the worker's login sees only what it may use.
 CREATE OR ALTER PROCEDURE sbworker.module_options
 WITH EXECUTE AS OWNER
 AS
@@ -211,5 +213,9 @@ BEGIN
            m.uses_quoted_identifier, m.uses_ansi_nulls
       FROM sys.sql_modules m
      WHERE OBJECT_SCHEMA_NAME(m.object_id) IN (N'Rekenserver', N'sbworker', N'Rooster');
+    SELECT x.name AS schema_collection
+      FROM sys.service_message_types t
+      JOIN sys.xml_schema_collections x ON x.xml_collection_id = t.xml_collection_id
+     WHERE t.name = N'/Rekenserver/LoonfactorBerekening/Vraag';
 END;
 GO

@@ -389,8 +389,8 @@ AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @dv int = -1000001, @periode int = -1000001, @handle uniqueidentifier;
-    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'export', 'einde')
-        THROW 50120, N'@stap must be begin, dialogen, resultaat, export or einde', 1;
+    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'export', 'einde', 'wijzig', 'verlies')
+        THROW 50120, N'@stap must be begin, dialogen, resultaat, export, einde, wijzig or verlies', 1;
     IF @stap IN ('begin', 'einde')
     BEGIN
         BEGIN TRANSACTION;
@@ -448,6 +448,27 @@ BEGIN
           LEFT JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
          WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
          ORDER BY l.versie DESC;
+    ELSE IF @stap = 'wijzig'
+        -- The deep selftest's planner: the scratch block half an hour longer (the
+        -- statement sends the key's next Vraag).
+        UPDATE t SET eind_tijd = DATEADD(MINUTE, 30, t.eind_tijd)
+          FROM Rooster.tijdblok t JOIN Rooster.dienst d ON d.id = t.dienst_id
+         WHERE d.dienstverband_id = @dv;
+    ELSE IF @stap = 'verlies'
+    BEGIN
+        -- The deep selftest's DBA: the newest request's dialog ended on the calculation
+        -- side WITH CLEANUP (the initiator is not told; the owner, dbo, may), so the
+        -- next sweep must find the request lost.
+        SELECT TOP (1) @handle = t.conversation_handle
+          FROM Rekenserver.berekening_log l
+          JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
+          JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
+         WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
+         ORDER BY l.versie DESC;
+        IF @handle IS NOT NULL
+            END CONVERSATION @handle WITH CLEANUP;
+        SELECT @handle AS target_handle;
+    END
     ELSE IF @stap = 'resultaat'
         SELECT r.versie, (SELECT COUNT(*) FROM Rekenserver.resultaat_factor f
                            WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id) AS factoren

@@ -107,6 +107,35 @@ LANGUAGE sql STABLE AS $$
      WHERE r.dienstverband_id = -1000001 AND r.periode_id = -1000001
 $$;
 
+-- The deep selftest's planner: the scratch block half an hour longer (its commit
+-- trigger sends the key's next Vraag).
+CREATE OR REPLACE FUNCTION rekenserver.selftest_change() RETURNS void
+LANGUAGE sql AS $$
+    UPDATE rooster.tijdblok t SET eind_tijd = t.eind_tijd + interval '30 minutes'
+      FROM rooster.dienst d
+     WHERE d.id = t.dienst_id AND d.dienstverband_id = -1000001
+$$;
+
+-- The deep selftest's DBA: the scratch key's newest request ended on the calculation
+-- side with cleanup (the initiator is not told), so the next sweep must find it lost.
+-- The target's handle, NULL when there was none to end.
+CREATE OR REPLACE FUNCTION rekenserver.selftest_lose() RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_target uuid;
+BEGIN
+    SELECT t.handle INTO v_target
+      FROM rekenserver.berekening_log l
+      JOIN sb.endpoint i ON i.handle = l.dialog_handle
+      JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND t.handle <> i.handle
+     WHERE l.dienstverband_id = -1000001 AND l.periode_id = -1000001
+     ORDER BY l.versie DESC LIMIT 1;
+    IF v_target IS NOT NULL THEN
+        PERFORM sb.end_conversation_cleanup(v_target);
+    END IF;
+    RETURN v_target;
+END $$;
+
 -- Cleaning up, step 1 (sending switched off for the rest of the transaction): the
 -- scratch key's open conversations and its roster. Its commit raises the key's version.
 CREATE OR REPLACE FUNCTION rekenserver.selftest_cleanup_roster() RETURNS void

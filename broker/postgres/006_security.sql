@@ -71,6 +71,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'rekenserver', 'selftest_result'),
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_roster'),
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_books'),
+    ('sbworker_worker', 'rekenserver', 'selftest_change'),
+    ('sbworker_worker', 'rekenserver', 'selftest_lose'),
     ('sbworker_housekeeping', 'rekenserver', 'stuur_vraag'),
     ('sbworker_housekeeping', 'rekenserver', 'markeer_verloren'),
     ('sbworker_housekeeping', 'rekenserver', 'verlopen_dialogen'),

@@ -409,10 +409,18 @@ pub enum Command {
     /// Check an installed database, as the worker's login: connectivity and TLS, the
     /// permissions the worker needs, the broker and its queues, the installed version,
     /// then one real round trip on a scratch key (cleaned up). One line per check; stops
-    /// at the first failure, saying what to do; exit 0 only when all pass.
+    /// at the first failure, saying what to do; exit 0 only when all pass. With
+    /// `--deep` (SQL Server), everything the T-SQL does, for a first real server.
     #[command(after_help = "Examples:\n  \
         sbworker selftest --postgres 'host=db user=sbworker dbname=payroll'\n  \
-        sbworker selftest --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=sbworker;Password=...' --json\n\n\
+        sbworker selftest --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=sbworker;Password=...' --json\n  \
+        sbworker selftest --mssql \"$WORKER_CONN\" --deep --admin \"$DBA_CONN\"   # workers stopped, queues empty\n\n\
+        --deep runs, on the scratch key: a roster edit answered; export once, and leased with an ack;\n\
+        recompute (dry run, one batch); a same-figures version not exported again and the next change\n\
+        exported as a correction of what payroll has; explain; a dialog ended WITH CLEANUP found lost\n\
+        and repaired by the sweep; a planner's Vraag received before an earlier recompute's; a retry's\n\
+        RECEIVE of a group another session holds not waiting for it. It answers its own requests, so the\n\
+        queues must be empty (workers stopped); the sweep step runs one ordinary sweep.\n\n\
         Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments.")]
     Selftest {
         /// A PostgreSQL connection string (URL or key=value form), as the worker uses.
@@ -432,6 +440,15 @@ pub enum Command {
         /// error_number, error_text, fix).
         #[arg(long)]
         json: bool,
+        /// After the checks, every step of the T-SQL on the scratch key (SQL Server only):
+        /// recompute, export, the correction rule, explain, a lost dialog repaired, the
+        /// planner's priority, a held group. Needs the queues empty (workers stopped).
+        #[arg(long, requires = "mssql")]
+        deep: bool,
+        /// The connection string for --deep's recompute, export, evidence and sweep: a
+        /// login with the housekeeping and payroll roles, or the owner (default: --mssql's).
+        #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_ADMIN", hide_env_values = true, requires = "deep")]
+        admin: Option<String>,
     },
 
     /// The installation at a glance: per queue enabled or not, depth, the oldest

@@ -4,8 +4,9 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// Runs the selftest on the back end given; exit 0 when every check passed.
-pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool) -> ExitCode {
+/// Runs the selftest on the back end given; exit 0 when every check passed. `deep`:
+/// SQL Server's deep steps, with the admin connection given (or the worker's).
+pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool, deep: Option<Option<String>>) -> ExitCode {
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => {
@@ -15,7 +16,10 @@ pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool) -> ExitC
     };
     let report = match (postgres, mssql) {
         (Some(url), _) => rt.block_on(crate::selftest::postgres::run(&url)),
-        (None, Some(conn)) => rt.block_on(crate::selftest::mssql::run(&conn)),
+        (None, Some(conn)) => match deep {
+            Some(admin) => rt.block_on(crate::selftest::mssql::run_deep(&conn, admin.as_deref().unwrap_or(&conn))),
+            None => rt.block_on(crate::selftest::mssql::run(&conn)),
+        },
         (None, None) => {
             eprintln!("sbworker selftest: give --postgres URL or --mssql CONN");
             return ExitCode::from(2);

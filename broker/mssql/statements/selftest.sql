@@ -3,6 +3,10 @@
 -- as tiberius binds them. It runs as the worker's login: everything it checks is what
 -- that login can do. The round trip's roster work is Rekenserver.selftest (05_handoff.sql).
 
+-- What answers: SQL Server, or sbworker's emulator (which has no catalog to check).
+-- name: version_text
+SELECT @@VERSION AS version
+
 -- The server, the database and who we are.
 -- name: server
 SELECT CONVERT(nvarchar(128), SERVERPROPERTY('ProductVersion')) AS version,
@@ -43,7 +47,8 @@ SELECT d.is_broker_enabled, d.compatibility_level FROM sys.databases d WHERE d.d
 -- name: queue
 EXEC sbworker.queue_state @queue = @P1
 
--- The SET options of every sbworker module (seen as the owner: sbworker.module_options).
+-- The SET options of every sbworker module, then the schema collection bound to the
+-- Vraag (seen as the owner: sbworker.module_options).
 -- name: module_options
 EXEC sbworker.module_options
 

@@ -64,6 +64,15 @@ SELECT initiator, target, versie, uitkomst FROM rekenserver.selftest_dialogs();
 -- name: scratch_result
 SELECT versie, factors, exportable FROM rekenserver.selftest_result();
 
+-- The deep selftest (over SQL Server's emulator, `Rekenserver.selftest`'s 'wijzig' and
+-- 'verlies'): a planner's edit of the scratch roster, and a DBA ending the newest
+-- request's dialog on the calculation side with cleanup.
+-- name: scratch_change
+SELECT rekenserver.selftest_change();
+
+-- name: scratch_lose
+SELECT rekenserver.selftest_lose();
+
 -- Cleaning up: the roster (sending switched off), then, in a transaction of its own
 -- after that one's commit, the bookkeeping.
 -- name: cleanup_roster

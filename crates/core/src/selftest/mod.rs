@@ -10,6 +10,7 @@
 //! binary's own handlers over the transport, unless a running worker takes the request
 //! first, which proves as much.
 
+pub mod deep;
 pub mod mssql;
 pub mod postgres;
 

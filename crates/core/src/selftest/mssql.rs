@@ -22,7 +22,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The two queues as the SQL Server scripts create them: the handlers' names in `dbo`.
-fn queues() -> [String; 2] {
+pub(super) fn queues() -> [String; 2] {
     [format!("dbo.{REKEN_QUEUE}"), format!("dbo.{DATA_QUEUE}")]
 }
 
@@ -46,6 +46,20 @@ async fn rows(
 
 /// Runs the checks against the database of `conn`.
 pub async fn run(conn: &str) -> Report {
+    run_with(conn, None).await
+}
+
+/// Runs the checks, then (when they passed) the deep steps of [`super::deep`], with
+/// `admin` (the housekeeping and payroll rights) for recompute, export, evidence and the
+/// sweep.
+pub async fn run_deep(conn: &str, admin: &str) -> Report {
+    run_with(conn, Some(admin)).await
+}
+
+/// What `SELECT @@VERSION` says on sbworker's emulator.
+const EMULATOR: &str = "sbworker emulator";
+
+async fn run_with(conn: &str, deep: Option<&str>) -> Report {
     let mut report = Report::new("mssql");
     let c = match Connection::parse(conn) {
         Ok(c) => c,
@@ -83,41 +97,56 @@ pub async fn run(conn: &str) -> Report {
         (_, false) => "TLS on, the server certificate verified",
     };
     report.pass("connection", format!("logged in to {}:{} database {database} as {}; {tls}", c.host, c.port, c.user));
-    match permissions(&mut client).await {
-        Ok(detail) => report.pass("permissions", detail),
-        Err(f) => {
-            report.fail("permissions", f);
+    let emulator = match rows(&mut client, stmt::VERSION_TEXT, &[]).await {
+        Ok(r) => r.first().and_then(|r| r.get::<&str, _>(0)).is_some_and(|v| v.starts_with(EMULATOR)),
+        Err(e) => {
+            report.fail("connection", failure("SELECT @@VERSION", &e));
             return report;
         }
-    }
-    match broker(&mut client).await {
-        Ok(detail) => report.pass("broker", detail),
-        Err(f) => {
-            report.fail("broker", f);
-            return report;
+    };
+    if emulator {
+        // The emulator runs the worker's statements, not SQL Server's catalog: what only
+        // the catalog can say is skipped, saying so; everything else runs.
+        for name in ["permissions", "broker", "module options", "schema collection", "version"] {
+            report.skip(name, "the server is sbworker's emulator, not SQL Server: it has no catalog to check this in");
         }
-    }
-    match module_options(&mut client).await {
-        Ok(detail) => report.pass("module options", detail),
-        Err(f) => {
-            report.fail("module options", f);
-            return report;
-        }
-    }
-    match version(&mut client).await {
-        Ok(detail) => report.pass("version", detail),
-        Err(f) => {
-            report.fail("version", f);
-            return report;
-        }
+    } else if !catalog(&mut client, &mut report).await {
+        return report;
     }
     match round_trip(&mut client, conn).await {
         Ok(detail) => report.pass("round trip", detail),
         Err(f) => {
             report.fail("round trip", f);
+            return report;
         }
     }
+    if let Some(admin) = deep {
+        drop(client);
+        super::deep::run(&mut report, conn, admin, emulator).await;
+    }
     report
+}
+
+/// The checks only SQL Server's catalog answers, in order; false (the failure
+/// recorded) stops the run.
+async fn catalog(client: &mut Tds, report: &mut Report) -> bool {
+    let checked = async {
+        report.pass("permissions", permissions(client).await.map_err(|f| ("permissions", f))?);
+        report.pass("broker", broker(client).await.map_err(|f| ("broker", f))?);
+        let (detail, collection) = module_options(client).await.map_err(|f| ("module options", f))?;
+        report.pass("module options", detail);
+        report.pass("schema collection", schema_collection(collection).map_err(|f| ("schema collection", f))?);
+        report.pass("version", version(client).await.map_err(|f| ("version", f))?);
+        Ok::<(), (&'static str, Failure)>(())
+    }
+    .await;
+    match checked {
+        Ok(()) => true,
+        Err((name, f)) => {
+            report.fail(name, f);
+            false
+        }
+    }
 }
 
 async fn permissions(client: &mut Tds) -> Result<String, Failure> {
@@ -194,8 +223,21 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     }
 }
 
-async fn module_options(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, stmt::MODULE_OPTIONS, &[]).await.map_err(|e| failure("sbworker.module_options", &e))?;
+/// The modules' SET options (the line's detail), and the schema collection bound to
+/// the Vraag (the procedure's second result set).
+async fn module_options(client: &mut Tds) -> Result<(String, Option<String>), Failure> {
+    let sets = client
+        .query(stmt::MODULE_OPTIONS.sql, &[])
+        .await
+        .map_err(mssql::error_of)
+        .map_err(|e| failure("sbworker.module_options", &e))?
+        .into_results()
+        .await
+        .map_err(|e| failure("sbworker.module_options", &mssql::error_of(e)))?;
+    let mut sets = sets.into_iter();
+    let rows = sets.next().unwrap_or_default();
+    let collection =
+        sets.next().and_then(|rs| rs.into_iter().next()).and_then(|r| r.get::<&str, _>(0).map(str::to_owned));
     let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
     let expected = mssql::modules();
     let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();
@@ -212,9 +254,12 @@ async fn module_options(client: &mut Tds) -> Result<String, Failure> {
         .map(|r| r.get::<&str, _>(0).unwrap_or("?").to_owned())
         .collect();
     if bad.is_empty() {
-        Ok(format!(
-            "all {} sbworker modules installed, each created with QUOTED_IDENTIFIER and ANSI_NULLS ON",
-            expected.len()
+        Ok((
+            format!(
+                "all {} sbworker modules installed, each created with QUOTED_IDENTIFIER and ANSI_NULLS ON",
+                expected.len()
+            ),
+            collection,
         ))
     } else {
         Err(Failure::new(format!(
@@ -222,6 +267,27 @@ async fn module_options(client: &mut Tds) -> Result<String, Failure> {
             bad.join(", ")
         ))
         .fix("run the scripts again (each sets its options first), with sqlcmd -I or sbworker install --mssql"))
+    }
+}
+
+/// The XML schema collection the Vraag's message type validates against: none, or this
+/// release's (named with a hash of its XSDs, so the same name is the same schemas); an
+/// earlier release's would discard this release's Vraag.
+fn schema_collection(bound: Option<String>) -> Result<String, Failure> {
+    let mine = mssql::schema_collection_name();
+    match bound {
+        None => Ok("the Vraag's message type checks well-formed XML (no schema collection bound)".into()),
+        Some(b) if b == mine => {
+            Ok(format!("the Vraag validates against Rekenserver.{b}: this release's schemas, which accept its Vraag"))
+        }
+        Some(b) => Err(Failure::new(format!(
+            "the Vraag validates against Rekenserver.{b}, not this release's {mine}: SQL Server discards every \
+             Vraag the older schemas do not describe (with an Error to the sender)"
+        ))
+        .fix(
+            "run sbworker install --mssql (it puts this release's collection in first), or \
+              broker/mssql/optional/schema_collection.sql",
+        )),
     }
 }
 
@@ -240,7 +306,7 @@ async fn version(client: &mut Tds) -> Result<String, Failure> {
 }
 
 /// One step of `Rekenserver.selftest`, its result sets read to the end.
-async fn step(client: &mut Tds, name: &str) -> Result<Vec<Vec<tiberius::Row>>, BrokerError> {
+pub(super) async fn step(client: &mut Tds, name: &str) -> Result<Vec<Vec<tiberius::Row>>, BrokerError> {
     client.query(stmt::STEP.sql, &[&name]).await.map_err(mssql::error_of)?.into_results().await.map_err(mssql::error_of)
 }
 

@@ -999,10 +999,11 @@ fn system_variables(conn: &Conn, vars: &mut Params) {
     );
 }
 
-/// A procedure that commits transactions of its own (`Rekenserver.sweep`): never run in
-/// one of the client's, nor in an implicit one.
+/// A procedure that commits transactions of its own (`Rekenserver.sweep`, the selftest's
+/// scratch steps): never run in one of the client's, nor in an implicit one.
 fn commits_itself(st: &Statement) -> bool {
-    matches!(st, Statement::Exec { procedure, .. } if procedure.eq_ignore_ascii_case("rekenserver.sweep"))
+    matches!(st, Statement::Exec { procedure, .. }
+        if procedure.eq_ignore_ascii_case("rekenserver.sweep") || procedure.eq_ignore_ascii_case("rekenserver.selftest"))
 }
 
 fn needs_transaction(st: &Statement) -> bool {

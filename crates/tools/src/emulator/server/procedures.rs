@@ -417,6 +417,66 @@ pub(super) async fn call(
             }
             Ok(None)
         }
+        // `sbworker selftest --mssql`'s scratch key (broker/mssql/05_handoff.sql), as the
+        // PostgreSQL selftest's functions keep it: each step in transactions of its own.
+        "rekenserver.selftest" => {
+            let stap = as_text(arg("@stap")?)?;
+            let c = s.client();
+            match stap.as_str() {
+                "begin" | "einde" => {
+                    c.execute(selftest::CLEANUP_ROSTER.sql, &[]).await.map_err(pg)?;
+                    c.execute(selftest::CLEANUP_BOOKS.sql, &[]).await.map_err(pg)?;
+                    if stap == "begin" {
+                        c.execute(selftest::SCRATCH.sql, &[]).await.map_err(pg)?;
+                    }
+                    Ok(None)
+                }
+                "wijzig" => {
+                    c.execute(selftest::SCRATCH_CHANGE.sql, &[]).await.map_err(pg)?;
+                    Ok(None)
+                }
+                "verlies" => {
+                    let target: Option<Uuid> = c.query_one(selftest::SCRATCH_LOSE.sql, &[]).await.map_err(pg)?.get(0);
+                    let v = target.map_or(Sql::Null, Sql::Guid);
+                    Ok(result_set(t, &[("target_handle", ColType::Guid)], &[vec![v]]))
+                }
+                "dialogen" => {
+                    let rows = c.query(selftest::SCRATCH_DIALOGS.sql, &[]).await.map_err(pg)?;
+                    let rows: Vec<Vec<Sql>> = rows
+                        .iter()
+                        .map(|r| {
+                            vec![
+                                r.get::<_, Option<Uuid>>(0).map_or(Sql::Null, Sql::Guid),
+                                r.get::<_, Option<Uuid>>(1).map_or(Sql::Null, Sql::Guid),
+                                Sql::BigInt(r.get(2)),
+                            ]
+                        })
+                        .collect();
+                    let cols = [
+                        ("dialog_handle", ColType::Guid),
+                        ("target_handle", ColType::Guid),
+                        ("versie", ColType::BigInt),
+                    ];
+                    Ok(result_set(t, &cols, &rows))
+                }
+                "resultaat" | "export" => {
+                    let row = c.query_opt(selftest::SCRATCH_RESULT.sql, &[]).await.map_err(pg)?;
+                    let count =
+                        |i: usize| row.as_ref().map_or(0, |r| i32::try_from(r.get::<_, i64>(i)).unwrap_or(i32::MAX));
+                    if stap == "export" {
+                        return Ok(result_set(t, &[("exporteerbaar", ColType::Int)], &[vec![Sql::Int(count(2))]]));
+                    }
+                    let rows: Vec<Vec<Sql>> =
+                        row.iter().map(|r| vec![Sql::BigInt(r.get(0)), Sql::Int(count(1))]).collect();
+                    Ok(result_set(t, &[("versie", ColType::BigInt), ("factoren", ColType::Int)], &rows))
+                }
+                _ => Err(Failure {
+                    number: 50120,
+                    class: 16,
+                    message: "@stap must be begin, dialogen, resultaat, export, einde, wijzig or verlies".into(),
+                }),
+            }
+        }
         "rekenserver.dialoog_stil" => {
             let handle = as_uuid(arg("@handle")?)?;
             let idle = s.dialog_idle(handle).await?;
@@ -434,6 +494,7 @@ pub(super) async fn call(
 
 use crate::sql::statements::postgres_handoff as handoff;
 use crate::sql::statements::postgres_operations as ops;
+use crate::sql::statements::postgres_selftest as selftest;
 
 fn pg(e: tokio_postgres::Error) -> Failure {
     Failure::from(crate::broker::postgres::error_of(e))
