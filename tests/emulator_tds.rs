@@ -1270,7 +1270,9 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
     // The sweep prunes evidence on SQL Server too: the key's older versions backdated
     // past the retention go, its latest stays.
     c.execute(
-        "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '3 years' WHERE dienstverband_id = $1",
+        "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '3 years',
+                vervangen_op = CASE WHEN vervangen_op IS NOT NULL THEN now() - interval '3 years' END
+          WHERE dienstverband_id = $1",
         &[&dv],
     )
     .await

@@ -676,13 +676,31 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     let (code, _, err) = explain([key.clone(), vec!["--versie".into(), "9".into()]].concat()).await;
     assert_eq!(code, Some(1));
     assert!(err.contains("no stored version 9"), "{err}");
-    // Retention, counted from the day a version was replaced: versions 1 and 2 of the
-    // first key and the other key's only version are stored 100 months ago, version 3 now.
-    // Version 1 was replaced (by 2) that long ago: deleted. Version 2 was replaced (by 3)
-    // now: kept. The other key's only version is its latest: kept.
-    c.batch_execute("UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '100 months'")
+    // Retention, counted from the day a version was replaced. The collector stamped each
+    // replaced version as it stored the next: the first key's versions 1 and 2, not its
+    // latest (3), not the other key's only version.
+    let stamped: Vec<(i32, i64, bool)> = c
+        .query(
+            "SELECT dienstverband_id, versie, vervangen_op IS NOT NULL FROM rekenserver.resultaat_historie ORDER BY 1, 2",
+            &[],
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(stamped, [(FIRST_ID, 1, true), (FIRST_ID, 2, true), (FIRST_ID, 3, false), (FIRST_ID + 1, 1, false)]);
+    // Versions 1 and 2 of the first key and the other key's only version are stored 100
+    // months ago, version 3 now. Version 1 was replaced (by 2) that long ago: deleted.
+    // Version 2 was replaced (by 3) now: kept. The other key's only version is its latest,
+    // never replaced: kept, however old.
+    c.batch_execute(
+        "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now() - interval '100 months',
+                vervangen_op = CASE WHEN versie = 1 AND vervangen_op IS NOT NULL THEN now() - interval '100 months'
+                                    ELSE vervangen_op END",
+    )
+    .await
+    .unwrap();
     c.batch_execute(&format!(
         "UPDATE rekenserver.resultaat_historie SET opgeslagen_op = now()
           WHERE dienstverband_id = {FIRST_ID} AND versie = 3"
@@ -691,7 +709,7 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
     .unwrap();
     let out = Command::new(BIN).args(["sweep", "--postgres", &url, "--delete-batch", "1"]).output().await.unwrap();
     let line = String::from_utf8_lossy(&out.stdout);
-    assert!(line.contains("and 1 evidence rows"), "{line}");
+    assert!(line.contains(" 1 evidence rows"), "{line}");
     let kept: Vec<(i32, i64)> = c
         .query("SELECT dienstverband_id, versie FROM rekenserver.resultaat_historie ORDER BY 1, 2", &[])
         .await
@@ -700,6 +718,84 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(kept, [(FIRST_ID, 2), (FIRST_ID, 3), (FIRST_ID + 1, 1)]);
+}
+
+/// The sweep's retention of the request log (`retention_days`): a request answered before
+/// it goes, whatever its outcome, except a Fout of its key's current version (the sweep
+/// reads it: the key waits for a roster change, repairs count at most three); requests
+/// answered since, and those in flight, stay. As the housekeeping role (its grants).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_requests_leave_the_log_after_the_retention_but_a_keys_current_fout_stays() {
+    let (url, c) = fresh_roster_db().await;
+    let role = format!("retention_{}", uuid::Uuid::new_v4().simple());
+    c.batch_execute(&format!("CREATE ROLE {role} LOGIN IN ROLE sbworker_housekeeping")).await.unwrap();
+    c.batch_execute(
+        "INSERT INTO rekenserver.sleutel (dienstverband_id, periode_id, versie, group_id) VALUES
+             (1, 7, 3, gen_random_uuid()), (2, 7, 1, gen_random_uuid()), (3, 7, 2, gen_random_uuid());
+         INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie,
+                                                 verzonden_op, beantwoord_op, uitkomst, foutmelding)
+         SELECT gen_random_uuid(), gen_random_uuid(), dv, 7, v, now() - make_interval(days => d),
+                CASE WHEN u IS NULL THEN NULL ELSE now() - make_interval(days => d) END, u, NULL
+           FROM (VALUES (1, 1, 100, 'opgeslagen'), (1, 2, 100, 'fout'), (1, 3, 100, 'fout'),
+                        (2, 1, 10, 'opgeslagen'), (3, 1, 100, 'vervangen'), (3, 1, 100, 'verouderd'),
+                        (3, 2, 100, NULL)) AS r(dv, v, d, u);",
+    )
+    .await
+    .unwrap();
+    let housekeeping = {
+        let as_role = url.replace("user=postgres", &format!("user={role}"));
+        assert_ne!(as_role, url);
+        let (client, conn) = tokio_postgres::connect(&as_role, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    };
+    let statement = sbworker::sql::statements::postgres_handoff::DELETE_REQUESTS.sql;
+    let deleted: i64 = housekeeping.query_one(statement, &[&60i32, &2i64]).await.unwrap().get(0);
+    assert_eq!(deleted, 2, "a batch at a time");
+    let deleted: i64 = housekeeping.query_one(statement, &[&60i32, &2i64]).await.unwrap().get(0);
+    assert_eq!(deleted, 2);
+    let deleted: i64 = housekeeping.query_one(statement, &[&60i32, &2i64]).await.unwrap().get(0);
+    assert_eq!(deleted, 0);
+    let kept: Vec<(i32, i64, Option<String>)> = c
+        .query("SELECT dienstverband_id, versie, uitkomst FROM rekenserver.berekening_log ORDER BY 1, 2", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let fout = Some("fout".to_owned());
+    assert_eq!(kept, [(1, 3, fout), (2, 1, Some("opgeslagen".to_owned())), (3, 2, None)]);
+}
+
+/// An install that predates `vervangen_op` (the evidence's replacement time) is brought
+/// up by installing again: each replaced version takes the time its successor was
+/// stored, a key's latest stays unstamped, and the retention's index is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_over_evidence_without_its_replacement_time_fills_it_in() {
+    let (url, c) = fresh_roster_db().await;
+    c.batch_execute(
+        "INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, opgeslagen_op) VALUES
+             (1, 7, 1, '2020-01-01Z'), (1, 7, 2, '2020-02-01Z'), (1, 7, 5, '2020-03-01Z'), (2, 7, 1, '2020-01-15Z');
+         ALTER TABLE rekenserver.resultaat_historie DROP COLUMN vervangen_op;",
+    )
+    .await
+    .unwrap();
+    let out = Command::new(BIN).args(["install", "--postgres", &url, "--roster"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<(i32, i64, Option<String>)> = c
+        .query(
+            "SELECT dienstverband_id, versie, to_char(vervangen_op AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+               FROM rekenserver.resultaat_historie ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let day = |d: &str| Some(d.to_owned());
+    assert_eq!(rows, [(1, 1, day("2020-02-01")), (1, 2, day("2020-03-01")), (1, 5, None), (2, 1, None)]);
+    assert_eq!(count(&c, "SELECT count(*) FROM pg_indexes WHERE indexname = 'resultaat_historie_vervangen'").await, 1);
 }
 
 /// A result claimed under a lease (payroll may have imported it) and replaced by a newer

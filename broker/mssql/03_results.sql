@@ -119,12 +119,16 @@ BEGIN
     END CATCH
 END
 GO
--- Requests without an outcome, for Rekenserver.markeer_verloren (every sweep run). A plain
--- index: a filtered one would make every writer of the log (the roster's triggers) depend
--- on its session's SET options.
+-- Requests without an outcome, for Rekenserver.markeer_verloren (every sweep run), and the
+-- sweep's retention of answered ones (by outcome, then when it came: the rows it keeps
+-- are not read again). A plain index: a filtered one would make every writer of the log
+-- (the roster's triggers) depend on its session's SET options. The collector sets
+-- uitkomst and beantwoord_op in one UPDATE, so the second key column costs no extra
+-- index write.
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_berekening_log_uitkomst'
                 AND object_id = OBJECT_ID(N'Rekenserver.berekening_log'))
-    CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst) INCLUDE (dialog_handle);
+    CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst, beantwoord_op)
+        INCLUDE (dialog_handle);
 GO
 
 -- Evidence of every stored result (`sbworker explain`): the Vraag as sent is kept,
@@ -149,9 +153,28 @@ GO
 IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'geexporteerd_op') IS NULL
     ALTER TABLE Rekenserver.resultaat_historie ADD geexporteerd_op datetime2(3) NULL;
 GO
-IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_resultaat_historie_opgeslagen'
+-- When a newer version replaced this one (Rekenserver.sla_antwoord_op stamps it as it
+-- stores the newer; NULL: the key's latest). The retention counts from it and seeks its
+-- index to the rows it may delete: a key's latest version, kept however old, is never
+-- read (its NULL sorts before every date). Versions stored before the column existed
+-- take their successor's time, once (in the batch that adds the column; the UPDATE is
+-- compiled only then, by sp_executesql, as the column does not exist at parse time).
+IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'vervangen_op') IS NULL
+BEGIN
+    ALTER TABLE Rekenserver.resultaat_historie ADD vervangen_op datetime2(3) NULL;
+    EXEC sys.sp_executesql N'UPDATE h SET vervangen_op = (SELECT MIN(n.opgeslagen_op)
+                                                            FROM Rekenserver.resultaat_historie n
+                                                           WHERE n.dienstverband_id = h.dienstverband_id
+                                                             AND n.periode_id = h.periode_id AND n.versie > h.versie)
+                               FROM Rekenserver.resultaat_historie h
+                              WHERE EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
+                                             WHERE n.dienstverband_id = h.dienstverband_id
+                                               AND n.periode_id = h.periode_id AND n.versie > h.versie);';
+END
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_resultaat_historie_vervangen'
                 AND object_id = OBJECT_ID(N'Rekenserver.resultaat_historie'))
-    CREATE INDEX ix_resultaat_historie_opgeslagen ON Rekenserver.resultaat_historie (opgeslagen_op);
+    CREATE INDEX ix_resultaat_historie_vervangen ON Rekenserver.resultaat_historie (vervangen_op);
 GO
 
 -- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog
@@ -358,6 +381,9 @@ BEGIN
             DELETE Rekenserver.resultaat_factor WHERE dienstverband_id = @dv AND periode_id = @periode;
             INSERT Rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
             SELECT @dv, @periode, kaart_soort, loonfactor_code, waarde FROM @nieuw;
+            -- The version it replaces is stamped: the retention counts from then.
+            UPDATE Rekenserver.resultaat_historie SET vervangen_op = SYSUTCDATETIME()
+             WHERE dienstverband_id = @dv AND periode_id = @periode AND vervangen_op IS NULL;
             INSERT Rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren, rekenversie)
             VALUES (@dv, @periode, @versie,
                     (SELECT l.vraag FROM Rekenserver.berekening_log l

@@ -216,7 +216,7 @@ BEGIN
     IF @fuse IS NULL OR @fuse < 1 THROW 50110, N'@fuse must be 1 or more (keys sent at most per run)', 1;
     IF @batch IS NULL OR @batch < 1 THROW 50111, N'@batch must be 1 or more (keys sent per transaction)', 1;
     IF @retention_days IS NULL OR @retention_days < 1
-        THROW 50112, N'@retention_days must be 1 or more (days the run log and dead letters are kept)', 1;
+        THROW 50112, N'@retention_days must be 1 or more (days the run log, dead letters and answered requests are kept)', 1;
     IF @delete_batch IS NULL OR @delete_batch < 1
         THROW 50113, N'@delete_batch must be 1 or more (rows deleted per statement)', 1;
     IF @evidence_retention_months IS NULL OR @evidence_retention_months < 1 OR @evidence_retention_months > 1200
@@ -224,7 +224,7 @@ BEGIN
     DECLARE @run bigint, @step bigint, @lock int, @t0 datetime2(3), @n int, @sent int = 0, @deleted int = 0,
             @fout nvarchar(2000) = NULL, @dv int, @p int, @done int = 0, @verzonden bit, @verloren int = 0,
             @kandidaten int = 0, @herstel int = 0, @fuse_bereikt bit = 0, @del_log int = 0, @del_dead int = 0,
-            @batch_sent int, @del_bewijs int = 0;
+            @batch_sent int, @del_bewijs int = 0, @del_verzoek int = 0;
     DECLARE @gemarkeerd TABLE (verloren int);
     INSERT Rekenserver.run_log (stap) VALUES ('run');
     SET @run = SCOPE_IDENTITY();
@@ -236,7 +236,8 @@ BEGIN
                fout = CONCAT(N'skipped: a previous run still holds the lock (code ', @lock, N')')
          WHERE id = @run;
         SELECT CAST(1 AS bit) AS skipped, 0 AS lost, 0 AS candidates, 0 AS sent, 0 AS repaired,
-               CAST(0 AS bit) AS fuse_reached, 0 AS deleted_log_rows, 0 AS deleted_dead_letters, 0 AS deleted_evidence;
+               CAST(0 AS bit) AS fuse_reached, 0 AS deleted_log_rows, 0 AS deleted_dead_letters, 0 AS deleted_evidence,
+               0 AS deleted_requests;
         RETURN;
     END
     BEGIN TRY
@@ -321,22 +322,37 @@ BEGIN
             IF @n < @delete_batch BREAK;
         END
         -- The evidence of stored versions replaced more than @evidence_retention_months ago
-        -- (a version's retention runs from the day a newer one replaced it); a key's latest
-        -- version stays. Oldest first (TOP in a DELETE picks no order: the ids are chosen
-        -- in a subquery that has one), in batches.
+        -- (a version's retention runs from the day a newer one replaced it, vervangen_op);
+        -- a key's latest version (not replaced) stays and is never read: the seek on
+        -- ix_resultaat_historie_vervangen starts past its NULL. Oldest first (TOP in a
+        -- DELETE picks no order: the ids are chosen in a subquery that has one), in batches.
         WHILE 1 = 1
         BEGIN
             DELETE Rekenserver.resultaat_historie
              WHERE id IN (
                 SELECT TOP (@delete_batch) h.id
                   FROM Rekenserver.resultaat_historie h
-                 WHERE h.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME())
-                   AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
-                                WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
-                                  AND n.versie > h.versie
-                                  AND n.opgeslagen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME()))
-                 ORDER BY h.opgeslagen_op);
+                 WHERE h.vervangen_op < DATEADD(MONTH, -@evidence_retention_months, SYSUTCDATETIME())
+                 ORDER BY h.vervangen_op);
             SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_bewijs += @n;
+            IF @n < @delete_batch BREAK;
+        END
+        -- The log rows of requests answered more than @retention_days ago: every outcome
+        -- but a Fout of the key's current version, which the sweep reads (a Fout about the
+        -- request keeps the key waiting for a roster change; repairs count at most three).
+        -- Requests in flight stay. Found through ix_berekening_log_uitkomst (by outcome,
+        -- then time): the rows kept are not read again.
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (@delete_batch) l
+              FROM Rekenserver.berekening_log l
+             WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
+               AND l.beantwoord_op < DATEADD(DAY, -@retention_days, SYSUTCDATETIME())
+               AND (l.uitkomst <> 'fout'
+                    OR NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel s
+                                    WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
+                                      AND s.versie = l.versie));
+            SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_verzoek += @n;
             IF @n < @delete_batch BREAK;
         END
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
@@ -364,7 +380,7 @@ BEGIN
     END
     SELECT CAST(0 AS bit) AS skipped, @verloren AS lost, @kandidaten AS candidates, @sent AS sent, @herstel AS repaired,
            @fuse_bereikt AS fuse_reached, @del_log AS deleted_log_rows, @del_dead AS deleted_dead_letters,
-           @del_bewijs AS deleted_evidence;
+           @del_bewijs AS deleted_evidence, @del_verzoek AS deleted_requests;
 END;
 GO
 

@@ -124,6 +124,10 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
 );
 CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
     WHERE uitkomst IS NULL;
+-- The sweep's retention of answered requests (`[sweep] retention_days`): by outcome, then
+-- when it came, so the rows it keeps (requests in flight, each key's current Fouts) are
+-- not read again on every run.
+CREATE INDEX IF NOT EXISTS berekening_log_beantwoord ON rekenserver.berekening_log (uitkomst, beantwoord_op);
 -- A reused dialog carries several requests, and a replay sends a Vraag again on a new
 -- dialog: a row per request and dialog. (An install from before kept a row per dialog,
 -- when each dialog carried one.)
@@ -162,8 +166,28 @@ ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jso
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
 -- When the version went out to payroll (the export writes it; the first time).
 ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS geexporteerd_op timestamptz;
--- The retention finds old rows without reading the table.
-CREATE INDEX IF NOT EXISTS resultaat_historie_opgeslagen ON rekenserver.resultaat_historie (opgeslagen_op);
+-- When a newer version replaced this one (the collector stamps it as it stores the
+-- newer; NULL: the key's latest). The retention counts from it and finds what it may
+-- delete through its index alone, which holds replaced versions only: a key's latest
+-- version, kept however old, costs the sweep nothing. Versions stored before the column
+-- existed take their successor's time, once.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rekenserver.resultaat_historie'::regclass AND attname = 'vervangen_op'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE rekenserver.resultaat_historie ADD COLUMN vervangen_op timestamptz;
+        UPDATE rekenserver.resultaat_historie h
+           SET vervangen_op = (SELECT min(n.opgeslagen_op) FROM rekenserver.resultaat_historie n
+                                WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
+                                  AND n.versie > h.versie)
+         WHERE EXISTS (SELECT 1 FROM rekenserver.resultaat_historie n
+                        WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
+                          AND n.versie > h.versie);
+    END IF;
+END $$;
+CREATE INDEX IF NOT EXISTS resultaat_historie_vervangen ON rekenserver.resultaat_historie (vervangen_op)
+ WHERE vervangen_op IS NOT NULL;
 
 -- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
 -- the sweep sends the same version again: an internal Fout (a diversion), an error end
@@ -301,6 +325,12 @@ BEGIN
             DELETE FROM rekenserver.resultaat_factor WHERE dienstverband_id = p_dv AND periode_id = p_periode;
             INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
             SELECT p_dv, p_periode, k, c, w FROM unnest(p_kaart_soorten, p_codes, p_waarden) AS u(k, c, w);
+            -- The version it replaces is stamped (the retention counts from then), in
+            -- the same statement.
+            WITH vervangen AS (
+                UPDATE rekenserver.resultaat_historie SET vervangen_op = clock_timestamp()
+                 WHERE dienstverband_id = p_dv AND periode_id = p_periode AND vervangen_op IS NULL
+            )
             INSERT INTO rekenserver.resultaat_historie (dienstverband_id, periode_id, versie, vraag, factoren, rekenversie)
             VALUES (p_dv, p_periode, p_versie, v_log.vraag,
                     (SELECT jsonb_object_agg(u.c, u.w) FROM unnest(p_codes, p_waarden) AS u(c, w)), p_rekenversie);

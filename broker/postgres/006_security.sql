@@ -174,6 +174,10 @@ BEGIN
     IF pg_catalog.to_regclass('rekenserver.run_log') IS NOT NULL THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON rekenserver.run_log TO sbworker_housekeeping;
         GRANT SELECT ON rekenserver.verouderde_sleutel TO sbworker_housekeeping;
+        -- The retention of answered requests (not the Vraag in flight: no SELECT on vraag).
+        GRANT SELECT (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, beantwoord_op, uitkomst), DELETE
+            ON rekenserver.berekening_log TO sbworker_housekeeping;
+        GRANT SELECT (dienstverband_id, periode_id, versie) ON rekenserver.sleutel TO sbworker_housekeeping;
     END IF;
 END $$;
 

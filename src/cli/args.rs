@@ -151,7 +151,8 @@ pub enum Command {
         /// Keys per committed transaction.
         #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
         batch: usize,
-        /// Run-log rows and dead letters older than this are deleted.
+        /// Run-log rows, dead letters and the log rows of requests answered longer ago than
+        /// this are deleted (each key's current Fouts stay).
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
         retention_days: i32,
         /// Stored results' evidence older than this is deleted (the latest version of each

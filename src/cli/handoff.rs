@@ -310,6 +310,7 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
             deleted_log_rows,
             deleted_dead_letters,
             deleted_evidence,
+            deleted_requests,
         } => {
             // (SQL Server ends dialogs past their lifetime itself: its runs say 0 here.)
             let expiry =
@@ -317,7 +318,8 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
             format!(
                 "{expiry}{lost} requests without their dialog marked lost; {candidates} stale keys ({repaired} of \
                  them repairs of a diverted, failed or lost request), {sent} Vraags sent{}; retention deleted \
-                 {deleted_log_rows} run-log rows, {deleted_dead_letters} dead letters and {deleted_evidence} evidence rows",
+                 {deleted_log_rows} run-log rows, {deleted_dead_letters} dead letters, {deleted_evidence} evidence rows \
+                 and {deleted_requests} answered requests' log rows",
                 if *fuse_reached {
                     format!(" (fuse of {} reached: more wait for the next run)", opts.fuse)
                 } else {

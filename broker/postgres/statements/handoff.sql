@@ -103,19 +103,36 @@ WITH gone AS (
 SELECT count(*) FROM gone;
 
 -- The evidence of stored versions replaced more than $1 months ago (a version's
--- retention runs from the day a newer one replaced it, so the version that was paid
--- keeps its evidence that long); a key's latest version stays while the key does; $2
--- rows at a time, oldest first (the index on opgeslagen_op finds them).
+-- retention runs from the day a newer one replaced it, `vervangen_op`, so the version
+-- that was paid keeps its evidence that long); a key's latest version (not replaced)
+-- stays while the key does; $2 rows at a time, oldest first. The partial index on
+-- vervangen_op holds replaced versions only: the rows kept are never read.
 -- name: delete_evidence
 WITH gone AS (
     DELETE FROM rekenserver.resultaat_historie WHERE id IN (
         SELECT h.id FROM rekenserver.resultaat_historie h
-         WHERE h.opgeslagen_op < clock_timestamp() - make_interval(months => $1)
-           AND EXISTS (SELECT 1 FROM rekenserver.resultaat_historie n
-                        WHERE n.dienstverband_id = h.dienstverband_id AND n.periode_id = h.periode_id
-                          AND n.versie > h.versie
-                          AND n.opgeslagen_op < clock_timestamp() - make_interval(months => $1))
-         ORDER BY h.opgeslagen_op LIMIT $2)
+         WHERE h.vervangen_op < clock_timestamp() - make_interval(months => $1)
+         ORDER BY h.vervangen_op LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- The log rows of requests answered more than $1 days ago (the run log's retention):
+-- every outcome but a Fout of the key's current version, which the sweep reads (a
+-- Fout about the request keeps the key waiting for a roster change; repairs count at
+-- most three). Requests in flight stay. $2 rows at a time, found through
+-- berekening_log_beantwoord (by outcome, then time).
+-- name: delete_requests
+WITH gone AS (
+    DELETE FROM rekenserver.berekening_log WHERE (dialog_handle, vraag_id) IN (
+        SELECT l.dialog_handle, l.vraag_id FROM rekenserver.berekening_log l
+         WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
+           AND l.beantwoord_op < clock_timestamp() - make_interval(days => $1)
+           AND (l.uitkomst <> 'fout'
+                OR NOT EXISTS (SELECT 1 FROM rekenserver.sleutel s
+                                WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
+                                  AND s.versie = l.versie))
+         LIMIT $2)
     RETURNING 1
 )
 SELECT count(*) FROM gone;

@@ -48,7 +48,8 @@ pub struct SweepConfig {
     pub fuse: i64,
     /// Keys per committed transaction.
     pub batch: u32,
-    /// Run-log rows and dead letters older than this are deleted.
+    /// Run-log rows, dead letters and the log rows of requests answered longer ago than
+    /// this are deleted (each key's current Fouts stay: the sweep reads them).
     pub retention_days: i32,
     /// The evidence of stored results (each version's Vraag and factors) older than this
     /// is deleted, the latest version of each key excepted (both back ends; at most 1200). 84 months: the

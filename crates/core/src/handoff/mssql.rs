@@ -125,6 +125,8 @@ pub async fn sweep(c: &mut Tds, opts: Options) -> Result<Outcome, BrokerError> {
         deleted_log_rows: n(6, "deleted_log_rows")?,
         deleted_dead_letters: n(7, "deleted_dead_letters")?,
         deleted_evidence: n(8, "deleted_evidence")?,
+        // An install older than the column did not delete any.
+        deleted_requests: row.try_get::<i32, _>(9).ok().flatten().map_or(0, i64::from),
     })
 }
 

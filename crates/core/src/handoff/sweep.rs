@@ -53,7 +53,10 @@ impl Options {
             return Err(("batch", "must be 1 or more (keys sent per transaction)"));
         }
         if self.retention_days < 1 {
-            return Err(("retention_days", "must be 1 or more (days the run log and dead letters are kept)"));
+            return Err((
+                "retention_days",
+                "must be 1 or more (days the run log, dead letters and answered requests are kept)",
+            ));
         }
         if self.evidence_retention_months < 1 {
             return Err(("evidence_retention_months", "must be 1 or more (months stored results' evidence is kept)"));
@@ -92,6 +95,9 @@ pub enum Outcome {
         deleted_dead_letters: i64,
         /// Evidence rows of stored results past their retention.
         deleted_evidence: i64,
+        /// Log rows of requests answered before the retention (each key's current Fouts
+        /// and the requests in flight stay).
+        deleted_requests: i64,
     },
 }
 
@@ -219,14 +225,15 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         return Err(SweepError { step: "sweep", source: e });
     }
 
-    // Retention: the run log, the dead letters and the stored results' evidence, in
-    // batches.
+    // Retention: the run log, the dead letters, the stored results' evidence and the
+    // answered requests' log rows, in batches.
     let step = log_start(client, Some(run_id), "retentie").await.map_err(at("log"))?;
-    let mut deleted = [0i64; 3];
+    let mut deleted = [0i64; 4];
     for (i, (statement, age)) in [
         (stmt::DELETE_RUN_LOG, opts.retention_days),
         (stmt::DELETE_DEAD_LETTERS, opts.retention_days),
         (stmt::DELETE_EVIDENCE, opts.evidence_retention_months),
+        (stmt::DELETE_REQUESTS, opts.retention_days),
     ]
     .into_iter()
     .enumerate()
@@ -251,5 +258,6 @@ async fn steps(client: &mut Client, run_id: i64, opts: Options) -> Result<Outcom
         deleted_log_rows: deleted[0],
         deleted_dead_letters: deleted[1],
         deleted_evidence: deleted[2],
+        deleted_requests: deleted[3],
     })
 }

@@ -279,6 +279,7 @@ pub(super) async fn call(
                         Sql::Int(0),
                         Sql::Int(0),
                         Sql::Int(0),
+                        Sql::Int(0),
                     ]
                 }
                 crate::handoff::sweep::Outcome::Ran {
@@ -290,6 +291,7 @@ pub(super) async fn call(
                     deleted_log_rows,
                     deleted_dead_letters,
                     deleted_evidence,
+                    deleted_requests,
                     ..
                 } => vec![
                     Sql::Bit(false),
@@ -301,6 +303,7 @@ pub(super) async fn call(
                     Sql::Int(deleted_log_rows as i32),
                     Sql::Int(deleted_dead_letters as i32),
                     Sql::Int(deleted_evidence as i32),
+                    Sql::Int(deleted_requests as i32),
                 ],
             };
             let cols = [
@@ -313,6 +316,7 @@ pub(super) async fn call(
                 ("deleted_log_rows", ColType::Int),
                 ("deleted_dead_letters", ColType::Int),
                 ("deleted_evidence", ColType::Int),
+                ("deleted_requests", ColType::Int),
             ];
             Ok(result_set(t, &cols, &[row]))
         }
