@@ -258,9 +258,9 @@ async fn the_deep_selftest_runs_every_t_sql_step_end_to_end_over_tds_and_leaves_
             "deep: same figures not exported again",
             "deep: correction names what payroll received",
             "deep: explain",
-            "deep: lost dialog repaired by the sweep",
             "deep: planner before recompute",
             "deep: held group not waited for",
+            "deep: lost dialog repaired by the sweep",
             "deep: cleanup",
         ],
         "{}",
@@ -272,6 +272,46 @@ async fn the_deep_selftest_runs_every_t_sql_step_end_to_end_over_tds_and_leaves_
     }
     assert!(r.checks[7].detail.contains("on the emulator"), "{}", r.checks[7].detail);
     // The held group: the emulator waits for the lock, the transport's bound ends it.
-    assert!(r.checks[17].detail.contains("the bound ended it"), "{}", r.checks[17].detail);
+    assert!(r.checks[16].detail.contains("the bound ended it"), "{}", r.checks[16].detail);
     assert_eq!(leftovers(&c).await, 0, "{}", r.text(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deep_selftest_will_not_start_beside_a_live_worker_or_with_messages_waiting() {
+    // It answers its scratch requests itself: a worker alive (a recent heartbeat), or a
+    // message waiting on a queue, stops it at its start, saying what to do, and nothing
+    // is written.
+    let (url, c) = fresh_roster_db().await;
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, Default::default()).await;
+    c.batch_execute(
+        "INSERT INTO sbworker.worker_instance (instance, host, pid, version, started_at)
+         VALUES (gen_random_uuid(), 'host-a', 4242, 'sbworker test', now())",
+    )
+    .await
+    .unwrap();
+    let r = sbworker::selftest::mssql::run_deep(&conn, &conn).await;
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("deep: start", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("1 workers are alive"), "{}", last.detail);
+    assert!(last.fix.as_deref().unwrap().contains("stop the workers"), "{:?}", last.fix);
+    // Silent for longer than three intervals: not alive; a Vraag waiting (a T-SQL
+    // initiator's) stops it instead.
+    c.batch_execute("UPDATE sbworker.worker_instance SET beat_at = now() - interval '1 hour'").await.unwrap();
+    let mut t = crate::common::tds::client(&conn).await;
+    t.execute(
+        "DECLARE @h uniqueidentifier;
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);",
+        &[&crate::common::calc::vraag_body(uuid::Uuid::new_v4()).as_slice()],
+    )
+    .await
+    .unwrap();
+    let before = leftovers(&c).await;
+    let r = sbworker::selftest::mssql::run_deep(&conn, &conn).await;
+    let last = r.checks.last().unwrap();
+    assert_eq!((last.name, last.status), ("deep: start", Status::Fail), "{}", r.text(false));
+    assert!(last.detail.contains("messages wait on dbo.loonfactorberekening_reken"), "{}", last.detail);
+    assert_eq!(leftovers(&c).await, before, "the deep steps wrote nothing");
 }

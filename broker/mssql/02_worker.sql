@@ -213,7 +213,7 @@ BEGIN
            m.uses_quoted_identifier, m.uses_ansi_nulls
       FROM sys.sql_modules m
      WHERE OBJECT_SCHEMA_NAME(m.object_id) IN (N'Rekenserver', N'sbworker', N'Rooster');
-    SELECT x.name AS schema_collection
+    SELECT SCHEMA_NAME(x.schema_id) AS schema_name, x.name AS schema_collection
       FROM sys.service_message_types t
       JOIN sys.xml_schema_collections x ON x.xml_collection_id = t.xml_collection_id
      WHERE t.name = N'/Rekenserver/LoonfactorBerekening/Vraag';

@@ -395,33 +395,47 @@ GO
 --   'resultaat' the stored result's version and number of wage factors (no row: none);
 --   'export'    how many results export_claim would claim for the scratch period now
 --               (read only: the worker's login may not claim, the payroll role does);
---   'einde'     removes every row of the scratch key and ends its open conversations.
--- Its open dialogs are ended normally at the initiator (never WITH CLEANUP, which END
--- CONVERSATION's page reserves for conversations that cannot complete): the worker ends
--- the target side when the EndDialog arrives.
+--   'einde'     removes every row of the scratch key and ends its open conversations;
+-- and for `selftest --deep` (the T-SQL's other paths on the same key):
+--   'wijzig'    a planner's edit: the scratch block half an hour longer (a Vraag);
+--   'verlies'   a DBA's END CONVERSATION ... WITH CLEANUP of the newest request's target
+--               (the initiator is not told): its target's handle, NULL while there is
+--               none yet (the message not yet delivered: call again);
+--   'werkers'   how many workers beat within three of their intervals (deep wants none).
+-- Its open dialogs are ended normally at the initiator: the worker ends the target side
+-- when the EndDialog arrives. WITH CLEANUP only for an initiator whose target is gone
+-- (after 'verlies'), a conversation that cannot complete, as END CONVERSATION's page
+-- reserves it: its EndDialog would wait in sys.transmission_queue for its LIFETIME.
 CREATE OR ALTER PROCEDURE Rekenserver.selftest @stap varchar(10)
 WITH EXECUTE AS OWNER
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
     DECLARE @dv int = -1000001, @periode int = -1000001, @handle uniqueidentifier;
-    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'export', 'einde', 'wijzig', 'verlies')
-        THROW 50120, N'@stap must be begin, dialogen, resultaat, export, einde, wijzig or verlies', 1;
+    IF @stap NOT IN ('begin', 'dialogen', 'resultaat', 'export', 'einde', 'wijzig', 'verlies', 'werkers')
+        THROW 50120, N'@stap must be begin, dialogen, resultaat, export, einde, wijzig, verlies or werkers', 1;
     IF @stap IN ('begin', 'einde')
     BEGIN
         BEGIN TRANSACTION;
         EXEC sp_set_session_context N'vragen_uit', 1;
+        DECLARE @verweesd bit;
         DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
-            SELECT DISTINCT i.conversation_handle   -- (a dialog may carry several requests)
+            SELECT DISTINCT i.conversation_handle,   -- (a dialog may carry several requests)
+                   CASE WHEN NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints t
+                                          WHERE t.conversation_id = i.conversation_id AND t.is_initiator = 0)
+                        THEN 1 ELSE 0 END
               FROM Rekenserver.berekening_log l
               JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
              WHERE l.dienstverband_id = @dv AND i.state NOT IN ('DO', 'CD');
         OPEN open_dialogs;
-        FETCH NEXT FROM open_dialogs INTO @handle;
+        FETCH NEXT FROM open_dialogs INTO @handle, @verweesd;
         WHILE @@FETCH_STATUS = 0
         BEGIN
-            END CONVERSATION @handle;
-            FETCH NEXT FROM open_dialogs INTO @handle;
+            IF @verweesd = 1
+                END CONVERSATION @handle WITH CLEANUP;
+            ELSE
+                END CONVERSATION @handle;
+            FETCH NEXT FROM open_dialogs INTO @handle, @verweesd;
         END
         CLOSE open_dialogs; DEALLOCATE open_dialogs;
         DELETE Rooster.dienst WHERE dienstverband_id = @dv;
@@ -463,7 +477,7 @@ BEGIN
           LEFT JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
           LEFT JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
          WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
-         ORDER BY l.versie DESC;
+         ORDER BY l.versie DESC, l.verzonden_op DESC;
     ELSE IF @stap = 'wijzig'
         -- The deep selftest's planner: the scratch block half an hour longer (the
         -- statement sends the key's next Vraag).
@@ -480,10 +494,24 @@ BEGIN
           JOIN sys.conversation_endpoints i ON i.conversation_handle = l.dialog_handle
           JOIN sys.conversation_endpoints t ON t.conversation_id = i.conversation_id AND t.is_initiator = 0
          WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
-         ORDER BY l.versie DESC;
+         ORDER BY l.versie DESC, l.verzonden_op DESC;
         IF @handle IS NOT NULL
             END CONVERSATION @handle WITH CLEANUP;
         SELECT @handle AS target_handle;
+    END
+    ELSE IF @stap = 'werkers'
+    BEGIN
+        -- Alive as `sbworker status` counts it: a beat within three of its intervals, at
+        -- least 3 s. Read through dynamic SQL: script 06 makes the table and its
+        -- interval_ms.
+        DECLARE @levend int = 0;
+        IF OBJECT_ID(N'sbworker.worker_instance', N'U') IS NOT NULL
+            EXEC sys.sp_executesql
+                N'SELECT @levend = COUNT(*) FROM sbworker.worker_instance
+                   WHERE beat_at > DATEADD(MILLISECOND, -(CASE WHEN interval_ms < 1000 THEN 3000 ELSE 3 * interval_ms END),
+                                           SYSUTCDATETIME())',
+                N'@levend int OUTPUT', @levend = @levend OUTPUT;
+        SELECT @levend AS levend;
     END
     ELSE IF @stap = 'resultaat'
         SELECT r.versie, (SELECT COUNT(*) FROM Rekenserver.resultaat_factor f

@@ -88,7 +88,7 @@ LANGUAGE sql STABLE AS $$
       LEFT JOIN sb.endpoint i ON i.handle = l.dialog_handle
       LEFT JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND t.handle <> i.handle
      WHERE l.dienstverband_id = -1000001 AND l.periode_id = -1000001
-     ORDER BY l.versie DESC
+     ORDER BY l.versie DESC, l.verzonden_op DESC
 $$;
 
 -- The scratch key's stored result: its version, its number of factor rows, and how
@@ -129,11 +129,20 @@ BEGIN
       JOIN sb.endpoint i ON i.handle = l.dialog_handle
       JOIN sb.endpoint t ON t.conversation_id = i.conversation_id AND t.handle <> i.handle
      WHERE l.dienstverband_id = -1000001 AND l.periode_id = -1000001
-     ORDER BY l.versie DESC LIMIT 1;
+     ORDER BY l.versie DESC, l.verzonden_op DESC LIMIT 1;
     IF v_target IS NOT NULL THEN
         PERFORM sb.end_conversation_cleanup(v_target);
     END IF;
     RETURN v_target;
+END $$;
+
+-- The deep selftest wants the queues to itself: how many workers beat within three of
+-- their intervals (at least 3 s), as `sbworker status` counts them alive.
+CREATE OR REPLACE FUNCTION rekenserver.selftest_workers() RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT count(*) FROM sbworker.worker_instance
+             WHERE beat_at > clock_timestamp() - make_interval(secs => (CASE WHEN interval_ms < 1000 THEN 3000 ELSE 3 * interval_ms END) / 1000.0));
 END $$;
 
 -- Cleaning up, step 1 (sending switched off for the rest of the transaction): the

@@ -73,6 +73,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'rekenserver', 'selftest_cleanup_books'),
     ('sbworker_worker', 'rekenserver', 'selftest_change'),
     ('sbworker_worker', 'rekenserver', 'selftest_lose'),
+    ('sbworker_worker', 'rekenserver', 'selftest_workers'),
     ('sbworker_housekeeping', 'rekenserver', 'stuur_vraag'),
     ('sbworker_housekeeping', 'rekenserver', 'markeer_verloren'),
     ('sbworker_housekeeping', 'rekenserver', 'verlopen_dialogen'),

@@ -23,9 +23,10 @@ WAITFOR (RECEIVE TOP (@P1) conversation_group_id, conversation_handle, message_s
 -- A retry of one group. While another session holds the group, SQL Server may wait for
 -- its lock rather than return (the TIMEOUT bounds the wait for messages, not for a lock;
 -- the RECEIVE page does not say): the lock wait is bounded to 1 s, after which error 1222
--- says another reader has the group and this one goes on with the others. The
--- transport resets the lock timeout (lock_timeout_reset) when the batch ends in an
--- error, which skips the last line.
+-- says another reader has the group and this one goes on with the others. Sent as an
+-- RPC (sp_executesql), the SET is restored when the batch returns (the SET Statements
+-- page); the last line, and lock_timeout_reset after an error that skips it, reset it
+-- anyway, for a client that sends the batch as it is.
 -- name: receive_group
 SET LOCK_TIMEOUT 1000;
 WAITFOR (RECEIVE TOP (@P1) conversation_group_id, conversation_handle, message_sequence_number,

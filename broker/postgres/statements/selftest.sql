@@ -73,6 +73,9 @@ SELECT rekenserver.selftest_change();
 -- name: scratch_lose
 SELECT rekenserver.selftest_lose();
 
+-- name: live_workers
+SELECT rekenserver.selftest_workers();
+
 -- Cleaning up: the roster (sending switched off), then, in a transaction of its own
 -- after that one's commit, the bookkeeping.
 -- name: cleanup_roster

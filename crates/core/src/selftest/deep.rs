@@ -1,15 +1,16 @@
 //! `sbworker selftest --mssql … --deep`: for the first contact with a real SQL Server,
 //! everything the T-SQL does, on the selftest's scratch key, each step one line of the
 //! report with what it proved or what failed and where to look. The scratch roster is
-//! edited by `Rekenserver.selftest` (as the owner; 'wijzig' a planner's edit, 'verlies' a
-//! DBA's `END CONVERSATION … WITH CLEANUP`); the requests are answered by this binary's
+//! edited by `Rekenserver.selftest` (as the owner, called by the worker's login, as the
+//! plain selftest does; 'wijzig' a planner's edit, 'verlies' a DBA's `END CONVERSATION
+//! … WITH CLEANUP`); the scratch requests, and only they, are answered by this binary's
 //! own handlers over the transport, as a worker would; recompute, export, evidence and
 //! the sweep run as their commands do, over the `admin` connection (a login with the
 //! housekeeping and payroll roles, or the owner). Whatever happens, the scratch key is
 //! removed at the end.
 //!
-//! It needs the queues to itself (it checks they are empty first): run it before the
-//! workers start, or with them stopped and the queues drained.
+//! It needs the queues to itself: it checks that they are empty and that no worker is
+//! alive first (run it before the workers start, or with them stopped).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +19,12 @@ use uuid::Uuid;
 
 use super::mssql::{queues, step};
 use super::{Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
-use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
+use crate::broker::mssql::{self, Connection, MssqlSession, MssqlTransport, Tds};
 use crate::contract::Limits;
 use crate::handlers::{calculation, collector};
 use crate::handoff::export::Mode;
 use crate::handoff::{evidence, mssql as handoff, recompute, sweep};
-use crate::transport::{BrokerError, Session, Transport};
+use crate::transport::{BrokerError, Message, Session, Transport};
 use crate::worker::Handler;
 
 /// The planner's contract (priority 5); a recompute's dialogs use the recompute
@@ -37,37 +38,50 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// bounds it to a second).
 const HELD_GROUP_LIMIT: Duration = Duration::from_secs(10);
 
+/// The sweep step's settings: the scheduled sweep's fuse and batch, and retentions so
+/// long that it deletes nothing (the site's own settings are not known here).
+const SWEEP: sweep::Options = sweep::Options {
+    fuse: 500,
+    batch: 100,
+    retention_days: 36_500,
+    evidence_retention_months: 1200,
+    delete_batch: 5000,
+};
+
 fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
     Failure::broker(detail, e)
 }
 
-/// What the steps share: the admin's connection, the worker's transport and handlers.
+/// What the steps share: the worker's connection (the scratch steps, as the plain
+/// selftest calls them), the admin's (recompute, export, evidence, sweep), a worker
+/// session over the transport and the worker's handlers.
 struct Deep {
+    worker: Tds,
     admin: Tds,
     transport: MssqlTransport,
+    session: MssqlSession,
     calculation: calculation::Calculation,
     collector: collector::Collector,
     tables: Arc<crate::engine::Tables>,
 }
 
 /// Runs the deep steps after the checks of [`super::mssql::run`] passed; `emulator`:
-/// the server is sbworker's emulator (said in each step's line).
+/// the server is sbworker's emulator (said in the start line).
 pub async fn run(report: &mut Report, conn: &str, admin: &str, emulator: bool) {
-    let deep = match open(conn, admin).await {
+    let mut deep = match open(conn, admin).await {
         Ok(d) => d,
         Err(f) => return report.fail("deep: start", f),
     };
-    let mut deep = deep;
-    if let Err(f) = queues_empty(&mut deep.admin).await {
+    if let Err(f) = deep.alone().await {
         return report.fail("deep: start", f);
     }
-    if let Err(e) = step(&mut deep.admin, "begin").await {
+    if let Err(e) = step(&mut deep.worker, "begin").await {
         return report.fail("deep: start", failure("Rekenserver.selftest 'begin' (the scratch roster)", &e));
     }
     let on = if emulator { " (on the emulator: the statements' shapes, not SQL Server's behaviour)" } else { "" };
-    report.pass("deep: start", format!("the queues are empty; the scratch key is written{on}"));
+    report.pass("deep: start", format!("no worker alive, the queues empty; the scratch key is written{on}"));
     let outcome = steps(&mut deep, report).await;
-    let cleaned = step(&mut deep.admin, "einde").await;
+    let cleaned = step(&mut deep.worker, "einde").await;
     if let Err((name, f)) = outcome {
         report.fail(name, f);
     }
@@ -78,42 +92,35 @@ pub async fn run(report: &mut Report, conn: &str, admin: &str, emulator: bool) {
 }
 
 async fn open(conn: &str, admin: &str) -> Result<Deep, Failure> {
-    let c = Connection::parse(admin).map_err(|e| Failure::new(format!("the admin connection string: {e}")))?;
-    let admin = mssql::connect(&c).await.map_err(|e| {
-        failure(format!("cannot log in as the admin ({})", c.user), &e)
-            .fix("give --admin the connection string of a login with the housekeeping and payroll roles (or the owner)")
-    })?;
+    let login = |s: &str, who: &'static str, fix: &'static str| {
+        let s = s.to_owned();
+        async move {
+            let c = Connection::parse(&s).map_err(|e| Failure::new(format!("the {who} connection string: {e}")))?;
+            mssql::connect(&c)
+                .await
+                .map_err(|e| failure(format!("cannot log in as the {who} ({})", c.user), &e).fix(fix))
+        }
+    };
+    let worker = login(conn, "worker", "give --mssql the worker's connection string").await?;
+    let admin = login(
+        admin,
+        "admin",
+        "give --admin the connection string of a login with the housekeeping and payroll roles (or the owner)",
+    )
+    .await?;
     let transport = MssqlTransport::new(conn).map_err(|e| Failure::new(format!("the connection string: {e}")))?;
+    let session = transport.open().await.map_err(|e| failure("opening a worker session over the transport", &e))?;
     let tables =
         Arc::new(crate::engine::Tables::built_in().map_err(|e| Failure::new(format!("the rate tables: {e}")))?);
     Ok(Deep {
+        worker,
         admin,
         transport,
+        session,
         calculation: calculation::Calculation::new(tables.clone(), Limits::default()),
         collector: collector::Collector::new(Limits::default()),
         tables,
     })
-}
-
-async fn queues_empty(admin: &mut Tds) -> Result<(), Failure> {
-    for q in queues() {
-        let rows = admin
-            .query(crate::sql::statements::mssql_selftest::QUEUE.sql, &[&q.as_str()])
-            .await
-            .map_err(mssql::error_of)
-            .map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?
-            .into_first_result()
-            .await
-            .map_err(|e| failure(format!("sbworker.queue_state {q}"), &mssql::error_of(e)))?;
-        let waiting = rows.first().and_then(|r| r.try_get::<i64, _>(1).ok().flatten()).unwrap_or(0);
-        if waiting > 0 {
-            return Err(Failure::new(format!("{waiting} messages wait on {q}")).fix(
-                "--deep answers its scratch requests itself and needs the queues to itself: run it before the \
-                 workers start, or stop them and let the queues drain first",
-            ));
-        }
-    }
-    Ok(())
 }
 
 type StepResult = Result<(), (&'static str, Failure)>;
@@ -141,10 +148,7 @@ async fn steps(d: &mut Deep, report: &mut Report) -> StepResult {
         other => return Err((name, Failure::new(format!("expected one key counted, got {other:?}")))),
     }
     let name = "deep: recompute";
-    match d.recompute(name, false).await? {
-        recompute::Outcome::Ran { sent: 1, .. } => {}
-        other => return Err((name, Failure::new(format!("expected one Vraag sent, got {other:?}")))),
-    }
+    d.recompute_one(name).await?;
     let v2 = d.settle_newest(name).await?;
     report.pass(name, format!("Rekenserver.herbereken sent version {v2}; answered and stored"));
 
@@ -210,45 +214,9 @@ async fn steps(d: &mut Deep, report: &mut Report) -> StepResult {
         ),
     );
 
-    // A request whose dialog a DBA ended WITH CLEANUP is found lost by the next sweep
-    // and sent again.
-    let name = "deep: lost dialog repaired by the sweep";
-    d.edit(name).await?;
-    let v4 = d.newest(name).await?.2;
-    let lost =
-        step(&mut d.admin, "verlies").await.map_err(|e| (name, failure("Rekenserver.selftest 'verlies'", &e)))?;
-    let ended = lost.first().and_then(|rs| rs.first()).and_then(|r| r.get::<Uuid, _>(0));
-    if ended.is_none() {
-        return Err((name, Failure::new("the newest request had no calculation-side endpoint to end")));
-    }
-    let opts =
-        sweep::Options { fuse: 500, batch: 100, retention_days: 60, evidence_retention_months: 84, delete_batch: 5000 };
-    let mut found = 0;
-    for _ in 0..3 {
-        match handoff::sweep(&mut d.admin, opts).await.map_err(|e| (name, failure("Rekenserver.sweep", &e)))? {
-            sweep::Outcome::Ran { lost, .. } => found += lost,
-            sweep::Outcome::Skipped => {}
-        }
-        if found > 0 {
-            break;
-        }
-    }
-    if found == 0 {
-        return Err((
-            name,
-            Failure::new("three sweeps did not find the request lost").fix("see Rekenserver.markeer_verloren"),
-        ));
-    }
-    let stored = d.settle(name, v4).await?;
-    report
-        .pass(name, format!("the sweep marked the request lost ({found}) and sent it again; version {stored} stored"));
-
     // Planners first: a planner's edit sent after a recompute is received before it.
     let name = "deep: planner before recompute";
-    match d.recompute(name, false).await? {
-        recompute::Outcome::Ran { sent: 1, .. } => {}
-        other => return Err((name, Failure::new(format!("expected one Vraag sent, got {other:?}")))),
-    }
+    d.recompute_one(name).await?;
     d.edit(name).await?;
     let latest = d.newest(name).await?.2;
     let first = d.first_waiting(name).await?;
@@ -265,8 +233,9 @@ async fn steps(d: &mut Deep, report: &mut Report) -> StepResult {
     // A receive of a group another session holds comes back within its bound.
     let name = "deep: held group not waited for";
     d.edit(name).await?;
-    let latest = d.newest(name).await?.2;
-    let waited = d.held_group(name).await?;
+    let (_, target, latest) = d.newest(name).await?;
+    let target = target.ok_or_else(|| (name, Failure::new("the newest request has no target endpoint")))?;
+    let waited = d.held_group(name, target).await?;
     let stored = d.settle(name, latest).await?;
     let how = if waited < Duration::from_millis(500) {
         "at once (the server skips a held group)".to_owned()
@@ -277,28 +246,104 @@ async fn steps(d: &mut Deep, report: &mut Report) -> StepResult {
         name,
         format!("a retry's RECEIVE of a group another session held returned {how}; version {stored} stored"),
     );
+
+    // A request whose dialog a DBA ended WITH CLEANUP is found lost by the next sweep
+    // and sent again. Last: the sweep is the ordinary one (stale real keys may be sent
+    // too, for the workers; it deletes nothing).
+    let name = "deep: lost dialog repaired by the sweep";
+    d.edit(name).await?;
+    let (lost_dialog, _, v4) = d.newest(name).await?;
+    d.lose(name).await?;
+    let mut swept = None;
+    for _ in 0..10 {
+        match handoff::sweep(&mut d.admin, SWEEP).await.map_err(|e| (name, failure("Rekenserver.sweep", &e)))? {
+            sweep::Outcome::Ran { lost, sent, .. } => {
+                swept = Some((lost, sent));
+                break;
+            }
+            // A scheduled sweep holds the lock: its run does the same.
+            sweep::Outcome::Skipped => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    let (lost, sent) = swept.ok_or_else(|| (name, Failure::new("another sweep held the lock for 10 s")))?;
+    let (resent, _, _) = d.newest(name).await?;
+    if resent == lost_dialog {
+        return Err((
+            name,
+            Failure::new(format!("the sweep marked {lost} requests lost and sent {sent}, but not the scratch key's"))
+                .fix("see Rekenserver.markeer_verloren; with many stale keys the fuse (500) may have come first"),
+        ));
+    }
+    let stored = d.settle(name, v4).await?;
+    report.pass(
+        name,
+        format!("the sweep found the request lost and sent the key again on a new dialog; version {stored} stored"),
+    );
     Ok(())
 }
 
 impl Deep {
-    /// The scratch key's newest request: (initiator, target, version).
-    async fn newest(&mut self, name: &'static str) -> Result<(Uuid, Option<Uuid>, i64), (&'static str, Failure)> {
-        let sets = step(&mut self.admin, "dialogen")
+    /// No worker alive and both queues empty: the steps need the queues to themselves.
+    async fn alone(&mut self) -> Result<(), Failure> {
+        let sets =
+            step(&mut self.worker, "werkers").await.map_err(|e| failure("Rekenserver.selftest 'werkers'", &e))?;
+        let alive = sets.first().and_then(|rs| rs.first()).and_then(|r| r.get::<i32, _>(0)).unwrap_or(0);
+        if alive > 0 {
+            return Err(Failure::new(format!("{alive} workers are alive (sbworker status lists them)")).fix(
+                "--deep answers its scratch requests itself and needs the queues to itself: stop the workers first",
+            ));
+        }
+        for q in queues() {
+            let rows = self
+                .worker
+                .query(crate::sql::statements::mssql_selftest::QUEUE.sql, &[&q.as_str()])
+                .await
+                .map_err(mssql::error_of)
+                .map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?
+                .into_first_result()
+                .await
+                .map_err(|e| failure(format!("sbworker.queue_state {q}"), &mssql::error_of(e)))?;
+            let waiting = rows.first().and_then(|r| r.try_get::<i64, _>(1).ok().flatten()).unwrap_or(0);
+            if waiting > 0 {
+                return Err(Failure::new(format!("{waiting} messages wait on {q}")).fix(
+                    "start the workers to drain them, stop them, and run --deep again (it needs the queues to itself)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The scratch key's requests, newest first: (initiator, target, version).
+    async fn requests(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Vec<(Uuid, Option<Uuid>, i64)>, (&'static str, Failure)> {
+        let sets = step(&mut self.worker, "dialogen")
             .await
             .map_err(|e| (name, failure("Rekenserver.selftest 'dialogen'", &e)))?;
-        let row = sets.first().and_then(|rs| rs.first()).ok_or_else(|| {
+        Ok(sets
+            .first()
+            .map(|rs| {
+                rs.iter()
+                    .filter_map(|r| Some((r.get::<Uuid, _>(0)?, r.get::<Uuid, _>(1), r.get::<i64, _>(2).unwrap_or(0))))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The scratch key's newest request.
+    async fn newest(&mut self, name: &'static str) -> Result<(Uuid, Option<Uuid>, i64), (&'static str, Failure)> {
+        self.requests(name).await?.into_iter().next().ok_or_else(|| {
             (
                 name,
                 Failure::new("no request of the scratch key in Rekenserver.berekening_log").fix("check 04_roster.sql"),
             )
-        })?;
-        let initiator = row.get::<Uuid, _>(0).ok_or_else(|| (name, Failure::new("a request without a dialog")))?;
-        Ok((initiator, row.get::<Uuid, _>(1), row.get::<i64, _>(2).unwrap_or(0)))
+        })
     }
 
     /// The scratch key's stored version.
     async fn stored(&mut self, name: &'static str) -> Result<Option<i64>, (&'static str, Failure)> {
-        let sets = step(&mut self.admin, "resultaat")
+        let sets = step(&mut self.worker, "resultaat")
             .await
             .map_err(|e| (name, failure("Rekenserver.selftest 'resultaat'", &e)))?;
         Ok(sets.first().and_then(|rs| rs.first()).and_then(|r| r.get::<i64, _>(0)))
@@ -310,12 +355,12 @@ impl Deep {
         self.settle(name, versie).await
     }
 
-    /// Answers what waits on both queues, as the worker would, until version `versie`
+    /// Answers the scratch key's requests, as the worker would, until version `versie`
     /// (or a later one) is stored; the stored version.
     async fn settle(&mut self, name: &'static str, versie: i64) -> Result<i64, (&'static str, Failure)> {
         let deadline = Instant::now() + SETTLE;
         loop {
-            self.drain().await.map_err(|f| (name, f))?;
+            let handled = self.answer(name).await?;
             if let Some(v) = self.stored(name).await?
                 && v >= versie
             {
@@ -329,58 +374,89 @@ impl Deep {
                     ),
                 ));
             }
+            if handled == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 
-    /// One pass over both queues: every group waiting is handled and committed, with the
-    /// calculation's handler on the calculation queue and the collector's on the
-    /// answers' queue.
-    async fn drain(&self) -> Result<(), Failure> {
+    /// One pass over the scratch key's conversations (no other): what waits for each
+    /// target on the calculation queue, then for each initiator on the answers' queue,
+    /// handled and committed. How many groups were handled.
+    async fn answer(&mut self, name: &'static str) -> Result<usize, (&'static str, Failure)> {
         let [reken, data] = queues();
-        let mut session =
-            self.transport.open().await.map_err(|e| failure("opening a worker session over the transport", &e))?;
-        for queue in [reken.as_str(), data.as_str()] {
-            loop {
-                session.begin().await.map_err(|e| failure("BEGIN TRANSACTION", &e))?;
-                let messages = match session.receive(queue, 100, None, Duration::from_millis(500)).await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let _ = session.rollback().await;
-                        return Err(failure(format!("RECEIVE from {queue}"), &e));
-                    }
-                };
-                if messages.is_empty() {
-                    session.commit().await.map_err(|e| failure("COMMIT", &e))?;
-                    break;
+        let requests = self.requests(name).await?;
+        let mut handled = 0;
+        for (queue, handle) in requests
+            .iter()
+            .filter_map(|r| r.1.map(|t| (reken.as_str(), t)))
+            .chain(requests.iter().map(|r| (data.as_str(), r.0)))
+        {
+            let s = &mut self.session;
+            s.begin().await.map_err(|e| (name, failure("BEGIN TRANSACTION", &e)))?;
+            let messages = match s.receive_conversation(queue, handle).await {
+                Ok(m) => m,
+                // Ended already (an answered request's dialog): nothing to do.
+                Err(e) if e.kind == crate::broker::ErrorKind::ConversationNotFound => {
+                    let _ = s.rollback().await;
+                    continue;
                 }
-                let handled = if queue == reken {
-                    self.calculation.handle(&mut session, &messages).await
-                } else {
-                    Handler::<crate::broker::mssql::MssqlSession>::handle(&self.collector, &mut session, &messages)
-                        .await
-                };
-                match handled {
-                    Ok(h) if h.faulted > 0 => {
-                        let _ = session.rollback().await;
-                        return Err(Failure::new(format!(
-                            "a message on {queue} came to a Fout (see Rekenserver.berekening_log)"
-                        )));
-                    }
-                    Ok(_) => session.commit().await.map_err(|e| failure("COMMIT", &e))?,
-                    Err(e) => {
-                        let _ = session.rollback().await;
-                        return Err(Failure::new(format!("handling a message from {queue}: {e}")));
-                    }
+                Err(e) => {
+                    let _ = s.rollback().await;
+                    return Err((name, failure(format!("RECEIVE from {queue}"), &e)));
+                }
+            };
+            if messages.is_empty() {
+                s.commit().await.map_err(|e| (name, failure("COMMIT", &e)))?;
+                continue;
+            }
+            let result = if queue == reken {
+                self.calculation.handle(s, &messages).await
+            } else {
+                Handler::<MssqlSession>::handle(&self.collector, s, &messages).await
+            };
+            match result {
+                Ok(h) if h.faulted > 0 => {
+                    let _ = s.rollback().await;
+                    return Err((name, Failure::new(format!("a scratch message on {queue} came to a Fout"))));
+                }
+                Ok(_) => s.commit().await.map_err(|e| (name, failure("COMMIT", &e)))?,
+                Err(e) => {
+                    let _ = s.rollback().await;
+                    return Err((name, Failure::new(format!("handling a scratch message from {queue}: {e}"))));
                 }
             }
+            handled += 1;
         }
-        Ok(())
+        Ok(handled)
     }
 
     /// A planner's edit of the scratch roster.
     async fn edit(&mut self, name: &'static str) -> Result<(), (&'static str, Failure)> {
-        step(&mut self.admin, "wijzig").await.map_err(|e| (name, failure("Rekenserver.selftest 'wijzig'", &e)))?;
+        step(&mut self.worker, "wijzig").await.map_err(|e| (name, failure("Rekenserver.selftest 'wijzig'", &e)))?;
         Ok(())
+    }
+
+    /// A DBA's `END CONVERSATION … WITH CLEANUP` of the newest request's target, once
+    /// the message has arrived (its target endpoint exists).
+    async fn lose(&mut self, name: &'static str) -> Result<Uuid, (&'static str, Failure)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let sets = step(&mut self.worker, "verlies")
+                .await
+                .map_err(|e| (name, failure("Rekenserver.selftest 'verlies'", &e)))?;
+            if let Some(target) = sets.first().and_then(|rs| rs.first()).and_then(|r| r.get::<Uuid, _>(0)) {
+                return Ok(target);
+            }
+            if Instant::now() > deadline {
+                return Err((
+                    name,
+                    Failure::new("the newest request's target endpoint did not appear within 10 s")
+                        .fix("see sys.transmission_queue (transmission_status) for the Vraag"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// One export claim of the scratch period, committed (a lease acknowledged).
@@ -391,14 +467,18 @@ impl Deep {
     ) -> Result<Vec<crate::handoff::export::Row>, (&'static str, Failure)> {
         let at = |what: &'static str| move |e: BrokerError| (name, failure(what, &e));
         handoff::begin(&mut self.admin).await.map_err(at("BEGIN TRANSACTION"))?;
-        let batch = match handoff::claim(&mut self.admin, SCRATCH_PERIODE, mode).await {
+        let claimed = handoff::claim(&mut self.admin, SCRATCH_PERIODE, mode).await;
+        let batch = match claimed {
             Ok(b) => b,
             Err(e) => {
                 let _ = handoff::rollback(&mut self.admin).await;
                 return Err((name, failure("Rekenserver.export_claim", &e)));
             }
         };
-        handoff::commit(&mut self.admin).await.map_err(at("COMMIT"))?;
+        if let Err(e) = handoff::commit(&mut self.admin).await {
+            let _ = handoff::rollback(&mut self.admin).await;
+            return Err((name, failure("COMMIT", &e)));
+        }
         if matches!(mode, Mode::Lease { .. }) && !batch.rows.is_empty() {
             let acked = handoff::ack(&mut self.admin, batch.id).await.map_err(at("Rekenserver.export_ack"))?;
             if acked != 1 {
@@ -419,29 +499,49 @@ impl Deep {
         recompute::run(&mut self.admin, &sel, opts, |_, _| {}).await.map_err(|e| (name, Failure::new(e.to_string())))
     }
 
-    /// The contract of the first message a RECEIVE TOP (1) takes (given back).
-    async fn first_waiting(&self, name: &'static str) -> Result<String, (&'static str, Failure)> {
+    /// A recompute of the scratch key that sends its one Vraag.
+    async fn recompute_one(&mut self, name: &'static str) -> Result<(), (&'static str, Failure)> {
+        match self.recompute(name, false).await? {
+            recompute::Outcome::Ran { sent: 1, .. } => Ok(()),
+            other => Err((name, Failure::new(format!("expected one Vraag sent, got {other:?}")))),
+        }
+    }
+
+    /// The contract of the first message a RECEIVE TOP (1) takes (given back), which
+    /// must be one of the scratch key's.
+    async fn first_waiting(&mut self, name: &'static str) -> Result<String, (&'static str, Failure)> {
         let [reken, _] = queues();
-        let mut s = self.transport.open().await.map_err(|e| (name, failure("opening a session", &e)))?;
+        let targets: Vec<Uuid> = self.requests(name).await?.iter().filter_map(|r| r.1).collect();
+        let s = &mut self.session;
         s.begin().await.map_err(|e| (name, failure("BEGIN TRANSACTION", &e)))?;
         let got = s.receive(&reken, 1, None, Duration::from_secs(5)).await;
         let _ = s.rollback().await;
-        let got = got.map_err(|e| (name, failure("RECEIVE TOP (1)", &e)))?;
-        got.first().map(|m| m.contract.clone()).ok_or_else(|| (name, Failure::new("nothing waited on the queue")))
+        let got: Vec<Message> = got.map_err(|e| (name, failure("RECEIVE TOP (1)", &e)))?;
+        let first = got.first().ok_or_else(|| (name, Failure::new("nothing waited on the queue")))?;
+        if !targets.contains(&first.conversation_handle) {
+            return Err((name, Failure::new("another request came first (a planner's edit meanwhile?): run it again")));
+        }
+        Ok(first.contract.clone())
     }
 
-    /// Session A holds the newest request's group; session B receives that group as a
-    /// retry does. How long B took; it must come back empty.
-    async fn held_group(&self, name: &'static str) -> Result<Duration, (&'static str, Failure)> {
+    /// Session A holds the group of `target` (a receive of its conversation); session B
+    /// receives that group as a retry does. How long B took; it must come back empty.
+    async fn held_group(&self, name: &'static str, target: Uuid) -> Result<Duration, (&'static str, Failure)> {
         let [reken, _] = queues();
         let open = |what| move |e: BrokerError| (name, failure(what, &e));
         let mut a = self.transport.open().await.map_err(open("opening session A"))?;
         let mut b = self.transport.open().await.map_err(open("opening session B"))?;
         a.begin().await.map_err(open("BEGIN TRANSACTION (A)"))?;
-        let held = a.receive(&reken, 100, None, Duration::from_secs(5)).await;
-        let Some(group) = held.as_ref().ok().and_then(|m| m.first()).map(|m| m.conversation_group_id) else {
+        let held = match a.receive_conversation(&reken, target).await {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = a.rollback().await;
+                return Err((name, failure("session A: RECEIVE … WHERE conversation_handle", &e)));
+            }
+        };
+        let Some(group) = held.first().map(|m| m.conversation_group_id) else {
             let _ = a.rollback().await;
-            return Err((name, Failure::new("session A found nothing to hold")));
+            return Err((name, Failure::new("session A found nothing of the newest request to hold")));
         };
         b.begin().await.map_err(open("BEGIN TRANSACTION (B)"))?;
         let started = Instant::now();
@@ -455,7 +555,7 @@ impl Deep {
                 Failure::new(format!("the receive waited more than {} s for the group", HELD_GROUP_LIMIT.as_secs()))
                     .fix("SET LOCK_TIMEOUT is not taking effect: see receive_group in broker/mssql/statements/session.sql"),
             )),
-            Ok(Err(e)) => Err((name, failure("RECEIVE … WHERE conversation_group_id", &e))),
+            Ok(Err(e)) => Err((name, failure("session B: RECEIVE … WHERE conversation_group_id", &e))),
             Ok(Ok(m)) if !m.is_empty() => Err((name, Failure::new("session B took a group session A held"))),
             Ok(Ok(_)) => Ok(waited),
         }

@@ -225,7 +225,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
 
 /// The modules' SET options (the line's detail), and the schema collection bound to
 /// the Vraag (the procedure's second result set).
-async fn module_options(client: &mut Tds) -> Result<(String, Option<String>), Failure> {
+async fn module_options(client: &mut Tds) -> Result<(String, Option<(String, String)>), Failure> {
     let sets = client
         .query(stmt::MODULE_OPTIONS.sql, &[])
         .await
@@ -236,8 +236,11 @@ async fn module_options(client: &mut Tds) -> Result<(String, Option<String>), Fa
         .map_err(|e| failure("sbworker.module_options", &mssql::error_of(e)))?;
     let mut sets = sets.into_iter();
     let rows = sets.next().unwrap_or_default();
-    let collection =
-        sets.next().and_then(|rs| rs.into_iter().next()).and_then(|r| r.get::<&str, _>(0).map(str::to_owned));
+    // (schema, name): the collection bound, if any.
+    let collection = sets
+        .next()
+        .and_then(|rs| rs.into_iter().next())
+        .and_then(|r| Some((r.get::<&str, _>(0).unwrap_or("?").to_owned(), r.get::<&str, _>(1)?.to_owned())));
     let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
     let expected = mssql::modules();
     let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();
@@ -273,16 +276,16 @@ async fn module_options(client: &mut Tds) -> Result<(String, Option<String>), Fa
 /// The XML schema collection the Vraag's message type validates against: none, or this
 /// release's (named with a hash of its XSDs, so the same name is the same schemas); an
 /// earlier release's would discard this release's Vraag.
-fn schema_collection(bound: Option<String>) -> Result<String, Failure> {
+fn schema_collection(bound: Option<(String, String)>) -> Result<String, Failure> {
     let mine = mssql::schema_collection_name();
     match bound {
         None => Ok("the Vraag's message type checks well-formed XML (no schema collection bound)".into()),
-        Some(b) if b == mine => {
-            Ok(format!("the Vraag validates against Rekenserver.{b}: this release's schemas, which accept its Vraag"))
+        Some((schema, b)) if schema == "Rekenserver" && b == mine => {
+            Ok(format!("the Vraag validates against {schema}.{b}: this release's schemas, which accept its Vraag"))
         }
-        Some(b) => Err(Failure::new(format!(
-            "the Vraag validates against Rekenserver.{b}, not this release's {mine}: SQL Server discards every \
-             Vraag the older schemas do not describe (with an Error to the sender)"
+        Some((schema, b)) => Err(Failure::new(format!(
+            "the Vraag validates against {schema}.{b}, not this release's Rekenserver.{mine}: SQL Server discards \
+             every Vraag the older schemas do not describe (with an Error to the sender)"
         ))
         .fix(
             "run sbworker install --mssql (it puts this release's collection in first), or \

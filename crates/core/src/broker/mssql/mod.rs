@@ -136,7 +136,7 @@ impl MssqlSession {
     /// session as after an empty RECEIVE and goes on with other groups.
     async fn group_held_elsewhere(&mut self, group: Uuid) -> Result<(), BrokerError> {
         tracing::debug!(%group, "the group is held by another session (lock wait bounded): going on without it");
-        Self::exec(&mut self.work, stmt::LOCK_TIMEOUT_RESET.sql, &[]).await?;
+        let _ = Self::exec(&mut self.work, stmt::LOCK_TIMEOUT_RESET.sql, &[]).await;
         transport::Session::rollback(self).await?;
         transport::Session::begin(self).await
     }
@@ -180,8 +180,8 @@ impl transport::Session for MssqlSession {
                     Ok(rows) => rows,
                     Err(e) if e.number == 1222 => return self.group_held_elsewhere(g).await.map(|()| Vec::new()),
                     Err(e) => {
-                        // The batch ended before its last line: the lock timeout stays
-                        // bounded on this connection until reset.
+                        // The batch ended before its last line (an RPC restores the SET
+                        // itself; reset anyway).
                         let _ = Self::exec(&mut self.work, stmt::LOCK_TIMEOUT_RESET.sql, &[]).await;
                         return Err(e);
                     }

@@ -444,6 +444,11 @@ pub(super) async fn call(
                     let v = target.map_or(Sql::Null, Sql::Guid);
                     Ok(result_set(t, &[("target_handle", ColType::Guid)], &[vec![v]]))
                 }
+                "werkers" => {
+                    let n: i64 = c.query_one(selftest::LIVE_WORKERS.sql, &[]).await.map_err(pg)?.get(0);
+                    let n = Sql::Int(i32::try_from(n).unwrap_or(i32::MAX));
+                    Ok(result_set(t, &[("levend", ColType::Int)], &[vec![n]]))
+                }
                 "dialogen" => {
                     let rows = c.query(selftest::SCRATCH_DIALOGS.sql, &[]).await.map_err(pg)?;
                     let rows: Vec<Vec<Sql>> = rows
@@ -477,7 +482,8 @@ pub(super) async fn call(
                 _ => Err(Failure {
                     number: 50120,
                     class: 16,
-                    message: "@stap must be begin, dialogen, resultaat, export, einde, wijzig or verlies".into(),
+                    message: "@stap must be begin, dialogen, resultaat, export, einde, wijzig, verlies or werkers"
+                        .into(),
                 }),
             }
         }
