@@ -315,3 +315,17 @@ async fn the_deep_selftest_will_not_start_beside_a_live_worker_or_with_messages_
     assert!(last.detail.contains("messages wait on dbo.loonfactorberekening_reken"), "{}", last.detail);
     assert_eq!(leftovers(&c).await, before, "the deep steps wrote nothing");
 }
+
+#[test]
+fn deep_is_for_sql_server_only_and_admin_only_with_deep() {
+    // Bad arguments: exit 2, saying which.
+    for (args, says) in [
+        (&["selftest", "--postgres", "host=db", "--deep"][..], "cannot be used with '--deep'"),
+        (&["selftest", "--mssql", "Server=tcp:db,1433", "--admin", "x"][..], "--deep"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker")).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -444,7 +444,7 @@ pub enum Command {
         /// After the checks, every step of the T-SQL on the scratch key (SQL Server only):
         /// recompute, export, the correction rule, explain, a lost dialog repaired, the
         /// planner's priority, a held group. Needs the queues empty (workers stopped).
-        #[arg(long, requires = "mssql")]
+        #[arg(long, requires = "mssql", conflicts_with = "postgres")]
         deep: bool,
         /// The connection string for --deep's recompute, export, evidence and sweep: a
         /// login with the housekeeping and payroll roles, or the owner (default: --mssql's).
