@@ -1281,10 +1281,26 @@ async fn export_and_sweep_run_on_the_sql_server_transport() {
         "SELECT count(*) FROM rekenserver.resultaat_historie WHERE dienstverband_id = $1 AND periode_id = 202604";
     let kept: i64 = c.query_one(versions, &[&dv]).await.unwrap().get(0);
     assert!(kept >= 3, "{kept}");
-    let swept = bin(&["sweep", "--evidence-retention-months", "24"]);
+    // ... and the request log: the key's answered requests, backdated past the retention,
+    // go (none of them is a Fout).
+    let answered =
+        "SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = $1 AND uitkomst IS NOT NULL";
+    c.execute(
+        "UPDATE rekenserver.berekening_log SET beantwoord_op = now() - interval '3 years'
+          WHERE dienstverband_id = $1 AND uitkomst IS NOT NULL",
+        &[&dv],
+    )
+    .await
+    .unwrap();
+    let logged: i64 = c.query_one(answered, &[&dv]).await.unwrap().get(0);
+    assert!(logged >= 3, "{logged}");
+    let swept = bin(&["sweep", "--evidence-retention-months", "24", "--retention-days", "30"]);
     assert!(swept.status.success(), "{}", String::from_utf8_lossy(&swept.stderr));
+    let out = String::from_utf8_lossy(&swept.stdout);
     let left: i64 = c.query_one(versions, &[&dv]).await.unwrap().get(0);
-    assert_eq!(left, 1, "{}", String::from_utf8_lossy(&swept.stdout));
+    assert_eq!(left, 1, "{out}");
+    assert_eq!(c.query_one(answered, &[&dv]).await.unwrap().get::<_, i64>(0), 0, "{out}");
+    assert!(out.contains(&format!(" {logged} answered requests' log rows")), "{out}");
 }
 
 /// A lost dialog on the SQL Server side: the far side of one request ended WITH CLEANUP
