@@ -723,22 +723,25 @@ async fn every_stored_version_keeps_its_evidence_and_is_explained() {
 /// The sweep's retention of the request log (`retention_days`): a request answered before
 /// it goes, whatever its outcome, except a Fout of its key's current version (the sweep
 /// reads it: the key waits for a roster change, repairs count at most three); requests
-/// answered since, and those in flight, stay. As the housekeeping role (its grants).
+/// answered since, those in flight, and those of a key's open reused dialog stay. As the
+/// housekeeping role (its grants).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answered_requests_leave_the_log_after_the_retention_but_a_keys_current_fout_stays() {
     let (url, c) = fresh_roster_db().await;
     let role = format!("retention_{}", uuid::Uuid::new_v4().simple());
     c.batch_execute(&format!("CREATE ROLE {role} LOGIN IN ROLE sbworker_housekeeping")).await.unwrap();
     c.batch_execute(
-        "INSERT INTO rekenserver.sleutel (dienstverband_id, periode_id, versie, group_id) VALUES
-             (1, 7, 3, gen_random_uuid()), (2, 7, 1, gen_random_uuid()), (3, 7, 2, gen_random_uuid());
+        "INSERT INTO rekenserver.sleutel (dienstverband_id, periode_id, versie, group_id, dialog_handle) VALUES
+             (1, 7, 3, gen_random_uuid(), NULL), (2, 7, 1, gen_random_uuid(), NULL),
+             (3, 7, 2, gen_random_uuid(), NULL), (4, 7, 2, gen_random_uuid(), '00000000-0000-0000-0000-000000000004');
          INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie,
                                                  verzonden_op, beantwoord_op, uitkomst, foutmelding)
-         SELECT gen_random_uuid(), gen_random_uuid(), dv, 7, v, now() - make_interval(days => d),
+         SELECT coalesce(h, gen_random_uuid()), gen_random_uuid(), dv, 7, v, now() - interval '100 days',
                 CASE WHEN u IS NULL THEN NULL ELSE now() - make_interval(days => d) END, u, NULL
-           FROM (VALUES (1, 1, 100, 'opgeslagen'), (1, 2, 100, 'fout'), (1, 3, 100, 'fout'),
-                        (2, 1, 10, 'opgeslagen'), (3, 1, 100, 'vervangen'), (3, 1, 100, 'verouderd'),
-                        (3, 2, 100, NULL)) AS r(dv, v, d, u);",
+           FROM (VALUES (1, 1, 100, 'opgeslagen', NULL::uuid), (1, 2, 100, 'fout', NULL), (1, 3, 100, 'fout', NULL),
+                        (2, 1, 10, 'opgeslagen', NULL), (3, 1, 100, 'vervangen', NULL), (3, 1, 100, 'verouderd', NULL),
+                        (3, 2, 100, NULL, NULL), (4, 1, 100, 'opgeslagen', '00000000-0000-0000-0000-000000000004'))
+                AS r(dv, v, d, u, h);",
     )
     .await
     .unwrap();
@@ -764,7 +767,44 @@ async fn answered_requests_leave_the_log_after_the_retention_but_a_keys_current_
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
     let fout = Some("fout".to_owned());
-    assert_eq!(kept, [(1, 3, fout), (2, 1, Some("opgeslagen".to_owned())), (3, 2, None)]);
+    // Kept: the current Fout; a request sent 100 days ago but answered 10 days ago; one in
+    // flight; the last answered request of a key's open reused dialog.
+    let stored = Some("opgeslagen".to_owned());
+    assert_eq!(kept, [(1, 3, fout), (2, 1, stored.clone()), (3, 2, None), (4, 1, stored)]);
+}
+
+/// The retention's statements find their rows through their indexes: the cutoff is an
+/// index condition (a volatile `clock_timestamp()` would only filter a walk of the whole
+/// index, or a scan of the table). Sequential scans off, so that the tiny test tables
+/// do not decide the plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_statements_seek_their_indexes_by_the_cutoff() {
+    let (_url, c) = fresh_roster_db().await;
+    c.batch_execute("SET enable_seqscan = off").await.unwrap();
+    for (statement, index, condition) in [
+        (
+            sbworker::sql::statements::postgres_handoff::DELETE_EVIDENCE,
+            "resultaat_historie_vervangen",
+            "vervangen_op <",
+        ),
+        (sbworker::sql::statements::postgres_handoff::DELETE_REQUESTS, "berekening_log_beantwoord", "beantwoord_op <"),
+    ] {
+        let plan: Vec<String> = c
+            .query(&format!("EXPLAIN {}", statement.sql), &[&60i32, &10i64])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        // "Index Scan using …" or "Bitmap Index Scan on …", then its condition.
+        let at = plan
+            .find(&format!("using {index}"))
+            .or_else(|| plan.find(&format!("Index Scan on {index}")))
+            .unwrap_or_else(|| panic!("{index} not used:\n{plan}"));
+        let cond = plan[at..].lines().find(|l| l.contains("Index Cond")).unwrap_or_default();
+        assert!(cond.contains(condition), "{index}: the cutoff is no index condition:\n{plan}");
+    }
 }
 
 /// An install that predates `vervangen_op` (the evidence's replacement time) is brought

@@ -124,11 +124,19 @@ GO
 -- are not read again). A plain index: a filtered one would make every writer of the log
 -- (the roster's triggers) depend on its session's SET options. The collector sets
 -- uitkomst and beantwoord_op in one UPDATE, so the second key column costs no extra
--- index write.
+-- index write. The builds before keyed it on uitkomst alone: rebuilt with the second
+-- key column (DROP_EXISTING, offline: install in a quiet moment).
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_berekening_log_uitkomst'
                 AND object_id = OBJECT_ID(N'Rekenserver.berekening_log'))
     CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst, beantwoord_op)
         INCLUDE (dialog_handle);
+GO
+IF NOT EXISTS (SELECT 1 FROM sys.index_columns c
+                 JOIN sys.indexes i ON i.object_id = c.object_id AND i.index_id = c.index_id
+                WHERE i.name = N'ix_berekening_log_uitkomst' AND i.object_id = OBJECT_ID(N'Rekenserver.berekening_log')
+                  AND c.key_ordinal = 2 AND COL_NAME(c.object_id, c.column_id) = N'beantwoord_op')
+    CREATE INDEX ix_berekening_log_uitkomst ON Rekenserver.berekening_log (uitkomst, beantwoord_op)
+        INCLUDE (dialog_handle) WITH (DROP_EXISTING = ON);
 GO
 
 -- Evidence of every stored result (`sbworker explain`): the Vraag as sent is kept,
@@ -157,24 +165,39 @@ GO
 -- stores the newer; NULL: the key's latest). The retention counts from it and seeks its
 -- index to the rows it may delete: a key's latest version, kept however old, is never
 -- read (its NULL sorts before every date). Versions stored before the column existed
--- take their successor's time, once (in the batch that adds the column; the UPDATE is
--- compiled only then, by sp_executesql, as the column does not exist at parse time).
+-- take their successor's time, once: in the transaction that adds the column (a failed
+-- fill leaves no column, and the next install tries again; the UPDATE is compiled only
+-- then, by sp_executesql, as the column does not exist at parse time).
 IF COL_LENGTH(N'Rekenserver.resultaat_historie', N'vervangen_op') IS NULL
 BEGIN
-    ALTER TABLE Rekenserver.resultaat_historie ADD vervangen_op datetime2(3) NULL;
-    EXEC sys.sp_executesql N'UPDATE h SET vervangen_op = (SELECT MIN(n.opgeslagen_op)
-                                                            FROM Rekenserver.resultaat_historie n
-                                                           WHERE n.dienstverband_id = h.dienstverband_id
-                                                             AND n.periode_id = h.periode_id AND n.versie > h.versie)
-                               FROM Rekenserver.resultaat_historie h
-                              WHERE EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
-                                             WHERE n.dienstverband_id = h.dienstverband_id
-                                               AND n.periode_id = h.periode_id AND n.versie > h.versie);';
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        ALTER TABLE Rekenserver.resultaat_historie ADD vervangen_op datetime2(3) NULL;
+        EXEC sys.sp_executesql N'UPDATE h SET vervangen_op = (SELECT MIN(n.opgeslagen_op)
+                                                                FROM Rekenserver.resultaat_historie n
+                                                               WHERE n.dienstverband_id = h.dienstverband_id
+                                                                 AND n.periode_id = h.periode_id AND n.versie > h.versie)
+                                   FROM Rekenserver.resultaat_historie h
+                                  WHERE EXISTS (SELECT 1 FROM Rekenserver.resultaat_historie n
+                                                 WHERE n.dienstverband_id = h.dienstverband_id
+                                                   AND n.periode_id = h.periode_id AND n.versie > h.versie);';
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+        THROW;
+    END CATCH
 END
 GO
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_resultaat_historie_vervangen'
                 AND object_id = OBJECT_ID(N'Rekenserver.resultaat_historie'))
     CREATE INDEX ix_resultaat_historie_vervangen ON Rekenserver.resultaat_historie (vervangen_op);
+GO
+-- The retention's index of the builds before (by opgeslagen_op), which nothing reads now
+-- and every stored version would still write.
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'ix_resultaat_historie_opgeslagen'
+            AND object_id = OBJECT_ID(N'Rekenserver.resultaat_historie'))
+    DROP INDEX ix_resultaat_historie_opgeslagen ON Rekenserver.resultaat_historie;
 GO
 
 -- Settings of the database side. One so far: the LIFETIME, in seconds, of every dialog

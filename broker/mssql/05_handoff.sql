@@ -340,20 +340,28 @@ BEGIN
         -- The log rows of requests answered more than @retention_days ago: every outcome
         -- but a Fout of the key's current version, which the sweep reads (a Fout about the
         -- request keeps the key waiting for a roster change; repairs count at most three).
-        -- Requests in flight stay. Found through ix_berekening_log_uitkomst (by outcome,
-        -- then time): the rows kept are not read again.
+        -- Requests in flight stay, and so do those of a key's open reused dialog
+        -- (dialoog_stil and noteer_fout find the dialog's key through them). Found
+        -- through ix_berekening_log_uitkomst (by outcome, then time): of the rows kept only
+        -- each key's current Fouts are read again. At most 4,000 rows a statement: the
+        -- roster's triggers write this table, and 5,000 locks escalate to a table lock
+        -- (Lock Escalation).
+        DECLARE @log_batch int = CASE WHEN @delete_batch > 4000 THEN 4000 ELSE @delete_batch END;
         WHILE 1 = 1
         BEGIN
-            DELETE TOP (@delete_batch) l
+            DELETE TOP (@log_batch) l
               FROM Rekenserver.berekening_log l
              WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
                AND l.beantwoord_op < DATEADD(DAY, -@retention_days, SYSUTCDATETIME())
                AND (l.uitkomst <> 'fout'
                     OR NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel s
                                     WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
-                                      AND s.versie = l.versie));
+                                      AND s.versie = l.versie))
+               AND NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel s
+                                WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
+                                  AND s.dialog_handle = l.dialog_handle);
             SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_verzoek += @n;
-            IF @n < @delete_batch BREAK;
+            IF @n < @log_batch BREAK;
         END
         UPDATE Rekenserver.run_log SET eind = SYSUTCDATETIME(), ms = DATEDIFF(MILLISECOND, start, SYSUTCDATETIME()),
                verwijderd = @deleted

@@ -125,8 +125,8 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
 CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
     WHERE uitkomst IS NULL;
 -- The sweep's retention of answered requests (`[sweep] retention_days`): by outcome, then
--- when it came, so the rows it keeps (requests in flight, each key's current Fouts) are
--- not read again on every run.
+-- when it came, so requests in flight are never read, and of the rows it keeps only each
+-- key's current Fouts are read again on each run.
 CREATE INDEX IF NOT EXISTS berekening_log_beantwoord ON rekenserver.berekening_log (uitkomst, beantwoord_op);
 -- A reused dialog carries several requests, and a replay sends a Vraag again on a new
 -- dialog: a row per request and dialog. (An install from before kept a row per dialog,
@@ -188,6 +188,8 @@ BEGIN
 END $$;
 CREATE INDEX IF NOT EXISTS resultaat_historie_vervangen ON rekenserver.resultaat_historie (vervangen_op)
  WHERE vervangen_op IS NOT NULL;
+-- The retention's index of the builds before (by opgeslagen_op), which nothing reads now.
+DROP INDEX IF EXISTS rekenserver.resultaat_historie_opgeslagen;
 
 -- Whether a failure (uitkomst 'fout') was the environment's, not the request's, so that
 -- the sweep sends the same version again: an internal Fout (a diversion), an error end

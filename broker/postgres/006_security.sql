@@ -178,7 +178,7 @@ BEGIN
         -- The retention of answered requests (not the Vraag in flight: no SELECT on vraag).
         GRANT SELECT (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, beantwoord_op, uitkomst), DELETE
             ON rekenserver.berekening_log TO sbworker_housekeeping;
-        GRANT SELECT (dienstverband_id, periode_id, versie) ON rekenserver.sleutel TO sbworker_housekeeping;
+        GRANT SELECT (dienstverband_id, periode_id, versie, dialog_handle) ON rekenserver.sleutel TO sbworker_housekeeping;
     END IF;
 END $$;
 

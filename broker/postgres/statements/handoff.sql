@@ -93,11 +93,13 @@ SELECT dienstverband_id, periode_id, herstel FROM rekenserver.verouderde_sleutel
 -- name: send_keys
 SELECT count(rekenserver.stuur_vraag(k.dv, k.p)) FROM unnest($1::int[], $2::int[]) AS k(dv, p);
 
--- Retention, one batch at a time: $1 days, $2 batch size; returns the rows deleted.
+-- Retention, one batch at a time: $1 days, $2 batch size; returns the rows deleted. The
+-- cutoff is now() (each statement its own transaction: its start), not clock_timestamp():
+-- a volatile function is no index condition, and the index would only be walked.
 -- name: delete_run_log
 WITH gone AS (
     DELETE FROM rekenserver.run_log WHERE id IN (
-        SELECT id FROM rekenserver.run_log WHERE start < clock_timestamp() - make_interval(days => $1) ORDER BY id LIMIT $2)
+        SELECT id FROM rekenserver.run_log WHERE start < now() - make_interval(days => $1) ORDER BY id LIMIT $2)
     RETURNING 1
 )
 SELECT count(*) FROM gone;
@@ -111,7 +113,7 @@ SELECT count(*) FROM gone;
 WITH gone AS (
     DELETE FROM rekenserver.resultaat_historie WHERE id IN (
         SELECT h.id FROM rekenserver.resultaat_historie h
-         WHERE h.vervangen_op < clock_timestamp() - make_interval(months => $1)
+         WHERE h.vervangen_op < now() - make_interval(months => $1)
          ORDER BY h.vervangen_op LIMIT $2)
     RETURNING 1
 )
@@ -120,18 +122,23 @@ SELECT count(*) FROM gone;
 -- The log rows of requests answered more than $1 days ago (the run log's retention):
 -- every outcome but a Fout of the key's current version, which the sweep reads (a
 -- Fout about the request keeps the key waiting for a roster change; repairs count at
--- most three). Requests in flight stay. $2 rows at a time, found through
--- berekening_log_beantwoord (by outcome, then time).
+-- most three). Requests in flight stay, and so do those of a key's open reused dialog
+-- (rekenserver.dialoog_stil finds the dialog's key through them). $2 rows at a time,
+-- found through berekening_log_beantwoord (by outcome, then time): the only rows read
+-- and kept are each key's current Fouts.
 -- name: delete_requests
 WITH gone AS (
     DELETE FROM rekenserver.berekening_log WHERE (dialog_handle, vraag_id) IN (
         SELECT l.dialog_handle, l.vraag_id FROM rekenserver.berekening_log l
          WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
-           AND l.beantwoord_op < clock_timestamp() - make_interval(days => $1)
+           AND l.beantwoord_op < now() - make_interval(days => $1)
            AND (l.uitkomst <> 'fout'
                 OR NOT EXISTS (SELECT 1 FROM rekenserver.sleutel s
                                 WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
                                   AND s.versie = l.versie))
+           AND NOT EXISTS (SELECT 1 FROM rekenserver.sleutel s
+                            WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
+                              AND s.dialog_handle = l.dialog_handle)
          LIMIT $2)
     RETURNING 1
 )

@@ -151,9 +151,19 @@ pub async fn run(client: &mut Client, opts: Options) -> Result<Outcome, SweepErr
         }
     };
     let counts = match &result {
-        Ok(Outcome::Ran { candidates, sent, deleted_log_rows, deleted_dead_letters, .. }) => {
-            (clamp(*candidates), clamp(*sent), clamp(deleted_log_rows + deleted_dead_letters))
-        }
+        Ok(Outcome::Ran {
+            candidates,
+            sent,
+            deleted_log_rows,
+            deleted_dead_letters,
+            deleted_evidence,
+            deleted_requests,
+            ..
+        }) => (
+            clamp(*candidates),
+            clamp(*sent),
+            clamp(deleted_log_rows + deleted_dead_letters + deleted_evidence + deleted_requests),
+        ),
         _ => (None, None, None),
     };
     // Whatever happened, the run row is completed and the lock released.
