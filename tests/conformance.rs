@@ -10,7 +10,7 @@
 //! rollback and a crash; the broker's poison rule (five rollbacks) where it is on; MOVE
 //! CONVERSATION; EndDialog at the far side; GET CONVERSATION GROUP, and a receive of a
 //! group another session holds (empty within a bound); the version claim;
-//! the state of a missing queue. (The worker level is `conformance_worker`.)
+//! the state of a missing queue; reader slots held per session. (The worker level is `conformance_worker`.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,6 +431,28 @@ where
     }
     // Nothing left behind on the calculation's queue.
     assert_eq!(far.waiting(REKEN_QUEUE).await, 0, "{name}");
+
+    // Reader slots (the database's limit on a queue's readers across every worker): held
+    // by a session until given back or its connection ends.
+    let mut c = transport.open().await.unwrap();
+    assert_eq!(a.take_reader_slot(REKEN_QUEUE, 2).await.unwrap(), Some(0), "{name}");
+    assert_eq!(b.take_reader_slot(REKEN_QUEUE, 2).await.unwrap(), Some(1), "{name}");
+    assert_eq!(c.take_reader_slot(REKEN_QUEUE, 2).await.unwrap(), None, "{name}: both held");
+    b.free_reader_slot(REKEN_QUEUE, 1).await.unwrap();
+    assert_eq!(c.take_reader_slot(REKEN_QUEUE, 2).await.unwrap(), Some(1), "{name}: given back");
+    drop(a);
+    let mut d = transport.open().await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match d.take_reader_slot(REKEN_QUEUE, 2).await.unwrap() {
+            Some(n) => {
+                assert_eq!(n, 0, "{name}: the ended session's slot");
+                break;
+            }
+            None => assert!(tokio::time::Instant::now() < deadline, "{name}: a dropped session's slot stays held"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -254,3 +254,66 @@ async fn version_2_answered_before_version_1_keeps_version_2() {
     let v1_factors = sbworker::engine::calculate(&v1, &tables, false).unwrap().antwoord.mutaties;
     assert_ne!(v1_factors, expected.mutaties);
 }
+
+/// The database's limit on a queue's readers (the broker's `max_readers`, SQL Server's
+/// MAX_QUEUE_READERS) holds across two worker processes' readers, each of which would
+/// run three to four, and follows a change live: 2 under a burst of requests, then 4,
+/// then 1, then none (the slots given back). Each reader holds a slot, an advisory lock
+/// on its session, counted here in `pg_locks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_databases_reader_limit_holds_across_two_workers_and_follows_a_change_live() {
+    let (url, mut s) = calc_world().await;
+    let admin = Session::open(&url).await.unwrap();
+    let limit = |n: i32| {
+        let c = admin.client();
+        async move {
+            c.execute("SELECT sb.alter_queue($1, p_max_readers => $2)", &[&REKEN_QUEUE, &n]).await.unwrap();
+        }
+    };
+    limit(2).await;
+    let text = format!("{}min_readers = 3\nmax_readers = 4\n", config_text(&url, ""));
+    let config = || sbworker::config::from_str(&text, &Vec::new()).unwrap();
+    let (a, b) = (InProcess::start(&url, config(), calc_handlers()), InProcess::start(&url, config(), calc_handlers()));
+    let held_sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+            AND classid = (hashtext('sbworker.reader:{REKEN_QUEUE}')::bigint & 4294967295)::oid"
+    );
+    let held = async |s: &Session| count(s, &held_sql).await;
+    wait_until("two slots are held", || async { held(&admin).await == 2 }).await;
+    // A burst, answered by the two readers; never more than two hold a slot.
+    let handles: Vec<Uuid> = {
+        let mut v = Vec::new();
+        for _ in 0..40 {
+            v.push(ask(&mut s, &vraag_body(Uuid::new_v4())).await);
+        }
+        v
+    };
+    let gauge = format!("sbworker_readers{{queue=\"{REKEN_QUEUE}\"}}");
+    let running = || a.metric(&gauge) + b.metric(&gauge);
+    let mut answered = Vec::new();
+    while answered.len() < handles.len() {
+        assert!(held(&admin).await <= 2, "more readers than the database allows");
+        // A reader runs only with a slot. A process below its own minimum tries one more
+        // reader every few seconds, which leaves at once when none is free: two such at
+        // most. Without the limit, six would run.
+        assert!(running() <= 4.0, "{} readers run", running());
+        s.begin().await.unwrap();
+        let batch = s.receive(DATA_QUEUE, 1000, None, std::time::Duration::from_millis(200)).await.unwrap();
+        s.commit().await.unwrap();
+        answered.extend(batch.into_iter().filter(|m| m.message_type == message_types::ANTWOORD));
+        assert!(held(&admin).await <= 2, "more readers than the database allows");
+    }
+    end_all(&mut s, handles).await;
+    wait_until("two readers run", || async { running() == 2.0 }).await;
+    // Raised: each process adds readers up to its own minimum, four in all.
+    limit(4).await;
+    wait_until("four slots are held", || async { held(&admin).await == 4 }).await;
+    // Lowered: readers above it leave at their next look.
+    limit(1).await;
+    wait_until("one slot is held", || async { held(&admin).await == 1 }).await;
+    // No limit: the slot is given back (each process runs its own three).
+    limit(0).await;
+    wait_until("no slot is held", || async { held(&admin).await == 0 }).await;
+    assert_eq!(a.shutdown().await, RunOutcome::Drained);
+    assert_eq!(b.shutdown().await, RunOutcome::Drained);
+}

@@ -193,9 +193,45 @@ BEGIN
                           JOIN sys.partitions p ON p.object_id = it.object_id AND p.index_id IN (0, 1)
                          WHERE it.parent_object_id = q.object_id), 0) AS bigint) AS messages,
            q.is_poison_message_handling_enabled,
-           q.is_activation_enabled
+           q.is_activation_enabled,
+           -- MAX_QUEUE_READERS (ALTER QUEUE ... WITH ACTIVATION (MAX_QUEUE_READERS = n)):
+           -- the workers' limit across every process and host; 0 (never set) for none.
+           q.max_readers
       FROM sys.service_queues q
      WHERE q.object_id = OBJECT_ID(@queue);
+END;
+GO
+
+-- A reader slot of @queue among its first @slots, for this session: the first free one,
+-- taken as a session-owned application lock (held across transactions, until
+-- sbworker.reader_slot_free or the session ends; sp_getapplock), so that the readers of
+-- every worker process and host together stay within the queue's MAX_QUEUE_READERS.
+-- One row: the slot, NULL when all are held.
+CREATE OR ALTER PROCEDURE sbworker.reader_slot @queue sysname, @slots int
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @slot int = 0, @taken int, @resource nvarchar(255);
+    WHILE @slot < @slots
+    BEGIN
+        SET @resource = CONCAT(N'sbworker.reader:', @queue, N':', @slot);
+        EXEC @taken = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', @LockOwner = 'Session',
+                                    @LockTimeout = 0;
+        IF @taken >= 0 BREAK;
+        SET @slot += 1;
+    END
+    SELECT CASE WHEN @slot < @slots THEN @slot END AS slot;
+END;
+GO
+
+-- Gives a slot of sbworker.reader_slot back (nothing when this session does not hold it).
+CREATE OR ALTER PROCEDURE sbworker.reader_slot_free @queue sysname, @slot int
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @resource nvarchar(255) = CONCAT(N'sbworker.reader:', @queue, N':', @slot);
+    IF APPLOCK_MODE(N'public', @resource, N'Session') <> N'NoLock'
+        EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session';
 END;
 GO
 

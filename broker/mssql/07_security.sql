@@ -37,6 +37,8 @@ GRANT EXECUTE ON OBJECT::sbworker.forget_attempts TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.set_aside TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.claim_version TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.queue_state TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.reader_slot TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.reader_slot_free TO sbworker_role;
 GRANT EXECUTE ON OBJECT::sbworker.module_options TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sla_antwoord_op TO sbworker_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.noteer_fout TO sbworker_role;
@@ -84,7 +86,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5a4c0c5c9dfdb934';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+e908fff069a8fdee';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+5a4c0c5c9dfdb934';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+e908fff069a8fdee';
 GO

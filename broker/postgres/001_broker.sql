@@ -39,9 +39,16 @@ CREATE TABLE IF NOT EXISTS sb.queue (
     name            text PRIMARY KEY,
     enabled         boolean NOT NULL DEFAULT true,
     poison_handling boolean NOT NULL DEFAULT true,
-    -- Advice for the worker, like MAX_QUEUE_READERS.
-    max_readers     int NOT NULL DEFAULT 1 CHECK (max_readers >= 0)
+    -- The most readers on the queue across every worker process and host, like
+    -- MAX_QUEUE_READERS; 0: no limit (sb.queue_max_readers).
+    max_readers     int NOT NULL DEFAULT 0 CHECK (max_readers >= 0)
 );
+-- Until this release max_readers was advice no worker read, 1 by default; it is the
+-- database's limit now. Queues left at the old default get no limit, once (before
+-- migration 8 is recorded, at the end of this script).
+ALTER TABLE sb.queue ALTER COLUMN max_readers SET DEFAULT 0;
+UPDATE sb.queue SET max_readers = 0
+ WHERE max_readers = 1 AND NOT EXISTS (SELECT 1 FROM sb.migration WHERE version = 8);
 
 CREATE TABLE IF NOT EXISTS sb.service (
     name  text PRIMARY KEY,
@@ -429,7 +436,7 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION sb.create_queue(p_name text, p_enabled boolean DEFAULT true,
-    p_poison_handling boolean DEFAULT true, p_max_readers int DEFAULT 1)
+    p_poison_handling boolean DEFAULT true, p_max_readers int DEFAULT 0)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_id int;
@@ -1278,6 +1285,19 @@ BEGIN
                    FROM sb.queue q WHERE q.name = p_queue;
 END $$;
 
+-- The most readers the database allows on a queue across every worker process and host
+-- (SQL Server's MAX_QUEUE_READERS), 0 for no limit: workers honour it live, each reader
+-- holding a slot (an advisory lock) while it reads. NULL: no such queue.
+CREATE OR REPLACE FUNCTION sb.queue_max_readers(p_queue text)
+RETURNS int LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM sb.queue q WHERE q.name = p_queue) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM sb.require_right('RECEIVE', p_queue);
+    RETURN (SELECT q.max_readers FROM sb.queue q WHERE q.name = p_queue);
+END $$;
+
 -- Views -------------------------------------------------------------------------------------
 
 CREATE OR REPLACE VIEW sb.queue_depth AS
@@ -1295,3 +1315,5 @@ CREATE OR REPLACE VIEW sb.disabled_queues AS
 SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled;
 
 INSERT INTO sb.migration (version) VALUES (1) ON CONFLICT DO NOTHING;
+-- 8: max_readers honoured (above).
+INSERT INTO sb.migration (version) VALUES (8) ON CONFLICT DO NOTHING;

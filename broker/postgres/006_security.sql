@@ -62,6 +62,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'sb', 'begin_conversation_timer'),
     ('sbworker_worker', 'sb', 'note_rollback'),
     ('sbworker_worker', 'sb', 'queue_state'),
+    ('sbworker_worker', 'sb', 'queue_max_readers'),
     ('sbworker_worker', 'sb', 'may'),
     ('sbworker_worker', 'rekenserver', 'sla_antwoord_op'),
     ('sbworker_worker', 'rekenserver', 'noteer_fout'),

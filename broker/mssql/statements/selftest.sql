@@ -31,6 +31,8 @@ SELECT v.securable, v.class, v.permission, HAS_PERMS_BY_NAME(v.securable, v.clas
                (N'sbworker.set_aside', N'OBJECT', N'EXECUTE'),
                (N'sbworker.claim_version', N'OBJECT', N'EXECUTE'),
                (N'sbworker.queue_state', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.reader_slot', N'OBJECT', N'EXECUTE'),
+               (N'sbworker.reader_slot_free', N'OBJECT', N'EXECUTE'),
                (N'sbworker.module_options', N'OBJECT', N'EXECUTE'),
                (N'sbworker.heartbeat', N'OBJECT', N'EXECUTE'),
                (N'sbworker.heartbeat_end', N'OBJECT', N'EXECUTE'),

@@ -81,6 +81,14 @@ EXEC sbworker.claim_version @dv = @P1, @periode = @P2, @versie = @P3
 -- name: queue_state
 EXEC sbworker.queue_state @queue = @P1
 
+-- A reader slot among the queue's first @P2, held by this session's connection (the
+-- working one) until freed: its number, NULL when all are held.
+-- name: take_reader_slot
+EXEC sbworker.reader_slot @queue = @P1, @slots = @P2
+
+-- name: free_reader_slot
+EXEC sbworker.reader_slot_free @queue = @P1, @slot = @P2
+
 -- name: store_antwoord
 EXEC Rekenserver.sla_antwoord_op @handle = @P1, @antwoord = @P2
 

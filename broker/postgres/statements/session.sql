@@ -80,6 +80,24 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- name: queue_state
 SELECT enabled, messages, poison_handling FROM sb.queue_state($1);
 
+-- The most readers the database allows on queue $1 across every worker, 0 for no limit
+-- (no row: no such queue). Not prepared: an install before sb.queue_max_readers has no
+-- such function (42883), read as no limit.
+-- name: queue_max_readers
+SELECT sb.queue_max_readers($1);
+
+-- A reader slot of queue $1 among its first $2: the first free one, taken as a
+-- session-level advisory lock on this session's connection (held across transactions,
+-- until unlocked or the connection ends), keyed by a hash of the queue's name and the
+-- slot. The function scan hands the filter one slot at a time, so no more than one is
+-- taken. No row: all held.
+-- name: take_reader_slot
+SELECT s FROM generate_series(0, $2::int - 1) AS s
+ WHERE pg_try_advisory_lock(hashtext('sbworker.reader:' || $1::text), s) LIMIT 1;
+
+-- name: free_reader_slot
+SELECT pg_advisory_unlock(hashtext('sbworker.reader:' || $1::text), $2::int);
+
 -- Inside the calculation's transaction: claims a roster version of a key; a row comes
 -- back unless an older version than one answered before (superseded). The same version
 -- again is claimed: it is a repair (the sweep's, after its answer was lost or set aside

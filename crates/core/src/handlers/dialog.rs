@@ -337,6 +337,16 @@ mod tests {
         fn queue_state(&mut self, _: &str) -> impl Future<Output = Result<QueueState, BrokerError>> + Send {
             reader_only()
         }
+        fn take_reader_slot(
+            &mut self,
+            _: &str,
+            _: u32,
+        ) -> impl Future<Output = Result<Option<u32>, BrokerError>> + Send {
+            reader_only()
+        }
+        fn free_reader_slot(&mut self, _: &str, _: u32) -> impl Future<Output = Result<(), BrokerError>> + Send {
+            reader_only()
+        }
         fn heartbeat(&mut self, _: &Heartbeat) -> impl Future<Output = Result<(), BrokerError>> + Send {
             reader_only()
         }

@@ -75,6 +75,10 @@ pub struct QueueState {
     /// The broker's poison-message detection (a queue disabled after five rolled-back
     /// receives in a row) is on for this queue.
     pub poison_handling: bool,
+    /// The most readers the database allows on the queue across every worker process
+    /// and host (SQL Server's `MAX_QUEUE_READERS`, the PostgreSQL broker's
+    /// `max_readers`); `None` when it sets none (0) or the install predates it.
+    pub max_readers: Option<u32>,
 }
 
 /// A message set aside, with why.
@@ -184,6 +188,19 @@ pub trait Session: Send + 'static {
     /// Outside any transaction: is the queue enabled, and how deep is it? `NotFound`
     /// error when there is no such queue.
     fn queue_state(&mut self, queue: &str) -> impl Future<Output = Result<QueueState, BrokerError>> + Send;
+
+    /// Outside any transaction: takes one of the queue's first `slots` reader slots for
+    /// this session, held until freed or the session's connection ends (a session-owned
+    /// application lock on SQL Server, an advisory lock on PostgreSQL): its number, or
+    /// `None` when every one is held (by this or any other worker process).
+    fn take_reader_slot(
+        &mut self,
+        queue: &str,
+        slots: u32,
+    ) -> impl Future<Output = Result<Option<u32>, BrokerError>> + Send;
+
+    /// Outside any transaction: gives a slot of [`Session::take_reader_slot`] back.
+    fn free_reader_slot(&mut self, queue: &str, slot: u32) -> impl Future<Output = Result<(), BrokerError>> + Send;
 
     /// Outside any transaction: this worker instance is alive, with its readers
     /// (`sbworker status` reads it).

@@ -98,6 +98,10 @@ pub(crate) struct QueueCtx<T: Transport> {
     pub reconnect: RetryPolicy,
     /// Readers running.
     pub readers: AtomicU32,
+    /// The database's limit on this queue's readers across every worker process and
+    /// host (its MAX_QUEUE_READERS), as the supervisor last read it; 0: none. Each reader
+    /// holds one of its slots while it reads.
+    pub db_cap: AtomicU32,
     /// Readers holding a group.
     pub busy: AtomicU32,
     /// Transactions still to take one group each, queue-wide, after a transaction of
@@ -126,9 +130,24 @@ impl<T: Transport> QueueCtx<T> {
         }
     }
 
+    /// The most readers this process runs now: the configuration's `max_readers`, and
+    /// not more than the database's limit.
+    pub fn max_readers(&self) -> u32 {
+        match self.db_cap.load(Ordering::SeqCst) {
+            0 => self.cfg.max_readers,
+            cap => self.cfg.max_readers.min(cap),
+        }
+    }
+
+    /// The readers this process keeps running: `min_readers`, within
+    /// [`QueueCtx::max_readers`].
+    pub fn min_readers(&self) -> u32 {
+        self.cfg.min_readers.min(self.max_readers())
+    }
+
     /// A reader that has been idle may leave if more than the minimum are running.
     pub fn try_leave(&self) -> bool {
-        let min = self.cfg.min_readers;
+        let min = self.min_readers();
         let left = self.readers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > min).then(|| n - 1)).is_ok();
         if left {
             self.meters.readers.set(self.readers.load(Ordering::SeqCst) as i64);
@@ -211,6 +230,7 @@ pub async fn run<T: Transport>(
             retry: settings.retry,
             reconnect: settings.reconnect,
             readers: AtomicU32::new(0),
+            db_cap: AtomicU32::new(0),
             busy: AtomicU32::new(0),
             solo: AtomicU32::new(0),
             waits: waits::TransientWaits::default(),

@@ -30,10 +30,17 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
             readers.spawn(reader::read(ctx.clone(), next_id, reader_stop.clone()));
             ctx.meters.readers.set(ctx.readers.load(Ordering::SeqCst) as i64);
         };
-        for _ in 0..ctx.cfg.min_readers {
+        let mut monitor: Option<T::Session> = None;
+        // The database's reader limit before the first readers start.
+        if let Some(state) = observe(&ctx, &mut monitor).await {
+            set_db_cap(&ctx, &state);
+        }
+        for _ in 0..ctx.min_readers() {
             spawn(&mut readers);
         }
-        let mut monitor: Option<T::Session> = None;
+        // After a reader found every slot the database allows held, none is added for a
+        // while (another process holds them; each try costs a session).
+        let mut slots_full_until: Option<Instant> = None;
         let mut disabled = false;
         let mut recheck_at = Instant::now();
         let recheck = ctx.settings.disabled_recheck;
@@ -55,6 +62,9 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                                             re-enable it (ALTER QUEUE … WITH STATUS = ON) after finding the cause");
                                     m.set_status(&ctx.name, QueueStatus::Disabled);
                                     ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(0);
+                                }
+                                ReaderExit::NoSlot => {
+                                    slots_full_until = Some(Instant::now() + 5 * ctx.settings.scale_interval);
                                 }
                                 _ => {}
                             }
@@ -96,6 +106,7 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                         }
                     }
                     let Some(state) = state else { continue };
+                    set_db_cap(&ctx, &state);
                     if !state.enabled {
                         // Readers find out at their next receive; stop adding them now.
                         if !disabled {
@@ -108,9 +119,11 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                         continue;
                     }
                     let running = ctx.readers.load(Ordering::SeqCst);
-                    if running < ctx.cfg.min_readers {
+                    if slots_full_until.is_some_and(|t| Instant::now() < t) {
+                        // Every slot the database allows was held a moment ago.
+                    } else if running < ctx.min_readers() {
                         spawn(&mut readers);
-                    } else if running < ctx.cfg.max_readers
+                    } else if running < ctx.max_readers()
                         && state.messages > 0
                         && ctx.busy.load(Ordering::SeqCst) >= running
                     {
@@ -132,6 +145,20 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
     }
     .instrument(span)
     .await
+}
+
+/// Records the database's limit on the queue's readers (0: none), saying when it changes:
+/// readers above it leave at their next look, fewer are added.
+fn set_db_cap<T: Transport>(ctx: &QueueCtx<T>, state: &QueueState) {
+    let cap = state.max_readers.unwrap_or(0);
+    let before = ctx.db_cap.swap(cap, Ordering::SeqCst);
+    if before != cap {
+        if cap == 0 {
+            info!("the database sets no limit on this queue's readers (MAX_QUEUE_READERS 0)");
+        } else {
+            info!(limit = cap, "the database allows this many readers on this queue, across every worker");
+        }
+    }
 }
 
 /// The queue's state through the supervisor's own session (reopened when lost); None

@@ -37,6 +37,10 @@ pub(crate) enum ReaderExit {
     Idle,
     /// The queue is disabled.
     Disabled,
+    /// Every reader slot the database allows is held (by this or other processes).
+    NoSlot,
+    /// The database's reader limit fell below this reader's slot.
+    Capped,
 }
 
 /// A transaction failed: the group it is blamed on, and the groups handled before it
@@ -151,6 +155,44 @@ async fn connect<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop) -> Option<T::
     }
 }
 
+/// Keeps the reader within the database's limit on the queue's readers (its
+/// MAX_QUEUE_READERS, across every worker process and host), read by the supervisor:
+/// takes a slot when there is a limit and it holds none, gives it back when the limit is
+/// gone, and says the reader must leave when every slot is held or the limit fell below
+/// its own.
+async fn reader_slot<T: Transport>(
+    ctx: &QueueCtx<T>,
+    s: &mut T::Session,
+    slot: &mut Option<u32>,
+) -> Result<Option<ReaderExit>, crate::transport::BrokerError> {
+    let cap = ctx.db_cap.load(Ordering::SeqCst);
+    match (cap, *slot) {
+        (0, Some(n)) => {
+            s.free_reader_slot(&ctx.name, n).await?;
+            *slot = None;
+        }
+        (0, None) => {}
+        (cap, Some(n)) if n >= cap => {
+            s.free_reader_slot(&ctx.name, n).await?;
+            *slot = None;
+            info!(slot = n, limit = cap, "the database's reader limit fell below this reader's slot: it leaves");
+            return Ok(Some(ReaderExit::Capped));
+        }
+        (_, Some(_)) => {}
+        (cap, None) => match s.take_reader_slot(&ctx.name, cap).await? {
+            Some(n) => {
+                debug!(slot = n, limit = cap, "took a reader slot");
+                *slot = Some(n);
+            }
+            None => {
+                debug!(limit = cap, "every reader slot the database allows is held: this reader leaves");
+                return Ok(Some(ReaderExit::NoSlot));
+            }
+        },
+    }
+    Ok(None)
+}
+
 /// What a reader's next RECEIVE takes, after what became of its last one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -216,18 +258,36 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
     let mut next = Next::Any;
     let mut streaks = Streaks::default();
     let mut last_work = Instant::now();
+    // The database's reader slot this reader holds on its session's connection (a new
+    // connection holds none).
+    let mut slot: Option<u32> = None;
     debug!("reader started");
     loop {
         if stop.is_stopped() {
             return ReaderExit::Stopped;
         }
         if session.is_none() {
+            slot = None;
             match connect(ctx, stop).await {
                 Some(s) => session = Some(s),
                 None => return ReaderExit::Stopped,
             }
         }
         let Some(s) = session.as_mut() else { continue };
+        match reader_slot(ctx, s, &mut slot).await {
+            Ok(None) => {}
+            Ok(Some(exit)) => return exit,
+            Err(e) => {
+                streaks.receive += 1;
+                let delay = ctx.retry.delay(streaks.receive);
+                warn!(retry_in_ms = delay.as_millis() as u64, "cannot take a reader slot; reconnecting: {e}");
+                session = None;
+                if sleep_or_stop(delay, stop).await {
+                    return ReaderExit::Stopped;
+                }
+                continue;
+            }
+        }
         if !pending.is_empty() {
             // Written before anything is received again: a transient failure must be
             // given back before its message is counted once more.

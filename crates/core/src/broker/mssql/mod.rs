@@ -298,7 +298,27 @@ impl transport::Session for MssqlSession {
             messages: r.get::<i64, _>(1).unwrap_or(0),
             // An older wachtrij_status has no such column: assume the broker's default (on).
             poison_handling: r.try_get::<bool, _>(2).ok().flatten().unwrap_or(true),
+            // smallint; an install before the column, or 0 (never set): no limit.
+            max_readers: r
+                .try_get::<i16, _>(4)
+                .map(|n| n.map(i32::from))
+                .or_else(|_| r.try_get::<i32, _>(4))
+                .ok()
+                .flatten()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0),
         })
+    }
+
+    async fn take_reader_slot(&mut self, queue: &str, slots: u32) -> Result<Option<u32>, BrokerError> {
+        let slots = i32::try_from(slots).unwrap_or(i32::MAX);
+        let rows = Self::rows(&mut self.work, stmt::TAKE_READER_SLOT.sql, &[&queue, &slots]).await?;
+        Ok(rows.first().and_then(|r| r.get::<i32, _>(0)).map(i32::unsigned_abs))
+    }
+
+    async fn free_reader_slot(&mut self, queue: &str, slot: u32) -> Result<(), BrokerError> {
+        let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+        Self::exec(&mut self.work, stmt::FREE_READER_SLOT.sql, &[&queue, &slot]).await
     }
 
     async fn heartbeat(&mut self, b: &transport::Heartbeat) -> Result<(), BrokerError> {

@@ -709,7 +709,25 @@ impl transport::Session for Session {
                 message: format!("queue {queue} is not found"),
             });
         };
-        Ok(QueueState { enabled: row.get(0), messages: row.get(1), poison_handling: row.get(2) })
+        // An install before sb.queue_max_readers has no database limit to say (42883).
+        let max_readers = match self.side.client.query_opt(S::QUEUE_MAX_READERS.sql, &[&queue]).await {
+            Ok(r) => r.and_then(|r| r.get::<_, Option<i32>>(0)).and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => None,
+            Err(e) => return self.side.watch(Err(error_of(e))),
+        };
+        Ok(QueueState { enabled: row.get(0), messages: row.get(1), poison_handling: row.get(2), max_readers })
+    }
+
+    async fn take_reader_slot(&mut self, queue: &str, slots: u32) -> Result<Option<u32>, BrokerError> {
+        let slots = i32::try_from(slots).unwrap_or(i32::MAX);
+        let row = self.client.query_opt(S::TAKE_READER_SLOT.sql, &[&queue, &slots]).await.map_err(error_of)?;
+        Ok(row.map(|r| r.get::<_, i32>(0).unsigned_abs()))
+    }
+
+    async fn free_reader_slot(&mut self, queue: &str, slot: u32) -> Result<(), BrokerError> {
+        let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+        self.client.query_one(S::FREE_READER_SLOT.sql, &[&queue, &slot]).await.map_err(error_of)?;
+        Ok(())
     }
 
     async fn heartbeat(&mut self, b: &transport::Heartbeat) -> Result<(), BrokerError> {

@@ -110,7 +110,14 @@ pub(super) async fn call(
         "sbworker.queue_state" => {
             let queue = as_text(arg("@queue")?)?;
             let rows = match s.queue_state(queue_name(&queue)).await {
-                Ok(q) => vec![vec![Sql::Bit(q.enabled), Sql::BigInt(q.messages), Sql::Bit(q.poison_handling)]],
+                Ok(q) => vec![vec![
+                    Sql::Bit(q.enabled),
+                    Sql::BigInt(q.messages),
+                    Sql::Bit(q.poison_handling),
+                    Sql::Bit(false),
+                    // (smallint in sys.service_queues; the emulator's values carry no smallint.)
+                    Sql::Int(i32::try_from(q.max_readers.unwrap_or(0)).unwrap_or(i32::MAX)),
+                ]],
                 Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(e.into()),
             };
@@ -118,8 +125,25 @@ pub(super) async fn call(
                 ("is_receive_enabled", ColType::Bit),
                 ("messages", ColType::BigInt),
                 ("is_poison_message_handling_enabled", ColType::Bit),
+                ("is_activation_enabled", ColType::Bit),
+                ("max_readers", ColType::Int),
             ];
             Ok(result_set(t, &cols, &rows))
+        }
+        // Reader slots (02_worker.sql), as the PostgreSQL session takes them: advisory
+        // locks on this connection's session, as SQL Server's session-owned applocks.
+        "sbworker.reader_slot" => {
+            let queue = as_text(arg("@queue")?)?;
+            let slots = u32::try_from(as_i64(arg("@slots")?)?.max(0)).unwrap_or(u32::MAX);
+            let slot = s.take_reader_slot(queue_name(&queue), slots).await?;
+            let v = slot.map_or(Sql::Null, |n| Sql::Int(i32::try_from(n).unwrap_or(i32::MAX)));
+            Ok(result_set(t, &[("slot", ColType::Int)], &[vec![v]]))
+        }
+        "sbworker.reader_slot_free" => {
+            let queue = as_text(arg("@queue")?)?;
+            let slot = u32::try_from(as_i64(arg("@slot")?)?.max(0)).unwrap_or(u32::MAX);
+            s.free_reader_slot(queue_name(&queue), slot).await?;
+            Ok(None)
         }
         "rekenserver.sla_antwoord_op" => {
             let handle = as_uuid(arg("@handle")?)?;
