@@ -86,14 +86,13 @@ SELECT enabled, messages, poison_handling FROM sb.queue_state($1);
 -- name: queue_max_readers
 SELECT sb.queue_max_readers($1);
 
--- A reader slot of queue $1 among its first $2: the first free one, taken as a
--- session-level advisory lock on this session's connection (held across transactions,
--- until unlocked or the connection ends), keyed by a hash of the queue's name and the
--- slot. The function scan hands the filter one slot at a time, so no more than one is
--- taken. No row: all held.
+-- Reader slot $2 of queue $1, if free: a session-level advisory lock on this session's
+-- connection (held across transactions, until unlocked or the connection ends), keyed by
+-- a hash of the queue's name and the slot. One slot a statement, tried in turn by the
+-- caller: a LIMIT does not bound how many rows a locking function runs on ("Advisory
+-- Locks").
 -- name: take_reader_slot
-SELECT s FROM generate_series(0, $2::int - 1) AS s
- WHERE pg_try_advisory_lock(hashtext('sbworker.reader:' || $1::text), s) LIMIT 1;
+SELECT pg_try_advisory_lock(hashtext('sbworker.reader:' || $1::text), $2::int);
 
 -- name: free_reader_slot
 SELECT pg_advisory_unlock(hashtext('sbworker.reader:' || $1::text), $2::int);

@@ -719,9 +719,13 @@ impl transport::Session for Session {
     }
 
     async fn take_reader_slot(&mut self, queue: &str, slots: u32) -> Result<Option<u32>, BrokerError> {
-        let slots = i32::try_from(slots).unwrap_or(i32::MAX);
-        let row = self.client.query_opt(S::TAKE_READER_SLOT.sql, &[&queue, &slots]).await.map_err(error_of)?;
-        Ok(row.map(|r| r.get::<_, i32>(0).unsigned_abs()))
+        for slot in 0..i32::try_from(slots).unwrap_or(i32::MAX) {
+            let row = self.client.query_one(S::TAKE_READER_SLOT.sql, &[&queue, &slot]).await.map_err(error_of)?;
+            if row.get::<_, bool>(0) {
+                return Ok(Some(slot.unsigned_abs()));
+            }
+        }
+        Ok(None)
     }
 
     async fn free_reader_slot(&mut self, queue: &str, slot: u32) -> Result<(), BrokerError> {
