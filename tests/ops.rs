@@ -384,4 +384,27 @@ async fn status_without_workers_needs_attention_and_parses_into_the_documented_t
     assert!(needs.iter().any(|l| l.starts_with("the oldest request in flight has waited")), "{needs:?}");
     late.conversations.oldest_request_seconds = Some(30.0 * 60.0);
     assert_eq!(sbworker::ops::status::attention(&late, t).len(), 1, "within the threshold: only the workers");
+    // SQL Server's transmission queue (none on PostgreSQL): a message waiting to leave
+    // for another instance for minutes needs attention, saying why it waits; one just
+    // sent is only listed.
+    assert!(s.transmission.is_none(), "PostgreSQL has no transmission queue");
+    let mut routed = s.clone();
+    let waiting = |secs: f64, status: &str| sbworker::ops::status::Transmission {
+        far_service: Some("/Rekenserver/LoonfactorBerekening/RekenService".into()),
+        messages: 3,
+        oldest_seconds: Some(secs),
+        status: Some(status.into()),
+    };
+    routed.transmission = Some(vec![waiting(5.0, "")]);
+    assert_eq!(sbworker::ops::status::attention(&routed, t).len(), 1, "a message just sent: only the workers");
+    assert!(sbworker::ops::status::render(&routed, t, false).contains("RekenService: 3 messages, the oldest 5 s"));
+    routed.transmission = Some(vec![waiting(600.0, "Connection attempt failed with error: '10061(No connection)'.")]);
+    let needs = sbworker::ops::status::attention(&routed, t);
+    assert!(
+        needs.iter().any(|l| l.starts_with(
+            "3 messages for /Rekenserver/LoonfactorBerekening/RekenService wait in \
+             sys.transmission_queue, the oldest for 10 min: Connection attempt failed"
+        )),
+        "{needs:?}"
+    );
 }

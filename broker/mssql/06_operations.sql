@@ -345,6 +345,21 @@ BEGIN
                     ORDER BY w.started_at
                       FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS workers,
                JSON_QUERY(@by_state) AS [conversations.by_state],
+               -- Messages waiting to leave for another instance (a route or endpoint down,
+               -- a certificate refused): per far service, how many, the oldest's age
+               -- (enqueue_time is UTC) and why it waits (its transmission_status; blank:
+               -- not tried yet). The first thing to break in a routed deployment.
+               JSON_QUERY(ISNULL((
+                   SELECT t.to_service_name AS far_service, COUNT_BIG(*) AS messages,
+                          DATEDIFF_BIG(MILLISECOND, MIN(t.enqueue_time), @now) / 1000.0 AS oldest_seconds,
+                          (SELECT TOP (1) o.transmission_status FROM sys.transmission_queue o
+                            WHERE o.to_service_name = t.to_service_name
+                               OR (o.to_service_name IS NULL AND t.to_service_name IS NULL)
+                            ORDER BY o.enqueue_time) AS status
+                     FROM sys.transmission_queue t
+                    GROUP BY t.to_service_name
+                    ORDER BY far_service
+                      FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS transmission,
                JSON_QUERY((
                    SELECT TOP (1) LOWER(CAST(l.dialog_handle AS nvarchar(36))) AS handle,
                           (SELECT sv.name FROM sys.services sv WHERE sv.service_id = ce.service_id) AS service,

@@ -15,6 +15,11 @@ pub struct Status {
     pub queues: Vec<QueueStatus>,
     pub workers: Vec<WorkerStatus>,
     pub conversations: Conversations,
+    /// Messages waiting to leave for another instance, per far service (SQL Server's
+    /// `sys.transmission_queue`); `None` where there is none to read (PostgreSQL, an
+    /// install before it).
+    #[serde(default)]
+    pub transmission: Option<Vec<Transmission>>,
     /// Keys whose roster is newer than their stored result (null without the roster).
     pub stale_keys: Option<StaleKeys>,
     /// The last sweep runs, newest first (null without the roster).
@@ -75,6 +80,16 @@ pub struct OldestOpen {
     pub age_seconds: Option<f64>,
 }
 
+/// Messages in the transmission queue for one far service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Transmission {
+    pub far_service: Option<String>,
+    pub messages: i64,
+    pub oldest_seconds: Option<f64>,
+    /// Why the oldest waits (the broker's transmission_status; empty: not tried yet).
+    pub status: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StaleKeys {
     pub count: i64,
@@ -127,6 +142,10 @@ pub fn worker_queue<'a>(w: &'a WorkerStatus, queue: &str) -> Option<&'a serde_js
     w.queues.get(queue).or_else(|| w.queues.iter().find(|(k, _)| bare(k) == bare(queue)).map(|(_, v)| v))
 }
 
+/// How long (seconds) a message may wait in the transmission queue before it needs
+/// attention: Service Broker retries a failed delivery about once a minute.
+const TRANSMISSION_STUCK: f64 = 120.0;
+
 /// What needs attention, one line each; empty when all is well.
 pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
     let mut out = Vec::new();
@@ -139,6 +158,19 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
             None => "within three of its heartbeat intervals".to_string(),
         };
         out.push(format!("no worker alive (no heartbeat {how}; a worker with worker.heartbeat_ms = 0 does not beat)"));
+    }
+    // Messages that should have left for another instance a while ago.
+    for t in s.transmission.iter().flatten().filter(|t| t.oldest_seconds.is_some_and(|a| a > TRANSMISSION_STUCK)) {
+        out.push(format!(
+            "{} messages for {} wait in sys.transmission_queue, the oldest for {}: {}",
+            t.messages,
+            t.far_service.as_deref().unwrap_or("(no service)"),
+            seconds(t.oldest_seconds),
+            match t.status.as_deref().map(str::trim) {
+                None | Some("") => "not tried yet",
+                Some(why) => why,
+            }
+        ));
     }
     if let Some(k) = &s.stale_keys
         && k.count > 0
@@ -228,6 +260,24 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
             if alive { beat } else { red(&format!("SILENT, {beat}")) },
             readers.join(", ")
         );
+    }
+    if let Some(ts) = s.transmission.as_ref().filter(|ts| !ts.is_empty()) {
+        let _ = writeln!(o, "\ntransmission queue (messages leaving for another instance):");
+        for t in ts {
+            let line = format!(
+                "  {}: {} messages, the oldest {}{}",
+                t.far_service.as_deref().unwrap_or("(no service)"),
+                t.messages,
+                seconds(t.oldest_seconds),
+                t.status
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|w| !w.is_empty())
+                    .map_or(String::new(), |w| format!(": {w}"))
+            );
+            let stuck = t.oldest_seconds.is_some_and(|a| a > TRANSMISSION_STUCK);
+            let _ = writeln!(o, "{}", if stuck { red(&line) } else { line });
+        }
     }
     let states: Vec<String> = s.conversations.by_state.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(o, "\nconversations: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
