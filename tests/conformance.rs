@@ -78,6 +78,8 @@ trait Far {
     async fn finish(&mut self, initiator: Uuid) -> Vec<Message>;
     /// Sets the queue's status and its poison message handling.
     async fn alter_queue(&mut self, queue: &str, enabled: bool, poison_handling: bool);
+    /// Sets the most readers the database allows on the queue (0: no limit).
+    async fn limit_readers(&mut self, queue: &str, n: i32);
 }
 
 /// The initiator's side through the PostgreSQL broker's own functions.
@@ -116,6 +118,10 @@ impl Far for PgFar {
             )
             .await
             .unwrap();
+    }
+
+    async fn limit_readers(&mut self, queue: &str, n: i32) {
+        self.0.client().execute("SELECT sb.alter_queue($1, p_max_readers => $2)", &[&queue, &n]).await.unwrap();
     }
 }
 
@@ -215,6 +221,10 @@ impl Far for TsqlFar {
             on(poison_handling)
         ))
         .await;
+    }
+
+    async fn limit_readers(&mut self, queue: &str, n: i32) {
+        self.batch(&format!("ALTER QUEUE [{queue}] WITH ACTIVATION (STATUS = OFF, MAX_QUEUE_READERS = {n})")).await;
     }
 }
 
@@ -453,6 +463,13 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The queue's limit on readers as the worker reads it: 0 (none) by default, then what
+    // the database says.
+    assert_eq!(d.queue_state(REKEN_QUEUE).await.unwrap().max_readers, None, "{name}: no limit");
+    far.limit_readers(REKEN_QUEUE, 3).await;
+    assert_eq!(d.queue_state(REKEN_QUEUE).await.unwrap().max_readers, Some(3), "{name}");
+    far.limit_readers(REKEN_QUEUE, 0).await;
+    assert_eq!(d.queue_state(REKEN_QUEUE).await.unwrap().max_readers, None, "{name}: none again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

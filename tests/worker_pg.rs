@@ -279,6 +279,18 @@ async fn the_databases_reader_limit_holds_across_two_workers_and_follows_a_chang
             AND classid = (hashtext('sbworker.reader:{REKEN_QUEUE}')::bigint & 4294967295)::oid"
     );
     let held = async |s: &Session| count(s, &held_sql).await;
+    // Backends whose last statement was a RECEIVE of the broker (the readers'; not this
+    // test's own session) that hold no slot: none may read without one.
+    let own: i32 = s.client().query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let unslotted_sql = format!(
+        "SELECT count(*) FROM pg_stat_activity a
+          WHERE a.datname = current_database() AND a.pid NOT IN ({own}, pg_backend_pid())
+            AND a.query LIKE '%FROM sb.receive(%'
+            AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'
+                               AND l.objsubid = 2
+                               AND l.classid = (hashtext('sbworker.reader:{REKEN_QUEUE}')::bigint & 4294967295)::oid)"
+    );
+    let unslotted = async |s: &Session| count(s, &unslotted_sql).await;
     wait_until("two slots are held", || async { held(&admin).await == 2 }).await;
     // A burst, answered by the two readers; never more than two hold a slot.
     let handles: Vec<Uuid> = {
@@ -291,8 +303,11 @@ async fn the_databases_reader_limit_holds_across_two_workers_and_follows_a_chang
     let gauge = format!("sbworker_readers{{queue=\"{REKEN_QUEUE}\"}}");
     let running = || a.metric(&gauge) + b.metric(&gauge);
     let mut answered = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     while answered.len() < handles.len() {
+        assert!(tokio::time::Instant::now() < deadline, "{} of {} answered within 60 s", answered.len(), handles.len());
         assert!(held(&admin).await <= 2, "more readers than the database allows");
+        assert_eq!(unslotted(&admin).await, 0, "a reader receives without a slot");
         // A reader runs only with a slot. A process below its own minimum tries one more
         // reader every few seconds, which leaves at once when none is free: two such at
         // most. Without the limit, six would run.

@@ -206,18 +206,25 @@ GO
 -- taken as a session-owned application lock (held across transactions, until
 -- sbworker.reader_slot_free or the session ends; sp_getapplock), so that the readers of
 -- every worker process and host together stay within the queue's MAX_QUEUE_READERS.
--- One row: the slot, NULL when all are held.
+-- Named by the queue's object id (the resource is compared as binary: every spelling of
+-- the queue's name must give the same slots) and owned by sbworker_role (no other user
+-- can take them). One row: the slot, NULL when all are held.
 CREATE OR ALTER PROCEDURE sbworker.reader_slot @queue sysname, @slots int
 AS
 BEGIN
     SET NOCOUNT ON;
-    DECLARE @slot int = 0, @taken int, @resource nvarchar(255);
+    DECLARE @slot int = 0, @taken int, @resource nvarchar(255), @id int = OBJECT_ID(@queue);
+    IF @id IS NULL
+        THROW 50160, N'sbworker.reader_slot: no such queue', 1;
     WHILE @slot < @slots
     BEGIN
-        SET @resource = CONCAT(N'sbworker.reader:', @queue, N':', @slot);
+        SET @resource = CONCAT(N'sbworker.reader:', @id, N':', @slot);
         EXEC @taken = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', @LockOwner = 'Session',
-                                    @LockTimeout = 0;
+                                    @LockTimeout = 0, @DbPrincipal = N'sbworker_role';
         IF @taken >= 0 BREAK;
+        -- -1: held by another session (no wait asked); below: the call failed.
+        IF @taken < -1
+            THROW 50161, N'sbworker.reader_slot: sp_getapplock failed', 1;
         SET @slot += 1;
     END
     SELECT CASE WHEN @slot < @slots THEN @slot END AS slot;
@@ -229,9 +236,9 @@ CREATE OR ALTER PROCEDURE sbworker.reader_slot_free @queue sysname, @slot int
 AS
 BEGIN
     SET NOCOUNT ON;
-    DECLARE @resource nvarchar(255) = CONCAT(N'sbworker.reader:', @queue, N':', @slot);
-    IF APPLOCK_MODE(N'public', @resource, N'Session') <> N'NoLock'
-        EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session';
+    DECLARE @resource nvarchar(255) = CONCAT(N'sbworker.reader:', OBJECT_ID(@queue), N':', @slot);
+    IF APPLOCK_MODE(N'sbworker_role', @resource, N'Session') <> N'NoLock'
+        EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session', @DbPrincipal = N'sbworker_role';
 END;
 GO
 

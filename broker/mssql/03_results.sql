@@ -606,6 +606,9 @@ GO
 -- Not activated by this script; to use it instead of sbworker's collector:
 --   ALTER QUEUE dbo.loonfactorberekening_data WITH ACTIVATION (STATUS = ON,
 --     PROCEDURE_NAME = Rekenserver.antwoorden_activatie, MAX_QUEUE_READERS = 2, EXECUTE AS OWNER);
+-- Back to sbworker's collector: ACTIVATION (STATUS = OFF), and MAX_QUEUE_READERS = 0 (or
+-- ACTIVATION (DROP)) unless the workers' readers should stay limited to it: sbworker
+-- honours the queue's MAX_QUEUE_READERS across every worker.
 CREATE OR ALTER PROCEDURE Rekenserver.antwoorden_activatie
 AS
 BEGIN

@@ -45,10 +45,11 @@ CREATE TABLE IF NOT EXISTS sb.queue (
 );
 -- Until this release max_readers was advice no worker read, 1 by default; it is the
 -- database's limit now. Queues left at the old default get no limit, once (before
--- migration 8 is recorded, at the end of this script).
+-- marker 1001 is recorded, at the end of this script; markers above 1000 record one-time
+-- changes of data, the ones below the scripts applied).
 ALTER TABLE sb.queue ALTER COLUMN max_readers SET DEFAULT 0;
 UPDATE sb.queue SET max_readers = 0
- WHERE max_readers = 1 AND NOT EXISTS (SELECT 1 FROM sb.migration WHERE version = 8);
+ WHERE max_readers = 1 AND NOT EXISTS (SELECT 1 FROM sb.migration WHERE version = 1001);
 
 CREATE TABLE IF NOT EXISTS sb.service (
     name  text PRIMARY KEY,
@@ -1315,5 +1316,5 @@ CREATE OR REPLACE VIEW sb.disabled_queues AS
 SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled;
 
 INSERT INTO sb.migration (version) VALUES (1) ON CONFLICT DO NOTHING;
--- 8: max_readers honoured (above).
-INSERT INTO sb.migration (version) VALUES (8) ON CONFLICT DO NOTHING;
+-- 1001: max_readers honoured (above).
+INSERT INTO sb.migration (version) VALUES (1001) ON CONFLICT DO NOTHING;

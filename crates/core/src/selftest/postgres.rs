@@ -26,6 +26,7 @@ const FUNCTIONS: &[&str] = &[
     "sb.move_conversation",
     "sb.note_rollback",
     "sb.queue_state",
+    "sb.queue_max_readers",
     "sb.may",
     "rekenserver.sla_antwoord_op",
     "rekenserver.noteer_fout",

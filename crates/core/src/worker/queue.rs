@@ -39,8 +39,12 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
             spawn(&mut readers);
         }
         // After a reader found every slot the database allows held, none is added for a
-        // while (another process holds them; each try costs a session).
+        // while (another process holds them; each try costs a session): five scale
+        // intervals, doubling while it goes on (at most a minute), forgotten when the
+        // limit changes.
         let mut slots_full_until: Option<Instant> = None;
+        let first_pause = 5 * ctx.settings.scale_interval;
+        let mut slots_pause = first_pause;
         let mut disabled = false;
         let mut recheck_at = Instant::now();
         let recheck = ctx.settings.disabled_recheck;
@@ -64,7 +68,8 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                                     ctx.metrics.enabled.get_or_create(&ctx.meters.label).set(0);
                                 }
                                 ReaderExit::NoSlot => {
-                                    slots_full_until = Some(Instant::now() + 5 * ctx.settings.scale_interval);
+                                    slots_full_until = Some(Instant::now() + slots_pause);
+                                    slots_pause = (slots_pause * 2).min(first_pause.max(Duration::from_secs(60)));
                                 }
                                 _ => {}
                             }
@@ -106,7 +111,10 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                         }
                     }
                     let Some(state) = state else { continue };
-                    set_db_cap(&ctx, &state);
+                    if set_db_cap(&ctx, &state) {
+                        slots_full_until = None;
+                        slots_pause = first_pause;
+                    }
                     if !state.enabled {
                         // Readers find out at their next receive; stop adding them now.
                         if !disabled {
@@ -147,18 +155,20 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
     .await
 }
 
-/// Records the database's limit on the queue's readers (0: none), saying when it changes:
-/// readers above it leave at their next look, fewer are added.
-fn set_db_cap<T: Transport>(ctx: &QueueCtx<T>, state: &QueueState) {
+/// Records the database's limit on the queue's readers (0: none), saying when it changes
+/// (true): readers above it leave at their next look, fewer are added.
+fn set_db_cap<T: Transport>(ctx: &QueueCtx<T>, state: &QueueState) -> bool {
     let cap = state.max_readers.unwrap_or(0);
     let before = ctx.db_cap.swap(cap, Ordering::SeqCst);
-    if before != cap {
+    let changed = before != cap;
+    if changed {
         if cap == 0 {
             info!("the database sets no limit on this queue's readers (MAX_QUEUE_READERS 0)");
         } else {
             info!(limit = cap, "the database allows this many readers on this queue, across every worker");
         }
     }
+    changed
 }
 
 /// The queue's state through the supervisor's own session (reopened when lost); None

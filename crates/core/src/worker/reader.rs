@@ -261,21 +261,47 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
     // The database's reader slot this reader holds on its session's connection (a new
     // connection holds none).
     let mut slot: Option<u32> = None;
+    // Held one before its connection was lost: the old connection's slot may still be
+    // held for a moment, so a new one is asked for a few times before giving up.
+    let mut retake = 0u32;
     debug!("reader started");
     loop {
         if stop.is_stopped() {
             return ReaderExit::Stopped;
         }
         if session.is_none() {
-            slot = None;
+            if slot.take().is_some() {
+                retake = 5;
+            }
             match connect(ctx, stop).await {
                 Some(s) => session = Some(s),
                 None => return ReaderExit::Stopped,
             }
         }
         let Some(s) = session.as_mut() else { continue };
+        if !pending.is_empty() {
+            // Written before anything is received again (and before the reader may leave
+            // for want of a slot): a transient failure must be given back before its
+            // message is counted once more.
+            if let Err(e) = write_notes(s, pending).await {
+                warn!("cannot record the last failure yet; reconnecting: {e}");
+                session = None;
+                streaks.receive += 1;
+                if sleep_or_stop(ctx.retry.delay(streaks.receive), stop).await {
+                    return ReaderExit::Stopped;
+                }
+                continue;
+            }
+        }
         match reader_slot(ctx, s, &mut slot).await {
-            Ok(None) => {}
+            Ok(None) => retake = 0,
+            Ok(Some(ReaderExit::NoSlot)) if retake > 0 => {
+                retake -= 1;
+                if sleep_or_stop(Duration::from_millis(200), stop).await {
+                    return ReaderExit::Stopped;
+                }
+                continue;
+            }
             Ok(Some(exit)) => return exit,
             Err(e) => {
                 streaks.receive += 1;
@@ -283,19 +309,6 @@ async fn read_loop<T: Transport>(ctx: &QueueCtx<T>, stop: &mut Stop, pending: &m
                 warn!(retry_in_ms = delay.as_millis() as u64, "cannot take a reader slot; reconnecting: {e}");
                 session = None;
                 if sleep_or_stop(delay, stop).await {
-                    return ReaderExit::Stopped;
-                }
-                continue;
-            }
-        }
-        if !pending.is_empty() {
-            // Written before anything is received again: a transient failure must be
-            // given back before its message is counted once more.
-            if let Err(e) = write_notes(s, pending).await {
-                warn!("cannot record the last failure yet; reconnecting: {e}");
-                session = None;
-                streaks.receive += 1;
-                if sleep_or_stop(ctx.retry.delay(streaks.receive), stop).await {
                     return ReaderExit::Stopped;
                 }
                 continue;

@@ -17,9 +17,10 @@ SELECT (SELECT count(*) FROM sb.message WHERE queue = $1), EXISTS (SELECT 1 FROM
 SELECT handle, conversation_id, is_initiator, group_id, state, far_service
   FROM sb.endpoint WHERE handle = $1;
 
--- `ALTER QUEUE q WITH STATUS = …, POISON_MESSAGE_HANDLING (STATUS = …)` (NULL: unchanged).
+-- `ALTER QUEUE q WITH STATUS = …, POISON_MESSAGE_HANDLING (STATUS = …), ACTIVATION
+-- (MAX_QUEUE_READERS = …)` (NULL: unchanged).
 -- name: alter_queue
-SELECT sb.alter_queue($1, p_enabled => $2, p_poison_handling => $3);
+SELECT sb.alter_queue($1, p_enabled => $2, p_poison_handling => $3, p_max_readers => $4);
 
 -- A statement inside a client's transaction with XACT_ABORT OFF: on an error only the
 -- statement is undone, as SQL Server undoes it, and the transaction goes on.

@@ -67,9 +67,11 @@ pub(super) async fn execute(
             let rows = s.client().query(emu::ENDPOINT.sql, &[&h]).await.map_err(pg_failure)?;
             endpoint_rows(columns.as_deref(), &rows, t)
         }
-        Statement::AlterQueue { queue, enabled, poison_handling } => {
+        Statement::AlterQueue { queue, enabled, poison_handling, max_readers } => {
             let q = queue_name(&queue);
-            s.client().execute(emu::ALTER_QUEUE.sql, &[&q, &enabled, &poison_handling]).await.map_err(|e| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&q, &enabled, &poison_handling, &max_readers];
+            s.client().execute(emu::ALTER_QUEUE.sql, &params).await.map_err(|e| {
                 let f = pg_failure(e);
                 if f.number == 50000 && f.message.contains("is not found") { invalid_object(&queue) } else { f }
             })?;

@@ -133,14 +133,16 @@ impl Parser {
         })
     }
 
-    /// `ALTER QUEUE q WITH …` (after ALTER QUEUE): the queue's status and its poison
-    /// message handling; the other settings and actions are refused.
+    /// `ALTER QUEUE q WITH …` (after ALTER QUEUE): the queue's status, its poison
+    /// message handling, and `ACTIVATION ([STATUS = OFF,] MAX_QUEUE_READERS = n)` (the
+    /// workers' limit; the emulator activates nothing, so a procedure or STATUS = ON is
+    /// refused); the other settings and actions are refused.
     pub(super) fn alter_queue(&mut self) -> Result<Statement, TsqlError> {
         let queue = self.name()?;
         if !self.eat_kw("WITH") {
             return Err(unsupported(&format!("ALTER QUEUE … {}", self.near().to_uppercase())));
         }
-        let (mut enabled, mut poison_handling) = (None, None);
+        let (mut enabled, mut poison_handling, mut max_readers) = (None, None, None);
         loop {
             if self.eat_kw("STATUS") {
                 self.punct('=')?;
@@ -151,7 +153,28 @@ impl Parser {
                 self.punct('=')?;
                 poison_handling = Some(self.on_off()?);
                 self.punct(')')?;
-            } else if self.is_kw("RETENTION") || self.is_kw("ACTIVATION") {
+            } else if self.eat_kw("ACTIVATION") {
+                self.punct('(')?;
+                loop {
+                    if self.eat_kw("STATUS") {
+                        self.punct('=')?;
+                        if self.on_off()? {
+                            return Err(unsupported("ALTER QUEUE … ACTIVATION (STATUS = ON)"));
+                        }
+                    } else if self.eat_kw("MAX_QUEUE_READERS") {
+                        self.punct('=')?;
+                        let n = self.setting_word()?;
+                        let n: i32 = n.parse().ok().filter(|n| (0..=32767).contains(n)).ok_or_else(|| syntax(&n))?;
+                        max_readers = Some(n);
+                    } else {
+                        return Err(unsupported(&format!("ALTER QUEUE … ACTIVATION ({}", self.near().to_uppercase())));
+                    }
+                    if !self.eat_punct(',') {
+                        break;
+                    }
+                }
+                self.punct(')')?;
+            } else if self.is_kw("RETENTION") {
                 return Err(unsupported(&format!("ALTER QUEUE … {}", self.near().to_uppercase())));
             } else {
                 return Err(syntax(&self.near()));
@@ -162,6 +185,6 @@ impl Parser {
                 break;
             }
         }
-        Ok(Statement::AlterQueue { queue, enabled, poison_handling })
+        Ok(Statement::AlterQueue { queue, enabled, poison_handling, max_readers })
     }
 }

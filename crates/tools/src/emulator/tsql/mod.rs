@@ -185,11 +185,13 @@ pub enum Statement {
         columns: Option<Vec<String>>,
         handle: Value,
     },
-    /// `ALTER QUEUE q WITH [STATUS = ON|OFF] [,] [POISON_MESSAGE_HANDLING (STATUS = ON|OFF)]`.
+    /// `ALTER QUEUE q WITH [STATUS = ON|OFF] [,] [POISON_MESSAGE_HANDLING (STATUS = ON|OFF)]
+    /// [,] [ACTIVATION ([STATUS = OFF,] MAX_QUEUE_READERS = n)]`.
     AlterQueue {
         queue: String,
         enabled: Option<bool>,
         poison_handling: Option<bool>,
+        max_readers: Option<i32>,
     },
     /// `IF condition statement-or-block [ELSE statement-or-block]`.
     If {

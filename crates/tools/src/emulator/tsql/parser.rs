@@ -444,7 +444,7 @@ impl Parser {
 
     /// The value of a `SET` setting, upper case: a word, a `[name]`, a string
     /// (`N'us_english'`) or a number, negative ones too.
-    fn setting_word(&mut self) -> Result<String, TsqlError> {
+    pub(super) fn setting_word(&mut self) -> Result<String, TsqlError> {
         let negative = self.eat_punct('-');
         let word = match self.peek() {
             Some(Tok::Int(i)) if *i < 0 && !negative => i.to_string(),

@@ -323,14 +323,25 @@ fn queue_depth_endpoint_state_and_alter_queue() {
     );
     assert_eq!(
         one("ALTER QUEUE [dbo].[q] WITH STATUS = ON POISON_MESSAGE_HANDLING (STATUS = OFF)"),
-        Statement::AlterQueue { queue: "dbo.q".into(), enabled: Some(true), poison_handling: Some(false) }
+        Statement::AlterQueue {
+            queue: "dbo.q".into(),
+            enabled: Some(true),
+            poison_handling: Some(false),
+            max_readers: None
+        }
     );
     assert_eq!(
         one("alter queue q with poison_message_handling (status = on)"),
-        Statement::AlterQueue { queue: "q".into(), enabled: None, poison_handling: Some(true) }
+        Statement::AlterQueue { queue: "q".into(), enabled: None, poison_handling: Some(true), max_readers: None }
+    );
+    assert_eq!(
+        one("ALTER QUEUE q WITH ACTIVATION (STATUS = OFF, MAX_QUEUE_READERS = 4)"),
+        Statement::AlterQueue { queue: "q".into(), enabled: None, poison_handling: None, max_readers: Some(4) }
     );
     for refused in [
         "ALTER QUEUE q WITH RETENTION = ON",
+        "ALTER QUEUE q WITH ACTIVATION (STATUS = ON, MAX_QUEUE_READERS = 4)",
+        "ALTER QUEUE q WITH ACTIVATION (PROCEDURE_NAME = dbo.p)",
         "ALTER QUEUE q REBUILD",
         "ALTER TABLE t ADD c int",
         "SELECT COUNT(*) FROM q WITH (NOLOCK)",
