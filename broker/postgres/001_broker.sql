@@ -47,9 +47,15 @@ CREATE TABLE IF NOT EXISTS sb.queue (
 -- database's limit now. Queues left at the old default get no limit, once (before
 -- marker 1001 is recorded, at the end of this script; markers above 1000 record one-time
 -- changes of data, the ones below the scripts applied).
-ALTER TABLE sb.queue ALTER COLUMN max_readers SET DEFAULT 0;
-UPDATE sb.queue SET max_readers = 0
- WHERE max_readers = 1 AND NOT EXISTS (SELECT 1 FROM sb.migration WHERE version = 1001);
+-- Only then: an ALTER TABLE takes sb.queue's strongest lock, which every send waits for,
+-- and an install runs while planners edit.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM sb.migration WHERE version = 1001) THEN
+        ALTER TABLE sb.queue ALTER COLUMN max_readers SET DEFAULT 0;
+        UPDATE sb.queue SET max_readers = 0 WHERE max_readers = 1;
+    END IF;
+END $$;
 
 CREATE TABLE IF NOT EXISTS sb.service (
     name  text PRIMARY KEY,
