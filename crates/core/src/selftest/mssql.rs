@@ -192,6 +192,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     }
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
+    let mut limits = Vec::new();
     let [reken, data] = queues();
     for q in [reken.as_str(), data.as_str()] {
         let r = rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?;
@@ -212,11 +213,24 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
             problems.push(format!("queue {q} has activation on (a procedure would compete with the worker)"));
             fixes.push(format!("ALTER QUEUE {q} WITH ACTIVATION (STATUS = OFF)"));
         }
+        // A MAX_QUEUE_READERS left from an activation configured once limits the workers.
+        if let Some(n) = r.try_get::<i16, _>(4).ok().flatten().filter(|n| *n > 0) {
+            limits.push(format!("{q} at most {n}"));
+        }
     }
     if problems.is_empty() {
+        let limits = if limits.is_empty() {
+            "; no MAX_QUEUE_READERS limit".to_owned()
+        } else {
+            format!(
+                "; MAX_QUEUE_READERS limits the readers of all workers together: {} (0 for none: ALTER QUEUE … \
+                 WITH ACTIVATION (MAX_QUEUE_READERS = 0))",
+                limits.join(", ")
+            )
+        };
         Ok(format!(
             "SQL Server {version}; broker enabled, compatibility level {level}; queues {reken} and {data} \
-             enabled, activation and poison-message handling off"
+             enabled, activation and poison-message handling off{limits}"
         ))
     } else {
         Err(Failure::new(problems.join("; ")).fix(fixes.join("; ")))
