@@ -120,8 +120,8 @@ BEGIN
 END
 GO
 -- Requests without an outcome, for Rekenserver.markeer_verloren (every sweep run), and the
--- sweep's retention of answered ones (by outcome, then when it came: the rows it keeps
--- are not read again). A plain index: a filtered one would make every writer of the log
+-- sweep's retention of answered ones (by outcome, then when it came: of the rows it
+-- keeps, only each key's current Fouts are read again). A plain index: a filtered one would make every writer of the log
 -- (the roster's triggers) depend on its session's SET options. The collector sets
 -- uitkomst and beantwoord_op in one UPDATE, so the second key column costs no extra
 -- index write. The builds before keyed it on uitkomst alone: rebuilt with the second

@@ -353,13 +353,10 @@ BEGIN
               FROM Rekenserver.berekening_log l
              WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
                AND l.beantwoord_op < DATEADD(DAY, -@retention_days, SYSUTCDATETIME())
-               AND (l.uitkomst <> 'fout'
-                    OR NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel s
-                                    WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
-                                      AND s.versie = l.versie))
                AND NOT EXISTS (SELECT 1 FROM Rekenserver.sleutel s
                                 WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
-                                  AND s.dialog_handle = l.dialog_handle);
+                                  AND (s.dialog_handle = l.dialog_handle
+                                       OR (l.uitkomst = 'fout' AND s.versie = l.versie)));
             SET @n = @@ROWCOUNT; SET @deleted += @n; SET @del_verzoek += @n;
             IF @n < @log_batch BREAK;
         END

@@ -86,7 +86,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+2e71e72cedaff3a0';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b6f25da18c5accf1';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+2e71e72cedaff3a0';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b6f25da18c5accf1';
 GO

@@ -132,13 +132,10 @@ WITH gone AS (
         SELECT l.dialog_handle, l.vraag_id FROM rekenserver.berekening_log l
          WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
            AND l.beantwoord_op < now() - make_interval(days => $1)
-           AND (l.uitkomst <> 'fout'
-                OR NOT EXISTS (SELECT 1 FROM rekenserver.sleutel s
-                                WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
-                                  AND s.versie = l.versie))
            AND NOT EXISTS (SELECT 1 FROM rekenserver.sleutel s
                             WHERE s.dienstverband_id = l.dienstverband_id AND s.periode_id = l.periode_id
-                              AND s.dialog_handle = l.dialog_handle)
+                              AND (s.dialog_handle = l.dialog_handle
+                                   OR (l.uitkomst = 'fout' AND s.versie = l.versie)))
          LIMIT $2)
     RETURNING 1
 )
