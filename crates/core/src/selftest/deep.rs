@@ -17,15 +17,12 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::mssql::{queues, step};
-use super::{Failure, Report, SCRATCH_DV, SCRATCH_PERIODE};
+use super::mssql::{failure, queues, rows, step};
+use super::{Failure, Report, SCRATCH_DV, SCRATCH_PERIODE, ScratchHandlers, Took};
 use crate::broker::mssql::{self, Connection, MssqlSession, MssqlTransport, Tds};
-use crate::contract::Limits;
-use crate::handlers::{calculation, collector};
 use crate::handoff::export::Mode;
 use crate::handoff::{evidence, mssql as handoff, recompute, sweep};
 use crate::transport::{BrokerError, Message, Session, Transport};
-use crate::worker::Handler;
 
 /// The planner's contract (priority 5); a recompute's dialogs use the recompute
 /// contract (priority 3: 01_service_broker.sql).
@@ -48,10 +45,6 @@ const SWEEP: sweep::Options = sweep::Options {
     delete_batch: 5000,
 };
 
-fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
-    Failure::broker(detail, e)
-}
-
 /// What the steps share: the worker's connection (the scratch steps, as the plain
 /// selftest calls them), the admin's (recompute, export, evidence, sweep), a worker
 /// session over the transport and the worker's handlers.
@@ -60,8 +53,7 @@ struct Deep {
     admin: Tds,
     transport: MssqlTransport,
     session: MssqlSession,
-    calculation: calculation::Calculation,
-    collector: collector::Collector,
+    handlers: ScratchHandlers,
     tables: Arc<crate::engine::Tables>,
 }
 
@@ -112,15 +104,7 @@ async fn open(conn: &str, admin: &str) -> Result<Deep, Failure> {
     let session = transport.open().await.map_err(|e| failure("opening a worker session over the transport", &e))?;
     let tables =
         Arc::new(crate::engine::Tables::built_in().map_err(|e| Failure::new(format!("the rate tables: {e}")))?);
-    Ok(Deep {
-        worker,
-        admin,
-        transport,
-        session,
-        calculation: calculation::Calculation::new(tables.clone(), Limits::default()),
-        collector: collector::Collector::new(Limits::default()),
-        tables,
-    })
+    Ok(Deep { worker, admin, transport, session, handlers: ScratchHandlers::new(tables.clone()), tables })
 }
 
 type StepResult = Result<(), (&'static str, Failure)>;
@@ -294,16 +278,10 @@ impl Deep {
             ));
         }
         for q in queues() {
-            let rows = self
-                .worker
-                .query(crate::sql::statements::mssql_selftest::QUEUE.sql, &[&q.as_str()])
+            let state = rows(&mut self.worker, crate::sql::statements::mssql_selftest::QUEUE, &[&q.as_str()])
                 .await
-                .map_err(mssql::error_of)
-                .map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?
-                .into_first_result()
-                .await
-                .map_err(|e| failure(format!("sbworker.queue_state {q}"), &mssql::error_of(e)))?;
-            let waiting = rows.first().and_then(|r| r.try_get::<i64, _>(1).ok().flatten()).unwrap_or(0);
+                .map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?;
+            let waiting = state.first().and_then(|r| r.try_get::<i64, _>(1).ok().flatten()).unwrap_or(0);
             if waiting > 0 {
                 return Err(Failure::new(format!("{waiting} messages wait on {q}")).fix(
                     "start the workers to drain them, stop them, and run --deep again (it needs the queues to itself)",
@@ -392,41 +370,14 @@ impl Deep {
             .filter_map(|r| r.1.map(|t| (reken.as_str(), t)))
             .chain(requests.iter().map(|r| (data.as_str(), r.0)))
         {
-            let s = &mut self.session;
-            s.begin().await.map_err(|e| (name, failure("BEGIN TRANSACTION", &e)))?;
-            let messages = match s.receive_conversation(queue, handle).await {
-                Ok(m) => m,
-                // Ended already (an answered request's dialog): nothing to do.
-                Err(e) if e.kind == crate::broker::ErrorKind::ConversationNotFound => {
-                    let _ = s.rollback().await;
-                    continue;
-                }
-                Err(e) => {
-                    let _ = s.rollback().await;
-                    return Err((name, failure(format!("RECEIVE from {queue}"), &e)));
-                }
-            };
-            if messages.is_empty() {
-                s.commit().await.map_err(|e| (name, failure("COMMIT", &e)))?;
-                continue;
+            let calculate = queue == reken;
+            let what = if calculate { "a scratch Vraag" } else { "a scratch Antwoord" };
+            // Gone: an answered request's dialog, ended already; nothing to do.
+            match self.handlers.answer(&mut self.session, queue, handle, calculate, what).await {
+                Ok(Took::Handled) => handled += 1,
+                Ok(Took::Nothing | Took::Gone(_)) => {}
+                Err(f) => return Err((name, f)),
             }
-            let result = if queue == reken {
-                self.calculation.handle(s, &messages).await
-            } else {
-                Handler::<MssqlSession>::handle(&self.collector, s, &messages).await
-            };
-            match result {
-                Ok(h) if h.faulted > 0 => {
-                    let _ = s.rollback().await;
-                    return Err((name, Failure::new(format!("a scratch message on {queue} came to a Fout"))));
-                }
-                Ok(_) => s.commit().await.map_err(|e| (name, failure("COMMIT", &e)))?,
-                Err(e) => {
-                    let _ = s.rollback().await;
-                    return Err((name, Failure::new(format!("handling a scratch message from {queue}: {e}"))));
-                }
-            }
-            handled += 1;
         }
         Ok(handled)
     }

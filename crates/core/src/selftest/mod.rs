@@ -24,7 +24,7 @@ use crate::contract::Limits;
 use crate::handlers::calculation;
 use crate::handlers::collector;
 use crate::transport::PayrollStore;
-use crate::transport::{Session, Transport};
+use crate::transport::Transport;
 use crate::worker::Handler;
 
 /// The scratch key of the round trip: a dienstverband (and CAO) id and a period id no
@@ -186,6 +186,80 @@ pub fn round_trip_detail(by: AnsweredBy, versie: i64, factors: i64, started: std
     )
 }
 
+/// The worker's handlers as the selftest uses them: the calculation's (with the tables
+/// given) and the collector's.
+pub(crate) struct ScratchHandlers {
+    calculation: calculation::Calculation,
+    collector: collector::Collector,
+}
+
+/// What one conversation's turn found.
+pub(crate) enum Took {
+    /// Its messages were handled and committed.
+    Handled,
+    /// Nothing waited for it.
+    Nothing,
+    /// The conversation is gone (ended already).
+    Gone(crate::transport::BrokerError),
+}
+
+impl ScratchHandlers {
+    pub(crate) fn new(tables: Arc<crate::engine::Tables>) -> Self {
+        Self {
+            calculation: calculation::Calculation::new(tables, Limits::default()),
+            collector: collector::Collector::new(Limits::default()),
+        }
+    }
+
+    /// One transaction on `session`, as a worker's: receives what waits for conversation
+    /// `handle` on `queue`, handles it with the calculation's handler (`calculate`) or
+    /// the collector's, and commits. A Fout is a failure (the transaction rolled back);
+    /// `what` names the message in failures.
+    pub(crate) async fn answer<S: PayrollStore>(
+        &self,
+        session: &mut S,
+        queue: &str,
+        handle: Uuid,
+        calculate: bool,
+        what: &str,
+    ) -> Result<Took, Failure> {
+        session.begin().await.map_err(|e| Failure::broker("BEGIN TRANSACTION", &e))?;
+        let messages = match session.receive_conversation(queue, handle).await {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = session.rollback().await;
+                if e.kind == crate::broker::ErrorKind::ConversationNotFound {
+                    return Ok(Took::Gone(e));
+                }
+                return Err(Failure::broker(format!("receiving {what} from {queue}"), &e));
+            }
+        };
+        if messages.is_empty() {
+            let _ = session.rollback().await;
+            return Ok(Took::Nothing);
+        }
+        let handled = if calculate {
+            Handler::<S>::handle(&self.calculation, session, &messages).await
+        } else {
+            Handler::<S>::handle(&self.collector, session, &messages).await
+        };
+        match handled {
+            Ok(h) if h.faulted > 0 => {
+                let _ = session.rollback().await;
+                Err(Failure::new(format!("{what} on {queue} was answered with a Fout (see the calculation log)")))
+            }
+            Ok(_) => {
+                session.commit().await.map_err(|e| Failure::broker("COMMIT", &e))?;
+                Ok(Took::Handled)
+            }
+            Err(e) => {
+                let _ = session.rollback().await;
+                Err(Failure::new(format!("handling {what} from {queue}: {e}")))
+            }
+        }
+    }
+}
+
 /// Answers the scratch dialog over `transport` as the worker and its collector would:
 /// receives the Vraag on the target's endpoint `target` of queue `reken_queue`,
 /// computes and answers it (one transaction), then receives the Antwoord on the
@@ -204,42 +278,15 @@ where
     let (reken_queue, data_queue) = queues;
     let tables =
         Arc::new(crate::engine::Tables::built_in().map_err(|e| Failure::new(format!("the rate tables: {e}")))?);
-    let calculation = calculation::Calculation::new(tables, Limits::default());
-    let collector = collector::Collector::new(Limits::default());
+    let handlers = ScratchHandlers::new(tables);
     let mut session =
         transport.open().await.map_err(|e| Failure::broker("opening a worker session over the transport", &e))?;
     let mut by = AnsweredBy::Selftest;
     for (queue, handle, what) in [(reken_queue, target, "the Vraag"), (data_queue, initiator, "the Antwoord")] {
-        session.begin().await.map_err(|e| Failure::broker("BEGIN TRANSACTION", &e))?;
-        let messages = match session.receive_conversation(queue, handle).await {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = session.rollback().await;
-                return Err(Failure::broker(format!("receiving {what} from {queue}"), &e));
-            }
-        };
-        if messages.is_empty() {
-            let _ = session.rollback().await;
-            by = AnsweredBy::RunningWorker;
-            continue;
-        }
-        let handled = if queue == reken_queue {
-            calculation.handle(&mut session, &messages).await
-        } else {
-            Handler::<T::Session>::handle(&collector, &mut session, &messages).await
-        };
-        match handled {
-            Ok(h) if h.faulted > 0 => {
-                let _ = session.rollback().await;
-                return Err(Failure::new(format!(
-                    "{what} on {queue} was answered with a Fout (see the calculation log)"
-                )));
-            }
-            Ok(_) => session.commit().await.map_err(|e| Failure::broker("COMMIT", &e))?,
-            Err(e) => {
-                let _ = session.rollback().await;
-                return Err(Failure::new(format!("handling {what} from {queue}: {e}")));
-            }
+        match handlers.answer(&mut session, queue, handle, queue == reken_queue, what).await? {
+            Took::Handled => {}
+            Took::Nothing => by = AnsweredBy::RunningWorker,
+            Took::Gone(e) => return Err(Failure::broker(format!("receiving {what} from {queue}"), &e)),
         }
     }
     Ok(by)

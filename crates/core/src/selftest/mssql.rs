@@ -26,11 +26,11 @@ pub(super) fn queues() -> [String; 2] {
     [format!("dbo.{REKEN_QUEUE}"), format!("dbo.{DATA_QUEUE}")]
 }
 
-fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
+pub(super) fn failure(detail: impl Into<String>, e: &BrokerError) -> Failure {
     Failure::broker(detail, e)
 }
 
-async fn rows(
+pub(super) async fn rows(
     client: &mut Tds,
     statement: crate::sql::Named,
     params: &[&dyn ToSql],
