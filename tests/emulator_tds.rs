@@ -149,18 +149,7 @@ async fn a_group_receive_waits_for_a_held_group_until_its_lock_timeout() {
     let (url, _s) = calc_world().await;
     let faults = Arc::new(Faults::default());
     let (conn, _stop) = emulator_with(&url, faults.clone()).await;
-    let mut sender = crate::common::tds::client(&conn).await;
-    sender
-        .execute(
-            "DECLARE @h uniqueidentifier;
-             BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
-                 TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
-                 ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
-             SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);",
-            &[&vraag_body(Uuid::new_v4()).as_slice()],
-        )
-        .await
-        .unwrap();
+    crate::common::tds::send_vraag(&mut crate::common::tds::client(&conn).await).await;
     // Session A holds the group in an open transaction.
     let mut a = crate::common::tds::client(&conn).await;
     let g: Uuid = a
@@ -191,11 +180,7 @@ async fn a_group_receive_waits_for_a_held_group_until_its_lock_timeout() {
     b.simple_query("SET LOCK_TIMEOUT -1").await.unwrap().into_results().await.unwrap();
     let waiting =
         tokio::spawn(async move { b.query(receive, &[&g]).await.unwrap().into_first_result().await.unwrap().len() });
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while faults.group_lock_waits() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "B's receive did not begin to wait");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_until("B's receive begins to wait", || async { faults.group_lock_waits() >= 3 }).await;
     assert!(!waiting.is_finished(), "B waits while A holds the group");
     a.simple_query("ROLLBACK TRANSACTION").await.unwrap().into_results().await.unwrap();
     assert_eq!(crate::common::within(30, "B's receive after A's rollback", waiting).await.unwrap(), 1);

@@ -297,17 +297,7 @@ async fn the_deep_selftest_will_not_start_beside_a_live_worker_or_with_messages_
     // Silent for longer than three intervals: not alive; a Vraag waiting (a T-SQL
     // initiator's) stops it instead.
     c.batch_execute("UPDATE sbworker.worker_instance SET beat_at = now() - interval '1 hour'").await.unwrap();
-    let mut t = crate::common::tds::client(&conn).await;
-    t.execute(
-        "DECLARE @h uniqueidentifier;
-         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
-             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
-             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
-         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);",
-        &[&crate::common::calc::vraag_body(uuid::Uuid::new_v4()).as_slice()],
-    )
-    .await
-    .unwrap();
+    crate::common::tds::send_vraag(&mut crate::common::tds::client(&conn).await).await;
     let before = leftovers(&c).await;
     let r = sbworker::selftest::mssql::run_deep(&conn, &conn).await;
     let last = r.checks.last().unwrap();

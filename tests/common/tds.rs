@@ -19,6 +19,21 @@ pub async fn client(conn: &str) -> sbworker::broker::mssql::Tds {
     sbworker::broker::mssql::connect(&sbworker::broker::mssql::Connection::parse(conn).unwrap()).await.unwrap()
 }
 
+/// A T-SQL initiator's request, as a DBA would send it: a dialog from the data service
+/// and one Vraag on it (a valid one, for a dienstverband of its own), committed.
+pub async fn send_vraag(c: &mut sbworker::broker::mssql::Tds) {
+    c.execute(
+        "DECLARE @h uniqueidentifier;
+         BEGIN DIALOG CONVERSATION @h FROM SERVICE [/Rekenserver/LoonfactorBerekening/DataService]
+             TO SERVICE '/Rekenserver/LoonfactorBerekening/RekenService'
+             ON CONTRACT [/Rekenserver/LoonfactorBerekening/DataContract] WITH ENCRYPTION = OFF;
+         SEND ON CONVERSATION @h MESSAGE TYPE [/Rekenserver/LoonfactorBerekening/Vraag] (@P1);",
+        &[&super::calc::vraag_body(uuid::Uuid::new_v4()).as_slice()],
+    )
+    .await
+    .unwrap();
+}
+
 /// The TCP port of an emulator's connection string (`Server=tcp:127.0.0.1,PORT;…`).
 pub fn port(conn: &str) -> u16 {
     conn.split(',').nth(1).and_then(|r| r.split(';').next()).and_then(|p| p.parse().ok()).expect("a port in the string")
