@@ -24,8 +24,8 @@ async fn install_is_idempotent() {
                  + (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal) \
                  + (SELECT count(*) FROM pg_class WHERE relnamespace::regnamespace::text IN ('sb', 'sbworker', 'rooster', 'rekenserver'))";
     let before: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
-    assert_eq!(install(&url).await.unwrap(), [1, 2, 3, 7, 6]);
-    assert_eq!(sbworker::broker::postgres::install_with(&url, true).await.unwrap(), [1, 2, 3, 7, 4, 5, 6]);
+    assert_eq!(install(&url).await.unwrap(), [1, 2, 3, 7, 8, 6]);
+    assert_eq!(sbworker::broker::postgres::install_with(&url, true).await.unwrap(), [1, 2, 3, 7, 8, 4, 5, 6]);
     let after: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
     assert_eq!(before, after);
 }

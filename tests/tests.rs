@@ -28,6 +28,7 @@ mod pg_roles; // the PostgreSQL roles, as strict as Service Broker's permissions
 mod pg_tls; // TLS to PostgreSQL as libpq's `sslmode` means it
 mod pipeline_pg; // the pipeline on PostgreSQL, end to end (two slow tests)
 mod repairs_pg; // lost dialogs and unbuildable keys, repaired by the sweep
+mod routes_pg; // the split install on PostgreSQL: sides on servers of their own, joined by routes
 mod secrets; // no secret is ever printed
 mod selftest; // `sbworker selftest`
 mod transient_faults; // aimed transient faults: retried, never counted, never diverted

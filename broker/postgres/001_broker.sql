@@ -15,6 +15,37 @@ CREATE TABLE IF NOT EXISTS sb.migration (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- This database's broker: its id (a route names the far database by it, as SQL Server's
+-- service_broker_guid does; a new one at sb.new_broker) and the side it holds: 'both'
+-- (one database holds both services, the default), or, split over two databases
+-- (docs/deployment.md), 'roster' (the roster, the sender, the answers' service and
+-- queue, the results) or 'calc' (the calculation service and its queue). The side is
+-- the first install's (`sbworker install --side`, setting sbworker.side) and stays.
+CREATE TABLE IF NOT EXISTS sb.broker_instance (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    id       uuid NOT NULL DEFAULT gen_random_uuid(),
+    side     text NOT NULL CHECK (side IN ('both', 'roster', 'calc'))
+);
+DO $$
+DECLARE
+    v_asked text := nullif(current_setting('sbworker.side', true), '');
+    v_side  text;
+BEGIN
+    SELECT side INTO v_side FROM sb.broker_instance;
+    IF NOT FOUND THEN
+        INSERT INTO sb.broker_instance (side) VALUES (coalesce(v_asked, 'both'));
+    ELSIF v_asked IS NOT NULL AND v_asked <> v_side THEN
+        RAISE EXCEPTION 'this database holds the % side of sbworker; it cannot be installed as the % side', v_side, v_asked
+              USING ERRCODE = '22023',
+                    HINT = 'install each side in a database of its own (docs/deployment.md)';
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION sb.side() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT side FROM sb.broker_instance
+$$;
+
 -- Catalogue -----------------------------------------------------------------------
 
 CREATE TABLE IF NOT EXISTS sb.message_type (
@@ -100,6 +131,21 @@ CREATE TABLE IF NOT EXISTS sb.endpoint (
     created_at      timestamptz NOT NULL DEFAULT now()
 ) WITH (fillfactor = 80);
 CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+-- A dialog whose far service lives in another database: the route (sb.route,
+-- 008_routes.sql) its messages leave by; NULL when both sides are here. The far service
+-- then has no row in sb.service, so far_service names no row. Both changes once: an
+-- ALTER TABLE takes the table every send and receive reads.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.endpoint'::regclass AND attname = 'route' AND NOT attisdropped) THEN
+        ALTER TABLE sb.endpoint ADD COLUMN route text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
+                WHERE conrelid = 'sb.endpoint'::regclass AND conname = 'endpoint_far_service_fkey') THEN
+        ALTER TABLE sb.endpoint DROP CONSTRAINT endpoint_far_service_fkey;
+    END IF;
+END $$;
 
 -- Messages waiting on a queue. Delivered messages are deleted (RETENTION OFF): the
 -- table only ever holds the backlog. Vacuumed eagerly: dead rows at the head of a
@@ -215,10 +261,12 @@ BEGIN
 END $$;
 
 -- GRANT SEND ON SERVICE::s TO role; GRANT RECEIVE ON queue TO role. Idempotent.
+-- On a side of a split install SEND may be granted on a service of the other side (it
+-- is reached over a route).
 CREATE OR REPLACE FUNCTION sb.grant_send(p_service text, p_role name) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_service) THEN
+    IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_service) AND sb.side() = 'both' THEN
         PERFORM sb.fail('SB424', format('service %s is not found', p_service));
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
@@ -565,19 +613,25 @@ DECLARE
     v_group  uuid := coalesce(p_related_group, gen_random_uuid());
     v_handle uuid := gen_random_uuid();
     v_gqueue text;
+    v_route  text;
 BEGIN
     SELECT queue INTO v_queue FROM sb.service WHERE name = p_from_service;
     IF NOT FOUND THEN
         PERFORM sb.fail('SB424', format('service %s is not found', p_from_service));
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_to_service) THEN
-        PERFORM sb.fail('SB424', format('target service %s is not found', p_to_service));
+    -- A route for the target service wins over the service here, as in Service Broker
+    -- (the local route is the least specific); among several, new dialogs take turns.
+    v_route := sb.pick_route(p_to_service);
+    IF v_route IS NULL AND NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_to_service) THEN
+        PERFORM sb.fail('SB424', format('target service %s is not found, and no route leads to it', p_to_service));
     END IF;
     PERFORM sb.require_right('SEND', p_to_service);
     IF NOT EXISTS (SELECT 1 FROM sb.contract WHERE name = p_contract) THEN
         PERFORM sb.fail('SB425', format('contract %s is not found', p_contract));
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM sb.service_contract WHERE service = p_to_service AND contract = p_contract) THEN
+    -- (A far service checks its contracts when the dialog's first message arrives.)
+    IF v_route IS NULL
+       AND NOT EXISTS (SELECT 1 FROM sb.service_contract WHERE service = p_to_service AND contract = p_contract) THEN
         PERFORM sb.fail('SB425', format('service %s does not accept contract %s', p_to_service, p_contract));
     END IF;
     v_gqueue := sb.hold_group(v_group, v_queue);
@@ -585,10 +639,10 @@ BEGIN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', v_group, v_gqueue, v_queue));
     END IF;
     INSERT INTO sb.endpoint (handle, conversation_id, is_initiator, service, far_service, contract,
-                             group_id, state, expires_at, priority)
+                             group_id, state, expires_at, priority, route)
     VALUES (v_handle, gen_random_uuid(), true, p_from_service, p_to_service, p_contract, v_group, 'SO',
             CASE WHEN p_lifetime_seconds IS NOT NULL THEN now() + make_interval(secs => p_lifetime_seconds) END,
-            sb.priority_of(p_contract, p_from_service, p_to_service));
+            sb.priority_of(p_contract, p_from_service, p_to_service), v_route);
     RETURN v_handle;
 END $$;
 
@@ -686,6 +740,10 @@ BEGIN
     SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
+    END IF;
+    IF e.route IS NOT NULL THEN
+        PERFORM sb.send_remote(e, p_message_type, p_body);
+        RETURN;
     END IF;
     PERFORM sb.require_right('SEND', e.far_service);
     SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
@@ -1119,6 +1177,10 @@ BEGIN
     IF FOUND AND NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
         DELETE FROM sb.group_ready WHERE group_id = e.group_id;
     END IF;
+    IF e.route IS NOT NULL THEN
+        PERFORM sb.end_remote(e, p_error_code, p_description);
+        RETURN;
+    END IF;
     IF e.far_handle IS NULL OR v_far.handle IS NULL
        OR v_far.state IN ('DI', 'ER', 'DO', 'CD') AND e.state IN ('DI', 'ER') THEN
         -- (Both sides in ER after an expired LIFETIME end the same way: the first to end
@@ -1200,7 +1262,12 @@ BEGIN
             -- The initiator hears it from the target's side.
             PERFORM sb.enqueue(c.far, v_type, v_body);
         ELSE
-            -- No target endpoint: the broker tells the initiator itself, numbered after
+            -- The target is in another database: it hears it over the route.
+            IF (c.e).route IS NOT NULL AND (c.e).far_handle IS NOT NULL THEN
+                UPDATE sb.endpoint SET send_seq = send_seq + 1 WHERE handle = v_handle RETURNING send_seq INTO v_seq;
+                PERFORM sb.transmit(c.e, v_seq, v_type, v_body);
+            END IF;
+            -- No target endpoint here: the broker tells the initiator itself, numbered after
             -- anything the target sent it before it went.
             SELECT q.name, q.id INTO v_queue, v_qid
               FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
@@ -1209,6 +1276,13 @@ BEGIN
         END IF;
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
         v_n := v_n + 1;
+    END LOOP;
+    -- A remote dialog this side ended whose far side never answered it (it was ended
+    -- there with cleanup, or its database replaced): gone at its lifetime's end.
+    FOR v_handle IN
+        SELECT handle FROM sb.endpoint WHERE route IS NOT NULL AND state = 'DO' AND expires_at < now()
+    LOOP
+        PERFORM sb.forget(v_handle);
     END LOOP;
     RETURN v_n;
 END $$;
@@ -1231,6 +1305,9 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     DELETE FROM sb.endpoint;
     DELETE FROM sb.conversation_group;
+    -- A new broker id, as SQL Server's: routes of far databases that name the old one no
+    -- longer lead here.
+    UPDATE sb.broker_instance SET id = gen_random_uuid();
     RETURN v_n;
 END $$;
 

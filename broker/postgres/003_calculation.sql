@@ -14,16 +14,23 @@ SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/DataContract', ARRA
     ['/Rekenserver/LoonfactorBerekening/Antwoord', 'TARGET'],
     ['/Rekenserver/Fout', 'TARGET']]);
 -- The answers come back to the data side's queue; the requests go to the calculation's.
-SELECT sb.create_queue('loonfactorberekening_data') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_data');
-SELECT sb.create_queue('loonfactorberekening_reken') WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_reken');
+-- Split over two databases (sb.side(): docs/deployment.md), each holds its own service
+-- and queue, and reaches the other's over a route (008_routes.sql).
+SELECT sb.create_queue('loonfactorberekening_data')
+ WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_data') AND sb.side() <> 'calc';
+SELECT sb.create_queue('loonfactorberekening_reken')
+ WHERE NOT EXISTS (SELECT 1 FROM sb.queue WHERE name = 'loonfactorberekening_reken') AND sb.side() <> 'roster';
 -- sbworker's own attempt accounting is the poison rule on the queues it serves: the
 -- broker's (a queue disabled after 5 rolled-back receives in a row) would count
 -- deadlocks and dropped connections too. See docs/retries.md.
 SELECT sb.alter_queue(q, p_poison_handling => false)
-  FROM unnest(ARRAY['loonfactorberekening_data', 'loonfactorberekening_reken']) AS q;
-SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/DataService', 'loonfactorberekening_data');
+  FROM unnest(ARRAY['loonfactorberekening_data', 'loonfactorberekening_reken']) AS q
+ WHERE EXISTS (SELECT 1 FROM sb.queue WHERE name = q);
+SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/DataService', 'loonfactorberekening_data')
+ WHERE sb.side() <> 'calc';
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
-                         ARRAY['/Rekenserver/LoonfactorBerekening/DataContract']);
+                         ARRAY['/Rekenserver/LoonfactorBerekening/DataContract'])
+ WHERE sb.side() <> 'roster';
 -- Recompute (`sbworker recompute`) begins its dialogs on a contract of its own (the same
 -- messages, the same services: a key's dialogs share its conversation group, which on
 -- SQL Server holds the conversations of one service), so that a conversation priority
@@ -34,7 +41,8 @@ SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/HerberekenContract'
     ['/Rekenserver/LoonfactorBerekening/Antwoord', 'TARGET'],
     ['/Rekenserver/Fout', 'TARGET']]);
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
-                         ARRAY['/Rekenserver/LoonfactorBerekening/HerberekenContract']);
+                         ARRAY['/Rekenserver/LoonfactorBerekening/HerberekenContract'])
+ WHERE sb.side() <> 'roster';
 SELECT sb.create_broker_priority('herberekening', '/Rekenserver/LoonfactorBerekening/HerberekenContract',
     NULL, NULL, 3);
 -- A key's dialog kept open for its next versions (conversation reuse: the setting
@@ -48,7 +56,8 @@ SELECT sb.create_contract('/Rekenserver/LoonfactorBerekening/SleutelContract', A
     ['/Rekenserver/LoonfactorBerekening/Antwoord', 'TARGET'],
     ['/Rekenserver/Fout', 'TARGET']]);
 SELECT sb.create_service('/Rekenserver/LoonfactorBerekening/RekenService', 'loonfactorberekening_reken',
-                         ARRAY['/Rekenserver/LoonfactorBerekening/SleutelContract']);
+                         ARRAY['/Rekenserver/LoonfactorBerekening/SleutelContract'])
+ WHERE sb.side() <> 'roster';
 
 -- The calculation side: per (dienstverband, periode) the newest roster version it has
 -- answered. The receiving transaction claims a version here (holding the row lock to

@@ -155,8 +155,9 @@ GRANT SELECT, DELETE ON sbworker.dead_letter TO sbworker_housekeeping;
 GRANT SELECT, DELETE ON rekenserver.resultaat_historie TO sbworker_housekeeping;
 
 -- Service Broker's rights on the calculation's services and queues (003_calculation.sql).
-SELECT sb.grant_receive('loonfactorberekening_reken', 'sbworker_worker');
-SELECT sb.grant_receive('loonfactorberekening_data', 'sbworker_worker');
+SELECT sb.grant_receive(q, 'sbworker_worker')
+  FROM unnest(ARRAY['loonfactorberekening_reken', 'loonfactorberekening_data']) AS q
+ WHERE EXISTS (SELECT 1 FROM sb.queue WHERE name = q);
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/RekenService', 'sbworker_worker');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/DataService', 'sbworker_worker');
 SELECT sb.grant_send('/Rekenserver/LoonfactorBerekening/RekenService', 'sbworker_sender');

@@ -10,6 +10,11 @@
 SET LOCAL client_min_messages = warning;
 SET LOCAL lock_timeout = '5s';
 
+-- The side an install puts in (both, roster, calc: 001_broker.sql reads it), for this
+-- transaction. $1 the side.
+-- name: set_side
+SELECT pg_catalog.set_config('sbworker.side', $1, true);
+
 -- The install's version stamp: this sbworker's version and a hash of the part's
 -- scripts, for `sbworker selftest`. $1 the part (broker, roster), $2 the stamp.
 -- name: record_stamp

@@ -15,6 +15,40 @@ pub mod payroll;
 
 pub use message::{BrokerError, ErrorKind, Message, system};
 /// The Vraag contract version this build reads (for the heartbeat).
+/// Which part of the pipeline a database holds: both services (the default), or, split
+/// over two databases (docs/deployment.md), the roster side (the roster, the sender, the
+/// answers' service and queue, the results) or the calculation side (the calculation
+/// service and its queue, the version claim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Both,
+    Roster,
+    Calc,
+}
+
+impl Side {
+    /// The name an install records and the command line takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Both => "both",
+            Side::Roster => "roster",
+            Side::Calc => "calc",
+        }
+    }
+}
+
+impl std::str::FromStr for Side {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "both" => Ok(Side::Both),
+            "roster" => Ok(Side::Roster),
+            "calc" => Ok(Side::Calc),
+            _ => Err(format!("a side is both, roster or calc, not {s:?}")),
+        }
+    }
+}
+
 pub const CONTRACT_VERSIE: i32 = crate::contract::CONTRACT_VERSIE as i32;
 pub use payroll::{PayrollStore, Stored};
 

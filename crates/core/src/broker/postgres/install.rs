@@ -3,6 +3,7 @@
 
 use super::{BrokerError, connect, error_of};
 use crate::sql::statements::postgres_install;
+use crate::transport::{ErrorKind, Side};
 
 /// The install scripts, in order: (version, SQL).
 pub const SCRIPTS: &[(i32, &str)] = &[
@@ -10,6 +11,7 @@ pub const SCRIPTS: &[(i32, &str)] = &[
     (2, include_str!("../../../../../broker/postgres/002_worker.sql")),
     (3, include_str!("../../../../../broker/postgres/003_calculation.sql")),
     (7, include_str!("../../../../../broker/postgres/007_operations.sql")),
+    (8, include_str!("../../../../../broker/postgres/008_routes.sql")),
 ];
 
 /// The roster schema and its triggers (the sending side of the pipeline) and the
@@ -52,10 +54,24 @@ const TRIES: u32 = 8;
 /// long for a lock (1222: 55P03) is rolled back and run again, after a growing pause.
 /// Anything else (a cancel, a full disk) stops it at once.
 pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+    install_side(url, roster, None).await
+}
+
+/// [`install_with`] of one side (`side`; `None`: the side the database was first
+/// installed as, both services for a new one). A database stays the side it was first
+/// installed as: another is refused (22023), as is the roster on the calculation side.
+pub async fn install_side(url: &str, roster: bool, side: Option<Side>) -> Result<Vec<i32>, BrokerError> {
+    if roster && side == Some(Side::Calc) {
+        return Err(BrokerError {
+            kind: ErrorKind::Other,
+            number: 0,
+            message: "the roster is installed on the roster side, not the calculation side".into(),
+        });
+    }
     let mut tries = 0;
     loop {
         tries += 1;
-        match install_once(url, roster).await {
+        match install_once(url, roster, side).await {
             Err(e) if matches!(e.number, 1205 | 1222) && tries < TRIES => {
                 tokio::time::sleep(std::time::Duration::from_millis(100 << tries.min(5))).await;
             }
@@ -64,7 +80,7 @@ pub async fn install_with(url: &str, roster: bool) -> Result<Vec<i32>, BrokerErr
     }
 }
 
-async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> {
+async fn install_once(url: &str, roster: bool, side: Option<Side>) -> Result<Vec<i32>, BrokerError> {
     let client = connect(&super::endpoint(url)?, None).await?;
     let mut applied = Vec::new();
     let extra = if roster { ROSTER_SCRIPTS } else { &[] };
@@ -74,6 +90,9 @@ async fn install_once(url: &str, roster: bool) -> Result<Vec<i32>, BrokerError> 
     client.batch_execute("BEGIN").await.map_err(error_of)?;
     let run = async {
         client.batch_execute(postgres_install::QUIET_NOTICES.sql).await?;
+        if let Some(side) = side {
+            client.execute(postgres_install::SET_SIDE.sql, &[&side.name()]).await?;
+        }
         for (version, sql) in SCRIPTS.iter().chain(extra).chain(std::iter::once(&SECURITY)) {
             client.batch_execute(sql).await?;
             applied.push(*version);

@@ -9,6 +9,7 @@
 
 mod errors;
 mod install;
+pub mod route;
 mod side;
 
 use std::collections::HashMap;
@@ -27,7 +28,9 @@ use crate::sql::Named;
 use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState, Transport};
 
 pub use errors::{error_of, error_of_ref};
-pub use install::{ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_with, older_workers, stamp};
+pub use install::{
+    ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_side, install_with, older_workers, stamp,
+};
 pub use side::Side;
 use side::Wakeups;
 
