@@ -18,15 +18,12 @@ const DATA: &str = "/Rekenserver/LoonfactorBerekening/DataService";
 const REKEN: &str = "/Rekenserver/LoonfactorBerekening/RekenService";
 const CONTRACT: &str = "/Rekenserver/LoonfactorBerekening/DataContract";
 
-/// A server of its own for one side: logical replication on.
+/// A server of its own for one side: logical replication on. Commits wait for their WAL
+/// (synchronous_commit on, as in production): the tests stop servers at once, and what
+/// a test received in a commit that was not yet written would come back.
 pub async fn server() -> Cluster {
     tokio::task::spawn_blocking(|| {
-        Cluster::start(&[
-            "wal_level=logical",
-            "max_replication_slots=10",
-            "max_wal_senders=10",
-            "synchronous_commit=off",
-        ])
+        Cluster::start(&["wal_level=logical", "max_replication_slots=10", "max_wal_senders=10"])
     })
     .await
     .unwrap()
@@ -122,4 +119,231 @@ async fn a_dialog_crosses_to_another_server_and_back_and_ends_on_both_sides() {
     .await;
     assert_eq!(count(&c, "SELECT count(*) FROM sb.transmission").await, 0);
     assert_eq!(count(&c, "SELECT count(*) FROM sb.transmission_error").await, 0);
+}
+
+/// Sends `dialogs` dialogs of `per` Vraag messages each on the roster side, one
+/// transaction per dialog, their bodies `<Vraag d="D" n="N"/>`.
+async fn burst(r: &Client, first: i32, dialogs: i32, per: i32) {
+    for d in first..first + dialogs {
+        r.batch_execute(&format!(
+            "DO $$ DECLARE h uuid; BEGIN
+                 h := sb.begin_dialog('{DATA}', '{REKEN}', '{CONTRACT}', NULL, 3600);
+                 FOR n IN 1..{per} LOOP
+                     PERFORM sb.send(h, '{VRAAG}', convert_to(format('<Vraag d=\"%s\" n=\"%s\"/>', {d}, n), 'UTF8'));
+                 END LOOP;
+             END $$"
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+/// (dialog, n) of a burst's message body.
+fn numbers(body: &[u8]) -> (i32, i32) {
+    let text = std::str::from_utf8(body).unwrap();
+    let field = |name: &str| -> i32 {
+        let at = text.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+        text[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    (field("d"), field("n"))
+}
+
+/// Every dialog's messages once each and in order, on one handle: the dialogs seen.
+fn each_once_in_order(got: &[(uuid::Uuid, String, Vec<u8>)], per: i32) -> std::collections::BTreeSet<i32> {
+    let mut by_dialog: std::collections::BTreeMap<i32, (uuid::Uuid, Vec<i32>)> = Default::default();
+    for (handle, _, body) in got {
+        let (d, n) = numbers(body);
+        let entry = by_dialog.entry(d).or_insert((*handle, Vec::new()));
+        assert_eq!(entry.0, *handle, "dialog {d} arrived on one endpoint");
+        entry.1.push(n);
+    }
+    for (d, (_, ns)) in &by_dialog {
+        assert_eq!(*ns, (1..=per).collect::<Vec<_>>(), "dialog {d}: each message once, in order");
+    }
+    by_dialog.keys().copied().collect()
+}
+
+/// Two calculation servers linked to one roster database: new dialogs take them in
+/// turn. One server stops in the middle of a burst: its messages wait (the roster side
+/// shows its route not read and behind), the other's go on arriving, and once it is back
+/// every message arrives, each once, in order per dialog, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_down() {
+    let (a, b, c) = (server().await, server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, false).await;
+    let calc_b = side_db(&b, "calc", Side::Calc, false).await;
+    let calc_c = side_db(&c, "calc", Side::Calc, false).await;
+    let to_b = route::link(&roster, &calc_b).await.unwrap().to_calculation;
+    route::link(&roster, &calc_c).await.unwrap();
+    let r = client(&roster).await;
+    burst(&r, 0, 10, 5).await;
+    let cb = client(&calc_b).await;
+    let mut on_b = receive_until(&cb, "loonfactorberekening_reken", 25).await;
+    drop(cb);
+    b.stop_immediate().unwrap();
+    burst(&r, 10, 10, 5).await;
+    let cc = client(&calc_c).await;
+    let on_c = receive_until(&cc, "loonfactorberekening_reken", 50).await;
+    let row = r.query_one("SELECT reading, behind_bytes FROM sb.route_state WHERE route = $1", &[&to_b]).await.unwrap();
+    assert!(!row.get::<_, bool>(0), "the stopped server's route is not read");
+    assert!(row.get::<_, i64>(1) > 0, "the stopped server's route is behind");
+    b.start_again().unwrap();
+    let cb = client(&calc_b).await;
+    on_b.extend(receive_until(&cb, "loonfactorberekening_reken", 25).await);
+    let (seen_b, seen_c) = (each_once_in_order(&on_b, 5), each_once_in_order(&on_c, 5));
+    assert_eq!((seen_b.len(), seen_c.len()), (10, 10), "in turn: {seen_b:?} {seen_c:?}");
+    assert!(seen_b.is_disjoint(&seen_c));
+    // Nothing more comes (no duplicate after the restart).
+    assert!(receive_all(&cb, "loonfactorberekening_reken").await.is_empty());
+}
+
+/// The process that applies a route's messages killed with SIGKILL in the middle of a
+/// burst (its server restarts as after a crash): every message arrives once, in order per
+/// dialog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_carrier_killed_mid_transfer_loses_and_repeats_nothing() {
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, false).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc).await.unwrap();
+    let sender = {
+        let roster = roster.clone();
+        tokio::spawn(async move { burst(&client(&roster).await, 0, 150, 4).await })
+    };
+    // The apply worker, once it has delivered something.
+    let c = client(&calc).await;
+    let mut got = receive_until(&c, "loonfactorberekening_reken", 1).await;
+    let pid: i32 = c
+        .query_one("SELECT pid FROM pg_stat_subscription WHERE subname LIKE 'sb_route_%' AND pid IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // SAFETY: signalling a process of the test's own server.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    drop(c);
+    sender.await.unwrap();
+    // The server restarts after the crash: receive on new connections until all came.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let c = loop {
+        assert!(tokio::time::Instant::now() < deadline, "{} of 600 messages within a minute", got.len());
+        let Ok((c, conn)) = tokio_postgres::connect(&calc, tokio_postgres::NoTls).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(conn);
+        while let Ok(rows) = c
+            .query(
+                "SELECT conversation_handle, message_type_name, coalesce(message_body, '') FROM sb.receive($1)",
+                &[&"loonfactorberekening_reken"],
+            )
+            .await
+        {
+            got.extend(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))));
+            if got.len() >= 600 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{} of 600 messages within a minute", got.len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if got.len() >= 600 {
+            break c;
+        }
+    };
+    assert_eq!(each_once_in_order(&got, 4).len(), 150);
+    assert!(receive_all(&c, "loonfactorberekening_reken").await.is_empty());
+}
+
+/// A message the far side cannot take (a contract its service does not accept) is kept
+/// aside there with its reason, its sender hears an Error, and the route goes on: the
+/// next dialog arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_far_side_refuses_is_set_aside_and_does_not_stop_the_route() {
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, false).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc).await.unwrap();
+    let r = client(&roster).await;
+    r.batch_execute(&format!("SELECT sb.create_contract('/t/Alleen', ARRAY[['{VRAAG}', 'INITIATOR']])")).await.unwrap();
+    let bad: uuid::Uuid =
+        r.query_one("SELECT sb.begin_dialog($1, $2, '/t/Alleen')", &[&DATA, &REKEN]).await.unwrap().get(0);
+    r.execute("SELECT sb.send($1, $2, '<Vraag/>')", &[&bad, &VRAAG]).await.unwrap();
+    burst(&r, 0, 1, 1).await;
+    let c = client(&calc).await;
+    let got = receive_until(&c, "loonfactorberekening_reken", 1).await;
+    assert_eq!(numbers(&got[0].2), (0, 1), "the next dialog arrived");
+    let row = c.query_one("SELECT sqlstate, error, to_service FROM sb.transmission_error", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "SB425");
+    assert!(row.get::<_, String>(1).contains("does not accept contract /t/Alleen"), "{}", row.get::<_, String>(1));
+    let back = receive_until(&r, "loonfactorberekening_data", 1).await;
+    assert_eq!((back[0].0, back[0].1.as_str()), (bad, "http://schemas.microsoft.com/SQL/ServiceBroker/Error"));
+    assert!(String::from_utf8_lossy(&back[0].2).contains("<Code>-8408</Code>"));
+    let state: String = r.query_one("SELECT state FROM sb.endpoint WHERE handle = $1", &[&bad]).await.unwrap().get(0);
+    assert_eq!(state, "ER");
+}
+
+/// A worker configuration serving one queue of one database.
+fn one_queue_config(url: &str, queue: &str, handler: &str, readers: u32) -> String {
+    format!(
+        "[broker]\nkind = \"postgres\"\nconnection = {}\n\n\
+         [worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\nscale_interval_ms = 250\n\n\
+         [queues.{queue}]\nhandler = \"{handler}\"\nmin_readers = 1\nmax_readers = {readers}\nbatch = 10\nwait_ms = 1000\n",
+        toml::Value::String(url.to_owned()),
+    )
+}
+
+/// The pipeline split as the seed draws it: planners edit the roster on one server, two
+/// calculation databases on two more compute (each with a worker of its own), the
+/// collector stores the answers on the roster side. Every key ends on its latest version,
+/// the requests spread over both calculation servers, and each calculation database kept
+/// its own version claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_its_latest_version() {
+    use sbworker::demo::roster::Roster;
+    use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE, check};
+    use sbworker::handlers::{calculation, collector};
+
+    use crate::common::calc::{TempDir, spawn_worker, stop_worker};
+
+    let (a, b, c) = (server().await, server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, true).await;
+    let calc_b = side_db(&b, "calc", Side::Calc, false).await;
+    let calc_c = side_db(&c, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc_b).await.unwrap();
+    route::link(&roster, &calc_c).await.unwrap();
+    let dir = TempDir::new("split");
+    let (mut r, conn) = tokio_postgres::connect(&roster, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let plan = Roster::generate(12, 7, true);
+    plan.load(&mut r).await.unwrap();
+    // Requests in flight to the calculation servers (no worker there yet) are not lost
+    // dialogs to the sweep: their far sides are elsewhere, not gone.
+    let (mut sweeper, conn) = tokio_postgres::connect(&roster, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    match sbworker::handoff::sweep::run(&mut sweeper, sbworker::handoff::sweep::Options::default()).await.unwrap() {
+        sbworker::handoff::sweep::Outcome::Ran { lost, expired, .. } => assert_eq!((lost, expired), (0, 0)),
+        sbworker::handoff::sweep::Outcome::Skipped => panic!("nothing else holds the sweep's lock"),
+    }
+    let workers = [
+        spawn_worker(&dir, &one_queue_config(&roster, DATA_QUEUE, collector::NAME, 2)),
+        spawn_worker(&dir, &one_queue_config(&calc_b, REKEN_QUEUE, calculation::NAME, 2)),
+        spawn_worker(&dir, &one_queue_config(&calc_c, REKEN_QUEUE, calculation::NAME, 2)),
+    ];
+    for e in sbworker::demo::edits::burst(&plan, 60, 7) {
+        e.apply(&r).await.unwrap();
+    }
+    check::wait_drained(&r, Duration::from_secs(300), |_| {}).await.unwrap();
+    let verdict = check::verify(&r, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    // The employee without a salary is answered with a Fout, across the servers too.
+    assert_eq!(verdict.latest + verdict.faulted.len(), 12);
+    assert_eq!(verdict.faulted.len(), 1);
+    assert!(verdict.faulted[0].1.contains("salary-missing"), "{:?}", verdict.faulted);
+    for url in [&calc_b, &calc_c] {
+        let claims = count(&client(url).await, "SELECT count(*) FROM sbworker.answered_version").await;
+        assert!(claims > 0, "both calculation servers computed");
+    }
+    assert_eq!(count(&r, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    for w in workers {
+        assert_eq!(stop_worker(w).await, Some(0));
+    }
 }

@@ -898,10 +898,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_far   uuid;
     v_group uuid;
+    v_route text;
 BEGIN
-    SELECT far_handle INTO v_far FROM sb.endpoint WHERE handle = p_handle;
+    SELECT far_handle, route INTO v_far, v_route FROM sb.endpoint WHERE handle = p_handle;
     IF v_far IS NULL THEN
         RETURN false;
+    END IF;
+    IF v_route IS NOT NULL THEN
+        -- The far side is in another database: a send waits for nobody there.
+        PERFORM 1 FROM sb.endpoint WHERE handle = p_handle AND state IN ('SO', 'CO') FOR NO KEY UPDATE;
+        RETURN FOUND;
     END IF;
     IF v_far < p_handle THEN
         SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = v_far AND state IN ('SI', 'CO') FOR KEY SHARE;

@@ -470,6 +470,9 @@ BEGIN
     FOR v_handle, v_group IN
         SELECT i.handle, i.group_id FROM sb.endpoint i
          WHERE i.is_initiator AND i.far_handle IS NOT NULL
+           -- (A far side in another database is never seen here: its dialog ends by the
+           -- far side's answer, or by its LIFETIME.)
+           AND i.route IS NULL
            AND NOT EXISTS (SELECT 1 FROM sb.endpoint t WHERE t.handle = i.far_handle)
            AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.handle = i.handle)
            AND EXISTS (SELECT 1 FROM rekenserver.berekening_log l

@@ -242,6 +242,27 @@ impl Cluster {
         Ok(())
     }
 
+    /// Stops the server as [`Cluster::restart_immediate`] does, and leaves it stopped
+    /// until [`Cluster::start_again`]: a server that is down, for as long as a test needs.
+    pub fn stop_immediate(&self) -> Result<(), ClusterError> {
+        let running = self.running.lock().map_err(|_| ClusterError::Start("cluster state poisoned".into()))?;
+        // SAFETY: signalling our own server; SIGQUIT is its immediate shutdown.
+        unsafe { libc::kill(running.pid as i32, libc::SIGQUIT) };
+        running
+            .exited
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| ClusterError::Start("the server did not stop within 60 s of SIGQUIT".into()))
+    }
+
+    /// Starts a server stopped by [`Cluster::stop_immediate`] again, on the same port and
+    /// data directory; returns once it accepts connections.
+    pub fn start_again(&self) -> Result<(), ClusterError> {
+        let mut running = self.running.lock().map_err(|_| ClusterError::Start("cluster state poisoned".into()))?;
+        let (pid, exited) = self.server.launch()?;
+        *running = Running { pid, exited };
+        Ok(())
+    }
+
     /// A libpq key=value connection string for database `db` as user postgres.
     pub fn url(&self, db: &str) -> String {
         format!("host=127.0.0.1 port={} user=postgres dbname={db}", self.port)

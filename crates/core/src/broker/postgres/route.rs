@@ -84,7 +84,12 @@ pub async fn link(roster: &str, calc: &str) -> Result<Link, BrokerError> {
     replication_ready(&r, &r_address).await?;
     replication_ready(&c, &c_address).await?;
     let short = |id: uuid::Uuid| id.simple().to_string()[..8].to_owned();
-    let link = Link { to_calculation: format!("reken_{}", short(c_id)), back: format!("data_{}", short(r_id)) };
+    // Names unique where each is published and subscribed: the route out of the roster
+    // side by the calculation database it leads to; the one back by both.
+    let link = Link {
+        to_calculation: format!("reken_{}", short(c_id)),
+        back: format!("data_{}_{}", short(r_id), short(c_id)),
+    };
     // Each route's publication first, then its slot (a slot made before the publication
     // would not see it), then the subscription at the far end.
     r.execute(S::CREATE_ROUTE.sql, &[&link.to_calculation, &CALCULATION_SERVICE, &c_id, &c_address])
