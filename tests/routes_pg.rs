@@ -43,6 +43,18 @@ pub async fn side_db(cluster: &Cluster, name: &str, side: Side, roster: bool) ->
     url
 }
 
+/// What `sbworker status` reports of the database at `url` needing attention, and its
+/// routes.
+async fn status(url: &str) -> (Vec<String>, sbworker::ops::status::Routes) {
+    use sbworker::config::{BrokerConfig, BrokerKind};
+    use sbworker::ops::status::{Status, Thresholds, attention};
+    let broker = BrokerConfig { kind: BrokerKind::Postgres, connection: url.to_owned() };
+    let mut db = sbworker::ops::Db::connect(&broker).await.unwrap();
+    let s: Status = serde_json::from_str(&db.status_json(60, 60).await.unwrap()).unwrap();
+    let t = Thresholds { worker_silent_seconds: None, stale_minutes: 60 };
+    (attention(&s, t), s.routes.expect("routes in the status"))
+}
+
 async fn count(c: &Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -184,9 +196,16 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
     burst(&r, 10, 10, 5).await;
     let cc = client(&calc_c).await;
     let on_c = receive_until(&cc, "loonfactorberekening_reken", 50).await;
-    let row = r.query_one("SELECT reading, behind_bytes FROM sb.route_state WHERE route = $1", &[&to_b]).await.unwrap();
-    assert!(!row.get::<_, bool>(0), "the stopped server's route is not read");
-    assert!(row.get::<_, i64>(1) > 0, "the stopped server's route is behind");
+    // The operator sees the route that is not read, and how far behind it is.
+    let (needs, routes) = status(&roster).await;
+    let down = routes.out.iter().find(|o| o.route == to_b).unwrap();
+    assert!(down.subscribed && !down.reading && down.behind_bytes.unwrap() > 0, "{down:?}");
+    assert!(routes.out.iter().filter(|o| o.route != to_b).all(|o| o.reading), "{routes:?}");
+    assert!(
+        needs.iter().any(|l| l.contains(&format!("route {to_b} to")) && l.contains("does not read it")),
+        "{needs:?}"
+    );
+    assert_eq!(routes.incoming.len(), 2, "a route back from each calculation database: {routes:?}");
     b.start_again().unwrap();
     let cb = client(&calc_b).await;
     on_b.extend(receive_until(&cb, "loonfactorberekening_reken", 25).await);
@@ -279,6 +298,11 @@ async fn a_message_the_far_side_refuses_is_set_aside_and_does_not_stop_the_route
     assert!(String::from_utf8_lossy(&back[0].2).contains("<Code>-8408</Code>"));
     let state: String = r.query_one("SELECT state FROM sb.endpoint WHERE handle = $1", &[&bad]).await.unwrap().get(0);
     assert_eq!(state, "ER");
+    // The operator of the far side sees it.
+    let (needs, routes) = status(&calc).await;
+    assert_eq!((routes.undeliverable.count, routes.undeliverable.recent), (1, 1));
+    assert!(needs.iter().any(|l| l.contains("could not be delivered") && l.contains("/t/Alleen")), "{needs:?}");
+    assert!(routes.incoming.iter().all(|i| i.applying), "{routes:?}");
 }
 
 /// A worker configuration serving one queue of one database.

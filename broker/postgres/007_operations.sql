@@ -235,6 +235,7 @@ DECLARE
     v_stale     jsonb := NULL;
     v_runs      jsonb := NULL;
     v_export    jsonb;
+    v_routes    jsonb := NULL;
 BEGIN
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'queue', q.name,
@@ -324,6 +325,35 @@ BEGIN
                    count(*) FILTER (WHERE r.export_status = 2) AS confirmed
               FROM rekenserver.resultaat r WHERE r.export_batch IS NOT NULL
              GROUP BY r.export_batch ORDER BY max(r.geclaimd_op) DESC LIMIT 1) b;
+    -- Routes to and from other databases (008_routes.sql): each route out, whether its
+    -- far side reads it and how far behind; each subscription in, whether it applies;
+    -- the messages that arrived and could not be delivered.
+    IF to_regclass('sb.route_state') IS NOT NULL THEN
+        EXECUTE $q$
+            SELECT jsonb_build_object(
+                'out', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                            'route', r.route, 'service', r.service, 'address', r.address,
+                            'subscribed', r.subscribed, 'reading', r.reading, 'behind_bytes', r.behind_bytes)
+                            ORDER BY r.route), '[]') FROM sb.route_state r),
+                'in', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                           'subscription', s.subname, 'enabled', s.subenabled, 'applying', st.pid IS NOT NULL,
+                           'last_message_seconds', extract(epoch FROM clock_timestamp() - st.last_msg_receipt_time),
+                           'apply_errors', coalesce(ss.apply_error_count, 0))
+                           ORDER BY s.subname), '[]')
+                         FROM pg_catalog.pg_subscription s
+                         LEFT JOIN pg_catalog.pg_stat_subscription st ON st.subid = s.oid AND st.relid IS NULL
+                         LEFT JOIN pg_catalog.pg_stat_subscription_stats ss ON ss.subid = s.oid
+                        WHERE s.subdbid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+                          AND s.subname LIKE 'sb\_route\_%'),
+                'undeliverable', (SELECT jsonb_build_object(
+                                      'count', count(*),
+                                      'recent', count(*) FILTER (WHERE e.arrived_at > clock_timestamp() - make_interval(mins => $1)),
+                                      'last_error', (SELECT x.error FROM sb.transmission_error x ORDER BY x.id DESC LIMIT 1))
+                                    FROM sb.transmission_error e))
+             WHERE EXISTS (SELECT 1 FROM sb.route)
+                OR EXISTS (SELECT 1 FROM sb.transmission_error)$q$
+          INTO v_routes USING p_recent_minutes;
+    END IF;
     RETURN jsonb_build_object(
         'backend', 'postgresql',
         'at', sbworker.utc_text(clock_timestamp()),
@@ -333,7 +363,8 @@ BEGIN
                                             'oldest_request_seconds', v_oldest_request),
         'stale_keys', v_stale,
         'sweeps', v_runs,
-        'last_export', v_export);
+        'last_export', v_export,
+        'routes', v_routes);
 END $$;
 
 INSERT INTO sb.migration (version) VALUES (7) ON CONFLICT DO NOTHING;

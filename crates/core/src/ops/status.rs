@@ -25,6 +25,53 @@ pub struct Status {
     /// The last sweep runs, newest first (null without the roster).
     pub sweeps: Option<Vec<SweepRun>>,
     pub last_export: Option<ExportBatch>,
+    /// PostgreSQL's routes to and from other databases (a split install); null where
+    /// there are none (one database, SQL Server, an install before them).
+    #[serde(default)]
+    pub routes: Option<Routes>,
+}
+
+/// A split install's routes, as this database sees them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Routes {
+    /// The routes out: messages leave by them.
+    pub out: Vec<RouteOut>,
+    /// The subscriptions in: messages arrive by them.
+    #[serde(rename = "in")]
+    pub incoming: Vec<RouteIn>,
+    pub undeliverable: Undeliverable,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RouteOut {
+    pub route: String,
+    pub service: String,
+    pub address: Option<String>,
+    /// A replication slot of the route's name exists: the far side subscribed.
+    pub subscribed: bool,
+    /// The far side reads it now.
+    pub reading: bool,
+    /// WAL the far side has still to take (its messages among it).
+    pub behind_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RouteIn {
+    pub subscription: String,
+    pub enabled: bool,
+    /// Its apply worker runs.
+    pub applying: bool,
+    pub last_message_seconds: Option<f64>,
+    pub apply_errors: i64,
+}
+
+/// Messages that arrived over a route and could not be delivered (sb.transmission_error).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Undeliverable {
+    pub count: i64,
+    /// Of them, those of the recent window.
+    pub recent: i64,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -172,6 +219,42 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
             }
         ));
     }
+    if let Some(r) = &s.routes {
+        for o in &r.out {
+            if !o.subscribed {
+                out.push(format!(
+                    "route {} to {}: no far database subscribes to it (run `sbworker link`); its messages wait here",
+                    o.route, o.service
+                ));
+            } else if !o.reading {
+                out.push(format!(
+                    "route {} to {} at {}: its far side does not read it (its server down, or its subscription \
+                     stopped); messages wait, {} bytes of WAL behind",
+                    o.route,
+                    o.service,
+                    o.address.as_deref().unwrap_or("?"),
+                    o.behind_bytes.unwrap_or(0)
+                ));
+            }
+        }
+        for i in r.incoming.iter().filter(|i| !i.applying) {
+            out.push(format!(
+                "subscription {} {}: messages of its route do not arrive (its last error is in this server's log; \
+                 {} apply errors)",
+                i.subscription,
+                if i.enabled { "is not applying" } else { "is disabled" },
+                i.apply_errors
+            ));
+        }
+        if r.undeliverable.recent > 0 {
+            out.push(format!(
+                "{} messages that arrived over routes recently could not be delivered (sb.transmission_error), \
+                 the last: {}",
+                r.undeliverable.recent,
+                r.undeliverable.last_error.as_deref().unwrap_or("-")
+            ));
+        }
+    }
     if let Some(k) = &s.stale_keys
         && k.count > 0
     {
@@ -277,6 +360,42 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
             );
             let stuck = t.oldest_seconds.is_some_and(|a| a > TRANSMISSION_STUCK);
             let _ = writeln!(o, "{}", if stuck { red(&line) } else { line });
+        }
+    }
+    if let Some(r) = &s.routes {
+        let _ = writeln!(o, "\nroutes:");
+        for x in &r.out {
+            let line = format!(
+                "  out {} to {} at {}: {}",
+                x.route,
+                x.service,
+                x.address.as_deref().unwrap_or("?"),
+                match (x.subscribed, x.reading) {
+                    (false, _) => "NOT SUBSCRIBED".to_owned(),
+                    (true, false) => format!("NOT READ, {} bytes behind", x.behind_bytes.unwrap_or(0)),
+                    (true, true) => format!("read, {} bytes behind", x.behind_bytes.unwrap_or(0)),
+                }
+            );
+            let _ = writeln!(o, "{}", if x.subscribed && x.reading { line } else { red(&line) });
+        }
+        for i in &r.incoming {
+            let line = format!(
+                "  in {}: {}, last message {} ago, {} apply errors",
+                i.subscription,
+                if i.applying { "applying" } else { "NOT APPLYING" },
+                seconds(i.last_message_seconds),
+                i.apply_errors
+            );
+            let _ = writeln!(o, "{}", if i.applying { line } else { red(&line) });
+        }
+        if r.undeliverable.count > 0 {
+            let _ = writeln!(
+                o,
+                "  undeliverable: {} ({} recent), the last: {}",
+                r.undeliverable.count,
+                r.undeliverable.recent,
+                r.undeliverable.last_error.as_deref().unwrap_or("-")
+            );
         }
     }
     let states: Vec<String> = s.conversations.by_state.iter().map(|(k, v)| format!("{k} {v}")).collect();
