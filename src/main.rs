@@ -334,6 +334,16 @@ fn main() -> ExitCode {
             };
             cli::ops::dead_letters(&config, action)
         }
+        Command::Link { roster, calc } => match cli::install::link(&roster, &calc) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sbworker link: {e:#}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 

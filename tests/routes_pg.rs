@@ -332,8 +332,15 @@ async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_
     let roster = side_db(&a, "roster", Side::Roster, true).await;
     let calc_b = side_db(&b, "calc", Side::Calc, false).await;
     let calc_c = side_db(&c, "calc", Side::Calc, false).await;
-    route::link(&roster, &calc_b).await.unwrap();
-    route::link(&roster, &calc_c).await.unwrap();
+    // Linked as an operator does it, both calculation databases at once.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["link", "--roster", &roster, "--calc", &calc_b, "--calc", &calc_c])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.lines().filter(|l| l.starts_with("linked ")).count(), 2, "{text}");
     let dir = TempDir::new("split");
     let (mut r, conn) = tokio_postgres::connect(&roster, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -370,4 +377,29 @@ async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_
     for w in workers {
         assert_eq!(stop_worker(w).await, Some(0));
     }
+}
+
+/// What `link` and `install --side` refuse, each saying why: a database installed as
+/// one side installed again as another; a database of both services linked; a server
+/// without logical replication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_stays_a_side_and_link_refuses_what_cannot_carry_a_route() {
+    let shared = crate::common::pg::cluster();
+    let both = crate::common::pg::fresh_db().await;
+    let roster = side_db(shared, &format!("r{}", uuid::Uuid::new_v4().simple()), Side::Roster, false).await;
+    let calc = side_db(shared, &format!("c{}", uuid::Uuid::new_v4().simple()), Side::Calc, false).await;
+    let again = install_side(&calc, false, Some(Side::Roster)).await.unwrap_err();
+    assert!(again.message.contains("holds the calc side") && again.message.contains("as the roster side"), "{again}");
+    // Installed again without a side, it stays what it was.
+    install_side(&calc, false, None).await.unwrap();
+    let c = client(&calc).await;
+    assert_eq!(count(&c, "SELECT count(*) FROM sb.service WHERE name LIKE '%DataService'").await, 0);
+    let roster_on_calc = install_side(&calc, true, Some(Side::Calc)).await.unwrap_err();
+    assert!(roster_on_calc.message.contains("roster side"), "{roster_on_calc}");
+    let e = route::link(&both, &calc).await.unwrap_err();
+    assert!(e.message.contains("holds the both side") && e.message.contains("--side roster"), "{e}");
+    let e = route::link(&roster, &both).await.unwrap_err();
+    assert!(e.message.contains("holds the both side") && e.message.contains("--side calc"), "{e}");
+    let e = route::link(&roster, &calc).await.unwrap_err();
+    assert!(e.message.contains("wal_level is replica") && e.message.contains("wal_level = logical"), "{e}");
 }

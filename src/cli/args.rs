@@ -504,6 +504,28 @@ pub enum Command {
         #[command(subcommand)]
         action: DeadLetterAction,
     },
+    /// Join the two sides of a split PostgreSQL install: a route from the roster
+    /// database to each calculation database and one back, carried by logical
+    /// replication (a publication where each route starts, a subscription where it
+    /// ends). Several calculation databases share the new dialogs in turn. Idempotent.
+    #[command(after_help = "Examples:\n  \
+        sbworker install --postgres 'host=db1 user=dba dbname=payroll' --side roster --roster\n  \
+        sbworker install --postgres 'host=calc1 user=dba dbname=reken' --side calc\n  \
+        sbworker link --roster 'host=db1 user=dba dbname=payroll' --calc 'host=calc1 user=dba dbname=reken'\n  \
+        sbworker link --roster \"$ROSTER\" --calc \"$CALC1\" --calc \"$CALC2\"   # round-robin over two\n\n\
+        Each server needs wal_level = logical, a free replication slot and WAL sender per route, and\n\
+        the login a superuser (PostgreSQL 15; pg_create_subscription from 16). Each subscription\n\
+        connects to the other side with the connection string given here, so each server must\n\
+        reach the other with it (docs/deployment.md).\n\n\
+        Exit status: 0 linked; 1 refused or failed (the reason is printed).")]
+    Link {
+        /// The roster side's database (installed with --side roster).
+        #[arg(long, value_name = "URL")]
+        roster: String,
+        /// A calculation database (installed with --side calc); give it once per database.
+        #[arg(long, value_name = "URL", required = true)]
+        calc: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]

@@ -80,3 +80,22 @@ pub fn mssql(
          Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...)"
     ))
 }
+
+/// `sbworker link`: joins the roster database at `roster` with each calculation
+/// database of `calcs`; returns the lines to print.
+pub fn link(roster: &str, calcs: &[String]) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let rt = super::runtime::runtime(false)?;
+    let mut out = Vec::new();
+    for calc in calcs {
+        let masked = crate::config::mask_secrets(calc);
+        let l = rt.block_on(postgres::route::link(roster, calc)).with_context(|| format!("linking {masked}"))?;
+        out.push(format!("linked {masked}: route {} there, route {} back", l.to_calculation, l.back));
+    }
+    out.push(format!(
+        "{} calculation database(s) linked; new dialogs take them in turn. `sbworker status` on each side shows its \
+         routes.",
+        calcs.len()
+    ));
+    Ok(out.join("\n"))
+}
