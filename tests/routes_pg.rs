@@ -403,3 +403,78 @@ async fn a_side_stays_a_side_and_link_refuses_what_cannot_carry_a_route() {
     let e = route::link(&roster, &calc).await.unwrap_err();
     assert!(e.message.contains("wal_level is replica") && e.message.contains("wal_level = logical"), "{e}");
 }
+
+/// A Vraag diverted on the calculation side of a split install is sent again through
+/// the roster side: `dead-letter replay` on the calculation side says so, and with
+/// `--roster` the roster side sends the key again (at its current version) and the
+/// letter is marked replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vraag_diverted_on_the_calculation_side_is_sent_again_through_the_roster_side() {
+    use sbworker::demo::roster::Roster;
+
+    use crate::common::calc::TempDir;
+
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, true).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc).await.unwrap();
+    let (mut r, conn) = tokio_postgres::connect(&roster, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    Roster::generate(2, 7, false).load(&mut r).await.unwrap();
+    let c = client(&calc).await;
+    // One Vraag as a worker would divert it: received, and set aside with its dialog's ids.
+    let row = c
+        .query_one(
+            "SELECT conversation_group_id, conversation_handle, message_sequence_number, message_body
+               FROM sb.receive('loonfactorberekening_reken', 1)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (group, handle, seq, body): (uuid::Uuid, uuid::Uuid, i64, Vec<u8>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let id: i64 = c
+        .query_one(
+            "INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+                 conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason)
+             VALUES ('loonfactorberekening_reken', $1, $2, $3, $4, $5, $6, $7, 3, 'a test') RETURNING id",
+            &[&REKEN, &CONTRACT, &group, &handle, &seq, &VRAAG, &body],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let dv: i32 = {
+        let text = String::from_utf8(body).unwrap();
+        let at = text.find("<Dienstverband Id=\"").unwrap() + "<Dienstverband Id=\"".len();
+        text[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let sent_before =
+        count(&r, &format!("SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {dv}")).await;
+    let dir = TempDir::new("replay");
+    let config = dir.0.join("calc.toml");
+    std::fs::write(&config, one_queue_config(&calc, "loonfactorberekening_reken", "loonfactor-berekening", 1)).unwrap();
+    let replay = |extra: Vec<String>| {
+        let config = config.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+                .args(["dead-letter", "--config"])
+                .arg(&config)
+                .args(["replay", &id.to_string()])
+                .args(extra)
+                .env("USER", "ops-test")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let o = replay(vec![]).await;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--roster"), "{err}");
+    let o = replay(vec!["--roster".into(), roster.clone()]).await;
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let sent_after =
+        count(&r, &format!("SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {dv}")).await;
+    assert_eq!(sent_after, sent_before + 1, "the roster side sent the key again");
+    let replays = count(&c, &format!("SELECT replays::bigint FROM sbworker.dead_letter WHERE id = {id}")).await;
+    assert_eq!(replays, 1);
+}

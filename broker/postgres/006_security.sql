@@ -89,6 +89,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letter'),
     ('sbworker_housekeeping', 'sbworker', 'replay_dead_letter'),
+    ('sbworker_housekeeping', 'sbworker', 'note_replayed'),
     ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters'),
     ('sbworker_housekeeping', 'sbworker', 'status_report'),
     ('sbworker_monitor', 'sbworker', 'status_report');

@@ -165,6 +165,11 @@ BEGIN
             'only requests can be sent again (a stale key is sent again by the sweep)', p_id, d.message_type_name,
             d.service_contract_name));
     END IF;
+    IF sb.side() = 'calc' THEN
+        PERFORM sb.fail('55000', format('dead letter %s was diverted on the calculation side of a split install, '
+            'which begins no dialogs: its key is sent again from the roster side (dead-letter replay --roster URL)',
+            p_id));
+    END IF;
     SELECT * INTO k FROM sbworker.vraag_key(d.message_body);
     IF k.vraag_id IS NOT NULL AND to_regclass('rekenserver.sleutel') IS NOT NULL THEN
         EXECUTE 'SELECT versie, group_id FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2'
@@ -197,6 +202,26 @@ BEGIN
            replay_handle = v_handle
      WHERE id = p_id;
     RETURN v_handle;
+END $$;
+
+-- A dead letter of the calculation side of a split install whose key the roster side
+-- sent again (`dead-letter replay --roster`: rekenserver.stuur_vraag there, on dialog
+-- p_handle): marked replayed as sbworker.replay_dead_letter marks one. False, and
+-- nothing changed, when p_unless_replayed and another run replayed it meanwhile.
+CREATE OR REPLACE FUNCTION sbworker.note_replayed(p_id bigint, p_by text, p_handle uuid, p_unless_replayed boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE sbworker.dead_letter
+       SET replays = replays + 1, replayed_at = clock_timestamp(), replayed_by = p_by || ' as ' || session_user,
+           replay_handle = p_handle
+     WHERE id = p_id AND NOT (p_unless_replayed AND replays > 0);
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM sbworker.dead_letter WHERE id = p_id) THEN
+        PERFORM sb.fail('P0002', format('dead letter %s does not exist', p_id));
+    END IF;
+    RETURN false;
 END $$;
 
 -- Deletes up to p_batch dead letters diverted before p_before, oldest first; returns

@@ -554,6 +554,11 @@ pub enum DeadLetterAction {
         all: bool,
         #[arg(long, value_name = "TIME", requires = "all")]
         since: Option<String>,
+        /// The roster database of a split PostgreSQL install, for a Vraag diverted on its
+        /// calculation side (the configuration's database): its key is sent again from
+        /// there, at its current version.
+        #[arg(long, value_name = "URL")]
+        roster: Option<String>,
     },
     /// Delete the entries diverted before a date, in batches.
     Purge {

@@ -190,7 +190,18 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
             }
             Ok(true)
         }
-        DeadLetterAction::Replay { ids, all, since } => {
+        DeadLetterAction::Replay { ids, all, since, roster } => {
+            let roster = match roster {
+                Some(url) => {
+                    let masked = crate::config::mask_secrets(&url);
+                    let (client, conn) = crate::pg_tls::connect(&url)
+                        .await
+                        .with_context(|| format!("cannot connect to the roster side at {masked}"))?;
+                    tokio::spawn(conn);
+                    Some(client)
+                }
+                None => None,
+            };
             let ids: Vec<i64> = if all {
                 let since = since.as_deref().map(time_arg).transpose()?;
                 let mut all = db.dead_letters(since.as_deref(), i32::MAX).await.context("listing the dead letters")?;
@@ -214,7 +225,11 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
                 // With --all, an entry another run replayed meanwhile is left alone, and so
                 // is one that is not a request (an answer set aside on the data side: a
                 // stale key is sent again by the sweep).
-                match db.replay(id, &by, all).await {
+                let replayed = match &roster {
+                    Some(r) => db.replay_via_roster(r, id, &by, all).await,
+                    None => db.replay(id, &by, all).await,
+                };
+                match replayed {
                     Ok(Some(handle)) => {
                         sent += 1;
                         writeln!(

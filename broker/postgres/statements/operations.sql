@@ -24,6 +24,16 @@ SELECT id, queue, service_name, far_service, message_type_name, message_body, at
 -- name: replay
 SELECT sbworker.replay_dead_letter($1, $2, $3);
 
+-- A calculation side's dead letter $1 whose key the roster side sent again on dialog $3,
+-- marked replayed by $2 (with $4, unless replayed meanwhile: false).
+-- name: note_replayed
+SELECT sbworker.note_replayed($1, $2, $3, $4);
+
+-- The roster side sends a key again, at its current version ($1 dienstverband, $2
+-- periode): the dialog's handle, NULL when nothing was sent.
+-- name: send_key
+SELECT rekenserver.stuur_vraag($1, $2);
+
 -- $1 diverted before, $2 batch size; returns how many were deleted.
 -- name: purge
 SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);

@@ -139,6 +139,50 @@ impl Db {
         }
     }
 
+    /// A Vraag diverted on the calculation side of a split PostgreSQL install (which
+    /// begins no dialogs): its key sent again from the roster side (`roster`), at the
+    /// key's current roster version (latest wins, so never an older one), and the letter
+    /// marked replayed here. `None` with `unless_replayed` when it was replayed already.
+    pub async fn replay_via_roster(
+        &mut self,
+        roster: &tokio_postgres::Client,
+        id: i64,
+        by: &str,
+        unless_replayed: bool,
+    ) -> Result<Option<Uuid>, BrokerError> {
+        let Db::Postgres(c) = self else {
+            return Err(other("--roster is for a split PostgreSQL install"));
+        };
+        let Some(letter) = c.query(pg::DEAD_LETTER.sql, &[&id]).await.map_err(pg_err)?.first().map(pg_letter) else {
+            return Err(BrokerError {
+                kind: crate::transport::ErrorKind::NotFound,
+                number: 0,
+                message: format!("dead letter {id} does not exist"),
+            });
+        };
+        if unless_replayed && letter.replays > 0 {
+            return Ok(None);
+        }
+        let Some(key) = dead_letter::request_key(&letter) else {
+            return Err(other(&format!(
+                "dead letter {id} is a {}, not a Vraag with a key: only requests can be sent again",
+                letter.message_type
+            )));
+        };
+        let handle: Option<Uuid> =
+            roster.query_one(pg::SEND_KEY.sql, &[&key.dienstverband_id, &key.periode_id]).await.map_err(pg_err)?.get(0);
+        let Some(handle) = handle else {
+            return Err(other(&format!(
+                "the roster side sent nothing for key ({}, {}): no such key there, or its Vraag cannot be built \
+                 (rekenserver.onverzendbaar says why)",
+                key.dienstverband_id, key.periode_id
+            )));
+        };
+        let marked: bool =
+            c.query_one(pg::NOTE_REPLAYED.sql, &[&id, &by, &handle, &unless_replayed]).await.map_err(pg_err)?.get(0);
+        Ok(marked.then_some(handle))
+    }
+
     /// Deletes one batch of letters diverted before `before` (ISO 8601); how many.
     pub async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError> {
         match self {
