@@ -396,6 +396,19 @@ async fn a_side_stays_a_side_and_link_refuses_what_cannot_carry_a_route() {
     assert_eq!(count(&c, "SELECT count(*) FROM sb.service WHERE name LIKE '%DataService'").await, 0);
     let roster_on_calc = install_side(&calc, true, Some(Side::Calc)).await.unwrap_err();
     assert!(roster_on_calc.message.contains("roster side"), "{roster_on_calc}");
+    // The roster side's commands refuse the calculation side.
+    for args in
+        [vec!["sweep"], vec!["export", "--periode", "1"], vec!["explain", "--dienstverband", "1", "--periode", "1"]]
+    {
+        let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+            .args(&args)
+            .args(["--postgres", &calc])
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("is the calculation side of a split install"), "{args:?}: {err}");
+    }
     let e = route::link(&both, &calc).await.unwrap_err();
     assert!(e.message.contains("holds the both side") && e.message.contains("--side roster"), "{e}");
     let e = route::link(&roster, &both).await.unwrap_err();

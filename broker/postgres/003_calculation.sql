@@ -499,6 +499,14 @@ BEGIN
     RETURN v_n;
 END $$;
 
+-- The side of sbworker this database holds (sb.side(): both, roster or calc), for the
+-- roster side's commands (export, sweep, recompute, explain), which refuse the
+-- calculation side of a split install.
+CREATE OR REPLACE FUNCTION rekenserver.install_side() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT sb.side()
+$$;
+
 -- The export's claim (`sbworker export`, crates/core/src/handoff/export.rs): a period's
 -- results claimed (p_lease_seconds NULL: once, marked exported; else leased, with the
 -- claims older than the lease taken again), then their factors read. Two statements, so

@@ -84,6 +84,8 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'rekenserver', 'bewijs'),
     ('sbworker_payroll', 'rekenserver', 'bewijs'),
     ('sbworker_payroll', 'rekenserver', 'export_claim'),
+    ('sbworker_payroll', 'rekenserver', 'install_side'),
+    ('sbworker_housekeeping', 'rekenserver', 'install_side'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),

@@ -24,6 +24,18 @@ async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
         .await
         .with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
     tokio::spawn(conn);
+    // The roster side's commands: the calculation side of a split install keeps no
+    // results, no roster and no keys.
+    match client.query_one(crate::sql::statements::postgres_handoff::INSTALL_SIDE.sql, &[]).await {
+        Ok(row) if row.get::<_, String>(0) == "calc" => anyhow::bail!(
+            "{} is the calculation side of a split install: export, sweep, recompute and explain run against \
+             the roster side's database",
+            crate::connstr::mask(url)
+        ),
+        Ok(_) => {}
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
+        Err(e) => return Err(anyhow::Error::new(e).context("reading which side the database holds")),
+    }
     Ok(client)
 }
 

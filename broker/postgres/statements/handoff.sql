@@ -149,3 +149,8 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) FROM gone;
+
+-- The side of sbworker the database holds (both, roster, calc); an install before
+-- sides has no such function (42883: both).
+-- name: install_side
+SELECT rekenserver.install_side();
