@@ -15,6 +15,11 @@ CREATE TABLE IF NOT EXISTS sb.migration (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Indexes and columns are made only when the catalog says they are missing: CREATE INDEX
+-- IF NOT EXISTS locks the table against its writers before it looks, ADD COLUMN IF NOT
+-- EXISTS against everyone. An install runs over the live system, whose sends, receives
+-- and planners would otherwise wait for those locks at every install, until it commits.
+
 -- Catalogue -----------------------------------------------------------------------
 
 CREATE TABLE IF NOT EXISTS sb.message_type (
@@ -99,7 +104,12 @@ CREATE TABLE IF NOT EXISTS sb.endpoint (
     expires_at      timestamptz,
     created_at      timestamptz NOT NULL DEFAULT now()
 ) WITH (fillfactor = 80);
-CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.endpoint_group') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+    END IF;
+END $$;
 
 -- Messages waiting on a queue. Delivered messages are deleted (RETENTION OFF): the
 -- table only ever holds the backlog. Vacuumed eagerly: dead rows at the head of a
@@ -118,8 +128,15 @@ CREATE TABLE IF NOT EXISTS sb.message (
     enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
         autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
-CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.message_group') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
+    END IF;
+    IF pg_catalog.to_regclass('sb.message_handle') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+    END IF;
+END $$;
 
 -- One row per conversation group that has messages waiting: the row a receiver locks
 -- (FOR UPDATE SKIP LOCKED) to hold the group until its transaction ends, and the
@@ -130,7 +147,12 @@ CREATE TABLE IF NOT EXISTS sb.group_ready (
     first_id bigint NOT NULL
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
         autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.group_ready_order') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
+    END IF;
+END $$;
 
 -- Conversation priorities (CREATE BROKER PRIORITY): a level from 1 (low) to 10 (high),
 -- 5 by default, given to each endpoint when it is made, from the priority whose
@@ -145,7 +167,13 @@ CREATE TABLE IF NOT EXISTS sb.broker_priority (
     remote_service text,
     priority_level smallint NOT NULL CHECK (priority_level BETWEEN 1 AND 10)
 );
-ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.endpoint'::regclass AND attname = 'priority' AND NOT attisdropped) THEN
+        ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+    END IF;
+END $$;
 -- BEGIN CONVERSATION TIMER: the timers set and not yet fired, one per endpoint (each side
 -- has its own). A table of their own, empty unless a timer is set, so that every
 -- RECEIVE's look for one due costs next to nothing: measured, a column of sb.endpoint with
@@ -161,10 +189,23 @@ CREATE TABLE IF NOT EXISTS sb.conversation_timer (
 -- due timers, comparing with statement_timestamp(), which is stable, so this index
 -- serves the look (a volatile clock would make the planner scan the table; measured: a
 -- look of every queue's timers, and a scan, cost the pipeline 0.9 ms a request).
-CREATE INDEX IF NOT EXISTS conversation_timer_due ON sb.conversation_timer (queue, due_at);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.conversation_timer_due') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS conversation_timer_due ON sb.conversation_timer (queue, due_at);
+    END IF;
+END $$;
 -- A group's level: the highest of its endpoints that have messages waiting.
-ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
-CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.group_ready'::regclass AND attname = 'priority' AND NOT attisdropped) THEN
+        ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+    END IF;
+    IF pg_catalog.to_regclass('sb.group_ready_priority') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+    END IF;
+END $$;
 
 -- Helpers ---------------------------------------------------------------------------
 

@@ -63,7 +63,13 @@ CREATE TABLE IF NOT EXISTS rooster.dienst (
     dienstverband_id int NOT NULL REFERENCES rooster.dienstverband,
     datum            date NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dienst_dv_datum ON rooster.dienst (dienstverband_id, datum);
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rooster.dienst_dv_datum') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS dienst_dv_datum ON rooster.dienst (dienstverband_id, datum);
+    END IF;
+END $$;
 
 -- A block ends on the next day when its end is not after its begin.
 CREATE TABLE IF NOT EXISTS rooster.tijdblok (
@@ -74,14 +80,25 @@ CREATE TABLE IF NOT EXISTS rooster.tijdblok (
     dienst_type text NOT NULL REFERENCES rooster.dienst_type,
     is_ziek     boolean NOT NULL DEFAULT false
 );
-CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rooster.tijdblok_dienst') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+    END IF;
+END $$;
 -- Leave taken on the block's hours (the Vraag's Verlof): statutory vacation, the rest of
 -- the vacation, other leave; NULL for work or sickness (a leave block is not sick). Added
 -- to an existing install too. (A column constraint that reads is_ziek as well: PostgreSQL
 -- takes it, and ADD COLUMN IF NOT EXISTS adds it exactly once, with the column.)
-ALTER TABLE rooster.tijdblok ADD COLUMN IF NOT EXISTS verlof text
-    CONSTRAINT tijdblok_verlof
-    CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND NOT is_ziek));
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rooster.tijdblok'::regclass AND attname = 'verlof' AND NOT attisdropped) THEN
+        ALTER TABLE rooster.tijdblok ADD COLUMN IF NOT EXISTS verlof text
+            CONSTRAINT tijdblok_verlof
+            CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND NOT is_ziek));
+    END IF;
+END $$;
 
 -- Per key: the roster version (only grows) and the initiator's conversation group for
 -- its dialogs (RELATED_CONVERSATION_GROUP, as in the original system: the answers of one key
@@ -96,7 +113,14 @@ CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
 );
 -- With conversation reuse: the key's open dialog (its initiator's handle), which carries
 -- its next versions until the collector ends it idle.
-ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rekenserver.sleutel'::regclass AND attname = 'dialog_handle'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
+    END IF;
+END $$;
 
 -- Keys whose Vraag could not be built at their current version (the dienstverband, its
 -- CAO or the period is gone): recorded with the reason, left out of the sweep until the

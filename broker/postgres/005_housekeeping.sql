@@ -16,7 +16,13 @@ CREATE TABLE IF NOT EXISTS rekenserver.run_log (
     verwijderd  int,
     fout        text
 );
-CREATE INDEX IF NOT EXISTS run_log_start ON rekenserver.run_log (start);
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.run_log_start') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS run_log_start ON rekenserver.run_log (start);
+    END IF;
+END $$;
 
 -- (The failure's class was read from its text once; it is a column of the log now,
 -- berekening_log.herstelbaar, written by whoever records the failure.)
