@@ -15,10 +15,11 @@ CREATE TABLE IF NOT EXISTS sb.migration (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Indexes and columns are made only when the catalog says they are missing: CREATE INDEX
--- IF NOT EXISTS locks the table against its writers before it looks, ADD COLUMN IF NOT
--- EXISTS against everyone. An install runs over the live system, whose sends, receives
--- and planners would otherwise wait for those locks at every install, until it commits.
+-- Indexes, columns and triggers are made only when the catalog says they are missing or
+-- different: CREATE INDEX IF NOT EXISTS locks the table against its writers before it
+-- looks, ADD COLUMN IF NOT EXISTS against everyone, and replacing a trigger locks too. An
+-- install runs over the live system, whose sends, receives and planners would otherwise
+-- wait for those locks at every install, until it commits.
 
 -- Catalogue -----------------------------------------------------------------------
 

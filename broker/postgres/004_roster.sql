@@ -452,10 +452,6 @@ BEGIN
     RETURN NULL;
 END $$;
 
-DROP TRIGGER IF EXISTS verstuur_bij_commit ON rekenserver.te_berekenen;
-CREATE CONSTRAINT TRIGGER verstuur_bij_commit AFTER INSERT ON rekenserver.te_berekenen
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rekenserver.bij_commit();
-
 -- Statement triggers: note the keys a statement touched (old and new rows).
 CREATE OR REPLACE FUNCTION rooster.noteer_dienst() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -488,19 +484,6 @@ BEGIN
      CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
-END $$;
-
--- One trigger per event, each reading the transition tables its event has.
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['dienst', 'tijdblok'] LOOP
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_ins ON rooster.%I', t);
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_upd ON rooster.%I', t);
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_del ON rooster.%I', t);
-    END LOOP;
-    DROP TRIGGER IF EXISTS noteer_upd ON rooster.dienstverband;
 END $$;
 
 -- INSERT and DELETE have one transition table; these wrappers give the other as empty.
@@ -543,25 +526,52 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.dienst REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_ins();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienst REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst();
-CREATE TRIGGER noteer_del AFTER DELETE ON rooster.dienst REFERENCING OLD TABLE AS oud
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_del();
-CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.tijdblok REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_ins();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.tijdblok REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok();
-CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE AS oud
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband();
-DROP TRIGGER IF EXISTS noteer_truncate ON rooster.dienst;
-DROP TRIGGER IF EXISTS noteer_truncate ON rooster.tijdblok;
-CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.dienst
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
-CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.tijdblok
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
+-- The triggers, each dropped and made again only when it is missing or not the one
+-- below: written as pg_get_triggerdef gives it back (every schema named), so that a
+-- current trigger compares equal and its table is not locked against the planners.
+DO $$
+DECLARE
+    v_def  text;
+    v_name text;
+    v_on   text;
+    v_path text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- pg_get_triggerdef leaves out a schema on the search_path: none is, while it compares.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog', true);
+    FOREACH v_def IN ARRAY ARRAY[
+        -- The deferred trigger: at COMMIT, once per key the transaction touched.
+        'CREATE CONSTRAINT TRIGGER verstuur_bij_commit AFTER INSERT ON rekenserver.te_berekenen '
+            'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rekenserver.bij_commit()',
+        -- One trigger per event, each reading the transition tables its event has.
+        'CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.dienst REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_ins()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienst REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst()',
+        'CREATE TRIGGER noteer_del AFTER DELETE ON rooster.dienst REFERENCING OLD TABLE AS oud '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_del()',
+        'CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.tijdblok REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_ins()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.tijdblok REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok()',
+        'CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE AS oud '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband()',
+        'CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.dienst '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate()',
+        'CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.tijdblok '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate()'
+    ] LOOP
+        v_name := pg_catalog.substring(v_def, 'TRIGGER (\w+) ');
+        v_on := pg_catalog.substring(v_def, ' ON (\S+) ');
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                        WHERE t.tgrelid = v_on::regclass AND t.tgname = v_name
+                          AND pg_catalog.pg_get_triggerdef(t.oid) = v_def) THEN
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_name, v_on);
+            EXECUTE v_def;
+        END IF;
+    END LOOP;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (4) ON CONFLICT DO NOTHING;

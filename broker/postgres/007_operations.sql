@@ -95,9 +95,24 @@ BEGIN
     NEW.far_service := (SELECT far_service FROM sb.endpoint WHERE handle = NEW.conversation_handle);
     RETURN NEW;
 END $$;
-DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
-CREATE TRIGGER far_service BEFORE INSERT ON sbworker.dead_letter
-    FOR EACH ROW EXECUTE FUNCTION sbworker.dead_letter_far_service();
+-- Dropped and made again only when it is not this one (written as pg_get_triggerdef gives
+-- it back): that locks the table the workers divert into.
+DO $$
+DECLARE
+    v_def  text := 'CREATE TRIGGER far_service BEFORE INSERT ON sbworker.dead_letter '
+                       'FOR EACH ROW EXECUTE FUNCTION sbworker.dead_letter_far_service()';
+    v_path text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- pg_get_triggerdef leaves out a schema on the search_path: none is, while it compares.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog', true);
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                    WHERE t.tgrelid = 'sbworker.dead_letter'::regclass AND t.tgname = 'far_service'
+                      AND pg_catalog.pg_get_triggerdef(t.oid) = v_def) THEN
+        DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
+        EXECUTE v_def;
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END $$;
 
 -- The dead letters, newest first, with their bodies (the caller reads the key from
 -- them): those diverted at or after p_since, at most p_limit.
