@@ -15,11 +15,11 @@ CREATE TABLE IF NOT EXISTS sb.migration (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Indexes, columns and triggers are made only when the catalog says they are missing or
--- different: CREATE INDEX IF NOT EXISTS locks the table against its writers before it
--- looks, ADD COLUMN IF NOT EXISTS against everyone, and replacing a trigger locks too. An
--- install runs over the live system, whose sends, receives and planners would otherwise
--- wait for those locks at every install, until it commits.
+-- Indexes, columns, triggers and views are made only when the catalog says they are
+-- missing or different: CREATE INDEX IF NOT EXISTS locks the table against its writers
+-- before it looks, ADD COLUMN IF NOT EXISTS against everyone, and replacing a trigger or
+-- a view locks too. An install runs over the live system, whose sends, receives and
+-- planners would otherwise wait for those locks at every install, until it commits.
 
 -- Catalogue -----------------------------------------------------------------------
 
@@ -1349,19 +1349,33 @@ END $$;
 
 -- Views -------------------------------------------------------------------------------------
 
-CREATE OR REPLACE VIEW sb.queue_depth AS
+-- Each replaced only when its definition is not the one below, compared with a temporary
+-- view of it (CREATE OR REPLACE VIEW locks the view against its readers).
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES
+        ('sb.queue_depth', $q$
 SELECT q.name AS queue, q.enabled, q.max_readers,
        count(m.id) AS messages,
        count(DISTINCT m.group_id) AS groups,
        min(m.enqueued_at) AS oldest_enqueued_at
   FROM sb.queue q LEFT JOIN sb.message m ON m.queue = q.name
- GROUP BY q.name, q.enabled, q.max_readers;
-
-CREATE OR REPLACE VIEW sb.endpoints_by_state AS
-SELECT service, state, count(*) AS endpoints FROM sb.endpoint GROUP BY service, state;
-
-CREATE OR REPLACE VIEW sb.disabled_queues AS
-SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled;
+ GROUP BY q.name, q.enabled, q.max_readers$q$),
+        ('sb.endpoints_by_state', $q$
+SELECT service, state, count(*) AS endpoints FROM sb.endpoint GROUP BY service, state$q$),
+        ('sb.disabled_queues', $q$
+SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled$q$)) AS w (name, query)
+    LOOP
+        EXECUTE 'CREATE TEMPORARY VIEW sb_wanted AS ' || v.query;
+        IF pg_catalog.pg_get_viewdef(pg_catalog.to_regclass(v.name))
+           IS DISTINCT FROM pg_catalog.pg_get_viewdef('pg_temp.sb_wanted'::regclass) THEN
+            EXECUTE format('CREATE OR REPLACE VIEW %s AS %s', v.name, v.query);
+        END IF;
+        DROP VIEW pg_temp.sb_wanted;
+    END LOOP;
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (1) ON CONFLICT DO NOTHING;
 -- 1001: max_readers honoured (above).
