@@ -22,7 +22,7 @@ use tokio::process::Command;
 use tokio_postgres::Client;
 
 use crate::common::calc::{InProcess, TempDir, calculation_handler, spawn_worker, stop_worker};
-use crate::common::pg::fresh_roster_db;
+use crate::common::pg::{fresh_roster_db, lengthen_first_block};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
 
@@ -449,6 +449,105 @@ async fn installing_again_over_running_workers(reuse: bool) {
         let dialogs = count(&c, "SELECT count(DISTINCT dialog_handle) FROM rekenserver.berekening_log").await;
         assert!(dialogs < requests, "{dialogs} dialogs for {requests} requests: none was reused");
     }
+}
+
+/// Installing again over a current install waits for no lock the running system holds.
+/// Open while it runs, each in its transaction: a planner's edit (the roster's tables,
+/// the keys' notes), a worker's receive (its group held FOR UPDATE), a sweep's read of
+/// the stale keys and its send (the key's row held FOR UPDATE, a dialog begun), the
+/// worker's bookkeeping (an attempt, a dead letter through its trigger, a version
+/// claimed, a heartbeat) with an operator's read of the broker's views, and a writer's
+/// lock (ROW EXCLUSIVE) on every table of the four schemas. `sbworker install --roster`
+/// finishes all the same (it waits at most 5 s for a lock, eight tries: a lock it waited
+/// for would fail it; before, it did), and each of them commits after it, the planner's
+/// edit sending its Vraag through the triggers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_again_waits_for_no_lock_of_planners_workers_and_housekeeping() {
+    let (url, mut c) = pipeline_world().await;
+    // Two keys, their Vraags waiting on the calculation queue (no worker runs).
+    Roster::generate(2, 15, false).load(&mut c).await.unwrap();
+    let open = || async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.batch_execute("BEGIN").await.unwrap();
+        client
+    };
+    let planner = open().await;
+    lengthen_first_block(&planner, FIRST_ID, 15).await;
+    planner
+        .batch_execute(&format!(
+            "UPDATE rooster.dienstverband SET salaris = salaris WHERE id = {FIRST_ID};
+             WITH d AS (INSERT INTO rooster.dienst (dienstverband_id, datum) VALUES ({FIRST_ID}, DATE '2026-04-30')
+                        RETURNING id)
+             INSERT INTO rooster.tijdblok (dienst_id, begin_tijd, eind_tijd, dienst_type)
+             SELECT d.id, TIME '07:00', TIME '15:00', (SELECT min(dienst_type) FROM rooster.tijdblok) FROM d;"
+        ))
+        .await
+        .unwrap();
+    let mut worker = Session::open(&url).await.unwrap();
+    worker.begin().await.unwrap();
+    assert!(!worker.receive(REKEN_QUEUE, 10, None, Duration::ZERO).await.unwrap().is_empty());
+    let sweep = open().await;
+    sweep
+        .batch_execute(&format!(
+            "SELECT count(*) FROM rekenserver.verouderde_sleutel;
+             SELECT 1 FROM rekenserver.sleutel WHERE dienstverband_id = {0} FOR UPDATE;
+             SELECT rekenserver.stuur_vraag({0}, {PERIODE_ID});
+             INSERT INTO rekenserver.run_log (stap) VALUES ('run');",
+            FIRST_ID + 1
+        ))
+        .await
+        .unwrap();
+    let bookkeeping = open().await;
+    bookkeeping
+        .batch_execute(&format!(
+            "INSERT INTO sbworker.message_attempt (conversation_handle, message_sequence_number, queue, attempts)
+                 VALUES (gen_random_uuid(), 1, '{REKEN_QUEUE}', 1);
+             INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+                                               conversation_handle, message_sequence_number, message_type_name,
+                                               attempts, reason)
+                 VALUES ('{REKEN_QUEUE}', 's', 'c', gen_random_uuid(), gen_random_uuid(), 1, 't', 5, 'test');
+             INSERT INTO sbworker.answered_version (dienstverband_id, periode_id, versie) VALUES (-1, -1, 1);
+             SELECT sbworker.heartbeat(gen_random_uuid(), 'host', 1, 'test', 0, '{{}}', 1000, {});
+             SELECT * FROM sb.queue_depth;
+             SELECT * FROM sb.endpoints_by_state;
+             SELECT * FROM sb.disabled_queues;",
+            sbworker::contract::CONTRACT_VERSIE
+        ))
+        .await
+        .unwrap();
+    let writer = open().await;
+    let tables: Vec<String> = writer
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_class c
+              WHERE c.relnamespace::regnamespace::text IN ('sb', 'sbworker', 'rekenserver', 'rooster')
+                AND c.relkind = 'r' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    writer.batch_execute(&format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", tables.join(", "))).await.unwrap();
+
+    let out = crate::common::within(
+        60,
+        "the install over open transactions",
+        Command::new(BIN).args(["install", "--postgres", &url, "--roster"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    for client in [&bookkeeping, &sweep, &writer] {
+        client.batch_execute("COMMIT").await.unwrap();
+    }
+    worker.commit().await.unwrap();
+    let sent_before = count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await;
+    planner.batch_execute("COMMIT").await.unwrap();
+    let sent = count(&c, "SELECT count(*) FROM rekenserver.berekening_log").await;
+    assert_eq!(sent, sent_before + 1, "the planner's commit sent its key's Vraag");
 }
 
 /// The SQL builder (what the roster trigger sends) carries a block's leave (`Verlof`) and

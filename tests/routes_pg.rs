@@ -436,14 +436,23 @@ async fn a_vraag_diverted_on_the_calculation_side_is_sent_again_through_the_rost
     Roster::generate(2, 7, false).load(&mut r).await.unwrap();
     let c = client(&calc).await;
     // One Vraag as a worker would divert it: received, and set aside with its dialog's ids.
-    let row = c
-        .query_one(
-            "SELECT conversation_group_id, conversation_handle, message_sequence_number, message_body
-               FROM sb.receive('loonfactorberekening_reken', 1)",
-            &[],
-        )
-        .await
-        .unwrap();
+    // (It arrives over the route: received once it is there, within a minute.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let row = loop {
+        let got = c
+            .query_opt(
+                "SELECT conversation_group_id, conversation_handle, message_sequence_number, message_body
+                   FROM sb.receive('loonfactorberekening_reken', 1)",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = got {
+            break row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a Vraag on the calculation side within a minute");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let (group, handle, seq, body): (uuid::Uuid, uuid::Uuid, i64, Vec<u8>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     let id: i64 = c

@@ -15,6 +15,12 @@ CREATE TABLE IF NOT EXISTS sb.migration (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Indexes, columns, triggers and views are made only when the catalog says they are
+-- missing or different: CREATE INDEX IF NOT EXISTS locks the table against its writers
+-- before it looks, ADD COLUMN IF NOT EXISTS against everyone, and replacing a trigger or
+-- a view locks too. An install runs over the live system, whose sends, receives and
+-- planners would otherwise wait for those locks at every install, until it commits.
+
 -- This database's broker: its id (a route names the far database by it, as SQL Server's
 -- service_broker_guid does; a new one at sb.new_broker) and the side it holds: 'both'
 -- (one database holds both services, the default), or, split over two databases
@@ -130,7 +136,12 @@ CREATE TABLE IF NOT EXISTS sb.endpoint (
     expires_at      timestamptz,
     created_at      timestamptz NOT NULL DEFAULT now()
 ) WITH (fillfactor = 80);
-CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.endpoint_group') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS endpoint_group ON sb.endpoint (group_id);
+    END IF;
+END $$;
 -- A dialog whose far service lives in another database: the route (sb.route,
 -- 008_routes.sql) its messages leave by; NULL when both sides are here. The far service
 -- then has no row in sb.service, so far_service names no row. Both changes once: an
@@ -164,8 +175,15 @@ CREATE TABLE IF NOT EXISTS sb.message (
     enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
         autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
-CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.message_group') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
+    END IF;
+    IF pg_catalog.to_regclass('sb.message_handle') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+    END IF;
+END $$;
 
 -- One row per conversation group that has messages waiting: the row a receiver locks
 -- (FOR UPDATE SKIP LOCKED) to hold the group until its transaction ends, and the
@@ -176,7 +194,12 @@ CREATE TABLE IF NOT EXISTS sb.group_ready (
     first_id bigint NOT NULL
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
         autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.group_ready_order') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
+    END IF;
+END $$;
 
 -- Conversation priorities (CREATE BROKER PRIORITY): a level from 1 (low) to 10 (high),
 -- 5 by default, given to each endpoint when it is made, from the priority whose
@@ -191,7 +214,13 @@ CREATE TABLE IF NOT EXISTS sb.broker_priority (
     remote_service text,
     priority_level smallint NOT NULL CHECK (priority_level BETWEEN 1 AND 10)
 );
-ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.endpoint'::regclass AND attname = 'priority' AND NOT attisdropped) THEN
+        ALTER TABLE sb.endpoint ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+    END IF;
+END $$;
 -- BEGIN CONVERSATION TIMER: the timers set and not yet fired, one per endpoint (each side
 -- has its own). A table of their own, empty unless a timer is set, so that every
 -- RECEIVE's look for one due costs next to nothing: measured, a column of sb.endpoint with
@@ -207,10 +236,23 @@ CREATE TABLE IF NOT EXISTS sb.conversation_timer (
 -- due timers, comparing with statement_timestamp(), which is stable, so this index
 -- serves the look (a volatile clock would make the planner scan the table; measured: a
 -- look of every queue's timers, and a scan, cost the pipeline 0.9 ms a request).
-CREATE INDEX IF NOT EXISTS conversation_timer_due ON sb.conversation_timer (queue, due_at);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.conversation_timer_due') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS conversation_timer_due ON sb.conversation_timer (queue, due_at);
+    END IF;
+END $$;
 -- A group's level: the highest of its endpoints that have messages waiting.
-ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
-CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.group_ready'::regclass AND attname = 'priority' AND NOT attisdropped) THEN
+        ALTER TABLE sb.group_ready ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5;
+    END IF;
+    IF pg_catalog.to_regclass('sb.group_ready_priority') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+    END IF;
+END $$;
 
 -- Helpers ---------------------------------------------------------------------------
 
@@ -1390,19 +1432,33 @@ END $$;
 
 -- Views -------------------------------------------------------------------------------------
 
-CREATE OR REPLACE VIEW sb.queue_depth AS
+-- Each replaced only when its definition is not the one below, compared with a temporary
+-- view of it (CREATE OR REPLACE VIEW locks the view against its readers).
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES
+        ('sb.queue_depth', $q$
 SELECT q.name AS queue, q.enabled, q.max_readers,
        count(m.id) AS messages,
        count(DISTINCT m.group_id) AS groups,
        min(m.enqueued_at) AS oldest_enqueued_at
   FROM sb.queue q LEFT JOIN sb.message m ON m.queue = q.name
- GROUP BY q.name, q.enabled, q.max_readers;
-
-CREATE OR REPLACE VIEW sb.endpoints_by_state AS
-SELECT service, state, count(*) AS endpoints FROM sb.endpoint GROUP BY service, state;
-
-CREATE OR REPLACE VIEW sb.disabled_queues AS
-SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled;
+ GROUP BY q.name, q.enabled, q.max_readers$q$),
+        ('sb.endpoints_by_state', $q$
+SELECT service, state, count(*) AS endpoints FROM sb.endpoint GROUP BY service, state$q$),
+        ('sb.disabled_queues', $q$
+SELECT name AS queue, poison_handling FROM sb.queue WHERE NOT enabled$q$)) AS w (name, query)
+    LOOP
+        EXECUTE 'CREATE TEMPORARY VIEW sb_wanted AS ' || v.query;
+        IF pg_catalog.pg_get_viewdef(pg_catalog.to_regclass(v.name))
+           IS DISTINCT FROM pg_catalog.pg_get_viewdef('pg_temp.sb_wanted'::regclass) THEN
+            EXECUTE format('CREATE OR REPLACE VIEW %s AS %s', v.name, v.query);
+        END IF;
+        DROP VIEW pg_temp.sb_wanted;
+    END LOOP;
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (1) ON CONFLICT DO NOTHING;
 -- 1001: max_readers honoured (above).

@@ -34,9 +34,22 @@ CREATE TABLE IF NOT EXISTS sbworker.message_attempt (
     last_attempt_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (conversation_handle, message_sequence_number)
 );
-ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS failures int NOT NULL DEFAULT 0;
-ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS transient_failures int NOT NULL DEFAULT 0;
-ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS last_transient_error text;
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+DECLARE
+    v_has name[] := ARRAY(SELECT attname FROM pg_catalog.pg_attribute
+                           WHERE attrelid = 'sbworker.message_attempt'::regclass AND NOT attisdropped);
+BEGIN
+    IF NOT 'failures' = ANY (v_has) THEN
+        ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS failures int NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT 'transient_failures' = ANY (v_has) THEN
+        ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS transient_failures int NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT 'last_transient_error' = ANY (v_has) THEN
+        ALTER TABLE sbworker.message_attempt ADD COLUMN IF NOT EXISTS last_transient_error text;
+    END IF;
+END $$;
 
 -- Messages the worker diverted after too many failed attempts, with the reason. The
 -- conversation was answered with a Fout (where the contract allows one) and ended with
@@ -55,7 +68,12 @@ CREATE TABLE IF NOT EXISTS sbworker.dead_letter (
     reason                  text NOT NULL,
     dead_lettered_at        timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS dead_letter_at ON sbworker.dead_letter (dead_lettered_at);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sbworker.dead_letter_at') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS dead_letter_at ON sbworker.dead_letter (dead_lettered_at);
+    END IF;
+END $$;
 
 -- What was installed, by part (broker, roster): this sbworker's version and a hash of
 -- the part's scripts, written by `sbworker install`; `sbworker selftest` compares it

@@ -91,8 +91,16 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat (
     geexporteerd_op  timestamptz,
     PRIMARY KEY (dienstverband_id, periode_id)
 );
-CREATE INDEX IF NOT EXISTS resultaat_export ON rekenserver.resultaat (periode_id, export_status);
-CREATE INDEX IF NOT EXISTS resultaat_batch ON rekenserver.resultaat (export_batch) WHERE export_batch IS NOT NULL;
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.resultaat_export') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS resultaat_export ON rekenserver.resultaat (periode_id, export_status);
+    END IF;
+    IF pg_catalog.to_regclass('rekenserver.resultaat_batch') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS resultaat_batch ON rekenserver.resultaat (export_batch) WHERE export_batch IS NOT NULL;
+    END IF;
+END $$;
 
 CREATE TABLE IF NOT EXISTS rekenserver.resultaat_factor (
     dienstverband_id int NOT NULL,
@@ -113,7 +121,13 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat_historie (
     versie           bigint NOT NULL,
     opgeslagen_op    timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS resultaat_historie_key ON rekenserver.resultaat_historie (dienstverband_id, periode_id, id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.resultaat_historie_key') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS resultaat_historie_key
+            ON rekenserver.resultaat_historie (dienstverband_id, periode_id, id);
+    END IF;
+END $$;
 
 -- One row per Vraag sent (the original system's LoonfactorBerekeningLog): written by the sender,
 -- completed by the collector with the outcome (opgeslagen: stored; verouderd: an answer
@@ -131,12 +145,19 @@ CREATE TABLE IF NOT EXISTS rekenserver.berekening_log (
     foutmelding      text,
     PRIMARY KEY (dialog_handle, vraag_id)
 );
-CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
-    WHERE uitkomst IS NULL;
--- The sweep's retention of answered requests (`[sweep] retention_days`): by outcome, then
--- when it came, so requests in flight are never read, and of the rows it keeps only each
--- key's current Fouts are read again on each run.
-CREATE INDEX IF NOT EXISTS berekening_log_beantwoord ON rekenserver.berekening_log (uitkomst, beantwoord_op);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.berekening_log_open') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
+            WHERE uitkomst IS NULL;
+    END IF;
+    -- The sweep's retention of answered requests (`[sweep] retention_days`): by outcome,
+    -- then when it came, so requests in flight are never read, and of the rows it keeps
+    -- only each key's current Fouts are read again on each run.
+    IF pg_catalog.to_regclass('rekenserver.berekening_log_beantwoord') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS berekening_log_beantwoord ON rekenserver.berekening_log (uitkomst, beantwoord_op);
+    END IF;
+END $$;
 -- A reused dialog carries several requests, and a replay sends a Vraag again on a new
 -- dialog: a row per request and dialog. (An install from before kept a row per dialog,
 -- when each dialog carried one.)
@@ -154,27 +175,60 @@ END $$;
 -- collector copies it, with the Antwoord's factors, into the stored version's
 -- resultaat_historie row. Pruned by the sweep after the retention (`[sweep]
 -- evidence_retention_months`), the latest version of each key excepted.
-ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
--- A result that replaces one exported before is a correction: the exported version it
--- replaces, set when it is stored (the export marks it in its output).
-ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie bigint;
--- The version payroll received (once) or may hold (claimed under a lease): set by the
--- claim, kept when a version with the same figures is stored (which moves `versie` but
--- sends nothing), so the next correction names what payroll has. Rows claimed before
--- the column existed take their own version (the best there is to know).
-ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS geexporteerde_versie bigint;
--- The stored version's warnings (the Antwoord's Waarschuwing elements, as
--- [{"code": …, "tekst": …}], NULL for none): the export hands them to payroll with the
--- figures (overtime no percentage is paid for, a contract above the CAO's maximum, …).
-ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS waarschuwingen jsonb;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rekenserver.berekening_log'::regclass AND attname = 'vraag'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE rekenserver.berekening_log ADD COLUMN IF NOT EXISTS vraag text;
+    END IF;
+END $$;
+DO $$
+DECLARE
+    v_has name[] := ARRAY(SELECT attname FROM pg_catalog.pg_attribute
+                           WHERE attrelid = 'rekenserver.resultaat'::regclass AND NOT attisdropped);
+BEGIN
+    -- A result that replaces one exported before is a correction: the exported version it
+    -- replaces, set when it is stored (the export marks it in its output).
+    IF NOT 'vorige_export_versie' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS vorige_export_versie bigint;
+    END IF;
+    -- The version payroll received (once) or may hold (claimed under a lease): set by the
+    -- claim, kept when a version with the same figures is stored (which moves `versie` but
+    -- sends nothing), so the next correction names what payroll has. Rows claimed before
+    -- the column existed take their own version (the best there is to know).
+    IF NOT 'geexporteerde_versie' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS geexporteerde_versie bigint;
+    END IF;
+    -- The stored version's warnings (the Antwoord's Waarschuwing elements, as
+    -- [{"code": …, "tekst": …}], NULL for none): the export hands them to payroll with the
+    -- figures (overtime no percentage is paid for, a contract above the CAO's maximum, …).
+    IF NOT 'waarschuwingen' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat ADD COLUMN IF NOT EXISTS waarschuwingen jsonb;
+    END IF;
+END $$;
 UPDATE rekenserver.resultaat SET geexporteerde_versie = versie
  WHERE geexporteerde_versie IS NULL AND export_status IN (1, 2);
-ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
-ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
--- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
-ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
--- When the version went out to payroll (the export writes it; the first time).
-ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS geexporteerd_op timestamptz;
+DO $$
+DECLARE
+    v_has name[] := ARRAY(SELECT attname FROM pg_catalog.pg_attribute
+                           WHERE attrelid = 'rekenserver.resultaat_historie'::regclass AND NOT attisdropped);
+BEGIN
+    IF NOT 'vraag' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS vraag text;
+    END IF;
+    IF NOT 'factoren' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS factoren jsonb;
+    END IF;
+    -- What computed it (the Antwoord's Rekenversie: the engine's version, the tables').
+    IF NOT 'rekenversie' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS rekenversie text;
+    END IF;
+    -- When the version went out to payroll (the export writes it; the first time).
+    IF NOT 'geexporteerd_op' = ANY (v_has) THEN
+        ALTER TABLE rekenserver.resultaat_historie ADD COLUMN IF NOT EXISTS geexporteerd_op timestamptz;
+    END IF;
+END $$;
 -- When a newer version replaced this one (the collector stamps it as it stores the
 -- newer; NULL: the key's latest). The retention counts from it and finds what it may
 -- delete through its index alone, which holds replaced versions only: a key's latest
@@ -195,8 +249,13 @@ BEGIN
                           AND n.versie > h.versie);
     END IF;
 END $$;
-CREATE INDEX IF NOT EXISTS resultaat_historie_vervangen ON rekenserver.resultaat_historie (vervangen_op)
- WHERE vervangen_op IS NOT NULL;
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.resultaat_historie_vervangen') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS resultaat_historie_vervangen ON rekenserver.resultaat_historie (vervangen_op)
+         WHERE vervangen_op IS NOT NULL;
+    END IF;
+END $$;
 -- The retention's index of the builds before (by opgeslagen_op), which nothing reads now.
 DROP INDEX IF EXISTS rekenserver.resultaat_historie_opgeslagen;
 

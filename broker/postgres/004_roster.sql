@@ -63,7 +63,13 @@ CREATE TABLE IF NOT EXISTS rooster.dienst (
     dienstverband_id int NOT NULL REFERENCES rooster.dienstverband,
     datum            date NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dienst_dv_datum ON rooster.dienst (dienstverband_id, datum);
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rooster.dienst_dv_datum') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS dienst_dv_datum ON rooster.dienst (dienstverband_id, datum);
+    END IF;
+END $$;
 
 -- A block ends on the next day when its end is not after its begin.
 CREATE TABLE IF NOT EXISTS rooster.tijdblok (
@@ -74,14 +80,25 @@ CREATE TABLE IF NOT EXISTS rooster.tijdblok (
     dienst_type text NOT NULL REFERENCES rooster.dienst_type,
     is_ziek     boolean NOT NULL DEFAULT false
 );
-CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rooster.tijdblok_dienst') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS tijdblok_dienst ON rooster.tijdblok (dienst_id);
+    END IF;
+END $$;
 -- Leave taken on the block's hours (the Vraag's Verlof): statutory vacation, the rest of
 -- the vacation, other leave; NULL for work or sickness (a leave block is not sick). Added
 -- to an existing install too. (A column constraint that reads is_ziek as well: PostgreSQL
 -- takes it, and ADD COLUMN IF NOT EXISTS adds it exactly once, with the column.)
-ALTER TABLE rooster.tijdblok ADD COLUMN IF NOT EXISTS verlof text
-    CONSTRAINT tijdblok_verlof
-    CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND NOT is_ziek));
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rooster.tijdblok'::regclass AND attname = 'verlof' AND NOT attisdropped) THEN
+        ALTER TABLE rooster.tijdblok ADD COLUMN IF NOT EXISTS verlof text
+            CONSTRAINT tijdblok_verlof
+            CHECK (verlof IS NULL OR (verlof IN ('Wettelijk', 'Bovenwettelijk', 'Overig') AND NOT is_ziek));
+    END IF;
+END $$;
 
 -- Per key: the roster version (only grows) and the initiator's conversation group for
 -- its dialogs (RELATED_CONVERSATION_GROUP, as in the original system: the answers of one key
@@ -96,7 +113,14 @@ CREATE TABLE IF NOT EXISTS rekenserver.sleutel (
 );
 -- With conversation reuse: the key's open dialog (its initiator's handle), which carries
 -- its next versions until the collector ends it idle.
-ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'rekenserver.sleutel'::regclass AND attname = 'dialog_handle'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
+    END IF;
+END $$;
 
 -- Keys whose Vraag could not be built at their current version (the dienstverband, its
 -- CAO or the period is gone): recorded with the reason, left out of the sweep until the
@@ -428,10 +452,6 @@ BEGIN
     RETURN NULL;
 END $$;
 
-DROP TRIGGER IF EXISTS verstuur_bij_commit ON rekenserver.te_berekenen;
-CREATE CONSTRAINT TRIGGER verstuur_bij_commit AFTER INSERT ON rekenserver.te_berekenen
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rekenserver.bij_commit();
-
 -- Statement triggers: note the keys a statement touched (old and new rows).
 CREATE OR REPLACE FUNCTION rooster.noteer_dienst() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -464,19 +484,6 @@ BEGIN
      CROSS JOIN LATERAL rooster.perioden(d.dienstverband_id, d.datum) AS p(id)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
-END $$;
-
--- One trigger per event, each reading the transition tables its event has.
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['dienst', 'tijdblok'] LOOP
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_ins ON rooster.%I', t);
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_upd ON rooster.%I', t);
-        EXECUTE format('DROP TRIGGER IF EXISTS noteer_del ON rooster.%I', t);
-    END LOOP;
-    DROP TRIGGER IF EXISTS noteer_upd ON rooster.dienstverband;
 END $$;
 
 -- INSERT and DELETE have one transition table; these wrappers give the other as empty.
@@ -519,25 +526,52 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.dienst REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_ins();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienst REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst();
-CREATE TRIGGER noteer_del AFTER DELETE ON rooster.dienst REFERENCING OLD TABLE AS oud
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_del();
-CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.tijdblok REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_ins();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.tijdblok REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok();
-CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE AS oud
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del();
-CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband();
-DROP TRIGGER IF EXISTS noteer_truncate ON rooster.dienst;
-DROP TRIGGER IF EXISTS noteer_truncate ON rooster.tijdblok;
-CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.dienst
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
-CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.tijdblok
-    FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate();
+-- The triggers, each dropped and made again only when it is missing or not the one
+-- below: written as pg_get_triggerdef gives it back (every schema named), so that a
+-- current trigger compares equal and its table is not locked against the planners.
+DO $$
+DECLARE
+    v_def  text;
+    v_name text;
+    v_on   text;
+    v_path text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- pg_get_triggerdef leaves out a schema on the search_path: none is, while it compares.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog', true);
+    FOREACH v_def IN ARRAY ARRAY[
+        -- The deferred trigger: at COMMIT, once per key the transaction touched.
+        'CREATE CONSTRAINT TRIGGER verstuur_bij_commit AFTER INSERT ON rekenserver.te_berekenen '
+            'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rekenserver.bij_commit()',
+        -- One trigger per event, each reading the transition tables its event has.
+        'CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.dienst REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_ins()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienst REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst()',
+        'CREATE TRIGGER noteer_del AFTER DELETE ON rooster.dienst REFERENCING OLD TABLE AS oud '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienst_del()',
+        'CREATE TRIGGER noteer_ins AFTER INSERT ON rooster.tijdblok REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_ins()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.tijdblok REFERENCING OLD TABLE AS oud NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok()',
+        'CREATE TRIGGER noteer_del AFTER DELETE ON rooster.tijdblok REFERENCING OLD TABLE AS oud '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_tijdblok_del()',
+        'CREATE TRIGGER noteer_upd AFTER UPDATE ON rooster.dienstverband REFERENCING NEW TABLE AS nieuw '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_dienstverband()',
+        'CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.dienst '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate()',
+        'CREATE TRIGGER noteer_truncate AFTER TRUNCATE ON rooster.tijdblok '
+            'FOR EACH STATEMENT EXECUTE FUNCTION rooster.noteer_truncate()'
+    ] LOOP
+        v_name := pg_catalog.substring(v_def, 'TRIGGER (\w+) ');
+        v_on := pg_catalog.substring(v_def, ' ON (\S+) ');
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                        WHERE t.tgrelid = v_on::regclass AND t.tgname = v_name
+                          AND pg_catalog.pg_get_triggerdef(t.oid) = v_def) THEN
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_name, v_on);
+            EXECUTE v_def;
+        END IF;
+    END LOOP;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (4) ON CONFLICT DO NOTHING;

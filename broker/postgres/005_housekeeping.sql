@@ -16,7 +16,13 @@ CREATE TABLE IF NOT EXISTS rekenserver.run_log (
     verwijderd  int,
     fout        text
 );
-CREATE INDEX IF NOT EXISTS run_log_start ON rekenserver.run_log (start);
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.run_log_start') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS run_log_start ON rekenserver.run_log (start);
+    END IF;
+END $$;
 
 -- (The failure's class was read from its text once; it is a column of the log now,
 -- berekening_log.herstelbaar, written by whoever records the failure.)
@@ -31,7 +37,11 @@ DROP FUNCTION IF EXISTS rekenserver.fout_te_herstellen(text) CASCADE;
 -- (rekenserver.onverzendbaar); one whose latest version failed by the environment
 -- (herstel: a repair) is sent again, at most three times for the same version, so a
 -- request that keeps killing the worker is not sent forever.
-CREATE OR REPLACE VIEW rekenserver.verouderde_sleutel AS
+-- (Replaced only when its definition is not this one, compared with a temporary view of
+-- it: CREATE OR REPLACE VIEW locks the view against the sweep.)
+DO $$
+DECLARE
+    v_query text := $q$
 SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
        EXISTS (SELECT 1 FROM rekenserver.berekening_log l
                 WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
@@ -48,7 +58,15 @@ SELECT s.dienstverband_id, s.periode_id, s.versie, s.gewijzigd_op,
                       AND o.versie = s.versie)
    AND (SELECT count(*) FROM rekenserver.berekening_log l
          WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
-           AND l.versie = s.versie AND l.uitkomst = 'fout') < 3;
+           AND l.versie = s.versie AND l.uitkomst = 'fout') < 3$q$;
+BEGIN
+    EXECUTE 'CREATE TEMPORARY VIEW verouderde_sleutel_wanted AS ' || v_query;
+    IF pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('rekenserver.verouderde_sleutel'))
+       IS DISTINCT FROM pg_catalog.pg_get_viewdef('pg_temp.verouderde_sleutel_wanted'::regclass) THEN
+        EXECUTE 'CREATE OR REPLACE VIEW rekenserver.verouderde_sleutel AS ' || v_query;
+    END IF;
+    DROP VIEW pg_temp.verouderde_sleutel_wanted;
+END $$;
 
 -- `sbworker selftest`'s round trip, as the worker's login (006_security.sql grants these
 -- to sbworker_worker; they run with their owner's rights): a scratch key's roster

@@ -17,13 +17,23 @@ CREATE TABLE IF NOT EXISTS sbworker.worker_instance (
     -- Per queue: {"queue": {"readers": n, "busy": n}}.
     queues     jsonb NOT NULL DEFAULT '{}'
 );
--- How often the instance beats (worker.heartbeat_ms): status judges its silence by it.
-ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS interval_ms int NOT NULL DEFAULT 10000;
-
--- The Vraag contract version the worker reads (NULL: a release before it was recorded):
--- `sbworker install` refuses to replace the senders while a live worker reads an older
--- one (docs/deployment.md, "workers first").
-ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS contract_versie int;
+-- (Indexes and columns only when missing: see 001_broker.sql.)
+DO $$
+DECLARE
+    v_has name[] := ARRAY(SELECT attname FROM pg_catalog.pg_attribute
+                           WHERE attrelid = 'sbworker.worker_instance'::regclass AND NOT attisdropped);
+BEGIN
+    -- How often the instance beats (worker.heartbeat_ms): status judges its silence by it.
+    IF NOT 'interval_ms' = ANY (v_has) THEN
+        ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS interval_ms int NOT NULL DEFAULT 10000;
+    END IF;
+    -- The Vraag contract version the worker reads (NULL: a release before it was
+    -- recorded): `sbworker install` refuses to replace the senders while a live worker
+    -- reads an older one (docs/deployment.md, "workers first").
+    IF NOT 'contract_versie' = ANY (v_has) THEN
+        ALTER TABLE sbworker.worker_instance ADD COLUMN IF NOT EXISTS contract_versie int;
+    END IF;
+END $$;
 
 -- p_started_unix: when the instance started, seconds since the Unix epoch;
 -- p_interval_ms: how often it beats; p_contract_versie: the contract version it reads
@@ -52,11 +62,27 @@ BEGIN
 END $$;
 
 -- Dead letters: where the message came from (to send it again), and its replays.
-ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS far_service text;
-ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replays int NOT NULL DEFAULT 0;
-ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_at timestamptz;
-ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_by text;
-ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replay_handle uuid;
+DO $$
+DECLARE
+    v_has name[] := ARRAY(SELECT attname FROM pg_catalog.pg_attribute
+                           WHERE attrelid = 'sbworker.dead_letter'::regclass AND NOT attisdropped);
+BEGIN
+    IF NOT 'far_service' = ANY (v_has) THEN
+        ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS far_service text;
+    END IF;
+    IF NOT 'replays' = ANY (v_has) THEN
+        ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replays int NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT 'replayed_at' = ANY (v_has) THEN
+        ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_at timestamptz;
+    END IF;
+    IF NOT 'replayed_by' = ANY (v_has) THEN
+        ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replayed_by text;
+    END IF;
+    IF NOT 'replay_handle' = ANY (v_has) THEN
+        ALTER TABLE sbworker.dead_letter ADD COLUMN IF NOT EXISTS replay_handle uuid;
+    END IF;
+END $$;
 
 -- The service that sent a diverted message, filled from its conversation while that
 -- still exists (the worker diverts inside the receiving transaction).
@@ -69,9 +95,24 @@ BEGIN
     NEW.far_service := (SELECT far_service FROM sb.endpoint WHERE handle = NEW.conversation_handle);
     RETURN NEW;
 END $$;
-DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
-CREATE TRIGGER far_service BEFORE INSERT ON sbworker.dead_letter
-    FOR EACH ROW EXECUTE FUNCTION sbworker.dead_letter_far_service();
+-- Dropped and made again only when it is not this one (written as pg_get_triggerdef gives
+-- it back): that locks the table the workers divert into.
+DO $$
+DECLARE
+    v_def  text := 'CREATE TRIGGER far_service BEFORE INSERT ON sbworker.dead_letter '
+                       'FOR EACH ROW EXECUTE FUNCTION sbworker.dead_letter_far_service()';
+    v_path text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- pg_get_triggerdef leaves out a schema on the search_path: none is, while it compares.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog', true);
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                    WHERE t.tgrelid = 'sbworker.dead_letter'::regclass AND t.tgname = 'far_service'
+                      AND pg_catalog.pg_get_triggerdef(t.oid) = v_def) THEN
+        DROP TRIGGER IF EXISTS far_service ON sbworker.dead_letter;
+        EXECUTE v_def;
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END $$;
 
 -- The dead letters, newest first, with their bodies (the caller reads the key from
 -- them): those diverted at or after p_since, at most p_limit.

@@ -27,7 +27,12 @@ CREATE TABLE IF NOT EXISTS sb.route (
     address    text,
     created_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS route_service ON sb.route (service, name);
+DO $$
+BEGIN
+    IF pg_catalog.to_regclass('sb.route_service') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS route_service ON sb.route (service, name);
+    END IF;
+END $$;
 CREATE SEQUENCE IF NOT EXISTS sb.route_turn;
 
 -- The messages in transit. Rows live only inside the sending transaction (and in WAL).
@@ -391,7 +396,10 @@ END $$;
 -- replication slot's; NULL when no slot by that name exists: the far side never
 -- subscribed, or it was dropped). The messages that arrived and could not be delivered
 -- are sb.transmission_error.
-CREATE OR REPLACE VIEW sb.route_state AS
+-- (Replaced only when its definition is not this one, as 001_broker.sql's views.)
+DO $$
+BEGIN
+    CREATE TEMPORARY VIEW sb_wanted AS
 SELECT r.name AS route, r.service, r.broker, r.address,
        s.slot_name IS NOT NULL AS subscribed,
        coalesce(s.active, false) AS reading,
@@ -400,5 +408,19 @@ SELECT r.name AS route, r.service, r.broker, r.address,
   FROM sb.route r
   LEFT JOIN pg_catalog.pg_replication_slots s
          ON s.slot_name = 'sb_route_' || r.name AND s.database = pg_catalog.current_database();
+    IF pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('sb.route_state'))
+       IS DISTINCT FROM pg_catalog.pg_get_viewdef('pg_temp.sb_wanted'::regclass) THEN
+        CREATE OR REPLACE VIEW sb.route_state AS
+SELECT r.name AS route, r.service, r.broker, r.address,
+       s.slot_name IS NOT NULL AS subscribed,
+       coalesce(s.active, false) AS reading,
+       pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint AS behind_bytes,
+       s.wal_status
+  FROM sb.route r
+  LEFT JOIN pg_catalog.pg_replication_slots s
+         ON s.slot_name = 'sb_route_' || r.name AND s.database = pg_catalog.current_database();
+    END IF;
+    DROP VIEW pg_temp.sb_wanted;
+END $$;
 
 INSERT INTO sb.migration (version) VALUES (8) ON CONFLICT DO NOTHING;

@@ -43,10 +43,11 @@ pub async fn install(url: &str) -> Result<Vec<i32>, BrokerError> {
     install_with(url, false).await
 }
 
-/// Tries of one install: a deadlock with running workers and planners (the install
-/// replaces triggers, which locks their tables, while they hold some of the same locks
-/// in another order), or a lock not had within the install's lock timeout, rolls the
-/// whole install back, and it is run again; eight tries in all.
+/// Tries of one install: a deadlock with running workers and planners (an install that
+/// adds a column or an index, or replaces a trigger, locks that table while they hold
+/// some of the same locks in another order; over a current install it takes no such
+/// lock), or a lock not had within the install's lock timeout, rolls the whole install
+/// back, and it is run again; eight tries in all.
 const TRIES: u32 = 8;
 
 /// [`install`], plus the roster schema when `roster` is set. The install is one
