@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             }
         }
         #[cfg(feature = "tools")]
-        Command::Demo { size, edits, readers, postgres, seed, mssql, dialog_reuse_idle_seconds } => {
+        Command::Demo { size, edits, readers, postgres, seed, mssql, dialog_reuse_idle_seconds, split } => {
             let opts = sbworker::demo::Options {
                 size,
                 edits,
@@ -71,6 +71,7 @@ fn main() -> ExitCode {
                 pace: None,
                 groups_per_transaction: 1,
                 dialog_reuse_idle_seconds,
+                split: split.unwrap_or(0),
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {

@@ -101,6 +101,11 @@ pub enum Command {
         /// after this many idle seconds (default: a dialog per request).
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
         dialog_reuse_idle_seconds: Option<u32>,
+        /// The seed's topology: the roster on a PostgreSQL server of its own and N
+        /// calculation servers (each a throwaway cluster, wal_level=logical), joined by
+        /// routes as `sbworker link` joins them; new dialogs take them in turn.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8), conflicts_with_all = ["postgres", "mssql"])]
+        split: Option<u32>,
     },
     /// Hand a period's results to payroll: claim the unexported ones in one statement and
     /// write them (CSV: one row per factor; JSON: factors nested per employee).

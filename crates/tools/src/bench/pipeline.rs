@@ -173,6 +173,7 @@ fn demo_options(employees: usize, url: String, readers: u32, repetition: usize) 
         pace: None,
         groups_per_transaction: 1,
         dialog_reuse_idle_seconds: None,
+        split: 0,
     }
 }
 

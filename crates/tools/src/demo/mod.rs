@@ -24,14 +24,14 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::broker::mssql::MssqlTransport;
-use crate::broker::postgres::{PostgresTransport, install_with};
+use crate::broker::postgres::{PostgresTransport, install_side, install_with, route};
 use crate::config::{self, Config};
 use crate::contract::Limits;
 use crate::emulator::server::{Credentials, start as start_emulator};
 use crate::engine::Tables;
 use crate::handlers::{calculation, collector};
 use crate::pg_cluster::Cluster;
-use crate::transport::Transport;
+use crate::transport::{Side, Transport};
 use crate::worker::{self, Handlers, Metrics, RunOutcome};
 use check::Progress;
 use roster::Roster;
@@ -70,6 +70,10 @@ pub struct Options {
     /// Conversation reuse, with this idle time in seconds (`None`: a dialog per
     /// request).
     pub dialog_reuse_idle_seconds: Option<u32>,
+    /// The seed's topology: the roster on a server of its own and this many calculation
+    /// servers, joined by routes (`sbworker link`), new dialogs taking them in turn; a
+    /// worker per database. 0: one database.
+    pub split: u32,
 }
 
 /// The burst's edits when none are given: three per employee.
@@ -94,6 +98,8 @@ pub struct Report {
     pub load: Phase,
     pub burst: Phase,
     pub verdict: check::Verdict,
+    /// Split: the keys each calculation server computed (its version claims).
+    pub spread: Vec<i64>,
 }
 
 /// The worker configuration of the pipeline (TOML): the calculation queue with up to
@@ -185,8 +191,18 @@ pub const DEMO_PLANNER: &str = "sbworker_demo_planner";
 /// Runs the demo, writing the report to `out`; an error says what failed.
 pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result<Report> {
     let tables = Arc::new(Tables::built_in()?);
+    anyhow::ensure!(
+        opts.split == 0 || (opts.postgres.is_none() && !opts.mssql && opts.external_setup.is_none()),
+        "--split starts servers of its own, with sbworker's PostgreSQL workers: it takes no --postgres or --mssql"
+    );
     let (_cluster, url) = match &opts.postgres {
         Some(url) => (None, url.clone()),
+        None if opts.split > 0 => {
+            eprintln!("starting the roster side's throwaway PostgreSQL cluster (wal_level=logical) ...");
+            let cluster = Cluster::start(&SPLIT_SETTINGS).context("starting PostgreSQL")?;
+            let url = cluster.create_database("sbworker_demo").await.context("creating the demo database")?;
+            (Some(cluster), url)
+        }
         None => {
             eprintln!("starting a throwaway PostgreSQL cluster (synchronous_commit=off) ...");
             let cluster = Cluster::start(&["synchronous_commit=off"]).context("starting PostgreSQL")?;
@@ -194,7 +210,12 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
             (Some(cluster), url)
         }
     };
-    install_with(&url, true).await.context("installing the broker and the roster schema")?;
+    if opts.split > 0 {
+        install_side(&url, true, Some(Side::Roster)).await.context("installing the roster side")?;
+    } else {
+        install_with(&url, true).await.context("installing the broker and the roster schema")?;
+    }
+    let calculation = calculation_servers(&url, opts.split).await?;
     let (client, conn) = crate::pg_tls::connect(&url).await?;
     tokio::spawn(conn);
     if let Some(idle) = opts.dialog_reuse_idle_seconds {
@@ -217,6 +238,14 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
             "workers as login {DEMO_WORKER} (role sbworker_worker), planners as {DEMO_PLANNER} (sbworker_sender): \
              neither a superuser ..."
         );
+        for (_, calc) in &calculation {
+            let (c, conn) = crate::pg_tls::connect(calc).await?;
+            tokio::spawn(conn);
+            c.batch_execute(stmt::DEMO_LOGINS.sql).await.context("creating the demo's logins")?;
+            crate::broker::postgres::grant_roles(calc, &[("sbworker_worker", DEMO_WORKER.to_owned())])
+                .await
+                .context("granting the demo's worker login its role")?;
+        }
         (format!("{url} user={DEMO_WORKER}"), format!("{url} user={DEMO_PLANNER}"))
     } else {
         (url.clone(), url.clone())
@@ -231,8 +260,33 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     config.check().context("the demo's worker configuration")?;
     let metrics = Arc::new(Metrics::new());
     let (stop, signals) = mpsc::channel(2);
+    // Split: the collector on the roster side, a calculation worker on each calculation
+    // server, each stopped by a channel of its own.
+    let mut split_stops = Vec::new();
+    let mut split_workers = Vec::new();
+    if opts.split > 0 {
+        let mut data = config.clone();
+        data.queues.retain(|name, _| name == DATA_QUEUE);
+        let (tx, rx) = mpsc::channel(2);
+        split_stops.push(tx);
+        split_workers.push(
+            spawn_workers(PostgresTransport::new(worker_url.clone()), data, tables.clone(), metrics.clone(), rx)
+                .await?,
+        );
+        for (_, calc) in &calculation {
+            let mut reken = config.clone();
+            reken.queues.retain(|name, _| name == REKEN_QUEUE);
+            let (tx, rx) = mpsc::channel(2);
+            split_stops.push(tx);
+            let url = format!("{calc} user={DEMO_WORKER}");
+            split_workers
+                .push(spawn_workers(PostgresTransport::new(url), reken, tables.clone(), metrics.clone(), rx).await?);
+        }
+    }
     let (_emulator_stop, worker) = if let Some(setup) = &opts.external_setup {
         client.batch_execute(setup).await.context("setting the database up for the external workers")?;
+        (None, None)
+    } else if opts.split > 0 {
         (None, None)
     } else if opts.mssql {
         // The emulator on a free port, with a password made up for this run.
@@ -302,6 +356,16 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     check::wait_drained(&client, limit, |p| line.show(p, started)).await?;
 
     // (External workers are the caller's to stop.)
+    for tx in &split_stops {
+        let _ = tx.send(()).await;
+    }
+    for w in split_workers {
+        match w.await? {
+            Ok(RunOutcome::Drained) => {}
+            Ok(RunOutcome::Aborted { reason }) => anyhow::bail!("the workers did not stop cleanly: {reason}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
     if let Some(worker) = worker {
         let _ = stop.send(()).await;
         match worker.await? {
@@ -311,9 +375,34 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
         }
     }
     let verdict = check::verify(&client, &tables).await?;
-    let report = Report { load, burst, verdict };
+    let mut spread = Vec::new();
+    for (_, calc) in &calculation {
+        let (c, conn) = crate::pg_tls::connect(calc).await?;
+        tokio::spawn(conn);
+        spread.push(c.query_one(stmt::KEYS_COMPUTED.sql, &[]).await?.get::<_, i64>(0));
+    }
+    let report = Report { load, burst, verdict, spread };
     write_report(out, &client, &report, &roster, opts, &metrics).await?;
     Ok(report)
+}
+
+/// Settings of a split demo's servers: logical replication carries the routes.
+const SPLIT_SETTINGS: [&str; 4] =
+    ["synchronous_commit=off", "wal_level=logical", "max_replication_slots=10", "max_wal_senders=10"];
+
+/// `n` calculation servers, each a throwaway cluster with a database installed as the
+/// calculation side and linked to the roster side at `roster`: (cluster, URL) each.
+async fn calculation_servers(roster: &str, n: u32) -> anyhow::Result<Vec<(Cluster, String)>> {
+    let mut out = Vec::new();
+    for i in 1..=n {
+        eprintln!("starting calculation server {i} of {n} (a throwaway cluster, wal_level=logical) and linking it ...");
+        let cluster = Cluster::start(&SPLIT_SETTINGS).context("starting PostgreSQL")?;
+        let url = cluster.create_database("sbworker_demo_reken").await.context("creating a calculation database")?;
+        install_side(&url, false, Some(Side::Calc)).await.context("installing the calculation side")?;
+        route::link(roster, &url).await.context("linking the calculation server")?;
+        out.push((cluster, url));
+    }
+    Ok(out)
 }
 
 /// Checks the queues, then runs the calculation and collector workers on `transport` on
@@ -415,6 +504,16 @@ async fn write_report(
         opts.readers
     )?;
     writeln!(out, "  latency: from the roster transaction's commit to the stored result (or superseded answer)")?;
+    if !r.spread.is_empty() {
+        let each: Vec<String> = r.spread.iter().map(i64::to_string).collect();
+        writeln!(
+            out,
+            "  split: the roster and {} calculation servers, each a PostgreSQL server of its own, joined by routes \
+             (logical replication); keys computed per calculation server: {}",
+            r.spread.len(),
+            each.join(", ")
+        )?;
+    }
     if let Some(idle) = opts.dialog_reuse_idle_seconds {
         let row = client.query_one(stmt::DIALOGS_USED.sql, &[]).await?;
         writeln!(

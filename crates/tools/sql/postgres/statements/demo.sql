@@ -202,3 +202,7 @@ ON CONFLICT (naam) DO UPDATE SET waarde = EXCLUDED.waarde;
 -- name: dialogs_used
 -- The requests sent, and the dialogs that carried them (fewer with conversation reuse).
 SELECT count(*), count(DISTINCT dialog_handle) FROM rekenserver.berekening_log
+
+-- name: keys_computed
+-- A split demo's calculation server: the keys it computed (its version claims).
+SELECT count(*) FROM sbworker.answered_version;
