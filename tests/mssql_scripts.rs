@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sbworker::broker::mssql::{SCRIPTS, SqlcmdVars, sqlcmd_batches, stmt};
+use sbworker::broker::mssql::{SCRIPTS, Side, SqlcmdVars, for_side, region_end, region_sides, sqlcmd_batches, stmt};
 use sbworker::contract::message_types;
 use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE};
 
@@ -17,7 +17,7 @@ fn all_scripts() -> impl Iterator<Item = &'static (&'static str, &'static str)> 
 }
 
 fn vars() -> Vec<(String, String)> {
-    [("Database", "Payroll"), ("WorkerLogin", "sbworker_login"), ("WorkerUser", "sbworker")]
+    [("Database", "Payroll"), ("WorkerLogin", "sbworker_login"), ("WorkerUser", "sbworker"), ("Side", "both")]
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect()
@@ -28,15 +28,25 @@ fn split(script: &str) -> Vec<String> {
     sqlcmd_batches(script, &SqlcmdVars::only(&vars())).unwrap()
 }
 
-/// Every batch of every script, with its file, comments removed, upper-cased copy.
+/// Every batch of every script, with its file, comments removed, upper-cased copy (the
+/// batches of every side's regions: all the text there is).
 fn batches() -> Vec<(&'static str, String, String)> {
+    batches_of(all_scripts().map(|(f, s)| (*f, s.to_string())).collect())
+}
+
+/// The batches that run on `side` (the regions of the other sides left out).
+fn batches_on(side: Side) -> Vec<(&'static str, String, String)> {
+    batches_of(all_scripts().map(|(f, s)| (*f, for_side(s, side))).collect())
+}
+
+fn batches_of(scripts: Vec<(&'static str, String)>) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
-    for (file, script) in all_scripts() {
-        for b in split(script) {
+    for (file, script) in scripts {
+        for b in split(&script) {
             let code: String = b.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
             let code = mask_literals(&code);
             let upper = code.to_uppercase();
-            out.push((*file, code, upper));
+            out.push((file, code, upper));
         }
     }
     out
@@ -91,10 +101,15 @@ fn unquote(name: &str) -> String {
     name.trim_matches(['[', ']', '\'']).replace("].[", ".").to_lowercase()
 }
 
-/// (kind, name) of everything each batch creates.
+/// (kind, name) of everything each batch creates on a one-database install (Side=both).
 fn created() -> Vec<(&'static str, String, String)> {
+    created_on(Side::Both)
+}
+
+/// (kind, name) of everything each batch that runs on `side` creates.
+fn created_on(side: Side) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
-    for (file, code, _) in batches() {
+    for (file, code, _) in batches_on(side) {
         let w = words(&code);
         for i in 0..w.len() {
             if !w[i].eq_ignore_ascii_case("CREATE") {
@@ -223,17 +238,21 @@ fn every_batch_is_idempotent() {
 
 #[test]
 fn each_object_is_created_in_exactly_one_place() {
-    let mut seen: BTreeMap<(String, String), &str> = BTreeMap::new();
-    let all = created();
-    assert!(all.len() > 40, "{all:?}");
-    for (file, kind, name) in all {
-        let kind = if ["PROCEDURE", "FUNCTION", "TRIGGER", "TABLE", "QUEUE"].contains(&kind.as_str()) {
-            "OBJECT".to_owned()
-        } else {
-            kind
-        };
-        if let Some(other) = seen.insert((kind.clone(), name.clone()), file) {
-            panic!("{kind} {name} is created in {other} and in {file}");
+    // On each side: a module may have a version per side (sbworker.replay_dead_letter),
+    // in regions no side runs both of.
+    for side in Side::ALL {
+        let mut seen: BTreeMap<(String, String), &str> = BTreeMap::new();
+        let all = created_on(side);
+        assert!(all.len() > 20, "{side}: {all:?}");
+        for (file, kind, name) in all {
+            let kind = if ["PROCEDURE", "FUNCTION", "TRIGGER", "TABLE", "QUEUE"].contains(&kind.as_str()) {
+                "OBJECT".to_owned()
+            } else {
+                kind
+            };
+            if let Some(other) = seen.insert((kind.clone(), name.clone()), file) {
+                panic!("{side}: {kind} {name} is created in {other} and in {file}");
+            }
         }
     }
 }
@@ -580,15 +599,18 @@ fn the_guard_check_finds_an_unguarded_or_wrongly_guarded_statement() {
 
 #[test]
 fn the_selftest_knows_every_module_the_scripts_create() {
-    let modules: BTreeSet<String> = sbworker::broker::mssql::modules().into_iter().collect();
-    let created: BTreeSet<String> = created()
-        .into_iter()
-        .filter(|(file, k, _)| {
-            *file != "optional/schema_collection.sql" && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
-        })
-        .map(|(_, _, n)| n)
-        .collect();
-    assert_eq!(modules, created);
+    for side in Side::ALL {
+        let modules: BTreeSet<String> = sbworker::broker::mssql::modules(side).into_iter().collect();
+        let created: BTreeSet<String> = created_on(side)
+            .into_iter()
+            .filter(|(file, k, _)| {
+                !file.starts_with("optional/") && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
+            })
+            .map(|(_, _, n)| n)
+            .collect();
+        assert_eq!(modules, created, "{side}");
+    }
+    let modules: BTreeSet<String> = sbworker::broker::mssql::modules(Side::Both).into_iter().collect();
     for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.vraag", "sbworker.module_options"]
     {
         assert!(modules.contains(m), "{m} in {modules:?}");
@@ -885,4 +907,156 @@ fn the_installer_knows_the_current_schema_collection_by_name() {
         std::fs::read_to_string(crate::common::root().join("broker/mssql/optional/schema_collection.sql")).unwrap();
     assert!(script.contains(&format!("CREATE XML SCHEMA COLLECTION Rekenserver.{name} AS N'")), "{name}");
     assert!(script.contains(&format!("WITH SCHEMA COLLECTION Rekenserver.{name};")), "{name}");
+}
+
+/// The sides of a split deployment (docs/sqlserver.md, "Two databases, two servers"): each
+/// of scripts 01..07 refuses a Side it does not know before it changes anything, and its
+/// regions are well formed: a switch line naming known sides opens one, `SET NOEXEC OFF;`
+/// closes it, each a batch of its own, none nested, none left open at the script's end
+/// (the installer runs every script on one connection), no USE inside one.
+#[test]
+fn every_script_checks_its_side_and_closes_its_regions() {
+    for (file, script) in SCRIPTS {
+        let lines: Vec<&str> = script.lines().collect();
+        let check = lines.iter().position(|l| l.starts_with("IF '$(Side)' NOT IN ('both', 'roster', 'calc')"));
+        if *file == "00_database.sql" {
+            assert!(!script.contains("$(Side)"), "00 is the same on every side");
+            continue;
+        }
+        let use_at = lines.iter().position(|l| l.starts_with("USE [$(Database)];")).unwrap();
+        assert_eq!(check, Some(use_at + 2), "{file}: the Side check must follow USE");
+        assert!(lines[use_at + 3].contains("THROW 50032"), "{file}");
+        let mut open: Option<usize> = None;
+        let mut regions = 0;
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("--").next().unwrap_or("").to_uppercase();
+            if let Some(sides) = region_sides(line) {
+                assert!(open.is_none(), "{file}:{}: a region inside a region", i + 1);
+                assert!(!sides.is_empty() && sides.len() < 3, "{file}:{}: {line}", i + 1);
+                assert!(
+                    lines[i + 1].trim() == "GO" && lines[i - 1].trim() == "GO" || lines[i - 1].starts_with("--"),
+                    "{file}:{}: a switch is a batch of its own",
+                    i + 1
+                );
+                open = Some(i);
+                regions += 1;
+            } else if region_end(line) {
+                assert!(open.take().is_some(), "{file}:{}: SET NOEXEC OFF without a region", i + 1);
+                assert_eq!(lines[i + 1].trim(), "GO", "{file}:{}", i + 1);
+            } else {
+                assert!(!code.contains("NOEXEC"), "{file}:{}: NOEXEC outside the two forms: {line}", i + 1);
+                assert!(
+                    !(open.is_some() && code.trim_start().starts_with("USE ")),
+                    "{file}:{}: USE in a region",
+                    i + 1
+                );
+            }
+        }
+        assert!(open.is_none(), "{file}: a region left open at the end");
+        assert!(regions >= 1, "{file}: no region");
+    }
+}
+
+/// What each side gets, object by object (the decision is written down in
+/// docs/sqlserver.md, "Two databases, two servers").
+#[test]
+fn each_side_gets_its_own_objects_and_the_shared_ones() {
+    let names = |side: Side| -> BTreeSet<String> { created_on(side).into_iter().map(|(_, _, n)| n).collect() };
+    let (both, roster, calc) = (names(Side::Both), names(Side::Roster), names(Side::Calc));
+    let shared = [
+        "/rekenserver/loonfactorberekening/vraag",
+        "/rekenserver/loonfactorberekening/antwoord",
+        "/rekenserver/fout",
+        "/rekenserver/loonfactorberekening/datacontract",
+        "/rekenserver/loonfactorberekening/herberekencontract",
+        "/rekenserver/loonfactorberekening/sleutelcontract",
+        "herberekening",
+        "sbworker.message_attempt",
+        "sbworker.dead_letter",
+        "sbworker.worker_instance",
+        "sbworker.count_attempts",
+        "sbworker.set_aside",
+        "sbworker.reader_slot",
+        "sbworker.queue_state",
+        "sbworker.heartbeat",
+        "sbworker.status_report",
+        "sbworker.transport_state",
+        "sbworker.dead_letters",
+        "sbworker.replay_dead_letter",
+        "sbworker.purge_dead_letters",
+        "sbworker_role",
+    ];
+    for n in shared {
+        assert!(roster.contains(n) && calc.contains(n), "{n} on both sides");
+    }
+    let calc_only = [
+        "dbo.loonfactorberekening_reken",
+        "/rekenserver/loonfactorberekening/rekenservice",
+        "sbworker.answered_version",
+        "sbworker.claim_version",
+    ];
+    let roster_only = [
+        "dbo.loonfactorberekening_data",
+        "/rekenserver/loonfactorberekening/dataservice",
+        "rooster.dienst",
+        "rooster.dienst_gewijzigd",
+        "rekenserver.sleutel",
+        "rekenserver.resultaat",
+        "rekenserver.berekening_log",
+        "rekenserver.run_log",
+        "rekenserver.stuur_vraag",
+        "rekenserver.sla_antwoord_op",
+        "rekenserver.sweep",
+        "rekenserver.export_claim",
+        "rekenserver.selftest",
+        "rekenserver.instelling",
+    ];
+    for n in calc_only {
+        assert!(calc.contains(n) && !roster.contains(n), "{n} on the calculation side only");
+    }
+    for n in roster_only {
+        assert!(roster.contains(n) && !calc.contains(n), "{n} on the roster side only");
+    }
+    // A one-database install is what it was: both sides together.
+    let union: BTreeSet<String> = roster.union(&calc).cloned().collect();
+    assert_eq!(both, union);
+}
+
+/// A batch that runs on one side names no table, procedure or function that only the
+/// other side has, unless it first checks that it exists (`OBJECT_ID(N'name' ...) IS NOT
+/// NULL`): a statement naming a missing table fails when it runs, and a module naming a
+/// missing function or procedure may not even be created (deferred name resolution covers
+/// tables only).
+#[test]
+fn no_batch_names_an_object_its_side_lacks_unchecked() {
+    let objects = |side: Side| -> BTreeSet<String> {
+        created_on(side)
+            .into_iter()
+            .filter(|(_, k, _)| ["TABLE", "PROCEDURE", "FUNCTION", "TRIGGER", "QUEUE"].contains(&k.as_str()))
+            .map(|(_, _, n)| n)
+            .collect()
+    };
+    let all = objects(Side::Both);
+    let mut found = Vec::new();
+    for side in [Side::Roster, Side::Calc] {
+        let here = objects(side);
+        let missing: Vec<&String> = all.iter().filter(|n| !here.contains(*n)).collect();
+        assert!(!missing.is_empty());
+        for (file, code, _) in batches_on(side) {
+            let lower = code.to_lowercase();
+            for name in &missing {
+                if !names(&lower, name) {
+                    continue;
+                }
+                let checked = lower.contains(&format!("object_id(n'{name}', n'u') is not null"))
+                    || lower.contains(&format!("object_id(n'{name}', n'p') is not null"));
+                if !checked {
+                    found.push(format!("{side}: {file} names {name}, which only the other side has"));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    assert!(found.is_empty(), "{found:#?}");
 }

@@ -1,5 +1,6 @@
 //! `sbworker install`: puts the broker scripts into a database.
 
+use crate::broker::mssql::Side;
 use crate::broker::postgres;
 
 /// Installs (or brings up to date) the PostgreSQL broker at `url`; returns a line to
@@ -43,15 +44,18 @@ pub fn postgres(
 /// database (made if missing) joins the job's SQL Server role.
 /// `allow_older_workers`: script 04 replaces the roster senders even while a live
 /// calculation worker reads an older Vraag contract (it refuses otherwise, 50150).
+/// `side`: `--side` (None: the variable `Side` if given, else both).
 pub fn mssql(
     connection_string: &str,
     vars: &[(String, String)],
+    side: Option<Side>,
     allow_older_workers: bool,
     grants: &[(&'static str, String)],
 ) -> anyhow::Result<String> {
     use anyhow::Context;
     let env = |name: &str| std::env::var(name).ok();
     let sqlcmd = crate::broker::mssql::SqlcmdVars { given: vars, env: &env };
+    let side = resolve_side(side, sqlcmd.value("Side").as_deref())?;
     // On SQL Server the worker must be the scripts' WorkerLogin: its user owns the services
     // and the dialogs, and only the owner may END a conversation; another login in
     // sbworker_role could receive but never end, and every group would fail.
@@ -64,7 +68,7 @@ pub fn mssql(
     }
     let rt = super::runtime::runtime(false)?;
     let n = rt
-        .block_on(crate::broker::mssql::install(connection_string, vars, allow_older_workers))
+        .block_on(crate::broker::mssql::install(connection_string, vars, side, allow_older_workers))
         .context("installing the SQL Server scripts")?;
     // The database the scripts were run for, by sqlcmd's precedence.
     let database = sqlcmd.value("Database").unwrap_or_default();
@@ -73,10 +77,54 @@ pub fn mssql(
         .context("adding logins to sbworker's roles")?;
     let granted: String =
         granted.iter().map(|(role, login, user)| format!("\n  login {login} (user {user}) added to {role}")).collect();
+    let (what, next) = match side {
+        Side::Both => ("both sides in one database", String::new()),
+        Side::Roster => (
+            "the roster side: roster, triggers, DataService and its queue, results, hand-off",
+            " --side roster, after the calculation side, the endpoint and the routes \
+             (broker/mssql/optional/endpoint.sql and routes.sql)"
+                .to_owned(),
+        ),
+        Side::Calc => (
+            "the calculation side: RekenService and its queue, the worker's bookkeeping",
+            " --side calc, after the endpoint and the routes (broker/mssql/optional/endpoint.sql and routes.sql)"
+                .to_owned(),
+        ),
+    };
     Ok(format!(
-        "SQL Server scripts installed ({n} batches of broker/mssql/00..07; roles sbworker_role, sbworker_sender_role, \
-         sbworker_payroll_role, sbworker_housekeeping_role, sbworker_monitor_role, sbworker_operator_role); running \
-         them again changes nothing.{granted}\n\
-         Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...)"
+        "SQL Server scripts installed for {what} ({n} batches of broker/mssql/00..07, Side={side}; roles \
+         sbworker_role, sbworker_sender_role, sbworker_payroll_role, sbworker_housekeeping_role, \
+         sbworker_monitor_role, sbworker_operator_role); running them again changes nothing.{granted}\n\
+         Next, as the worker's login: sbworker selftest --mssql CONN (with Database=...){next}"
     ))
+}
+
+/// The side to install: `--side`, else the sqlcmd variable `Side` (`--var Side=`, or the
+/// environment, as sqlcmd reads it), else both. Both given and different: refused.
+pub fn resolve_side(flag: Option<Side>, var: Option<&str>) -> anyhow::Result<Side> {
+    let var =
+        var.map(|v| v.parse::<Side>().map_err(|e| anyhow::anyhow!("the sqlcmd variable Side: {e}"))).transpose()?;
+    match (flag, var) {
+        (Some(f), Some(v)) if f != v => {
+            anyhow::bail!("--side {f} and the sqlcmd variable Side={v} disagree: give the side once (--side)")
+        }
+        (f, v) => Ok(f.or(v).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_side_is_the_flag_or_the_sqlcmd_variable_and_both_must_agree() {
+        assert_eq!(resolve_side(None, None).unwrap(), Side::Both);
+        assert_eq!(resolve_side(Some(Side::Calc), None).unwrap(), Side::Calc);
+        assert_eq!(resolve_side(None, Some("roster")).unwrap(), Side::Roster);
+        assert_eq!(resolve_side(Some(Side::Roster), Some("roster")).unwrap(), Side::Roster);
+        let e = resolve_side(Some(Side::Calc), Some("roster")).unwrap_err().to_string();
+        assert!(e.contains("--side calc and the sqlcmd variable Side=roster disagree"), "{e}");
+        let e = resolve_side(None, Some("kalk")).unwrap_err().to_string();
+        assert!(e.contains("'kalk' is not a side: give roster, calc or both"), "{e}");
+    }
 }

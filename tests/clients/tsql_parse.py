@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover
 
 # Sample values for the sqlcmd variables the scripts use (docs/deployment.md: -v Database=Payroll
 # WorkerLogin=sbworker WorkerUser=sbworker).
-SAMPLE_VARS = {"Database": "Payroll", "WorkerUser": "sbworker", "WorkerLogin": "sbworker"}
+SAMPLE_VARS = {"Database": "Payroll", "WorkerUser": "sbworker", "WorkerLogin": "sbworker", "Side": "both"}
 
 # ---------------------------------------------------------------------------------------
 # Masks. Each pattern is matched against the batch's "code view" (comments and the
