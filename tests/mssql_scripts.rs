@@ -17,10 +17,26 @@ fn all_scripts() -> impl Iterator<Item = &'static (&'static str, &'static str)> 
 }
 
 fn vars() -> Vec<(String, String)> {
-    [("Database", "Payroll"), ("WorkerLogin", "sbworker_login"), ("WorkerUser", "sbworker"), ("Side", "both")]
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
+    [
+        ("Database", "Payroll"),
+        ("WorkerLogin", "sbworker_login"),
+        ("WorkerUser", "sbworker"),
+        ("Side", "both"),
+        // optional/endpoint.sql and optional/routes.sql (a split deployment)
+        ("Instance", "rooster"),
+        ("Port", "4022"),
+        ("MasterKeyPassword", "Sample-Password-1"),
+        ("CertificateExpiry", "20301231"),
+        ("CertificateFile", "/certs/sbworker_broker_rooster.cer"),
+        ("FarInstance", "reken1"),
+        ("FarCertificateFile", "/certs/sbworker_broker_reken1.cer"),
+        ("CalcAddresses", "TCP://reken1:4022,TCP://reken2:4022"),
+        ("RosterAddress", "TCP://rooster:4022"),
+        ("RosterBrokerInstance", "5F1C8E2A-0000-4000-8000-000000000001"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect()
 }
 
 /// The batches of a script, variables filled in.
@@ -193,6 +209,13 @@ fn every_batch_is_idempotent() {
             "CREATE SCHEMA",
             "CREATE INDEX",
             "CREATE XML SCHEMA COLLECTION",
+            "CREATE MASTER KEY",
+            "CREATE CERTIFICATE",
+            "CREATE ENDPOINT",
+            "ALTER ENDPOINT",
+            "CREATE ROUTE",
+            "ALTER ROUTE",
+            "CREATE REMOTE SERVICE BINDING",
             "ALTER DATABASE",
             "ADD MEMBER",
         ] {
@@ -206,6 +229,7 @@ fn every_batch_is_idempotent() {
                         "IS_BROKER_ENABLED".to_owned()
                     }
                     "ADD MEMBER" => "DATABASE_ROLE_MEMBERS".to_owned(),
+                    "CREATE MASTER KEY" => "##MS_DATABASEMASTERKEY##".to_owned(),
                     _ => object_name(&upper[at + kind.len()..]),
                 };
                 assert!(
@@ -357,8 +381,10 @@ fn the_schema_collection_script_is_generated_from_the_xsds_and_current() {
 
 #[test]
 fn the_installed_scripts_are_ascii() {
-    // ODBC sqlcmd reads a file without a byte-order mark in the console's code page.
-    for (file, script) in SCRIPTS {
+    // ODBC sqlcmd reads a file without a byte-order mark in the console's code page
+    // (the transport scripts too: a DBA runs them with sqlcmd; the schema collection is
+    // generated from schemas/, whose XSDs are UTF-8, and is sent as an N'' literal).
+    for (file, script) in all_scripts().filter(|(f, _)| *f != "optional/schema_collection.sql") {
         let bad: Vec<(usize, &str)> =
             script.lines().enumerate().filter(|(_, l)| !l.is_ascii()).map(|(i, l)| (i + 1, l)).collect();
         assert!(bad.is_empty(), "{file}: {bad:?}");
@@ -372,7 +398,9 @@ fn no_script_sets_a_variable_and_every_variable_must_be_given() {
             assert!(!line.trim_start().to_lowercase().starts_with(":setvar"), "{file}: {line} (it would override -v)");
         }
         let e = sqlcmd_batches(script, &SqlcmdVars::only(&[])).unwrap_err();
-        assert!(e.contains("'Database' is not defined"), "{file}: {e}");
+        // (optional/endpoint.sql runs in master: no Database.)
+        let first = if *file == "optional/endpoint.sql" { "Instance" } else { "Database" };
+        assert!(e.contains(&format!("'{first}' is not defined")), "{file}: {e}");
     }
 }
 
@@ -1059,4 +1087,57 @@ fn no_batch_names_an_object_its_side_lacks_unchecked() {
     found.sort();
     found.dedup();
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The optional scripts of a split deployment (docs/sqlserver.md, "Two databases, two
+/// servers"): endpoint.sql runs in master and makes what an instance needs, checked by
+/// name first; routes.sql runs in the side's database, refuses a one-database install,
+/// makes the roster's routes without BROKER_INSTANCE (load-balanced) and the calculation's
+/// with the roster database's, and grants public SEND on the side's service (the dialogs
+/// have no dialog security); no DROP anywhere; the endpoint's transport is certificate
+/// authenticated and encrypted.
+#[test]
+fn the_transport_scripts_make_the_endpoint_and_the_routes_by_microsofts_forms() {
+    let script = |name: &str| sbworker::broker::mssql::OPTIONAL_SCRIPTS.iter().find(|(f, _)| *f == name).unwrap().1;
+    let endpoint = split(script("optional/endpoint.sql")).join("GO\n");
+    assert!(endpoint.contains("USE master;") && !endpoint.contains("USE [Payroll]"));
+    for needed in [
+        "CREATE MASTER KEY ENCRYPTION BY PASSWORD = 'Sample-Password-1';",
+        "WITH SUBJECT = N'sbworker Service Broker transport, instance rooster',",
+        "EXPIRY_DATE = '20301231';",
+        "CREATE ENDPOINT [sbworker_broker]\n        STATE = STARTED\n        AS TCP (LISTENER_PORT = 4022, LISTENER_IP = ALL)",
+        "FOR SERVICE_BROKER (AUTHENTICATION = CERTIFICATE [sbworker_broker_rooster],",
+        "ENCRYPTION = REQUIRED ALGORITHM AES);",
+        "BACKUP CERTIFICATE [sbworker_broker_rooster] TO FILE = N'/certs/sbworker_broker_rooster.cer';",
+        "CREATE CERTIFICATE [sbworker_broker_reken1] AUTHORIZATION [sbworker_broker_reken1]\n        FROM FILE = N'/certs/sbworker_broker_reken1.cer';",
+        "GRANT CONNECT ON ENDPOINT::[sbworker_broker] TO [sbworker_broker_reken1];",
+        "GRANT VIEW DEFINITION ON ENDPOINT::[sbworker_broker] TO [sbworker_login];",
+    ] {
+        assert!(endpoint.contains(needed), "endpoint.sql lacks {needed}");
+    }
+    // Only the public key leaves the instance.
+    assert!(!endpoint.to_uppercase().contains("WITH PRIVATE KEY"));
+    let routes = split(script("optional/routes.sql")).join("GO\n");
+    assert!(routes.contains("USE [Payroll];") && routes.contains("IF 'both' NOT IN ('roster', 'calc')"));
+    assert!(routes.contains("STRING_SPLIT(N'TCP://reken1:4022,TCP://reken2:4022', N',')"));
+    let roster_route = &routes[routes.find("N'CREATE ROUTE '").unwrap()..];
+    let roster_route = &roster_route[..roster_route.find("EXEC").unwrap()];
+    assert!(roster_route.contains("SERVICE_NAME = N''/Rekenserver/LoonfactorBerekening/RekenService''"));
+    assert!(!roster_route.contains("BROKER_INSTANCE"), "the roster's routes name no broker instance: load-balanced");
+    for needed in [
+        "CREATE ROUTE [sbworker_data]\n        WITH SERVICE_NAME = N'/Rekenserver/LoonfactorBerekening/DataService',\n             BROKER_INSTANCE = N'5F1C8E2A-0000-4000-8000-000000000001',\n             ADDRESS = N'TCP://rooster:4022';",
+        "ALTER ROUTE [sbworker_data]",
+        "GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/RekenService] TO public;",
+        "GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO public;",
+    ] {
+        assert!(routes.contains(needed), "routes.sql lacks {needed}");
+    }
+    // The dialogs really are begun without dialog security (what the grant to public rests on).
+    let roster = SCRIPTS.iter().find(|(f, _)| *f == "04_roster.sql").unwrap().1;
+    assert!(roster.matches("ENCRYPTION = OFF").count() >= 2);
+    for text in [&endpoint, &routes] {
+        for line in text.lines() {
+            assert!(!line.trim_start().to_uppercase().starts_with("DROP "), "{line}");
+        }
+    }
 }

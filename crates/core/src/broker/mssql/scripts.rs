@@ -236,9 +236,14 @@ pub fn modules(side: Side) -> Vec<String> {
 pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n\
                                SET CONCAT_NULL_YIELDS_NULL ON;\nSET QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;\n";
 
-/// Optional scripts, run by hand: VALID_XML validation against `schemas/`.
-pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
-    &[("optional/schema_collection.sql", include_str!("../../../../../broker/mssql/optional/schema_collection.sql"))];
+/// Optional scripts, run by hand: VALID_XML validation against `schemas/` (first); for a
+/// split deployment (docs/sqlserver.md, "Two databases, two servers") the Service Broker
+/// endpoint and its certificates (in master) and the routes between the two databases.
+pub const OPTIONAL_SCRIPTS: &[(&str, &str)] = &[
+    ("optional/schema_collection.sql", include_str!("../../../../../broker/mssql/optional/schema_collection.sql")),
+    ("optional/endpoint.sql", include_str!("../../../../../broker/mssql/optional/endpoint.sql")),
+    ("optional/routes.sql", include_str!("../../../../../broker/mssql/optional/routes.sql")),
+];
 
 /// `xsd` without its identity constraints (`xs:unique`, `xs:key`, `xs:keyref`): SQL
 /// Server cannot register a schema holding them. What they say is checked elsewhere
