@@ -308,17 +308,18 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Install { postgres, roster, mssql, vars, allow_older_workers, roles } => match (postgres, mssql) {
+        Command::Install { postgres, roster, mssql, vars, side, allow_older_workers, roles } => match (postgres, mssql)
+        {
             (Some(url), _) => {
-                report_install(cli::install::postgres(&url, roster, allow_older_workers, &roles.grants()))
+                report_install(cli::install::postgres(&url, roster, side, allow_older_workers, &roles.grants()))
             }
             (None, Some(conn)) => {
-                report_install(cli::install::mssql(&conn, &vars, allow_older_workers, &roles.grants()))
+                report_install(cli::install::mssql(&conn, &vars, side, allow_older_workers, &roles.grants()))
             }
             (None, None) => report_install(Err(anyhow::anyhow!("give --postgres URL or --mssql CONN"))),
         },
-        Command::Selftest { postgres, mssql, json, deep, admin } => {
-            cli::selftest::run(postgres, mssql, json, deep.then_some(admin))
+        Command::Selftest { postgres, mssql, json, deep, admin, side } => {
+            cli::selftest::run(postgres, mssql, json, deep.then_some(admin), side.unwrap_or_default())
         }
         Command::Status { flags, json, watch, stale_minutes, recent_minutes, silent_seconds } => {
             let config = match flags.load(cli::run::HANDLERS) {

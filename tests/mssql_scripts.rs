@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sbworker::broker::mssql::{SCRIPTS, SqlcmdVars, sqlcmd_batches, stmt};
+use sbworker::broker::mssql::{SCRIPTS, Side, SqlcmdVars, for_side, region_end, region_sides, sqlcmd_batches, stmt};
 use sbworker::contract::message_types;
 use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE};
 
@@ -17,10 +17,26 @@ fn all_scripts() -> impl Iterator<Item = &'static (&'static str, &'static str)> 
 }
 
 fn vars() -> Vec<(String, String)> {
-    [("Database", "Payroll"), ("WorkerLogin", "sbworker_login"), ("WorkerUser", "sbworker")]
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
+    [
+        ("Database", "Payroll"),
+        ("WorkerLogin", "sbworker_login"),
+        ("WorkerUser", "sbworker"),
+        ("Side", "both"),
+        // optional/endpoint.sql and optional/routes.sql (a split deployment)
+        ("Instance", "rooster"),
+        ("Port", "4022"),
+        ("MasterKeyPassword", "Sample-Password-1"),
+        ("CertificateExpiry", "20301231"),
+        ("CertificateFile", "/certs/sbworker_broker_rooster.cer"),
+        ("FarInstance", "reken1"),
+        ("FarCertificateFile", "/certs/sbworker_broker_reken1.cer"),
+        ("CalcAddresses", "TCP://reken1:4022,TCP://reken2:4022"),
+        ("RosterAddress", "TCP://rooster:4022"),
+        ("RosterBrokerInstance", "5F1C8E2A-0000-4000-8000-000000000001"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect()
 }
 
 /// The batches of a script, variables filled in.
@@ -28,15 +44,25 @@ fn split(script: &str) -> Vec<String> {
     sqlcmd_batches(script, &SqlcmdVars::only(&vars())).unwrap()
 }
 
-/// Every batch of every script, with its file, comments removed, upper-cased copy.
+/// Every batch of every script, with its file, comments removed, upper-cased copy (the
+/// batches of every side's regions: all the text there is).
 fn batches() -> Vec<(&'static str, String, String)> {
+    batches_of(all_scripts().map(|(f, s)| (*f, s.to_string())).collect())
+}
+
+/// The batches that run on `side` (the regions of the other sides left out).
+fn batches_on(side: Side) -> Vec<(&'static str, String, String)> {
+    batches_of(all_scripts().map(|(f, s)| (*f, for_side(s, side))).collect())
+}
+
+fn batches_of(scripts: Vec<(&'static str, String)>) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
-    for (file, script) in all_scripts() {
-        for b in split(script) {
+    for (file, script) in scripts {
+        for b in split(&script) {
             let code: String = b.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
             let code = mask_literals(&code);
             let upper = code.to_uppercase();
-            out.push((*file, code, upper));
+            out.push((file, code, upper));
         }
     }
     out
@@ -91,10 +117,15 @@ fn unquote(name: &str) -> String {
     name.trim_matches(['[', ']', '\'']).replace("].[", ".").to_lowercase()
 }
 
-/// (kind, name) of everything each batch creates.
+/// (kind, name) of everything each batch creates on a one-database install (Side=both).
 fn created() -> Vec<(&'static str, String, String)> {
+    created_on(Side::Both)
+}
+
+/// (kind, name) of everything each batch that runs on `side` creates.
+fn created_on(side: Side) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
-    for (file, code, _) in batches() {
+    for (file, code, _) in batches_on(side) {
         let w = words(&code);
         for i in 0..w.len() {
             if !w[i].eq_ignore_ascii_case("CREATE") {
@@ -178,6 +209,13 @@ fn every_batch_is_idempotent() {
             "CREATE SCHEMA",
             "CREATE INDEX",
             "CREATE XML SCHEMA COLLECTION",
+            "CREATE MASTER KEY",
+            "CREATE CERTIFICATE",
+            "CREATE ENDPOINT",
+            "ALTER ENDPOINT",
+            "CREATE ROUTE",
+            "ALTER ROUTE",
+            "CREATE REMOTE SERVICE BINDING",
             "ALTER DATABASE",
             "ADD MEMBER",
         ] {
@@ -191,6 +229,7 @@ fn every_batch_is_idempotent() {
                         "IS_BROKER_ENABLED".to_owned()
                     }
                     "ADD MEMBER" => "DATABASE_ROLE_MEMBERS".to_owned(),
+                    "CREATE MASTER KEY" => "##MS_DATABASEMASTERKEY##".to_owned(),
                     _ => object_name(&upper[at + kind.len()..]),
                 };
                 assert!(
@@ -223,17 +262,21 @@ fn every_batch_is_idempotent() {
 
 #[test]
 fn each_object_is_created_in_exactly_one_place() {
-    let mut seen: BTreeMap<(String, String), &str> = BTreeMap::new();
-    let all = created();
-    assert!(all.len() > 40, "{all:?}");
-    for (file, kind, name) in all {
-        let kind = if ["PROCEDURE", "FUNCTION", "TRIGGER", "TABLE", "QUEUE"].contains(&kind.as_str()) {
-            "OBJECT".to_owned()
-        } else {
-            kind
-        };
-        if let Some(other) = seen.insert((kind.clone(), name.clone()), file) {
-            panic!("{kind} {name} is created in {other} and in {file}");
+    // On each side: a module may have a version per side (sbworker.replay_dead_letter),
+    // in regions no side runs both of.
+    for side in Side::ALL {
+        let mut seen: BTreeMap<(String, String), &str> = BTreeMap::new();
+        let all = created_on(side);
+        assert!(all.len() > 20, "{side}: {all:?}");
+        for (file, kind, name) in all {
+            let kind = if ["PROCEDURE", "FUNCTION", "TRIGGER", "TABLE", "QUEUE"].contains(&kind.as_str()) {
+                "OBJECT".to_owned()
+            } else {
+                kind
+            };
+            if let Some(other) = seen.insert((kind.clone(), name.clone()), file) {
+                panic!("{side}: {kind} {name} is created in {other} and in {file}");
+            }
         }
     }
 }
@@ -338,8 +381,10 @@ fn the_schema_collection_script_is_generated_from_the_xsds_and_current() {
 
 #[test]
 fn the_installed_scripts_are_ascii() {
-    // ODBC sqlcmd reads a file without a byte-order mark in the console's code page.
-    for (file, script) in SCRIPTS {
+    // ODBC sqlcmd reads a file without a byte-order mark in the console's code page
+    // (the transport scripts too: a DBA runs them with sqlcmd; the schema collection is
+    // generated from schemas/, whose XSDs are UTF-8, and is sent as an N'' literal).
+    for (file, script) in all_scripts().filter(|(f, _)| *f != "optional/schema_collection.sql") {
         let bad: Vec<(usize, &str)> =
             script.lines().enumerate().filter(|(_, l)| !l.is_ascii()).map(|(i, l)| (i + 1, l)).collect();
         assert!(bad.is_empty(), "{file}: {bad:?}");
@@ -353,7 +398,9 @@ fn no_script_sets_a_variable_and_every_variable_must_be_given() {
             assert!(!line.trim_start().to_lowercase().starts_with(":setvar"), "{file}: {line} (it would override -v)");
         }
         let e = sqlcmd_batches(script, &SqlcmdVars::only(&[])).unwrap_err();
-        assert!(e.contains("'Database' is not defined"), "{file}: {e}");
+        // (optional/endpoint.sql runs in master: no Database.)
+        let first = if *file == "optional/endpoint.sql" { "Instance" } else { "Database" };
+        assert!(e.contains(&format!("'{first}' is not defined")), "{file}: {e}");
     }
 }
 
@@ -580,15 +627,18 @@ fn the_guard_check_finds_an_unguarded_or_wrongly_guarded_statement() {
 
 #[test]
 fn the_selftest_knows_every_module_the_scripts_create() {
-    let modules: BTreeSet<String> = sbworker::broker::mssql::modules().into_iter().collect();
-    let created: BTreeSet<String> = created()
-        .into_iter()
-        .filter(|(file, k, _)| {
-            *file != "optional/schema_collection.sql" && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
-        })
-        .map(|(_, _, n)| n)
-        .collect();
-    assert_eq!(modules, created);
+    for side in Side::ALL {
+        let modules: BTreeSet<String> = sbworker::broker::mssql::modules(side).into_iter().collect();
+        let created: BTreeSet<String> = created_on(side)
+            .into_iter()
+            .filter(|(file, k, _)| {
+                !file.starts_with("optional/") && ["PROCEDURE", "FUNCTION", "TRIGGER"].contains(&k.as_str())
+            })
+            .map(|(_, _, n)| n)
+            .collect();
+        assert_eq!(modules, created, "{side}");
+    }
+    let modules: BTreeSet<String> = sbworker::broker::mssql::modules(Side::Both).into_iter().collect();
     for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.vraag", "sbworker.module_options"]
     {
         assert!(modules.contains(m), "{m} in {modules:?}");
@@ -885,4 +935,209 @@ fn the_installer_knows_the_current_schema_collection_by_name() {
         std::fs::read_to_string(crate::common::root().join("broker/mssql/optional/schema_collection.sql")).unwrap();
     assert!(script.contains(&format!("CREATE XML SCHEMA COLLECTION Rekenserver.{name} AS N'")), "{name}");
     assert!(script.contains(&format!("WITH SCHEMA COLLECTION Rekenserver.{name};")), "{name}");
+}
+
+/// The sides of a split deployment (docs/sqlserver.md, "Two databases, two servers"): each
+/// of scripts 01..07 refuses a Side it does not know before it changes anything, and its
+/// regions are well formed: a switch line naming known sides opens one, `SET NOEXEC OFF;`
+/// closes it, each a batch of its own, none nested, none left open at the script's end
+/// (the installer runs every script on one connection), no USE inside one.
+#[test]
+fn every_script_checks_its_side_and_closes_its_regions() {
+    for (file, script) in SCRIPTS {
+        let lines: Vec<&str> = script.lines().collect();
+        let check = lines.iter().position(|l| l.starts_with("IF '$(Side)' NOT IN ('both', 'roster', 'calc')"));
+        if *file == "00_database.sql" {
+            assert!(!script.contains("$(Side)"), "00 is the same on every side");
+            continue;
+        }
+        let use_at = lines.iter().position(|l| l.starts_with("USE [$(Database)];")).unwrap();
+        assert_eq!(check, Some(use_at + 2), "{file}: the Side check must follow USE");
+        assert!(lines[use_at + 3].contains("THROW 50032"), "{file}");
+        let mut open: Option<usize> = None;
+        let mut regions = 0;
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("--").next().unwrap_or("").to_uppercase();
+            if let Some(sides) = region_sides(line) {
+                assert!(open.is_none(), "{file}:{}: a region inside a region", i + 1);
+                assert!(!sides.is_empty() && sides.len() < 3, "{file}:{}: {line}", i + 1);
+                assert!(
+                    lines[i + 1].trim() == "GO" && lines[i - 1].trim() == "GO" || lines[i - 1].starts_with("--"),
+                    "{file}:{}: a switch is a batch of its own",
+                    i + 1
+                );
+                open = Some(i);
+                regions += 1;
+            } else if region_end(line) {
+                assert!(open.take().is_some(), "{file}:{}: SET NOEXEC OFF without a region", i + 1);
+                assert_eq!(lines[i + 1].trim(), "GO", "{file}:{}", i + 1);
+            } else {
+                assert!(!code.contains("NOEXEC"), "{file}:{}: NOEXEC outside the two forms: {line}", i + 1);
+                assert!(
+                    !(open.is_some() && code.trim_start().starts_with("USE ")),
+                    "{file}:{}: USE in a region",
+                    i + 1
+                );
+            }
+        }
+        assert!(open.is_none(), "{file}: a region left open at the end");
+        assert!(regions >= 1, "{file}: no region");
+    }
+}
+
+/// What each side gets, object by object (the decision is written down in
+/// docs/sqlserver.md, "Two databases, two servers").
+#[test]
+fn each_side_gets_its_own_objects_and_the_shared_ones() {
+    let names = |side: Side| -> BTreeSet<String> { created_on(side).into_iter().map(|(_, _, n)| n).collect() };
+    let (both, roster, calc) = (names(Side::Both), names(Side::Roster), names(Side::Calc));
+    let shared = [
+        "/rekenserver/loonfactorberekening/vraag",
+        "/rekenserver/loonfactorberekening/antwoord",
+        "/rekenserver/fout",
+        "/rekenserver/loonfactorberekening/datacontract",
+        "/rekenserver/loonfactorberekening/herberekencontract",
+        "/rekenserver/loonfactorberekening/sleutelcontract",
+        "herberekening",
+        "sbworker.message_attempt",
+        "sbworker.dead_letter",
+        "sbworker.worker_instance",
+        "sbworker.count_attempts",
+        "sbworker.set_aside",
+        "sbworker.reader_slot",
+        "sbworker.queue_state",
+        "sbworker.heartbeat",
+        "sbworker.status_report",
+        "sbworker.transport_state",
+        "sbworker.dead_letters",
+        "sbworker.replay_dead_letter",
+        "sbworker.purge_dead_letters",
+        "sbworker_role",
+    ];
+    for n in shared {
+        assert!(roster.contains(n) && calc.contains(n), "{n} on both sides");
+    }
+    let calc_only = [
+        "dbo.loonfactorberekening_reken",
+        "/rekenserver/loonfactorberekening/rekenservice",
+        "sbworker.answered_version",
+        "sbworker.claim_version",
+    ];
+    let roster_only = [
+        "dbo.loonfactorberekening_data",
+        "/rekenserver/loonfactorberekening/dataservice",
+        "rooster.dienst",
+        "rooster.dienst_gewijzigd",
+        "rekenserver.sleutel",
+        "rekenserver.resultaat",
+        "rekenserver.berekening_log",
+        "rekenserver.run_log",
+        "rekenserver.stuur_vraag",
+        "rekenserver.sla_antwoord_op",
+        "rekenserver.sweep",
+        "rekenserver.export_claim",
+        "rekenserver.selftest",
+        "rekenserver.instelling",
+    ];
+    for n in calc_only {
+        assert!(calc.contains(n) && !roster.contains(n), "{n} on the calculation side only");
+    }
+    for n in roster_only {
+        assert!(roster.contains(n) && !calc.contains(n), "{n} on the roster side only");
+    }
+    // A one-database install is what it was: both sides together.
+    let union: BTreeSet<String> = roster.union(&calc).cloned().collect();
+    assert_eq!(both, union);
+}
+
+/// A batch that runs on one side names no table, procedure or function that only the
+/// other side has, unless it first checks that it exists (`OBJECT_ID(N'name' ...) IS NOT
+/// NULL`): a statement naming a missing table fails when it runs, and a module naming a
+/// missing function or procedure may not even be created (deferred name resolution covers
+/// tables only).
+#[test]
+fn no_batch_names_an_object_its_side_lacks_unchecked() {
+    let objects = |side: Side| -> BTreeSet<String> {
+        created_on(side)
+            .into_iter()
+            .filter(|(_, k, _)| ["TABLE", "PROCEDURE", "FUNCTION", "TRIGGER", "QUEUE"].contains(&k.as_str()))
+            .map(|(_, _, n)| n)
+            .collect()
+    };
+    let all = objects(Side::Both);
+    let mut found = Vec::new();
+    for side in [Side::Roster, Side::Calc] {
+        let here = objects(side);
+        let missing: Vec<&String> = all.iter().filter(|n| !here.contains(*n)).collect();
+        assert!(!missing.is_empty());
+        for (file, code, _) in batches_on(side) {
+            let lower = code.to_lowercase();
+            for name in &missing {
+                if !names(&lower, name) {
+                    continue;
+                }
+                let checked = lower.contains(&format!("object_id(n'{name}', n'u') is not null"))
+                    || lower.contains(&format!("object_id(n'{name}', n'p') is not null"));
+                if !checked {
+                    found.push(format!("{side}: {file} names {name}, which only the other side has"));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The optional scripts of a split deployment (docs/sqlserver.md, "Two databases, two
+/// servers"): endpoint.sql runs in master and makes what an instance needs, checked by
+/// name first; routes.sql runs in the side's database, refuses a one-database install,
+/// makes the roster's routes without BROKER_INSTANCE (load-balanced) and the calculation's
+/// with the roster database's, and grants public SEND on the side's service (the dialogs
+/// have no dialog security); no DROP anywhere; the endpoint's transport is certificate
+/// authenticated and encrypted.
+#[test]
+fn the_transport_scripts_make_the_endpoint_and_the_routes_by_microsofts_forms() {
+    let script = |name: &str| sbworker::broker::mssql::OPTIONAL_SCRIPTS.iter().find(|(f, _)| *f == name).unwrap().1;
+    let endpoint = split(script("optional/endpoint.sql")).join("GO\n");
+    assert!(endpoint.contains("USE master;") && !endpoint.contains("USE [Payroll]"));
+    for needed in [
+        "CREATE MASTER KEY ENCRYPTION BY PASSWORD = 'Sample-Password-1';",
+        "WITH SUBJECT = N'sbworker Service Broker transport, instance rooster',",
+        "EXPIRY_DATE = '20301231';",
+        "CREATE ENDPOINT [sbworker_broker]\n        STATE = STARTED\n        AS TCP (LISTENER_PORT = 4022, LISTENER_IP = ALL)",
+        "FOR SERVICE_BROKER (AUTHENTICATION = CERTIFICATE [sbworker_broker_rooster],",
+        "ENCRYPTION = REQUIRED ALGORITHM AES);",
+        "BACKUP CERTIFICATE [sbworker_broker_rooster] TO FILE = N'/certs/sbworker_broker_rooster.cer';",
+        "CREATE CERTIFICATE [sbworker_broker_reken1] AUTHORIZATION [sbworker_broker_reken1]\n        FROM FILE = N'/certs/sbworker_broker_reken1.cer';",
+        "GRANT CONNECT ON ENDPOINT::[sbworker_broker] TO [sbworker_broker_reken1];",
+        "GRANT VIEW DEFINITION ON ENDPOINT::[sbworker_broker] TO [sbworker_login];",
+    ] {
+        assert!(endpoint.contains(needed), "endpoint.sql lacks {needed}");
+    }
+    // Only the public key leaves the instance.
+    assert!(!endpoint.to_uppercase().contains("WITH PRIVATE KEY"));
+    let routes = split(script("optional/routes.sql")).join("GO\n");
+    assert!(routes.contains("USE [Payroll];") && routes.contains("IF 'both' NOT IN ('roster', 'calc')"));
+    assert!(routes.contains("STRING_SPLIT(N'TCP://reken1:4022,TCP://reken2:4022', N',')"));
+    let roster_route = &routes[routes.find("N'CREATE ROUTE '").unwrap()..];
+    let roster_route = &roster_route[..roster_route.find("EXEC").unwrap()];
+    assert!(roster_route.contains("SERVICE_NAME = N''/Rekenserver/LoonfactorBerekening/RekenService''"));
+    assert!(!roster_route.contains("BROKER_INSTANCE"), "the roster's routes name no broker instance: load-balanced");
+    for needed in [
+        "CREATE ROUTE [sbworker_data]\n        WITH SERVICE_NAME = N'/Rekenserver/LoonfactorBerekening/DataService',\n             BROKER_INSTANCE = N'5F1C8E2A-0000-4000-8000-000000000001',\n             ADDRESS = N'TCP://rooster:4022';",
+        "ALTER ROUTE [sbworker_data]",
+        "GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/RekenService] TO public;",
+        "GRANT SEND ON SERVICE::[/Rekenserver/LoonfactorBerekening/DataService] TO public;",
+    ] {
+        assert!(routes.contains(needed), "routes.sql lacks {needed}");
+    }
+    // The dialogs really are begun without dialog security (what the grant to public rests on).
+    let roster = SCRIPTS.iter().find(|(f, _)| *f == "04_roster.sql").unwrap().1;
+    assert!(roster.matches("ENCRYPTION = OFF").count() >= 2);
+    for text in [&endpoint, &routes] {
+        for line in text.lines() {
+            assert!(!line.trim_start().to_uppercase().starts_with("DROP "), "{line}");
+        }
+    }
 }

@@ -206,18 +206,105 @@ async fn over_tds_the_emulator_skips_the_catalog_checks_saying_why_and_runs_the_
     assert_eq!(r.checks[0].error_number, Some(18456), "{:?}", r.checks[0]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_a_side_of_a_split_deployment_skips_the_round_trip_saying_why() {
+    // `--side roster|calc`: one database of the seed's two. The emulator has no catalog,
+    // so the side's checks (its route, the endpoint, the transmission queue) are skipped
+    // as the others are; the round trip, which needs both services in one database, is
+    // skipped on either side with a line naming the other side's selftest, and the run
+    // passes. Nothing is written (no scratch roster edit).
+    use sbworker::broker::mssql::Side;
+    let (url, c) = fresh_roster_db().await;
+    let (conn, _stop) = crate::common::tds::emulator_with(&url, Default::default()).await;
+    for (side, other) in [(Side::Roster, "--side calc"), (Side::Calc, "--side roster")] {
+        let r = sbworker::selftest::mssql::run_side(&conn, side).await;
+        assert!(r.passed, "{}", r.text(false));
+        let mut expected = vec![("connection", Status::Pass)];
+        for name in [
+            "permissions",
+            "broker",
+            "module options",
+            "schema collection",
+            "version",
+            "route",
+            "endpoint",
+            "transmission",
+        ] {
+            expected.push((name, Status::Skip));
+        }
+        expected.push(("round trip", Status::Skip));
+        assert_eq!(statuses(&r), expected, "{}", r.text(false));
+        let last = r.checks.last().unwrap();
+        assert!(last.detail.contains(&format!("not run on the {side} side")), "{}", last.detail);
+        assert!(last.detail.contains(other), "{}", last.detail);
+    }
+    assert_eq!(leftovers(&c).await, 0);
+    // From the command line: a side that is not one is refused before anything runs.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["selftest", "--mssql", &conn, "--side", "middle"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'middle' is not a side: give roster, calc or both"), "{err}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["selftest", "--mssql", &conn, "--side", "calc"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("SKIP  round trip") && text.contains("not run on the calc side"), "{text}");
+}
+
+#[test]
+fn install_takes_a_side_for_sql_server_only_and_refuses_one_it_does_not_know() {
+    // Refused by the command line, before any connection is made (the address is a closed port).
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let conn = "Server=tcp:127.0.0.1,1;User Id=dba;Password=x;Encrypt=false";
+    let (code, err) = run(&["install", "--mssql", conn, "--side", "middle"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'middle' is not a side: give roster, calc or both"), "{err}");
+    let (code, err) = run(&["install", "--postgres", "host=127.0.0.1 port=1", "--side", "calc"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with") && err.contains("--side <SIDE>"), "{err}");
+    // --side and --var Side= that disagree: refused, naming both.
+    let (code, err) =
+        run(&["install", "--mssql", conn, "--side", "calc", "--var", "Side=roster", "--var", "Database=d"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--side calc and the sqlcmd variable Side=roster disagree"), "{err}");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker")).args(["install", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--side roster") && help.contains("--side calc"), "{help}");
+}
+
 #[test]
 fn the_selftest_statements_the_emulator_knows_are_recognised() {
     // The statements that call sbworker's procedures and the export's transaction are
     // forms the emulator's recogniser knows: they must parse. The catalog queries
     // (HAS_PERMS_BY_NAME, sys.databases, sys.extended_properties, SERVERPROPERTY) are
     // SQL Server's alone: declared here, run by the real-server test.
-    const CATALOG: &[&str] = &["server", "permissions", "database", "stamp"];
+    const CATALOG: &[&str] = &["server", "permissions", "database", "stamp", "transport_state", "endpoint"];
     let statements = sbworker::selftest::mssql::statements();
     let names: Vec<&str> = statements.iter().map(|(n, _)| *n).collect();
     assert_eq!(
         names,
-        ["version_text", "server", "permissions", "database", "queue", "module_options", "stamp", "step"]
+        [
+            "version_text",
+            "server",
+            "permissions",
+            "database",
+            "queue",
+            "module_options",
+            "stamp",
+            "transport_state",
+            "endpoint",
+            "step"
+        ]
     );
     for (name, sql) in statements {
         if CATALOG.contains(&name) {

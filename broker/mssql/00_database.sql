@@ -1,6 +1,7 @@
 -- sbworker on SQL Server, script 00: the database and its schemas.
 -- Run every broker/mssql/NN_*.sql in the order of its number with sqlcmd (docs/deployment.md), every variable given:
 --   sqlcmd -S server -d master -I -b -i 00_database.sql -v Database=Payroll WorkerLogin=sbworker WorkerUser=sbworker
+-- (01 to 07 take Side=both, roster or calc too; this script is the same on every side).
 -- or with `sbworker install --mssql`. No variable has a default: one not given stops
 -- the script before it touches anything. Idempotent: every batch checks before it
 -- creates. The database and the worker's login (SQL authentication) are the DBA's to

@@ -1,6 +1,10 @@
 -- sbworker on SQL Server, script 02: the worker's bookkeeping (as 002_worker.sql and
 -- sbworker.answered_version on PostgreSQL), behind procedures the worker EXECUTEs.
 -- Keys of messages travel as JSON: [{"h":"<conversation_handle>","s":<sequence>}, ...].
+-- Sides (docs/sqlserver.md, "Two databases, two servers"): a worker serves a queue on
+-- each side (the calculation where RekenService is, the collector where DataService is),
+-- so attempts, dead letters, reader slots and the queue's state are made on every side;
+-- the answered-version claim is the calculation's only.
 
 :on error exit
 -- The SET options every module here needs, whatever client runs the script (the ODBC
@@ -16,6 +20,9 @@ SET QUOTED_IDENTIFIER ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 USE [$(Database)];
+GO
+IF '$(Side)' NOT IN ('both', 'roster', 'calc')
+    THROW 50032, N'The sqlcmd variable Side must be both, roster or calc (-v Side=both): nothing was changed.', 1;
 GO
 
 -- Earlier versions named these procedures in Dutch (tel_pogingen, noteer_mislukking,
@@ -79,14 +86,6 @@ IF COL_LENGTH(N'sbworker.dead_letter', N'far_service') IS NULL
         replay_handle uniqueidentifier NULL;
 GO
 
-IF OBJECT_ID(N'sbworker.answered_version', N'U') IS NULL
-    CREATE TABLE sbworker.answered_version (
-        dienstverband_id int NOT NULL,
-        periode_id       int NOT NULL,
-        versie           bigint NOT NULL,
-        answered_at      datetime2(3) NOT NULL CONSTRAINT df_answered_at DEFAULT SYSUTCDATETIME(),
-        CONSTRAINT pk_answered_version PRIMARY KEY (dienstverband_id, periode_id));
-GO
 
 -- Counts one more attempt of each message (called on a connection outside the
 -- receiving transaction, so it commits at once); returns the counts after this one.
@@ -156,6 +155,18 @@ BEGIN
 END;
 GO
 
+-- The calculation side only: the answered versions and their claim.
+IF '$(Side)' NOT IN ('both', 'calc') SET NOEXEC ON;   -- the calculation side only, to SET NOEXEC OFF
+GO
+IF OBJECT_ID(N'sbworker.answered_version', N'U') IS NULL
+    CREATE TABLE sbworker.answered_version (
+        dienstverband_id int NOT NULL,
+        periode_id       int NOT NULL,
+        versie           bigint NOT NULL,
+        answered_at      datetime2(3) NOT NULL CONSTRAINT df_answered_at DEFAULT SYSUTCDATETIME(),
+        CONSTRAINT pk_answered_version PRIMARY KEY (dienstverband_id, periode_id));
+GO
+
 -- Inside the calculation's transaction: claims a roster version of a key; 1 unless it is
 -- older than a version answered before, else 0 (superseded). The same version again is
 -- claimed: a repair (the sweep's, after its answer was lost or set aside on the data
@@ -176,6 +187,9 @@ BEGIN
     SELECT CAST(CASE WHEN @stored IS NULL OR @stored <= @versie THEN 1 ELSE 0 END AS bit) AS claimed;
 END;
 GO
+SET NOEXEC OFF;
+GO
+
 
 -- Outside any transaction: whether the queue is enabled, about how many messages wait
 -- (row counts of its internal table: no locks taken), whether poison-message

@@ -18,6 +18,14 @@ SET NUMERIC_ROUNDABORT OFF;
 GO
 USE [$(Database)];
 GO
+IF '$(Side)' NOT IN ('both', 'roster', 'calc')
+    THROW 50032, N'The sqlcmd variable Side must be both, roster or calc (-v Side=both): nothing was changed.', 1;
+GO
+
+-- The roster side only (Side roster or both: docs/sqlserver.md, "Two databases, two
+-- servers"): the collector stores the answers where the roster and its results are.
+IF '$(Side)' NOT IN ('both', 'roster') SET NOEXEC ON;   -- the roster side only, to SET NOEXEC OFF at the end
+GO
 
 IF OBJECT_ID(N'Rekenserver.resultaat', N'U') IS NULL
     CREATE TABLE Rekenserver.resultaat (
@@ -792,4 +800,7 @@ BEGIN
      WHERE h.dienstverband_id = @dv AND h.periode_id = @periode
      ORDER BY h.versie, h.id;
 END;
+GO
+
+SET NOEXEC OFF;
 GO

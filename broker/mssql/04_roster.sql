@@ -29,6 +29,16 @@ SET NUMERIC_ROUNDABORT OFF;
 GO
 USE [$(Database)];
 GO
+IF '$(Side)' NOT IN ('both', 'roster', 'calc')
+    THROW 50032, N'The sqlcmd variable Side must be both, roster or calc (-v Side=both): nothing was changed.', 1;
+GO
+
+-- The roster side only (Side roster or both): the roster, its triggers and the sender.
+-- In a split deployment the workers-first check below sees the heartbeats of this
+-- database's workers only (the collector's); the calculation's workers beat in theirs
+-- (`sbworker status` there says which release each runs).
+IF '$(Side)' NOT IN ('both', 'roster') SET NOEXEC ON;   -- the roster side only, to SET NOEXEC OFF at the end
+GO
 
 -- Workers first (docs/deployment.md): this script replaces the senders, whose Vraag is of
 -- contract version 2 (`ContractVersie`); a live calculation worker that reads an older
@@ -532,4 +542,7 @@ BEGIN
     DECLARE @keys nvarchar(max) = Rooster.sleutels_json(@duties);
     IF @keys IS NOT NULL EXEC Rekenserver.verstuur_vragen @sleutels = @keys;
 END;
+GO
+
+SET NOEXEC OFF;
 GO

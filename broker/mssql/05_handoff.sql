@@ -18,6 +18,14 @@ SET NUMERIC_ROUNDABORT OFF;
 GO
 USE [$(Database)];
 GO
+IF '$(Side)' NOT IN ('both', 'roster', 'calc')
+    THROW 50032, N'The sqlcmd variable Side must be both, roster or calc (-v Side=both): nothing was changed.', 1;
+GO
+
+-- The roster side only (Side roster or both): export, sweep and the selftest's roster
+-- work read the roster's results and keys.
+IF '$(Side)' NOT IN ('both', 'roster') SET NOEXEC ON;   -- the roster side only, to SET NOEXEC OFF at the end
+GO
 
 IF OBJECT_ID(N'Rekenserver.run_log', N'U') IS NULL
     CREATE TABLE Rekenserver.run_log (
@@ -454,7 +462,9 @@ BEGIN
         DELETE Rekenserver.resultaat_historie WHERE dienstverband_id = @dv;
         DELETE Rekenserver.berekening_log WHERE dienstverband_id = @dv;
         DELETE Rekenserver.sleutel WHERE dienstverband_id = @dv;
-        DELETE sbworker.answered_version WHERE dienstverband_id = @dv;
+        -- (The calculation's claims are in this database only when it holds both sides.)
+        IF OBJECT_ID(N'sbworker.answered_version', N'U') IS NOT NULL
+            DELETE sbworker.answered_version WHERE dienstverband_id = @dv;
         IF @stap = 'begin'
         BEGIN
             INSERT Rooster.cao (id, code, is_vier_weken, naam, werkweek_uren)
@@ -531,4 +541,7 @@ BEGIN
            AND EXISTS (SELECT 1 FROM Rekenserver.resultaat_factor f
                         WHERE f.dienstverband_id = r.dienstverband_id AND f.periode_id = r.periode_id);
 END;
+GO
+
+SET NOEXEC OFF;
 GO

@@ -1,6 +1,9 @@
 -- sbworker on SQL Server, script 06: what an operator needs (`sbworker status`,
 -- `sbworker dead-letter`, crates/core/src/ops/) and the workers' heartbeats, as 007_operations.sql
 -- on PostgreSQL, with the same result shapes. Times travel as ISO 8601 text in UTC.
+-- On every side (docs/sqlserver.md, "Two databases, two servers"): each database has its
+-- workers, dead letters and status; the status leaves out the roster's parts where there
+-- is no roster, and a replay has a version per side.
 -- Runs before 07_security.sql, which grants the operator's role (sbworker_operator_role,
 -- 00_database.sql) these procedures and nothing else, and the worker's role the
 -- heartbeat.
@@ -19,6 +22,9 @@ SET QUOTED_IDENTIFIER ON;
 SET NUMERIC_ROUNDABORT OFF;
 GO
 USE [$(Database)];
+GO
+IF '$(Side)' NOT IN ('both', 'roster', 'calc')
+    THROW 50032, N'The sqlcmd variable Side must be both, roster or calc (-v Side=both): nothing was changed.', 1;
 GO
 
 -- One row per running worker process, written every worker.heartbeat_ms and deleted
@@ -111,6 +117,11 @@ BEGIN
 END;
 GO
 
+-- The replay has a version for each side: where DataService is (Side roster or both) it
+-- begins the dialog again; in the calculation's own database (Side calc) it refuses,
+-- saying what repairs the request instead.
+IF '$(Side)' NOT IN ('both', 'roster') SET NOEXEC ON;   -- the roster side only, to SET NOEXEC OFF
+GO
 -- Sends a dead letter's message again, byte for byte, on a new dialog from the service
 -- that sent it to the service that received it, and marks the entry replayed (by whom
 -- and which login, when, the new dialog); the entry is kept. When the body is a Vraag,
@@ -246,6 +257,36 @@ BEGIN
     SELECT @h AS conversation_handle;
 END;
 GO
+SET NOEXEC OFF;
+GO
+
+-- The calculation's own database (Side calc): a diverted Vraag came from the roster's
+-- database, whose DataService is not here, so no dialog can be begun from it here. It is
+-- repaired there: the calculation answered it with an internal Fout when it set it
+-- aside, which the collector records as the environment's fault, and the roster's sweep
+-- sends the key's current version again. The entry stays, for `dead-letter show`.
+IF '$(Side)' NOT IN ('calc') SET NOEXEC ON;   -- the calculation-only side, to SET NOEXEC OFF
+GO
+CREATE OR ALTER PROCEDURE sbworker.replay_dead_letter
+    @id bigint, @by nvarchar(256), @unless_replayed bit = 0
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @msg nvarchar(2048);
+    IF NOT EXISTS (SELECT 1 FROM sbworker.dead_letter WHERE id = @id)
+    BEGIN
+        SET @msg = REPLACE(LEFT(CONCAT(N'dead letter ', @id, N' does not exist'), 1000), N'%', N'%%');   -- THROW reserves %
+        THROW 50404, @msg, 1;
+    END;
+    SET @msg = REPLACE(LEFT(CONCAT(N'dead letter ', @id, N' was set aside in the calculation''s database, which ',
+        N'has no DataService to begin its dialog from: it is not sent again from here. Its key is repaired in the ',
+        N'roster''s database: the collector recorded the Fout of the diversion as the environment''s, and its sweep ',
+        N'(sbworker sweep, Rekenserver.sweep) sends the key''s current version again.'), 1000), N'%', N'%%');   -- THROW reserves %
+    THROW 50424, @msg, 1;
+END;
+GO
+SET NOEXEC OFF;
+GO
 
 -- Deletes up to @batch dead letters diverted before @before, oldest first; one row:
 -- how many. The caller repeats until it is 0 (short transactions, no long locks).
@@ -260,6 +301,34 @@ BEGIN
     DELETE FROM old;
     SET @n = @@ROWCOUNT;
     SELECT @n AS deleted;
+END;
+GO
+
+-- For `sbworker selftest --side` (a split deployment, docs/sqlserver.md "Two databases,
+-- two servers"): the routes this database has to other services (sys.routes, without
+-- the AutoCreatedLocal route of every database), then, a second result set, the messages
+-- waiting in sys.transmission_queue per far service: how many, the oldest's age in
+-- seconds (enqueue_time is UTC) and why it waits (its transmission_status; blank: not
+-- tried yet). As the owner: the catalog views show the worker's login little.
+CREATE OR ALTER PROCEDURE sbworker.transport_state
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT r.name, r.remote_service_name, CAST(r.broker_instance AS nvarchar(128)) AS broker_instance,
+           CAST(r.address AS nvarchar(256)) AS address, CAST(r.mirror_address AS nvarchar(256)) AS mirror_address
+      FROM sys.routes r
+     WHERE NOT (r.remote_service_name IS NULL AND r.broker_instance IS NULL AND r.address = N'LOCAL')
+     ORDER BY r.remote_service_name, r.name;
+    SELECT t.to_service_name AS far_service, COUNT_BIG(*) AS messages,
+           CAST(DATEDIFF_BIG(MILLISECOND, MIN(t.enqueue_time), SYSUTCDATETIME()) / 1000.0 AS float) AS oldest_seconds,
+           (SELECT TOP (1) o.transmission_status FROM sys.transmission_queue o
+             WHERE o.to_service_name = t.to_service_name
+                OR (o.to_service_name IS NULL AND t.to_service_name IS NULL)
+             ORDER BY o.enqueue_time) AS status
+      FROM sys.transmission_queue t
+     GROUP BY t.to_service_name
+     ORDER BY far_service;
 END;
 GO
 
@@ -309,6 +378,70 @@ BEGIN
         SELECT N',"' + RTRIM(s.state) + N'":' + CAST(s.n AS nvarchar(20))
           FROM (SELECT state, COUNT_BIG(*) AS n FROM sys.conversation_endpoints GROUP BY state) s
            FOR XML PATH(''), TYPE).value('.', 'nvarchar(max)'), 1, 1, N''), N'') + N'}';
+
+    -- The roster's parts: the calculation log, the keys, the results and the sweep's runs
+    -- are in the roster's database (Side roster or both); in the calculation's database
+    -- (Side calc) they are NULL. Read only where they are: a statement naming a table
+    -- that does not exist fails when it runs (deferred name resolution), one never run
+    -- does not.
+    DECLARE @oldest_open nvarchar(max), @oldest_request_ms bigint, @reused_idle bigint, @stale nvarchar(max),
+            @sweeps nvarchar(max), @last_export nvarchar(max);
+    IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NOT NULL AND OBJECT_ID(N'Rekenserver.sleutel', N'U') IS NOT NULL
+       AND OBJECT_ID(N'Rekenserver.resultaat', N'U') IS NOT NULL AND OBJECT_ID(N'Rekenserver.run_log', N'U') IS NOT NULL
+    BEGIN
+        SET @oldest_open = (
+            SELECT TOP (1) LOWER(CAST(l.dialog_handle AS nvarchar(36))) AS handle,
+                   (SELECT sv.name FROM sys.services sv WHERE sv.service_id = ce.service_id) AS service,
+                   CAST(ce.state AS nvarchar(2)) AS state,
+                   DATEDIFF_BIG(MILLISECOND, l.verzonden_op, @now) / 1000.0 AS age_seconds
+              FROM Rekenserver.berekening_log l
+              JOIN sys.conversation_endpoints ce ON ce.conversation_handle = l.dialog_handle
+             WHERE l.uitkomst IS NULL
+             ORDER BY l.verzonden_op
+               FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES);
+        -- The oldest request without an outcome: `status` flags one older than the
+        -- stale threshold.
+        SET @oldest_request_ms = (SELECT DATEDIFF_BIG(MILLISECOND, MIN(l.verzonden_op), @now)
+                                    FROM Rekenserver.berekening_log l WHERE l.uitkomst IS NULL);
+        -- Conversation reuse: the keys' dialogs with no request open, waiting for their
+        -- idle timers (the collector ends them). Not work in flight.
+        SET @reused_idle = (
+            SELECT COUNT_BIG(*) FROM sys.conversation_endpoints e
+              JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
+             WHERE c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract' AND e.is_initiator = 1
+               AND e.state IN ('SO', 'CO')
+               AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
+                                WHERE l.dialog_handle = e.conversation_handle AND l.uitkomst IS NULL));
+        SET @stale = (
+            SELECT COUNT_BIG(*) AS [count],
+                   DATEDIFF_BIG(MILLISECOND, MIN(s.gewijzigd_op), @now) / 1000.0 AS oldest_seconds
+              FROM Rekenserver.sleutel s
+              LEFT JOIN Rekenserver.resultaat r
+                ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+             WHERE s.versie > ISNULL(r.versie, 0)
+               AND s.gewijzigd_op < DATEADD(MINUTE, -@stale_minutes, @now)
+               FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES);
+        SET @sweeps = ISNULL((
+            SELECT CONVERT(nvarchar(30), r.start, 127) + N'Z' AS started_at,
+                   CONVERT(nvarchar(30), r.eind, 127) + N'Z' AS ended_at,
+                   CAST(r.ms AS bigint) AS ms, CAST(r.kandidaten AS bigint) AS candidates,
+                   CAST(r.verzonden AS bigint) AS sent, CAST(r.verwijderd AS bigint) AS deleted,
+                   NULLIF(r.fout, N'') AS error
+              FROM (SELECT TOP (5) * FROM Rekenserver.run_log WHERE run_id IS NULL AND stap = 'run'
+                     ORDER BY id DESC) r
+             ORDER BY r.id DESC
+               FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]');
+        SET @last_export = (
+            SELECT TOP (1) LOWER(CAST(r.export_batch AS nvarchar(36))) AS batch,
+                   CONVERT(nvarchar(30), MAX(r.geclaimd_op), 127) + N'Z' AS claimed_at,
+                   COUNT_BIG(*) AS results,
+                   COUNT_BIG(CASE WHEN r.export_status = 2 THEN 1 END) AS confirmed
+              FROM Rekenserver.resultaat r
+             WHERE r.export_batch IS NOT NULL
+             GROUP BY r.export_batch
+             ORDER BY MAX(r.geclaimd_op) DESC
+               FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES);
+    END;
 
     SELECT (
         SELECT N'sqlserver' AS backend,
@@ -360,59 +493,12 @@ BEGIN
                     GROUP BY t.to_service_name
                     ORDER BY far_service
                       FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS transmission,
-               JSON_QUERY((
-                   SELECT TOP (1) LOWER(CAST(l.dialog_handle AS nvarchar(36))) AS handle,
-                          (SELECT sv.name FROM sys.services sv WHERE sv.service_id = ce.service_id) AS service,
-                          CAST(ce.state AS nvarchar(2)) AS state,
-                          DATEDIFF_BIG(MILLISECOND, l.verzonden_op, @now) / 1000.0 AS age_seconds
-                     FROM Rekenserver.berekening_log l
-                     JOIN sys.conversation_endpoints ce ON ce.conversation_handle = l.dialog_handle
-                    WHERE l.uitkomst IS NULL
-                    ORDER BY l.verzonden_op
-                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS [conversations.oldest_open],
-               -- The oldest request without an outcome: `status` flags one older than the
-               -- stale threshold.
-               (SELECT DATEDIFF_BIG(MILLISECOND, MIN(l.verzonden_op), @now) / 1000.0
-                  FROM Rekenserver.berekening_log l WHERE l.uitkomst IS NULL)
-                   AS [conversations.oldest_request_seconds],
-               -- Conversation reuse: the keys' dialogs with no request open, waiting for
-               -- their idle timers (the collector ends them). Not work in flight.
-               (SELECT COUNT_BIG(*) FROM sys.conversation_endpoints e
-                  JOIN sys.service_contracts c ON c.service_contract_id = e.service_contract_id
-                 WHERE c.name = N'/Rekenserver/LoonfactorBerekening/SleutelContract' AND e.is_initiator = 1
-                   AND e.state IN ('SO', 'CO')
-                   AND NOT EXISTS (SELECT 1 FROM Rekenserver.berekening_log l
-                                    WHERE l.dialog_handle = e.conversation_handle AND l.uitkomst IS NULL))
-                   AS [conversations.reused_idle],
-               JSON_QUERY((
-                   SELECT COUNT_BIG(*) AS [count],
-                          DATEDIFF_BIG(MILLISECOND, MIN(s.gewijzigd_op), @now) / 1000.0 AS oldest_seconds
-                     FROM Rekenserver.sleutel s
-                     LEFT JOIN Rekenserver.resultaat r
-                       ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
-                    WHERE s.versie > ISNULL(r.versie, 0)
-                      AND s.gewijzigd_op < DATEADD(MINUTE, -@stale_minutes, @now)
-                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS stale_keys,
-               JSON_QUERY(ISNULL((
-                   SELECT CONVERT(nvarchar(30), r.start, 127) + N'Z' AS started_at,
-                          CONVERT(nvarchar(30), r.eind, 127) + N'Z' AS ended_at,
-                          CAST(r.ms AS bigint) AS ms, CAST(r.kandidaten AS bigint) AS candidates,
-                          CAST(r.verzonden AS bigint) AS sent, CAST(r.verwijderd AS bigint) AS deleted,
-                          NULLIF(r.fout, N'') AS error
-                     FROM (SELECT TOP (5) * FROM Rekenserver.run_log WHERE run_id IS NULL AND stap = 'run'
-                            ORDER BY id DESC) r
-                    ORDER BY r.id DESC
-                      FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')) AS sweeps,
-               JSON_QUERY((
-                   SELECT TOP (1) LOWER(CAST(r.export_batch AS nvarchar(36))) AS batch,
-                          CONVERT(nvarchar(30), MAX(r.geclaimd_op), 127) + N'Z' AS claimed_at,
-                          COUNT_BIG(*) AS results,
-                          COUNT_BIG(CASE WHEN r.export_status = 2 THEN 1 END) AS confirmed
-                     FROM Rekenserver.resultaat r
-                    WHERE r.export_batch IS NOT NULL
-                    GROUP BY r.export_batch
-                    ORDER BY MAX(r.geclaimd_op) DESC
-                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)) AS last_export
+               JSON_QUERY(@oldest_open) AS [conversations.oldest_open],
+               @oldest_request_ms / 1000.0 AS [conversations.oldest_request_seconds],
+               @reused_idle AS [conversations.reused_idle],
+               JSON_QUERY(@stale) AS stale_keys,
+               JSON_QUERY(@sweeps) AS sweeps,
+               JSON_QUERY(@last_export) AS last_export
            FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES) AS report;
 END;
 GO

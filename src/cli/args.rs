@@ -390,8 +390,15 @@ pub enum Command {
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
         sbworker install --postgres postgresql://payroll@db.example/roster\n  \
         sbworker install --postgres 'host=db user=dba dbname=payroll' --worker-role sbworker --payroll-role salaris\n  \
+        sbworker install --postgres 'host=calc1 user=dba dbname=reken' --side calc   # then: sbworker link\n  \
         sbworker install --mssql 'Server=tcp:db,1433;User Id=dba;Password=...' --var Database=Payroll \\\n      \
-        --var WorkerLogin=sbworker --var WorkerUser=sbworker --payroll-role salaris --housekeeping-role beheer")]
+        --var WorkerLogin=sbworker --var WorkerUser=sbworker --payroll-role salaris --housekeeping-role beheer\n\n\
+        Two databases, two servers (docs/sqlserver.md, \"Two databases, two servers\"):\n  \
+        sbworker install --mssql 'Server=tcp:rooster-db,1433;...' --side roster --var Database=Payroll \\\n      \
+        --var WorkerLogin=sbworker --var WorkerUser=sbworker --sender-role planning\n  \
+        sbworker install --mssql 'Server=tcp:reken-db,1433;...' --side calc --var Database=Rekenserver \\\n      \
+        --var WorkerLogin=sbworker --var WorkerUser=sbworker\n\
+        then the endpoint and routes of broker/mssql/optional/ on each instance.")]
     Install {
         /// A PostgreSQL connection string (URL or key=value form).
         #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
@@ -405,6 +412,14 @@ pub enum Command {
         /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
         vars: Vec<(String, String)>,
+        /// Which database this is: `both` (the default: the whole pipeline in one
+        /// database), `roster` (the roster, its triggers, the collector's DataService,
+        /// results, hand-off) or `calc` (the calculation's RekenService, its queue and
+        /// bookkeeping). SQL Server: the scripts' sqlcmd variable Side. PostgreSQL: kept
+        /// by the database, which stays the side it was first installed as; join the
+        /// sides with `sbworker link` (docs/deployment.md).
+        #[arg(long, value_name = "SIDE")]
+        side: Option<crate::transport::Side>,
         /// Replace the roster senders even while a live calculation worker reads an older
         /// Vraag contract (refused otherwise: upgrade the workers first, docs/deployment.md).
         #[arg(long)]
@@ -420,7 +435,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         sbworker selftest --postgres 'host=db user=sbworker dbname=payroll'\n  \
         sbworker selftest --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=sbworker;Password=...' --json\n  \
-        sbworker selftest --mssql \"$WORKER_CONN\" --deep --admin \"$DBA_CONN\"   # workers stopped, queues empty\n\n\
+        sbworker selftest --mssql \"$WORKER_CONN\" --deep --admin \"$DBA_CONN\"   # workers stopped, queues empty\n  \
+        sbworker selftest --mssql \"$CALC_CONN\" --side calc     # a split deployment: each side on its own\n\n\
+        --side roster|calc checks what that database must have, its route to the other side (sys.routes),\n\
+        this instance's Service Broker endpoint and the transmission queue; the round trip needs both\n\
+        sides in one database and is skipped there, saying so.\n\n\
         --deep runs, on the scratch key: a roster edit answered; export once, and leased with an ack;\n\
         recompute (dry run, one batch); a same-figures version not exported again and the next change\n\
         exported as a correction of what payroll has; explain; a dialog ended WITH CLEANUP found lost\n\
@@ -455,6 +474,10 @@ pub enum Command {
         /// login with the housekeeping and payroll roles, or the owner (default: --mssql's).
         #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_ADMIN", hide_env_values = true, requires = "deep")]
         admin: Option<String>,
+        /// SQL Server: which database of the deployment this is, as installed (`sbworker
+        /// install --side`): both (default), roster or calc.
+        #[arg(long, value_name = "SIDE", requires = "mssql", conflicts_with_all = ["deep", "postgres"])]
+        side: Option<crate::broker::mssql::Side>,
     },
 
     /// The installation at a glance: per queue enabled or not, depth, the oldest

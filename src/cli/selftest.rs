@@ -5,8 +5,15 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Runs the selftest on the back end given; exit 0 when every check passed. `deep`:
-/// SQL Server's deep steps, with the admin connection given (or the worker's).
-pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool, deep: Option<Option<String>>) -> ExitCode {
+/// SQL Server's deep steps, with the admin connection given (or the worker's). `side`:
+/// which database of a SQL Server deployment `mssql` is.
+pub fn run(
+    postgres: Option<String>,
+    mssql: Option<String>,
+    json: bool,
+    deep: Option<Option<String>>,
+    side: crate::broker::mssql::Side,
+) -> ExitCode {
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => {
@@ -18,7 +25,7 @@ pub fn run(postgres: Option<String>, mssql: Option<String>, json: bool, deep: Op
         (Some(url), _) => rt.block_on(crate::selftest::postgres::run(&url)),
         (None, Some(conn)) => match deep {
             Some(admin) => rt.block_on(crate::selftest::mssql::run_deep(&conn, admin.as_deref().unwrap_or(&conn))),
-            None => rt.block_on(crate::selftest::mssql::run(&conn)),
+            None => rt.block_on(crate::selftest::mssql::run_side(&conn, side)),
         },
         (None, None) => {
             eprintln!("sbworker selftest: give --postgres URL or --mssql CONN");

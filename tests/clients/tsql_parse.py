@@ -42,7 +42,13 @@ except ImportError:  # pragma: no cover
 
 # Sample values for the sqlcmd variables the scripts use (docs/deployment.md: -v Database=Payroll
 # WorkerLogin=sbworker WorkerUser=sbworker).
-SAMPLE_VARS = {"Database": "Payroll", "WorkerUser": "sbworker", "WorkerLogin": "sbworker"}
+SAMPLE_VARS = {"Database": "Payroll", "WorkerUser": "sbworker", "WorkerLogin": "sbworker", "Side": "both",
+               # optional/endpoint.sql and optional/routes.sql (a split deployment)
+               "Instance": "rooster", "Port": "4022", "MasterKeyPassword": "Sample-Password-1",
+               "CertificateExpiry": "20301231", "CertificateFile": "/certs/sbworker_broker_rooster.cer",
+               "FarInstance": "reken1", "FarCertificateFile": "/certs/sbworker_broker_reken1.cer",
+               "CalcAddresses": "TCP://reken1:4022,TCP://reken2:4022", "RosterAddress": "TCP://rooster:4022",
+               "RosterBrokerInstance": "5F1C8E2A-0000-4000-8000-000000000001"}
 
 # ---------------------------------------------------------------------------------------
 # Masks. Each pattern is matched against the batch's "code view" (comments and the
@@ -83,6 +89,12 @@ STATEMENT_MASKS = [
      r"\b(?:GET\s+CONVERSATION\s+GROUP|BEGIN\s+CONVERSATION\s+TIMER|MOVE\s+CONVERSATION)\b"),
     # CREATE/ALTER/DROP BROKER PRIORITY: not in the dialect. The leading keywords run
     # through its SET, which would otherwise end the statement as a new one.
+    # The transport of a split deployment (optional/endpoint.sql, optional/routes.sql):
+    # CREATE/ALTER/BACKUP CERTIFICATE, CREATE/ALTER ENDPOINT and CREATE/ALTER/DROP ROUTE
+    # are not in the dialect (checked against sqlfluff 4.5.0: "Found unparsable section").
+    ("certificate", r"\b(?:CREATE|ALTER|BACKUP)\s+CERTIFICATE\b"),
+    ("endpoint", r"\b(?:CREATE|ALTER)\s+ENDPOINT\b"),
+    ("route", r"\b(?:CREATE|ALTER|DROP)\s+ROUTE\b"),
     ("broker priority",
      r"\b(?:(?:CREATE|ALTER)\s+BROKER\s+PRIORITY\s+\S+\s+FOR\s+CONVERSATION(?:\s+SET\b)?|DROP\s+BROKER\s+PRIORITY\b)"),
 ]
@@ -91,9 +103,10 @@ STATEMENT_MASKS = [
 # in place (see mask_clauses()), the rest of the statement is still checked.
 CLAUSE_MASKS = [
     # GRANT/DENY/REVOKE ... ON SERVICE:: | CONTRACT:: | MESSAGE TYPE:: | ROUTE:: |
-    # REMOTE SERVICE BINDING::  -- the dialect's securable classes lack the Service Broker
-    # ones; the class word becomes OBJECT (OBJECT::[/a/b] parses the same way).
-    ("securable class", r"\bON\s+(SERVICE|CONTRACT|MESSAGE\s+TYPE|ROUTE|REMOTE\s+SERVICE\s+BINDING)(?=\s*::)"),
+    # REMOTE SERVICE BINDING:: | ENDPOINT::  -- the dialect's securable classes lack the
+    # Service Broker ones and ENDPOINT; the class word becomes OBJECT (OBJECT::[/a/b] parses
+    # the same way).
+    ("securable class", r"\bON\s+(SERVICE|CONTRACT|MESSAGE\s+TYPE|ROUTE|REMOTE\s+SERVICE\s+BINDING|ENDPOINT)(?=\s*::)"),
     # WITH XMLNAMESPACES (...): the dialect has no XMLNAMESPACES clause at all (neither
     # DEFAULT 'uri' nor 'uri' AS prefix); the clause up to its closing parenthesis is
     # blanked, the SELECT/INSERT/UPDATE after it is still checked.

@@ -31,7 +31,7 @@ pub async fn database() -> Option<RealDb> {
         let mut master = sbworker::broker::mssql::connect(&Connection::parse(&admin).unwrap()).await.unwrap();
         master.execute(format!("CREATE DATABASE [{db}]"), &[]).await.expect("CREATE DATABASE");
     }
-    install(&admin, &vars, false).await.expect("the scripts install");
+    install(&admin, &vars, sbworker::broker::mssql::Side::Both, false).await.expect("the scripts install");
     let server = admin_server(&admin);
     let credentials = |s: &str| {
         sbworker::broker::mssql::ado_pairs(s)

@@ -3,12 +3,18 @@
 //! `broker/mssql/statements/selftest.sql`; the round trip's roster work is done by
 //! `Rekenserver.selftest` (05_handoff.sql), which runs as the owner, so the worker's
 //! login needs no right on the roster.
+//!
+//! A split deployment (`--side roster|calc`, docs/sqlserver.md "Two databases, two
+//! servers") is checked one database at a time: what that side must have, its route to
+//! the far service (`sys.routes`), this instance's Service Broker endpoint and the
+//! transmission queue; the round trip needs both services in one database and is
+//! skipped there, saying so.
 
 use tiberius::{EncryptionLevel, ToSql};
 use uuid::Uuid;
 
 use super::{AnsweredBy, Failure, Report};
-use crate::broker::mssql::{self, Connection, MssqlTransport, Tds};
+use crate::broker::mssql::{self, Connection, MssqlTransport, Side, Tds};
 use crate::transport::BrokerError;
 
 /// The selftest's statements (`broker/mssql/statements/selftest.sql`).
@@ -46,20 +52,39 @@ pub(super) async fn rows(
 
 /// Runs the checks against the database of `conn`.
 pub async fn run(conn: &str) -> Report {
-    run_with(conn, None).await
+    run_with(conn, None, Side::Both).await
+}
+
+/// Runs the checks against the database of `conn`, installed as `side`.
+pub async fn run_side(conn: &str, side: Side) -> Report {
+    run_with(conn, None, side).await
 }
 
 /// Runs the checks, then (when they passed) the deep steps of [`super::deep`], with
 /// `admin` (the housekeeping and payroll rights) for recompute, export, evidence and the
 /// sweep.
 pub async fn run_deep(conn: &str, admin: &str) -> Report {
-    run_with(conn, Some(admin)).await
+    run_with(conn, Some(admin), Side::Both).await
 }
 
 /// What `SELECT @@VERSION` says on sbworker's emulator.
 const EMULATOR: &str = "sbworker emulator";
 
-async fn run_with(conn: &str, deep: Option<&str>) -> Report {
+/// The service at the other end of a side's dialogs, which its route must reach.
+fn far_service(side: Side) -> Option<&'static str> {
+    match side {
+        Side::Both => None,
+        Side::Roster => Some("/Rekenserver/LoonfactorBerekening/RekenService"),
+        Side::Calc => Some("/Rekenserver/LoonfactorBerekening/DataService"),
+    }
+}
+
+/// How long (seconds) a message may wait in the transmission queue before the selftest
+/// calls it stuck: Service Broker retries a failed delivery about once a minute (the
+/// same bound as `sbworker status`).
+const TRANSMISSION_STUCK: f64 = 120.0;
+
+async fn run_with(conn: &str, deep: Option<&str>, side: Side) -> Report {
     let mut report = Report::new("mssql");
     let c = match Connection::parse(conn) {
         Ok(c) => c,
@@ -107,10 +132,23 @@ async fn run_with(conn: &str, deep: Option<&str>) -> Report {
     if emulator {
         // The emulator runs the worker's statements, not SQL Server's catalog: what only
         // the catalog can say is skipped, saying so; everything else runs.
-        for name in ["permissions", "broker", "module options", "schema collection", "version"] {
+        let routed: &[&'static str] = if side == Side::Both { &[] } else { &["route", "endpoint", "transmission"] };
+        for name in ["permissions", "broker", "module options", "schema collection", "version"].iter().chain(routed) {
             report.skip(name, "the server is sbworker's emulator, not SQL Server: it has no catalog to check this in");
         }
-    } else if !catalog(&mut client, &mut report).await {
+    } else if !catalog(&mut client, &mut report, side).await {
+        return report;
+    }
+    if side != Side::Both {
+        report.skip(
+            "round trip",
+            format!(
+                "not run on the {side} side of a split deployment: the round trip needs the roster and both services in \
+                 one database; the route, endpoint and transmission checks stand in for it here (run `sbworker selftest \
+                 --side {}` on the other database too, and watch `sbworker status` on both)",
+                if side == Side::Roster { Side::Calc } else { Side::Roster }
+            ),
+        );
         return report;
     }
     match round_trip(&mut client, conn).await {
@@ -129,14 +167,20 @@ async fn run_with(conn: &str, deep: Option<&str>) -> Report {
 
 /// The checks only SQL Server's catalog answers, in order; false (the failure
 /// recorded) stops the run.
-async fn catalog(client: &mut Tds, report: &mut Report) -> bool {
+async fn catalog(client: &mut Tds, report: &mut Report, side: Side) -> bool {
     let checked = async {
-        report.pass("permissions", permissions(client).await.map_err(|f| ("permissions", f))?);
-        report.pass("broker", broker(client).await.map_err(|f| ("broker", f))?);
-        let (detail, collection) = module_options(client).await.map_err(|f| ("module options", f))?;
+        report.pass("permissions", permissions(client, side).await.map_err(|f| ("permissions", f))?);
+        report.pass("broker", broker(client, side).await.map_err(|f| ("broker", f))?);
+        let (detail, collection) = module_options(client, side).await.map_err(|f| ("module options", f))?;
         report.pass("module options", detail);
         report.pass("schema collection", schema_collection(collection).map_err(|f| ("schema collection", f))?);
         report.pass("version", version(client).await.map_err(|f| ("version", f))?);
+        if let Some(far) = far_service(side) {
+            let (routes, waiting) = transport_state(client).await.map_err(|f| ("route", f))?;
+            report.pass("route", route(side, far, &routes).map_err(|f| ("route", f))?);
+            report.pass("endpoint", endpoint(client).await.map_err(|f| ("endpoint", f))?);
+            report.pass("transmission", transmission(&waiting).map_err(|f| ("transmission", f))?);
+        }
         Ok::<(), (&'static str, Failure)>(())
     }
     .await;
@@ -149,8 +193,8 @@ async fn catalog(client: &mut Tds, report: &mut Report) -> bool {
     }
 }
 
-async fn permissions(client: &mut Tds) -> Result<String, Failure> {
-    let rows = rows(client, stmt::PERMISSIONS, &[]).await.map_err(|e| failure("HAS_PERMS_BY_NAME", &e))?;
+async fn permissions(client: &mut Tds, side: Side) -> Result<String, Failure> {
+    let rows = rows(client, stmt::PERMISSIONS, &[&side.name()]).await.map_err(|e| failure("HAS_PERMS_BY_NAME", &e))?;
     let mut missing = Vec::new();
     for r in &rows {
         let securable: &str = r.get(0).unwrap_or("?");
@@ -172,7 +216,7 @@ async fn permissions(client: &mut Tds) -> Result<String, Failure> {
     }
 }
 
-async fn broker(client: &mut Tds) -> Result<String, Failure> {
+async fn broker(client: &mut Tds, side: Side) -> Result<String, Failure> {
     let server = rows(client, stmt::SERVER, &[]).await.map_err(|e| failure("reading the server's version", &e))?;
     let version = server.first().and_then(|r| r.get::<&str, _>(0)).unwrap_or("?").to_owned();
     let db = rows(client, stmt::DATABASE, &[]).await.map_err(|e| failure("reading sys.databases", &e))?;
@@ -194,7 +238,11 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
     let mut fixes = Vec::new();
     let mut limits = Vec::new();
     let [reken, data] = queues();
-    for q in [reken.as_str(), data.as_str()] {
+    let mine: Vec<&str> = [(side.has_calc(), reken.as_str()), (side.has_roster(), data.as_str())]
+        .into_iter()
+        .filter_map(|(here, q)| here.then_some(q))
+        .collect();
+    for &q in &mine {
         let r = rows(client, stmt::QUEUE, &[&q]).await.map_err(|e| failure(format!("sbworker.queue_state {q}"), &e))?;
         let Some(r) = r.first() else {
             problems.push(format!("queue {q} does not exist"));
@@ -228,9 +276,13 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
                 limits.join(", ")
             )
         };
+        let queues = match mine.as_slice() {
+            [one] => format!("queue {one}"),
+            all => format!("queues {}", all.join(" and ")),
+        };
         Ok(format!(
-            "SQL Server {version}; broker enabled, compatibility level {level}; queues {reken} and {data} \
-             enabled, activation and poison-message handling off{limits}"
+            "SQL Server {version}; broker enabled, compatibility level {level}; {queues} enabled, activation and \
+             poison-message handling off{limits}"
         ))
     } else {
         Err(Failure::new(problems.join("; ")).fix(fixes.join("; ")))
@@ -239,7 +291,7 @@ async fn broker(client: &mut Tds) -> Result<String, Failure> {
 
 /// The modules' SET options (the line's detail), and the schema collection bound to
 /// the Vraag (the procedure's second result set).
-async fn module_options(client: &mut Tds) -> Result<(String, Option<(String, String)>), Failure> {
+async fn module_options(client: &mut Tds, side: Side) -> Result<(String, Option<(String, String)>), Failure> {
     let sets = client
         .query(stmt::MODULE_OPTIONS.sql, &[])
         .await
@@ -256,14 +308,17 @@ async fn module_options(client: &mut Tds) -> Result<(String, Option<(String, Str
         .and_then(|rs| rs.into_iter().next())
         .and_then(|r| Some((r.get::<&str, _>(0).unwrap_or("?").to_owned(), r.get::<&str, _>(1)?.to_owned())));
     let found: Vec<String> = rows.iter().map(|r| r.get::<&str, _>(0).unwrap_or("?").to_lowercase()).collect();
-    let expected = mssql::modules();
+    let expected = mssql::modules(side);
     let missing: Vec<&String> = expected.iter().filter(|m| !found.contains(m)).collect();
     if !missing.is_empty() {
         return Err(Failure::new(format!(
             "not installed: {}",
             missing.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
         ))
-        .fix("run broker/mssql/[0-9][0-9]_*.sql again (idempotent), or sbworker install --mssql"));
+        .fix(format!(
+            "run broker/mssql/[0-9][0-9]_*.sql again with -v Side={side} (idempotent), or sbworker install --mssql \
+             --side {side}"
+        )));
     }
     let bad: Vec<String> = rows
         .iter()
@@ -320,6 +375,165 @@ async fn version(client: &mut Tds) -> Result<String, Failure> {
         ))
         .fix("run this sbworker's broker/mssql/[0-9][0-9]_*.sql again (idempotent), or sbworker install --mssql")),
     }
+}
+
+/// A route as `sbworker.transport_state` reads it from sys.routes.
+struct Route {
+    name: String,
+    service: Option<String>,
+    broker_instance: Option<String>,
+    address: String,
+    mirror_address: Option<String>,
+}
+
+/// Messages waiting in sys.transmission_queue for one far service.
+struct Waiting {
+    far_service: Option<String>,
+    messages: i64,
+    oldest_seconds: f64,
+    status: Option<String>,
+}
+
+/// The routes and the transmission queue (`sbworker.transport_state`, as the owner).
+async fn transport_state(client: &mut Tds) -> Result<(Vec<Route>, Vec<Waiting>), Failure> {
+    let what = "sbworker.transport_state (sys.routes, sys.transmission_queue)";
+    let sets = client
+        .query(stmt::TRANSPORT_STATE.sql, &[])
+        .await
+        .map_err(|e| failure(what, &mssql::error_of(e)))?
+        .into_results()
+        .await
+        .map_err(|e| failure(what, &mssql::error_of(e)))?;
+    let mut sets = sets.into_iter();
+    let text = |r: &tiberius::Row, i: usize| r.get::<&str, _>(i).map(str::to_owned);
+    let routes = sets
+        .next()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| Route {
+            name: text(r, 0).unwrap_or_default(),
+            service: text(r, 1),
+            broker_instance: text(r, 2),
+            address: text(r, 3).unwrap_or_default(),
+            mirror_address: text(r, 4),
+        })
+        .collect();
+    let waiting = sets
+        .next()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| Waiting {
+            far_service: text(r, 0),
+            messages: r.get::<i64, _>(1).unwrap_or(0),
+            oldest_seconds: r.get::<f64, _>(2).unwrap_or(0.0),
+            status: text(r, 3),
+        })
+        .collect();
+    Ok((routes, waiting))
+}
+
+/// The routes to `far`: at least one, to another instance. Several (no BROKER_INSTANCE
+/// on the roster's side) are load-balanced: the seed's round-robin.
+fn route(side: Side, far: &str, routes: &[Route]) -> Result<String, Failure> {
+    let to: Vec<&Route> = routes.iter().filter(|r| r.service.as_deref() == Some(far)).collect();
+    let script = "broker/mssql/optional/routes.sql (docs/sqlserver.md, \"Two databases, two servers\")";
+    if to.is_empty() {
+        let others: Vec<String> = routes.iter().map(|r| format!("{} ({})", r.name, r.address)).collect();
+        return Err(Failure::new(format!(
+            "no route to {far} in sys.routes{}: its messages would wait in sys.transmission_queue",
+            if others.is_empty() { String::new() } else { format!(" (routes here: {})", others.join(", ")) }
+        ))
+        .fix(format!("create it with {script}, run with -v Side={side} in this database")));
+    }
+    if let Some(r) = to.iter().find(|r| r.address.eq_ignore_ascii_case("LOCAL")) {
+        return Err(Failure::new(format!(
+            "route {} sends {far} to ADDRESS = 'LOCAL', this instance, which has no such service on the {side} side",
+            r.name
+        ))
+        .fix(format!("ALTER ROUTE {} WITH ADDRESS = 'TCP://far-host:4022' ({script})", r.name)));
+    }
+    let each: Vec<String> = to
+        .iter()
+        .map(|r| {
+            let mut d = format!("{} to {}", r.name, r.address);
+            if let Some(m) = &r.mirror_address {
+                d.push_str(&format!(" (mirror {m})"));
+            }
+            if let Some(b) = &r.broker_instance {
+                d.push_str(&format!(", broker instance {b}"));
+            }
+            d
+        })
+        .collect();
+    let spread = if to.len() > 1 {
+        if to.iter().all(|r| r.broker_instance.is_none()) {
+            "; the broker spreads new dialogs over them (several routes without BROKER_INSTANCE: round-robin)"
+        } else {
+            "; routes naming a BROKER_INSTANCE take only dialogs begun for that instance"
+        }
+    } else {
+        ""
+    };
+    Ok(format!("{} route(s) to {far}: {}{spread}", to.len(), each.join("; ")))
+}
+
+/// This instance's Service Broker endpoint, as the worker's login sees it.
+async fn endpoint(client: &mut Tds) -> Result<String, Failure> {
+    let rows =
+        rows(client, stmt::ENDPOINT, &[]).await.map_err(|e| failure("reading sys.service_broker_endpoints", &e))?;
+    let Some(r) = rows.first() else {
+        return Err(Failure::new(
+            "no Service Broker endpoint visible to this login: messages cannot leave or arrive without one (a \
+             login sees an endpoint only with a permission on it)",
+        )
+        .fix(
+            "run broker/mssql/optional/endpoint.sql in master on this instance (it creates the endpoint and grants \
+             the worker's login VIEW DEFINITION on it), or GRANT VIEW DEFINITION ON ENDPOINT::name TO the login",
+        ));
+    };
+    let name = r.get::<&str, _>(0).unwrap_or("?");
+    let state = r.get::<&str, _>(1).unwrap_or("?");
+    let port = r.get::<i32, _>(2).map_or("?".to_owned(), |p| p.to_string());
+    let auth = r.get::<&str, _>(3).unwrap_or("?");
+    let encryption = r.get::<&str, _>(4).unwrap_or("?");
+    if state != "STARTED" {
+        return Err(Failure::new(format!("the Service Broker endpoint {name} (port {port}) is {state}, not STARTED"))
+            .fix(format!("ALTER ENDPOINT {name} STATE = STARTED (a DBA, in master)")));
+    }
+    Ok(format!("endpoint {name} STARTED on TCP port {port}; authentication {auth}, encryption {encryption}"))
+}
+
+/// The transmission queue: empty, or nothing waiting longer than a retry or two.
+fn transmission(waiting: &[Waiting]) -> Result<String, Failure> {
+    let stuck: Vec<String> = waiting
+        .iter()
+        .filter(|w| w.oldest_seconds > TRANSMISSION_STUCK)
+        .map(|w| {
+            format!(
+                "{} messages for {} wait, the oldest {:.0} s: {}",
+                w.messages,
+                w.far_service.as_deref().unwrap_or("(no service)"),
+                w.oldest_seconds,
+                match w.status.as_deref().map(str::trim) {
+                    None | Some("") => "not tried yet",
+                    Some(s) => s,
+                }
+            )
+        })
+        .collect();
+    if !stuck.is_empty() {
+        return Err(Failure::new(format!("sys.transmission_queue: {}", stuck.join("; "))).fix(
+            "read the status: a route to the wrong address, the far endpoint stopped or unreachable (its port, a \
+             firewall), a refused connection (the far instance's login for this certificate and its CONNECT on the \
+             endpoint), or SEND on the far service not granted (docs/sqlserver.md, \"Two databases, two servers\")",
+        ));
+    }
+    let n: i64 = waiting.iter().map(|w| w.messages).sum();
+    Ok(if n == 0 {
+        "sys.transmission_queue is empty: nothing waits to leave".to_owned()
+    } else {
+        format!("{n} messages on their way in sys.transmission_queue, none older than {TRANSMISSION_STUCK:.0} s")
+    })
 }
 
 /// One step of `Rekenserver.selftest`, its result sets read to the end.

@@ -15,19 +15,28 @@ pub mod payroll;
 
 pub use message::{BrokerError, ErrorKind, Message, system};
 /// The Vraag contract version this build reads (for the heartbeat).
-/// Which part of the pipeline a database holds: both services (the default), or, split
-/// over two databases (docs/deployment.md), the roster side (the roster, the sender, the
-/// answers' service and queue, the results) or the calculation side (the calculation
-/// service and its queue, the version claim).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which database of a deployment an install puts in (`sbworker install --side`; on
+/// SQL Server the sqlcmd variable `Side`). `Both` is one database holding the whole
+/// pipeline; in the seed's topology the roster's database (`Roster`: the roster, its
+/// triggers, the collector's DataService, results, log, hand-off, sweep) and the
+/// calculation's (`Calc`: RekenService and its worker's bookkeeping) are installed apart,
+/// on one server or two (docs/sqlserver.md, "Two databases, two servers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Side {
+    /// Both sides in one database (the default).
+    #[default]
     Both,
+    /// The roster's database: the dialogs' initiator and the answers.
     Roster,
+    /// The calculation's database: the calculation's service and queue.
     Calc,
 }
 
 impl Side {
-    /// The name an install records and the command line takes.
+    /// Every side, in the order the docs name them.
+    pub const ALL: [Side; 3] = [Side::Both, Side::Roster, Side::Calc];
+
+    /// The value of the sqlcmd variable (`both`, `roster`, `calc`).
     pub fn name(self) -> &'static str {
         match self {
             Side::Both => "both",
@@ -35,17 +44,32 @@ impl Side {
             Side::Calc => "calc",
         }
     }
+
+    /// Whether this side holds the roster's part (the collector, results, roster).
+    pub fn has_roster(self) -> bool {
+        self != Side::Calc
+    }
+
+    /// Whether this side holds the calculation's part (RekenService and its queue).
+    pub fn has_calc(self) -> bool {
+        self != Side::Roster
+    }
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl std::str::FromStr for Side {
     type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "both" => Ok(Side::Both),
-            "roster" => Ok(Side::Roster),
-            "calc" => Ok(Side::Calc),
-            _ => Err(format!("a side is both, roster or calc, not {s:?}")),
-        }
+
+    fn from_str(s: &str) -> Result<Side, String> {
+        Side::ALL
+            .into_iter()
+            .find(|side| side.name() == s)
+            .ok_or_else(|| format!("'{s}' is not a side: give roster, calc or both"))
     }
 }
 

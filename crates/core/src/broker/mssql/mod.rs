@@ -18,8 +18,8 @@ use uuid::Uuid;
 pub use connection::{Connection, ConnectionStringError, Tds, ado_pairs, check_waits, connect};
 pub use errors::{classify, error_of, quote_identifier, quote_name};
 pub use scripts::{
-    OPTIONAL_SCRIPTS, SCRIPTS, SET_OPTIONS, SqlcmdVars, grant_roles, install, modules, role_for,
-    schema_collection_name, schema_collection_script, scripts_stamp, sqlcmd_batches,
+    OPTIONAL_SCRIPTS, SCRIPTS, SET_OPTIONS, Side, SqlcmdVars, for_side, grant_roles, install, modules, region_end,
+    region_sides, role_for, schema_collection_name, schema_collection_script, scripts_stamp, sqlcmd_batches,
 };
 
 use super::{BrokerError, ErrorKind, Message};

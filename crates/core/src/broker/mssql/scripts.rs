@@ -108,6 +108,43 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("07_security.sql", include_str!("../../../../../broker/mssql/07_security.sql")),
 ];
 
+pub use crate::transport::Side;
+
+/// The sides a region switch line opens a region for: `IF '$(Side)' NOT IN ('both',
+/// 'calc') SET NOEXEC ON;` (the scripts' only form of it) runs the batches up to the next
+/// `SET NOEXEC OFF;` on the sides listed, and compiles them without running them on the
+/// others (SET NOEXEC). None for any other line.
+pub fn region_sides(line: &str) -> Option<Vec<Side>> {
+    let code = line.split("--").next().unwrap_or("").trim();
+    let list = code.strip_prefix("IF '$(Side)' NOT IN (")?.strip_suffix(") SET NOEXEC ON;")?;
+    list.split(',').map(|v| v.trim().trim_matches('\'').parse::<Side>().ok()).collect()
+}
+
+/// Whether `line` closes a region (`SET NOEXEC OFF;`).
+pub fn region_end(line: &str) -> bool {
+    line.split("--").next().unwrap_or("").trim() == "SET NOEXEC OFF;"
+}
+
+/// `script` as it runs on `side`: the lines of the regions that side skips blanked (the
+/// line count kept), everything else as it is.
+pub fn for_side(script: &str, side: Side) -> String {
+    let mut skipping = false;
+    let mut out = String::with_capacity(script.len());
+    for line in script.lines() {
+        if let Some(sides) = region_sides(line) {
+            skipping = !sides.contains(&side);
+            out.push_str(line);
+        } else if region_end(line) {
+            skipping = false;
+            out.push_str(line);
+        } else if !skipping {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The version stamp 07_security.sql writes (`sbworker_version`, an extended property
 /// of the database): this version and the hash of the scripts. A test keeps the script's
 /// literal equal to it.
@@ -116,17 +153,21 @@ pub fn scripts_stamp() -> String {
     crate::sql::stamp(&texts)
 }
 
-/// The modules (procedures, functions, triggers) the scripts create, as
-/// `schema.name`, lower case.
-pub fn modules() -> Vec<String> {
-    let mut out = Vec::new();
+/// The modules (procedures, functions, triggers) the scripts create in a database of
+/// `side`, as `schema.name`, lower case (once each: a module with a version per side is
+/// one module).
+pub fn modules(side: Side) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     for (_, script) in SCRIPTS {
-        for line in script.lines() {
+        for line in for_side(script, side).lines() {
             let upper = line.trim_start().to_uppercase();
             for kind in ["CREATE OR ALTER PROCEDURE ", "CREATE OR ALTER FUNCTION ", "CREATE OR ALTER TRIGGER "] {
                 if let Some(rest) = upper.strip_prefix(kind) {
                     let name = rest.split(|c: char| c.is_whitespace() || c == '(').next().unwrap_or("");
-                    out.push(name.replace(['[', ']'], "").to_lowercase());
+                    let name = name.replace(['[', ']'], "").to_lowercase();
+                    if !out.contains(&name) {
+                        out.push(name);
+                    }
                 }
             }
         }
@@ -139,9 +180,14 @@ pub fn modules() -> Vec<String> {
 pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n\
                                SET CONCAT_NULL_YIELDS_NULL ON;\nSET QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;\n";
 
-/// Optional scripts, run by hand: VALID_XML validation against `schemas/`.
-pub const OPTIONAL_SCRIPTS: &[(&str, &str)] =
-    &[("optional/schema_collection.sql", include_str!("../../../../../broker/mssql/optional/schema_collection.sql"))];
+/// Optional scripts, run by hand: VALID_XML validation against `schemas/` (first); for a
+/// split deployment (docs/sqlserver.md, "Two databases, two servers") the Service Broker
+/// endpoint and its certificates (in master) and the routes between the two databases.
+pub const OPTIONAL_SCRIPTS: &[(&str, &str)] = &[
+    ("optional/schema_collection.sql", include_str!("../../../../../broker/mssql/optional/schema_collection.sql")),
+    ("optional/endpoint.sql", include_str!("../../../../../broker/mssql/optional/endpoint.sql")),
+    ("optional/routes.sql", include_str!("../../../../../broker/mssql/optional/routes.sql")),
+];
 
 /// `xsd` without its identity constraints (`xs:unique`, `xs:key`, `xs:keyref`): SQL
 /// Server cannot register a schema holding them. What they say is checked elsewhere
@@ -257,12 +303,14 @@ pub fn schema_collection_script() -> String {
 }
 
 /// Runs the scripts against the server of `connection_string` (connected to
-/// `master` or the target database; script 00 switches with USE), batch by batch.
+/// `master` or the target database; script 00 switches with USE), batch by batch, for
+/// `side` (the sqlcmd variable `Side`, over any given in `vars`).
 /// `allow_older_workers`: tell script 04 (session context) to replace the senders even
 /// while a live worker reads an older Vraag contract.
 pub async fn install(
     connection_string: &str,
     vars: &[(String, String)],
+    side: Side,
     allow_older_workers: bool,
 ) -> Result<usize, BrokerError> {
     let c = Connection::parse(connection_string).map_err(|e| BrokerError {
@@ -272,7 +320,9 @@ pub async fn install(
     })?;
     let mut client = connect(&c).await?;
     let env = |name: &str| std::env::var(name).ok();
-    let sqlcmd = SqlcmdVars { given: vars, env: &env };
+    let mut given = vars.to_vec();
+    given.push(("Side".to_owned(), side.name().to_owned()));
+    let sqlcmd = SqlcmdVars { given: &given, env: &env };
     if allow_older_workers {
         client
             .simple_query(crate::sql::statements::mssql_install::ALLOW_OLDER_WORKERS.sql)
@@ -400,12 +450,46 @@ mod tests {
             .unwrap();
         assert_eq!(b, ["SELECT 'FromV'\n", "SELECT 'FromSetvar'\n"]);
         assert!(sqlcmd_batches(":r other.sql\n", &SqlcmdVars::only(&[])).is_err());
-        // The scripts themselves need all three variables and set none.
-        let all = v(&[("Database", "Payroll"), ("WorkerLogin", "sbworker"), ("WorkerUser", "sbworker")]);
+        // The scripts themselves need all four variables and set none.
+        let all =
+            v(&[("Database", "Payroll"), ("WorkerLogin", "sbworker"), ("WorkerUser", "sbworker"), ("Side", "both")]);
         for (file, s) in SCRIPTS {
             assert!(sqlcmd_batches(s, &SqlcmdVars::only(&all)).is_ok(), "{file}");
         }
         let e = sqlcmd_batches(SCRIPTS[0].1, &SqlcmdVars::only(&[])).unwrap_err();
         assert!(e.contains("'Database' is not defined"), "{e}");
+    }
+
+    #[test]
+    fn a_side_is_named_as_the_sqlcmd_variable_and_its_regions_are_skipped_elsewhere() {
+        for side in Side::ALL {
+            assert_eq!(side.name().parse::<Side>(), Ok(side));
+        }
+        let e = "Calc".parse::<Side>().unwrap_err();
+        assert!(e.contains("roster, calc or both"), "{e}");
+        assert_eq!(
+            region_sides("IF '$(Side)' NOT IN ('both', 'calc') SET NOEXEC ON;   -- a note"),
+            Some(vec![Side::Both, Side::Calc])
+        );
+        assert_eq!(region_sides("IF '$(Side)' NOT IN ('both', 'kalk') SET NOEXEC ON;"), None);
+        assert_eq!(region_sides("IF '$(Side)' NOT IN ('both', 'roster', 'calc')"), None);
+        let script = "A\nIF '$(Side)' NOT IN ('calc') SET NOEXEC ON;\nB\nSET NOEXEC OFF;\nC\n";
+        assert_eq!(for_side(script, Side::Calc), script);
+        assert_eq!(
+            for_side(script, Side::Both),
+            "A\nIF '$(Side)' NOT IN ('calc') SET NOEXEC ON;\n\nSET NOEXEC OFF;\nC\n"
+        );
+        // The modules of each side: the roster's on its side only, the claim on the
+        // calculation's, the bookkeeping and the status on both.
+        let (both, roster, calc) = (modules(Side::Both), modules(Side::Roster), modules(Side::Calc));
+        for m in ["rekenserver.sla_antwoord_op", "rooster.dienst_gewijzigd", "rekenserver.sweep"] {
+            assert!(roster.contains(&m.to_owned()) && !calc.contains(&m.to_owned()), "{m}");
+        }
+        assert!(calc.contains(&"sbworker.claim_version".to_owned()));
+        assert!(!roster.contains(&"sbworker.claim_version".to_owned()));
+        for m in ["sbworker.count_attempts", "sbworker.status_report", "sbworker.replay_dead_letter"] {
+            assert!(roster.contains(&m.to_owned()) && calc.contains(&m.to_owned()), "{m}");
+        }
+        assert_eq!(both.len(), roster.len() + 1, "both: the roster's and the claim");
     }
 }
