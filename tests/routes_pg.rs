@@ -390,6 +390,14 @@ async fn a_side_stays_a_side_and_link_refuses_what_cannot_carry_a_route() {
     let calc = side_db(shared, &format!("c{}", uuid::Uuid::new_v4().simple()), Side::Calc, false).await;
     let again = install_side(&calc, false, Some(Side::Roster)).await.unwrap_err();
     assert!(again.message.contains("holds the calc side") && again.message.contains("as the roster side"), "{again}");
+    // So does the command line, saying which side the database holds.
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["install", "--postgres", &calc, "--side", "roster"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("holds the calc side"), "{err}");
     // Installed again without a side, it stays what it was.
     install_side(&calc, false, None).await.unwrap();
     let c = client(&calc).await;

@@ -259,7 +259,7 @@ async fn over_tds_a_side_of_a_split_deployment_skips_the_round_trip_saying_why()
 }
 
 #[test]
-fn install_takes_a_side_for_sql_server_only_and_refuses_one_it_does_not_know() {
+fn install_takes_a_side_and_refuses_one_it_does_not_know() {
     // Refused by the command line, before any connection is made (the address is a closed port).
     let run = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker")).args(args).output().unwrap();
@@ -269,9 +269,13 @@ fn install_takes_a_side_for_sql_server_only_and_refuses_one_it_does_not_know() {
     let (code, err) = run(&["install", "--mssql", conn, "--side", "middle"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("'middle' is not a side: give roster, calc or both"), "{err}");
-    let (code, err) = run(&["install", "--postgres", "host=127.0.0.1 port=1", "--side", "calc"]);
+    let (code, err) = run(&["install", "--postgres", "host=127.0.0.1 port=1", "--side", "kalk"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("cannot be used with") && err.contains("--side <SIDE>"), "{err}");
+    assert!(err.contains("'kalk' is not a side: give roster, calc or both"), "{err}");
+    // PostgreSQL takes one too (here it gets as far as the closed port).
+    let (code, err) = run(&["install", "--postgres", "host=127.0.0.1 port=1", "--side", "calc"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("installing the PostgreSQL broker"), "{err}");
     // --side and --var Side= that disagree: refused, naming both.
     let (code, err) =
         run(&["install", "--mssql", conn, "--side", "calc", "--var", "Side=roster", "--var", "Database=d"]);
