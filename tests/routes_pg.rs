@@ -55,6 +55,17 @@ async fn status(url: &str) -> (Vec<String>, sbworker::ops::status::Routes) {
     (attention(&s, t), s.routes.expect("routes in the status"))
 }
 
+/// `sbworker selftest --postgres URL`: (exit code, stdout).
+async fn selftest(url: &str) -> (Option<i32>, String) {
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["selftest", "--postgres", url])
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
 async fn count(c: &Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -206,6 +217,9 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
         "{needs:?}"
     );
     assert_eq!(routes.incoming.len(), 2, "a route back from each calculation database: {routes:?}");
+    let (code, text) = selftest(&roster).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("routes") && text.contains("(not read)"), "{text}");
     b.start_again().unwrap();
     let cb = client(&calc_b).await;
     on_b.extend(receive_until(&cb, "loonfactorberekening_reken", 25).await);
@@ -362,7 +376,38 @@ async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_
     for e in sbworker::demo::edits::burst(&plan, 60, 7) {
         e.apply(&r).await.unwrap();
     }
-    check::wait_drained(&r, Duration::from_secs(300), |_| {}).await.unwrap();
+    if let Err(e) = check::wait_drained(&r, Duration::from_secs(120), |_| {}).await {
+        // What each side holds, to say where the work stopped.
+        let mut state = Vec::new();
+        for (name, url) in [("roster", &roster), ("calc b", &calc_b), ("calc c", &calc_c)] {
+            let c = client(url).await;
+            let row = c
+                .query_one(
+                    "SELECT (SELECT count(*) FROM sb.message), (SELECT count(*) FROM sb.endpoint),
+                            (SELECT string_agg(state || ':' || coalesce(route, '-'), ',') FROM sb.endpoint),
+                            (SELECT count(*) FROM sb.transmission_error),
+                            (SELECT string_agg(error, '; ') FROM sb.transmission_error),
+                            (SELECT count(*) FROM sbworker.dead_letter),
+                            (SELECT string_agg(route || ' ' || subscribed || ' ' || reading || ' ' || coalesce(behind_bytes, -1), ', ') FROM sb.route_state),
+                            (SELECT string_agg(subname || ' errors ' || apply_error_count, ', ') FROM pg_stat_subscription_stats)",
+                    &[],
+                )
+                .await
+                .unwrap();
+            state.push(format!(
+                "{name}: messages {} endpoints {} [{:?}] undeliverable {} {:?} dead {} routes {:?} subs {:?}",
+                row.get::<_, i64>(0),
+                row.get::<_, i64>(1),
+                row.get::<_, Option<String>>(2),
+                row.get::<_, i64>(3),
+                row.get::<_, Option<String>>(4),
+                row.get::<_, i64>(5),
+                row.get::<_, Option<String>>(6),
+                row.get::<_, Option<String>>(7),
+            ));
+        }
+        panic!("{e}\n{}", state.join("\n"));
+    }
     let verdict = check::verify(&r, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
     assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
     // The employee without a salary is answered with a Fout, across the servers too.
@@ -374,6 +419,13 @@ async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_
         assert!(claims > 0, "both calculation servers computed");
     }
     assert_eq!(count(&r, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
+    // Each side's selftest checks its own queue and its routes.
+    for (url, side, routes) in [(&roster, "roster", 2), (&calc_b, "calc", 1)] {
+        let (code, text) = selftest(url).await;
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains(&format!("the {side} side of a split install")), "{text}");
+        assert!(text.contains(&format!("{routes} route(s) out, each read by its far database")), "{text}");
+    }
     for w in workers {
         assert_eq!(stop_worker(w).await, Some(0));
     }

@@ -86,6 +86,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_payroll', 'rekenserver', 'export_claim'),
     ('sbworker_payroll', 'rekenserver', 'install_side'),
     ('sbworker_housekeeping', 'rekenserver', 'install_side'),
+    ('sbworker_worker', 'rekenserver', 'install_side'),
     ('sbworker_worker', 'sbworker', 'heartbeat'),
     ('sbworker_worker', 'sbworker', 'heartbeat_end'),
     ('sbworker_housekeeping', 'sbworker', 'dead_letters'),
@@ -134,6 +135,8 @@ BEGIN
 END $$;
 
 GRANT USAGE ON SCHEMA sb TO sbworker_worker;
+-- The routes of a split install, for the selftest (008_routes.sql).
+GRANT SELECT ON sb.route_state TO sbworker_worker;
 GRANT USAGE ON SCHEMA sbworker TO sbworker_worker, sbworker_housekeeping, sbworker_monitor;
 GRANT USAGE ON SCHEMA rekenserver TO sbworker_worker, sbworker_payroll, sbworker_housekeeping;
 

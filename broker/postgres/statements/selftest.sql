@@ -89,3 +89,21 @@ SELECT rekenserver.selftest_cleanup_books();
 -- name: broker_rights
 SELECT r.right_name, r.object_name, sb.may(r.right_name, r.object_name)
   FROM unnest($1::text[], $2::text[]) AS r(right_name, object_name);
+
+-- The side of sbworker the database holds (both, roster, calc); an install before sides
+-- has no such function (42883: both).
+-- name: side
+SELECT rekenserver.install_side();
+
+-- A side's routes: those out (to the far service: subscribed by the far database, read
+-- now), and how many subscriptions bring messages in and are applying now.
+-- name: routes
+SELECT coalesce(array_agg(format('%s to %s%s', r.route, r.service,
+                                 CASE WHEN NOT r.subscribed THEN ' (not subscribed)'
+                                      WHEN NOT r.reading THEN ' (not read)' ELSE '' END) ORDER BY r.route),
+                '{}'::text[]),
+       count(*) FILTER (WHERE r.subscribed AND r.reading)::int,
+       count(*)::int,
+       (SELECT count(*)::int FROM pg_catalog.pg_stat_subscription s
+         WHERE s.subname LIKE 'sb\_route\_%' AND s.relid IS NULL AND s.pid IS NOT NULL)
+  FROM sb.route_state r;

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::{AnsweredBy, Failure, Report, SCRATCH_DV};
 use crate::broker::postgres::{PostgresTransport, SCRIPTS, stamp};
 use crate::handlers::{DATA_QUEUE, REKEN_QUEUE};
+use crate::transport::Side;
 
 /// The selftest's statements (`broker/postgres/statements/selftest.sql`).
 use crate::sql::statements::postgres_selftest as stmt;
@@ -86,7 +87,23 @@ pub async fn run(url: &str) -> Report {
             return report;
         }
     }
-    if let Err(f) = permissions(&client).await {
+    // The side of a split install checks its own queue and its routes; both, the round trip.
+    let side = match client.query_one(stmt::SIDE.sql, &[]).await {
+        Ok(row) => row.get::<_, String>(0).parse().unwrap_or_default(),
+        // An install before sides; a login without its grants (the next check says what
+        // it lacks).
+        Err(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION)
+                || e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+        {
+            Side::Both
+        }
+        Err(e) => {
+            report.fail("connection", db_failure("which side the database holds cannot be read", &e));
+            return report;
+        }
+    };
+    if let Err(f) = permissions(&client, side).await {
         report.fail("permissions", f);
         return report;
     }
@@ -99,7 +116,7 @@ pub async fn run(url: &str) -> Report {
             TABLES.len()
         ),
     );
-    match queues(&client).await {
+    match queues(&client, side).await {
         Ok(detail) => report.pass("broker", detail),
         Err(f) => {
             report.fail("broker", f);
@@ -117,6 +134,23 @@ pub async fn run(url: &str) -> Report {
             return report;
         }
     };
+    if side != Side::Both {
+        match routes(&client, side).await {
+            Ok(detail) => report.pass("routes", detail),
+            Err(f) => {
+                report.fail("routes", f);
+                return report;
+            }
+        }
+        report.skip(
+            "round trip",
+            format!(
+                "the {side} side of a split install: a round trip needs both sides' workers; the routes are checked \
+                 above (a roster edit shows in `sbworker status` on each side)"
+            ),
+        );
+        return report;
+    }
     if !has_roster {
         report.skip(
             "round trip",
@@ -146,7 +180,7 @@ async fn connect(url: &str) -> Result<Client, Failure> {
     Ok(client)
 }
 
-async fn permissions(client: &Client) -> Result<(), Failure> {
+async fn permissions(client: &Client, side: Side) -> Result<(), Failure> {
     let names: Vec<String> = SCHEMAS.iter().map(|s| s.to_string()).collect();
     let rows = client.query(stmt::SCHEMA_PRIVILEGES.sql, &[&names]).await.map_err(|e| db_failure("schemas", &e))?;
     let mut problems = Vec::new();
@@ -191,8 +225,12 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
         }
     }
     if problems.is_empty() {
-        let (rights, objects): (Vec<String>, Vec<String>) =
-            BROKER_RIGHTS.iter().map(|(r, o)| (r.to_string(), o.to_string())).unzip();
+        // (A side receives from its own queue only.)
+        let (rights, objects): (Vec<String>, Vec<String>) = BROKER_RIGHTS
+            .iter()
+            .filter(|(r, o)| *r != "RECEIVE" || side_queues(side).contains(o))
+            .map(|(r, o)| (r.to_string(), o.to_string()))
+            .unzip();
         let rows = client
             .query(stmt::BROKER_RIGHTS.sql, &[&rights, &objects])
             .await
@@ -218,8 +256,38 @@ async fn permissions(client: &Client) -> Result<(), Failure> {
     Err(Failure::new(problems.join("; ")).fix(fix))
 }
 
-async fn queues(client: &Client) -> Result<String, Failure> {
-    let names = vec![REKEN_QUEUE.to_owned(), DATA_QUEUE.to_owned()];
+/// The queues a database of `side` holds.
+fn side_queues(side: Side) -> &'static [&'static str] {
+    match side {
+        Side::Both => &[REKEN_QUEUE, DATA_QUEUE],
+        Side::Roster => &[DATA_QUEUE],
+        Side::Calc => &[REKEN_QUEUE],
+    }
+}
+
+/// A side's routes: at least one out, each subscribed by its far database and read now,
+/// and as many subscriptions in applying now.
+async fn routes(client: &Client, side: Side) -> Result<String, Failure> {
+    let row = client.query_one(stmt::ROUTES.sql, &[]).await.map_err(|e| db_failure("routes", &e))?;
+    let (named, healthy, all, applying): (Vec<String>, i32, i32, i32) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let fix = "join the sides: sbworker link --roster ROSTER_URL --calc CALC_URL (docs/deployment.md); a route \
+               not read: is the far server up, and its subscription applying (`sbworker status` there)?";
+    if all == 0 {
+        return Err(Failure::new(format!("the {side} side of a split install has no route to the other side")).fix(fix));
+    }
+    if healthy < all || applying < all {
+        return Err(Failure::new(format!(
+            "routes out: {}; {applying} subscription(s) in applying of {all} expected",
+            named.join(", ")
+        ))
+        .fix(fix));
+    }
+    Ok(format!("{all} route(s) out, each read by its far database ({}); {applying} in, applying", named.join(", ")))
+}
+
+async fn queues(client: &Client, side: Side) -> Result<String, Failure> {
+    let names: Vec<String> = side_queues(side).iter().map(|q| q.to_string()).collect();
     let rows = client.query(stmt::QUEUES.sql, &[&names]).await.map_err(|e| db_failure("queues", &e))?;
     let mut problems = Vec::new();
     let mut fixes = Vec::new();
@@ -241,7 +309,9 @@ async fn queues(client: &Client) -> Result<String, Failure> {
     }
     if problems.is_empty() {
         Ok(format!(
-            "queues {REKEN_QUEUE} and {DATA_QUEUE} enabled, poison-message detection off (the PostgreSQL broker has no activation)"
+            "queue(s) {} enabled, poison-message detection off (the PostgreSQL broker has no activation){}",
+            names.join(" and "),
+            if side == Side::Both { String::new() } else { format!("; the {side} side of a split install") }
         ))
     } else {
         Err(Failure::new(problems.join("; ")).fix(fixes.join("; ")))
