@@ -456,10 +456,16 @@ async fn a_side_stays_a_side_and_link_refuses_what_cannot_carry_a_route() {
     assert_eq!(count(&c, "SELECT count(*) FROM sb.service WHERE name LIKE '%DataService'").await, 0);
     let roster_on_calc = install_side(&calc, true, Some(Side::Calc)).await.unwrap_err();
     assert!(roster_on_calc.message.contains("roster side"), "{roster_on_calc}");
-    // The roster side's commands refuse the calculation side.
-    for args in
-        [vec!["sweep"], vec!["export", "--periode", "1"], vec!["explain", "--dienstverband", "1", "--periode", "1"]]
-    {
+    // The roster side's commands refuse the calculation side; its sweep only ends the
+    // dialogs past their LIFETIME.
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["sweep", "--postgres", &calc])
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("0 dialogs past their LIFETIME ended"), "{out}");
+    for args in [vec!["export", "--periode", "1"], vec!["explain", "--dienstverband", "1", "--periode", "1"]] {
         let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
             .args(&args)
             .args(["--postgres", &calc])
@@ -559,4 +565,60 @@ async fn a_vraag_diverted_on_the_calculation_side_is_sent_again_through_the_rost
     assert_eq!(sent_after, sent_before + 1, "the roster side sent the key again");
     let replays = count(&c, &format!("SELECT replays::bigint FROM sbworker.dead_letter WHERE id = {id}")).await;
     assert_eq!(replays, 1);
+}
+
+/// An answer that arrives before the sending transaction's commit is visible at its
+/// sender (a commit is carried as soon as it is in WAL; here the sender's commit waits
+/// for a synchronous standby that does not exist, so it stays invisible as long as the
+/// test likes): its delivery waits for that commit, then it is delivered, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_arrives_before_its_request_is_visible_waits_for_it() {
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, false).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc).await.unwrap();
+    let r = client(&roster).await;
+    r.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nosuch'").await.unwrap();
+    r.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    // The request: its commit is in WAL (and carried) but waits, not yet visible here.
+    let sender = {
+        let roster = roster.clone();
+        tokio::spawn(async move {
+            let s = client(&roster).await;
+            s.query_one(
+                &format!(
+                    "SELECT h FROM (SELECT sb.begin_dialog('{DATA}', '{REKEN}', '{CONTRACT}', NULL, 600) AS h) d,
+                     LATERAL (SELECT sb.send(d.h, '{VRAAG}', convert_to('<Vraag/>', 'UTF8'))) s"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, uuid::Uuid>(0)
+        })
+    };
+    let c = client(&calc).await;
+    let got = receive_until(&c, "loonfactorberekening_reken", 1).await;
+    c.execute("SELECT sb.send($1, $2, '<Antwoord/>')", &[&got[0].0, &ANTWOORD]).await.unwrap();
+    c.execute("SELECT sb.end_conversation($1)", &[&got[0].0]).await.unwrap();
+    // The answer reached the roster side: it waits there for the request's commit (a lock
+    // not granted), or (were it not waiting) the route back has nothing left to carry.
+    wait_until("the answer reached the roster side", || {
+        let (r, c) = (&r, &c);
+        async move {
+            count(r, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").await == 1
+                || count(c, "SELECT count(*) FROM sb.route_state WHERE reading AND behind_bytes = 0").await == 1
+                    && count(r, "SELECT count(*) FROM pg_stat_subscription WHERE latest_end_lsn IS NOT NULL").await == 1
+        }
+    })
+    .await;
+    assert!(!sender.is_finished(), "the request's commit waits for its standby");
+    r.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();
+    r.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    let h = sender.await.unwrap();
+    let back = receive_until(&r, "loonfactorberekening_data", 2).await;
+    let types: Vec<&str> = back.iter().map(|m| m.1.as_str()).collect();
+    assert_eq!(types, [ANTWOORD, END_DIALOG]);
+    assert!(back.iter().all(|m| m.0 == h));
+    assert_eq!(count(&r, "SELECT count(*) FROM sb.transmission_error").await, 0);
 }

@@ -712,6 +712,22 @@ BEGIN
     PERFORM sb.wake_group(p_queue_id, p_group);
 END $$;
 
+-- Removes group p_group's ready row when no message of it waits. The row is locked first,
+-- in a statement of its own: a transaction that put a message in the group meanwhile is
+-- waited for, and the check that follows (a statement of its own, so a new snapshot)
+-- sees its message. (In one statement, a wait for the row would re-check the row only,
+-- not whether messages wait.) A transaction that puts one after the lock waits for this
+-- one, finds the row gone and makes it again (sb.put_message).
+CREATE OR REPLACE FUNCTION sb.drop_ready_if_empty(p_group uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM sb.group_ready WHERE group_id = p_group FOR UPDATE;
+    IF FOUND THEN
+        DELETE FROM sb.group_ready g
+         WHERE g.group_id = p_group AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = p_group);
+    END IF;
+END $$;
+
 -- Puts one message on the far side of endpoint `e`, counting it in e's sequence (no
 -- contract checks: callers do). The caller holds both endpoints (sb.lock_endpoint).
 CREATE OR REPLACE FUNCTION sb.enqueue(e sb.endpoint, p_message_type text, p_body bytea)
@@ -1193,7 +1209,7 @@ BEGIN
     DELETE FROM sb.message WHERE handle = p_handle;
     DELETE FROM sb.endpoint WHERE handle = p_handle;
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
-        DELETE FROM sb.group_ready WHERE group_id = e.group_id;
+        PERFORM sb.drop_ready_if_empty(e.group_id);
     END IF;
     PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
 END $$;
@@ -1223,7 +1239,7 @@ BEGIN
     -- group's ready row with them when they were its last).
     DELETE FROM sb.message WHERE handle = p_handle;
     IF FOUND AND NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
-        DELETE FROM sb.group_ready WHERE group_id = e.group_id;
+        PERFORM sb.drop_ready_if_empty(e.group_id);
     END IF;
     IF e.route IS NOT NULL THEN
         PERFORM sb.end_remote(e, p_error_code, p_description);
@@ -1322,6 +1338,33 @@ BEGIN
             SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
             PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body, (c.e).priority);
         END IF;
+        UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
+        v_n := v_n + 1;
+    END LOOP;
+    -- A target whose initiator is in another database: the initiator's side tells it at
+    -- the LIFETIME's end, unless that side is gone (ended with cleanup, its database
+    -- replaced); so this side ends it too, as each side of a Service Broker dialog does.
+    FOR v_handle IN
+        SELECT handle FROM sb.endpoint
+         WHERE NOT is_initiator AND route IS NOT NULL AND expires_at < now() AND state IN ('SO', 'SI', 'CO', 'DI')
+    LOOP
+        -- Without waiting, as above: one a worker is busy with is left for the next run.
+        BEGIN
+            PERFORM 1 FROM sb.endpoint WHERE handle = v_handle FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            CONTINUE;
+        END;
+        IF NOT EXISTS (SELECT 1 FROM sb.endpoint WHERE handle = v_handle) THEN
+            CONTINUE;   -- ended and removed since it was listed
+        END IF;
+        SELECT * INTO c FROM sb.lock_conversation(v_handle);
+        IF (c.e).handle IS NULL OR NOT ((c.e).expires_at < now() AND (c.e).state IN ('SO', 'SI', 'CO', 'DI')) THEN
+            CONTINUE;
+        END IF;
+        SELECT q.name, q.id INTO v_queue, v_qid
+          FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
+        SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
+        PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body, (c.e).priority);
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
         v_n := v_n + 1;
     END LOOP;

@@ -394,7 +394,8 @@ BEGIN
     -- Routes to and from other databases (008_routes.sql): each route out, whether its
     -- far side reads it and how far behind; each subscription in, whether it applies;
     -- the messages that arrived and could not be delivered.
-    IF to_regclass('sb.route_state') IS NOT NULL THEN
+    IF to_regclass('sb.route_state') IS NOT NULL
+       AND to_regclass('pg_catalog.pg_stat_subscription_stats') IS NOT NULL THEN
         EXECUTE $q$
             SELECT jsonb_build_object(
                 'out', (SELECT coalesce(jsonb_agg(jsonb_build_object(

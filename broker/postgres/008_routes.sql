@@ -147,6 +147,13 @@ BEGIN
     ELSIF c.validation = 'WELL_FORMED_XML' THEN
         PERFORM sb.check_well_formed(p_body, p_message_type);
     END IF;
+    IF e.far_handle IS NULL THEN
+        -- The first message: until this transaction's commit is visible here, an answer
+        -- may already arrive (a commit is in WAL, and so carried, a moment before other
+        -- sessions see it). sb.deliver waits for this lock before it takes an endpoint it
+        -- cannot see, or one without its far handle, for gone. ('SB' << 16 + 3.)
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(1396834307, pg_catalog.hashtext(e.handle::text));
+    END IF;
     UPDATE sb.endpoint SET far_handle = coalesce(far_handle, gen_random_uuid()),
                            state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
      WHERE handle = e.handle RETURNING * INTO e;
@@ -166,7 +173,7 @@ BEGIN
     END IF;
     DELETE FROM sb.message WHERE handle = p_handle;
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = v_group) THEN
-        DELETE FROM sb.group_ready WHERE group_id = v_group;
+        PERFORM sb.drop_ready_if_empty(v_group);
     END IF;
     PERFORM sb.drop_unused_groups(ARRAY[v_group]);
 END $$;
@@ -205,6 +212,14 @@ BEGIN
     PERFORM sb.transmit(e, e.send_seq, v_type, v_body);
 END $$;
 
+-- A message that arrived and is not delivered, kept for the operator with why.
+CREATE OR REPLACE FUNCTION sb.set_aside(t sb.transmission, p_sqlstate text, p_error text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sb.transmission_error (route, to_service, from_service, from_broker, message_type, sqlstate, error)
+    VALUES (t.route, t.to_service, t.from_service, t.from_broker, t.message_type, p_sqlstate, p_error);
+END $$;
+
 -- One message arrived over a route (t): put on its queue, its dialog's endpoint made by
 -- the first message. Raises when it cannot be delivered (sb.arrive keeps it aside).
 CREATE OR REPLACE FUNCTION sb.deliver(t sb.transmission) RETURNS void
@@ -226,6 +241,18 @@ BEGIN
         SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR UPDATE;
     ELSE
         SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR KEY SHARE;
+    END IF;
+    IF NOT (FOUND OR t.from_initiator AND t.seq = 1 AND NOT v_end AND t.message_type <> sb.closed_type())
+       OR FOUND AND e.far_handle IS DISTINCT FROM t.from_handle THEN
+        -- Not seen here, or not yet with its far handle: the transaction that sent this
+        -- dialog's first message from here may be committed in WAL and not yet visible
+        -- (see sb.send_remote). Once it is, look again.
+        PERFORM pg_catalog.pg_advisory_xact_lock(1396834307, pg_catalog.hashtext(t.to_handle::text));
+        IF v_end OR t.message_type = sb.closed_type() THEN
+            SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR UPDATE;
+        ELSE
+            SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR KEY SHARE;
+        END IF;
     END IF;
     IF NOT FOUND THEN
         IF t.from_initiator AND t.seq = 1 AND NOT v_end AND t.message_type <> sb.closed_type() THEN
@@ -266,9 +293,13 @@ BEGIN
                 e.expires_at := t.expires_at;
                 PERFORM sb.transmit(e, 0, sb.closed_type(), NULL);
             END IF;
+        ELSIF t.message_type <> sb.closed_type() THEN
+            -- A message for an endpoint that is gone (ended with cleanup, its database
+            -- reset): nobody will receive it (SQL Server drops it as well); kept for the
+            -- operator.
+            PERFORM sb.set_aside(t, 'SB426', format('conversation handle %s is not here (ended with cleanup, '
+                'or removed): its %s from %s is not delivered', t.to_handle, t.message_type, t.from_service));
         END IF;
-        -- Anything else for an endpoint that is gone: nobody will receive it (SQL Server
-        -- drops it as well).
         RETURN;
     END IF;
     IF e.far_handle IS DISTINCT FROM t.from_handle THEN
@@ -282,9 +313,13 @@ BEGIN
         RETURN;
     END IF;
     IF e.state IN ('DO', 'CD') THEN
-        -- Both sides ended at once: each side's end closes the other's.
+        -- Both sides ended at once: each side's end closes the other's. A message after
+        -- this side's end is discarded, as Service Broker does; kept for the operator.
         IF v_end THEN
             PERFORM sb.forget(e.handle);
+        ELSE
+            PERFORM sb.set_aside(t, 'SB429', format('conversation handle %s has ended here (state %s): its %s '
+                'from %s is not delivered', e.handle, e.state, t.message_type, t.from_service));
         END IF;
         RETURN;
     END IF;
@@ -302,10 +337,13 @@ BEGIN
 END $$;
 
 -- The trigger on sb.transmission that fires only for rows logical replication applies
--- (ENABLE REPLICA): delivers the message and keeps no row. A message that cannot be
--- delivered is kept aside in sb.transmission_error, and its sender hears an Error where
--- a route leads back: it never stops the route. A fault that passes (a deadlock, a lock
--- not had in time, a cancel) is raised: the subscription applies the transaction again.
+-- (ENABLE REPLICA): delivers the message and keeps no row. A message this database
+-- refuses (sb.deliver's own refusals: no such service here, a contract it does not accept,
+-- no route back, a far handle that is not the dialog's) is kept aside in
+-- sb.transmission_error, and its sender hears an Error where a route leads back: it
+-- never stops the route. Any other error (a deadlock, a lock not had in time, a rights
+-- or configuration problem, a bug) is raised: the subscription stops and applies the
+-- transaction again and again, nothing lost, and `sbworker status` shows its errors.
 CREATE OR REPLACE FUNCTION sb.arrive() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -321,11 +359,10 @@ BEGIN
         PERFORM sb.deliver(NEW);
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_error = MESSAGE_TEXT;
-        IF v_state IN ('40001', '40P01', '55P03', '57014', '53100', '53200', '53300', '58030') THEN
+        IF v_state NOT IN ('SB424', 'SB425', 'SB426') THEN
             RAISE;
         END IF;
-        INSERT INTO sb.transmission_error (route, to_service, from_service, from_broker, message_type, sqlstate, error)
-        VALUES (NEW.route, NEW.to_service, NEW.from_service, NEW.from_broker, NEW.message_type, v_state, v_error);
+        PERFORM sb.set_aside(NEW, v_state, v_error);
         IF NEW.message_type NOT LIKE 'http://schemas.microsoft.com/SQL/ServiceBroker/%'
            AND NEW.message_type <> sb.closed_type()
            AND NOT EXISTS (SELECT 1 FROM sb.endpoint WHERE handle = NEW.to_handle) THEN
@@ -359,21 +396,33 @@ BEGIN
     END IF;
 END $$;
 
--- CREATE ROUTE p_name for p_service (at the database whose broker id is p_broker, NULL for
--- any), and its publication sb_route_<name>, which the far database subscribes to
--- (sb.subscribe there). Idempotent; for the installer (`sbworker link`).
-CREATE OR REPLACE FUNCTION sb.create_route(p_name text, p_service text, p_broker uuid, p_address text)
+-- The publication sb_route_<p_name> of a route's messages (inserts of its rows of
+-- sb.transmission), which the far database subscribes to (sb.subscribe there).
+-- Idempotent; for the installer (`sbworker link`), before the route's slot.
+CREATE OR REPLACE FUNCTION sb.publish_route(p_name text)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF p_name !~ '^[a-z0-9_]{1,40}$' THEN
         PERFORM sb.fail('22023', format('a route''s name is 1 to 40 of a-z, 0-9 and _, not %s', p_name));
     END IF;
-    INSERT INTO sb.route (name, service, broker, address) VALUES (p_name, p_service, p_broker, p_address)
-    ON CONFLICT (name) DO UPDATE SET service = excluded.service, broker = excluded.broker, address = excluded.address;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = 'sb_route_' || p_name) THEN
         EXECUTE format('CREATE PUBLICATION %I FOR TABLE sb.transmission WHERE (route = %L) WITH (publish = %L)',
                        'sb_route_' || p_name, p_name, 'insert');
     END IF;
+END $$;
+
+-- CREATE ROUTE p_name for p_service (at the database whose broker id is p_broker, NULL for
+-- any). Dialogs take it from then on: made last by `sbworker link`, once its publication,
+-- its slot (which carries only what is written after it is made) and the far
+-- subscription exist. Idempotent.
+CREATE OR REPLACE FUNCTION sb.create_route(p_name text, p_service text, p_broker uuid, p_address text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = 'sb_route_' || p_name) THEN
+        PERFORM sb.fail('55000', format('route %s has no publication: publish it first (sb.publish_route)', p_name));
+    END IF;
+    INSERT INTO sb.route (name, service, broker, address) VALUES (p_name, p_service, p_broker, p_address)
+    ON CONFLICT (name) DO UPDATE SET service = excluded.service, broker = excluded.broker, address = excluded.address;
 END $$;
 
 -- The subscription to the far database's route p_route (its publication sb_route_<route>),

@@ -18,25 +18,34 @@ pub enum Format {
 /// Connects to `url`. Errors show it masked, and never tokio-postgres' own reading of
 /// it (which can quote a part of a password): see [`crate::connstr::postgres_config`].
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, side) = connect_any_side(url).await?;
+    // The roster side's commands: the calculation side of a split install keeps no
+    // results, no roster and no keys.
+    if side == crate::transport::Side::Calc {
+        anyhow::bail!(
+            "{} is the calculation side of a split install: export, sweep, recompute and explain run against the \
+             roster side's database",
+            crate::connstr::mask(url)
+        );
+    }
+    Ok(client)
+}
+
+/// Connects to `url`, and reads the side of sbworker the database holds (both for an
+/// install before sides).
+async fn connect_any_side(url: &str) -> anyhow::Result<(tokio_postgres::Client, crate::transport::Side)> {
     let (config, tls) = crate::pg_tls::config(url).context("the connection string (--postgres) cannot be used")?;
     let (client, conn) = config
         .connect(tls.connector()?)
         .await
         .with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
     tokio::spawn(conn);
-    // The roster side's commands: the calculation side of a split install keeps no
-    // results, no roster and no keys.
-    match client.query_one(crate::sql::statements::postgres_handoff::INSTALL_SIDE.sql, &[]).await {
-        Ok(row) if row.get::<_, String>(0) == "calc" => anyhow::bail!(
-            "{} is the calculation side of a split install: export, sweep, recompute and explain run against \
-             the roster side's database",
-            crate::connstr::mask(url)
-        ),
-        Ok(_) => {}
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
+    let side = match client.query_one(crate::sql::statements::postgres_handoff::INSTALL_SIDE.sql, &[]).await {
+        Ok(row) => row.get::<_, String>(0).parse().unwrap_or_default(),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => Default::default(),
         Err(e) => return Err(anyhow::Error::new(e).context("reading which side the database holds")),
-    }
-    Ok(client)
+    };
+    Ok((client, side))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -177,7 +186,23 @@ pub fn ack(target: &Target, batch: Uuid) -> anyhow::Result<String> {
 pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
     runtime()?.block_on(async {
         let outcome = match target {
-            Target::Postgres(url) => sweep::run(&mut connect(url).await?, opts).await?,
+            Target::Postgres(url) => {
+                let (mut client, side) = connect_any_side(url).await?;
+                if side == crate::transport::Side::Calc {
+                    // The calculation side keeps no keys or results: its sweep only ends
+                    // the dialogs past their LIFETIME (those whose roster side is gone).
+                    let expired: i32 = client
+                        .query_one(crate::sql::statements::postgres_handoff::EXPIRE_ONLY.sql, &[])
+                        .await
+                        .context("ending the dialogs past their LIFETIME")?
+                        .get(0);
+                    return Ok(format!(
+                        "the calculation side of a split install: {expired} dialogs past their LIFETIME ended (the \
+                         rest of the sweep runs on the roster side)"
+                    ));
+                }
+                sweep::run(&mut client, opts).await?
+            }
             Target::Mssql(conn) => mssql::sweep(&mut connect_mssql(conn).await?, opts).await?,
         };
         Ok(describe(&outcome, opts))

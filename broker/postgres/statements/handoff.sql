@@ -154,3 +154,8 @@ SELECT count(*) FROM gone;
 -- sides has no such function (42883: both).
 -- name: install_side
 SELECT rekenserver.install_side();
+
+-- The sweep on the calculation side of a split install: only its dialogs past their
+-- LIFETIME ended (the rest of the sweep is the roster side's); how many.
+-- name: expire_only
+SELECT rekenserver.verlopen_dialogen();

@@ -6,10 +6,18 @@
 -- name: broker_instance
 SELECT id, side FROM sb.broker_instance;
 
--- CREATE ROUTE $1 for service $2 at broker $3 (address $4, for people), and its
--- publication.
+-- The publication of route $1's messages (first: the route's slot is made after it).
+-- name: publish_route
+SELECT sb.publish_route($1);
+
+-- CREATE ROUTE $1 for service $2 at broker $3 (address $4, for people): last, once its
+-- publication, slot and far subscription exist (dialogs take it at once).
 -- name: create_route
 SELECT sb.create_route($1, $2, $3, $4);
+
+-- Whether the replication slot $1 exists.
+-- name: slot_exists
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1);
 
 -- The replication slot a route's subscriber reads, made at the publishing database
 -- (outside a transaction: a slot waits for the transactions running when it is made).

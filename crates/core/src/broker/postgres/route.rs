@@ -41,8 +41,10 @@ async fn identity(client: &tokio_postgres::Client, url: &str) -> Result<(uuid::U
 }
 
 /// What logical replication needs of a server, checked before anything is made: a
-/// clear refusal instead of a subscription that never starts.
-async fn replication_ready(client: &tokio_postgres::Client, address: &str) -> Result<(), BrokerError> {
+/// clear refusal instead of a subscription that never starts. `slot`: the slot this
+/// server is to publish (a link made before has it already, and needs no free one).
+async fn replication_ready(client: &tokio_postgres::Client, address: &str, slot: &str) -> Result<(), BrokerError> {
+    let has_slot: bool = client.query_one(S::SLOT_EXISTS.sql, &[&slot]).await.map_err(error_of)?.get(0);
     let row = client.query_one(S::REPLICATION_SETTINGS.sql, &[]).await.map_err(error_of)?;
     let (wal_level, slots, used, senders): (String, i32, i32, i32) = (row.get(0), row.get(1), row.get(2), row.get(3));
     if wal_level != "logical" {
@@ -50,7 +52,7 @@ async fn replication_ready(client: &tokio_postgres::Client, address: &str) -> Re
             "{address}: wal_level is {wal_level}; a route needs wal_level = logical (set it and restart the server)"
         )));
     }
-    if used >= slots || senders == 0 {
+    if (used >= slots && !has_slot) || senders == 0 {
         return Err(refused(format!(
             "{address}: {used} of {slots} replication slots are in use and max_wal_senders is {senders}; \
              a route needs a free slot and a WAL sender"
@@ -81,8 +83,6 @@ pub async fn link(roster: &str, calc: &str) -> Result<Link, BrokerError> {
             "{c_address} holds the {c_side} side: a calculation database is installed with --side calc"
         )));
     }
-    replication_ready(&r, &r_address).await?;
-    replication_ready(&c, &c_address).await?;
     let short = |id: uuid::Uuid| id.simple().to_string()[..8].to_owned();
     // Names unique where each is published and subscribed: the route out of the roster
     // side by the calculation database it leads to; the one back by both.
@@ -90,16 +90,22 @@ pub async fn link(roster: &str, calc: &str) -> Result<Link, BrokerError> {
         to_calculation: format!("reken_{}", short(c_id)),
         back: format!("data_{}_{}", short(r_id), short(c_id)),
     };
-    // Each route's publication first, then its slot (a slot made before the publication
-    // would not see it), then the subscription at the far end.
-    r.execute(S::CREATE_ROUTE.sql, &[&link.to_calculation, &CALCULATION_SERVICE, &c_id, &c_address])
-        .await
-        .map_err(error_of)?;
-    c.execute(S::CREATE_ROUTE.sql, &[&link.back, &DATA_SERVICE, &r_id, &r_address]).await.map_err(error_of)?;
     let slot = |route: &str| format!("sb_route_{route}");
+    replication_ready(&r, &r_address, &slot(&link.to_calculation)).await?;
+    replication_ready(&c, &c_address, &slot(&link.back)).await?;
+    // Each route's publication, then its slot (a slot carries only what is written after
+    // it is made, and a slot made before the publication would not see it), then the
+    // subscription at the far end, and last the route itself: a dialog given a route
+    // before its slot existed would be lost.
+    r.execute(S::PUBLISH_ROUTE.sql, &[&link.to_calculation]).await.map_err(error_of)?;
+    c.execute(S::PUBLISH_ROUTE.sql, &[&link.back]).await.map_err(error_of)?;
     r.execute(S::CREATE_SLOT.sql, &[&slot(&link.to_calculation)]).await.map_err(error_of)?;
     c.execute(S::CREATE_SLOT.sql, &[&slot(&link.back)]).await.map_err(error_of)?;
     c.execute(S::SUBSCRIBE.sql, &[&link.to_calculation, &roster]).await.map_err(error_of)?;
     r.execute(S::SUBSCRIBE.sql, &[&link.back, &calc]).await.map_err(error_of)?;
+    c.execute(S::CREATE_ROUTE.sql, &[&link.back, &DATA_SERVICE, &r_id, &r_address]).await.map_err(error_of)?;
+    r.execute(S::CREATE_ROUTE.sql, &[&link.to_calculation, &CALCULATION_SERVICE, &c_id, &c_address])
+        .await
+        .map_err(error_of)?;
     Ok(link)
 }
