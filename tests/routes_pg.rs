@@ -622,3 +622,68 @@ async fn an_answer_that_arrives_before_its_request_is_visible_waits_for_it() {
     assert!(back.iter().all(|m| m.0 == h));
     assert_eq!(count(&r, "SELECT count(*) FROM sb.transmission_error").await, 0);
 }
+
+/// One worker process serving queues in two databases of a split install: the answers'
+/// queue in the roster database (`[broker]`'s connection) and the calculation queue in
+/// the calculation database (the queue's own `connection`); over PostgreSQL, or over TDS
+/// with two emulated databases (each emulator serving one side). Every key ends on its
+/// latest version, each database has the worker's heartbeat, and one SIGTERM stops it.
+async fn one_worker_serves_two_databases(tds: bool) {
+    use sbworker::demo::roster::Roster;
+    use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE, check};
+    use sbworker::handlers::{calculation, collector};
+
+    use crate::common::calc::{TempDir, spawn_worker, stop_worker};
+
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, true).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    route::link(&roster, &calc).await.unwrap();
+    let (kind, roster_conn, calc_conn, _stops) = if tds {
+        let (r, r_stop) = crate::common::tds::emulator(&roster).await;
+        let (c, c_stop) = crate::common::tds::emulator(&calc).await;
+        ("mssql", r, c, Some((r_stop, c_stop)))
+    } else {
+        ("postgres", roster.clone(), calc.clone(), None)
+    };
+    let config = format!(
+        "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n\
+         [worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\nscale_interval_ms = 250\nheartbeat_ms = 200\n\n\
+         [queues.{DATA_QUEUE}]\nhandler = \"{}\"\nmin_readers = 1\nmax_readers = 2\nbatch = 10\nwait_ms = 1000\n\n\
+         [queues.{REKEN_QUEUE}]\nhandler = \"{}\"\nconnection = {}\nmin_readers = 1\nmax_readers = 2\nbatch = 10\nwait_ms = 1000\n",
+        toml::Value::String(roster_conn),
+        collector::NAME,
+        calculation::NAME,
+        toml::Value::String(calc_conn),
+    );
+    let dir = TempDir::new("two-databases");
+    let worker = spawn_worker(&dir, &config);
+    let (mut r, conn) = tokio_postgres::connect(&roster, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let plan = Roster::generate(8, 7, true);
+    plan.load(&mut r).await.unwrap();
+    for e in sbworker::demo::edits::burst(&plan, 30, 7) {
+        e.apply(&r).await.unwrap();
+    }
+    check::wait_drained(&r, Duration::from_secs(120), |_| {}).await.unwrap();
+    let verdict = check::verify(&r, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert!(verdict.problems.is_empty(), "{:?}", verdict.problems);
+    assert_eq!(verdict.latest + verdict.faulted.len(), 8);
+    let c = client(&calc).await;
+    assert!(count(&c, "SELECT count(*) FROM sbworker.answered_version").await > 0, "the calculation side computed");
+    for (name, db) in [("roster", &r), ("calculation", &c)] {
+        let beats = count(db, "SELECT count(*) FROM sbworker.worker_instance").await;
+        assert_eq!(beats, 1, "the worker beats in the {name} database");
+    }
+    assert_eq!(stop_worker(worker).await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_process_serves_queues_in_two_databases() {
+    one_worker_serves_two_databases(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tds_one_worker_process_serves_queues_in_two_emulated_databases() {
+    one_worker_serves_two_databases(true).await;
+}

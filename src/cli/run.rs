@@ -24,18 +24,33 @@ pub const EXIT_CONFIG: u8 = 78;
 /// queues' waits against its Command Timeout.
 pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
     let key = |key: String, problem: String| ConfigError::Key { key, problem };
-    if config.broker.kind == BrokerKind::Postgres {
-        // The TLS keys (sslmode, sslrootcert, sslcert, sslkey) as sbworker reads them;
-        // the files themselves are read when the worker starts (and again when they
-        // change: pg_tls::Endpoint).
-        crate::pg_tls::config(&config.broker.connection).map_err(|e| key("broker.connection".into(), e.to_string()))?;
-    }
-    if config.broker.kind == BrokerKind::Mssql {
-        let waits: Vec<(String, u64)> =
-            config.queues.iter().map(|(name, q)| (format!("queues.{name}.wait_ms"), q.wait_ms)).collect();
-        crate::broker::mssql::check_waits(&config.broker.connection, &waits).map_err(|(k, p)| key(k, p))?;
+    for (conn, names) in config.queues_by_connection() {
+        let conn_key = connection_key(config, &conn, &names);
+        if config.broker.kind == BrokerKind::Postgres {
+            // The TLS keys (sslmode, sslrootcert, sslcert, sslkey) as sbworker reads them;
+            // the files themselves are read when the worker starts (and again when they
+            // change: pg_tls::Endpoint).
+            crate::pg_tls::config(&conn).map_err(|e| key(conn_key.clone(), e.to_string()))?;
+        }
+        if config.broker.kind == BrokerKind::Mssql {
+            let waits: Vec<(String, u64)> =
+                names.iter().map(|name| (format!("queues.{name}.wait_ms"), config.queues[name].wait_ms)).collect();
+            crate::broker::mssql::check_waits(&conn, &waits).map_err(|(k, p)| key(k, p))?;
+        }
     }
     Ok(())
+}
+
+/// The key a database's connection string was given by: `broker.connection`, or the
+/// `connection` of the first of its queues that names it.
+fn connection_key(config: &Config, conn: &str, names: &[String]) -> String {
+    if conn == config.broker.connection {
+        return "broker.connection".into();
+    }
+    names
+        .iter()
+        .find(|n| config.queues[*n].connection.as_deref() == Some(conn))
+        .map_or_else(|| "broker.connection".into(), |n| format!("queues.{n}.connection"))
 }
 
 /// `check-config`: the effective configuration with secrets masked, after checking it
@@ -113,22 +128,40 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
         every: std::time::Duration::from_millis(config.sweep.interval_ms),
         opts: crate::handoff::sweep::Options::from(&config.sweep),
     });
+    // The databases the queues are in: [broker]'s, and any a queue names of its own.
+    let databases: Vec<(String, String, Vec<String>)> = config
+        .queues_by_connection()
+        .into_iter()
+        .map(|(conn, names)| (connection_key(&config, &conn, &names), conn, names))
+        .collect();
     rt.block_on(async move {
         match config.broker.kind {
             BrokerKind::Postgres => {
-                let at = crate::pg_tls::Endpoint::new(&config.broker.connection).context("broker.connection")?;
-                let sweeper = sweep.map(|s| (at.clone(), s));
+                let mut parts = Vec::new();
+                for (key, conn, names) in &databases {
+                    let at = crate::pg_tls::Endpoint::new(conn).with_context(|| key.clone())?;
+                    parts.push((PostgresTransport::at(at), names.clone()));
+                }
+                let sweeper = match sweep {
+                    Some(s) => {
+                        Some((crate::pg_tls::Endpoint::new(&config.broker.connection).context("broker.connection")?, s))
+                    }
+                    None => None,
+                };
                 let h = handlers(tables, limits, rekenversie);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
-                serve(PostgresTransport::at(at), &settings, sweeper, h).await
+                serve(parts, &settings, sweeper, h).await
             }
             BrokerKind::Mssql => {
-                let transport = MssqlTransport::new(&config.broker.connection).context("broker.connection")?;
+                let mut parts = Vec::new();
+                for (key, conn, names) in &databases {
+                    parts.push((MssqlTransport::new(conn).with_context(|| key.clone())?, names.clone()));
+                }
                 let h = handlers(tables, limits, rekenversie);
                 #[cfg(feature = "tools")]
                 let h = if bench { crate::bench::effect::register(h) } else { h };
-                serve(transport, &settings, None, h).await
+                serve(parts, &settings, None, h).await
             }
         }
     })
@@ -140,26 +173,50 @@ struct Sweeping {
     opts: crate::handoff::sweep::Options,
 }
 
+/// Serves each database's queues (`parts`: a transport and the names of its queues) with
+/// one worker run each, all in this process: one stop signal stops them all, one HTTP
+/// endpoint serves the metrics they share, each database gets its own heartbeat.
 async fn serve<T: Transport>(
-    transport: T,
+    parts: Vec<(T, Vec<String>)>,
     settings: &worker::Settings,
     sweep: Option<(crate::pg_tls::Endpoint, Sweeping)>,
     handlers: Handlers<T::Session>,
 ) -> anyhow::Result<RunOutcome> {
-    worker::preflight(&transport, settings).await?;
-    let (tx, rx) = mpsc::channel(4);
-    // Installed before the worker starts (and logs that it has), so a signal sent as
+    for (transport, names) in &parts {
+        worker::preflight(transport, &settings.only(names)).await?;
+    }
+    // Installed before the workers start (and log that they have), so a signal sent as
     // soon as the log line appears is a stop request, not the default action (exit).
     let signals = install_signal_handlers()?;
-    tokio::spawn(forward_signals(signals, tx));
+    let metrics = Arc::new(Metrics::new());
+    let mut stops = Vec::new();
+    let mut runs = Vec::new();
+    for (i, (transport, names)) in parts.into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel(4);
+        stops.push(tx);
+        let mut only = settings.only(&names);
+        if i > 0 {
+            // One HTTP endpoint for the process: the metrics and readiness are shared.
+            only.http_listen = None;
+        }
+        let (metrics, handlers) = (metrics.clone(), &handlers);
+        runs.push(async move { worker::run(transport, &only, handlers, metrics, rx).await });
+    }
+    tokio::spawn(forward_signals(signals, stops));
     let sweeper = sweep.map(|(at, s)| tokio::spawn(sweep_every(at, s)));
-    let outcome = worker::run(transport, settings, &handlers, Arc::new(Metrics::new()), rx).await;
+    let outcomes = futures_util::future::join_all(runs).await;
     if let Some(s) = sweeper {
         // A sweep cut short rolls back its open batch and releases its lock with its
         // connection; the next run picks up what is left.
         s.abort();
     }
-    Ok(outcome?)
+    let mut aborted = Vec::new();
+    for outcome in outcomes {
+        if let RunOutcome::Aborted { reason } = outcome? {
+            aborted.push(reason);
+        }
+    }
+    Ok(if aborted.is_empty() { RunOutcome::Drained } else { RunOutcome::Aborted { reason: aborted.join("; ") } })
 }
 
 /// Runs `sbworker sweep` at every interval on a connection of its own.
@@ -191,10 +248,11 @@ fn install_signal_handlers() -> anyhow::Result<(tokio::signal::unix::Signal, tok
     Ok((term, int))
 }
 
-/// Each SIGTERM or SIGINT becomes one message (the first stops, the second aborts).
+/// Each SIGTERM or SIGINT becomes one message to every worker run (the first stops, the
+/// second aborts).
 async fn forward_signals(
     (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
-    tx: mpsc::Sender<()>,
+    txs: Vec<mpsc::Sender<()>>,
 ) {
     loop {
         let name = tokio::select! {
@@ -202,7 +260,11 @@ async fn forward_signals(
             _ = int.recv() => "SIGINT",
         };
         info!(signal = name, "stop requested");
-        if tx.send(()).await.is_err() {
+        let mut any = false;
+        for tx in &txs {
+            any |= tx.send(()).await.is_ok();
+        }
+        if !any {
             return;
         }
     }

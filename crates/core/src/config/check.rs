@@ -56,6 +56,12 @@ impl Config {
                     format!("is {}, above max_readers ({})", q.min_readers, q.max_readers),
                 ));
             }
+            if q.connection.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                return Err(key_error(
+                    key("connection"),
+                    "is empty: give the database this queue is in, or leave the key out for [broker]'s",
+                ));
+            }
             if q.batch == 0 || q.batch > 10_000 {
                 return Err(key_error(key("batch"), format!("is {}, must be 1 to 10000", q.batch)));
             }
@@ -145,6 +151,9 @@ impl Config {
     pub fn to_masked_toml(&self) -> String {
         let mut shown = self.clone();
         shown.broker.connection = mask_secrets(&shown.broker.connection);
+        for q in shown.queues.values_mut() {
+            q.connection = q.connection.as_deref().map(mask_secrets);
+        }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
     }
 }

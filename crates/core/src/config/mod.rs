@@ -196,11 +196,16 @@ impl Default for EngineConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
     /// What to do with the messages: `loonfactor-berekening`, …
     pub handler: String,
+    /// The database this queue is in, when not `[broker]`'s (the same kind): one process
+    /// serves the queues of several databases, such as the answers' queue on the roster
+    /// side and the calculation queue on a calculation server of a split install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     #[serde(default = "one")]
     pub min_readers: u32,
     #[serde(default = "four")]
@@ -220,6 +225,38 @@ pub struct QueueConfig {
     /// How long a transaction goes on taking groups after its first was received.
     #[serde(default = "twenty_ms")]
     pub transaction_window_ms: u64,
+}
+
+/// Debug output shows a queue's own connection string masked, like every other output.
+impl std::fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("handler", &self.handler)
+            .field("connection", &self.connection.as_deref().map(mask_secrets))
+            .field("min_readers", &self.min_readers)
+            .field("max_readers", &self.max_readers)
+            .field("batch", &self.batch)
+            .field("wait_ms", &self.wait_ms)
+            .field("groups_per_transaction", &self.groups_per_transaction)
+            .field("transaction_window_ms", &self.transaction_window_ms)
+            .finish()
+    }
+}
+
+impl Config {
+    /// The database each queue is in: its own `connection`, else `[broker]`'s; the
+    /// queues grouped by it, in the order of their first queue.
+    pub fn queues_by_connection(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for (name, q) in &self.queues {
+            let conn = q.connection.clone().unwrap_or_else(|| self.broker.connection.clone());
+            match out.iter_mut().find(|(c, _)| *c == conn) {
+                Some((_, names)) => names.push(name.clone()),
+                None => out.push((conn, vec![name.clone()])),
+            }
+        }
+        out
+    }
 }
 
 fn one() -> u32 {
@@ -340,6 +377,33 @@ mod tests {
         .unwrap();
         let printed = format!("{c:?}");
         assert!(printed.contains("host=db password=***") && !printed.contains("s3cret"), "{printed}");
+    }
+
+    #[test]
+    fn a_queue_in_another_database_has_its_own_connection_masked_and_is_grouped_by_it() {
+        let c = from_str(
+            "[broker]\nkind = \"postgres\"\nconnection = \"host=a\"\n\
+             [queues.q1]\nhandler = \"h\"\n\
+             [queues.q2]\nhandler = \"h\"\nconnection = \"host=b password=s3cret\"\n\
+             [queues.q3]\nhandler = \"h\"\nconnection = \"host=a\"\n",
+            &Vec::new(),
+        )
+        .unwrap();
+        c.check().unwrap();
+        assert_eq!(
+            c.queues_by_connection(),
+            [
+                ("host=a".to_owned(), vec!["q1".to_owned(), "q3".to_owned()]),
+                ("host=b password=s3cret".to_owned(), vec!["q2".to_owned()])
+            ]
+        );
+        let printed = format!("{c:?}");
+        assert!(printed.contains("host=b password=***") && !printed.contains("s3cret"), "{printed}");
+        let toml = c.to_masked_toml();
+        assert!(!toml.contains("s3cret") && toml.contains("connection"), "{toml}");
+        let mut empty = c.clone();
+        empty.queues.get_mut("q2").unwrap().connection = Some(" ".into());
+        assert!(empty.check().unwrap_err().to_string().starts_with("queues.q2.connection: is empty"));
     }
 
     #[test]
