@@ -332,3 +332,52 @@ async fn the_databases_reader_limit_holds_across_two_workers_and_follows_a_chang
     assert_eq!(a.shutdown().await, RunOutcome::Drained);
     assert_eq!(b.shutdown().await, RunOutcome::Drained);
 }
+
+/// With `min_readers = 0` an idle queue costs nothing: its supervisor, with no reader,
+/// waits for the broker's wake-up instead of looking at the queue at every tick (250 ms
+/// here), so the worker's sessions run no statement while nothing comes; and a roster
+/// edit wakes it: a reader starts and the key's result is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_queue_without_readers_costs_no_statement_and_a_message_wakes_it() {
+    use sbworker::demo::roster::Roster;
+    use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE, check};
+    use sbworker::handlers::{calculation, collector};
+
+    let (url, mut c) = crate::common::pg::fresh_roster_db().await;
+    let worker_url = format!("{url} application_name=idle-test");
+    let config = format!(
+        "[broker]\nkind = \"postgres\"\nconnection = {}\n\n\
+         [worker]\nscale_interval_ms = 250\nidle_exit_ms = 500\nheartbeat_ms = 0\n\n\
+         [queues.{REKEN_QUEUE}]\nhandler = \"{}\"\nmin_readers = 0\nmax_readers = 2\nwait_ms = 500\n\n\
+         [queues.{DATA_QUEUE}]\nhandler = \"{}\"\nmin_readers = 0\nmax_readers = 2\nwait_ms = 500\n",
+        toml::Value::String(worker_url),
+        calculation::NAME,
+        collector::NAME,
+    );
+    let dir = TempDir::new("idle");
+    let worker = spawn_worker(&dir, &config);
+    // Both supervisors wait, each marked as a receiver waiting on its queue.
+    let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'advisory' AND l.classid = 1396834305 AND a.application_name = 'idle-test'";
+    wait_until("both idle supervisors wait for work", || {
+        let c = &c;
+        async move { count_pg(c, waiting).await == 2 }
+    })
+    .await;
+    // Over a second and a half (six ticks), no session of the worker starts a statement.
+    let last = "SELECT max(query_start)::text FROM pg_stat_activity WHERE application_name = 'idle-test'";
+    let before: String = c.query_one(last, &[]).await.unwrap().get(0);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let after: String = c.query_one(last, &[]).await.unwrap().get(0);
+    assert_eq!(before, after, "an idle worker ran statements");
+    // An edit wakes the calculation queue, and its answer the collector's.
+    Roster::generate(1, 7, false).load(&mut c).await.unwrap();
+    check::wait_drained(&c, std::time::Duration::from_secs(60), |_| {}).await.unwrap();
+    let verdict = check::verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
+    assert_eq!((verdict.latest, verdict.problems.len()), (1, 0), "{:?}", verdict.problems);
+    assert_eq!(stop_worker(worker).await, Some(0));
+}
+
+async fn count_pg(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}

@@ -80,6 +80,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- name: queue_state
 SELECT enabled, messages, poison_handling FROM sb.queue_state($1);
 
+-- Whether queue $1 has work for a supervisor with no readers: messages waiting, or the
+-- queue disabled (no row, no such queue: true, so the supervisor looks and says so).
+-- name: queue_has_work
+SELECT coalesce(bool_or(messages > 0 OR NOT enabled), true) FROM sb.queue_state($1);
+
 -- The most readers the database allows on queue $1 across every worker, 0 for no limit
 -- (no row: no such queue). Not prepared: an install before sb.queue_max_readers has no
 -- such function (42883), read as no limit.

@@ -247,6 +247,16 @@ pub trait Session: Send + 'static {
     /// error when there is no such queue.
     fn queue_state(&mut self, queue: &str) -> impl Future<Output = Result<QueueState, BrokerError>> + Send;
 
+    /// Outside any transaction: waits up to `wait` for `queue` to have work (messages
+    /// waiting, or a change of its state) without polling, where the broker can say so;
+    /// true when it has work. The supervisor of a queue with no reader waits here
+    /// instead of looking at every tick. A back end that cannot wait so answers true at
+    /// once (the supervisor then looks at every tick, as before).
+    fn wait_for_work(&mut self, queue: &str, wait: Duration) -> impl Future<Output = Result<bool, BrokerError>> + Send {
+        let _ = (queue, wait);
+        std::future::ready(Ok(true))
+    }
+
     /// Outside any transaction: takes one of the queue's first `slots` reader slots for
     /// this session, held until freed or the session's connection ends (a session-owned
     /// application lock on SQL Server, an advisory lock on PostgreSQL): its number, or

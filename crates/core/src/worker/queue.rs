@@ -16,6 +16,10 @@ use super::reader::{self, ReaderExit};
 use super::{QueueCtx, Stop};
 use crate::transport::{QueueState, Session, Transport};
 
+/// The longest an idle supervisor (no reader, `min_readers = 0`) waits for work before it
+/// looks at the queue anyway (its state, the database's reader limit).
+const IDLE_WAIT: Duration = Duration::from_secs(30);
+
 pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Stop) {
     let span = info_span!("queue", queue = %ctx.name, handler = %ctx.cfg.handler);
     async move {
@@ -82,6 +86,23 @@ pub(crate) async fn supervise<T: Transport>(ctx: Arc<QueueCtx<T>>, mut stop: Sto
                     ctx.meters.readers.set(ctx.readers.load(Ordering::SeqCst) as i64);
                 }
                 _ = tick.tick() => {
+                    // No reader, and none wanted: wait for work without looking at every
+                    // tick (the PostgreSQL broker's wake-ups; SQL Server looks at once).
+                    if ctx.min_readers() == 0
+                        && ctx.readers.load(Ordering::SeqCst) == 0
+                        && !disabled
+                        && let Some(s) = monitor.as_mut()
+                    {
+                        tokio::select! {
+                            _ = stop.stopped() => break,
+                            waited = s.wait_for_work(&ctx.name, IDLE_WAIT) => {
+                                if let Err(e) = waited {
+                                    warn!("cannot wait for the queue's work: {e}");
+                                    monitor = None;
+                                }
+                            }
+                        }
+                    }
                     // A group retried on transient failures fails again within the
                     // longest backoff and a wait for its lock; longer is no longer waiting.
                     let stale = 2 * ctx.settings.retry.max_delay + ctx.cfg.wait

@@ -308,6 +308,16 @@ impl Session {
         Ok(self.messages(&rows))
     }
 
+    /// Outside any transaction: waits up to `wait` for `queue` to have work (messages,
+    /// or the queue disabled), as a receiver waits (marked, woken by the sends'
+    /// notifications, every one of the queue's), without polling; whether it has.
+    pub async fn wait_for_work(&mut self, queue: &str, wait: Duration) -> Result<bool, BrokerError> {
+        let params: [&(dyn ToSql + Sync); 1] = [&queue];
+        let has = |rows: &[Row]| rows.first().is_some_and(|r| r.get::<_, bool>(0));
+        let rows = self.wait_for(queue, wait, true, S::QUEUE_HAS_WORK, &params, has).await?;
+        Ok(has(&rows))
+    }
+
     /// Runs the attempt `name` until `found` says it found something or `wait` has
     /// passed (then its last, empty, rows), waiting on the queue's notifications in
     /// between. Before it waits it marks itself waiting (`sb.begin_wait`, sent together
@@ -612,6 +622,10 @@ impl Transport for PostgresTransport {
 impl transport::Session for Session {
     async fn begin(&mut self) -> Result<(), BrokerError> {
         Session::begin(self).await
+    }
+
+    async fn wait_for_work(&mut self, queue: &str, wait: Duration) -> Result<bool, BrokerError> {
+        Session::wait_for_work(self, queue, wait).await
     }
 
     async fn commit(&mut self) -> Result<(), BrokerError> {
