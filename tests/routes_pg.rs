@@ -687,3 +687,39 @@ async fn one_worker_process_serves_queues_in_two_databases() {
 async fn over_tds_one_worker_process_serves_queues_in_two_emulated_databases() {
     one_worker_serves_two_databases(true).await;
 }
+
+/// A worker serving two databases whose HTTP port is taken does not go on serving the
+/// other database alone: the run that cannot bind stops the other, and the process
+/// exits with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_database_worker_that_cannot_serve_http_stops_entirely() {
+    use sbworker::demo::{DATA_QUEUE, REKEN_QUEUE};
+    use sbworker::handlers::{calculation, collector};
+
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, true).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = format!(
+        "[broker]\nkind = \"postgres\"\nconnection = {}\n\n[http]\nlisten = \"{}\"\n\n\
+         [queues.{DATA_QUEUE}]\nhandler = \"{}\"\n\n\
+         [queues.{REKEN_QUEUE}]\nhandler = \"{}\"\nconnection = {}\n",
+        toml::Value::String(roster),
+        taken.local_addr().unwrap(),
+        collector::NAME,
+        calculation::NAME,
+        toml::Value::String(calc),
+    );
+    let dir = crate::common::calc::TempDir::new("two-databases-http");
+    let path = dir.0.join("worker.toml");
+    std::fs::write(&path, config).unwrap();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("the worker exits").unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&taken.local_addr().unwrap().to_string()), "{err}");
+}

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::common::calc::{REKEN_QUEUE, TempDir};
+use crate::common::calc::{DATA_QUEUE, REKEN_QUEUE, TempDir};
 use crate::common::pg::fresh_db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
@@ -200,6 +200,21 @@ async fn check_config_shows_every_form_masked() {
     let (code, out) =
         sbworker(&["check-config", "--config", &path, "--connection", "host=x\npassword='s3 cret'"], &[]).await;
     assert!(code == Some(0) && out.contains("password=***") && !out.contains("s3 cret"), "{out}");
+    // A queue's own database (a split install): masked as [broker]'s, and named by its
+    // key when it cannot be used.
+    let queue = format!(
+        "[broker]\nkind = \"postgres\"\nconnection = \"host=db.example\"\n\n\
+         [queues.{DATA_QUEUE}]\nhandler = \"resultaat-opslag\"\n\n\
+         [queues.{REKEN_QUEUE}]\nhandler = \"loonfactor-berekening\"\nconnection = {}\n",
+        toml_string("host=calc.example user=pay password=s3cret-queue dbname=reken")
+    );
+    let (code, out) = sbworker(&["check-config", "--config", &write(&dir, &queue)], &[]).await;
+    assert!(code == Some(0) && out.contains("password=***") && !out.contains(SECRET), "{out}");
+    assert!(out.contains(&format!("PostgreSQL TLS (queues.{REKEN_QUEUE}.connection)")), "{out}");
+    let bad = queue.replace("user=pay password", "user=pay;password");
+    let (code, out) = sbworker(&["check-config", "--config", &write(&dir, &bad)], &[]).await;
+    assert_eq!(code, Some(78), "{out}");
+    assert!(out.contains(&format!("queues.{REKEN_QUEUE}.connection")) && !out.contains(SECRET), "{out}");
 }
 
 #[tokio::test]

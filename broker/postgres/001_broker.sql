@@ -1348,9 +1348,12 @@ BEGIN
         SELECT handle FROM sb.endpoint
          WHERE NOT is_initiator AND route IS NOT NULL AND expires_at < now() AND state IN ('SO', 'SI', 'CO', 'DI')
     LOOP
-        -- Without waiting, as above: one a worker is busy with is left for the next run.
+        -- Without waiting, as above: one a worker is busy with (its endpoint, or its group,
+        -- which a reader holds from its receive to its commit) is left for the next run.
         BEGIN
             PERFORM 1 FROM sb.endpoint WHERE handle = v_handle FOR UPDATE NOWAIT;
+            PERFORM 1 FROM sb.group_ready
+             WHERE group_id = (SELECT group_id FROM sb.endpoint WHERE handle = v_handle) FOR UPDATE NOWAIT;
         EXCEPTION WHEN lock_not_available THEN
             CONTINUE;
         END;

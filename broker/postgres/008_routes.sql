@@ -247,7 +247,15 @@ BEGIN
         -- Not seen here, or not yet with its far handle: the transaction that sent this
         -- dialog's first message from here may be committed in WAL and not yet visible
         -- (see sb.send_remote). Once it is, look again.
-        PERFORM pg_catalog.pg_advisory_xact_lock(1396834307, pg_catalog.hashtext(t.to_handle::text));
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(1396834307, pg_catalog.hashtext(t.to_handle::text)) THEN
+            PERFORM pg_catalog.pg_advisory_xact_lock(1396834307, pg_catalog.hashtext(t.to_handle::text));
+            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                -- This transaction's snapshot cannot show the commit waited for: applied
+                -- again, with a new one.
+                RAISE EXCEPTION 'a message for conversation handle % waited for its sender''s commit', t.to_handle
+                      USING ERRCODE = '40001';
+            END IF;
+        END IF;
         IF v_end OR t.message_type = sb.closed_type() THEN
             SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR UPDATE;
         ELSE

@@ -35,7 +35,9 @@ pub fn check_owned_parts(config: &Config) -> Result<(), ConfigError> {
         if config.broker.kind == BrokerKind::Mssql {
             let waits: Vec<(String, u64)> =
                 names.iter().map(|name| (format!("queues.{name}.wait_ms"), config.queues[name].wait_ms)).collect();
-            crate::broker::mssql::check_waits(&conn, &waits).map_err(|(k, p)| key(k, p))?;
+            // (A connection string it cannot read is named by the key it was given by.)
+            crate::broker::mssql::check_waits(&conn, &waits)
+                .map_err(|(k, p)| key(if k == "broker.connection" { conn_key.clone() } else { k }, p))?;
         }
     }
     Ok(())
@@ -57,15 +59,24 @@ fn connection_key(config: &Config, conn: &str, names: &[String]) -> String {
 /// and its rate tables.
 pub fn check(config: &Config) -> anyhow::Result<String> {
     super::calc::load_tables(config.engine.tables.as_deref()).context("engine.tables")?;
-    let tls = match config.broker.kind {
-        BrokerKind::Postgres => {
-            let (_, tls) = crate::pg_tls::config(&config.broker.connection).context("broker.connection")?;
-            // The certificate files are read now, so a wrong path shows here.
-            tls.connector().context("broker.connection")?;
-            format!("# PostgreSQL TLS: {}\n", tls.describe())
+    let mut tls = String::new();
+    if config.broker.kind == BrokerKind::Postgres {
+        // Each database's: [broker]'s, and any a queue names of its own.
+        let mut databases = vec![("broker.connection".to_owned(), config.broker.connection.clone())];
+        for (conn, names) in config.queues_by_connection() {
+            let key = connection_key(config, &conn, &names);
+            if conn != config.broker.connection {
+                databases.push((key, conn));
+            }
         }
-        BrokerKind::Mssql => String::new(),
-    };
+        for (key, conn) in databases {
+            let (_, t) = crate::pg_tls::config(&conn).with_context(|| key.clone())?;
+            // The certificate files are read now, so a wrong path shows here.
+            t.connector().with_context(|| key.clone())?;
+            let which = if key == "broker.connection" { String::new() } else { format!(" ({key})") };
+            tls.push_str(&format!("# PostgreSQL TLS{which}: {}\n", t.describe()));
+        }
+    }
     Ok(format!("# sbworker: configuration is valid (secrets masked)\n{tls}{}", config.to_masked_toml()))
 }
 
@@ -140,7 +151,7 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
                 let mut parts = Vec::new();
                 for (key, conn, names) in &databases {
                     let at = crate::pg_tls::Endpoint::new(conn).with_context(|| key.clone())?;
-                    parts.push((PostgresTransport::at(at), names.clone()));
+                    parts.push((key.clone(), PostgresTransport::at(at), names.clone()));
                 }
                 let sweeper = match sweep {
                     Some(s) => {
@@ -156,7 +167,7 @@ fn run_serving(config: Config, bench: bool) -> anyhow::Result<RunOutcome> {
             BrokerKind::Mssql => {
                 let mut parts = Vec::new();
                 for (key, conn, names) in &databases {
-                    parts.push((MssqlTransport::new(conn).with_context(|| key.clone())?, names.clone()));
+                    parts.push((key.clone(), MssqlTransport::new(conn).with_context(|| key.clone())?, names.clone()));
                 }
                 let h = handlers(tables, limits, rekenversie);
                 #[cfg(feature = "tools")]
@@ -177,21 +188,22 @@ struct Sweeping {
 /// one worker run each, all in this process: one stop signal stops them all, one HTTP
 /// endpoint serves the metrics they share, each database gets its own heartbeat.
 async fn serve<T: Transport>(
-    parts: Vec<(T, Vec<String>)>,
+    parts: Vec<(String, T, Vec<String>)>,
     settings: &worker::Settings,
     sweep: Option<(crate::pg_tls::Endpoint, Sweeping)>,
     handlers: Handlers<T::Session>,
 ) -> anyhow::Result<RunOutcome> {
-    for (transport, names) in &parts {
-        worker::preflight(transport, &settings.only(names)).await?;
+    use futures_util::StreamExt;
+    for (key, transport, names) in &parts {
+        worker::preflight(transport, &settings.only(names)).await.with_context(|| format!("the database of {key}"))?;
     }
     // Installed before the workers start (and log that they have), so a signal sent as
     // soon as the log line appears is a stop request, not the default action (exit).
     let signals = install_signal_handlers()?;
     let metrics = Arc::new(Metrics::new());
     let mut stops = Vec::new();
-    let mut runs = Vec::new();
-    for (i, (transport, names)) in parts.into_iter().enumerate() {
+    let runs = futures_util::stream::FuturesUnordered::new();
+    for (i, (_, transport, names)) in parts.into_iter().enumerate() {
         let (tx, rx) = mpsc::channel(4);
         stops.push(tx);
         let mut only = settings.only(&names);
@@ -202,19 +214,34 @@ async fn serve<T: Transport>(
         let (metrics, handlers) = (metrics.clone(), &handlers);
         runs.push(async move { worker::run(transport, &only, handlers, metrics, rx).await });
     }
-    tokio::spawn(forward_signals(signals, stops));
+    tokio::spawn(forward_signals(signals, stops.clone()));
     let sweeper = sweep.map(|(at, s)| tokio::spawn(sweep_every(at, s)));
-    let outcomes = futures_util::future::join_all(runs).await;
+    // Every run until it ends; one that fails (its HTTP port taken, say) stops the
+    // others, so that no database is left served alone.
+    let mut runs = std::pin::pin!(runs);
+    let mut aborted = Vec::new();
+    let mut failed = None;
+    while let Some(outcome) = runs.next().await {
+        match outcome {
+            Ok(RunOutcome::Drained) => {}
+            Ok(RunOutcome::Aborted { reason }) => aborted.push(reason),
+            Err(e) => {
+                if failed.is_none() {
+                    for tx in &stops {
+                        let _ = tx.send(()).await;
+                    }
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
     if let Some(s) = sweeper {
         // A sweep cut short rolls back its open batch and releases its lock with its
         // connection; the next run picks up what is left.
         s.abort();
     }
-    let mut aborted = Vec::new();
-    for outcome in outcomes {
-        if let RunOutcome::Aborted { reason } = outcome? {
-            aborted.push(reason);
-        }
+    if let Some(e) = failed {
+        return Err(e.into());
     }
     Ok(if aborted.is_empty() { RunOutcome::Drained } else { RunOutcome::Aborted { reason: aborted.join("; ") } })
 }

@@ -53,13 +53,13 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The worker's part of a (checked) configuration.
     /// These settings for the queues named in `names` only (the queues of one database,
     /// when a process serves several).
     pub fn only(&self, names: &[String]) -> Self {
         Self { queues: self.queues.iter().filter(|q| names.contains(&q.name)).cloned().collect(), ..self.clone() }
     }
 
+    /// The worker's part of a (checked) configuration.
     pub fn from_config(c: &Config) -> Self {
         let w = &c.worker;
         let ms = Duration::from_millis;
