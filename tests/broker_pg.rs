@@ -23,11 +23,18 @@ async fn install_is_idempotent() {
                  + (SELECT count(*) FROM pg_proc WHERE pronamespace::regnamespace::text IN ('sb', 'rooster', 'rekenserver')) \
                  + (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal) \
                  + (SELECT count(*) FROM pg_class WHERE relnamespace::regnamespace::text IN ('sb', 'sbworker', 'rooster', 'rekenserver'))";
+    // And every function keeps its identity (a function dropped and made again at every
+    // install would get a new one, and its callers' plans with it).
+    let functions = "SELECT string_agg(oid::regprocedure::text || '=' || oid, ',' ORDER BY oid::regprocedure::text)
+                       FROM pg_proc WHERE pronamespace::regnamespace::text IN ('sb', 'sbworker', 'rooster', 'rekenserver')";
     let before: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
+    let before_functions: String = s.client().query_one(functions, &[]).await.unwrap().get(0);
     assert_eq!(install(&url).await.unwrap(), [1, 2, 3, 7, 8, 6]);
     assert_eq!(sbworker::broker::postgres::install_with(&url, true).await.unwrap(), [1, 2, 3, 7, 8, 4, 5, 6]);
     let after: i64 = s.client().query_one(count, &[]).await.unwrap().get(0);
     assert_eq!(before, after);
+    let after_functions: String = s.client().query_one(functions, &[]).await.unwrap().get(0);
+    assert_eq!(before_functions, after_functions);
 }
 
 #[tokio::test]

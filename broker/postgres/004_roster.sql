@@ -422,7 +422,16 @@ END $$;
 
 -- The evidence of a key's stored versions (`sbworker explain`): each version's Vraag as
 -- sent and its factors, oldest first.
-DROP FUNCTION IF EXISTS rekenserver.bewijs(int, int);
+-- (Dropped first only when its result is not this one: CREATE OR REPLACE cannot change
+-- it, and a drop at every install would give it a new identity each time.)
+DO $$
+BEGIN
+    IF pg_catalog.pg_get_function_result(pg_catalog.to_regprocedure('rekenserver.bewijs(int, int)'))
+       IS DISTINCT FROM 'TABLE(versie bigint, opgeslagen_op timestamp with time zone, vraag text, factoren jsonb, '
+                        'rekenversie text, geexporteerd_op timestamp with time zone)' THEN
+        DROP FUNCTION IF EXISTS rekenserver.bewijs(int, int);
+    END IF;
+END $$;
 CREATE OR REPLACE FUNCTION rekenserver.bewijs(p_dv int, p_periode int)
 RETURNS TABLE (versie bigint, opgeslagen_op timestamptz, vraag text, factoren jsonb, rekenversie text,
                geexporteerd_op timestamptz)
