@@ -1214,6 +1214,15 @@ BEGIN
     PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
 END $$;
 
+-- The body of Service Broker's Error message: code and description (escaped for XML).
+CREATE OR REPLACE FUNCTION sb.error_body(p_code int, p_description text) RETURNS bytea
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT convert_to('<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>'
+        || p_code || '</Code><Description>'
+        || replace(replace(replace(coalesce(p_description, ''), '&', '&amp;'), '<', '&lt;'), '>', '&gt;')
+        || '</Description></Error>', 'UTF8')
+$$;
+
 -- END CONVERSATION [WITH ERROR = code DESCRIPTION = description].
 CREATE OR REPLACE FUNCTION sb.end_conversation(p_handle uuid, p_error_code int DEFAULT NULL,
     p_description text DEFAULT NULL)
@@ -1262,11 +1271,7 @@ BEGIN
         UPDATE sb.endpoint SET state = 'DI' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
     ELSE
         v_type := 'http://schemas.microsoft.com/SQL/ServiceBroker/Error';
-        v_body := convert_to(
-            '<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>'
-            || p_error_code || '</Code><Description>'
-            || replace(replace(replace(coalesce(p_description, ''), '&', '&amp;'), '<', '&lt;'), '>', '&gt;')
-            || '</Description></Error>', 'UTF8');
+        v_body := sb.error_body(p_error_code, p_description);
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
     END IF;
     -- This side is disconnected outbound, and the message counts in its sequence.
@@ -1292,8 +1297,7 @@ DECLARE
     v_seq    bigint;
     v_n      int := 0;
     v_type   text := 'http://schemas.microsoft.com/SQL/ServiceBroker/Error';
-    v_body   bytea := convert_to('<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>-8489</Code>'
-                        || '<Description>The dialog has exceeded the specified LIFETIME.</Description></Error>', 'UTF8');
+    v_body   bytea := sb.error_body(-8489, 'The dialog has exceeded the specified LIFETIME.');
 BEGIN
     FOR v_handle IN
         SELECT handle FROM sb.endpoint

@@ -202,14 +202,30 @@ BEGIN
         v_type := 'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog';
     ELSE
         v_type := 'http://schemas.microsoft.com/SQL/ServiceBroker/Error';
-        v_body := convert_to(
-            '<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>'
-            || p_error_code || '</Code><Description>'
-            || replace(replace(replace(coalesce(p_description, ''), '&', '&amp;'), '<', '&lt;'), '>', '&gt;')
-            || '</Description></Error>', 'UTF8');
+        v_body := sb.error_body(p_error_code, p_description);
     END IF;
     UPDATE sb.endpoint SET state = 'DO', send_seq = send_seq + 1 WHERE handle = e.handle RETURNING * INTO e;
     PERFORM sb.transmit(e, e.send_seq, v_type, v_body);
+END $$;
+
+-- Answers message t, whose endpoint is not here (gone, or never made), on route p_route
+-- back to its sender: a message of type p_message_type numbered p_seq.
+CREATE OR REPLACE FUNCTION sb.reply(t sb.transmission, p_route text, p_seq bigint, p_message_type text,
+    p_body bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    e sb.endpoint;
+BEGIN
+    e.handle := t.to_handle;
+    e.far_handle := t.from_handle;
+    e.route := p_route;
+    e.conversation_id := t.conversation_id;
+    e.service := t.to_service;
+    e.far_service := t.from_service;
+    e.contract := t.contract;
+    e.is_initiator := NOT t.from_initiator;
+    e.expires_at := t.expires_at;
+    PERFORM sb.transmit(e, p_seq, p_message_type, p_body);
 END $$;
 
 -- A message that arrived and is not delivered, kept for the operator with why.
@@ -233,17 +249,19 @@ DECLARE
     v_route  text;
     v_end    boolean := t.message_type IN ('http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog',
                                            'http://schemas.microsoft.com/SQL/ServiceBroker/Error');
+    v_closed boolean := t.message_type = sb.closed_type();
+    -- The first message of a new dialog: it makes this side's endpoint.
+    v_opens  boolean := t.from_initiator AND t.seq = 1 AND NOT v_end AND NOT v_closed;
 BEGIN
     -- As a far side's END locks this endpoint (FOR UPDATE) and a far side's SEND only
     -- against its end (FOR KEY SHARE), so that a receiver of this side sending on it
     -- meanwhile is not blocked.
-    IF v_end OR t.message_type = sb.closed_type() THEN
+    IF v_end OR v_closed THEN
         SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR UPDATE;
     ELSE
         SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR KEY SHARE;
     END IF;
-    IF NOT (FOUND OR t.from_initiator AND t.seq = 1 AND NOT v_end AND t.message_type <> sb.closed_type())
-       OR FOUND AND e.far_handle IS DISTINCT FROM t.from_handle THEN
+    IF NOT (FOUND OR v_opens) OR FOUND AND e.far_handle IS DISTINCT FROM t.from_handle THEN
         -- Not seen here, or not yet with its far handle: the transaction that sent this
         -- dialog's first message from here may be committed in WAL and not yet visible
         -- (see sb.send_remote). Once it is, look again.
@@ -256,14 +274,14 @@ BEGIN
                       USING ERRCODE = '40001';
             END IF;
         END IF;
-        IF v_end OR t.message_type = sb.closed_type() THEN
+        IF v_end OR v_closed THEN
             SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR UPDATE;
         ELSE
             SELECT * INTO e FROM sb.endpoint WHERE handle = t.to_handle FOR KEY SHARE;
         END IF;
     END IF;
     IF NOT FOUND THEN
-        IF t.from_initiator AND t.seq = 1 AND NOT v_end AND t.message_type <> sb.closed_type() THEN
+        IF v_opens THEN
             -- A new dialog: its target endpoint, in a new group of its queue.
             SELECT s.queue, q.id INTO v_queue, v_qid
               FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = t.to_service;
@@ -290,18 +308,9 @@ BEGIN
             -- but that it may go too.
             v_route := sb.route_back(t.from_service, t.from_broker);
             IF v_route IS NOT NULL THEN
-                e.handle := t.to_handle;
-                e.far_handle := t.from_handle;
-                e.route := v_route;
-                e.conversation_id := t.conversation_id;
-                e.service := t.to_service;
-                e.far_service := t.from_service;
-                e.contract := t.contract;
-                e.is_initiator := NOT t.from_initiator;
-                e.expires_at := t.expires_at;
-                PERFORM sb.transmit(e, 0, sb.closed_type(), NULL);
+                PERFORM sb.reply(t, v_route, 0, sb.closed_type(), NULL);
             END IF;
-        ELSIF t.message_type <> sb.closed_type() THEN
+        ELSIF NOT v_closed THEN
             -- A message for an endpoint that is gone (ended with cleanup, its database
             -- reset): nobody will receive it (SQL Server drops it as well); kept for the
             -- operator.
@@ -314,7 +323,7 @@ BEGIN
         PERFORM sb.fail('SB426', format('a message for conversation handle %s came from %s, not its far side %s',
             t.to_handle, t.from_handle, e.far_handle));
     END IF;
-    IF t.message_type = sb.closed_type() THEN
+    IF v_closed THEN
         IF e.state IN ('DO', 'CD') THEN
             PERFORM sb.forget(e.handle);
         END IF;
@@ -355,7 +364,7 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.arrive() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    e       sb.endpoint;
+    v_route text;
     v_state text;
     v_error text;
 BEGIN
@@ -374,21 +383,10 @@ BEGIN
         IF NEW.message_type NOT LIKE 'http://schemas.microsoft.com/SQL/ServiceBroker/%'
            AND NEW.message_type <> sb.closed_type()
            AND NOT EXISTS (SELECT 1 FROM sb.endpoint WHERE handle = NEW.to_handle) THEN
-            e.route := sb.route_back(NEW.from_service, NEW.from_broker);
-            IF e.route IS NOT NULL THEN
-                e.handle := NEW.to_handle;
-                e.far_handle := NEW.from_handle;
-                e.conversation_id := NEW.conversation_id;
-                e.service := NEW.to_service;
-                e.far_service := NEW.from_service;
-                e.contract := NEW.contract;
-                e.is_initiator := NOT NEW.from_initiator;
-                e.expires_at := NEW.expires_at;
-                PERFORM sb.transmit(e, 1, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error',
-                    convert_to('<Error xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/Error"><Code>-8408</Code>'
-                        || '<Description>'
-                        || replace(replace(replace(v_error, '&', '&amp;'), '<', '&lt;'), '>', '&gt;')
-                        || '</Description></Error>', 'UTF8'));
+            v_route := sb.route_back(NEW.from_service, NEW.from_broker);
+            IF v_route IS NOT NULL THEN
+                PERFORM sb.reply(NEW, v_route, 1, 'http://schemas.microsoft.com/SQL/ServiceBroker/Error',
+                                 sb.error_body(-8408, v_error));
             END IF;
         END IF;
     END;
