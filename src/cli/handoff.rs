@@ -40,11 +40,7 @@ async fn connect_any_side(url: &str) -> anyhow::Result<(tokio_postgres::Client, 
         .await
         .with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
     tokio::spawn(conn);
-    let side = match client.query_one(crate::sql::statements::postgres_handoff::INSTALL_SIDE.sql, &[]).await {
-        Ok(row) => row.get::<_, String>(0).parse().unwrap_or_default(),
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => Default::default(),
-        Err(e) => return Err(anyhow::Error::new(e).context("reading which side the database holds")),
-    };
+    let side = crate::broker::postgres::side_of(&client).await.context("reading which side the database holds")?;
     Ok((client, side))
 }
 

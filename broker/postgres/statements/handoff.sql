@@ -150,11 +150,6 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone;
 
--- The side of sbworker the database holds (both, roster, calc); an install before
--- sides has no such function (42883: both).
--- name: install_side
-SELECT rekenserver.install_side();
-
 -- The sweep on the calculation side of a split install: only its dialogs past their
 -- LIFETIME ended (the rest of the sweep is the roster side's); how many.
 -- name: expire_only

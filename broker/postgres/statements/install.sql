@@ -48,3 +48,9 @@ SELECT to_regclass('sbworker.worker_instance') IS NOT NULL;
 -- login. $1 the role, $2 the login.
 -- name: grant_role
 SELECT sb.grant_role($1, $2);
+
+-- The side of sbworker the database holds (both, roster, calc), for the commands that
+-- depend on it (crates/core/src/broker/postgres/install.rs, side_of); an install before
+-- sides has no such function (42883: both).
+-- name: install_side
+SELECT rekenserver.install_side();

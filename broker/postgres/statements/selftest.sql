@@ -90,11 +90,6 @@ SELECT rekenserver.selftest_cleanup_books();
 SELECT r.right_name, r.object_name, sb.may(r.right_name, r.object_name)
   FROM unnest($1::text[], $2::text[]) AS r(right_name, object_name);
 
--- The side of sbworker the database holds (both, roster, calc); an install before sides
--- has no such function (42883: both).
--- name: side
-SELECT rekenserver.install_side();
-
 -- A side's routes: those out (to the far service: subscribed by the far database, read
 -- now), and how many subscriptions bring messages in and are applying now.
 -- name: routes

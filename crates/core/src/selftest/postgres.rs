@@ -88,16 +88,10 @@ pub async fn run(url: &str) -> Report {
         }
     }
     // The side of a split install checks its own queue and its routes; both, the round trip.
-    let side = match client.query_one(stmt::SIDE.sql, &[]).await {
-        Ok(row) => row.get::<_, String>(0).parse().unwrap_or_default(),
-        // An install before sides; a login without its grants (the next check says what
-        // it lacks).
-        Err(e)
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION)
-                || e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
-        {
-            Side::Both
-        }
+    let side = match crate::broker::postgres::side_of(&client).await {
+        Ok(side) => side,
+        // A login without its grants: the next check says what it lacks.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => Side::Both,
         Err(e) => {
             report.fail("connection", db_failure("which side the database holds cannot be read", &e));
             return report;

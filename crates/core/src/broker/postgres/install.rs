@@ -110,6 +110,16 @@ async fn install_once(url: &str, roster: bool, side: Option<Side>) -> Result<Vec
     Ok(applied)
 }
 
+/// The side of sbworker the database at `client` holds: both for an install before
+/// sides. Other errors as the server gave them (a login without its grants: 42501).
+pub async fn side_of(client: &tokio_postgres::Client) -> Result<Side, tokio_postgres::Error> {
+    match client.query_one(postgres_install::INSTALL_SIDE.sql, &[]).await {
+        Ok(row) => Ok(row.get::<_, String>(0).parse().unwrap_or_default()),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => Ok(Side::Both),
+        Err(e) => Err(e),
+    }
+}
+
 /// The live calculation workers (a beat within three of their intervals) that read an
 /// older Vraag contract than this release's senders write, or record none: each as
 /// `host pid N (sbworker V, contract C)`. Empty when there are none (or no heartbeat

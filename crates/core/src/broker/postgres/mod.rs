@@ -29,7 +29,7 @@ use crate::transport::{self, Attempt, DeadLetter, Fault, MessageKey, QueueState,
 
 pub use errors::{error_of, error_of_ref};
 pub use install::{
-    ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_side, install_with, older_workers, stamp,
+    ROSTER_SCRIPTS, SCRIPTS, SECURITY, grant_roles, install, install_side, install_with, older_workers, side_of, stamp,
 };
 pub use side::Side;
 use side::Wakeups;
