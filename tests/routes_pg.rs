@@ -10,6 +10,7 @@ use sbworker::transport::Side;
 use tokio_postgres::Client;
 
 use crate::common::calc::wait_until;
+use crate::common::pg::count_rows as count;
 
 const VRAAG: &str = "/Rekenserver/LoonfactorBerekening/Vraag";
 const ANTWOORD: &str = "/Rekenserver/LoonfactorBerekening/Antwoord";
@@ -64,10 +65,6 @@ async fn selftest(url: &str) -> (Option<i32>, String) {
         .await
         .unwrap();
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-async fn count(c: &Client, sql: &str) -> i64 {
-    c.query_one(sql, &[]).await.unwrap().get(0)
 }
 
 /// The messages waiting on `queue`, received and committed: (handle, type, body).

@@ -361,7 +361,7 @@ async fn an_idle_queue_without_readers_costs_no_statement_and_a_message_wakes_it
                     WHERE l.locktype = 'advisory' AND l.classid = 1396834305 AND a.application_name = 'idle-test'";
     wait_until("both idle supervisors wait for work", || {
         let c = &c;
-        async move { count_pg(c, waiting).await == 2 }
+        async move { crate::common::pg::count_rows(c, waiting).await == 2 }
     })
     .await;
     // Over a second and a half (six ticks), no session of the worker starts a statement.
@@ -376,8 +376,4 @@ async fn an_idle_queue_without_readers_costs_no_statement_and_a_message_wakes_it
     let verdict = check::verify(&c, &sbworker::engine::Tables::built_in().unwrap()).await.unwrap();
     assert_eq!((verdict.latest, verdict.problems.len()), (1, 0), "{:?}", verdict.problems);
     assert_eq!(stop_worker(worker).await, Some(0));
-}
-
-async fn count_pg(c: &tokio_postgres::Client, sql: &str) -> i64 {
-    c.query_one(sql, &[]).await.unwrap().get(0)
 }

@@ -120,3 +120,8 @@ pub async fn busiest_dialog(c: &tokio_postgres::Client) -> (uuid::Uuid, i64) {
         .unwrap();
     (row.get(0), row.get(1))
 }
+
+/// The one number `sql` selects (a count), on a plain client.
+pub async fn count_rows(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
