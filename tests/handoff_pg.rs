@@ -24,20 +24,7 @@ async fn count(c: &Client, sql: &str) -> i64 {
 
 /// `n` stored results in period P (dienstverband 1..=n), three factors each, version 1.
 async fn results(c: &Client, n: i32) {
-    c.execute(
-        "INSERT INTO rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
-         SELECT g, $2, 1, gen_random_uuid(), gen_random_uuid() FROM generate_series(1, $1) g",
-        &[&n, &P],
-    )
-    .await
-    .unwrap();
-    c.execute(
-        "INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
-         SELECT g, $2, 5, code, g * 1.25 FROM generate_series(1, $1) g, unnest(ARRAY['100', '120', '230']) code",
-        &[&n, &P],
-    )
-    .await
-    .unwrap();
+    crate::common::pg::stored_results(c, n, P).await
 }
 
 async fn connect(url: &str) -> Client {
@@ -945,14 +932,7 @@ async fn a_planners_edit_is_answered_before_a_running_recompute() {
 /// Stores version `versie` of key (dv, P) through the collector's function, with the
 /// factors 100 and 230 at `hours` and `amount`; its outcome.
 async fn store(c: &Client, dv: i32, versie: i64, hours: &str, amount: &str) -> String {
-    c.query_one(
-        "SELECT rekenserver.sla_antwoord_op(gen_random_uuid(), gen_random_uuid(), $1, $2, $3, false,
-                ARRAY[5, 5], ARRAY['100', '230'], ARRAY[$4::text::numeric, $5::text::numeric])",
-        &[&dv, &P, &versie, &hours, &amount],
-    )
-    .await
-    .unwrap()
-    .get(0)
+    crate::common::pg::store_version(c, (dv, P), versie, hours, amount).await
 }
 
 /// The versions of (dv, P) whose evidence says they went out to payroll.

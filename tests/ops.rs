@@ -17,6 +17,7 @@ use sbworker::demo::roster::{FIRST_ID, PERIODE_ID, Roster};
 use sbworker::demo::{self, DATA_QUEUE, REKEN_QUEUE};
 use sbworker::engine::Tables;
 use sbworker::handlers::{calculation, collector};
+use sbworker::ops::Backend as _;
 use sbworker::transport::PayrollStore;
 use sbworker::worker::Handlers;
 use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
@@ -359,7 +360,7 @@ async fn tds_a_diverted_request_is_listed_shown_replayed_and_its_key_ends_with_i
 async fn status_without_workers_needs_attention_and_parses_into_the_documented_type() {
     let (url, _c) = fresh_roster_db().await;
     let cfg = sbworker::config::from_str(&demo::worker_config_text(&url, 1), &Vec::new()).unwrap();
-    let mut db = sbworker::ops::Db::connect(&cfg.broker).await.unwrap();
+    let mut db = sbworker::broker::Database::connect(&cfg.broker, None).await.unwrap();
     let json = db.status_json(10, 60).await.unwrap();
     let s: sbworker::ops::status::Status = serde_json::from_str(&json).unwrap();
     assert_eq!(s.backend, "postgresql");

@@ -48,9 +48,10 @@ pub async fn side_db(cluster: &Cluster, name: &str, side: Side, roster: bool) ->
 /// routes.
 async fn status(url: &str) -> (Vec<String>, sbworker::ops::status::Routes) {
     use sbworker::config::{BrokerConfig, BrokerKind};
+    use sbworker::ops::Backend as _;
     use sbworker::ops::status::{Status, Thresholds, attention};
     let broker = BrokerConfig { kind: BrokerKind::Postgres, connection: url.to_owned() };
-    let mut db = sbworker::ops::Db::connect(&broker).await.unwrap();
+    let mut db = sbworker::broker::Database::connect(&broker, None).await.unwrap();
     let s: Status = serde_json::from_str(&db.status_json(60, 60).await.unwrap()).unwrap();
     let t = Thresholds { worker_silent_seconds: None, stale_minutes: 60 };
     (attention(&s, t), s.routes.expect("routes in the status"))

@@ -11,6 +11,7 @@ mod cli_calc; // `sbworker calc` as a user runs it
 mod cli_run; // `sbworker run` as an operator starts it
 mod common; // shared helpers only: cluster, broker, builders, processes, TDS, faults
 mod conformance; // the transport conformance suite, on both back ends
+mod conformance_handoff; // the hand-off's and operations' conformance scenarios, on both back ends
 mod conformance_worker; // the worker-level conformance scenarios, on both back ends
 mod contract_examples; // the example messages against xmllint and the codec
 mod contract_props; // property tests of the codec

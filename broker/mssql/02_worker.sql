@@ -86,6 +86,18 @@ IF COL_LENGTH(N'sbworker.dead_letter', N'far_service') IS NULL
         replay_handle uniqueidentifier NULL;
 GO
 
+-- Which side of a split install this database holds, as the install's sqlcmd variable
+-- Side said: `export`, `sweep`, `recompute` and `explain` refuse the calculation side
+-- (crates/core/src/broker/database.rs). Granted to public in 07_security.sql: every
+-- subcommand's login reads it, and a side's name is no secret.
+CREATE OR ALTER PROCEDURE sbworker.side
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT CAST(N'$(Side)' AS nvarchar(10)) AS side;
+END;
+GO
+
 
 -- Counts one more attempt of each message (called on a connection outside the
 -- receiving transaction, so it commits at once); returns the counts after this one.

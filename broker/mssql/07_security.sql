@@ -60,6 +60,14 @@ GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_operator_role;
 -- The monitor's role: the status, nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_monitor_role;
 GO
+-- Which side the database holds (02_worker.sql): every role whose commands refuse the
+-- wrong side reads it.
+GRANT EXECUTE ON OBJECT::sbworker.side TO sbworker_role;
+GRANT EXECUTE ON OBJECT::sbworker.side TO sbworker_payroll_role;
+GRANT EXECUTE ON OBJECT::sbworker.side TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.side TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.side TO sbworker_monitor_role;
+GO
 
 -- The calculation's side: its queue, its service, the version claim.
 IF '$(Side)' NOT IN ('both', 'calc') SET NOEXEC ON;   -- the calculation side only, to SET NOEXEC OFF
@@ -110,7 +118,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+91793b04f0c4e7b6';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+1ff97eaf5df21a1d';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+91793b04f0c4e7b6';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+1ff97eaf5df21a1d';
 GO

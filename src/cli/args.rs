@@ -638,10 +638,11 @@ pub struct HandoffDatabase {
 impl HandoffDatabase {
     /// The back end given; both (a flag, or a variable of the environment) is refused,
     /// saying where each can come from, rather than one silently taken.
-    pub fn target(self) -> Result<crate::cli::handoff::Target, String> {
+    pub fn target(self) -> Result<crate::config::BrokerConfig, String> {
+        use crate::config::{BrokerConfig, BrokerKind};
         match (self.mssql, self.postgres) {
-            (Some(conn), None) => Ok(crate::cli::handoff::Target::Mssql(conn)),
-            (None, Some(url)) => Ok(crate::cli::handoff::Target::Postgres(url)),
+            (Some(connection), None) => Ok(BrokerConfig { kind: BrokerKind::Mssql, connection }),
+            (None, Some(connection)) => Ok(BrokerConfig { kind: BrokerKind::Postgres, connection }),
             (Some(_), Some(_)) => {
                 Err("both a PostgreSQL database (--postgres, or SBWORKER__BROKER__CONNECTION in the \
                                        environment) and a SQL Server one (--mssql, or SBWORKER_HANDOFF_MSSQL) are \

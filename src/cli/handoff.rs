@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use uuid::Uuid;
 
+use crate::broker::Database;
+use crate::config::BrokerConfig;
 use crate::handoff::export::{self, Mode};
-use crate::handoff::{mssql, sweep};
+use crate::handoff::{Backend, sweep};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -15,56 +17,32 @@ pub enum Format {
     Json,
 }
 
-/// Connects to `url`. Errors show it masked, and never tokio-postgres' own reading of
-/// it (which can quote a part of a password): see [`crate::connstr::postgres_config`].
-async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, side) = connect_any_side(url).await?;
-    // The roster side's commands: the calculation side of a split install keeps no
-    // results, no roster and no keys.
+/// Connects to the hand-off's database, refusing the calculation side of a split
+/// install: it keeps no results, no roster and no keys.
+async fn connect(target: &BrokerConfig) -> anyhow::Result<Database> {
+    let (db, side) = connect_any_side(target).await?;
     if side == crate::transport::Side::Calc {
         anyhow::bail!(
             "{} is the calculation side of a split install: export, sweep, recompute and explain run against the \
              roster side's database",
-            crate::connstr::mask(url)
+            crate::connstr::mask(&target.connection)
         );
     }
-    Ok(client)
+    Ok(db)
 }
 
-/// Connects to `url`, and reads the side of sbworker the database holds (both for an
-/// install before sides).
-async fn connect_any_side(url: &str) -> anyhow::Result<(tokio_postgres::Client, crate::transport::Side)> {
-    let (config, tls) = crate::pg_tls::config(url).context("the connection string (--postgres) cannot be used")?;
-    let (client, conn) = config
-        .connect(tls.connector()?)
-        .await
-        .with_context(|| format!("cannot connect to {}", crate::connstr::mask(url)))?;
-    tokio::spawn(conn);
-    let side = crate::broker::postgres::side_of(&client).await.context("reading which side the database holds")?;
-    Ok((client, side))
+/// Connects, and reads the side of sbworker the database holds (both for an install
+/// before sides). A statement may take an hour unless the string says otherwise:
+/// `Rekenserver.sweep` and a large claim answer only when done (the worker's default is
+/// 30 s).
+async fn connect_any_side(target: &BrokerConfig) -> anyhow::Result<(Database, crate::transport::Side)> {
+    let mut db = Database::connect(target, Some(std::time::Duration::from_secs(3600))).await?;
+    let side = db.side().await.context("reading which side the database holds")?;
+    Ok((db, side))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     super::runtime::runtime(false)
-}
-
-/// Where the hand-off runs: a PostgreSQL connection string, or a SQL Server ADO.NET one.
-#[derive(Debug, Clone)]
-pub enum Target {
-    Postgres(String),
-    Mssql(String),
-}
-
-/// A SQL Server connection for the hand-off. `Rekenserver.sweep` and a large claim answer
-/// only when done, so without a `Command Timeout` of the string's own the statement may
-/// take an hour, not the worker's 30 s.
-async fn connect_mssql(conn: &str) -> anyhow::Result<crate::broker::mssql::Tds> {
-    let mut c =
-        crate::broker::mssql::Connection::parse(conn).context("the connection string (--mssql) cannot be used")?;
-    if !c.command_timeout_given {
-        c.command_timeout = std::time::Duration::from_secs(3600);
-    }
-    crate::broker::mssql::connect(&c).await.with_context(|| format!("cannot connect to {}", crate::connstr::mask(conn)))
 }
 
 /// Writes `batch` to `out` (or standard output), then runs `commit`. With a file, the
@@ -115,37 +93,22 @@ async fn deliver(
 
 /// Claims the period's results and writes them to `out` (or standard output), committing
 /// the claim only once they are written (see `deliver`); returns the summary line.
-pub fn export(target: &Target, periode: i32, format: Format, mode: Mode, out: Option<&Path>) -> anyhow::Result<String> {
+pub fn export(
+    target: &BrokerConfig,
+    periode: i32,
+    format: Format,
+    mode: Mode,
+    out: Option<&Path>,
+) -> anyhow::Result<String> {
     runtime()?.block_on(async {
-        let batch = match target {
-            Target::Postgres(url) => {
-                let mut client = connect(url).await?;
-                let tx = client.transaction().await?;
-                let batch = export::claim(&tx, periode, mode).await.context("claiming the results")?;
-                deliver(&batch, format, out, async { tx.commit().await.map_err(anyhow::Error::new) }).await?;
-                batch
-            }
-            Target::Mssql(conn) => {
-                let mut client = connect_mssql(conn).await?;
-                mssql::begin(&mut client).await.context("claiming the results")?;
-                let batch = match mssql::claim(&mut client, periode, mode).await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = mssql::rollback(&mut client).await;
-                        return Err(anyhow::Error::new(e).context("claiming the results"));
-                    }
-                };
-                let delivered = deliver(&batch, format, out, async {
-                    mssql::commit(&mut client).await.map_err(anyhow::Error::new)
-                })
-                .await;
-                if delivered.is_err() {
-                    let _ = mssql::rollback(&mut client).await;
-                }
-                delivered?;
-                batch
-            }
-        };
+        let mut db = connect(target).await?;
+        let batch = db.claim(periode, mode).await.context("claiming the results")?;
+        let delivered =
+            deliver(&batch, format, out, async { db.commit_claim().await.map_err(anyhow::Error::new) }).await;
+        if delivered.is_err() {
+            let _ = db.rollback_claim().await;
+        }
+        delivered?;
         // The warnings first: the confirmation command stays the message's end.
         Ok(format!(
             "{}exported {} results ({} factor rows) of period {periode}, batch {}, mode {}{}",
@@ -164,12 +127,9 @@ pub fn export(target: &Target, periode: i32, format: Format, mode: Mode, out: Op
 }
 
 /// Confirms a leased batch.
-pub fn ack(target: &Target, batch: Uuid) -> anyhow::Result<String> {
+pub fn ack(target: &BrokerConfig, batch: Uuid) -> anyhow::Result<String> {
     runtime()?.block_on(async {
-        let n = match target {
-            Target::Postgres(url) => export::ack(&connect(url).await?, batch).await?,
-            Target::Mssql(conn) => mssql::ack(&mut connect_mssql(conn).await?, batch).await?,
-        };
+        let n = connect(target).await?.ack(batch).await?;
         anyhow::ensure!(
             n > 0,
             "batch {batch}: nothing to confirm (unknown, already confirmed, or claimed again after its lease passed)"
@@ -179,35 +139,27 @@ pub fn ack(target: &Target, batch: Uuid) -> anyhow::Result<String> {
 }
 
 /// One sweep run; the summary line.
-pub fn sweep(target: &Target, opts: sweep::Options) -> anyhow::Result<String> {
+pub fn sweep(target: &BrokerConfig, opts: sweep::Options) -> anyhow::Result<String> {
     runtime()?.block_on(async {
-        let outcome = match target {
-            Target::Postgres(url) => {
-                let (mut client, side) = connect_any_side(url).await?;
-                if side == crate::transport::Side::Calc {
-                    // The calculation side keeps no keys or results: its sweep only ends
-                    // the dialogs past their LIFETIME (those whose roster side is gone).
-                    let expired: i32 = client
-                        .query_one(crate::sql::statements::postgres_handoff::EXPIRE_ONLY.sql, &[])
-                        .await
-                        .context("ending the dialogs past their LIFETIME")?
-                        .get(0);
-                    return Ok(format!(
-                        "the calculation side of a split install: {expired} dialogs past their LIFETIME ended (the \
-                         rest of the sweep runs on the roster side)"
-                    ));
-                }
-                sweep::run(&mut client, opts).await?
-            }
-            Target::Mssql(conn) => mssql::sweep(&mut connect_mssql(conn).await?, opts).await?,
-        };
+        let (mut db, side) = connect_any_side(target).await?;
+        if side == crate::transport::Side::Calc {
+            // The calculation side keeps no keys or results: its sweep only ends the
+            // dialogs past their LIFETIME (those whose roster side is gone; SQL Server
+            // ends them itself).
+            let expired = db.expire_only().await.context("ending the dialogs past their LIFETIME")?;
+            return Ok(format!(
+                "the calculation side of a split install: {expired} dialogs past their LIFETIME ended (the rest of \
+                 the sweep runs on the roster side)"
+            ));
+        }
+        let outcome = Backend::sweep(&mut db, opts).await?;
         Ok(describe(&outcome, opts))
     })
 }
 
 /// `sbworker explain`: a stored version with its evidence, as text or JSON.
 pub fn explain(
-    target: &Target,
+    target: &BrokerConfig,
     dv: i32,
     periode: i32,
     versie: Option<i64>,
@@ -223,10 +175,7 @@ pub fn explain(
         None => crate::engine::Tables::built_in()?,
     };
     runtime()?.block_on(async {
-        let versions = match target {
-            Target::Postgres(url) => evidence::versions(&connect(url).await?, dv, periode).await?,
-            Target::Mssql(conn) => mssql::versions(&mut connect_mssql(conn).await?, dv, periode).await?,
-        };
+        let versions = connect(target).await?.versions(dv, periode).await?;
         let e = evidence::explain(&versions, versie, &tables)
             .map_err(|why| anyhow::anyhow!("key ({dv}, {periode}): {why}"))?;
         fn show<T: std::fmt::Display>(d: Option<T>) -> String {
@@ -298,17 +247,14 @@ pub fn explain(
 
 /// `sbworker recompute` on either back end.
 pub fn recompute(
-    target: &Target,
+    target: &BrokerConfig,
     selection: &crate::handoff::recompute::Selection,
     opts: crate::handoff::recompute::Options,
 ) -> anyhow::Result<String> {
     use crate::handoff::recompute::{self, Outcome};
     runtime()?.block_on(async {
         let progress = |keys, sent| eprintln!("recompute: {keys} keys recomputed, {sent} Vraags sent");
-        let outcome = match target {
-            Target::Postgres(url) => recompute::run(&mut connect(url).await?, selection, opts, progress).await?,
-            Target::Mssql(conn) => recompute::run(&mut connect_mssql(conn).await?, selection, opts, progress).await?,
-        };
+        let outcome = recompute::run(&mut connect(target).await?, selection, opts, progress).await?;
         Ok(match outcome {
             Outcome::Skipped => "skipped: another recompute holds the lock".to_owned(),
             Outcome::Counted { keys, fuse_reached } => format!(

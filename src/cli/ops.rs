@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::broker::Database as Db;
 use crate::cli::args::DeadLetterAction;
 use crate::config::Config;
 use crate::ops::status::{self, Status, Thresholds};
-use crate::ops::{Db, dead_letter};
+use crate::ops::{Backend as _, dead_letter};
 
 /// Exit status when the broker could not be asked (sysexits' EX_UNAVAILABLE; 2 is clap's
 /// for bad arguments).
@@ -60,9 +61,9 @@ pub fn status(config: &Config, o: StatusOptions) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async {
-        let mut db = match Db::connect(&config.broker).await {
+        let mut db = match Db::connect(&config.broker, None).await {
             Ok(db) => db,
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.into()),
         };
         loop {
             let (out, needs) = match one_status(&mut db, &o, t, colour).await {
@@ -113,9 +114,9 @@ pub fn dead_letters(config: &Config, action: DeadLetterAction) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async {
-        let mut db = match Db::connect(&config.broker).await {
+        let mut db = match Db::connect(&config.broker, None).await {
             Ok(db) => db,
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.into()),
         };
         match run_action(&mut db, action).await {
             Ok(true) => ExitCode::SUCCESS,
@@ -226,7 +227,7 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
                 // is one that is not a request (an answer set aside on the data side: a
                 // stale key is sent again by the sweep).
                 let replayed = match &roster {
-                    Some(r) => db.replay_via_roster(r, id, &by, all).await,
+                    Some(r) => crate::ops::replay_via_roster(db, r, id, &by, all).await,
                     None => db.replay(id, &by, all).await,
                 };
                 match replayed {

@@ -277,7 +277,7 @@ SELECT @dialog_handle;
 
         # Anything else still fails loudly.
         try:
-            cur.execute("DECLARE @n INT = 1; IF @n > 0 SELECT @n")
+            cur.execute("DECLARE @n INT = 1; IF @n < 2 SELECT @n")
             out["refused"] = "ran"
         except pytds.tds_base.Error as e:  # noqa: BLE001 - reported to the test
             out["refused"] = str(e)

@@ -53,6 +53,16 @@ pub async fn fresh_db() -> String {
     format!("{url} options='-c lock_timeout=60s -c statement_timeout=120s'")
 }
 
+/// A fresh database with the calculation side of a split install only.
+pub async fn fresh_calc_side_db() -> String {
+    let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let url = cluster().create_database(&name).await.expect("create database");
+    sbworker::broker::postgres::install_side(&url, false, Some(sbworker::transport::Side::Calc))
+        .await
+        .expect("the calculation side installs");
+    url
+}
+
 /// A fresh database with the broker, the roster schema and housekeeping, and a plain
 /// client on it.
 pub async fn fresh_roster_db() -> (String, tokio_postgres::Client) {
@@ -124,4 +134,42 @@ pub async fn busiest_dialog(c: &tokio_postgres::Client) -> (uuid::Uuid, i64) {
 /// The one number `sql` selects (a count), on a plain client.
 pub async fn count_rows(c: &tokio_postgres::Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// `n` stored results in `periode` (dienstverband 1..=n), three factors each, version 1,
+/// written as rows (no evidence).
+pub async fn stored_results(c: &tokio_postgres::Client, n: i32, periode: i32) {
+    c.execute(
+        "INSERT INTO rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
+         SELECT g, $2, 1, gen_random_uuid(), gen_random_uuid() FROM generate_series(1, $1) g",
+        &[&n, &periode],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO rekenserver.resultaat_factor (dienstverband_id, periode_id, kaart_soort, loonfactor_code, waarde)
+         SELECT g, $2, 5, code, g * 1.25 FROM generate_series(1, $1) g, unnest(ARRAY['100', '120', '230']) code",
+        &[&n, &periode],
+    )
+    .await
+    .unwrap();
+}
+
+/// Stores version `versie` of `key` through the collector's function (with its
+/// evidence), with the factors 100 and 230 at `hours` and `amount`; its outcome.
+pub async fn store_version(
+    c: &tokio_postgres::Client,
+    key: (i32, i32),
+    versie: i64,
+    hours: &str,
+    amount: &str,
+) -> String {
+    c.query_one(
+        "SELECT rekenserver.sla_antwoord_op(gen_random_uuid(), gen_random_uuid(), $1, $2, $3, false,
+                ARRAY[5, 5], ARRAY['100', '230'], ARRAY[$4::text::numeric, $5::text::numeric])",
+        &[&key.0, &key.1, &versie, &hours, &amount],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }

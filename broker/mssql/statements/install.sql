@@ -43,3 +43,8 @@ BEGIN
 END;
 SELECT @user AS member_user;';
 EXEC sys.sp_executesql @sql, N'@role sysname, @login sysname', @role = @P2, @login = @P3;
+
+-- Which side of a split install the database holds (02_worker.sql); an install from
+-- before sides has no such procedure (2812: both).
+-- name: side
+EXEC sbworker.side

@@ -1,6 +1,17 @@
 -- The statements of the payroll hand-off (sbworker export) and the housekeeping
 -- (sbworker sweep), crates/core/src/handoff/. Parameters are $1, $2, ... as in the Rust calls.
 
+-- The claim's transaction (crates/core/src/handoff/postgres.rs): the claim runs in it,
+-- and it commits once the batch is written (a failure before: nothing is marked).
+-- name: begin
+BEGIN;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
 -- Mode once: claims and marks exported in one transaction (at-most-once). Only results
 -- with factor rows are claimed: a result with nothing to export is never marked. The
 -- claim, then the factors (rekenserver.export_claim). $1 periode, $2 batch id.

@@ -23,7 +23,7 @@
 //! | `engine` | the payroll recalculation: rate tables, holidays, time, wage factors | `contract` |
 //! | `config` | the worker's configuration as plain data (TOML, environment, flags) | `contract`, `connstr` |
 //! | `transport` | the traits between the worker and a broker, and their shared types | `contract` |
-//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport | `transport`, `contract`, `sql`, `connstr`, `pg_tls` |
+//! | `broker` | the back ends: the PostgreSQL broker and the SQL Server transport; one connection to either for the commands | `transport`, `contract`, `sql`, `connstr`, `pg_tls`, `config` |
 //! | `handoff` | the payroll export, the sweep, recompute and the stored results' evidence (explained with the engine) | `sql`, `config`, `broker`, `contract`, `engine` |
 //! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |

@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use tokio_postgres::Transaction;
+use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::stmt;
@@ -220,9 +220,9 @@ fn json_text(s: &str) -> String {
     out
 }
 
-/// Claims the period's results inside `tx` (the caller commits once the output is
-/// safely written, or rolls back and nothing is marked).
-pub async fn claim(tx: &Transaction<'_>, periode_id: i32, mode: Mode) -> Result<Batch, tokio_postgres::Error> {
+/// Claims the period's results inside the transaction `tx` is in (the caller commits
+/// once the output is safely written, or rolls back and nothing is marked).
+pub async fn claim(tx: &impl GenericClient, periode_id: i32, mode: Mode) -> Result<Batch, tokio_postgres::Error> {
     let id = Uuid::new_v4();
     let rows = match mode {
         Mode::Once => tx.query(stmt::CLAIM_ONCE.sql, &[&periode_id, &id]).await?,

@@ -2,8 +2,9 @@
 //! sweep as on PostgreSQL, through `Rekenserver.export_claim`, `Rekenserver.export_ack`
 //! and `Rekenserver.sweep` (`broker/mssql/05_handoff.sql`) over the SQL Server
 //! transport's connection (`broker/mssql/statements/handoff.sql`). The claim runs in a
-//! transaction the caller commits once the batch is written, as on PostgreSQL. Also the
-//! recompute's [`Backend`](super::recompute::Backend) and the evidence `explain` reads
+//! transaction the caller commits once the batch is written, as on PostgreSQL. The
+//! hand-off's [`Backend`](super::Backend) and the recompute's
+//! ([`super::recompute::Backend`]) on SQL Server, and the evidence `explain` reads
 //! (`Rekenserver.bewijs`).
 
 use tiberius::Row as TdsRow;
@@ -264,4 +265,42 @@ pub async fn versions(c: &mut Tds, dv: i32, periode: i32) -> Result<Vec<super::e
             })
         })
         .collect()
+}
+
+impl super::Backend for Tds {
+    async fn claim(&mut self, periode: i32, mode: Mode) -> Result<Batch, BrokerError> {
+        begin(self).await?;
+        match claim(self, periode, mode).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let _ = rollback(self).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn commit_claim(&mut self) -> Result<(), BrokerError> {
+        commit(self).await
+    }
+
+    async fn rollback_claim(&mut self) -> Result<(), BrokerError> {
+        rollback(self).await
+    }
+
+    async fn ack(&mut self, batch: Uuid) -> Result<i64, BrokerError> {
+        ack(self, batch).await
+    }
+
+    async fn sweep(&mut self, opts: Options) -> Result<Outcome, BrokerError> {
+        sweep(self, opts).await
+    }
+
+    /// SQL Server ends a dialog past its LIFETIME itself.
+    async fn expire_only(&mut self) -> Result<i64, BrokerError> {
+        Ok(0)
+    }
+
+    async fn versions(&mut self, dv: i32, periode: i32) -> Result<Vec<super::evidence::Version>, BrokerError> {
+        versions(self, dv, periode).await
+    }
 }

@@ -5,11 +5,7 @@
 //! and the version claim hold as for any edit. One recompute at a time (a lock taken
 //! without waiting), a fuse on the keys per run, progress after every batch, and a
 //! run-log row (`stap = 'herberekening'`). The steps are written once, over a
-//! [`Backend`]: PostgreSQL here, SQL Server in [`super::mssql`].
-
-use tokio_postgres::Client;
-
-use super::stmt;
+//! [`Backend`]: PostgreSQL in [`super::postgres`], SQL Server in [`super::mssql`].
 
 /// Which keys: every filter given must hold; `keys` names keys outright (then the
 /// filters are not used).
@@ -105,86 +101,6 @@ pub trait Backend {
     fn transient(e: &Self::Error) -> bool;
     /// The database's own message of an error, for the run log.
     fn message(e: &Self::Error) -> String;
-}
-
-/// PostgreSQL: `rekenserver.herbereken_sleutels` and `rekenserver.herbereken`
-/// (`broker/postgres/004_roster.sql`), an advisory lock, `rekenserver.run_log`.
-impl Backend for Client {
-    type Error = tokio_postgres::Error;
-
-    async fn begin(&mut self) -> Result<Option<i64>, Self::Error> {
-        let locked: bool = self.query_one(stmt::RECOMPUTE_TRY_LOCK.sql, &[]).await?.get(0);
-        if !locked {
-            return Ok(None);
-        }
-        match self.query_one(stmt::LOG_START.sql, &[&None::<i64>, &"herberekening"]).await {
-            Ok(r) => Ok(Some(r.get(0))),
-            Err(e) => {
-                let _ = self.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
-                Err(e)
-            }
-        }
-    }
-
-    async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error> {
-        let clamp = |n: i64| Some(i32::try_from(n).unwrap_or(i32::MAX));
-        let logged = self.execute(stmt::LOG_END.sql, &[&run, &clamp(keys), &clamp(sent), &None::<i32>, &text]).await;
-        let unlocked = self.query_one(stmt::RECOMPUTE_UNLOCK.sql, &[]).await;
-        logged?;
-        unlocked?;
-        Ok(())
-    }
-
-    async fn page(
-        &mut self,
-        sel: &Selection,
-        after: Option<(i32, i32)>,
-        n: i64,
-    ) -> Result<Vec<(i32, i32)>, Self::Error> {
-        // Named keys are recomputed only where they are known keys (a mistyped one is
-        // not made a key).
-        let (dvs, pers): (Vec<i32>, Vec<i32>) = sel.keys.iter().copied().unzip();
-        let named = (!sel.keys.is_empty()).then_some((&dvs, &pers));
-        let periodes = (!sel.periodes.is_empty()).then_some(&sel.periodes);
-        let rows = self
-            .query(
-                stmt::RECOMPUTE_KEYS.sql,
-                &[
-                    &periodes,
-                    &sel.cao,
-                    &sel.dienstverband_from,
-                    &sel.dienstverband_to,
-                    &after.map(|a| a.0),
-                    &after.map(|a| a.1),
-                    &i32::try_from(n).unwrap_or(i32::MAX),
-                    &named.map(|k| k.0),
-                    &named.map(|k| k.1),
-                ],
-            )
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
-    async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, Self::Error> {
-        let (dvs, ps): (Vec<i32>, Vec<i32>) = keys.iter().copied().unzip();
-        let tx = self.transaction().await?;
-        let n: i32 = tx.query_one(stmt::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await?.get(0);
-        tx.commit().await?;
-        Ok(i64::from(n))
-    }
-
-    fn transient(e: &Self::Error) -> bool {
-        e.code().is_some_and(|c| {
-            *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-                || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
-                // rekenserver.herbereken gives way to a planner's lock after 200 ms.
-                || *c == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE
-        })
-    }
-
-    fn message(e: &Self::Error) -> String {
-        e.as_db_error().map_or(e.to_string(), |d| d.message().to_owned())
-    }
 }
 
 /// One run; `progress` hears (keys done, Vraags sent) after every batch. Use a

@@ -975,6 +975,19 @@ fn holds(c: &Condition, vars: &Params) -> Result<bool, Failure> {
         Condition::IsNotNull(v) => !matches!(value(v, vars)?, Sql::Null),
         Condition::Equal(a, b) => equal(value(a, vars)?, value(b, vars)?)? == Some(true),
         Condition::NotEqual(a, b) => equal(value(a, vars)?, value(b, vars)?)? == Some(false),
+        Condition::Greater(a, b) => {
+            let int = |v: Sql| match v {
+                Sql::Null => Ok(None),
+                Sql::Int(n) => Ok(Some(i64::from(n))),
+                Sql::BigInt(n) => Ok(Some(n)),
+                _ => Err(Failure {
+                    number: 50100,
+                    class: 16,
+                    message: "a > comparison of other than integers is not supported by the emulator.".into(),
+                }),
+            };
+            matches!((int(value(a, vars)?)?, int(value(b, vars)?)?), (Some(x), Some(y)) if x > y)
+        }
     })
 }
 

@@ -172,6 +172,11 @@ pub(super) async fn call(
                 .map_err(|e| Failure::from(crate::broker::postgres::error_of(e)))?;
             Ok(None)
         }
+        // Which side the database holds (02_worker.sql): the PostgreSQL install's.
+        "sbworker.side" => {
+            let side = crate::broker::postgres::side_of(s.client()).await.map_err(pg)?;
+            Ok(result_set(t, &[("side", ColType::NVarChar)], &[vec![Sql::NVarChar(side.name().to_owned())]]))
+        }
         // `sbworker status` and `sbworker dead-letter` (06_operations.sql): the PostgreSQL
         // broker's functions (007_operations.sql), the same shapes.
         "sbworker.status_report" => {
@@ -347,7 +352,7 @@ pub(super) async fn call(
         // Recompute (04_roster.sql, 05_handoff.sql): the PostgreSQL recompute's own steps.
         "rekenserver.herberekening_begin" => {
             use crate::handoff::recompute::Backend;
-            let run = s.client_mut().begin().await.map_err(pg)?;
+            let run = s.client_mut().begin().await.map_err(Failure::from)?;
             Ok(result_set(t, &[("run_id", ColType::BigInt)], &[vec![run.map_or(Sql::Null, Sql::BigInt)]]))
         }
         "rekenserver.herberekening_einde" => {
@@ -359,7 +364,7 @@ pub(super) async fn call(
                 None => None,
                 Some(v) => optional_text(v)?,
             };
-            s.client_mut().end(run, keys, sent, text).await.map_err(pg)?;
+            s.client_mut().end(run, keys, sent, text).await.map_err(Failure::from)?;
             Ok(None)
         }
         "rekenserver.herbereken_sleutels" => {
@@ -383,7 +388,7 @@ pub(super) async fn call(
                 after: None,
             };
             let after = na_dv.zip(na_periode);
-            let keys = s.client_mut().page(&sel, after, i64::from(aantal)).await.map_err(pg)?;
+            let keys = s.client_mut().page(&sel, after, i64::from(aantal)).await.map_err(Failure::from)?;
             let rows: Vec<Vec<Sql>> = keys.into_iter().map(|(dv, p)| vec![Sql::Int(dv), Sql::Int(p)]).collect();
             Ok(result_set(t, &[("dienstverband_id", ColType::Int), ("periode_id", ColType::Int)], &rows))
         }

@@ -205,11 +205,13 @@ pub enum Statement {
     AssignVars(Vec<(String, Value)>),
 }
 
-/// The condition of an IF: `a = b`, `a <> b` (or `!=`), `a IS [NOT] NULL`.
+/// The condition of an IF: `a = b`, `a <> b` (or `!=`), `a > b` (integers), `a IS [NOT]
+/// NULL`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Condition {
     Equal(Value, Value),
     NotEqual(Value, Value),
+    Greater(Value, Value),
     IsNull(Value),
     IsNotNull(Value),
 }

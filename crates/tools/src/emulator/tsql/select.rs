@@ -86,6 +86,9 @@ impl Parser {
         if (self.eat_punct('<') && self.eat_punct('>')) || (self.eat_punct('!') && self.eat_punct('=')) {
             return Ok(Condition::NotEqual(a, self.value()?));
         }
+        if self.eat_punct('>') {
+            return Ok(Condition::Greater(a, self.value()?));
+        }
         Err(unsupported(&format!("an IF condition near '{}'", self.near())))
     }
 
