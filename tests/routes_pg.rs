@@ -417,13 +417,35 @@ async fn roster_edits_are_calculated_on_two_other_servers_and_every_key_ends_on_
         assert!(claims > 0, "both calculation servers computed");
     }
     assert_eq!(count(&r, "SELECT count(*) FROM sbworker.dead_letter").await, 0);
-    // Each side's selftest checks its own queue and its routes.
-    for (url, side, routes) in [(&roster, "roster", 2), (&calc_b, "calc", 1)] {
+    // Each side's selftest checks its own queue and its routes; the roster side's round
+    // trip goes over a route to a calculation worker and back. Twice: the calculation
+    // side keeps its claim of the first run's scratch version (the same version again is
+    // computed, not answered as superseded).
+    for (url, side, routes) in [(&roster, "roster", 2), (&calc_b, "calc", 1), (&roster, "roster", 2)] {
         let (code, text) = selftest(url).await;
         assert_eq!(code, Some(0), "{text}");
         assert!(text.contains(&format!("the {side} side of a split install")), "{text}");
         assert!(text.contains(&format!("{routes} route(s) out, each read by its far database")), "{text}");
+        let round_trip = text.lines().find(|l| l.contains("round trip")).unwrap_or_default();
+        if side == "roster" {
+            assert!(round_trip.contains("PASS") && round_trip.contains("by a running worker"), "{text}");
+        } else {
+            assert!(round_trip.contains("SKIP") && round_trip.contains("roster side"), "{text}");
+        }
     }
+    // The same over TDS, as `selftest --mssql --side roster` runs it against SQL Server
+    // (the emulator in front of the roster database).
+    let (conn, _stop) = crate::common::tds::emulator(&roster).await;
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+        .args(["selftest", "--mssql", &conn, "--side", "roster"])
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let round_trip = text.lines().find(|l| l.contains("round trip")).unwrap_or_default();
+    assert!(round_trip.contains("PASS") && round_trip.contains("by a running worker"), "{text}");
     for w in workers {
         assert_eq!(stop_worker(w).await, Some(0));
     }

@@ -434,7 +434,11 @@ BEGIN
         DECLARE @verweesd bit;
         DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
             SELECT DISTINCT i.conversation_handle,   -- (a dialog may carry several requests)
-                   CASE WHEN NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints t
+                   -- (On the roster side of a split deployment the target is on the
+                   -- calculation's server, its far service not in this database: such a
+                   -- dialog ends normally, so that the far side hears of it.)
+                   CASE WHEN EXISTS (SELECT 1 FROM sys.services s WHERE s.name = i.far_service)
+                         AND NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints t
                                           WHERE t.conversation_id = i.conversation_id AND t.is_initiator = 0)
                         THEN 1 ELSE 0 END
               FROM Rekenserver.berekening_log l

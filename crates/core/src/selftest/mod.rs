@@ -316,7 +316,11 @@ impl Wait {
                 self.versie,
                 ROUND_TRIP_WAIT.as_secs()
             ))
-            .fix("check that the worker's collector serves the answers' queue, and its log"));
+            .fix(
+                "check that a worker's collector serves the answers' queue and a worker's calculation the calculation \
+                 queue (on a split install: on the other server, with the routes read: sbworker status there), and \
+                 their logs",
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         Ok(false)
