@@ -201,6 +201,23 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
     let cb = client(&calc_b).await;
     let mut on_b = receive_until(&cb, "loonfactorberekening_reken", 25).await;
     drop(cb);
+    // The far side confirms what it applied a moment later: waited for, so that the route
+    // holds only what is sent while it is down.
+    let applied: String = r.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.unwrap().get(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !r
+        .query_one(
+            "SELECT coalesce(bool_and(confirmed_flush_lsn >= $1::text::pg_lsn), false) FROM pg_replication_slots
+              WHERE slot_name = 'sb_route_' || $2",
+            &[&applied, &to_b],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(std::time::Instant::now() < deadline, "the far side never confirmed what it applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     b.stop_immediate().unwrap();
     burst(&r, 10, 10, 5).await;
     let cc = client(&calc_c).await;
@@ -209,9 +226,15 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
     let (needs, routes) = status(&roster).await;
     let down = routes.out.iter().find(|o| o.route == to_b).unwrap();
     assert!(down.subscribed && !down.reading && down.behind_bytes.unwrap() > 0, "{down:?}");
+    // The messages it holds, counted from its slot: the five dialogs of five messages
+    // each that took the route while its server was down.
+    assert_eq!((down.waiting, down.waiting_counted_all), (Some(25), Some(true)), "{down:?}");
+    assert!(down.oldest_waiting_seconds.is_some_and(|s| (0.0..120.0).contains(&s)), "{down:?}");
     assert!(routes.out.iter().filter(|o| o.route != to_b).all(|o| o.reading), "{routes:?}");
     assert!(
-        needs.iter().any(|l| l.contains(&format!("route {to_b} to")) && l.contains("does not read it")),
+        needs.iter().any(|l| l.contains(&format!("route {to_b} to"))
+            && l.contains("does not read it")
+            && l.contains("25 messages wait, the oldest for")),
         "{needs:?}"
     );
     assert_eq!(routes.incoming.len(), 2, "a route back from each calculation database: {routes:?}");

@@ -392,7 +392,8 @@ BEGIN
               FROM rekenserver.resultaat r WHERE r.export_batch IS NOT NULL
              GROUP BY r.export_batch ORDER BY max(r.geclaimd_op) DESC LIMIT 1) b;
     -- Routes to and from other databases (008_routes.sql): each route out, whether its
-    -- far side reads it and how far behind; each subscription in, whether it applies;
+    -- far side reads it and how far behind, and while it does not, the messages it holds
+    -- (sb.route_backlog); each subscription in, whether it applies;
     -- the messages that arrived and could not be delivered.
     IF to_regclass('sb.route_state') IS NOT NULL
        AND to_regclass('pg_catalog.pg_stat_subscription_stats') IS NOT NULL THEN
@@ -400,8 +401,12 @@ BEGIN
             SELECT jsonb_build_object(
                 'out', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                             'route', r.route, 'service', r.service, 'address', r.address,
-                            'subscribed', r.subscribed, 'reading', r.reading, 'behind_bytes', r.behind_bytes)
-                            ORDER BY r.route), '[]') FROM sb.route_state r),
+                            'subscribed', r.subscribed, 'reading', r.reading, 'behind_bytes', r.behind_bytes,
+                            'waiting', b.messages,
+                            'oldest_waiting_seconds', extract(epoch FROM clock_timestamp() - b.oldest),
+                            'waiting_counted_all', b.complete)
+                            ORDER BY r.route), '[]')
+                         FROM sb.route_state r LEFT JOIN LATERAL sb.route_backlog(r.route) b ON true),
                 'in', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                            'subscription', s.subname, 'enabled', s.subenabled, 'applying', st.pid IS NOT NULL,
                            'last_message_seconds', extract(epoch FROM clock_timestamp() - st.last_msg_receipt_time),

@@ -446,6 +446,45 @@ BEGIN
     END IF;
 END $$;
 
+-- The messages a route holds while its far side does not read it (its slot inactive: the
+-- far server down, its subscription disabled or failing): how many the far side has not
+-- confirmed, and when the oldest was sent. (A far side confirms what it applied a moment
+-- after applying it, so one that stopped just then may have applied a few of these: it
+-- skips them when it reads again.) Read from the route's slot without consuming it
+-- (pg_logical_slot_peek_binary_changes, pgoutput with the route's publication, which
+-- carries sb.transmission's inserts only: one per message), at most 64 MB of WAL past
+-- what the far side confirmed (`complete` false: there may be more). No row while the far
+-- side reads (the slot is in use; `behind_bytes` says how far behind), when there is no
+-- slot, or when the install's owner may not decode (REPLICATION or superuser). The
+-- oldest is the earliest commit time of the Begin messages (pgoutput: byte 'B', the
+-- final LSN, then the commit time in microseconds since 2000-01-01; since PostgreSQL 15
+-- a transaction with nothing for the publication sends none).
+CREATE OR REPLACE FUNCTION sb.route_backlog(p_route text)
+RETURNS TABLE (messages bigint, oldest timestamptz, complete boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s      record;
+    v_now  pg_lsn := pg_current_wal_lsn();
+    v_upto pg_lsn;
+BEGIN
+    SELECT * INTO s FROM pg_replication_slots
+     WHERE slot_name = 'sb_route_' || p_route AND database = current_database();
+    IF NOT FOUND OR s.active OR s.confirmed_flush_lsn IS NULL THEN
+        RETURN;
+    END IF;
+    v_upto := least(v_now, s.confirmed_flush_lsn + 67108864);
+    RETURN QUERY
+    SELECT count(*) FILTER (WHERE get_byte(c.data, 0) = 73),
+           min(timestamptz '2000-01-01 00:00:00+00'
+               + make_interval(secs => ('x' || encode(substring(c.data FROM 10 FOR 8), 'hex'))::bit(64)::bigint
+                                       / 1000000.0)) FILTER (WHERE get_byte(c.data, 0) = 66),
+           v_upto = v_now
+      FROM pg_logical_slot_peek_binary_changes('sb_route_' || p_route, v_upto, NULL,
+               'proto_version', '1', 'publication_names', 'sb_route_' || p_route) c;
+EXCEPTION WHEN insufficient_privilege OR object_in_use OR undefined_object THEN
+    RETURN;
+END $$;
+
 -- The routes out of this database, for `sbworker status`: per route, its far service,
 -- whether the far side reads it now, and how much WAL it has still to take (its
 -- replication slot's; NULL when no slot by that name exists: the far side never

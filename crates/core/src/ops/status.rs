@@ -53,6 +53,36 @@ pub struct RouteOut {
     pub reading: bool,
     /// WAL the far side has still to take (its messages among it).
     pub behind_bytes: Option<i64>,
+    /// While the far side does not read: the messages the route holds that it has not
+    /// confirmed, read from its slot (`sb.route_backlog`); `None` while it reads, or
+    /// when they cannot be read.
+    #[serde(default)]
+    pub waiting: Option<i64>,
+    /// How long the oldest of them has waited.
+    #[serde(default)]
+    pub oldest_waiting_seconds: Option<f64>,
+    /// Every waiting message was counted (false: 64 MB of WAL were read, there may be
+    /// more).
+    #[serde(default)]
+    pub waiting_counted_all: Option<bool>,
+}
+
+impl RouteOut {
+    /// "N messages wait, the oldest for T" (or what is known of them).
+    fn waiting_text(&self) -> String {
+        match self.waiting {
+            Some(n) => format!(
+                "{}{n} messages wait{}",
+                if self.waiting_counted_all == Some(false) { "at least " } else { "" },
+                if n > 0 {
+                    format!(", the oldest for {}", seconds(self.oldest_waiting_seconds))
+                } else {
+                    String::new()
+                }
+            ),
+            None => "messages wait".to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,10 +259,11 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
             } else if !o.reading {
                 out.push(format!(
                     "route {} to {} at {}: its far side does not read it (its server down, or its subscription \
-                     stopped); messages wait, {} bytes of WAL behind",
+                     stopped); {}, {} bytes of WAL behind",
                     o.route,
                     o.service,
                     o.address.as_deref().unwrap_or("?"),
+                    o.waiting_text(),
                     o.behind_bytes.unwrap_or(0)
                 ));
             }
@@ -372,7 +403,9 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
                 x.address.as_deref().unwrap_or("?"),
                 match (x.subscribed, x.reading) {
                     (false, _) => "NOT SUBSCRIBED".to_owned(),
-                    (true, false) => format!("NOT READ, {} bytes behind", x.behind_bytes.unwrap_or(0)),
+                    (true, false) => {
+                        format!("NOT READ, {}, {} bytes behind", x.waiting_text(), x.behind_bytes.unwrap_or(0))
+                    }
                     (true, true) => format!("read, {} bytes behind", x.behind_bytes.unwrap_or(0)),
                 }
             );
