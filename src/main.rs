@@ -72,6 +72,7 @@ fn main() -> ExitCode {
                 groups_per_transaction: 1,
                 dialog_reuse_idle_seconds,
                 split: split.unwrap_or(0),
+                calculation: Vec::new(),
             };
             // The workers log errors only (the demo prints its own progress).
             run_logged("demo", async move {

@@ -28,6 +28,7 @@ async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
         "## Poison",
         "## Bloat",
         "## The real pipeline",
+        "## The split topology: the cost of the route",
         "## Targets",
     ] {
         assert!(report.contains(section), "{section} missing:\n{report}");
@@ -84,6 +85,15 @@ async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
     assert_eq!(limit.len(), 1, "{results}");
     assert_eq!(limit[0]["edits"], 40, "{results}");
     assert!(limit[0]["per_second"].as_f64().unwrap() > 0.0, "{results}");
+    // The split topology: the same pipeline in one database and over two servers joined
+    // by a route, both verified, the work counted on both servers.
+    let split = results["split"].as_array().unwrap();
+    assert_eq!(split.len(), 1, "{results}");
+    for arm in ["single", "split"] {
+        let p = &split[0][arm];
+        assert_eq!(p["verified"], true, "{arm}: {results}");
+        assert!(p["edits_per_second"].as_f64().unwrap() > 0.0, "{arm}: {results}");
+    }
     assert!(results["engine_per_second"][0].as_f64().unwrap() > 0.0);
     for plot in ["headline.svg", "pipeline.svg"] {
         assert!(std::fs::read_to_string(dir.0.join(plot)).unwrap().starts_with("<svg"), "{plot}");

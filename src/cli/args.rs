@@ -309,7 +309,7 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100000))]
         pipeline_employees: Option<u64>,
         /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
-        /// pipeline, engine); the calibration runs in every repetition. `--parts headline`
+        /// pipeline, split, engine); the calibration runs in every repetition. `--parts headline`
         /// is an A/B of a change in minutes.
         #[arg(long, value_delimiter = ',', value_name = "PARTS", value_parser = crate::bench::Part::from_key)]
         parts: Vec<crate::bench::Part>,

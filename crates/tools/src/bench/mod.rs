@@ -144,12 +144,21 @@ pub enum Part {
     Bloat,
     OpenLoop,
     Pipeline,
+    Split,
     Engine,
 }
 
 impl Part {
-    pub const ALL: [Part; 7] =
-        [Part::Headline, Part::BurnDown, Part::Poison, Part::Bloat, Part::OpenLoop, Part::Pipeline, Part::Engine];
+    pub const ALL: [Part; 8] = [
+        Part::Headline,
+        Part::BurnDown,
+        Part::Poison,
+        Part::Bloat,
+        Part::OpenLoop,
+        Part::Pipeline,
+        Part::Split,
+        Part::Engine,
+    ];
 
     pub fn key(self) -> &'static str {
         match self {
@@ -159,6 +168,7 @@ impl Part {
             Part::Bloat => "bloat",
             Part::OpenLoop => "open-loop",
             Part::Pipeline => "pipeline",
+            Part::Split => "split",
             Part::Engine => "engine",
         }
     }
@@ -299,6 +309,10 @@ pub struct Results {
     /// The pipeline's pgbench limit, once per repetition (absent from older results).
     #[serde(default)]
     pub pipeline_limit: Vec<pipeline::PipelineLimit>,
+    /// The pipeline in one database and split over two servers, per repetition (absent
+    /// from older results).
+    #[serde(default)]
+    pub split: Vec<pipeline::SplitPair>,
     pub engine_per_second: Vec<f64>,
     pub open_loop: Vec<runs::OpenLoop>,
     pub poison: Vec<poison::PoisonRun>,
@@ -343,6 +357,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     progress("starting the bench's PostgreSQL cluster (fsync on) ...");
     let w = world::World::start()?;
     let settings = w.settings().await?;
+    // The split topology's two servers (the bench's settings and logical replication).
+    let split_world = if opts.runs(Part::Split) {
+        progress("starting the split topology's two PostgreSQL clusters (fsync on, wal_level=logical) ...");
+        Some(pipeline::SplitWorld::start()?)
+    } else {
+        None
+    };
     let pg = w.database("bench_sbworker_pg", true, BENCH_SQL).await?;
     let tds = w.database("bench_sbworker_tds", true, BENCH_SQL).await?;
     let limit = w.database("bench_limit", false, LIMIT_SQL).await?;
@@ -392,6 +413,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs: Vec::new(),
         pipeline: Vec::new(),
         pipeline_limit: Vec::new(),
+        split: Vec::new(),
         engine_per_second: Vec::new(),
         open_loop: Vec::new(),
         poison: Vec::new(),
@@ -480,6 +502,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         if opts.runs(Part::Pipeline) && river.is_ok() {
             steps.push(plan::Step::open("pipeline", format!("pipeline: River{r}")));
+        }
+        if opts.runs(Part::Split) {
+            steps.push(plan::Step::open("pipeline", format!("pipeline in one database and split over two servers{r}")));
         }
         if opts.runs(Part::Engine) {
             steps.push(plan::Step::fixed("engine", format!("engine alone{r}"), sizes.engine_seconds));
@@ -629,6 +654,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                     results.notes.push(format!("River, pipeline, repetition {}: {e:#}", rep + 1));
                 }
             }
+        }
+        if let Some(sw) = &split_world {
+            tracker.next();
+            results.split.push(pipeline::split_pair(sw, &sizes, OPEN_LOOP_READERS, rep).await?);
         }
         if opts.runs(Part::Engine) {
             tracker.next();

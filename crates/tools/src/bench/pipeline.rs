@@ -1,7 +1,8 @@
 //! Workload 5, the real pipeline: roster commits to stored results with the payroll
 //! engine (the demo's world, on the bench's cluster with durable commits), at several
-//! reader counts; and the engine alone: Vraags decoded, calculated and answered per
-//! second on one core.
+//! reader counts; the same pipeline split over two servers joined by a route beside it
+//! in one database of the same server ([`split_pair`]); and the engine alone: Vraags
+//! decoded, calculated and answered per second on one core.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -174,21 +175,87 @@ fn demo_options(employees: usize, url: String, readers: u32, repetition: usize) 
         groups_per_transaction: 1,
         dialog_reuse_idle_seconds: None,
         split: 0,
+        calculation: Vec::new(),
     }
 }
 
-/// Runs the demo with `opts` on its database, its statements counted.
+/// The split topology's servers: the roster's and one calculation server, each with the
+/// bench's settings and logical replication (which carries the route). The single
+/// arm runs on the roster's server too, so the two arms differ by the route alone.
+pub struct SplitWorld {
+    pub roster: World,
+    pub calculation: World,
+}
+
+/// What the split topology's servers add to the bench's settings.
+const LOGICAL: [&str; 3] = ["wal_level=logical", "max_replication_slots=10", "max_wal_senders=10"];
+
+impl SplitWorld {
+    pub fn start() -> anyhow::Result<SplitWorld> {
+        Ok(SplitWorld { roster: World::start_with(&LOGICAL)?, calculation: World::start_with(&LOGICAL)? })
+    }
+}
+
+/// One repetition of the split topology against one database: the same pipeline, the
+/// same readers, on servers with the same settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SplitPair {
+    pub repetition: usize,
+    /// Both services in one database on the roster's server.
+    pub single: PipelineRun,
+    /// The roster on its server, the calculation on the other, joined by a route each
+    /// way; the work counted on both servers.
+    pub split: PipelineRun,
+}
+
+/// The pipeline in one database, then split over two servers (`demo --split 1` on
+/// databases the bench gives it), `readers` calculation readers each.
+pub async fn split_pair(
+    sw: &SplitWorld,
+    sizes: &super::Sizes,
+    readers: u32,
+    repetition: usize,
+) -> anyhow::Result<SplitPair> {
+    let employees = sizes.pipeline_employees;
+    super::progress(&format!("pipeline in one database: {employees} employees, {readers} readers"));
+    let url = sw.roster.cluster.create_database(&format!("bench_split_single_{repetition}")).await?;
+    let single = measured(demo_options(employees, url, readers, repetition), None, repetition).await?;
+    super::progress(&format!("pipeline split over two servers: {employees} employees, {readers} readers"));
+    let roster = sw.roster.cluster.create_database(&format!("bench_split_roster_{repetition}")).await?;
+    let calc = sw.calculation.cluster.create_database(&format!("bench_split_calc_{repetition}")).await?;
+    let mut opts = demo_options(employees, roster, readers, repetition);
+    opts.split = 1;
+    opts.calculation = vec![calc];
+    let split = measured(opts, None, repetition).await?;
+    Ok(SplitPair { repetition, single, split })
+}
+
+/// Runs the demo with `opts` on its database (and its calculation databases, when
+/// split), its statements counted on each.
 async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: usize) -> anyhow::Result<PipelineRun> {
     let url = opts.postgres.as_deref().expect("the bench gives the demo its database");
-    let pgss = super::runs::statements_reset(url).await?;
+    let mut pgss = super::runs::statements_reset(url).await?;
+    for calc in &opts.calculation {
+        pgss &= super::runs::statements_reset(calc).await?;
+    }
     if pgss {
         // Nested statements too, here (the demo's sessions start after this).
-        super::world::connect(url).await?.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
+        for u in std::iter::once(url).chain(opts.calculation.iter().map(String::as_str)) {
+            super::world::connect(u).await?.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
+        }
     }
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
     let requests = (report.load.requests + report.burst.requests).max(1) as f64;
     let statements = super::runs::statements_top(url, pgss, requests).await?;
-    let work = super::runs::statements_work(url, pgss, requests).await?;
+    let mut work = super::runs::statements_work(url, pgss, requests).await?;
+    // Split: the work of every server, added up.
+    for calc in &opts.calculation {
+        if let (Some(w), Some(c)) = (work.as_mut(), super::runs::statements_work(calc, pgss, requests).await?) {
+            w.sent += c.sent;
+            w.nested += c.nested;
+            w.buffers += c.buffers;
+        }
+    }
     let per_second = |n: i64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     Ok(PipelineRun {
         peer,

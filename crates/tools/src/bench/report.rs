@@ -174,6 +174,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.pipeline.is_empty() {
         pipeline_section(&mut out, r);
     }
+    if !r.split.is_empty() {
+        split_section(&mut out, r);
+    }
     if !r.engine_per_second.is_empty() {
         let _ = writeln!(
             out,
@@ -448,6 +451,55 @@ fn pipeline_section(out: &mut String, r: &Results) {
             );
         }
     }
+}
+
+/// The cost of the route: the pipeline in one database, and split over two servers.
+fn split_section(out: &mut String, r: &Results) {
+    let pairs = &r.split;
+    let readers = pairs[0].single.readers;
+    let _ = writeln!(
+        out,
+        "\n## The split topology: the cost of the route\n\nThe same pipeline ({} employees, {readers} calculation \
+         readers), once with both services in one database, once split as the seed deploys it: the roster on \
+         one server, the calculation on another, joined by a route each way (`demo --split 1`; logical \
+         replication carries the messages). Both servers are throwaway clusters on this machine with the bench's \
+         settings and `wal_level = logical`; the one-database arm runs on the roster's server, so the arms differ \
+         by the route alone. Ratios are taken within each repetition. The work is counted on both servers (the \
+         route's apply process included where pg_stat_statements sees its trigger's statements).\n\n\
+         | deployment | edits/s | p50 ms | p99 ms | statements sent | nested statements | buffers touched | verified |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |",
+        r.sizes.pipeline_employees
+    );
+    type Get = fn(&super::pipeline::SplitPair) -> &super::pipeline::PipelineRun;
+    let arms: [(&str, Get); 2] = [("one database", |p| &p.single), ("split over two servers", |p| &p.split)];
+    for (name, arm) in arms {
+        let runs: Vec<_> = pairs.iter().map(arm).collect();
+        let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
+        let w = |g: fn(&super::pipeline::WorkPerRequest) -> f64| {
+            spread(&runs.iter().filter_map(|p| p.work.as_ref().map(g)).collect::<Vec<_>>())
+        };
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            show(f(|p| p.edits_per_second), 0),
+            show(f(|p| p.p50_ms), 0),
+            show(f(|p| p.p99_ms), 0),
+            show(w(|w| w.sent), 1),
+            show(w(|w| w.nested), 1),
+            show(w(|w| w.buffers), 0),
+            if runs.iter().all(|p| p.verified) { "yes" } else { "**no**" }
+        );
+    }
+    let ratio = |g: fn(&super::pipeline::PipelineRun) -> f64| {
+        spread(&pairs.iter().filter(|p| g(&p.single) > 0.0).map(|p| g(&p.split) / g(&p.single)).collect::<Vec<_>>())
+    };
+    let _ = writeln!(
+        out,
+        "\nSplit against one database: edits/s {}×, p50 {}×, p99 {}×.",
+        show(ratio(|p| p.edits_per_second), 2),
+        show(ratio(|p| p.p50_ms), 2),
+        show(ratio(|p| p.p99_ms), 2)
+    );
 }
 
 /// The pipeline's work per request, counted: what each run made the server do, beside the

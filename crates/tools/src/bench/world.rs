@@ -35,7 +35,14 @@ pub struct World {
 
 impl World {
     pub fn start() -> anyhow::Result<World> {
+        Self::start_with(&[])
+    }
+
+    /// A cluster with the bench's settings and `extra` (the split topology's servers:
+    /// logical replication).
+    pub fn start_with(extra: &[&str]) -> anyhow::Result<World> {
         let mut settings = SETTINGS.to_vec();
+        settings.extend(extra);
         let lib = Cluster::program("postgres")?
             .parent()
             .and_then(|bin| bin.parent())

@@ -74,6 +74,10 @@ pub struct Options {
     /// servers, joined by routes (`sbworker link`), new dialogs taking them in turn; a
     /// worker per database. 0: one database.
     pub split: u32,
+    /// With `split` and `postgres` given: the calculation databases to use (empty, on
+    /// servers with logical replication), one per split; empty: the demo starts a
+    /// throwaway server for each.
+    pub calculation: Vec<String>,
 }
 
 /// The burst's edits when none are given: three per employee.
@@ -192,7 +196,11 @@ pub const DEMO_PLANNER: &str = "sbworker_demo_planner";
 pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result<Report> {
     let tables = Arc::new(Tables::built_in()?);
     anyhow::ensure!(
-        opts.split == 0 || (opts.postgres.is_none() && !opts.mssql && opts.external_setup.is_none()),
+        opts.split == 0
+            || (!opts.mssql
+                && opts.external_setup.is_none()
+                && (opts.postgres.is_none() == opts.calculation.is_empty())
+                && (opts.calculation.is_empty() || opts.calculation.len() == opts.split as usize)),
         "--split starts servers of its own, with sbworker's PostgreSQL workers: it takes no --postgres or --mssql"
     );
     let (_cluster, url) = match &opts.postgres {
@@ -215,7 +223,7 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
     } else {
         install_with(&url, true).await.context("installing the broker and the roster schema")?;
     }
-    let calculation = calculation_servers(&url, opts.split).await?;
+    let calculation = calculation_servers(&url, opts.split, &opts.calculation).await?;
     let (client, conn) = crate::pg_tls::connect(&url).await?;
     tokio::spawn(conn);
     if let Some(idle) = opts.dialog_reuse_idle_seconds {
@@ -278,7 +286,8 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
             reken.queues.retain(|name, _| name == REKEN_QUEUE);
             let (tx, rx) = mpsc::channel(2);
             split_stops.push(tx);
-            let url = format!("{calc} user={DEMO_WORKER}");
+            // (Databases given are used with the login given, as the roster's is.)
+            let url = if opts.postgres.is_none() { format!("{calc} user={DEMO_WORKER}") } else { calc.clone() };
             split_workers
                 .push(spawn_workers(PostgresTransport::new(url), reken, tables.clone(), metrics.clone(), rx).await?);
         }
@@ -390,14 +399,24 @@ pub async fn run(opts: &Options, out: &mut (dyn Write + Send)) -> anyhow::Result
 const SPLIT_SETTINGS: [&str; 4] =
     ["synchronous_commit=off", "wal_level=logical", "max_replication_slots=10", "max_wal_senders=10"];
 
-/// `n` calculation servers, each a throwaway cluster with a database installed as the
-/// calculation side and linked to the roster side at `roster`: (cluster, URL) each.
-async fn calculation_servers(roster: &str, n: u32) -> anyhow::Result<Vec<(Cluster, String)>> {
+/// `n` calculation servers, each a database installed as the calculation side and
+/// linked to the roster side at `roster`: those `given`, or each on a throwaway cluster
+/// of its own: (its cluster, if the demo started it; URL) each.
+async fn calculation_servers(roster: &str, n: u32, given: &[String]) -> anyhow::Result<Vec<(Option<Cluster>, String)>> {
     let mut out = Vec::new();
     for i in 1..=n {
-        eprintln!("starting calculation server {i} of {n} (a throwaway cluster, wal_level=logical) and linking it ...");
-        let cluster = Cluster::start(&SPLIT_SETTINGS).context("starting PostgreSQL")?;
-        let url = cluster.create_database("sbworker_demo_reken").await.context("creating a calculation database")?;
+        let (cluster, url) = match given.get(i as usize - 1) {
+            Some(url) => (None, url.clone()),
+            None => {
+                eprintln!(
+                    "starting calculation server {i} of {n} (a throwaway cluster, wal_level=logical) and linking it ..."
+                );
+                let cluster = Cluster::start(&SPLIT_SETTINGS).context("starting PostgreSQL")?;
+                let url =
+                    cluster.create_database("sbworker_demo_reken").await.context("creating a calculation database")?;
+                (Some(cluster), url)
+            }
+        };
         install_side(&url, false, Some(Side::Calc)).await.context("installing the calculation side")?;
         route::link(roster, &url).await.context("linking the calculation server")?;
         out.push((cluster, url));
