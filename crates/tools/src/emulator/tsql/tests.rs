@@ -427,7 +427,12 @@ fn anything_else_is_refused_clearly() {
     assert_eq!(parse_batch("SELECT name FROM sys.services").unwrap_err().number, NOT_SUPPORTED);
     assert_eq!(parse_batch("SEND ON @h").unwrap_err().number, 102);
     assert_eq!(parse_batch("RECEIVE @x = message_body FROM q INTO @t").unwrap_err().number, 102);
-    assert_eq!(parse_batch("IF @a > 1 SELECT @a").unwrap_err().number, NOT_SUPPORTED);
+    assert_eq!(parse_batch("IF @a < 1 SELECT @a").unwrap_err().number, NOT_SUPPORTED);
+    // (`>` is one: the hand-off's rollback, `IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION`.)
+    assert!(matches!(
+        parse_batch("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION").unwrap().as_slice(),
+        [Statement::If { condition: Condition::Greater(_, Value::Int(0)), otherwise: None, .. }]
+    ));
     assert_eq!(parse_batch("IF @a = 1 BEGIN SELECT @a").unwrap_err().number, 102);
     assert_eq!(parse_batch("SET ANSI_NULLS OFF").unwrap_err().number, NOT_SUPPORTED);
     assert_eq!(parse_batch("SET DATEFORMAT dmy").unwrap_err().number, NOT_SUPPORTED);
