@@ -27,6 +27,7 @@ use sbworker::ops::Backend as _;
 use sbworker::transport::{DeadLetter, Session as _, Side, Transport as _};
 use tokio_postgres::Client;
 
+use crate::common::on_every_back_end;
 use crate::common::pg::{fresh_roster_db, store_version, stored_results};
 use crate::common::tds::emulator_with;
 
@@ -265,7 +266,8 @@ async fn the_side_and_the_status_read_alike(kind: Kind) {
 
 /// The roster side's commands, as a user runs them, against the calculation side of a
 /// split install: `export`, `recompute` and `explain` refuse it, saying where to go;
-/// `sweep` there only ends the dialogs past their LIFETIME (SQL Server ends them itself).
+/// `sweep` there only ends the dialogs past their LIFETIME (on SQL Server, which ends them
+/// itself, it says it has nothing to do).
 async fn the_roster_commands_refuse_the_calculation_side(kind: Kind) {
     let url = crate::common::pg::fresh_calc_side_db().await;
     let (connection, _stop) = match kind {
@@ -278,51 +280,35 @@ async fn the_roster_commands_refuse_the_calculation_side(kind: Kind) {
     let mut db =
         Database::connect(&BrokerConfig { kind: kind.broker(), connection: connection.clone() }, None).await.unwrap();
     assert_eq!(db.side().await.unwrap(), Side::Calc);
+    // (A process of its own, awaited without blocking: the emulator answering it runs on
+    // this test's runtime.)
     let run = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker"));
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sbworker"));
         cmd.args(args).env_remove("SBWORKER__BROKER__CONNECTION").env_remove("SBWORKER_HANDOFF_MSSQL");
         match kind {
             Kind::Postgres => cmd.args(["--postgres", &connection]),
             Kind::Tds => cmd.args(["--mssql", &connection]),
         };
-        let o = cmd.output().unwrap();
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        async move {
+            let o = crate::common::within(120, "the command ends", cmd.output()).await.unwrap();
+            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        }
     };
     for args in [
         &["export", "--periode", "202604"][..],
         &["recompute", "--periode", "202604", "--dry-run"],
         &["explain", "--dienstverband", "1", "--periode", "202604"],
     ] {
-        let (ok, said) = run(args);
+        let (ok, said) = run(args).await;
         assert!(!ok && said.contains("is the calculation side of a split install"), "{args:?}: {said}");
         assert!(!said.contains("p;w"), "no secret shown: {said}");
     }
-    let (ok, said) = run(&["sweep"]);
-    assert!(
-        ok && said.contains("the calculation side of a split install: 0 dialogs past their LIFETIME ended"),
-        "{said}"
-    );
-}
-
-macro_rules! on_every_back_end {
-    ($($scenario:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Postgres).await
-                }
-            )*
-        }
-        mod tds {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Tds).await
-                }
-            )*
-        }
+    let (ok, said) = run(&["sweep"]).await;
+    let expected = match kind {
+        Kind::Postgres => "the calculation side of a split install: 0 dialogs past their LIFETIME ended",
+        Kind::Tds => "the calculation side of a split install: nothing to sweep here (SQL Server ends dialogs",
     };
+    assert!(ok && said.contains(expected), "{said}");
 }
 
 on_every_back_end!(
@@ -335,3 +321,28 @@ on_every_back_end!(
     the_side_and_the_status_read_alike,
     the_roster_commands_refuse_the_calculation_side,
 );
+
+/// A database that cannot be reached: every command that opens one says which (masked)
+/// and why (the cause, not only the driver's top line), on both back ends.
+#[test]
+fn a_database_that_cannot_be_reached_is_named_masked_with_its_cause() {
+    let pg = "host=127.0.0.1 port=1 user=u password=s3cretPw dbname=d connect_timeout=5";
+    let ms = "Server=tcp:127.0.0.1,1;Database=d;User Id=u;Password=s3cretPw;Encrypt=false";
+    for (flag, conn) in [("--postgres", pg), ("--mssql", ms)] {
+        for args in
+            [&["export", "--periode", "202604"][..], &["sweep"], &["explain", "--dienstverband", "1", "--periode", "1"]]
+        {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_sbworker"))
+                .args(args)
+                .args([flag, conn])
+                .env_remove("SBWORKER__BROKER__CONNECTION")
+                .env_remove("SBWORKER_HANDOFF_MSSQL")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{args:?}: {err}");
+            assert!(err.contains("cannot connect to") && err.contains("Connection refused"), "{args:?} {flag}: {err}");
+            assert!(!err.contains("s3cretPw") && err.contains("***"), "{args:?} {flag}: {err}");
+        }
+    }
+}

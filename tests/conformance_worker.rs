@@ -36,6 +36,7 @@ use crate::common::calc::*;
 use crate::common::faults::{
     answered_correctly_and_all_clean, fresh_key, hold_version_lock, lock_waiter, the_end_state_is_clean, vraag_for,
 };
+use crate::common::on_every_back_end;
 use crate::common::process::Worker;
 use crate::common::tds::emulator_with;
 
@@ -882,28 +883,7 @@ async fn a_group_retried_after_a_failure_is_taken_alone(kind: Kind) {
     assert_eq!(metric_in(&m, &q_metric("sbworker_transactions_committed_total")), 2.0, "{name}");
 }
 
-/// Each scenario as a test on each back end.
-macro_rules! on_every_back_end {
-    ($($scenario:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Postgres).await
-                }
-            )*
-        }
-        mod tds {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Tds).await
-                }
-            )*
-        }
-    };
-}
-
+// Each scenario as a test on each back end.
 on_every_back_end!(
     answers_each_request_and_ends_its_side_with_the_answer,
     a_malformed_vraag_gets_a_fout_naming_the_problem_and_an_error_end,

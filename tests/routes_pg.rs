@@ -251,6 +251,50 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
     assert!(receive_all(&cb, "loonfactorberekening_reken").await.is_empty());
 }
 
+/// A route whose slot lost its WAL (a far side down longer than `max_slot_wal_keep_size`
+/// allows): `status` still answers, shows the route not read and what it knows, and
+/// counts no messages it cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_answers_when_a_routes_slot_has_lost_its_wal() {
+    let (a, b) = (server().await, server().await);
+    let roster = side_db(&a, "roster", Side::Roster, false).await;
+    let calc = side_db(&b, "calc", Side::Calc, false).await;
+    let to_b = route::link(&roster, &calc).await.unwrap().to_calculation;
+    b.stop_immediate().unwrap();
+    let r = client(&roster).await;
+    burst(&r, 0, 2, 2).await;
+    r.batch_execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'").await.unwrap();
+    r.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    // WAL past the keep size, in segments of their own, then checkpoints that remove
+    // them: the slot's WAL is gone.
+    r.batch_execute("CREATE TABLE filler (x bigint)").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        for step in ["INSERT INTO filler SELECT generate_series(1, 20000)", "SELECT pg_switch_wal()", "CHECKPOINT"] {
+            r.batch_execute(step).await.unwrap();
+        }
+        let lost: String = r
+            .query_one("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'sb_route_' || $1", &[&to_b])
+            .await
+            .unwrap()
+            .get(0);
+        if lost == "lost" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the slot kept its WAL ({lost})");
+    }
+    let (needs, routes) = status(&roster).await;
+    let o = routes.out.iter().find(|o| o.route == to_b).unwrap();
+    assert!(o.subscribed && !o.reading && o.waiting.is_none(), "{o:?}");
+    assert_eq!(o.wal_status.as_deref(), Some("lost"), "{o:?}");
+    assert!(
+        needs
+            .iter()
+            .any(|l| l.contains(&format!("route {to_b} to")) && l.contains("lost WAL") && l.contains("link again")),
+        "{needs:?}"
+    );
+}
+
 /// The process that applies a route's messages killed with SIGKILL in the middle of a
 /// burst (its server restarts as after a crash): every message arrives once, in order per
 /// dialog.

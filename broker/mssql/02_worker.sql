@@ -87,9 +87,9 @@ IF COL_LENGTH(N'sbworker.dead_letter', N'far_service') IS NULL
 GO
 
 -- Which side of a split install this database holds, as the install's sqlcmd variable
--- Side said: `export`, `sweep`, `recompute` and `explain` refuse the calculation side
--- (crates/core/src/broker/database.rs). Granted to public in 07_security.sql: every
--- subcommand's login reads it, and a side's name is no secret.
+-- Side said: `export`, `recompute` and `explain` refuse the calculation side, and `sweep`
+-- has nothing to do there (crates/core/src/broker/database.rs). Granted to each of
+-- sbworker's roles in 07_security.sql: every subcommand's login reads it.
 CREATE OR ALTER PROCEDURE sbworker.side
 AS
 BEGIN

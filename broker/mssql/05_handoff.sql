@@ -435,9 +435,14 @@ BEGIN
         DECLARE open_dialogs CURSOR LOCAL STATIC READ_ONLY FOR
             SELECT DISTINCT i.conversation_handle,   -- (a dialog may carry several requests)
                    -- (On the roster side of a split deployment the target is on the
-                   -- calculation's server, its far service not in this database: such a
-                   -- dialog ends normally, so that the far side hears of it.)
-                   CASE WHEN EXISTS (SELECT 1 FROM sys.services s WHERE s.name = i.far_service)
+                   -- calculation's server: its far broker instance is another database's,
+                   -- and such a dialog ends normally, so that the far side hears of it.
+                   -- Before the far side answered, the instance is not known yet: then the
+                   -- far service being in this database decides.)
+                   CASE WHEN (TRY_CONVERT(uniqueidentifier, i.far_broker_instance)
+                                = (SELECT d.service_broker_guid FROM sys.databases d WHERE d.database_id = DB_ID())
+                              OR (i.far_broker_instance IS NULL
+                                  AND EXISTS (SELECT 1 FROM sys.services s WHERE s.name = i.far_service)))
                          AND NOT EXISTS (SELECT 1 FROM sys.conversation_endpoints t
                                           WHERE t.conversation_id = i.conversation_id AND t.is_initiator = 0)
                         THEN 1 ELSE 0 END

@@ -402,6 +402,7 @@ BEGIN
                 'out', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                             'route', r.route, 'service', r.service, 'address', r.address,
                             'subscribed', r.subscribed, 'reading', r.reading, 'behind_bytes', r.behind_bytes,
+                            'wal_status', r.wal_status,
                             'waiting', b.messages,
                             'oldest_waiting_seconds', extract(epoch FROM clock_timestamp() - b.oldest),
                             'waiting_counted_all', b.complete)

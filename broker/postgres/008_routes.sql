@@ -452,10 +452,13 @@ END $$;
 -- after applying it, so one that stopped just then may have applied a few of these: it
 -- skips them when it reads again.) Read from the route's slot without consuming it
 -- (pg_logical_slot_peek_binary_changes, pgoutput with the route's publication, which
--- carries sb.transmission's inserts only: one per message), at most 64 MB of WAL past
--- what the far side confirmed (`complete` false: there may be more). No row while the far
--- side reads (the slot is in use; `behind_bytes` says how far behind), when there is no
--- slot, or when the install's owner may not decode (REPLICATION or superuser). The
+-- carries sb.transmission's inserts only: one per message), decoding from the slot's
+-- restart point up to 16 MB of WAL past what the far side confirmed (`complete` false:
+-- there may be more); about a tenth of a second per MB here, the slot held meanwhile (a
+-- far side connecting just then retries a few seconds later). No row while the far side
+-- reads (the slot is in use; `behind_bytes` says how far behind), when there is no slot
+-- or its WAL is gone, on a standby, or when it cannot be read at all (the install's
+-- owner without REPLICATION, say): the status it serves must never fail over it. The
 -- oldest is the earliest commit time of the Begin messages (pgoutput: byte 'B', the
 -- final LSN, then the commit time in microseconds since 2000-01-01; since PostgreSQL 15
 -- a transaction with nothing for the publication sends none).
@@ -464,15 +467,19 @@ RETURNS TABLE (messages bigint, oldest timestamptz, complete boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s      record;
-    v_now  pg_lsn := pg_current_wal_lsn();
+    v_now  pg_lsn;
     v_upto pg_lsn;
 BEGIN
-    SELECT * INTO s FROM pg_replication_slots
-     WHERE slot_name = 'sb_route_' || p_route AND database = current_database();
-    IF NOT FOUND OR s.active OR s.confirmed_flush_lsn IS NULL THEN
+    IF pg_is_in_recovery() THEN
         RETURN;
     END IF;
-    v_upto := least(v_now, s.confirmed_flush_lsn + 67108864);
+    SELECT * INTO s FROM pg_replication_slots
+     WHERE slot_name = 'sb_route_' || p_route AND database = current_database();
+    IF NOT FOUND OR s.active OR s.confirmed_flush_lsn IS NULL OR s.wal_status IN ('lost', 'unreserved') THEN
+        RETURN;
+    END IF;
+    v_now := pg_current_wal_lsn();
+    v_upto := least(v_now, s.confirmed_flush_lsn + 16777216);
     RETURN QUERY
     SELECT count(*) FILTER (WHERE get_byte(c.data, 0) = 73),
            min(timestamptz '2000-01-01 00:00:00+00'
@@ -481,7 +488,8 @@ BEGIN
            v_upto = v_now
       FROM pg_logical_slot_peek_binary_changes('sb_route_' || p_route, v_upto, NULL,
                'proto_version', '1', 'publication_names', 'sb_route_' || p_route) c;
-EXCEPTION WHEN insufficient_privilege OR object_in_use OR undefined_object THEN
+EXCEPTION WHEN OTHERS THEN
+    -- (Whatever it is: the route's other columns still say it is not read.)
     RETURN;
 END $$;
 

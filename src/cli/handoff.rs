@@ -142,10 +142,14 @@ pub fn ack(target: &BrokerConfig, batch: Uuid) -> anyhow::Result<String> {
 pub fn sweep(target: &BrokerConfig, opts: sweep::Options) -> anyhow::Result<String> {
     runtime()?.block_on(async {
         let (mut db, side) = connect_any_side(target).await?;
+        if side == crate::transport::Side::Calc && db.kind() == crate::config::BrokerKind::Mssql {
+            return Ok("the calculation side of a split install: nothing to sweep here (SQL Server ends dialogs past \
+                       their LIFETIME itself; the sweep runs on the roster side)"
+                .to_owned());
+        }
         if side == crate::transport::Side::Calc {
             // The calculation side keeps no keys or results: its sweep only ends the
-            // dialogs past their LIFETIME (those whose roster side is gone; SQL Server
-            // ends them itself).
+            // dialogs past their LIFETIME (those whose roster side is gone).
             let expired = db.expire_only().await.context("ending the dialogs past their LIFETIME")?;
             return Ok(format!(
                 "the calculation side of a split install: {expired} dialogs past their LIFETIME ended (the rest of \

@@ -258,3 +258,28 @@ pub fn xmllint_all(schema: Option<&std::path::Path>, docs: &[&[u8]]) -> Result<(
 pub fn forbidden_chars() -> Vec<char> {
     (0u32..0x20).filter(|c| !matches!(c, 0x9 | 0xA | 0xD)).chain([0xFFFE, 0xFFFF]).filter_map(char::from_u32).collect()
 }
+
+/// One test per back end for each scenario `f(kind)` of the calling module (which
+/// defines `Kind` with `Postgres` and `Tds`): `mod postgres { … }` and `mod tds { … }`,
+/// each scenario a multi-threaded tokio test. The conformance suites' runner.
+macro_rules! on_every_back_end {
+    ($($scenario:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Postgres).await
+                }
+            )*
+        }
+        mod tds {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Tds).await
+                }
+            )*
+        }
+    };
+}
+pub(crate) use on_every_back_end;

@@ -48,7 +48,12 @@ impl Database {
         };
         match broker.kind {
             BrokerKind::Postgres => {
-                let (client, conn) = crate::pg_tls::connect(&broker.connection).await.map_err(|e| failed(&e))?;
+                // The server's own message, or the causes of a connection that failed
+                // ("Connection refused"), not only tokio-postgres' top line.
+                let (client, conn) = crate::pg_tls::connect(&broker.connection).await.map_err(|e| match e {
+                    crate::pg_tls::ConnectError::Connect(e) => failed(&super::postgres::error_of_ref(&e).message),
+                    e => failed(&e),
+                })?;
                 tokio::spawn(conn);
                 Ok(Database::Postgres(client))
             }
@@ -61,7 +66,7 @@ impl Database {
                 if let Some(t) = long_statements.filter(|_| !c.command_timeout_given) {
                     c.command_timeout = t;
                 }
-                let tds = super::mssql::connect(&c).await.map_err(|e| failed(&e))?;
+                let tds = super::mssql::connect(&c).await.map_err(|e| failed(&e.message))?;
                 Ok(Database::Mssql(Box::new(tds)))
             }
         }
@@ -82,7 +87,14 @@ impl Database {
                         return if e.number == 2812 { Ok(Side::Both) } else { Err(e) };
                     }
                 };
-                Ok(rows.first().and_then(|r| r.get::<&str, _>(0)).and_then(|s| s.parse().ok()).unwrap_or_default())
+                // Fails closed: a side that cannot be read is an error, never "both"
+                // (which would let the roster's commands at a calculation side).
+                let said = rows.first().and_then(|r| r.get::<&str, _>(0)).map(str::to_owned);
+                said.as_deref().and_then(|s| s.parse().ok()).ok_or_else(|| BrokerError {
+                    kind: ErrorKind::Other,
+                    number: 0,
+                    message: format!("sbworker.side answered {said:?}, not both, roster or calc"),
+                })
             }
         }
     }

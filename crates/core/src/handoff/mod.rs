@@ -95,8 +95,11 @@ impl recompute::Backend for Database {
     async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, BrokerError> {
         on_database!(self, b => recompute::Backend::batch(b, keys).await)
     }
-    fn transient(e: &BrokerError) -> bool {
-        e.kind == crate::broker::ErrorKind::Retryable
+    fn transient(&self, e: &BrokerError) -> bool {
+        match self {
+            Database::Postgres(c) => c.transient(e),
+            Database::Mssql(t) => t.transient(e),
+        }
     }
     fn message(e: &BrokerError) -> String {
         e.message.clone()

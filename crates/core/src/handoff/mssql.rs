@@ -211,7 +211,7 @@ impl super::recompute::Backend for Tds {
         sent
     }
 
-    fn transient(e: &BrokerError) -> bool {
+    fn transient(&self, e: &BrokerError) -> bool {
         e.kind == crate::broker::ErrorKind::Retryable
     }
 

@@ -124,10 +124,12 @@ impl RecomputeBackend for Client {
         Ok(i64::from(n))
     }
 
-    /// Deadlock, serialization failure, and `rekenserver.herbereken` giving way to a
-    /// planner's lock after 200 ms (55P03), among the broker's retryable errors.
-    fn transient(e: &Self::Error) -> bool {
-        e.kind == ErrorKind::Retryable
+    /// Deadlock, serialization failure (40P01, 40001: the broker's 1205), and
+    /// `rekenserver.herbereken` giving way to a planner's lock after 200 ms (55P03: its
+    /// 1222). Not the broker's other retryable errors: a statement an operator cancelled
+    /// (57014) stops the run, and so does a server out of resources.
+    fn transient(&self, e: &Self::Error) -> bool {
+        e.kind == ErrorKind::Retryable && matches!(e.number, 1205 | 1222)
     }
 
     fn message(e: &Self::Error) -> String {

@@ -97,8 +97,9 @@ pub trait Backend {
     ) -> Result<Vec<(i32, i32)>, Self::Error>;
     /// Recomputes `keys` in one committed transaction: the Vraags sent.
     async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, Self::Error>;
-    /// A deadlock or serialization failure: the batch is taken again.
-    fn transient(e: &Self::Error) -> bool;
+    /// A deadlock or serialization failure: the batch is taken again. (Of this back end:
+    /// a statement an operator cancelled is not one.)
+    fn transient(&self, e: &Self::Error) -> bool;
     /// The database's own message of an error, for the run log.
     fn message(e: &Self::Error) -> String;
 }
@@ -165,7 +166,7 @@ pub async fn run<B: Backend>(
         );
         let result = loop {
             match db.batch(take).await {
-                Err(e) if B::transient(&e) => match pauses.next() {
+                Err(e) if db.transient(&e) => match pauses.next() {
                     Some(pause) => tokio::time::sleep(pause).await,
                     None => break Err(e),
                 },

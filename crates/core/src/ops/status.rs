@@ -53,6 +53,10 @@ pub struct RouteOut {
     pub reading: bool,
     /// WAL the far side has still to take (its messages among it).
     pub behind_bytes: Option<i64>,
+    /// Whether the route's slot keeps its WAL (`reserved`, `extended`, `unreserved`) or
+    /// lost some (`lost`: the route cannot resume).
+    #[serde(default)]
+    pub wal_status: Option<String>,
     /// While the far side does not read: the messages the route holds that it has not
     /// confirmed, read from its slot (`sb.route_backlog`); `None` while it reads, or
     /// when they cannot be read.
@@ -61,7 +65,7 @@ pub struct RouteOut {
     /// How long the oldest of them has waited.
     #[serde(default)]
     pub oldest_waiting_seconds: Option<f64>,
-    /// Every waiting message was counted (false: 64 MB of WAL were read, there may be
+    /// Every waiting message was counted (false: 16 MB of WAL were read, there may be
     /// more).
     #[serde(default)]
     pub waiting_counted_all: Option<bool>,
@@ -256,6 +260,13 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
                     "route {} to {}: no far database subscribes to it (run `sbworker link`); its messages wait here",
                     o.route, o.service
                 ));
+            } else if o.wal_status.as_deref() == Some("lost") {
+                out.push(format!(
+                    "route {} to {}: its slot lost WAL its far side had not taken (max_slot_wal_keep_size), so it cannot \
+                     resume: drop the far side's subscription and this slot and link again (sbworker link; \
+                     docs/deployment.md, \"A stuck route\"); its dialogs are repaired by their LIFETIME and the sweep",
+                    o.route, o.service
+                ));
             } else if !o.reading {
                 out.push(format!(
                     "route {} to {} at {}: its far side does not read it (its server down, or its subscription \
@@ -403,13 +414,17 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
                 x.address.as_deref().unwrap_or("?"),
                 match (x.subscribed, x.reading) {
                     (false, _) => "NOT SUBSCRIBED".to_owned(),
+                    (true, _) if x.wal_status.as_deref() == Some("lost") => {
+                        "its slot LOST WAL: it cannot resume, link it again".to_owned()
+                    }
                     (true, false) => {
                         format!("NOT READ, {}, {} bytes behind", x.waiting_text(), x.behind_bytes.unwrap_or(0))
                     }
                     (true, true) => format!("read, {} bytes behind", x.behind_bytes.unwrap_or(0)),
                 }
             );
-            let _ = writeln!(o, "{}", if x.subscribed && x.reading { line } else { red(&line) });
+            let healthy = x.subscribed && x.reading && x.wal_status.as_deref() != Some("lost");
+            let _ = writeln!(o, "{}", if healthy { line } else { red(&line) });
         }
         for i in &r.incoming {
             let line = format!(

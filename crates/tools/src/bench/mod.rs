@@ -357,13 +357,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
     progress("starting the bench's PostgreSQL cluster (fsync on) ...");
     let w = world::World::start()?;
     let settings = w.settings().await?;
-    // The split topology's two servers (the bench's settings and logical replication).
-    let split_world = if opts.runs(Part::Split) {
-        progress("starting the split topology's two PostgreSQL clusters (fsync on, wal_level=logical) ...");
-        Some(pipeline::SplitWorld::start()?)
-    } else {
-        None
-    };
+    // The split topology's two servers (the bench's settings and logical replication),
+    // started before its first step, so that they idle through no other part.
+    let mut split_world: Option<pipeline::SplitWorld> = None;
     let pg = w.database("bench_sbworker_pg", true, BENCH_SQL).await?;
     let tds = w.database("bench_sbworker_tds", true, BENCH_SQL).await?;
     let limit = w.database("bench_limit", false, LIMIT_SQL).await?;
@@ -655,8 +651,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 }
             }
         }
-        if let Some(sw) = &split_world {
+        if opts.runs(Part::Split) {
             tracker.next();
+            if split_world.is_none() {
+                progress("starting the split topology's two PostgreSQL clusters (fsync on, wal_level=logical) ...");
+                split_world = Some(pipeline::SplitWorld::start()?);
+            }
+            let sw = split_world.as_ref().expect("started above");
             results.split.push(pipeline::split_pair(sw, &sizes, OPEN_LOOP_READERS, rep).await?);
         }
         if opts.runs(Part::Engine) {

@@ -226,8 +226,32 @@ pub async fn split_pair(
     let mut opts = demo_options(employees, roster, readers, repetition);
     opts.split = 1;
     opts.calculation = vec![calc];
-    let split = measured(opts, None, repetition).await?;
+    let split = measured(opts.clone(), None, repetition).await?;
+    unlink(opts.postgres.as_deref().unwrap_or_default(), &opts.calculation).await?;
     Ok(SplitPair { repetition, single, split })
+}
+
+/// Takes a split repetition's routes down (subscriptions, then slots, on every side), so
+/// that no apply worker, slot or walsender of it runs beside what the bench measures next.
+async fn unlink(roster: &str, calculation: &[String]) -> anyhow::Result<()> {
+    let all: Vec<&str> = std::iter::once(roster).chain(calculation.iter().map(String::as_str)).collect();
+    for url in &all {
+        super::world::connect(url).await?.batch_execute(super::stmt::SPLIT_DROP_SUBSCRIPTIONS.sql).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for url in &all {
+        let c = super::world::connect(url).await?;
+        loop {
+            c.query(super::stmt::SPLIT_DROP_SLOTS.sql, &[]).await?;
+            let left: i64 = c.query_one(super::stmt::SPLIT_SLOTS_LEFT.sql, &[]).await?.get(0);
+            if left == 0 {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the split repetition's slots are still held after 60 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Runs the demo with `opts` on its database (and its calculation databases, when

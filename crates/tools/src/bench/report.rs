@@ -464,8 +464,9 @@ fn split_section(out: &mut String, r: &Results) {
          one server, the calculation on another, joined by a route each way (`demo --split 1`; logical \
          replication carries the messages). Both servers are throwaway clusters on this machine with the bench's \
          settings and `wal_level = logical`; the one-database arm runs on the roster's server, so the arms differ \
-         by the route alone. Ratios are taken within each repetition. The work is counted on both servers (the \
-         route's apply process included where pg_stat_statements sees its trigger's statements).\n\n\
+         by the route alone. Ratios are taken within each repetition. The work is counted on both servers; \
+         pg_stat_statements records the statements of the delivery trigger the route's apply process fires as \
+         top-level ones, so they count among those sent (the apply's own row inserts are not counted).\n\n\
          | deployment | edits/s | p50 ms | p99 ms | statements sent | nested statements | buffers touched | verified |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- |",
         r.sizes.pipeline_employees

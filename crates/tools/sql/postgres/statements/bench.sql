@@ -307,3 +307,28 @@ SELECT pg_backend_pid();
 -- {value}: filled in, a statement takes no parameter there).
 -- name: set_sync
 ALTER DATABASE {db} SET synchronous_commit = {value};
+
+-- The split part, after a repetition: the database's subscriptions dropped without their
+-- slots (those are the other server's, dropped there), so that no apply worker, slot or
+-- walsender of an earlier repetition runs beside the next.
+-- name: split_drop_subscriptions
+DO $$
+DECLARE
+    s record;
+BEGIN
+    FOR s IN SELECT subname FROM pg_catalog.pg_subscription
+              WHERE subdbid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) LOOP
+        EXECUTE format('ALTER SUBSCRIPTION %I DISABLE', s.subname);
+        EXECUTE format('ALTER SUBSCRIPTION %I SET (slot_name = NONE)', s.subname);
+        EXECUTE format('DROP SUBSCRIPTION %I', s.subname);
+    END LOOP;
+END $$;
+
+-- Then the database's slots no walsender holds any more (the far side's walsender ends
+-- a moment after its subscription): called until none is left.
+-- name: split_drop_slots
+SELECT pg_catalog.pg_drop_replication_slot(slot_name)
+  FROM pg_catalog.pg_replication_slots WHERE database = current_database() AND NOT active;
+
+-- name: split_slots_left
+SELECT count(*) FROM pg_catalog.pg_replication_slots WHERE database = current_database();
