@@ -414,7 +414,11 @@ BEGIN
                            'apply_errors', coalesce(ss.apply_error_count, 0))
                            ORDER BY s.subname), '[]')
                          FROM pg_catalog.pg_subscription s
-                         LEFT JOIN pg_catalog.pg_stat_subscription st ON st.subid = s.oid AND st.relid IS NULL
+                         -- (The leader apply worker only: PostgreSQL 16's parallel apply
+                         -- workers have no table either, and a leader_pid; 15 has no such
+                         -- column, read through jsonb so that one query serves both.)
+                         LEFT JOIN pg_catalog.pg_stat_subscription st
+                                ON st.subid = s.oid AND st.relid IS NULL AND to_jsonb(st) ->> 'leader_pid' IS NULL
                          LEFT JOIN pg_catalog.pg_stat_subscription_stats ss ON ss.subid = s.oid
                         WHERE s.subdbid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
                           AND s.subname LIKE 'sb\_route\_%'),
