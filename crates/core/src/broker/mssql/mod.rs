@@ -381,7 +381,11 @@ impl transport::Session for MssqlSession {
                             if hub.take(&name) {
                                 return Ok(true);
                             }
-                            if tokio::time::Instant::now() >= deadline {
+                            // A wait cut short by the Command Timeout ends here too: the
+                            // caller looks a moment early rather than another RECEIVE
+                            // for the rest.
+                            let cut = left > self.longest_wait && received.rows == 0;
+                            if cut || tokio::time::Instant::now() >= deadline {
                                 return Ok(false);
                             }
                         }
