@@ -3,8 +3,9 @@
 //! ON`, `SET NOCOUNT ON` and the ANSI options xml methods need, whatever the login's
 //! defaults; transactions go through tiberius's transaction manager
 //! requests; the statements are in `broker/mssql/statements/session.sql`. A session has two connections:
-//! one for the work, and one outside its transactions for the durable attempt counts.
-//! Errors are classified by SQL Server error number in [`classify`].
+//! one for the work, and one outside its transactions for the durable attempt counts,
+//! the queue's state and an idle supervisor's wait on event-based activation
+//! (`activation.rs`). Errors are classified by SQL Server error number in [`classify`].
 
 mod activation;
 pub mod browser;
@@ -106,7 +107,7 @@ impl Transport for MssqlTransport {
 pub struct MssqlSession {
     work: Tds,
     side: Tds,
-    /// Its transport's idle waits ([`activation`]).
+    /// Its transport's idle waits (`activation.rs`).
     activation: Arc<activation::Hub>,
     /// The longest one WAITFOR may wait under the connection's Command Timeout.
     longest_wait: Duration,
@@ -358,7 +359,7 @@ impl transport::Session for MssqlSession {
         })
     }
 
-    /// Waits on SQL Server's event-based activation ([`activation`]): true when a
+    /// Waits on SQL Server's event-based activation (`activation.rs`): true when a
     /// QUEUE_ACTIVATION notification named `queue` (received by this session, or by
     /// another of the transport's sessions receiving for all), or at once when the
     /// notification queue cannot be read (no `optional/activation.sql`: the supervisor
