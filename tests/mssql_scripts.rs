@@ -136,6 +136,7 @@ fn created_on(side: Side) -> Vec<(&'static str, String, String)> {
                 [a, b, k, ..] if a == "OR" && b == "ALTER" => (k.clone(), i + 4),
                 [m, t, ..] if m == "MESSAGE" && t == "TYPE" => ("MESSAGE TYPE".to_owned(), i + 3),
                 [b, p, ..] if b == "BROKER" && p == "PRIORITY" => ("BROKER PRIORITY".to_owned(), i + 3),
+                [e, n, ..] if e == "EVENT" && n == "NOTIFICATION" => ("EVENT NOTIFICATION".to_owned(), i + 3),
                 [k, ..] => (k.clone(), i + 2),
                 [] => continue,
             };
@@ -216,6 +217,7 @@ fn every_batch_is_idempotent() {
             "CREATE ROUTE",
             "ALTER ROUTE",
             "CREATE REMOTE SERVICE BINDING",
+            "CREATE EVENT NOTIFICATION",
             "ALTER DATABASE",
             "ADD MEMBER",
         ] {
@@ -944,7 +946,9 @@ fn the_installer_knows_the_current_schema_collection_by_name() {
 /// (the installer runs every script on one connection), no USE inside one.
 #[test]
 fn every_script_checks_its_side_and_closes_its_regions() {
-    for (file, script) in SCRIPTS {
+    // The optional script of event-based activation has regions of its own (a queue per side).
+    let activation = sbworker::broker::mssql::OPTIONAL_SCRIPTS.iter().filter(|(f, _)| *f == "optional/activation.sql");
+    for (file, script) in SCRIPTS.iter().chain(activation) {
         let lines: Vec<&str> = script.lines().collect();
         let check = lines.iter().position(|l| l.starts_with("IF '$(Side)' NOT IN ('both', 'roster', 'calc')"));
         if *file == "00_database.sql" {
@@ -1140,4 +1144,52 @@ fn the_transport_scripts_make_the_endpoint_and_the_routes_by_microsofts_forms() 
             assert!(!line.trim_start().to_uppercase().starts_with("DROP "), "{line}");
         }
     }
+}
+
+/// Event-based activation (`optional/activation.sql`, docs/sqlserver.md): on every side the
+/// notification queue and a service on it for the event notifications' contract, named
+/// `http://…` as SQL Server names it (Microsoft's pages print `https://` since their links
+/// were rewritten; the same pages in other languages keep `http://`), and RECEIVE on it for
+/// the worker's role; one QUEUE_ACTIVATION event notification on each of the side's queues,
+/// to that service in the current database, left out where the queue has an activation
+/// procedure (Msg 9718); no DROP. The worker waits on the queue the script makes.
+#[test]
+fn the_activation_script_watches_each_queue_of_its_side() {
+    let script = sbworker::broker::mssql::OPTIONAL_SCRIPTS
+        .iter()
+        .find(|(f, _)| *f == "optional/activation.sql")
+        .expect("the script is listed")
+        .1;
+    let reken = ("sbworker_activation_reken", REKEN_QUEUE);
+    let data = ("sbworker_activation_data", DATA_QUEUE);
+    for (side, watched) in [(Side::Both, vec![reken, data]), (Side::Roster, vec![data]), (Side::Calc, vec![reken])] {
+        let text = split(&for_side(script, side)).join("GO\n");
+        for needed in [
+            "CREATE QUEUE sbworker.activation\n        WITH STATUS = ON, RETENTION = OFF, POISON_MESSAGE_HANDLING (STATUS = OFF);",
+            "CREATE SERVICE [/sbworker/Activation] AUTHORIZATION [sbworker]\n        ON QUEUE sbworker.activation ([http://schemas.microsoft.com/SQL/Notifications/PostEventNotification]);",
+            "GRANT RECEIVE ON OBJECT::sbworker.activation TO sbworker_role;",
+        ] {
+            assert!(text.contains(needed), "{side}: activation.sql lacks {needed}");
+        }
+        let creates = text.lines().filter(|l| l.trim_start().starts_with("CREATE EVENT NOTIFICATION")).count();
+        assert_eq!(creates, watched.len(), "{side}");
+        for (name, queue) in watched {
+            let create = format!(
+                "CREATE EVENT NOTIFICATION {name}\n        ON QUEUE dbo.{queue}\n        FOR QUEUE_ACTIVATION\n        \
+                 TO SERVICE '/sbworker/Activation', 'current database';"
+            );
+            assert!(text.contains(&create), "{side}: activation.sql lacks {create}");
+            let guard = &text[..text.find(&create).unwrap()];
+            let guard = &guard[guard.rfind("GO\n").unwrap()..];
+            assert!(
+                guard.contains(&format!("name = N'{name}' AND parent_class = 1"))
+                    && guard.contains(&format!("OBJECT_ID(N'dbo.{queue}') AND activation_procedure IS NOT NULL")),
+                "{side}: the guard of {name}: {guard}"
+            );
+        }
+    }
+    for line in script.lines() {
+        assert!(!line.trim_start().to_uppercase().starts_with("DROP "), "{line}");
+    }
+    assert!(stmt::WAIT_FOR_ACTIVATION.sql.contains("FROM sbworker.activation"), "the worker waits on that queue");
 }

@@ -35,3 +35,4 @@ mod selftest; // `sbworker selftest`
 mod transient_faults; // aimed transient faults: retried, never counted, never diverted
 mod worker_pg; // the worker runtime in process against the PostgreSQL broker
 mod worker_process; // the worker as a real process
+mod worker_tds; // the worker runtime over TDS where SQL Server differs: idle queues on event-based activation

@@ -81,6 +81,16 @@ EXEC sbworker.claim_version @dv = @P1, @periode = @P2, @versie = @P3
 -- name: queue_state
 EXEC sbworker.queue_state @queue = @P1
 
+-- An idle supervisor's wait for work (optional/activation.sql): up to @P1 of SQL Server's
+-- event notifications (QUEUE_ACTIVATION: EventNotification messages whose body is the
+-- EVENT_INSTANCE naming the queue; EndDialog or Error when an event notification's
+-- conversation ends), waiting up to @P2 ms. Outside any transaction, on the side
+-- connection: a notification is taken as it is read (one lost costs an idle queue one
+-- look later, never a message), and several worker processes may wait on the one queue.
+-- name: wait_for_activation
+WAITFOR (RECEIVE TOP (@P1) conversation_handle, message_type_name, message_body
+           FROM sbworker.activation), TIMEOUT @P2
+
 -- A reader slot among the queue's first @P2, held by this session's connection (the
 -- working one) until freed: its number, NULL when all are held.
 -- name: take_reader_slot

@@ -3,18 +3,22 @@
 //! ON`, `SET NOCOUNT ON` and the ANSI options xml methods need, whatever the login's
 //! defaults; transactions go through tiberius's transaction manager
 //! requests; the statements are in `broker/mssql/statements/session.sql`. A session has two connections:
-//! one for the work, and one outside its transactions for the durable attempt counts.
-//! Errors are classified by SQL Server error number in [`classify`].
+//! one for the work, and one outside its transactions for the durable attempt counts,
+//! the queue's state and an idle supervisor's wait on event-based activation
+//! (`activation.rs`). Errors are classified by SQL Server error number in [`classify`].
 
+mod activation;
 pub mod browser;
 mod connection;
 mod errors;
 mod scripts;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
 
+pub use activation::{Activated, NOTIFICATION_QUEUE, event_instance};
 pub use connection::{Connection, ConnectionStringError, Tds, ado_pairs, check_waits, connect};
 pub use errors::{classify, error_of, quote_identifier, quote_name};
 pub use scripts::{
@@ -44,15 +48,27 @@ pub fn statements_as_sent() -> Vec<(&'static str, String)> {
 }
 
 /// Opens SQL Server sessions.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MssqlTransport {
     connection: Connection,
     masked: String,
+    /// The idle waits of its sessions, on SQL Server's event-based activation.
+    activation: Arc<activation::Hub>,
+}
+
+impl std::fmt::Debug for MssqlTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MssqlTransport").field("connection", &self.connection).field("masked", &self.masked).finish()
+    }
 }
 
 impl MssqlTransport {
     pub fn new(connection_string: &str) -> Result<Self, ConnectionStringError> {
-        Ok(Self { connection: Connection::parse(connection_string)?, masked: crate::connstr::mask(connection_string) })
+        Ok(Self {
+            connection: Connection::parse(connection_string)?,
+            masked: crate::connstr::mask(connection_string),
+            activation: Arc::default(),
+        })
     }
 
     /// The longest a single statement may wait for the server (the receive's
@@ -68,7 +84,13 @@ impl Transport for MssqlTransport {
     async fn open(&self) -> Result<MssqlSession, BrokerError> {
         let work = connect(&self.connection).await?;
         let side = connect(&self.connection).await?;
-        Ok(MssqlSession { work, side })
+        // A WAITFOR ends at least 2 s before the Command Timeout (as `check_waits` asks of
+        // the readers' waits).
+        let longest_wait = match self.connection.command_timeout.saturating_sub(Duration::from_secs(2)) {
+            d if d.is_zero() => self.connection.command_timeout / 2,
+            d => d,
+        };
+        Ok(MssqlSession { work, side, activation: self.activation.clone(), longest_wait })
     }
 
     fn describe(&self) -> String {
@@ -85,6 +107,10 @@ impl Transport for MssqlTransport {
 pub struct MssqlSession {
     work: Tds,
     side: Tds,
+    /// Its transport's idle waits (`activation.rs`).
+    activation: Arc<activation::Hub>,
+    /// The longest one WAITFOR may wait under the connection's Command Timeout.
+    longest_wait: Duration,
 }
 
 fn keys_json(keys: &[MessageKey]) -> String {
@@ -130,6 +156,29 @@ impl MssqlSession {
 }
 
 impl MssqlSession {
+    /// One RECEIVE from the notification queue (`sbworker.activation`) on the side
+    /// connection, outside any transaction, waiting up to `wait` (within the Command
+    /// Timeout): what it brought. A conversation that ended (its event notification
+    /// dropped) is ended on this side too; the others are left open, as the event
+    /// notifications need them.
+    async fn receive_activations(&mut self, wait: Duration) -> Result<activation::Received, BrokerError> {
+        let timeout = i32::try_from(wait.min(self.longest_wait).as_millis()).unwrap_or(i32::MAX);
+        let rows = Self::rows(&mut self.side, stmt::WAIT_FOR_ACTIVATION.sql, &[&activation::TAKE, &timeout]).await?;
+        let received = activation::Received::of(rows.iter().map(|r| {
+            (
+                r.try_get::<Uuid, _>(0).ok().flatten(),
+                r.try_get::<&str, _>(1).ok().flatten(),
+                r.try_get::<&[u8], _>(2).ok().flatten(),
+            )
+        }));
+        for h in &received.ended {
+            if let Err(e) = Self::exec(&mut self.side, stmt::END_CONVERSATION.sql, &[h]).await {
+                tracing::warn!(conversation = %h, "cannot end an ended event notification's conversation: {e}");
+            }
+        }
+        Ok(received)
+    }
+
     /// A group RECEIVE waited its bound (1 s) for the group's lock: another session holds
     /// the group, and serves it. XACT_ABORT ON rolled the (still empty) transaction back;
     /// the lock timeout is reset and a transaction begun again, so the caller finds the
@@ -308,6 +357,54 @@ impl transport::Session for MssqlSession {
                 .and_then(|n| u32::try_from(n).ok())
                 .filter(|&n| n > 0),
         })
+    }
+
+    /// Waits on SQL Server's event-based activation (`activation.rs`): true when a
+    /// QUEUE_ACTIVATION notification named `queue` (received by this session, or by
+    /// another of the transport's sessions receiving for all), or at once when the
+    /// notification queue cannot be read (no `optional/activation.sql`: the supervisor
+    /// then looks at every tick, as before); false when `wait` passed without one.
+    async fn wait_for_work(&mut self, queue: &str, wait: Duration) -> Result<bool, BrokerError> {
+        use activation::Turn;
+        let hub = self.activation.clone();
+        let name = activation::QueueName::parse(queue);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = hub.changed();
+            match hub.turn(&name) {
+                Turn::Work => return Ok(true),
+                Turn::Receive(turn) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    match self.receive_activations(left).await {
+                        Ok(received) => {
+                            hub.received(received.activated);
+                            drop(turn);
+                            if hub.take(&name) {
+                                return Ok(true);
+                            }
+                            // A wait cut short by the Command Timeout ends here too: the
+                            // caller looks a moment early rather than another RECEIVE
+                            // for the rest.
+                            let cut = left > self.longest_wait && received.rows == 0;
+                            if cut || tokio::time::Instant::now() >= deadline {
+                                return Ok(false);
+                            }
+                        }
+                        Err(e) if activation::is_unavailable(&e) => {
+                            hub.unavailable(&e);
+                            return Ok(true);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Turn::Wait => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(deadline) => return Ok(hub.take(&name)),
+                    }
+                }
+            }
+        }
     }
 
     async fn take_reader_slot(&mut self, queue: &str, slots: u32) -> Result<Option<u32>, BrokerError> {

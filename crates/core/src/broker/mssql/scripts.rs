@@ -182,11 +182,15 @@ pub const SET_OPTIONS: &str = "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANS
 
 /// Optional scripts, run by hand: VALID_XML validation against `schemas/` (first); for a
 /// split deployment (docs/sqlserver.md, "Two databases, two servers") the Service Broker
-/// endpoint and its certificates (in master) and the routes between the two databases.
+/// endpoint and its certificates (in master) and the routes between the two databases;
+/// event-based activation for queues served with `min_readers = 0` (the notification
+/// queue `sbworker.activation` and a QUEUE_ACTIVATION event notification on each of the
+/// side's queues).
 pub const OPTIONAL_SCRIPTS: &[(&str, &str)] = &[
     ("optional/schema_collection.sql", include_str!("../../../../../broker/mssql/optional/schema_collection.sql")),
     ("optional/endpoint.sql", include_str!("../../../../../broker/mssql/optional/endpoint.sql")),
     ("optional/routes.sql", include_str!("../../../../../broker/mssql/optional/routes.sql")),
+    ("optional/activation.sql", include_str!("../../../../../broker/mssql/optional/activation.sql")),
 ];
 
 /// `xsd` without its identity constraints (`xs:unique`, `xs:key`, `xs:keyref`): SQL

@@ -37,3 +37,8 @@ ROLLBACK TO SAVEPOINT sbworker_statement;
 -- found it held by another session): `RECEIVE … WHERE conversation_group_id = g` waits.
 -- name: group_waiting
 SELECT EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = $1 AND queue = $2);
+
+-- The queues the emulated event-based activation watches (server/activation.rs): every
+-- queue but the notification queue $1, and the database's name for the notifications.
+-- name: watched_queues
+SELECT name, current_database()::text FROM sb.queue WHERE name <> $1 ORDER BY name;

@@ -55,6 +55,7 @@ pub(super) async fn execute(
         }
         Statement::CountQueue { queue, alias } => {
             let q = queue_name(&queue);
+            conn.faults.look(q);
             let row = s.client().query_one(emu::QUEUE_DEPTH.sql, &[&q]).await.map_err(pg_failure)?;
             if !row.get::<_, bool>(1) {
                 return Err(invalid_object(&queue));
@@ -128,6 +129,20 @@ pub(super) async fn execute(
             let wait = wait_of(waitfor, timeout, params)?;
             let q = queue_name(&queue);
             let s = &mut conn.session;
+            let receiving = conn.faults.receives(q, filter.is_none());
+            if activation::is_notification_queue(&queue) {
+                // SQL Server's event notifications (the emulated event-based activation).
+                if filter.is_some() {
+                    return Err(Failure {
+                        number: tsql::NOT_SUPPORTED,
+                        class: 16,
+                        message: "RECEIVE … WHERE from sbworker.activation is not supported by the emulator.".into(),
+                    });
+                }
+                let msgs = conn.activation.receive(s, &queue, max, wait).await?;
+                drop(receiving);
+                return received(conn, &columns, &msgs, into, vars, t);
+            }
             let msgs = match filter {
                 None => s.receive(q, max, None, wait).await?,
                 Some(Filter::Group(v)) => {
@@ -136,6 +151,7 @@ pub(super) async fn execute(
                 }
                 Some(Filter::Handle(v)) => s.receive_conversation_taking(q, as_uuid(value(&v, params)?)?, max).await?,
             };
+            drop(receiving);
             if !msgs.is_empty()
                 && let Some(f) = conn.faults.on_receive()
             {
@@ -155,24 +171,12 @@ pub(super) async fn execute(
                 };
             }
             conn.received |= !msgs.is_empty();
-            if let Some(table) = into {
-                let tv = conn.tables.get_mut(&table).expect("checked above");
-                return receive_into(&columns, &msgs, params, tv).map(Some);
-            }
-            let r = receive_result(&columns, &msgs, vars, t)?;
-            // Variables take their declared types.
-            for c in &columns {
-                if let Column::Item { var: Some(v), .. } = c
-                    && let Some(got) = vars.remove(v)
-                {
-                    vars.insert(v.clone(), typed(conn.var_types.get(v), got)?);
-                }
-            }
-            Ok(r)
+            received(conn, &columns, &msgs, into, vars, t)
         }
         Statement::GetConversationGroup { waitfor, var, queue, timeout } => {
             declared(vars, &var)?;
             let wait = wait_of(waitfor, timeout, params)?;
+            let _receiving = conn.faults.receives(queue_name(&queue), true);
             let g = s.get_conversation_group(queue_name(&queue), wait).await?;
             vars.insert(var, g.map_or(Sql::Null, Sql::Guid));
             Ok(None)
@@ -253,9 +257,40 @@ pub(super) async fn execute(
             for (name, v) in args {
                 a.insert(name, value(&v, params)?);
             }
+            if procedure.eq_ignore_ascii_case("sbworker.queue_state")
+                && let Some(q) = a.get("@queue").cloned().and_then(|v| as_text(v).ok())
+            {
+                conn.faults.look(queue_name(&q));
+            }
             super::procedures::call(s, &procedure, a, t).await
         }
     }
+}
+
+/// What a RECEIVE received, as the statement asks: into a table variable, into
+/// variables (converted to their declared types), or as a result set.
+fn received(
+    conn: &mut Conn,
+    columns: &[Column],
+    msgs: &[sbworker_core::transport::Message],
+    into: Option<String>,
+    vars: &mut Params,
+    t: &mut Tokens,
+) -> Result<Option<u64>, Failure> {
+    if let Some(table) = into {
+        let tv = conn.tables.get_mut(&table).expect("checked above");
+        return receive_into(columns, msgs, vars, tv).map(Some);
+    }
+    let r = receive_result(columns, msgs, vars, t)?;
+    // Variables take their declared types.
+    for c in columns {
+        if let Column::Item { var: Some(v), .. } = c
+            && let Some(got) = vars.remove(v)
+        {
+            vars.insert(v.clone(), typed(conn.var_types.get(v), got)?);
+        }
+    }
+    Ok(r)
 }
 
 /// `RECEIVE … WHERE conversation_group_id = g` as SQL Server most likely runs it (the

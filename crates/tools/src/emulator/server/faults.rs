@@ -34,6 +34,40 @@ pub struct Faults {
     /// Group RECEIVEs that found their group held by another session and waited.
     group_lock_waits: AtomicU64,
     injected: AtomicU64,
+    /// What each queue was asked, by the broker's name of it (not a fault: counted so a
+    /// test of an idle worker sees what it costs, and read by the emulated activation).
+    queues: std::sync::Mutex<HashMap<String, QueueAsked>>,
+}
+
+/// What a queue was asked over all connections.
+#[derive(Debug, Default, Clone, Copy)]
+struct QueueAsked {
+    /// Statements that looked at it: RECEIVE, GET CONVERSATION GROUP, `COUNT(*)`,
+    /// `sbworker.queue_state`.
+    looks: u64,
+    /// RECEIVEs (without WHERE) and GET CONVERSATION GROUPs waiting on it now.
+    waiting: u64,
+    /// When a RECEIVE on it last ended.
+    received: Option<tokio::time::Instant>,
+}
+
+/// A RECEIVE or GET CONVERSATION GROUP running on a queue (counted as waiting there while
+/// it lives, when it takes any group).
+pub(super) struct Receiving<'a> {
+    faults: &'a Faults,
+    queue: String,
+    waiting: bool,
+}
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        let mut queues = self.faults.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let q = queues.entry(std::mem::take(&mut self.queue)).or_default();
+        if self.waiting {
+            q.waiting = q.waiting.saturating_sub(1);
+        }
+        q.received = Some(tokio::time::Instant::now());
+    }
 }
 
 /// What a RECEIVE meets.
@@ -59,6 +93,44 @@ impl Faults {
 
     pub(super) fn note_group_lock_wait(&self) {
         self.group_lock_waits.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, QueueAsked>> {
+        self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many statements have looked at `queue` (by the broker's name: no schema):
+    /// RECEIVE, GET CONVERSATION GROUP, `COUNT(*)` and `sbworker.queue_state`.
+    pub fn queue_looks(&self, queue: &str) -> u64 {
+        self.queues().get(queue).map_or(0, |q| q.looks)
+    }
+
+    /// How many RECEIVEs (without WHERE) and GET CONVERSATION GROUPs wait on `queue` now.
+    pub fn waiting_on(&self, queue: &str) -> u64 {
+        self.queues().get(queue).map_or(0, |q| q.waiting)
+    }
+
+    /// A statement looked at `queue`.
+    pub(super) fn look(&self, queue: &str) {
+        self.queues().entry(queue.to_owned()).or_default().looks += 1;
+    }
+
+    /// A RECEIVE or GET CONVERSATION GROUP begins on `queue` (a look); one of any group
+    /// (`waiting`: no WHERE) counts as waiting there until the guard is dropped, which
+    /// notes that a RECEIVE ran.
+    pub(super) fn receives(&self, queue: &str, waiting: bool) -> Receiving<'_> {
+        let mut queues = self.queues();
+        let q = queues.entry(queue.to_owned()).or_default();
+        q.looks += 1;
+        if waiting {
+            q.waiting += 1;
+        }
+        Receiving { faults: self, queue: queue.to_owned(), waiting }
+    }
+
+    /// When a RECEIVE or GET CONVERSATION GROUP on `queue` last ended.
+    pub(super) fn received_at(&self, queue: &str) -> Option<tokio::time::Instant> {
+        self.queues().get(queue).and_then(|q| q.received)
     }
 
     /// The periods of the faults at RECEIVE (None: off).

@@ -44,6 +44,7 @@ pub struct Credentials {
     pub password: String,
 }
 
+mod activation;
 mod catalog;
 mod execute;
 mod faults;
@@ -51,6 +52,7 @@ mod procedures;
 pub mod tls;
 mod values;
 
+use activation::Activation;
 use execute::execute;
 pub use faults::Faults;
 use faults::Injected;
@@ -88,6 +90,7 @@ pub async fn serve_tls(
     let tls = tls.map(Arc::new);
     let pg_url = Arc::new(pg_url);
     let creds = Arc::new(creds);
+    let activation = Activation::new(pg_url.clone(), faults.clone(), stop.clone());
     loop {
         let accepted = tokio::select! {
             _ = stop.stopped() => return,
@@ -96,8 +99,9 @@ pub async fn serve_tls(
         match accepted {
             Ok((stream, peer)) => {
                 let (pg_url, creds, faults, tls) = (pg_url.clone(), creds.clone(), faults.clone(), tls.clone());
+                let activation = activation.clone();
                 let task = tokio::spawn(async move {
-                    if let Err(e) = connection(stream, &pg_url, &creds, faults, tls).await {
+                    if let Err(e) = connection(stream, &pg_url, &creds, faults, activation, tls).await {
                         debug!(%peer, "connection ended: {e}");
                     }
                 });
@@ -117,6 +121,8 @@ pub async fn serve_tls(
 
 struct Conn {
     session: Session,
+    /// The emulated event-based activation, shared by every connection.
+    activation: Arc<Activation>,
     in_tran: bool,
     /// `BEGIN TRANSACTION`s inside the open one (`@@TRANCOUNT` is one more): a COMMIT
     /// of an inner one only counts down, a ROLLBACK rolls back them all.
@@ -219,6 +225,7 @@ async fn connection(
     pg_url: &str,
     creds: &Credentials,
     faults: Arc<Faults>,
+    activation: Arc<Activation>,
     tls: Option<Arc<tls::Tls>>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true).ok();
@@ -241,7 +248,7 @@ async fn connection(
         // negotiated again (a TDS 8.0 client ignores it), so the answer mirrors the ask.
         let answer = codec::prelogin_encryption(&payload).unwrap_or(codec::ENCRYPT_NOT_SUP);
         codec::write_message(&mut s, packet_type::TABULAR_RESULT, &codec::prelogin_response_with(answer), 4096).await?;
-        return logged_in(s, None, pg_url, creds, faults).await;
+        return logged_in(s, None, pg_url, creds, faults, activation).await;
     }
     let mut stream = stream;
     let Some((ty, payload)) = codec::read_message(&mut stream).await? else { return Ok(()) };
@@ -264,7 +271,7 @@ async fn connection(
     match (tls, answer) {
         (Some(tls), codec::ENCRYPT_ON) => {
             let s = tls.accept_in_prelogin(stream).await?;
-            logged_in(s, None, pg_url, creds, faults).await
+            logged_in(s, None, pg_url, creds, faults, activation).await
         }
         (Some(tls), codec::ENCRYPT_OFF) => {
             // A handshake (in PRELOGIN packets) means the login comes encrypted; a LOGIN7
@@ -275,20 +282,20 @@ async fn connection(
             }
             if header[0] != packet_type::PRELOGIN {
                 debug!("a login in plain text after ENCRYPT_OFF");
-                return logged_in(stream, None, pg_url, creds, faults).await;
+                return logged_in(stream, None, pg_url, creds, faults, activation).await;
             }
             debug!("the login encrypted (ENCRYPT_OFF)");
             let mut s = tls.accept_in_prelogin(stream).await?;
             let Some(login) = codec::read_message(&mut s).await? else { return Ok(()) };
             // The login only: from here on the client talks in plain text.
             let (prelogin, _) = s.into_inner();
-            logged_in(prelogin.into_inner()?, Some(login), pg_url, creds, faults).await
+            logged_in(prelogin.into_inner()?, Some(login), pg_url, creds, faults, activation).await
         }
         _ if matches!(asked, Some(1 | 3)) => {
             warn!("refused a client that requires TLS: this emulator runs without TLS");
             Ok(())
         }
-        _ => logged_in(stream, None, pg_url, creds, faults).await,
+        _ => logged_in(stream, None, pg_url, creds, faults, activation).await,
     }
 }
 
@@ -301,6 +308,7 @@ async fn logged_in<S>(
     pg_url: &str,
     creds: &Credentials,
     faults: Arc<Faults>,
+    activation: Arc<Activation>,
 ) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -345,6 +353,7 @@ where
     codec::write_message(&mut stream, packet_type::TABULAR_RESULT, &t.out, packet_size).await?;
     let mut conn = Conn {
         session,
+        activation,
         in_tran: false,
         nested: 0,
         spid: next_spid(),
