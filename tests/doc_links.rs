@@ -150,3 +150,76 @@ fn no_issue_numbers_in_code_or_docs() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The key paths of a TOML document (`worker.max_attempts`), each queue's name as `*`.
+fn key_paths(v: &toml::Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    if let toml::Value::Table(t) = v {
+        for (k, v) in t {
+            let k = if prefix == "queues" { "*" } else { k.as_str() };
+            let path = if prefix.is_empty() { k.to_owned() } else { format!("{prefix}.{k}") };
+            if matches!(v, toml::Value::Table(_)) {
+                key_paths(v, &path, out);
+            } else {
+                out.insert(path);
+            }
+        }
+    }
+}
+
+/// `examples/sbworker.toml` says it lists every key with its default: every key the
+/// configuration has at its defaults (a broker and one queue given, every section else
+/// left out) is in it, and it names no key the configuration does not know (it loads).
+#[test]
+fn the_example_configuration_lists_every_key() {
+    let minimal =
+        "[broker]\nkind = \"postgres\"\nconnection = \"host=localhost\"\n\n[queues.q]\nhandler = \"calculation\"\n";
+    let config = sbworker::config::from_str(minimal, &Vec::new()).unwrap();
+    let defaults: toml::Value = toml::from_str(&toml::to_string(&config).unwrap()).unwrap();
+    let text = std::fs::read_to_string(repo().join("examples/sbworker.toml")).unwrap();
+    sbworker::config::from_str(&text, &Vec::new()).expect("the example loads");
+    let (mut want, mut have) = (Default::default(), Default::default());
+    key_paths(&defaults, "", &mut want);
+    key_paths(&toml::from_str(&text).unwrap(), "", &mut have);
+    // (The test hooks are not for production: the example leaves them out, saying so.)
+    let missing: Vec<_> = want.difference(&have).filter(|k| !k.starts_with("hooks.")).collect();
+    assert!(
+        missing.is_empty(),
+        "examples/sbworker.toml lacks these keys (defaults shown by the configuration): {missing:?}"
+    );
+}
+
+/// A module header's `Layout:` list names every module the file declares (three reviews
+/// in a row found one stale).
+#[test]
+fn every_layout_list_names_its_modules() {
+    let mut rs = Vec::new();
+    for dir in ["src", "crates"] {
+        files(&repo().join(dir), "rs", &mut rs);
+    }
+    let mut stale = Vec::new();
+    for f in rs {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let header: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let Some(at) = header.find("Layout") else { continue };
+        // The Layout paragraph: to the next blank line of the header.
+        let layout = header[at..].split("\n\n").next().unwrap_or_default();
+        for line in text.lines() {
+            let l = line.trim();
+            let name = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+                .or_else(|| l.strip_prefix("pub(crate) mod "));
+            // (A file's unit tests are no part of its layout.)
+            let Some(name) = name.and_then(|n| n.strip_suffix(';')).filter(|n| *n != "tests") else { continue };
+            if !layout.contains(&format!("`{name}`")) {
+                stale.push(format!("{}: {name}", f.strip_prefix(repo()).unwrap().display()));
+            }
+        }
+    }
+    assert!(stale.is_empty(), "modules missing from their file's Layout list: {stale:?}");
+}

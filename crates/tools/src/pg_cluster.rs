@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL cluster: initdb in a temp directory, a server on a free
-//! loopback port, gone when dropped. Used by the tests, the benchmarks and (later) the
-//! demo and the emulator when no database is given.
+//! loopback port, gone when dropped. Used by the tests, the benchmarks, and the demo
+//! (its `--split` servers too) and `sbworker emulator` when no database is given.
 //!
 //! As root the server runs as the `postgres` user (initdb refuses root). The server is
 //! the child of a thread that lives as long as the process and is started with a

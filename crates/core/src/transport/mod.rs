@@ -2,8 +2,8 @@
 //! session speaks Service Broker (begin, receive one group, send, end, move, commit,
 //! rollback) plus the worker's own bookkeeping (attempt counts, dead letters, queue
 //! state). The worker is written once against these traits; each back end implements
-//! them (PostgreSQL broker now, SQL Server over TDS later), and maps its errors to
-//! [`BrokerError`] in exactly one function.
+//! them (the PostgreSQL broker, and SQL Server over TDS: `crate::broker`), and maps its
+//! errors to [`BrokerError`] in exactly one function.
 
 use std::future::Future;
 use std::time::Duration;

@@ -8,8 +8,9 @@
 //! [`handler`] (the handler trait and registry; the handlers themselves are in
 //! [`crate::handlers`]), `queue` (the supervisor: scaling, disabled queues), `reader` (one
 //! reader's loop, retries, diversion), [`retry`] (backoff), [`metrics`], `http`
-//! (`/metrics`, `/healthz`, `/readyz`), `heartbeat`. It uses the transport's traits
-//! only.
+//! (`/metrics`, `/healthz`, `/readyz`), `heartbeat`, `waits` (the groups waiting to be
+//! tried again after a transient failure), `unfinished` (what a stopping worker still
+//! owes its attempt counts). It uses the transport's traits only.
 
 pub mod handler;
 mod heartbeat;

@@ -1,7 +1,7 @@
 //! `sbworker bench`: side-by-side measurements in one run on one throwaway
 //! cluster. Contenders: sbworker on the PostgreSQL broker, sbworker on the SQL Server
-//! transport through the emulator, and the machine's limit (pgbench doing the same
-//! commits and row writes per message). Workloads: the burn-down (a preloaded backlog, a
+//! transport through the emulator, the peers (graphile-worker, River, pgmq), and the
+//! machine's limit (pgbench doing the same commits and row writes per message). Workloads: the burn-down (a preloaded backlog, a
 //! handler that does nothing), the headline (groups of in-order messages, each handled
 //! in one transaction with a business effect, verified afterwards for order and exactly
 //! one effect), the open loop (fixed arrival rates, latency from each message's planned
@@ -11,9 +11,11 @@
 //! repetition.
 //!
 //! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
-//! [`runs`] (one measured run), [`peers`] (graphile-worker and River in every workload),
-//! [`poison`] (workload 4: poison and bloat),
-//! [`pipeline`] (workload 5, the engine), [`report`].
+//! [`runs`] (one measured run), `limit` (the pgbench limit and its calibration),
+//! `open_loop` (messages sent by plan), `install_peers` (the peers installed before
+//! anything is measured), [`peers`] (graphile-worker, River and pgmq in every workload),
+//! [`poison`] (workload 4: poison and bloat), [`pipeline`] (workload 5, the split
+//! topology, the engine), [`plan`] (the steps and the time left), [`report`].
 
 pub mod effect;
 mod install_peers;

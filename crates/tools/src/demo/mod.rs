@@ -7,7 +7,8 @@
 //! Service Broker emulator, started in this process on the same broker.
 //!
 //! Layout: [`roster`] (generated roster, bulk load), [`edits`] (the burst), [`check`]
-//! (drain and verify), [`progress`] (durations as progress lines say them), `rng`.
+//! (drain and verify), [`oracle`] (the check's second builder of a key's Vraag),
+//! [`progress`] (durations as progress lines say them), `rng`.
 
 pub mod check;
 pub mod edits;
