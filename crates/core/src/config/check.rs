@@ -1,6 +1,6 @@
 //! The rules of the configuration serde cannot express: ranges, and how keys relate.
 
-use super::*;
+use super::{BrokerKind, Config, ConfigError, key_error, mask_secrets};
 
 impl Config {
     /// The rules serde cannot express.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::*;
+use super::{Config, ConfigError, ENV_PREFIX, key_error};
 
 /// Overrides from flags and the environment, as (dotted key, raw value).
 pub type Overrides = Vec<(String, String)>;

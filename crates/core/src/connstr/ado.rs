@@ -1,7 +1,7 @@
 //! ADO.NET (`Server=…;User Id=…;Password=…`), as SqlClient reads it: the SQL Server
 //! transport's form.
 
-use super::*;
+use super::{Entry, LIBPQ_KEYS, ParseError, error_at, here, named, skip_while};
 
 /// The keys that name the server in ADO.NET: a string with one of them is read as
 /// ADO.NET.

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::*;
+use super::{Entry, Form, ParseError, error_at, here, named, parse, skip_while};
 
 /// The URL prefixes of libpq (compared as libpq does: case matters).
 pub(super) const URL_PREFIXES: &[&str] = &["postgresql://", "postgres://"];

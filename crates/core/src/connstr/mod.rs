@@ -17,9 +17,9 @@
 mod ado;
 mod libpq;
 
-use ado::*;
+use ado::{ADO_KEYS, looks_ado};
 pub use ado::{ado_entries, ado_pairs, is_ado_key};
-use libpq::*;
+use libpq::{LIBPQ_KEYS, URL_PREFIXES, key_value, url};
 pub use libpq::{TlsKeys, postgres_config, postgres_parts};
 
 use std::fmt;

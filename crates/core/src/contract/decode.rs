@@ -8,8 +8,14 @@ use super::CONTRACT_VERSIE;
 use super::body::{Limits, body_text};
 use super::cursor::{Child, Cursor, many, one};
 use super::error::DecodeError;
-use super::model::*;
-use super::values::*;
+use super::model::{
+    Antwoord, Cao, Dienst, DienstType, Diensten, Dienstverband, HistoriePeriode, Periode, Reden, RekenserverFout,
+    Salaris, Tijdblok, VariabeleMutatie, Verlof, Vraag, Waarschuwing,
+};
+use super::values::{
+    Timestamp, parse_bit, parse_clock, parse_contract_version, parse_date, parse_decimal, parse_int, parse_uuid,
+    parse_version, xml_trim,
+};
 
 fn token(max: usize) -> impl Fn(&str) -> Result<(), &'static str> {
     move |t: &str| {

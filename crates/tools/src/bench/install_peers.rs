@@ -8,7 +8,7 @@ use tokio::process::Command;
 
 use super::Workload;
 use super::peers::Peer;
-use super::runs::*;
+use super::runs::{Measured, Progress, READING, Shape, drained, reading, run_to_end, settle, verify_headline};
 use super::world::{self, World};
 
 /// graphile-worker, installed with `npm ci` from its lock file into the harness cache

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use tokio::process::Command;
 
 use super::pipeline::PipelineLimit;
-use super::runs::*;
+use super::runs::{Measured, READING, Shape, fresh, reading, set_sync, settle};
 use super::world::{self, World};
 use super::{Contender, Workload, stmt};
 

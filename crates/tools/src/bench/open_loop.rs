@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::runs::*;
+use super::runs::{Progress, Shape, Subject, drained, unix_now};
 use super::world::{self, World};
 use super::{Contender, stmt};
 

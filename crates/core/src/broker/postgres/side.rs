@@ -1,7 +1,7 @@
 //! The side connection a session (or every session of a transport) shares: it LISTENs
 //! for wake-ups and writes what must outlive a rollback.
 
-use super::*;
+use super::{BrokerError, Client, Endpoint, ErrorKind, HashMap, Named, S, Statement, connect, error_of, watch};
 use std::sync::Arc;
 use tokio::sync::Notify;
 

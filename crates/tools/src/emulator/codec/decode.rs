@@ -3,7 +3,7 @@
 //! fuzz target and the tests do, to check that what the response writer puts on the wire
 //! is what it meant (`fuzz::response_roundtrip`).
 
-use super::*;
+use super::{ColType, Malformed, R, Reader, Scalar, Sql, guid_from_wire, read_plp, read_scalar, utf16_string};
 
 /// A result set read back: its columns (name and type) and its rows.
 pub type ResultSet = (Vec<(String, ColType)>, Vec<Vec<Sql>>);

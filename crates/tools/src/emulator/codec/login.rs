@@ -1,7 +1,7 @@
 //! PRELOGIN (2.2.6.5) and LOGIN7 (2.2.6.4): what a client sends to begin, read and (for
 //! the tests' own client side) written.
 
-use super::*;
+use super::{Malformed, R, utf16_string};
 
 /// The client's PRELOGIN encryption option (0 off, 1 on, 2 not supported, 3 required).
 pub fn prelogin_encryption(payload: &[u8]) -> Option<u8> {

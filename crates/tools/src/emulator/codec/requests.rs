@@ -1,7 +1,7 @@
 //! The requests the emulator reads: SQL batch (2.2.6.7), RPC (2.2.6.6) with its typed
 //! parameter values (TYPE_INFO 2.2.5.5.1, PLP 2.2.5.2.3), transaction manager (2.2.6.9).
 
-use super::*;
+use super::{Malformed, R, Reader, Scalar, utf16_string};
 use uuid::Uuid;
 
 /// An RPC request (2.2.6.6): the procedure's name (`sp_executesql` for its id 10) and

@@ -4,7 +4,7 @@
 //! `SELECT @p` gives it back exactly as it came, and shows it as text the way SQL
 //! Server's CAST to nvarchar does (style 0).
 
-use super::*;
+use super::{Malformed, R, Reader};
 
 /// The type of such a value: its TDS type (the nullable form) and its TYPE_INFO bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The token stream of a response (2.2.7): COLMETADATA, ROW, DONE, DONEPROC, ERROR,
 //! ENVCHANGE, LOGINACK.
 
-use super::*;
+use super::{ColType, Sql, guid_wire, put_b_varchar, put_us_varchar, put_utf16};
 
 /// A PLP value in one chunk (2.2.5.2.3).
 pub(super) fn put_plp(out: &mut Vec<u8>, b: &[u8]) {

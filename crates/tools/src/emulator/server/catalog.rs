@@ -5,7 +5,7 @@
 //! a system procedure the emulator does not have is refused as not supported, never as
 //! a procedure that does not exist.
 
-use super::*;
+use super::{ColType, Failure, Sql, Tokens, describe, fail, result_set};
 
 /// A procedure's name without its schema and brackets, lower case (`[sys].sp_who` →
 /// `sp_who`).

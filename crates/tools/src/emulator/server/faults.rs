@@ -1,7 +1,7 @@
 //! The faults the emulator injects (deadlocks, lock timeouts, dropped connections,
 //! delays), settable while it serves.
 
-use super::*;
+use super::{AtomicU64, Duration, HashMap, Ordering};
 
 /// Faults the emulator injects, for tests of what a client does about them (`sbworker
 /// emulator --fault-…`). Counted over all connections; only a RECEIVE that took messages

@@ -56,7 +56,11 @@ use activation::Activation;
 use execute::execute;
 pub use faults::Faults;
 use faults::Injected;
-use values::*;
+use values::{
+    as_bytes, as_i64, as_text, as_uuid, column_type, column_value, declared, describe, endpoint_rows, equal,
+    invalid_object, keys_of, pg_failure, queue_name, receive_into, receive_result, result_set, select_table, type_of,
+    typed, undeclared_table, value, wait_of,
+};
 
 /// Connection tasks that panicked, over the life of the process (none, ever: the fuzz
 /// target and the random-packet test check that malformed input is an error, not a panic).

@@ -2,7 +2,10 @@
 //! types and the broker's, XML checks, and the result sets the emulator writes
 //! (RECEIVE's columns, procedure results).
 
-use super::*;
+use super::{
+    ColType, Column, Duration, Failure, Message, MessageKey, Params, Sql, TableVar, Tokens, Uuid, Value, codec, fail,
+    tsql,
+};
 use crate::emulator::codec::wire;
 
 /// SQL Server's error for a variable used or assigned before its DECLARE.

@@ -2,7 +2,7 @@
 //! (into a table variable too), `[WAITFOR (] GET CONVERSATION GROUP`, `BEGIN DIALOG`
 //! and `ALTER QUEUE`.
 
-use super::*;
+use super::{Column, Filter, Parser, Statement, TsqlError, syntax, unsupported};
 
 impl Parser {
     pub(super) fn receive(&mut self, waitfor: bool) -> Result<Statement, TsqlError> {

@@ -2,7 +2,7 @@
 //! words (transactions, SET, DECLARE, EXEC, SEND, END and MOVE CONVERSATION in place;
 //! the larger families in `broker` and `select`).
 
-use super::*;
+use super::{Declared, Parser, Statement, Tok, Tran, TsqlError, Value, syntax, unsupported};
 
 impl Parser {
     pub(super) fn peek(&self) -> Option<&Tok> {

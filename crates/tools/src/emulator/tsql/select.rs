@@ -1,7 +1,7 @@
 //! `SELECT`: its columns (variables, literals, functions, CASE), its table, its
 //! conditions and operands.
 
-use super::*;
+use super::{Case, Column, Condition, Operand, Parser, Statement, Tok, TsqlError, syntax, unsupported};
 
 impl Parser {
     /// `SELECT * | column [, …] FROM @t`, `SELECT COUNT(*) FROM queue`, `SELECT … FROM
