@@ -172,14 +172,18 @@ async fn a_recompute_counts_in_a_dry_run_and_sends_a_named_key(kind: Kind) {
             .await
             .unwrap();
     let (dv, periode): (i32, i32) = (row.get(0), row.get(1));
-    let before: i64 =
-        w.c.query_one(
-            "SELECT versie FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2",
-            &[&dv, &periode],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let version = || async {
+        let v: i64 =
+            w.c.query_one(
+                "SELECT versie FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2",
+                &[&dv, &periode],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        v
+    };
+    let before = version().await;
     let named = Selection { keys: vec![(dv, periode), (999_999, periode)], ..Selection::default() };
     let ran = recompute::run(&mut db, &named, recompute::Options { batch: 10, fuse: 1000, dry_run: false }, |_, _| {})
         .await
@@ -188,14 +192,7 @@ async fn a_recompute_counts_in_a_dry_run_and_sends_a_named_key(kind: Kind) {
         matches!(ran, recompute::Outcome::Ran { keys: 1, sent: 1, fuse_reached: false, .. }),
         "the known key alone: {ran:?}"
     );
-    let after: i64 =
-        w.c.query_one(
-            "SELECT versie FROM rekenserver.sleutel WHERE dienstverband_id = $1 AND periode_id = $2",
-            &[&dv, &periode],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let after = version().await;
     assert_eq!(after, before + 1, "a recompute raises the key's version, as an edit does");
     assert_eq!(w.count("SELECT count(*) FROM rekenserver.run_log WHERE stap = 'herberekening' AND eind IS NOT NULL AND fout IS NULL").await, 1);
 }
