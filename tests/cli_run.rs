@@ -6,7 +6,6 @@
 use std::process::Stdio;
 
 use sbworker::pg_cluster::Cluster;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::common::calc::{TempDir, calc_world, config_text};
@@ -32,35 +31,15 @@ async fn run_to_end(dir: &TempDir, config: &str) -> (Option<i32>, String) {
 async fn text_logs_into_a_pipe_carry_no_colour_codes() {
     let (url, _s) = calc_world().await;
     let dir = TempDir::new("no-colour");
-    let path = dir.0.join("sbworker.toml");
     // Text is the default format; at info the worker logs its start.
-    std::fs::write(&path, config_text(&url, "[log]\nlevel = \"info\"")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sbworker starts");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut log = Vec::new();
+    let mut worker = crate::common::process::Worker::start(&dir, &config_text(&url, "[log]\nlevel = \"info\""));
     // Read up to the line that says the worker runs.
-    loop {
-        let from = log.len();
-        let n = err.read_until(b'\n', &mut log).await.unwrap();
-        assert!(n > 0, "the worker ended before it started:\n{}", String::from_utf8_lossy(&log));
-        if String::from_utf8_lossy(&log[from..]).contains("worker started") {
-            break;
-        }
-    }
+    worker.wait_for("worker started").await;
     // Enough said: stop it (a SIGTERM this early may come before its handler is set).
-    child.kill().await.unwrap();
-    err.read_to_end(&mut log).await.unwrap();
-    let text = String::from_utf8_lossy(&log);
+    worker.signal(libc::SIGKILL);
+    let (_, text) = worker.exit().await;
     assert!(text.contains(" INFO "), "the level is written as plain text:\n{text}");
-    assert!(!log.contains(&0x1b), "an ESC (ANSI colour code) in a log written to a pipe:\n{text:?}");
+    assert!(!text.contains('\x1b'), "an ESC (ANSI colour code) in a log written to a pipe:\n{text:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

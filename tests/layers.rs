@@ -278,7 +278,7 @@ fn test_topics_never_use_each_other() {
     assert!(found.is_empty(), "{found:#?}");
     // The check itself: an import of another topic is found, common's is not.
     assert_eq!(
-        topics_named("use crate::emulator_tds::emulator_with; use crate::common::tds::x;"),
-        BTreeSet::from(["emulator_tds".to_owned()])
+        topics_named("use crate::emulator_clients::python_tds; use crate::common::tds::x;"),
+        BTreeSet::from(["emulator_clients".to_owned()])
     );
 }

@@ -16,9 +16,11 @@ mod conformance_worker; // the worker-level conformance scenarios, on both back 
 mod contract_examples; // the example messages against xmllint and the codec
 mod contract_props; // property tests of the codec
 mod doc_links; // every link and cited path in the docs exists
-mod emulator_tds; // the SQL Server transport over TDS against the emulator; python-tds
+mod emulator_clients; // the SQL Server drivers we did not write, against the emulator
+mod emulator_protocol; // the emulator's TDS protocol and T-SQL: login, TLS, errors, the browser, RECEIVE
 mod engine_cases; // the engine against the worked examples and edge cases
 mod engine_props; // property tests of the engine
+mod handoff_mssql; // the payroll hand-off on SQL Server, over TDS against the emulator
 mod handoff_pg; // the payroll hand-off and housekeeping on PostgreSQL
 mod layers; // the crates' and modules' layers
 mod mssql_real; // against a real SQL Server, when one is given
@@ -35,4 +37,4 @@ mod selftest; // `sbworker selftest`
 mod transient_faults; // aimed transient faults: retried, never counted, never diverted
 mod worker_pg; // the worker runtime in process against the PostgreSQL broker
 mod worker_process; // the worker as a real process
-mod worker_tds; // the worker runtime over TDS where SQL Server differs: idle queues on event-based activation
+mod worker_tds; // the worker runtime over TDS: the pipeline, faults on the wire, idle queues on activation

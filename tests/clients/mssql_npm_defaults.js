@@ -2,7 +2,7 @@
 // settings (its pool, which checks each connection with a query; encryption on, the
 // emulator's certificate trusted): a parameterised query, a transaction rolled back.
 //
-// Run by tests/emulator_tds.rs with: node mssql_npm_defaults.js PORT USER PASSWORD.
+// Run by tests/emulator_clients.rs with: node mssql_npm_defaults.js PORT USER PASSWORD.
 // Prints what it saw as one JSON object.
 const sql = require('mssql');
 

@@ -1,7 +1,7 @@
 """Microsoft's ODBC Driver 18 (bundled by mssql-python) connecting with the encryption
 a connection string sets, then one query.
 
-Run by tests/emulator_tds.rs with: python3 odbc_connect.py PORT USER PASSWORD EXTRA; EXTRA
+Run by tests/emulator_clients.rs with: python3 odbc_connect.py PORT USER PASSWORD EXTRA; EXTRA
 is appended to the connection string (`Encrypt=strict;ServerCertificate=…;`, or
 `Encrypt=no;`). Prints what it saw as one JSON object.
 """

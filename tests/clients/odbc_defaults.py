@@ -1,6 +1,6 @@
 """Microsoft's ODBC Driver 18 (bundled by mssql-python) against the emulator.
 
-Run by tests/emulator_tds.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA [VRAAG_FILE];
+Run by tests/emulator_clients.rs with: python3 odbc_defaults.py PORT USER PASSWORD EXTRA [VRAAG_FILE];
 with VRAAG_FILE (a worker serving the calculation queue) it sends that Vraag and reads
 the worker's answer instead.
 The driver as mssql-python sets it up: autocommit off (its own transaction),

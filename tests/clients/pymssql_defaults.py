@@ -1,6 +1,6 @@
 """An outside client with its default settings: pymssql (FreeTDS) against the emulator.
 
-Run by tests/emulator_tds.rs with: python3 pymssql_defaults.py PORT USER PASSWORD STEP [VRAAG_FILE],
+Run by tests/emulator_clients.rs with: python3 pymssql_defaults.py PORT USER PASSWORD STEP [VRAAG_FILE],
 STEP being `tutorial` (no worker runs) or `worker` (a worker serves the calculation queue).
 pymssql is used as its documentation shows, nothing tuned for the emulator: its login
 settings, its own transaction (autocommit off), its parameters (written into the batch

@@ -1,7 +1,7 @@
 """An outside client with its default settings: pymssql (FreeTDS) calls the procedures of
 conversation reuse through the emulator.
 
-Run by tests/emulator_tds.rs with: python3 pymssql_reuse.py PORT USER PASSWORD STEP HANDLE,
+Run by tests/emulator_clients.rs with: python3 pymssql_reuse.py PORT USER PASSWORD STEP HANDLE,
 STEP being `fout` (Rekenserver.noteer_fout with @eerste = 1: a Fout that answers the oldest
 request open on the dialog HANDLE) or `stil` (Rekenserver.dialoog_stil: whether the dialog
 HANDLE has gone idle). pymssql writes its parameters into the batch as literals (a str as

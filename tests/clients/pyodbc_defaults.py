@@ -1,6 +1,6 @@
 """pyodbc on Microsoft's ODBC Driver 18 against the emulator, with their default settings.
 
-Run by tests/emulator_tds.rs with: python3 pyodbc_defaults.py DRIVER PORT USER PASSWORD [VRAAG_FILE];
+Run by tests/emulator_clients.rs with: python3 pyodbc_defaults.py DRIVER PORT USER PASSWORD [VRAAG_FILE];
 DRIVER is the driver library (the one mssql-python bundles: the test installs no system
 ODBC configuration, so the connection string names the library as `DRIVER={path}`).
 With VRAAG_FILE (a worker serving the calculation queue) it sends that Vraag and reads

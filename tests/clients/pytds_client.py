@@ -1,6 +1,6 @@
 """A second TDS client, not ours: python-tds talks to the Service Broker emulator.
 
-Run by tests/emulator_tds.rs with: python3 pytds_client.py PORT USER PASSWORD.
+Run by tests/emulator_clients.rs with: python3 pytds_client.py PORT USER PASSWORD.
 Logs in, begins a dialog, sends a message, receives it back with every queue column,
 reads it again as XML, cancels a waiting RECEIVE (an ATTENTION), ends with CLEANUP,
 and prints what it saw as one JSON object on stdout.

@@ -3,7 +3,7 @@ forms of the RECEIVE, SEND, GET CONVERSATION GROUP and BEGIN CONVERSATION TIMER 
 python-tds (a client we did not write) to the emulator, in the documents' own statement
 forms (our own names and texts).
 
-Run by tests/emulator_tds.rs with: python3 pytds_tutorial.py PORT USER PASSWORD. The
+Run by tests/emulator_clients.rs with: python3 pytds_tutorial.py PORT USER PASSWORD. The
 message types, contract, queues and services exist already (the test made them). Prints
 what each step returned as one JSON object on stdout.
 """

@@ -1,6 +1,6 @@
 // tedious (npm) connecting with the encryption it is given, then one query.
 //
-// Run by tests/emulator_tds.rs with: node tedious_connect.js PORT USER PASSWORD ENCRYPT [CA_FILE];
+// Run by tests/emulator_clients.rs with: node tedious_connect.js PORT USER PASSWORD ENCRYPT [CA_FILE];
 // ENCRYPT is `strict` (TDS 8.0: TLS first, the certificate checked against CA_FILE, as
 // tedious does in strict mode) or `false` (tedious offers no encryption).
 // Prints what it saw as one JSON object.

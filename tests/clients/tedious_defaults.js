@@ -2,7 +2,7 @@
 // emulator's certificate trusted), its parameters (sp_executesql with @statement), its
 // request timeout cancelling a waiting RECEIVE.
 //
-// Run by tests/emulator_tds.rs with: node tedious_defaults.js PORT USER PASSWORD [VRAAG_FILE];
+// Run by tests/emulator_clients.rs with: node tedious_defaults.js PORT USER PASSWORD [VRAAG_FILE];
 // with VRAAG_FILE (a worker serving the calculation queue) it sends that Vraag and reads
 // the worker's answer instead.
 // Prints what it saw as one JSON object.
