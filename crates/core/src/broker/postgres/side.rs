@@ -55,7 +55,7 @@ impl Wakeups {
 
 /// The side connection: never in a transaction, it LISTENs for the queues' wake-ups and
 /// writes what must outlive a rollback (attempt counts, failure notes). One side serves
-/// one session ([`Session::open`]) or every session of a [`PostgresTransport`], whose
+/// one session ([`Session::open`](super::Session::open)) or every session of a [`PostgresTransport`](super::PostgresTransport), whose
 /// readers then cost one connection each plus one in all. tokio-postgres pipelines the
 /// queries of sessions sharing it on the one connection; none of them waits for a lock
 /// a session's open transaction holds (a message's count is written only by the
