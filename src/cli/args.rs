@@ -22,19 +22,7 @@ pub enum Command {
         sbworker calc schemas/examples/valid/vraag-voorbeeld2.xml\n  \
         sbworker calc --explain schemas/examples/valid/vraag-voorbeeld1.xml\n  \
         cat vraag.xml | sbworker calc -")]
-    Calc {
-        /// The Vraag XML (UTF-8 or UTF-16), or - for standard input.
-        file: String,
-        /// Explain on stderr which minutes fell into which rate, and why.
-        #[arg(long)]
-        explain: bool,
-        /// Rate tables (TOML) instead of the built-in ones (data/cao.toml).
-        #[arg(long, value_name = "FILE")]
-        tables: Option<PathBuf>,
-        /// Largest Vraag accepted, in bytes.
-        #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
-        max_body_bytes: usize,
-    },
+    Calc(CalcArgs),
     /// Run the worker: serve the configured queues until SIGTERM or SIGINT (a second
     /// signal, or the grace period running out, aborts and rolls back what is in flight).
     #[command(after_help = "Every key of the file can be overridden from the environment, with __ between\n\
@@ -44,28 +32,19 @@ pub enum Command {
         sbworker run --config sbworker.toml\n  \
         SBWORKER__LOG__FORMAT=json sbworker run --config sbworker.toml --metrics-listen 0.0.0.0:9187\n\n\
         Exit status: 0 after a clean drain, 1 on an error or an aborted drain, 78 for a bad configuration.")]
-    Run {
-        #[command(flatten)]
-        flags: ConfigFlags,
-    },
+    Run(RunArgs),
     #[cfg(feature = "tools")]
     /// `run`, serving the bench's handlers as well: the worker processes `sbworker bench`
     /// starts.
     #[command(hide = true)]
-    BenchWorker {
-        #[command(flatten)]
-        flags: ConfigFlags,
-    },
+    BenchWorker(BenchWorkerArgs),
     /// Check a configuration and print the effective one (file, environment, flags) with
     /// secrets masked.
     #[command(after_help = "Examples:\n  \
         sbworker check-config --config sbworker.toml\n  \
         SBWORKER__QUEUES__BEREKENING__MAX_READERS=8 sbworker check-config --config sbworker.toml\n\n\
         Exit status: 0 when valid, 78 with the key that is wrong otherwise.")]
-    CheckConfig {
-        #[command(flatten)]
-        flags: ConfigFlags,
-    },
+    CheckConfig(CheckConfigArgs),
     #[cfg(feature = "tools")]
     /// The whole pipeline, end to end, on a throwaway PostgreSQL cluster: roster, triggers,
     /// calculation and collector workers, a burst of planner edits, results, figures, and
@@ -76,37 +55,7 @@ pub enum Command {
         sbworker demo --mssql --dialog-reuse-idle-seconds 2\n  \
         sbworker demo --postgres 'host=localhost user=payroll dbname=empty_demo'\n\n\
         Exit status: 0 when every key holds its latest result; 1 otherwise, with the reason.")]
-    Demo {
-        /// Employees (one key each; the edits scale with it).
-        #[arg(long, default_value_t = 200)]
-        size: usize,
-        /// Planner edits in the burst (default: three per employee).
-        #[arg(long)]
-        edits: Option<usize>,
-        /// Most readers of the calculation queue.
-        #[arg(long, default_value_t = 4)]
-        readers: u32,
-        /// Use this empty database (the broker and roster schema are installed into it)
-        /// instead of a throwaway cluster.
-        #[arg(long, value_name = "URL")]
-        postgres: Option<String>,
-        /// Seed of the generated roster and edits.
-        #[arg(long, default_value_t = 2026)]
-        seed: u64,
-        /// Run the workers on the SQL Server transport (tiberius over TCP) through the
-        /// Service Broker emulator, started in this process on the same broker.
-        #[arg(long)]
-        mssql: bool,
-        /// Conversation reuse: a key's dialog carries its next versions and is ended
-        /// after this many idle seconds (default: a dialog per request).
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
-        dialog_reuse_idle_seconds: Option<u32>,
-        /// The seed's topology: the roster on a PostgreSQL server of its own and N
-        /// calculation servers (each a throwaway cluster, wal_level=logical), joined by
-        /// routes as `sbworker link` joins them; new dialogs take them in turn.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8), conflicts_with_all = ["postgres", "mssql"])]
-        split: Option<u32>,
-    },
+    Demo(DemoArgs),
     /// Hand a period's results to payroll: claim the unexported ones in one statement and
     /// write them (CSV: one row per factor; JSON: factors nested per employee).
     #[command(after_help = "Modes:\n  \
@@ -118,26 +67,7 @@ pub enum Command {
         sbworker export --postgres URL --periode 202604 --mode lease --format json\n  \
         sbworker export --postgres URL --ack 5b0c6f7e-0f5d-4a8e-9c61-2f3b9d1e4a77\n  \
         sbworker export --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=salaris;Password=...' --periode 202604")]
-    Export {
-        #[command(flatten)]
-        database: HandoffDatabase,
-        /// The period whose results to claim.
-        #[arg(long, value_name = "ID", required_unless_present = "ack")]
-        periode: Option<i32>,
-        #[arg(long, value_enum, default_value = "csv")]
-        format: FormatArg,
-        #[arg(long, value_enum, default_value = "once")]
-        mode: ModeArg,
-        /// Lease of mode lease, in minutes.
-        #[arg(long, default_value_t = 15.0)]
-        lease_minutes: f64,
-        /// Write here (atomically) instead of standard output.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// Confirm a leased batch instead of claiming.
-        #[arg(long, value_name = "BATCH_ID", conflicts_with = "periode")]
-        ack: Option<uuid::Uuid>,
-    },
+    Export(ExportArgs),
     /// Send a Vraag for every key whose roster is newer than its stored result (and has
     /// none in flight), under a lock, a fuse and a run log with retention.
     #[command(after_help = "An overlapping run exits at once and logs itself as skipped. After a bulk import with\n\
@@ -147,27 +77,7 @@ pub enum Command {
         sbworker sweep --postgres URL\n  \
         sbworker sweep --postgres URL --fuse 2000 --retention-days 90\n  \
         sbworker sweep --mssql 'Server=tcp:db,1433;Database=Payroll;User Id=beheer;Password=...'   (Rekenserver.sweep)")]
-    Sweep {
-        #[command(flatten)]
-        database: HandoffDatabase,
-        /// Most keys sent per run (oldest change first).
-        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
-        fuse: i64,
-        /// Keys per committed transaction.
-        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
-        batch: usize,
-        /// Run-log rows, dead letters and the log rows of requests answered longer ago than
-        /// this are deleted (each key's current Fouts stay).
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
-        retention_days: i32,
-        /// Stored results' evidence older than this is deleted (the latest version of each
-        /// key excepted; PostgreSQL). 84: the seven years Dutch tax law keeps payroll records.
-        #[arg(long, default_value_t = 84, value_parser = clap::value_parser!(i32).range(1..))]
-        evidence_retention_months: i32,
-        /// Rows deleted per statement.
-        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
-        delete_batch: i64,
-    },
+    Sweep(SweepArgs),
     /// A stored result explained: its factors, what changed since the version stored
     /// before it, and the engine's explanation of the Vraag as it was sent, with a
     /// warning where today's engine or rate tables compute something else.
@@ -181,23 +91,7 @@ pub enum Command {
         sbworker explain --postgres URL --dienstverband 1001 --periode 202604 --tables new-cao.toml\n  \
         sbworker explain --mssql CONN --dienstverband 1001 --periode 202604"
     )]
-    Explain {
-        #[command(flatten)]
-        database: HandoffDatabase,
-        #[arg(long, value_name = "ID")]
-        dienstverband: i32,
-        #[arg(long, value_name = "ID")]
-        periode: i32,
-        /// The stored version (default: the latest).
-        #[arg(long, value_name = "N")]
-        versie: Option<i64>,
-        /// Rate tables to explain with (TOML) instead of the built-in ones.
-        #[arg(long, value_name = "FILE")]
-        tables: Option<PathBuf>,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Explain(ExplainArgs),
     /// Compute keys again after a change no roster edit makes (new rate tables, a CAO
     /// change, a corrected period): each key's version rises and its Vraag is sent, in
     /// short transactions, as a roster edit does, at a lower conversation priority than
@@ -213,41 +107,7 @@ pub enum Command {
         sbworker recompute --postgres URL --sleutel 1001:202604 --sleutel 1002:202604\n  \
         sbworker recompute --postgres URL --all --fuse 100000 --after 1500:202604\n  \
         sbworker recompute --mssql CONN --periode 202604")]
-    Recompute {
-        #[command(flatten)]
-        database: HandoffDatabase,
-        /// A period (repeatable).
-        #[arg(long = "periode", value_name = "ID")]
-        periodes: Vec<i32>,
-        /// A CAO code (as in the roster's rooster.cao).
-        #[arg(long, value_name = "CODE")]
-        cao: Option<String>,
-        /// Employees from this id.
-        #[arg(long, value_name = "ID")]
-        dienstverband_van: Option<i32>,
-        /// Employees up to this id.
-        #[arg(long, value_name = "ID")]
-        dienstverband_tot: Option<i32>,
-        /// A known key, DIENSTVERBAND:PERIODE (repeatable; not with the filters above).
-        #[arg(long = "sleutel", value_name = "DV:P", value_parser = parse_key,
-              conflicts_with_all = ["periodes", "cao", "dienstverband_van", "dienstverband_tot", "all"])]
-        sleutels: Vec<(i32, i32)>,
-        /// Every key (needed when no filter is given).
-        #[arg(long)]
-        all: bool,
-        /// Start after this key, DIENSTVERBAND:PERIODE (where a run stopped at its fuse).
-        #[arg(long, value_name = "DV:P", value_parser = parse_key)]
-        after: Option<(i32, i32)>,
-        /// Keys per committed transaction (1 to 100,000).
-        #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..=100_000), |v| v as usize))]
-        batch: usize,
-        /// Most keys per run (1 to 1,000,000,000).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000))]
-        fuse: i64,
-        /// Count the keys, change nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Recompute(RecomputeArgs),
     #[cfg(feature = "tools")]
     /// Measure sbworker side by side with River, graphile-worker and the machine's limit
     /// (pgbench doing the same commits and writes) on a throwaway cluster; writes
@@ -261,67 +121,7 @@ pub enum Command {
         cargo run --release --features tools -- bench --parts pipeline --skip-peers --groups-per-transaction 4   (batched commits, B of an A/B)\n  \
         cargo run --release --features tools -- bench --parts pipeline --skip-peers --pipeline-readers 1,4 --pipeline-employees 1600   (a longer pipeline run, two reader counts)\n  \
         sbworker bench --render bench-report/results.json --out /tmp/again   (the report again, nothing measured)")]
-    Bench {
-        /// Every part at a tiny size (a check that the bench works, not a measurement).
-        #[arg(long)]
-        quick: bool,
-        /// Where the report goes.
-        #[arg(long, value_name = "DIR", default_value = "bench-report")]
-        out: std::path::PathBuf,
-        /// Repetitions (default 3; 1 with --quick).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        reps: Option<u64>,
-        /// Conversation groups of the headline and the burn-down (default 1000).
-        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-        groups: Option<i32>,
-        /// In-order messages per group (default 100).
-        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-        per_group: Option<i32>,
-        /// Leave out the peers installed from registries (graphile-worker with npm, River
-        /// built with cargo).
-        #[arg(long)]
-        skip_peers: bool,
-        /// Seconds each open-loop rate runs after its warm-up (default 60).
-        #[arg(long, value_name = "SECONDS")]
-        open_loop_seconds: Option<f64>,
-        /// The open loop's arrival rates, messages per second (comma-separated; default
-        /// 200,1000,2000).
-        #[arg(long, value_delimiter = ',', value_name = "RATES", value_parser = clap::value_parser!(u32).range(1..))]
-        open_loop_rates: Vec<u32>,
-        /// Seconds the bloat workload runs with xmin pinned (default 180).
-        #[arg(long, value_name = "SECONDS")]
-        bloat_seconds: Option<f64>,
-        /// The pipeline's sbworker readers take up to this many conversation groups per
-        /// transaction (the queues' `groups_per_transaction`; default 1): an A/B of it.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
-        groups_per_transaction: Option<u32>,
-        /// The pipeline with conversation reuse: a key's dialog carries its next
-        /// versions and ends after this many idle seconds (PostgreSQL broker; default: a
-        /// dialog per request): an A/B of it.
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
-        dialog_reuse_idle_seconds: Option<u32>,
-        /// The pipeline's reader counts, a run each (comma-separated; default 1,2,4,8; the
-        /// open loop runs when 4 is among them).
-        #[arg(long, value_delimiter = ',', value_name = "READERS", value_parser = clap::value_parser!(u32).range(1..=64))]
-        pipeline_readers: Vec<u32>,
-        /// Employees of the pipeline's roster (default 400; three edits each): a larger
-        /// run for an A/B that needs less spread.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100000))]
-        pipeline_employees: Option<u64>,
-        /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
-        /// pipeline, split, engine); the calibration runs in every repetition. `--parts headline`
-        /// is an A/B of a change in minutes.
-        #[arg(long, value_delimiter = ',', value_name = "PARTS", value_parser = crate::bench::Part::from_key)]
-        parts: Vec<crate::bench::Part>,
-        /// Only these contenders (comma-separated: sbworker-pg, sbworker-tds, graphile,
-        /// graphile-localqueue, river, river-per-group, limit).
-        #[arg(long, value_delimiter = ',', value_name = "CONTENDERS", value_parser = crate::bench::Contender::from_key)]
-        contenders: Vec<crate::bench::Contender>,
-        /// Measure nothing: write report.md and the plots again, into --out, from the
-        /// results.json of an earlier run.
-        #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "groups_per_transaction", "dialog_reuse_idle_seconds", "parts", "contenders"])]
-        render: Option<std::path::PathBuf>,
-    },
+    Bench(BenchArgs),
     #[cfg(feature = "tools")]
     /// A Service Broker emulator: a TDS endpoint (TLS for clients that ask) running the Service Broker
     /// statements the worker uses on the PostgreSQL broker, for developing and testing
@@ -332,59 +132,7 @@ pub enum Command {
         sbworker emulator --fault-deadlock-every 10 --fault-delay-ms 5   (fault injection for tests)\n  \
         sbworker emulator --instance PAYROLL --browser 127.0.0.1:1434   (then Server=127.0.0.1\\PAYROLL)\n\n\
         Then: [broker] kind = \"mssql\", connection = \"Server=tcp:127.0.0.1,14330;User Id=sbworker;Password=...;Encrypt=false\"")]
-    Emulator {
-        /// Address to listen on.
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14330")]
-        listen: std::net::SocketAddr,
-        /// The PostgreSQL broker to run on (default: a throwaway cluster).
-        #[arg(long, value_name = "URL")]
-        postgres: Option<String>,
-        /// The login clients must use.
-        #[arg(long, default_value = "sbworker")]
-        user: String,
-        /// Its password.
-        #[arg(long, env = "SBWORKER_EMULATOR_PASSWORD", hide_env_values = true, default_value = "sbworker")]
-        password: String,
-        /// Fault injection: every Nth RECEIVE that takes messages fails with deadlock 1205.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_deadlock_every: Option<u64>,
-        /// Fault injection: every Nth RECEIVE that takes messages drops its connection
-        /// instead of answering (the transaction rolls back).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_drop_every: Option<u64>,
-        /// Fault injection: every Nth RECEIVE that takes messages fails with lock timeout 1222.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_lock_timeout_every: Option<u64>,
-        /// Fault injection: every Nth COMMIT of a transaction that received messages fails
-        /// with deadlock 1205 (rolled back).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_commit_deadlock_every: Option<u64>,
-        /// Fault injection: every Nth SEND of a transaction that received messages (a
-        /// reply) drops the connection before its COMMIT (the transaction rolls back).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_send_drop_every: Option<u64>,
-        /// Fault injection: a request still running after this many milliseconds (blocked
-        /// on a lock, say) has its connection dropped, as a killed session does.
-        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
-        fault_drop_blocked_after_ms: Option<u64>,
-        /// Fault injection: every response waits this many milliseconds.
-        #[arg(long, value_name = "MS", default_value_t = 0)]
-        fault_delay_ms: u64,
-        /// Serve as this named instance: a SQL Server Browser on `--browser` answers for
-        /// it with the TDS port (clients then connect with `Server=host\INSTANCE`).
-        #[arg(long, value_name = "NAME", requires = "browser")]
-        instance: Option<String>,
-        /// The UDP address of that SQL Server Browser (SQL Server's is port 1434).
-        #[arg(long, value_name = "ADDR", requires = "instance")]
-        browser: Option<std::net::SocketAddr>,
-        /// The TLS certificate (chain) for clients that ask for encryption, PEM; without
-        /// it a self-signed one for localhost and 127.0.0.1 is made at start and printed.
-        #[arg(long, value_name = "PEM", requires = "tls_key")]
-        tls_cert: Option<std::path::PathBuf>,
-        /// Its private key, PEM.
-        #[arg(long, value_name = "PEM", requires = "tls_cert")]
-        tls_key: Option<std::path::PathBuf>,
-    },
+    Emulator(EmulatorArgs),
     /// Install the broker scripts into a database (idempotent: re-running changes nothing).
     #[command(after_help = "Examples:\n  \
         sbworker install --postgres 'host=localhost user=payroll dbname=roster'\n  \
@@ -399,34 +147,7 @@ pub enum Command {
         sbworker install --mssql 'Server=tcp:reken-db,1433;...' --side calc --var Database=Rekenserver \\\n      \
         --var WorkerLogin=sbworker --var WorkerUser=sbworker\n\
         then the endpoint and routes of broker/mssql/optional/ on each instance.")]
-    Install {
-        /// A PostgreSQL connection string (URL or key=value form).
-        #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
-        postgres: Option<String>,
-        /// Also install the roster schema and its triggers (PostgreSQL: 004 and 005).
-        #[arg(long)]
-        roster: bool,
-        /// A SQL Server ADO.NET connection string: runs broker/mssql/NN_*.sql in the order of their numbers.
-        #[arg(long, value_name = "CONN")]
-        mssql: Option<String>,
-        /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
-        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
-        vars: Vec<(String, String)>,
-        /// Which database this is: `both` (the default: the whole pipeline in one
-        /// database), `roster` (the roster, its triggers, the collector's DataService,
-        /// results, hand-off) or `calc` (the calculation's RekenService, its queue and
-        /// bookkeeping). SQL Server: the scripts' sqlcmd variable Side. PostgreSQL: kept
-        /// by the database, which stays the side it was first installed as; join the
-        /// sides with `sbworker link` (docs/deployment.md).
-        #[arg(long, value_name = "SIDE")]
-        side: Option<crate::transport::Side>,
-        /// Replace the roster senders even while a live calculation worker reads an older
-        /// Vraag contract (refused otherwise: upgrade the workers first, docs/deployment.md).
-        #[arg(long)]
-        allow_older_workers: bool,
-        #[command(flatten)]
-        roles: InstallRoles,
-    },
+    Install(InstallArgs),
     /// Check an installed database, as the worker's login: connectivity and TLS, the
     /// permissions the worker needs, the broker and its queues, the installed version,
     /// then one real round trip on a scratch key (cleaned up). One line per check; stops
@@ -447,38 +168,7 @@ pub enum Command {
         RECEIVE of a group another session holds not waiting for it. It answers its own requests, so the\n\
         queues must be empty (workers stopped); the sweep step runs one ordinary sweep.\n\n\
         Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments.")]
-    Selftest {
-        /// A PostgreSQL connection string (URL or key=value form), as the worker uses.
-        #[arg(
-            long,
-            value_name = "URL",
-            env = "SBWORKER_SELFTEST_POSTGRES",
-            hide_env_values = true,
-            required_unless_present = "mssql",
-            conflicts_with = "mssql"
-        )]
-        postgres: Option<String>,
-        /// A SQL Server ADO.NET connection string, as the worker uses (Database= included).
-        #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_MSSQL", hide_env_values = true)]
-        mssql: Option<String>,
-        /// Write the report as JSON (backend, passed, checks: name, status, detail,
-        /// error_number, error_text, fix).
-        #[arg(long)]
-        json: bool,
-        /// After the checks, every step of the T-SQL on the scratch key (SQL Server only):
-        /// recompute, export, the correction rule, explain, a lost dialog repaired, the
-        /// planner's priority, a held group. Needs the queues empty (workers stopped).
-        #[arg(long, requires = "mssql", conflicts_with = "postgres")]
-        deep: bool,
-        /// The connection string for --deep's recompute, export, evidence and sweep: a
-        /// login with the housekeeping and payroll roles, or the owner (default: --mssql's).
-        #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_ADMIN", hide_env_values = true, requires = "deep")]
-        admin: Option<String>,
-        /// SQL Server: which database of the deployment this is, as installed (`sbworker
-        /// install --side`): both (default), roster or calc.
-        #[arg(long, value_name = "SIDE", requires = "mssql", conflicts_with_all = ["deep", "postgres"])]
-        side: Option<crate::broker::mssql::Side>,
-    },
+    Selftest(SelftestArgs),
 
     /// The installation at a glance: per queue enabled or not, depth, the oldest
     /// message, busy readers, recent retries, dead letters; the workers alive (their
@@ -492,27 +182,7 @@ pub enum Command {
         The JSON shape is in docs/operations.md.\n\n\
         Exit status: 0 all is well; 1 something needs attention (a disabled queue, no worker\n\
         alive, stale keys); 69 the broker could not be asked; 78 a bad configuration.")]
-    Status {
-        #[command(flatten)]
-        flags: ConfigFlags,
-        /// Print the status document as JSON (for scripts and monitoring).
-        #[arg(long)]
-        json: bool,
-        /// Show the status again every SECONDS until interrupted.
-        #[arg(long, value_name = "SECONDS")]
-        watch: Option<u64>,
-        /// A key is stale when its roster changed more than this many minutes ago and its
-        /// stored result is older.
-        #[arg(long, value_name = "MINUTES", default_value_t = 60)]
-        stale_minutes: i32,
-        /// Retries within this many minutes count as recent.
-        #[arg(long, value_name = "MINUTES", default_value_t = 10)]
-        recent_minutes: i32,
-        /// A worker silent for longer than this is not alive (default: three of its own
-        /// heartbeat intervals).
-        #[arg(long, value_name = "SECONDS")]
-        silent_seconds: Option<u64>,
-    },
+    Status(StatusArgs),
     /// The messages the worker set aside after failed attempts: list them, show one,
     /// send them again, or purge old ones.
     #[command(after_help = "Examples:\n  \
@@ -526,12 +196,7 @@ pub enum Command {
         The latest roster version still wins: an outdated request is answered as superseded.\n\n\
         Exit status: 0 done; 1 an entry could not be replayed or found; 69 the broker could\n\
         not be asked; 78 a bad configuration.")]
-    DeadLetter {
-        #[command(flatten)]
-        flags: ConfigFlags,
-        #[command(subcommand)]
-        action: DeadLetterAction,
-    },
+    DeadLetter(DeadLetterArgs),
     /// Join the two sides of a split PostgreSQL install: a route from the roster
     /// database to each calculation database and one back, carried by logical
     /// replication (a publication where each route starts, a subscription where it
@@ -546,14 +211,445 @@ pub enum Command {
         connects to the other side with the connection string given here, so each server must\n\
         reach the other with it (docs/deployment.md).\n\n\
         Exit status: 0 linked; 1 refused or failed (the reason is printed).")]
-    Link {
-        /// The roster side's database (installed with --side roster).
-        #[arg(long, value_name = "URL")]
-        roster: String,
-        /// A calculation database (installed with --side calc); give it once per database.
-        #[arg(long, value_name = "URL", required = true)]
-        calc: Vec<String>,
-    },
+    Link(LinkArgs),
+}
+
+/// The flags of `sbworker calc`.
+#[derive(clap::Args)]
+pub struct CalcArgs {
+    /// The Vraag XML (UTF-8 or UTF-16), or - for standard input.
+    pub file: String,
+    /// Explain on stderr which minutes fell into which rate, and why.
+    #[arg(long)]
+    pub explain: bool,
+    /// Rate tables (TOML) instead of the built-in ones (data/cao.toml).
+    #[arg(long, value_name = "FILE")]
+    pub tables: Option<PathBuf>,
+    /// Largest Vraag accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
+    pub max_body_bytes: usize,
+}
+
+/// The flags of `sbworker run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+}
+
+#[cfg(feature = "tools")]
+/// The flags of `sbworker bench-worker`.
+#[derive(clap::Args)]
+pub struct BenchWorkerArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+}
+
+/// The flags of `sbworker check-config`.
+#[derive(clap::Args)]
+pub struct CheckConfigArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+}
+
+#[cfg(feature = "tools")]
+/// The flags of `sbworker demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Employees (one key each; the edits scale with it).
+    #[arg(long, default_value_t = 200)]
+    pub size: usize,
+    /// Planner edits in the burst (default: three per employee).
+    #[arg(long)]
+    pub edits: Option<usize>,
+    /// Most readers of the calculation queue.
+    #[arg(long, default_value_t = 4)]
+    pub readers: u32,
+    /// Use this empty database (the broker and roster schema are installed into it)
+    /// instead of a throwaway cluster.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+    /// Seed of the generated roster and edits.
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+    /// Run the workers on the SQL Server transport (tiberius over TCP) through the
+    /// Service Broker emulator, started in this process on the same broker.
+    #[arg(long)]
+    pub mssql: bool,
+    /// Conversation reuse: a key's dialog carries its next versions and is ended
+    /// after this many idle seconds (default: a dialog per request).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub dialog_reuse_idle_seconds: Option<u32>,
+    /// The seed's topology: the roster on a PostgreSQL server of its own and N
+    /// calculation servers (each a throwaway cluster, wal_level=logical), joined by
+    /// routes as `sbworker link` joins them; new dialogs take them in turn.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8), conflicts_with_all = ["postgres", "mssql"])]
+    pub split: Option<u32>,
+}
+
+/// The flags of `sbworker export`.
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub database: HandoffDatabase,
+    /// The period whose results to claim.
+    #[arg(long, value_name = "ID", required_unless_present = "ack")]
+    pub periode: Option<i32>,
+    #[arg(long, value_enum, default_value = "csv")]
+    pub format: FormatArg,
+    #[arg(long, value_enum, default_value = "once")]
+    pub mode: ModeArg,
+    /// Lease of mode lease, in minutes.
+    #[arg(long, default_value_t = 15.0)]
+    pub lease_minutes: f64,
+    /// Write here (atomically) instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Confirm a leased batch instead of claiming.
+    #[arg(long, value_name = "BATCH_ID", conflicts_with = "periode")]
+    pub ack: Option<uuid::Uuid>,
+}
+
+/// The flags of `sbworker sweep`.
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub database: HandoffDatabase,
+    /// Most keys sent per run (oldest change first).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
+    pub fuse: i64,
+    /// Keys per committed transaction.
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..), |v| v as usize))]
+    pub batch: usize,
+    /// Run-log rows, dead letters and the log rows of requests answered longer ago than
+    /// this are deleted (each key's current Fouts stay).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i32).range(1..))]
+    pub retention_days: i32,
+    /// Stored results' evidence older than this is deleted (the latest version of each
+    /// key excepted; PostgreSQL). 84: the seven years Dutch tax law keeps payroll records.
+    #[arg(long, default_value_t = 84, value_parser = clap::value_parser!(i32).range(1..))]
+    pub evidence_retention_months: i32,
+    /// Rows deleted per statement.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..))]
+    pub delete_batch: i64,
+}
+
+/// The flags of `sbworker explain`.
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub database: HandoffDatabase,
+    #[arg(long, value_name = "ID")]
+    pub dienstverband: i32,
+    #[arg(long, value_name = "ID")]
+    pub periode: i32,
+    /// The stored version (default: the latest).
+    #[arg(long, value_name = "N")]
+    pub versie: Option<i64>,
+    /// Rate tables to explain with (TOML) instead of the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub tables: Option<PathBuf>,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The flags of `sbworker recompute`.
+#[derive(clap::Args)]
+pub struct RecomputeArgs {
+    #[command(flatten)]
+    pub database: HandoffDatabase,
+    /// A period (repeatable).
+    #[arg(long = "periode", value_name = "ID")]
+    pub periodes: Vec<i32>,
+    /// A CAO code (as in the roster's rooster.cao).
+    #[arg(long, value_name = "CODE")]
+    pub cao: Option<String>,
+    /// Employees from this id.
+    #[arg(long, value_name = "ID")]
+    pub dienstverband_van: Option<i32>,
+    /// Employees up to this id.
+    #[arg(long, value_name = "ID")]
+    pub dienstverband_tot: Option<i32>,
+    /// A known key, DIENSTVERBAND:PERIODE (repeatable; not with the filters above).
+    #[arg(long = "sleutel", value_name = "DV:P", value_parser = parse_key,
+          conflicts_with_all = ["periodes", "cao", "dienstverband_van", "dienstverband_tot", "all"])]
+    pub sleutels: Vec<(i32, i32)>,
+    /// Every key (needed when no filter is given).
+    #[arg(long)]
+    pub all: bool,
+    /// Start after this key, DIENSTVERBAND:PERIODE (where a run stopped at its fuse).
+    #[arg(long, value_name = "DV:P", value_parser = parse_key)]
+    pub after: Option<(i32, i32)>,
+    /// Keys per committed transaction (1 to 100,000).
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..=100_000), |v| v as usize))]
+    pub batch: usize,
+    /// Most keys per run (1 to 1,000,000,000).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000))]
+    pub fuse: i64,
+    /// Count the keys, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[cfg(feature = "tools")]
+/// The flags of `sbworker bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Every part at a tiny size (a check that the bench works, not a measurement).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the report goes.
+    #[arg(long, value_name = "DIR", default_value = "bench-report")]
+    pub out: std::path::PathBuf,
+    /// Repetitions (default 3; 1 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub reps: Option<u64>,
+    /// Conversation groups of the headline and the burn-down (default 1000).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub groups: Option<i32>,
+    /// In-order messages per group (default 100).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub per_group: Option<i32>,
+    /// Leave out the peers installed from registries (graphile-worker with npm, River
+    /// built with cargo).
+    #[arg(long)]
+    pub skip_peers: bool,
+    /// Seconds each open-loop rate runs after its warm-up (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub open_loop_seconds: Option<f64>,
+    /// The open loop's arrival rates, messages per second (comma-separated; default
+    /// 200,1000,2000).
+    #[arg(long, value_delimiter = ',', value_name = "RATES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub open_loop_rates: Vec<u32>,
+    /// Seconds the bloat workload runs with xmin pinned (default 180).
+    #[arg(long, value_name = "SECONDS")]
+    pub bloat_seconds: Option<f64>,
+    /// The pipeline's sbworker readers take up to this many conversation groups per
+    /// transaction (the queues' `groups_per_transaction`; default 1): an A/B of it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub groups_per_transaction: Option<u32>,
+    /// The pipeline with conversation reuse: a key's dialog carries its next
+    /// versions and ends after this many idle seconds (PostgreSQL broker; default: a
+    /// dialog per request): an A/B of it.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub dialog_reuse_idle_seconds: Option<u32>,
+    /// The pipeline's reader counts, a run each (comma-separated; default 1,2,4,8; the
+    /// open loop runs when 4 is among them).
+    #[arg(long, value_delimiter = ',', value_name = "READERS", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub pipeline_readers: Vec<u32>,
+    /// Employees of the pipeline's roster (default 400; three edits each): a larger
+    /// run for an A/B that needs less spread.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100000))]
+    pub pipeline_employees: Option<u64>,
+    /// Only these parts (comma-separated: headline, burn-down, poison, bloat, open-loop,
+    /// pipeline, split, engine); the calibration runs in every repetition. `--parts headline`
+    /// is an A/B of a change in minutes.
+    #[arg(long, value_delimiter = ',', value_name = "PARTS", value_parser = crate::bench::Part::from_key)]
+    pub parts: Vec<crate::bench::Part>,
+    /// Only these contenders (comma-separated: sbworker-pg, sbworker-tds, graphile,
+    /// graphile-localqueue, river, river-per-group, limit).
+    #[arg(long, value_delimiter = ',', value_name = "CONTENDERS", value_parser = crate::bench::Contender::from_key)]
+    pub contenders: Vec<crate::bench::Contender>,
+    /// Measure nothing: write report.md and the plots again, into --out, from the
+    /// results.json of an earlier run.
+    #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "reps", "groups", "per_group", "skip_peers", "open_loop_seconds", "open_loop_rates", "bloat_seconds", "groups_per_transaction", "dialog_reuse_idle_seconds", "parts", "contenders"])]
+    pub render: Option<std::path::PathBuf>,
+}
+
+#[cfg(feature = "tools")]
+/// The flags of `sbworker emulator`.
+#[derive(clap::Args)]
+pub struct EmulatorArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14330")]
+    pub listen: std::net::SocketAddr,
+    /// The PostgreSQL broker to run on (default: a throwaway cluster).
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+    /// The login clients must use.
+    #[arg(long, default_value = "sbworker")]
+    pub user: String,
+    /// Its password.
+    #[arg(long, env = "SBWORKER_EMULATOR_PASSWORD", hide_env_values = true, default_value = "sbworker")]
+    pub password: String,
+    /// Fault injection: every Nth RECEIVE that takes messages fails with deadlock 1205.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_deadlock_every: Option<u64>,
+    /// Fault injection: every Nth RECEIVE that takes messages drops its connection
+    /// instead of answering (the transaction rolls back).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_drop_every: Option<u64>,
+    /// Fault injection: every Nth RECEIVE that takes messages fails with lock timeout 1222.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_lock_timeout_every: Option<u64>,
+    /// Fault injection: every Nth COMMIT of a transaction that received messages fails
+    /// with deadlock 1205 (rolled back).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_commit_deadlock_every: Option<u64>,
+    /// Fault injection: every Nth SEND of a transaction that received messages (a
+    /// reply) drops the connection before its COMMIT (the transaction rolls back).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_send_drop_every: Option<u64>,
+    /// Fault injection: a request still running after this many milliseconds (blocked
+    /// on a lock, say) has its connection dropped, as a killed session does.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_drop_blocked_after_ms: Option<u64>,
+    /// Fault injection: every response waits this many milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub fault_delay_ms: u64,
+    /// Serve as this named instance: a SQL Server Browser on `--browser` answers for
+    /// it with the TDS port (clients then connect with `Server=host\INSTANCE`).
+    #[arg(long, value_name = "NAME", requires = "browser")]
+    pub instance: Option<String>,
+    /// The UDP address of that SQL Server Browser (SQL Server's is port 1434).
+    #[arg(long, value_name = "ADDR", requires = "instance")]
+    pub browser: Option<std::net::SocketAddr>,
+    /// The TLS certificate (chain) for clients that ask for encryption, PEM; without
+    /// it a self-signed one for localhost and 127.0.0.1 is made at start and printed.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Its private key, PEM.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+/// The flags of `sbworker install`.
+#[derive(clap::Args)]
+pub struct InstallArgs {
+    /// A PostgreSQL connection string (URL or key=value form).
+    #[arg(long, value_name = "URL", required_unless_present = "mssql", conflicts_with = "mssql")]
+    pub postgres: Option<String>,
+    /// Also install the roster schema and its triggers (PostgreSQL: 004 and 005).
+    #[arg(long)]
+    pub roster: bool,
+    /// A SQL Server ADO.NET connection string: runs broker/mssql/NN_*.sql in the order of their numbers.
+    #[arg(long, value_name = "CONN")]
+    pub mssql: Option<String>,
+    /// A sqlcmd variable of the SQL Server scripts (Database, WorkerLogin, WorkerUser).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
+    /// Which database this is: `both` (the default: the whole pipeline in one
+    /// database), `roster` (the roster, its triggers, the collector's DataService,
+    /// results, hand-off) or `calc` (the calculation's RekenService, its queue and
+    /// bookkeeping). SQL Server: the scripts' sqlcmd variable Side. PostgreSQL: kept
+    /// by the database, which stays the side it was first installed as; join the
+    /// sides with `sbworker link` (docs/deployment.md).
+    #[arg(long, value_name = "SIDE")]
+    pub side: Option<crate::transport::Side>,
+    /// Replace the roster senders even while a live calculation worker reads an older
+    /// Vraag contract (refused otherwise: upgrade the workers first, docs/deployment.md).
+    #[arg(long)]
+    pub allow_older_workers: bool,
+    #[command(flatten)]
+    pub roles: InstallRoles,
+}
+
+/// The flags of `sbworker selftest`.
+#[derive(clap::Args)]
+pub struct SelftestArgs {
+    /// A PostgreSQL connection string (URL or key=value form), as the worker uses.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SBWORKER_SELFTEST_POSTGRES",
+        hide_env_values = true,
+        required_unless_present = "mssql",
+        conflicts_with = "mssql"
+    )]
+    pub postgres: Option<String>,
+    /// A SQL Server ADO.NET connection string, as the worker uses (Database= included).
+    #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_MSSQL", hide_env_values = true)]
+    pub mssql: Option<String>,
+    /// Write the report as JSON (backend, passed, checks: name, status, detail,
+    /// error_number, error_text, fix).
+    #[arg(long)]
+    pub json: bool,
+    /// After the checks, every step of the T-SQL on the scratch key (SQL Server only):
+    /// recompute, export, the correction rule, explain, a lost dialog repaired, the
+    /// planner's priority, a held group. Needs the queues empty (workers stopped).
+    #[arg(long, requires = "mssql", conflicts_with = "postgres")]
+    pub deep: bool,
+    /// The connection string for --deep's recompute, export, evidence and sweep: a
+    /// login with the housekeeping and payroll roles, or the owner (default: --mssql's).
+    #[arg(long, value_name = "CONN", env = "SBWORKER_SELFTEST_ADMIN", hide_env_values = true, requires = "deep")]
+    pub admin: Option<String>,
+    /// SQL Server: which database of the deployment this is, as installed (`sbworker
+    /// install --side`): both (default), roster or calc.
+    #[arg(long, value_name = "SIDE", requires = "mssql", conflicts_with_all = ["deep", "postgres"])]
+    pub side: Option<crate::broker::mssql::Side>,
+}
+
+/// The flags of `sbworker status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+    /// Print the status document as JSON (for scripts and monitoring).
+    #[arg(long)]
+    pub json: bool,
+    /// Show the status again every SECONDS until interrupted.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<u64>,
+    /// A key is stale when its roster changed more than this many minutes ago and its
+    /// stored result is older.
+    #[arg(long, value_name = "MINUTES", default_value_t = 60)]
+    pub stale_minutes: i32,
+    /// Retries within this many minutes count as recent.
+    #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+    pub recent_minutes: i32,
+    /// A worker silent for longer than this is not alive (default: three of its own
+    /// heartbeat intervals).
+    #[arg(long, value_name = "SECONDS")]
+    pub silent_seconds: Option<u64>,
+}
+
+/// The flags of `sbworker dead-letter`.
+#[derive(clap::Args)]
+pub struct DeadLetterArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+    #[command(subcommand)]
+    pub action: DeadLetterAction,
+}
+
+/// The flags of `sbworker link`.
+#[derive(clap::Args)]
+pub struct LinkArgs {
+    /// The roster side's database (installed with --side roster).
+    #[arg(long, value_name = "URL")]
+    pub roster: String,
+    /// A calculation database (installed with --side calc); give it once per database.
+    #[arg(long, value_name = "URL", required = true)]
+    pub calc: Vec<String>,
+}
+
+impl Command {
+    /// The subcommand's name as typed (`dead-letter`), for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Calc(_) => "calc",
+            Command::Run(_) => "run",
+            Command::CheckConfig(_) => "check-config",
+            Command::Export(_) => "export",
+            Command::Sweep(_) => "sweep",
+            Command::Explain(_) => "explain",
+            Command::Recompute(_) => "recompute",
+            Command::Install(_) => "install",
+            Command::Link(_) => "link",
+            Command::Selftest(_) => "selftest",
+            Command::Status(_) => "status",
+            Command::DeadLetter(_) => "dead-letter",
+            #[cfg(feature = "tools")]
+            Command::BenchWorker(_) => "bench-worker",
+            #[cfg(feature = "tools")]
+            Command::Demo(_) => "demo",
+            #[cfg(feature = "tools")]
+            Command::Bench(_) => "bench",
+            #[cfg(feature = "tools")]
+            Command::Emulator(_) => "emulator",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -608,6 +704,25 @@ pub enum FormatArg {
 pub enum ModeArg {
     Once,
     Lease,
+}
+
+impl From<FormatArg> for crate::cli::handoff::Format {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Csv => Self::Csv,
+            FormatArg::Json => Self::Json,
+        }
+    }
+}
+
+impl ModeArg {
+    /// The claim's mode, a lease lasting `lease_minutes`.
+    pub fn with(self, lease_minutes: f64) -> crate::handoff::export::Mode {
+        match self {
+            ModeArg::Once => crate::handoff::export::Mode::Once,
+            ModeArg::Lease => crate::handoff::export::Mode::Lease { seconds: lease_minutes * 60.0 },
+        }
+    }
 }
 
 /// A key written DIENSTVERBAND:PERIODE.

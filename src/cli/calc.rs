@@ -83,3 +83,16 @@ pub fn load_tables(path: Option<&std::path::Path>) -> anyhow::Result<Tables> {
         }
     }
 }
+
+/// `sbworker calc`: exit 0 with an Antwoord, 2 with a Fout.
+pub fn main(a: crate::cli::args::CalcArgs) -> super::Outcome {
+    let tables = load_tables(a.tables.as_deref())?;
+    let input = read_input(&a.file).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", a.file))?;
+    let limits = Limits { max_body_bytes: a.max_body_bytes, ..Limits::default() };
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    match run(&input, &limits, &tables, a.explain, &mut out, &mut err) {
+        Ok(Outcome::Antwoord) => Ok(std::process::ExitCode::SUCCESS),
+        Ok(Outcome::Fout) => Ok(std::process::ExitCode::from(2)),
+        Err(e) => Err(anyhow::anyhow!("cannot write the answer: {e}").into()),
+    }
+}

@@ -312,3 +312,59 @@ pub fn describe(o: &sweep::Outcome, opts: sweep::Options) -> String {
         }
     }
 }
+
+/// `sbworker export`: a claim written out, or a leased batch confirmed.
+pub fn main_export(a: crate::cli::args::ExportArgs) -> super::Outcome {
+    let target = a.database.target().map_err(|e| super::Failure::usage(anyhow::anyhow!(e)))?;
+    let line = match (a.ack, a.periode) {
+        (Some(batch), _) => ack(&target, batch)?,
+        (None, Some(periode)) => {
+            export(&target, periode, a.format.into(), a.mode.with(a.lease_minutes), a.out.as_deref())?
+        }
+        (None, None) => return Err(anyhow::anyhow!("give --periode ID or --ack BATCH_ID").into()),
+    };
+    eprintln!("{line}");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `sbworker sweep`.
+pub fn main_sweep(a: crate::cli::args::SweepArgs) -> super::Outcome {
+    let opts = sweep::Options {
+        fuse: a.fuse,
+        batch: a.batch,
+        retention_days: a.retention_days,
+        evidence_retention_months: a.evidence_retention_months,
+        delete_batch: a.delete_batch,
+    };
+    let target = a.database.target().map_err(|e| super::Failure::usage(anyhow::anyhow!(e)))?;
+    println!("{}", sweep(&target, opts)?);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `sbworker explain`.
+pub fn main_explain(a: crate::cli::args::ExplainArgs) -> super::Outcome {
+    let target = a.database.target().map_err(|e| super::Failure::usage(anyhow::anyhow!(e)))?;
+    println!("{}", explain(&target, a.dienstverband, a.periode, a.versie, a.tables.as_deref(), a.json)?);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `sbworker recompute`.
+pub fn main_recompute(a: crate::cli::args::RecomputeArgs) -> super::Outcome {
+    let selection = crate::handoff::recompute::Selection {
+        periodes: a.periodes,
+        cao: a.cao,
+        dienstverband_from: a.dienstverband_van,
+        dienstverband_to: a.dienstverband_tot,
+        keys: a.sleutels,
+        after: a.after,
+    };
+    if selection.is_everything() && !a.all {
+        return Err(super::Failure::usage(anyhow::anyhow!(
+            "choose the keys (--periode, --cao, --dienstverband-van/-tot, --sleutel), or --all for every key"
+        )));
+    }
+    let target = a.database.target().map_err(|e| super::Failure::usage(anyhow::anyhow!(e)))?;
+    let opts = crate::handoff::recompute::Options { batch: a.batch, fuse: a.fuse, dry_run: a.dry_run };
+    println!("{}", recompute(&target, &selection, opts)?);
+    Ok(std::process::ExitCode::SUCCESS)
+}

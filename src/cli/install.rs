@@ -141,6 +141,24 @@ pub fn resolve_side(flag: Option<Side>, var: Option<&str>) -> anyhow::Result<Sid
     }
 }
 
+/// `sbworker install`.
+pub fn main(a: crate::cli::args::InstallArgs) -> super::Outcome {
+    let grants = a.roles.grants();
+    let line = match (a.postgres, a.mssql) {
+        (Some(url), _) => postgres(&url, a.roster, a.side, a.allow_older_workers, &grants)?,
+        (None, Some(conn)) => mssql(&conn, &a.vars, a.side, a.allow_older_workers, &grants)?,
+        (None, None) => return Err(anyhow::anyhow!("give --postgres URL or --mssql CONN").into()),
+    };
+    println!("{line}");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `sbworker link`.
+pub fn main_link(a: crate::cli::args::LinkArgs) -> super::Outcome {
+    println!("{}", link(&a.roster, &a.calc)?);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,3 +276,28 @@ async fn run_action(db: &mut Db, action: DeadLetterAction) -> anyhow::Result<boo
         }
     }
 }
+
+/// `sbworker status`.
+pub fn main_status(a: crate::cli::args::StatusArgs) -> super::Outcome {
+    let config = match a.flags.load(super::run::HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let o = StatusOptions {
+        json: a.json,
+        watch: a.watch,
+        stale_minutes: a.stale_minutes,
+        recent_minutes: a.recent_minutes,
+        silent_seconds: a.silent_seconds,
+    };
+    Ok(status(&config, o))
+}
+
+/// `sbworker dead-letter`.
+pub fn main_dead_letter(a: crate::cli::args::DeadLetterArgs) -> super::Outcome {
+    let config = match a.flags.load(super::run::HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    Ok(dead_letters(&config, a.action))
+}

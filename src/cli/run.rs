@@ -297,6 +297,52 @@ async fn forward_signals(
     }
 }
 
+/// `sbworker run`: exit 0 after a clean drain, 1 otherwise, 78 for a bad configuration.
+pub fn main(a: crate::cli::args::RunArgs) -> super::Outcome {
+    let config = match a.flags.load(HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    drained(run(config)?)
+}
+
+/// `sbworker bench-worker`: `run` with the bench's handlers too.
+#[cfg(feature = "tools")]
+pub fn main_bench_worker(a: crate::cli::args::BenchWorkerArgs) -> super::Outcome {
+    let config = match a.flags.load(crate::bench::effect::HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    drained(run_for_bench(config)?)
+}
+
+fn drained(outcome: RunOutcome) -> super::Outcome {
+    match outcome {
+        RunOutcome::Drained => Ok(std::process::ExitCode::SUCCESS),
+        RunOutcome::Aborted { reason } => {
+            Err(anyhow::anyhow!("aborted ({reason}); uncommitted groups were rolled back").into())
+        }
+    }
+}
+
+/// `sbworker check-config`: the effective configuration, or 78 with the key that is wrong.
+pub fn main_check_config(a: crate::cli::args::CheckConfigArgs) -> super::Outcome {
+    let config = match a.flags.load(HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    match check(&config) {
+        Ok(text) => {
+            print!("{text}");
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("sbworker: configuration error: {e:#}");
+            Ok(std::process::ExitCode::from(EXIT_CONFIG))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_owned_parts;

@@ -39,3 +39,8 @@ pub fn run(
     }
     if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
+
+/// `sbworker selftest`.
+pub fn main(a: crate::cli::args::SelftestArgs) -> super::Outcome {
+    Ok(run(a.postgres, a.mssql, a.json, a.deep.then_some(a.admin), a.side.unwrap_or_default()))
+}
