@@ -56,17 +56,9 @@ pub fn status(config: &Config, o: StatusOptions) -> ExitCode {
     // heartbeat, says when it counts as silent.)
     let t = Thresholds { worker_silent_seconds: o.silent_seconds.map(|s| s as f64), stale_minutes: o.stale_minutes };
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let rt = match super::runtime::runtime(false) {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    rt.block_on(async {
-        let mut db = match Db::connect(&config.broker, None).await {
-            Ok(db) => db,
-            Err(e) => return fail(e.into()),
-        };
+    on_database(config, async |db| {
         loop {
-            let (out, needs) = match one_status(&mut db, &o, t, colour).await {
+            let (out, needs) = match one_status(db, &o, t, colour).await {
                 Ok(x) => x,
                 Err(e) => return fail(e),
             };
@@ -109,19 +101,24 @@ fn time_arg(s: &str) -> anyhow::Result<String> {
 }
 
 pub fn dead_letters(config: &Config, action: DeadLetterAction) -> ExitCode {
+    on_database(config, async |db| match run_action(db, action).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => fail(e),
+    })
+}
+
+/// Runs `job` against the configuration's broker on a runtime of its own; exit status
+/// 69 when the broker cannot be reached.
+fn on_database(config: &Config, job: impl AsyncFnOnce(&mut Db) -> ExitCode) -> ExitCode {
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
     rt.block_on(async {
-        let mut db = match Db::connect(&config.broker, None).await {
-            Ok(db) => db,
-            Err(e) => return fail(e.into()),
-        };
-        match run_action(&mut db, action).await {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(e) => fail(e),
+        match Db::connect(&config.broker, None).await {
+            Ok(mut db) => job(&mut db).await,
+            Err(e) => fail(e.into()),
         }
     })
 }
