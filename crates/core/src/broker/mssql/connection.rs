@@ -68,6 +68,51 @@ const HONOURED: &str = "Server (Data Source), Database (Initial Catalog), User I
 /// The ADO.NET reader (moved to [`crate::connstr`], where the masking uses it too).
 pub use crate::connstr::ado_pairs;
 
+/// A whole number of seconds, for the key named `name`.
+fn seconds(name: &str, value: &str) -> Result<Duration, ConnectionStringError> {
+    let secs: u64 =
+        value.parse().map_err(|_| ConnectionStringError(format!("'{name}' must be seconds, not '{value}'")))?;
+    Ok(Duration::from_secs(secs))
+}
+
+/// A key ADO.NET knows and sbworker does not honour, or honours only at one value: an
+/// error saying what to do instead (or nothing, for the value that is honoured).
+fn refused(key: &str, value: &str) -> Result<(), ConnectionStringError> {
+    let why = match key {
+        "integrated security" | "trusted_connection" if value.eq_ignore_ascii_case("sspi") || truthy(key, value)? => {
+            format!(
+                "'{key}={value}' (Windows or Kerberos authentication) is not supported by this build: use SQL \
+                 authentication (User Id, Password); docs/sqlserver.md says why"
+            )
+        }
+        "integrated security" | "trusted_connection" => return Ok(()),
+        "multisubnetfailover" | "multi subnet failover" if truthy(key, value)? => {
+            "'MultiSubnetFailover=true' is not supported: sbworker connects to the first address of the name and does \
+             not try all of a listener's subnets at once; remove the key (a failover is then found on reconnecting, \
+             within the listener's DNS TTL)"
+                .to_owned()
+        }
+        "multisubnetfailover" | "multi subnet failover" => return Ok(()),
+        "applicationintent" | "application intent" => match value.to_ascii_lowercase().as_str() {
+            "readwrite" => return Ok(()),
+            "readonly" => "'ApplicationIntent=ReadOnly' cannot be honoured: the worker writes (RECEIVE, SEND, \
+                           results), which a read-only replica refuses; remove the key"
+                .to_owned(),
+            _ => format!("'ApplicationIntent' must be ReadWrite or ReadOnly, not '{value}'"),
+        },
+        "failover partner" | "failoverpartner" => "'Failover Partner' (database mirroring) is not supported: connect \
+                                                   through the availability group listener's name instead"
+            .to_owned(),
+        "multipleactiveresultsets" | "multiple active result sets" | "mars" if truthy(key, value)? => {
+            "'MultipleActiveResultSets=true' is not supported (sbworker opens a connection per reader): remove the key"
+                .to_owned()
+        }
+        "multipleactiveresultsets" | "multiple active result sets" | "mars" => return Ok(()),
+        other => format!("'{other}' is not a key sbworker honours: remove it. Honoured: {HONOURED}"),
+    };
+    Err(ConnectionStringError(why))
+}
+
 fn truthy(key: &str, v: &str) -> Result<bool, ConnectionStringError> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "yes" | "1" => Ok(true),
@@ -102,111 +147,30 @@ impl Connection {
         for entry in entries {
             let (key, value) = (entry.key, entry.value);
             match key.as_str() {
-                "server" | "data source" | "address" | "addr" | "network address" => {
-                    let v = value.strip_prefix("tcp:").unwrap_or(&value);
-                    let (host, port) = match v.rsplit_once(',') {
-                        Some((h, p)) => (
-                            h,
-                            Some(p.trim().parse().map_err(|_| ConnectionStringError(format!("'{p}' is not a port")))?),
-                        ),
-                        None => (v, None),
-                    };
-                    let (host, instance) = match host.split_once('\\') {
-                        Some((h, i)) if !i.trim().is_empty() => (h, Some(i.trim().to_owned())),
-                        Some(_) => return Err(ConnectionStringError("'Server' names no instance after '\\'".into())),
-                        None => (host, None),
-                    };
-                    c.host = host.trim().to_owned();
-                    c.port = port.unwrap_or(1433);
-                    c.port_given = port.is_some();
-                    c.instance = instance;
-                }
+                "server" | "data source" | "address" | "addr" | "network address" => c.server(&value)?,
                 "database" | "initial catalog" => c.database = Some(value),
                 "user id" | "uid" | "user" => c.user = value,
                 "password" | "pwd" => c.password = value,
-                "encrypt" => {
-                    c.encrypt = match value.to_ascii_lowercase().as_str() {
-                        "strict" => EncryptionLevel::Strict,
-                        "optional" => EncryptionLevel::On,
-                        _ if truthy(&key, &value)? => EncryptionLevel::Required,
-                        _ => EncryptionLevel::NotSupported,
-                    }
-                }
+                "encrypt" => c.encrypt(&key, &value)?,
                 "trustservercertificate" | "trust server certificate" => {
                     c.trust_server_certificate = truthy(&key, &value)?
                 }
                 "application name" | "app" => c.application_name = value,
                 "command timeout" => {
-                    let secs: u64 = value.parse().map_err(|_| {
-                        ConnectionStringError(format!("'Command Timeout' must be seconds, not '{value}'"))
-                    })?;
-                    c.command_timeout = Duration::from_secs(secs);
+                    c.command_timeout = seconds("Command Timeout", &value)?;
                     c.command_timeout_given = true;
                 }
                 "connect timeout" | "connection timeout" | "timeout" => {
-                    let secs: u64 = value.parse().map_err(|_| {
-                        ConnectionStringError(format!("'Connect Timeout' must be seconds, not '{value}'"))
-                    })?;
-                    if secs == 0 {
+                    c.connect_timeout = seconds("Connect Timeout", &value)?;
+                    if c.connect_timeout.is_zero() {
                         return Err(ConnectionStringError(
                             "'Connect Timeout' must be 1 or more seconds (0, no limit, is not supported)".into(),
                         ));
                     }
-                    c.connect_timeout = Duration::from_secs(secs);
                 }
-                "integrated security" | "trusted_connection" => {
-                    if value.eq_ignore_ascii_case("sspi") || truthy(&key, &value)? {
-                        return Err(ConnectionStringError(format!(
-                            "'{key}={value}' (Windows or Kerberos authentication) is not supported by this build: \
-                             use SQL authentication (User Id, Password); docs/sqlserver.md says why"
-                        )));
-                    }
-                }
-                "multisubnetfailover" | "multi subnet failover" => {
-                    if truthy(&key, &value)? {
-                        return Err(ConnectionStringError(
-                            "'MultiSubnetFailover=true' is not supported: sbworker connects to the first address of \
-                             the name and does not try all of a listener's subnets at once; remove the key (a failover \
-                             is then found on reconnecting, within the listener's DNS TTL)"
-                                .into(),
-                        ));
-                    }
-                }
-                "applicationintent" | "application intent" => match value.to_ascii_lowercase().as_str() {
-                    "readwrite" => {}
-                    "readonly" => {
-                        return Err(ConnectionStringError(
-                            "'ApplicationIntent=ReadOnly' cannot be honoured: the worker writes (RECEIVE, SEND, \
-                             results), which a read-only replica refuses; remove the key"
-                                .into(),
-                        ));
-                    }
-                    _ => {
-                        return Err(ConnectionStringError(format!(
-                            "'ApplicationIntent' must be ReadWrite or ReadOnly, not '{value}'"
-                        )));
-                    }
-                },
-                "failover partner" | "failoverpartner" => {
-                    return Err(ConnectionStringError(
-                        "'Failover Partner' (database mirroring) is not supported: connect through the \
-                         availability group listener's name instead"
-                            .into(),
-                    ));
-                }
-                "multipleactiveresultsets" | "multiple active result sets" | "mars" => {
-                    if truthy(&key, &value)? {
-                        return Err(ConnectionStringError(
-                            "'MultipleActiveResultSets=true' is not supported (sbworker opens a connection per \
-                             reader): remove the key"
-                                .into(),
-                        ));
-                    }
-                }
-                other if crate::connstr::is_ado_key(other) => {
-                    return Err(ConnectionStringError(format!(
-                        "'{other}' is not a key sbworker honours: remove it. Honoured: {HONOURED}"
-                    )));
+                // (Two spellings SqlClient takes that the shared key list does not have.)
+                other if crate::connstr::is_ado_key(other) || matches!(other, "failoverpartner" | "mars") => {
+                    refused(other, &value)?
                 }
                 // Not named: an unknown "key" may be a piece of a password holding ';'.
                 _ => {
@@ -225,6 +189,38 @@ impl Connection {
             return Err(ConnectionStringError("'User Id' is missing (SQL authentication)".into()));
         }
         Ok(c)
+    }
+
+    /// `Server=[tcp:]host[\instance][,port]`.
+    fn server(&mut self, value: &str) -> Result<(), ConnectionStringError> {
+        let v = value.strip_prefix("tcp:").unwrap_or(value);
+        let (host, port) = match v.rsplit_once(',') {
+            Some((h, p)) => {
+                (h, Some(p.trim().parse().map_err(|_| ConnectionStringError(format!("'{p}' is not a port")))?))
+            }
+            None => (v, None),
+        };
+        let (host, instance) = match host.split_once('\\') {
+            Some((h, i)) if !i.trim().is_empty() => (h, Some(i.trim().to_owned())),
+            Some(_) => return Err(ConnectionStringError("'Server' names no instance after '\\'".into())),
+            None => (host, None),
+        };
+        self.host = host.trim().to_owned();
+        self.port = port.unwrap_or(1433);
+        self.port_given = port.is_some();
+        self.instance = instance;
+        Ok(())
+    }
+
+    /// `Encrypt=strict|optional|true|false` (and ADO.NET's other words for yes and no).
+    fn encrypt(&mut self, key: &str, value: &str) -> Result<(), ConnectionStringError> {
+        self.encrypt = match value.to_ascii_lowercase().as_str() {
+            "strict" => EncryptionLevel::Strict,
+            "optional" => EncryptionLevel::On,
+            _ if truthy(key, value)? => EncryptionLevel::Required,
+            _ => EncryptionLevel::NotSupported,
+        };
+        Ok(())
     }
 
     /// The tiberius configuration.
@@ -302,6 +298,31 @@ pub async fn connect(c: &Connection) -> Result<Tds, BrokerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_honoured_at_one_value_only_are_refused_at_the_others_saying_why() {
+        let base = "Server=h;User Id=u;Password=p;";
+        let ok = |extra: &str| Connection::parse(&format!("{base}{extra}")).map(|_| ()).map_err(|e| e.to_string());
+        for accepted in
+            ["MARS=false", "Integrated Security=false", "ApplicationIntent=ReadWrite", "MultiSubnetFailover=no"]
+        {
+            assert_eq!(ok(accepted), Ok(()), "{accepted}");
+        }
+        for (refused, says) in [
+            ("MARS=true", "MultipleActiveResultSets=true"),
+            ("FailoverPartner=x", "database mirroring"),
+            ("Failover Partner=x", "database mirroring"),
+            ("ApplicationIntent=ReadOnly", "read-only replica"),
+            ("ApplicationIntent=maybe", "must be ReadWrite or ReadOnly"),
+            ("Trusted_Connection=SSPI", "Windows or Kerberos"),
+            ("Pooling=true", "not a key sbworker honours"),
+            ("Connect Timeout=0", "1 or more seconds"),
+            ("Command Timeout=soon", "must be seconds"),
+        ] {
+            let e = ok(refused).unwrap_err();
+            assert!(e.contains(says), "{refused}: {e}");
+        }
+    }
 
     #[test]
     fn connection_strings_are_read_as_ado_net_reads_them() {
