@@ -255,7 +255,7 @@ async fn dialogs_take_the_calculation_servers_in_turn_and_wait_out_one_that_is_d
 /// allows): `status` still answers, shows the route not read and what it knows, and
 /// counts no messages it cannot read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_status_answers_when_a_routes_slot_has_lost_its_wal() {
+async fn slow_the_status_answers_when_a_routes_slot_has_lost_its_wal() {
     let (a, b) = (server().await, server().await);
     let roster = side_db(&a, "roster", Side::Roster, false).await;
     let calc = side_db(&b, "calc", Side::Calc, false).await;
