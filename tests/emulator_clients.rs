@@ -303,7 +303,8 @@ async fn pymssql_with_its_default_settings_runs_the_tutorial_and_a_round_trip() 
 /// the bits, passed as Python bools, as 1), in its own transaction. `Rekenserver.noteer_fout @eerste = 1` answers the
 /// oldest request open on a reused dialog with the Fout and records the later ones as lost
 /// (the environment's, to be sent again); `Rekenserver.dialoog_stil` keeps a dialog while
-/// a request is open on it and lets it go once none is.
+/// a request is open on it or its last answer is more recent than the idle time, and
+/// lets it go once neither is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
     // A burst of edits with reuse on and no worker: every request open on its key's dialog.
@@ -366,13 +367,17 @@ async fn pymssql_calls_the_reuse_procedures_with_literal_parameters() {
     let keeps = "SELECT count(*) FROM rekenserver.sleutel WHERE dialog_handle = $1";
     assert_eq!(call("stil", k).await["stil"], false, "a request is open on it");
     assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 1, "still the key's dialog");
-    c.execute(
-        "UPDATE rekenserver.berekening_log SET uitkomst = 'opgeslagen', beantwoord_op = now() WHERE dialog_handle = $1",
-        &[&k],
-    )
-    .await
-    .unwrap();
-    assert_eq!(call("stil", k).await["stil"], true, "every request on it answered");
+    // Every request on it answered, the last one just now: kept for the idle time after
+    // it (the timer set again); answered longer ago than that: let go.
+    let answered = "UPDATE rekenserver.berekening_log SET uitkomst = 'opgeslagen', beantwoord_op = $2
+                     WHERE dialog_handle = $1";
+    let now = std::time::SystemTime::now();
+    c.execute(answered, &[&k, &now]).await.unwrap();
+    assert_eq!(call("stil", k).await["stil"], false, "answered within the idle time");
+    assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 1, "still the key's dialog");
+    let long_ago = now - std::time::Duration::from_secs(86_400);
+    c.execute(answered, &[&k, &long_ago]).await.unwrap();
+    assert_eq!(call("stil", k).await["stil"], true, "every request on it answered, longer ago than the idle time");
     assert_eq!(c.query_one(keeps, &[&k]).await.unwrap().get::<_, i64>(0), 0, "no longer the key's dialog");
 }
 

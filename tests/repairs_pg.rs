@@ -445,9 +445,25 @@ async fn an_idle_timer_keeps_a_reused_dialog_while_a_request_is_open_on_it() {
     let stil = "SELECT rekenserver.dialoog_stil($1)";
     assert!(!c.query_one(stil, &[&h]).await.unwrap().get::<_, bool>(0), "a request is open on it");
     assert_eq!(count(&c, &format!("SELECT count(*) FROM rekenserver.sleutel WHERE dialog_handle = '{h}'")).await, 1);
-    // Every request of it answered (as the collector records them): idle.
+    // Its timer was set again, the idle time from now.
+    let due = format!(
+        "SELECT count(*) FROM sb.conversation_timer WHERE handle = '{h}' AND due_at > now() + interval '1 second'"
+    );
+    assert_eq!(count(&c, &due).await, 1, "the timer is set again while a request is open");
+    c.execute("DELETE FROM sb.conversation_timer WHERE handle = $1", &[&h]).await.unwrap();
+    // Every request of it answered (as the collector records them), the last one just
+    // now: not idle for the idle time yet, so kept, its timer set again.
     c.execute(
         "UPDATE rekenserver.berekening_log SET uitkomst = 'opgeslagen', beantwoord_op = now() WHERE dialog_handle = $1",
+        &[&h],
+    )
+    .await
+    .unwrap();
+    assert!(!c.query_one(stil, &[&h]).await.unwrap().get::<_, bool>(0), "answered within the idle time");
+    assert_eq!(count(&c, &due.replace("> now() + interval '1 second'", "IS NOT NULL")).await, 1);
+    // The last answer longer ago than the idle time: idle.
+    c.execute(
+        "UPDATE rekenserver.berekening_log SET beantwoord_op = now() - interval '1 day' WHERE dialog_handle = $1",
         &[&h],
     )
     .await

@@ -121,15 +121,21 @@ CREATE TABLE IF NOT EXISTS sb.conversation_group (
 );
 
 -- One row per side of a dialog. States as sys.conversation_endpoints: SO, SI, CO, DI,
--- DO, ER, CD.
+-- DO, ER, CD. No foreign keys: BEGIN DIALOG and the first SEND check the service and
+-- the contract they write, no service or contract is ever deleted, and a group's row is
+-- held (sb.hold_group) by whoever adds an endpoint to it and deleted only when nothing
+-- uses it (sb.drop_unused_groups). Their checks cost every endpoint written, and every
+-- update of one written in the same transaction (PostgreSQL checks those again): about
+-- 8 statements per request (docs/postgresql.md, "Hot paths"). Installs from before drop
+-- them, once.
 CREATE TABLE IF NOT EXISTS sb.endpoint (
     handle          uuid PRIMARY KEY,
     conversation_id uuid NOT NULL,
     is_initiator    boolean NOT NULL,
-    service         text NOT NULL REFERENCES sb.service,
-    far_service     text NOT NULL REFERENCES sb.service,
-    contract        text NOT NULL REFERENCES sb.contract,
-    group_id        uuid NOT NULL REFERENCES sb.conversation_group,
+    service         text NOT NULL,
+    far_service     text NOT NULL,
+    contract        text NOT NULL,
+    group_id        uuid NOT NULL,
     far_handle      uuid,
     state           text NOT NULL CHECK (state IN ('SO', 'SI', 'CO', 'DI', 'DO', 'ER', 'CD')),
     send_seq        bigint NOT NULL DEFAULT 0,
@@ -144,18 +150,24 @@ BEGIN
 END $$;
 -- A dialog whose far service lives in another database: the route (sb.route,
 -- 008_routes.sql) its messages leave by; NULL when both sides are here. The far service
--- then has no row in sb.service, so far_service names no row. Both changes once: an
--- ALTER TABLE takes the table every send and receive reads.
+-- then has no row in sb.service, so far_service names no row. Added once: an ALTER
+-- TABLE takes the table every send and receive reads.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                     WHERE attrelid = 'sb.endpoint'::regclass AND attname = 'route' AND NOT attisdropped) THEN
         ALTER TABLE sb.endpoint ADD COLUMN route text;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
-                WHERE conrelid = 'sb.endpoint'::regclass AND conname = 'endpoint_far_service_fkey') THEN
-        ALTER TABLE sb.endpoint DROP CONSTRAINT endpoint_far_service_fkey;
-    END IF;
+END $$;
+DO $$
+DECLARE
+    v_fk name;
+BEGIN
+    FOR v_fk IN SELECT conname FROM pg_catalog.pg_constraint
+                 WHERE conrelid = 'sb.endpoint'::regclass AND contype = 'f'
+    LOOP
+        EXECUTE format('ALTER TABLE sb.endpoint DROP CONSTRAINT %I', v_fk);
+    END LOOP;
 END $$;
 
 -- Messages waiting on a queue. Delivered messages are deleted (RETENTION OFF): the
@@ -194,12 +206,6 @@ CREATE TABLE IF NOT EXISTS sb.group_ready (
     first_id bigint NOT NULL
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
         autovacuum_vacuum_cost_delay = 0);
-DO $$
-BEGIN
-    IF pg_catalog.to_regclass('sb.group_ready_order') IS NULL THEN
-        CREATE INDEX IF NOT EXISTS group_ready_order ON sb.group_ready (queue, first_id);
-    END IF;
-END $$;
 
 -- Conversation priorities (CREATE BROKER PRIORITY): a level from 1 (low) to 10 (high),
 -- 5 by default, given to each endpoint when it is made, from the priority whose
@@ -242,7 +248,10 @@ BEGIN
         CREATE INDEX IF NOT EXISTS conversation_timer_due ON sb.conversation_timer (queue, due_at);
     END IF;
 END $$;
--- A group's level: the highest of its endpoints that have messages waiting.
+-- A group's level: the highest of its endpoints that have messages waiting. One index
+-- serves every pick, with priorities or without (all at level 5 then): the levels are
+-- searched in turn, each oldest first. (Builds before had a second index without the
+-- level, which every ready row paid for: about 95 bytes of WAL per message.)
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
@@ -251,6 +260,21 @@ BEGIN
     END IF;
     IF pg_catalog.to_regclass('sb.group_ready_priority') IS NULL THEN
         CREATE INDEX IF NOT EXISTS group_ready_priority ON sb.group_ready (queue, priority, first_id);
+    END IF;
+    IF pg_catalog.to_regclass('sb.group_ready_order') IS NOT NULL THEN
+        DROP INDEX sb.group_ready_order;
+    END IF;
+END $$;
+-- A message's level: its receiving endpoint's, fixed for the conversation's life, so
+-- that what is left of a group gives the group's level with no look at the endpoints.
+-- Messages of an install from before take their endpoint's, once.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = 'sb.message'::regclass AND attname = 'priority' AND NOT attisdropped) THEN
+        ALTER TABLE sb.message ADD COLUMN priority smallint NOT NULL DEFAULT 5;
+        UPDATE sb.message m SET priority = e.priority FROM sb.endpoint e
+         WHERE e.handle = m.handle AND e.priority <> 5;
     END IF;
 END $$;
 
@@ -291,6 +315,10 @@ BEGIN
 END $$;
 
 -- Error 42501 (insufficient_privilege) unless the login has p_right on p_object.
+-- Callers on hot paths write `IF NOT sb.may(r, o) THEN PERFORM sb.require_right(r, o);
+-- END IF;`: PL/pgSQL evaluates an IF whose condition is a plain function call as a
+-- simple expression, without a query of its own, where a PERFORM is a query each time
+-- (measured: one statement fewer per check; docs/postgresql.md, "Hot paths").
 CREATE OR REPLACE FUNCTION sb.require_right(p_right text, p_object text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -418,7 +446,9 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.channel(p_queue text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    PERFORM sb.require_right('RECEIVE', p_queue);
+    IF NOT sb.may('RECEIVE', p_queue) THEN
+        PERFORM sb.require_right('RECEIVE', p_queue);
+    END IF;
     RETURN (SELECT 'sb_queue_' || id FROM sb.queue WHERE name = p_queue);
 END $$;
 
@@ -453,11 +483,15 @@ BEGIN
 END $$;
 
 -- Whether nobody holds the advisory lock (p_class, p_id): tried exclusively, released at once.
+-- (Assignments, not PERFORM, here and in sb.wake_group: a simple expression, evaluated
+-- without a query; these run on every send.)
 CREATE OR REPLACE FUNCTION sb.lock_is_free(p_class int, p_id int) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_unlocked boolean;
 BEGIN
     IF pg_try_advisory_lock(p_class, p_id) THEN
-        PERFORM pg_advisory_unlock(p_class, p_id);
+        v_unlocked := pg_advisory_unlock(p_class, p_id);
         RETURN true;
     END IF;
     RETURN false;
@@ -471,10 +505,12 @@ END $$;
 -- reader waiting on the queue.
 CREATE OR REPLACE FUNCTION sb.wake_group(p_queue_id int, p_group uuid) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_void text;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1396834306, p_queue_id);
+    v_void := pg_advisory_xact_lock_shared(1396834306, p_queue_id)::text;
     IF NOT sb.lock_is_free(1396834305, p_queue_id) THEN
-        PERFORM pg_notify('sb_queue_' || p_queue_id, coalesce(p_group::text, ''));
+        v_void := pg_notify('sb_queue_' || p_queue_id, coalesce(p_group::text, ''))::text;
     END IF;
 END $$;
 
@@ -497,10 +533,13 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.begin_wait(p_queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_id int := sb.queue_id(p_queue);
+    v_id   int := sb.queue_id(p_queue);
+    v_void text;
 BEGIN
-    PERFORM sb.require_right('RECEIVE', p_queue);
-    PERFORM pg_advisory_lock_shared(1396834305, v_id);
+    IF NOT sb.may('RECEIVE', p_queue) THEN
+        PERFORM sb.require_right('RECEIVE', p_queue);
+    END IF;
+    v_void := pg_advisory_lock_shared(1396834305, v_id)::text;
     RETURN sb.lock_is_free(1396834306, v_id);
 END $$;
 
@@ -509,7 +548,9 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.end_wait(p_queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM sb.require_right('RECEIVE', p_queue);
+    IF NOT sb.may('RECEIVE', p_queue) THEN
+        PERFORM sb.require_right('RECEIVE', p_queue);
+    END IF;
     RETURN pg_advisory_unlock_shared(1396834305, sb.queue_id(p_queue));
 END $$;
 
@@ -667,7 +708,9 @@ BEGIN
     IF v_route IS NULL AND NOT EXISTS (SELECT 1 FROM sb.service WHERE name = p_to_service) THEN
         PERFORM sb.fail('SB424', format('target service %s is not found, and no route leads to it', p_to_service));
     END IF;
-    PERFORM sb.require_right('SEND', p_to_service);
+    IF NOT sb.may('SEND', p_to_service) THEN
+        PERFORM sb.require_right('SEND', p_to_service);
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM sb.contract WHERE name = p_contract) THEN
         PERFORM sb.fail('SB425', format('contract %s is not found', p_contract));
     END IF;
@@ -696,10 +739,11 @@ CREATE OR REPLACE FUNCTION sb.put_message(p_queue text, p_queue_id int, p_group 
     p_seq bigint, p_message_type text, p_body bytea, p_priority smallint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    v_id bigint;
+    v_id   bigint;
+    v_void text;
 BEGIN
-    INSERT INTO sb.message (queue, group_id, handle, seq, message_type, body)
-    VALUES (p_queue, p_group, p_handle, p_seq, p_message_type, p_body)
+    INSERT INTO sb.message (queue, group_id, handle, seq, message_type, body, priority)
+    VALUES (p_queue, p_group, p_handle, p_seq, p_message_type, p_body, p_priority)
     RETURNING id INTO v_id;
     -- DO UPDATE, not DO NOTHING: when a receiver holds the group's row, this waits for
     -- it. The receiver cannot see this uncommitted message and deletes the row when it
@@ -709,7 +753,7 @@ BEGIN
     INSERT INTO sb.group_ready (group_id, queue, first_id, priority) VALUES (p_group, p_queue, v_id, p_priority)
     ON CONFLICT (group_id) DO UPDATE SET first_id = least(sb.group_ready.first_id, excluded.first_id),
         priority = greatest(sb.group_ready.priority, excluded.priority);
-    PERFORM sb.wake_group(p_queue_id, p_group);
+    v_void := sb.wake_group(p_queue_id, p_group)::text;
 END $$;
 
 -- Removes group p_group's ready row when no message of it waits. The row is locked first,
@@ -776,6 +820,20 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.send(p_handle uuid, p_message_type text, p_body bytea DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    v_void text;
+BEGIN
+    -- (An assignment: the call is evaluated without a query of its own.)
+    v_void := sb.send_as(p_handle, p_message_type, p_body, false)::text;
+END $$;
+
+-- SEND, for the broker's own senders too: with p_trusted the body is not validated.
+-- Only rekenserver.stuur_vraag passes it, for the Vraag it has just built with
+-- xmlelement (always one well-formed element: parsing it again cost 0.15-0.2 ms a
+-- request). Granted to no role (006_security.sql): a client's SEND is always validated.
+CREATE OR REPLACE FUNCTION sb.send_as(p_handle uuid, p_message_type text, p_body bytea, p_trusted boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_void   text;
     e          sb.endpoint;
     c          record;
     v_far      uuid;
@@ -803,7 +861,9 @@ BEGIN
         PERFORM sb.send_remote(e, p_message_type, p_body);
         RETURN;
     END IF;
-    PERFORM sb.require_right('SEND', e.far_service);
+    IF NOT sb.may('SEND', e.far_service) THEN
+        PERFORM sb.require_right('SEND', e.far_service);
+    END IF;
     SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
       INTO c
       FROM sb.service s JOIN sb.queue q ON q.name = s.queue
@@ -822,7 +882,7 @@ BEGIN
     END IF;
     IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
         PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
-    ELSIF c.validation = 'WELL_FORMED_XML' THEN
+    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
         PERFORM sb.check_well_formed(p_body, p_message_type);
     END IF;
     IF e.far_handle IS NULL THEN
@@ -853,7 +913,7 @@ BEGIN
         UPDATE sb.endpoint SET state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
          WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     END IF;
-    PERFORM sb.put_message(c.queue, c.queue_id, v_group, v_far, v_seq, p_message_type, p_body, v_level);
+    v_void := sb.put_message(c.queue, c.queue_id, v_group, v_far, v_seq, p_message_type, p_body, v_level)::text;
 END $$;
 
 -- BEGIN CONVERSATION TIMER (handle) TIMEOUT = seconds: after the timeout a DialogTimer
@@ -875,7 +935,9 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
     END IF;
-    PERFORM sb.require_right('SEND', e.far_service);
+    IF NOT sb.may('SEND', e.far_service) THEN
+        PERFORM sb.require_right('SEND', e.far_service);
+    END IF;
     IF e.state IN ('DO', 'CD') THEN
         PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
     END IF;
@@ -1007,23 +1069,44 @@ BEGIN
 END $$;
 
 -- Locks the next available conversation group of a queue (or the given one) until the
--- end of the transaction; NULL when none is available.
-CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL)
+-- end of the transaction; NULL when none is available. With p_check_right, checks the
+-- login's RECEIVE right first (42501), in the same look as the queue. A hot path (every
+-- RECEIVE): one statement reads the queue, the right, the levels defined and whether a
+-- conversation timer is due; then the floor's probe (63 looks in 64), and one search per
+-- level until a group is found (one with no priority defined).
+DROP FUNCTION IF EXISTS sb.lock_group(text, uuid);
+CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL, p_check_right boolean DEFAULT false)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
-    v_enabled boolean;
-    v_qid     int;
+    q         record;
     v_group   uuid;
     v_seq     regclass;
     v_floor   bigint := 0;
     v_min     bigint;
     v_level   smallint;
 BEGIN
-    SELECT enabled, id INTO v_enabled, v_qid FROM sb.queue WHERE name = p_queue;
+    SELECT x.id, x.enabled, NOT p_check_right OR sb.may('RECEIVE', p_queue) AS allowed,
+           -- The levels to search, highest first: 5 (every endpoint's without a
+           -- priority) and those of the priorities defined.
+           ARRAY(SELECT l FROM (SELECT bp.priority_level FROM sb.broker_priority bp UNION SELECT 5) y(l)
+                  ORDER BY l DESC) AS levels,
+           p_group IS NULL AND EXISTS (SELECT 1 FROM sb.conversation_timer t
+                                        WHERE t.queue = p_queue AND t.due_at <= statement_timestamp()) AS timer_due
+      INTO q FROM sb.queue x WHERE x.name = p_queue;
     IF NOT FOUND THEN
+        IF p_check_right THEN
+            IF NOT sb.may('RECEIVE', p_queue) THEN
+                PERFORM sb.require_right('RECEIVE', p_queue);
+            END IF;
+        END IF;
         PERFORM sb.fail('SB404', format('queue %s is not found', p_queue));
     END IF;
-    IF NOT v_enabled THEN
+    IF NOT q.allowed THEN
+        IF NOT sb.may('RECEIVE', p_queue) THEN
+            PERFORM sb.require_right('RECEIVE', p_queue);
+        END IF;
+    END IF;
+    IF NOT q.enabled THEN
         PERFORM sb.fail('SB617', format('the service queue %s is currently disabled', p_queue));
     END IF;
     IF p_group IS NOT NULL THEN
@@ -1032,37 +1115,27 @@ BEGIN
         RETURN v_group;
     END IF;
     -- Conversation timers that are due become DialogTimer messages first.
-    IF EXISTS (SELECT 1 FROM sb.conversation_timer WHERE queue = p_queue AND due_at <= statement_timestamp()) THEN
+    IF q.timer_due THEN
         PERFORM sb.fire_timers(p_queue);
     END IF;
-    v_seq := to_regclass('sb.queue_floor_' || v_qid);
+    v_seq := to_regclass('sb.queue_floor_' || q.id);
     IF v_seq IS NOT NULL AND nextval('sb.floor_tick') % 64 <> 0 THEN
         v_floor := coalesce(pg_sequence_last_value(v_seq), 0);
-        -- The oldest visible ready row from the floor on, locked or not: raise the floor.
-        SELECT first_id INTO v_min FROM sb.group_ready
-         WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1;
+        -- The oldest visible ready row from the floor on, of any level, locked or not:
+        -- raise the floor.
+        SELECT min(f.first_id) INTO v_min
+          FROM unnest(q.levels) AS l(level),
+               LATERAL (SELECT r.first_id FROM sb.group_ready r
+                         WHERE r.queue = p_queue AND r.priority = l.level AND r.first_id >= v_floor
+                         ORDER BY r.first_id LIMIT 1) f;
         IF v_min > v_floor THEN
             PERFORM setval(v_seq, v_min);
             v_floor := v_min;
         END IF;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM sb.broker_priority) THEN
-        -- Every endpoint is at the default level: oldest first.
-        SELECT group_id INTO v_group FROM sb.group_ready
-         WHERE queue = p_queue AND first_id >= v_floor ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF v_group IS NULL AND v_floor > 0 THEN
-            SELECT group_id INTO v_group FROM sb.group_ready
-             WHERE queue = p_queue ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-            IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
-                PERFORM setval(v_seq, 0);
-            END IF;
-        END IF;
-        RETURN v_group;
-    END IF;
     -- The highest level first, each level oldest first (the floor is below every
     -- level's oldest row, so it bounds each level's search too).
-    FOR v_level IN SELECT l FROM (SELECT priority_level AS l FROM sb.broker_priority UNION SELECT 5) x ORDER BY l DESC
-    LOOP
+    FOREACH v_level IN ARRAY q.levels LOOP
         SELECT group_id INTO v_group FROM sb.group_ready
          WHERE queue = p_queue AND priority = v_level AND first_id >= v_floor
          ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
@@ -1083,8 +1156,7 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
 RETURNS uuid LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM sb.require_right('RECEIVE', p_queue);
-    RETURN sb.lock_group(p_queue);
+    RETURN sb.lock_group(p_queue, NULL, true);
 END $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
@@ -1106,19 +1178,26 @@ RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handl
 LANGUAGE plpgsql AS $$
 DECLARE
     v_group uuid := p_group;
-    v_next  bigint;
 BEGIN
-    PERFORM sb.require_right('RECEIVE', p_queue);
     IF p_handle IS NOT NULL THEN
+        IF NOT sb.may('RECEIVE', p_queue) THEN
+            PERFORM sb.require_right('RECEIVE', p_queue);
+        END IF;
         SELECT group_id INTO v_group FROM sb.endpoint WHERE handle = p_handle;
         IF NOT FOUND THEN
             PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
         END IF;
     END IF;
-    v_group := sb.lock_group(p_queue, v_group);
+    v_group := sb.lock_group(p_queue, v_group, p_handle IS NULL);
     IF v_group IS NULL THEN
         RETURN;
     END IF;
+    -- One statement takes the messages and puts the group right: a target endpoint
+    -- that has received its first message is conversing; the group's ready row moves to
+    -- its next message (its level to the highest left, when priorities are defined), or
+    -- goes when none is left. Every part sees the statement's snapshot, so what is left
+    -- is what was not picked. (A sender's message not yet committed is not seen: its
+    -- upsert of the ready row waits for this transaction, see sb.put_message.)
     RETURN QUERY
     WITH picked AS (
         SELECT m.id FROM sb.message m
@@ -1130,24 +1209,30 @@ BEGIN
     ), gone AS (
         DELETE FROM sb.message m USING picked WHERE m.id = picked.id
         RETURNING m.id, m.group_id, m.handle, m.seq, m.message_type, m.body
+    ), conversing AS (
+        UPDATE sb.endpoint SET state = 'CO' WHERE group_id = v_group AND state = 'SI'
+    ), nxt AS (
+        SELECT m.id FROM sb.message m
+         WHERE m.group_id = v_group AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = m.id)
+         ORDER BY m.id LIMIT 1
+    ), lvl AS (
+        SELECT max(m.priority) AS level FROM sb.message m
+         WHERE EXISTS (SELECT 1 FROM sb.broker_priority) AND m.group_id = v_group
+           AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = m.id)
+    ), ready AS (
+        UPDATE sb.group_ready r SET first_id = nxt.id, priority = coalesce(lvl.level, r.priority)
+          FROM nxt, lvl WHERE r.group_id = v_group
+    ), unready AS (
+        DELETE FROM sb.group_ready r WHERE r.group_id = v_group AND NOT EXISTS (SELECT 1 FROM nxt)
     )
     SELECT g.id, g.group_id, g.handle, g.seq, g.message_type, g.body, e.service, e.contract
       FROM gone g JOIN sb.endpoint e ON e.handle = g.handle
      ORDER BY min(g.id) OVER (PARTITION BY g.handle), g.handle,
               g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer',
               g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', g.seq;
-    -- A target endpoint that has received its first message is conversing.
-    UPDATE sb.endpoint SET state = 'CO' WHERE group_id = v_group AND state = 'SI';
-    SELECT min(id) INTO v_next FROM sb.message WHERE group_id = v_group;
-    IF v_next IS NULL THEN
-        DELETE FROM sb.group_ready WHERE group_id = v_group;
-    ELSE
-        UPDATE sb.group_ready SET first_id = v_next,
-               priority = (SELECT max(e.priority) FROM sb.message m JOIN sb.endpoint e ON e.handle = m.handle
-                            WHERE m.group_id = v_group)
-         WHERE group_id = v_group;
-        -- Messages are left: wake another reader once this transaction ends.
-        IF p_wake THEN
+    -- Messages are left: wake another reader once this transaction ends.
+    IF p_wake THEN
+        IF EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = v_group) THEN
             PERFORM sb.wake(p_queue);
         END IF;
     END IF;
@@ -1190,11 +1275,12 @@ DROP FUNCTION IF EXISTS sb.cleanup(uuid);
 CREATE OR REPLACE FUNCTION sb.cleanup(p_handle uuid, p_far uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    v_void   text;
     v_groups uuid[];
 BEGIN
     WITH gone AS (DELETE FROM sb.endpoint WHERE handle IN (p_handle, p_far) RETURNING group_id)
     SELECT array_agg(DISTINCT group_id) INTO v_groups FROM gone;
-    PERFORM sb.drop_unused_groups(v_groups);
+    v_void := sb.drop_unused_groups(v_groups)::text;
 END $$;
 
 -- END CONVERSATION … WITH CLEANUP: removes this side's endpoint and the messages waiting
@@ -1202,6 +1288,7 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.end_conversation_cleanup(p_handle uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    v_void   text;
     e sb.endpoint;
 BEGIN
     e := sb.lock_endpoint(p_handle);
@@ -1211,7 +1298,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
         PERFORM sb.drop_ready_if_empty(e.group_id);
     END IF;
-    PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
+    v_void := sb.drop_unused_groups(ARRAY[e.group_id])::text;
 END $$;
 
 -- The body of Service Broker's Error message: code and description (escaped for XML).
@@ -1228,6 +1315,7 @@ CREATE OR REPLACE FUNCTION sb.end_conversation(p_handle uuid, p_error_code int D
     p_description text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    v_void   text;
     e       sb.endpoint;
     v_far   sb.endpoint;
     c       record;
@@ -1260,7 +1348,7 @@ BEGIN
         -- goes to CD, the second finds it there and removes the conversation.)
         -- The far side has ended already (or never existed): the conversation is over.
         IF e.far_handle IS NULL OR v_far.handle IS NULL OR v_far.state IN ('DO', 'CD') THEN
-            PERFORM sb.cleanup(e.handle, e.far_handle);
+            v_void := sb.cleanup(e.handle, e.far_handle)::text;
         ELSE
             UPDATE sb.endpoint SET state = 'CD' WHERE handle = e.handle;
         END IF;
@@ -1278,7 +1366,7 @@ BEGIN
     UPDATE sb.endpoint SET state = 'DO', send_seq = send_seq + 1 WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     SELECT q.name, q.id INTO v_queue, v_qid
       FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = v_far.service;
-    PERFORM sb.put_message(v_queue, v_qid, v_far.group_id, v_far.handle, v_seq, v_type, v_body, v_far.priority);
+    v_void := sb.put_message(v_queue, v_qid, v_far.group_id, v_far.handle, v_seq, v_type, v_body, v_far.priority)::text;
 END $$;
 
 -- Dialogs past their LIFETIME: as in Service Broker, both sides get an Error message
@@ -1413,6 +1501,7 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.move_conversation(p_handle uuid, p_group uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
+    v_void   text;
     e       sb.endpoint;
     v_queue text;
     v_gqueue text;
@@ -1424,7 +1513,9 @@ BEGIN
         PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
     END IF;
     SELECT queue INTO v_queue FROM sb.service WHERE name = e.service;
-    PERFORM sb.require_right('RECEIVE', v_queue);
+    IF NOT sb.may('RECEIVE', v_queue) THEN
+        PERFORM sb.require_right('RECEIVE', v_queue);
+    END IF;
     v_gqueue := sb.hold_group(p_group, v_queue);
     IF v_gqueue <> v_queue THEN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', p_group, v_gqueue, v_queue));
@@ -1449,7 +1540,7 @@ BEGIN
         PERFORM sb.wake_group(sb.queue_id(v_queue), p_group);
     END IF;
     IF e.group_id <> p_group THEN
-        PERFORM sb.drop_unused_groups(ARRAY[e.group_id]);
+        v_void := sb.drop_unused_groups(ARRAY[e.group_id])::text;
     END IF;
 END $$;
 
@@ -1462,7 +1553,9 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.queue q WHERE q.name = p_queue) THEN
         RETURN;
     END IF;
-    PERFORM sb.require_right('RECEIVE', p_queue);
+    IF NOT sb.may('RECEIVE', p_queue) THEN
+        PERFORM sb.require_right('RECEIVE', p_queue);
+    END IF;
     RETURN QUERY SELECT q.enabled, (SELECT count(*) FROM sb.message m WHERE m.queue = q.name), q.poison_handling
                    FROM sb.queue q WHERE q.name = p_queue;
 END $$;
@@ -1476,7 +1569,9 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM sb.queue q WHERE q.name = p_queue) THEN
         RETURN NULL;
     END IF;
-    PERFORM sb.require_right('RECEIVE', p_queue);
+    IF NOT sb.may('RECEIVE', p_queue) THEN
+        PERFORM sb.require_right('RECEIVE', p_queue);
+    END IF;
     RETURN (SELECT q.max_readers FROM sb.queue q WHERE q.name = p_queue);
 END $$;
 

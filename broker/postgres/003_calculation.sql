@@ -108,9 +108,24 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat_factor (
     kaart_soort      int NOT NULL,
     loonfactor_code  text NOT NULL,
     waarde           numeric(18,4) NOT NULL,
-    PRIMARY KEY (dienstverband_id, periode_id, loonfactor_code),
-    FOREIGN KEY (dienstverband_id, periode_id) REFERENCES rekenserver.resultaat ON DELETE CASCADE
+    PRIMARY KEY (dienstverband_id, periode_id, loonfactor_code)
 );
+-- No foreign key to rekenserver.resultaat: the collector's store
+-- (rekenserver.sla_antwoord_op) is the only writer, and writes a key's result row and
+-- its factors in one transaction under the result row's lock, the row first; no role
+-- may delete a result (006_security.sql). The check cost 17 statements and about 70
+-- buffers per stored answer (docs/benchmarks.md, "The work budget"). Installs from
+-- before drop it, once.
+DO $$
+DECLARE
+    v_fk name;
+BEGIN
+    FOR v_fk IN SELECT conname FROM pg_catalog.pg_constraint
+                 WHERE conrelid = 'rekenserver.resultaat_factor'::regclass AND contype = 'f'
+    LOOP
+        EXECUTE format('ALTER TABLE rekenserver.resultaat_factor DROP CONSTRAINT %I', v_fk);
+    END LOOP;
+END $$;
 
 -- Every version ever stored, in the order it was stored (for audits and the tests: a
 -- key's versions here only grow).
@@ -412,12 +427,16 @@ BEGIN
     -- the result was stored): the log keeps no salary data of its own.
     UPDATE rekenserver.berekening_log SET beantwoord_op = clock_timestamp(), uitkomst = v_uitkomst, vraag = NULL
      WHERE vraag_id = p_vraag_id AND dialog_handle = p_handle;
-    -- A reused dialog with no request left open: its idle timer starts (again). Its
-    -- DialogTimer reaches the collector, which ends the dialog if the key is still idle
-    -- (rekenserver.dialoog_stil).
+    -- A reused dialog with no request left open and no idle timer: its idle timer
+    -- starts. Its DialogTimer reaches the collector, which ends the dialog if the key
+    -- has been idle since (rekenserver.dialoog_stil), or sets it again to the idle time
+    -- after the key's last answer. Set once per idle window, not after every answer: a
+    -- timer set again locks the dialog's endpoint (a planner's send on it waits) and
+    -- leaves a dead index entry each time.
     IF EXISTS (SELECT 1 FROM sb.endpoint
                 WHERE handle = p_handle AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract')
-       AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL) THEN
+       AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL)
+       AND NOT EXISTS (SELECT 1 FROM sb.conversation_timer WHERE handle = p_handle) THEN
         PERFORM sb.begin_conversation_timer(p_handle, greatest(rekenserver.dialoog_hergebruik(), 1));
     END IF;
     RETURN v_uitkomst;
@@ -475,21 +494,31 @@ BEGIN
 END $$;
 
 -- A reused dialog's idle timer has fired (the collector received its DialogTimer): true
--- when no request of the key is open on it (the dialog is then no longer the key's, and
--- the collector ends it); false when one is (its answer starts the timer again). Under
--- the key's row lock, which rekenserver.stuur_vraag holds while it chooses the dialog and
--- sends, so that a request is never sent on a dialog being ended.
+-- when the key has been idle on it for the idle time (no request open, no answer since;
+-- the dialog is then no longer the key's, and the collector ends it); false when not,
+-- and its timer is set again: the idle time after the last answer, or after now while a
+-- request is open (its answer leaves the timer as it is). So the dialog ends when it
+-- would have had its timer been set after every answer, a DialogTimer at most later per
+-- idle window. Under the key's row lock, which rekenserver.stuur_vraag holds while it
+-- chooses the dialog and sends, so that a request is never sent on a dialog being ended.
 CREATE OR REPLACE FUNCTION rekenserver.dialoog_stil(p_handle uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_dv      int;
     v_periode int;
+    v_open    boolean;
+    v_laatste timestamptz;
+    v_stil    int := greatest(rekenserver.dialoog_hergebruik(), 1);
 BEGIN
     SELECT dienstverband_id, periode_id INTO v_dv, v_periode FROM rekenserver.berekening_log
      WHERE dialog_handle = p_handle LIMIT 1;
     IF FOUND THEN
         PERFORM 1 FROM rekenserver.sleutel WHERE dienstverband_id = v_dv AND periode_id = v_periode FOR UPDATE;
-        IF EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL) THEN
+        SELECT bool_or(uitkomst IS NULL), max(beantwoord_op) INTO v_open, v_laatste
+          FROM rekenserver.berekening_log WHERE dialog_handle = p_handle;
+        IF v_open OR v_laatste > clock_timestamp() - make_interval(secs => v_stil) THEN
+            PERFORM sb.begin_conversation_timer(p_handle, CASE WHEN v_open THEN v_stil
+                ELSE ceil(extract(epoch FROM v_laatste + make_interval(secs => v_stil) - clock_timestamp()))::int END);
             RETURN false;
         END IF;
         UPDATE rekenserver.sleutel SET dialog_handle = NULL

@@ -253,12 +253,18 @@ DECLARE
     v_tekst  text;
     v_handle uuid;
     v_reuse  uuid;
+    v_idle   int;
+    v_life   int;
 BEGIN
     SELECT versie, group_id, dialog_handle INTO v_versie, v_group, v_reuse FROM rekenserver.sleutel
      WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    -- Both settings in one look (rekenserver.dialoog_hergebruik, rekenserver.dialog_levensduur).
+    SELECT coalesce(max(waarde) FILTER (WHERE naam = 'dialog_reuse_idle_seconds'), 0),
+           coalesce(max(waarde) FILTER (WHERE naam = 'dialog_lifetime_seconds'), 604800)
+      INTO v_idle, v_life FROM rekenserver.instelling;
     v_vraag := rekenserver.vraag(p_dv, p_periode, v_versie, v_id);
     IF v_vraag IS NULL THEN
         INSERT INTO rekenserver.onverzendbaar AS o (dienstverband_id, periode_id, versie, reden)
@@ -272,14 +278,13 @@ BEGIN
             SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
-    IF p_herberekening OR p_dv < 0 OR rekenserver.dialoog_hergebruik() = 0 THEN
+    IF p_herberekening OR p_dv < 0 OR v_idle = 0 THEN
         -- A dialog per request. A recompute's Vraag goes on its own contract, at its
         -- lower priority; the self-test's scratch key (negative ids) is not reused.
         v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
                                     '/Rekenserver/LoonfactorBerekening/RekenService',
                                     CASE WHEN p_herberekening THEN '/Rekenserver/LoonfactorBerekening/HerberekenContract'
-                                         ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group,
-                                    rekenserver.dialog_levensduur());
+                                         ELSE '/Rekenserver/LoonfactorBerekening/DataContract' END, v_group, v_life);
     ELSE
         -- Conversation reuse: the key's dialog, while neither side has ended it, it is not
         -- near its LIFETIME's end, and the calculation side does not hold its group (a
@@ -289,7 +294,7 @@ BEGIN
                 SELECT 1 FROM sb.endpoint
                  WHERE handle = v_reuse AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
                    AND (expires_at IS NULL OR expires_at > clock_timestamp()
-                        + make_interval(secs => least(600, rekenserver.dialog_levensduur() / 2)))) THEN
+                        + make_interval(secs => least(600, v_life / 2)))) THEN
             IF sb.ready_to_send(v_reuse) THEN
                 v_handle := v_reuse;
             END IF;
@@ -298,14 +303,14 @@ BEGIN
     IF v_handle IS NULL THEN
         v_handle := sb.begin_dialog('/Rekenserver/LoonfactorBerekening/DataService',
                                     '/Rekenserver/LoonfactorBerekening/RekenService',
-                                    '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group,
-                                    rekenserver.dialog_levensduur());
+                                    '/Rekenserver/LoonfactorBerekening/SleutelContract', v_group, v_life);
         UPDATE rekenserver.sleutel SET dialog_handle = v_handle
          WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     END IF;
     -- The text once: sent as UTF-8, and kept in the log for the evidence.
     v_tekst := v_vraag::text;
-    PERFORM sb.send(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'));
+    -- Built above by xmlelement: sent without parsing it again (sb.send_as).
+    PERFORM sb.send_as(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'), true);
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;
