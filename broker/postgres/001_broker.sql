@@ -985,8 +985,11 @@ BEGIN
     LOOP
         -- The group's ready row first, free, or none: a row a receiver holds (or has
         -- deleted and not yet committed) would make the message wait for that receiver.
-        PERFORM 1 FROM sb.group_ready WHERE group_id = t.group_id FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND AND EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = t.group_id) THEN
+        -- (One statement: the row locked if free, and whether there is one at all.)
+        IF (SELECT x.present AND x.locked IS NULL
+              FROM (SELECT (SELECT true FROM sb.group_ready r WHERE r.group_id = t.group_id
+                             FOR UPDATE SKIP LOCKED) AS locked,
+                           EXISTS (SELECT 1 FROM sb.group_ready r WHERE r.group_id = t.group_id) AS present) x) THEN
             CONTINUE;
         END IF;
         -- Then the timer, and the endpoint against its end and its move (they lock it FOR
@@ -1058,9 +1061,11 @@ END $$;
 -- not transactional and leaves no dead rows). With another transaction pinning xmin,
 -- the dead index entries at the head of group_ready cannot be removed, and a search
 -- from the start would walk them all on every receive; searching from the floor skips
--- them. A row can still appear below the floor (a send that commits late with a lower
--- id, a rolled-back receive, a move): one search in 64, and every search that finds
--- nothing, starts from the beginning, so no group waits long.
+-- them. The floor is raised one look in 8 (a probe and a setval, each a statement and
+-- the setval a WAL record: on every look they were about 5 statements a request). A row
+-- can still appear below the floor (a send that commits late with a lower id, a
+-- rolled-back receive, a move): one search in 64, and every search that finds nothing,
+-- starts from the beginning, so no group waits long.
 CREATE SEQUENCE IF NOT EXISTS sb.floor_tick CYCLE;
 
 -- Creates the floor sequence of a queue (at CREATE QUEUE time: never inside a receive,
@@ -1075,7 +1080,7 @@ END $$;
 -- end of the transaction; NULL when none is available. With p_check_right, checks the
 -- login's RECEIVE right first (42501), in the same look as the queue. A hot path (every
 -- RECEIVE): one statement reads the queue, the right, the levels defined and whether a
--- conversation timer is due; then the floor's probe (63 looks in 64), and one search per
+-- conversation timer is due; then the floor's probe (one look in 8), and one search per
 -- level until a group is found (one with no priority defined).
 DROP FUNCTION IF EXISTS sb.lock_group(text, uuid);
 CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL, p_check_right boolean DEFAULT false)
@@ -1083,6 +1088,9 @@ RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     q         record;
     v_group   uuid;
+    v_below   uuid;
+    v_tick    bigint;
+    v_void    text;
     v_seq     regclass;
     v_floor   bigint := 0;
     v_min     bigint;
@@ -1122,32 +1130,42 @@ BEGIN
         PERFORM sb.fire_timers(p_queue);
     END IF;
     v_seq := to_regclass('sb.queue_floor_' || q.id);
-    IF v_seq IS NOT NULL AND nextval('sb.floor_tick') % 64 <> 0 THEN
+    v_tick := nextval('sb.floor_tick');
+    IF v_seq IS NOT NULL AND v_tick % 64 <> 0 THEN
         v_floor := coalesce(pg_sequence_last_value(v_seq), 0);
-        -- The oldest visible ready row from the floor on, of any level, locked or not:
-        -- raise the floor.
-        SELECT min(f.first_id) INTO v_min
-          FROM unnest(q.levels) AS l(level),
-               LATERAL (SELECT r.first_id FROM sb.group_ready r
-                         WHERE r.queue = p_queue AND r.priority = l.level AND r.first_id >= v_floor
-                         ORDER BY r.first_id LIMIT 1) f;
-        IF v_min > v_floor THEN
-            PERFORM setval(v_seq, v_min);
-            v_floor := v_min;
+        -- One look in 8: the oldest visible ready row from the floor on, of any level,
+        -- locked or not, raises the floor. (A hint: a floor a few looks behind the head
+        -- costs a search the few dead entries in between.)
+        IF v_tick % 8 = 0 THEN
+            SELECT min(f.first_id) INTO v_min
+              FROM unnest(q.levels) AS l(level),
+                   LATERAL (SELECT r.first_id FROM sb.group_ready r
+                             WHERE r.queue = p_queue AND r.priority = l.level AND r.first_id >= v_floor
+                             ORDER BY r.first_id LIMIT 1) f;
+            IF v_min > v_floor THEN
+                v_void := setval(v_seq, v_min)::text;
+                v_floor := v_min;
+            END IF;
         END IF;
     END IF;
     -- The highest level first, each level oldest first (the floor is below every
-    -- level's oldest row, so it bounds each level's search too).
+    -- level's oldest row, so it bounds each level's search too). One statement a level:
+    -- from the floor, and when nothing is found there and the floor is above 0, from
+    -- the start (a row below the floor: see sb.floor_tick), the floor then put back to 0.
     FOREACH v_level IN ARRAY q.levels LOOP
-        SELECT group_id INTO v_group FROM sb.group_ready
-         WHERE queue = p_queue AND priority = v_level AND first_id >= v_floor
-         ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF v_group IS NULL AND v_floor > 0 THEN
-            SELECT group_id INTO v_group FROM sb.group_ready
-             WHERE queue = p_queue AND priority = v_level ORDER BY first_id LIMIT 1 FOR UPDATE SKIP LOCKED;
-            IF v_group IS NOT NULL AND v_seq IS NOT NULL THEN
-                PERFORM setval(v_seq, 0);
+        SELECT f.g, s.g INTO v_group, v_below
+          FROM (SELECT (SELECT r.group_id FROM sb.group_ready r
+                         WHERE r.queue = p_queue AND r.priority = v_level AND r.first_id >= v_floor
+                         ORDER BY r.first_id LIMIT 1 FOR UPDATE SKIP LOCKED) AS g) f,
+               LATERAL (SELECT CASE WHEN f.g IS NULL AND v_floor > 0 THEN
+                            (SELECT r.group_id FROM sb.group_ready r
+                              WHERE r.queue = p_queue AND r.priority = v_level
+                              ORDER BY r.first_id LIMIT 1 FOR UPDATE SKIP LOCKED) END AS g) s;
+        IF v_below IS NOT NULL THEN
+            IF v_seq IS NOT NULL THEN
+                v_void := setval(v_seq, 0)::text;
             END IF;
+            RETURN v_below;
         END IF;
         IF v_group IS NOT NULL THEN
             RETURN v_group;
@@ -1338,8 +1356,10 @@ BEGIN
     -- Messages of this conversation not yet received here are discarded (and the
     -- group's ready row with them when they were its last).
     DELETE FROM sb.message WHERE handle = p_handle;
-    IF FOUND AND NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
-        PERFORM sb.drop_ready_if_empty(e.group_id);
+    IF FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
+            PERFORM sb.drop_ready_if_empty(e.group_id);
+        END IF;
     END IF;
     IF e.route IS NOT NULL THEN
         PERFORM sb.end_remote(e, p_error_code, p_description);
