@@ -111,22 +111,24 @@ pub struct HeadlineWork {
 /// worked off by `bin bench-worker` (the sbworker binary with the tools) with the
 /// bench's effect handler, one message a transaction, durable commits; order and
 /// exactly one effect checked. Counted from the worker's start to its exit; the
-/// progress reads are left out of the counts (their session tracks nothing).
-pub async fn headline(world: &World, bin: &Path, shape: Shape, dir: &Path) -> anyhow::Result<HeadlineWork> {
-    let db = "budget_headline";
+/// progress reads are left out of the counts (their session tracks nothing). Each
+/// `run` has a database of its own.
+pub async fn headline(world: &World, bin: &Path, shape: Shape, run: usize, dir: &Path) -> anyhow::Result<HeadlineWork> {
+    let db = format!("budget_headline_{run}");
+    let db = db.as_str();
     let url = world.database(db, true, super::BENCH_SQL).await?;
     {
         let c = runs::fresh(world, db, &url, stmt::RESET.sql, true).await?;
         runs::preload(&c, shape, &[b'x'; 100]).await?;
     }
     let (readers, _) = shape.readers_of(Contender::SbworkerPostgres);
-    let config = dir.join("budget-headline.toml");
+    let config = dir.join(format!("budget-headline-{run}.toml"));
     std::fs::write(&config, runs::worker_config("postgres", &url, effect::NAME, readers, 1))?;
     let poller = world::connect(&format!("{url} options='-c pg_stat_statements.track=none'")).await?;
 
     let (_, wal0) = runs::reading(&url).await?;
     ensure!(runs::statements_reset(&url).await?, "pg_stat_statements is not loaded in the budget's cluster");
-    let log = dir.join("budget-headline.worker.log");
+    let log = dir.join(format!("budget-headline-{run}.worker.log"));
     let worker = runs::Process::new(
         Command::new(bin)
             .arg("bench-worker")
