@@ -15,8 +15,10 @@
 //! `open_loop` (messages sent by plan), `install_peers` (the peers installed before
 //! anything is measured), [`peers`] (graphile-worker, River and pgmq in every workload),
 //! [`poison`] (workload 4: poison and bloat), [`pipeline`] (workload 5, the split
-//! topology, the engine), [`plan`] (the steps and the time left), [`report`].
+//! topology, the engine), [`plan`] (the steps and the time left), [`report`];
+//! [`budget`] (the pipeline and the headline at fixed sizes, counted for the work budget).
 
+pub mod budget;
 pub mod effect;
 mod install_peers;
 mod limit;

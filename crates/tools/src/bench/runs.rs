@@ -374,7 +374,7 @@ pub async fn sbworker(
 }
 
 /// The configuration of a bench worker: the bench queue with `readers` readers.
-fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
+pub(super) fn worker_config(kind: &str, connection: &str, handler: &str, readers: u32, batch: u32) -> String {
     format!(
         "[broker]\nkind = \"{kind}\"\nconnection = {}\n\n[worker]\nretry_min_delay_ms = 20\nretry_max_delay_ms = 1000\n\n\
          [log]\nlevel = \"warn\"\n\n\
