@@ -330,6 +330,35 @@ BEGIN
     RETURN coalesce((SELECT waarde FROM rekenserver.instelling WHERE naam = 'dialog_lifetime_seconds'), 604800);
 END $$;
 
+-- The storage of the hot rows. Room on each page for a row's next version (fillfactor
+-- 80): a key's row updated without changing an indexed column then stays on its page,
+-- with no new index entry (a HOT update): the calculation's version claim, and the
+-- stored result (its indexed columns mostly keep their values). The Vraag's copies
+-- compressed with lz4 where the server has it, faster than PostgreSQL's own pglz; the
+-- rows already written keep theirs. Each once: SET COMPRESSION takes the table for a
+-- moment (fillfactor does not stop reads or writes).
+DO $$
+BEGIN
+    IF NOT 'fillfactor=80' = ANY (coalesce((SELECT reloptions FROM pg_catalog.pg_class
+                                             WHERE oid = 'sbworker.answered_version'::regclass), '{}')) THEN
+        ALTER TABLE sbworker.answered_version SET (fillfactor = 80);
+    END IF;
+    IF NOT 'fillfactor=80' = ANY (coalesce((SELECT reloptions FROM pg_catalog.pg_class
+                                             WHERE oid = 'rekenserver.resultaat'::regclass), '{}')) THEN
+        ALTER TABLE rekenserver.resultaat SET (fillfactor = 80);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
+        IF (SELECT attcompression FROM pg_catalog.pg_attribute
+             WHERE attrelid = 'rekenserver.berekening_log'::regclass AND attname = 'vraag') <> 'l' THEN
+            ALTER TABLE rekenserver.berekening_log ALTER COLUMN vraag SET COMPRESSION lz4;
+        END IF;
+        IF (SELECT attcompression FROM pg_catalog.pg_attribute
+             WHERE attrelid = 'rekenserver.resultaat_historie'::regclass AND attname = 'vraag') <> 'l' THEN
+            ALTER TABLE rekenserver.resultaat_historie ALTER COLUMN vraag SET COMPRESSION lz4;
+        END IF;
+    END IF;
+END $$;
+
 -- Stores an Antwoord: replaces the key's factors when its version is newer than the
 -- stored one (never otherwise, so a stored result never goes back), logs the version,
 -- and completes the calculation log. Returns the outcome.

@@ -121,6 +121,15 @@ BEGIN
         ALTER TABLE rekenserver.sleutel ADD COLUMN IF NOT EXISTS dialog_handle uuid;
     END IF;
 END $$;
+-- Room on each page for a key's next version (fillfactor 80): the version's update
+-- changes no indexed column and stays on its page (a HOT update, no index entry).
+DO $$
+BEGIN
+    IF NOT 'fillfactor=80' = ANY (coalesce((SELECT reloptions FROM pg_catalog.pg_class
+                                             WHERE oid = 'rekenserver.sleutel'::regclass), '{}')) THEN
+        ALTER TABLE rekenserver.sleutel SET (fillfactor = 80);
+    END IF;
+END $$;
 
 -- Keys whose Vraag could not be built at their current version (the dienstverband, its
 -- CAO or the period is gone): recorded with the reason, left out of the sweep until the
