@@ -1,5 +1,6 @@
-//! The machine's limit and its calibration: pgbench doing the same commits and row
-//! writes per message as sbworker.
+//! The machine's limits and its calibration: pgbench doing the same commits and row
+//! writes per message as sbworker (the headline's limit and the pipeline's), and the
+//! pipeline's business limit, pgbench doing the business work of each edit with no queue.
 
 use std::path::{Path, PathBuf};
 

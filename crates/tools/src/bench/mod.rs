@@ -11,7 +11,7 @@
 //! repetition.
 //!
 //! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
-//! [`runs`] (one measured run), `limit` (the pgbench limit and its calibration),
+//! [`runs`] (one measured run), `limit` (the pgbench limits and the calibration),
 //! `open_loop` (messages sent by plan), `install_peers` (the peers installed before
 //! anything is measured), [`peers`] (graphile-worker, River and pgmq in every workload),
 //! [`poison`] (workload 4: poison and bloat), [`pipeline`] (workload 5, the split
