@@ -85,6 +85,38 @@ async fn slow_the_quick_bench_runs_every_part_and_writes_its_report() {
     assert_eq!(limit.len(), 1, "{results}");
     assert_eq!(limit[0]["edits"], 40, "{results}");
     assert!(limit[0]["per_second"].as_f64().unwrap() > 0.0, "{results}");
+    // The business limit: once per repetition, 3 edits per employee over its 12 clients,
+    // each request answered and stored (its run checks that), at a rate; timed, so no
+    // counts of its own.
+    let business = results["business_limit"].as_array().unwrap();
+    assert_eq!(business.len(), 1, "{results}");
+    assert_eq!(business[0]["edits"], 36, "{results}");
+    let requests = business[0]["requests"].as_i64().unwrap();
+    assert!(requests > 0 && requests <= 40, "{results}");
+    assert!(business[0]["per_second"].as_f64().unwrap() > 0.0, "{results}");
+    assert!(business[0]["work"].is_null(), "{results}");
+    // Fair timing: the timed runs track top-level statements only and count no work; a
+    // counting run per contender (here sbworker with 4 readers, and the business limit)
+    // counts it, nested statements included.
+    assert!(pipeline.iter().all(|p| p["work"].is_null()), "{results}");
+    let counting = &results["counting"];
+    let counted = counting["pipeline"].as_array().unwrap();
+    assert_eq!(counted.len(), 1, "{results}");
+    assert_eq!(counted[0]["readers"], 4, "{results}");
+    assert_eq!(counted[0]["verified"], true, "{results}");
+    for work in [&counted[0]["work"], &counting["business_limit"]["work"]] {
+        assert!(work["sent"].as_f64().unwrap() > 0.0, "{results}");
+        assert!(work["nested"].as_f64().unwrap() > 0.0, "{results}");
+        assert!(work["buffers"].as_f64().unwrap() > 0.0, "{results}");
+    }
+    for line in [
+        "| readers | import requests/s | edits/s | ratio to the limit | ratio to the business limit |",
+        "| business limit: pgbench, no queue |",
+        "| pipeline against its business limit (the business work with no queue): sbworker with 4 readers |",
+        "| business limit: pgbench, no queue (its edits alone) |",
+    ] {
+        assert!(report.contains(line), "{line} missing:\n{report}");
+    }
     // The split topology: the same pipeline in one database and over two servers joined
     // by a route, both verified, the work counted on both servers.
     let split = results["split"].as_array().unwrap();

@@ -11,7 +11,7 @@
 //! repetition.
 //!
 //! Layout: [`world`] (cluster, databases, /proc figures), [`effect`] (the handler),
-//! [`runs`] (one measured run), `limit` (the pgbench limit and its calibration),
+//! [`runs`] (one measured run), `limit` (the pgbench limits and the calibration),
 //! `open_loop` (messages sent by plan), `install_peers` (the peers installed before
 //! anything is measured), [`peers`] (graphile-worker, River and pgmq in every workload),
 //! [`poison`] (workload 4: poison and bloat), [`pipeline`] (workload 5, the split
@@ -38,6 +38,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use pipeline::Track;
 use runs::{Measured, Shape};
 
 /// The bench's T-SQL statements (`crates/tools/sql/mssql/statements/bench.sql`).
@@ -298,6 +299,26 @@ impl Sizes {
 /// gave its capacity).
 const OPEN_LOOP_READERS: u32 = 4;
 
+/// The readers of sbworker's counting run: 4 (the targets' count) when the pipeline runs
+/// with 4, else the most it runs with.
+fn counting_readers(sizes: &Sizes) -> u32 {
+    if sizes.pipeline_readers.contains(&OPEN_LOOP_READERS) {
+        OPEN_LOOP_READERS
+    } else {
+        sizes.pipeline_readers.iter().copied().max().unwrap_or(OPEN_LOOP_READERS)
+    }
+}
+
+/// The business limit's pgbench clients: the pipeline's 4 planners and the contenders'
+/// connection budget. Each client edits and then stores, each with its commit's flush
+/// waited for: with as many clients as a pipeline has connections, the limit has as much
+/// concurrency to hide the flushes behind as the pipelines do. (In a trial on the shared
+/// 2-core machine, 16 clients made about a tenth more requests a second than 8, and 4
+/// about a quarter fewer.)
+fn business_clients(sizes: &Sizes) -> u32 {
+    sizes.connections + 4
+}
+
 /// Everything one bench run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
@@ -313,6 +334,13 @@ pub struct Results {
     /// The pipeline's pgbench limit, once per repetition (absent from older results).
     #[serde(default)]
     pub pipeline_limit: Vec<pipeline::PipelineLimit>,
+    /// The pipeline's business limit, once per repetition (absent from older results).
+    #[serde(default)]
+    pub business_limit: Vec<pipeline::BusinessLimit>,
+    /// The pipeline's counting runs, once per bench (absent from older results, whose
+    /// timed runs counted the work themselves).
+    #[serde(default)]
+    pub counting: Option<pipeline::Counting>,
     /// The pipeline in one database and split over two servers, per repetition (absent
     /// from older results).
     #[serde(default)]
@@ -413,6 +441,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         runs: Vec::new(),
         pipeline: Vec::new(),
         pipeline_limit: Vec::new(),
+        business_limit: Vec::new(),
+        counting: None,
         split: Vec::new(),
         engine_per_second: Vec::new(),
         open_loop: Vec::new(),
@@ -493,6 +523,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         }
         if opts.runs(Part::Pipeline) {
             steps.push(plan::Step::open("pipeline", format!("pipeline limit: pgbench{r}")));
+            steps.push(plan::Step::open("pipeline", format!("pipeline business limit: pgbench{r}")));
         }
         for readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers{r}")));
@@ -509,6 +540,15 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         if opts.runs(Part::Engine) {
             steps.push(plan::Step::fixed("engine", format!("engine alone{r}"), sizes.engine_seconds));
         }
+    }
+    // The counting runs, once after the repetitions.
+    if opts.runs(Part::Pipeline) {
+        let readers = counting_readers(&sizes);
+        steps.push(plan::Step::open("pipeline", format!("pipeline: {readers} readers, counting the work")));
+        if river.is_ok() {
+            steps.push(plan::Step::open("pipeline", "pipeline: River, counting the work".to_owned()));
+        }
+        steps.push(plan::Step::open("pipeline", "pipeline business limit: pgbench, counting the work".to_owned()));
     }
     let mut tracker = plan::Tracker::new(steps);
     for rep in 0..sizes.reps {
@@ -624,10 +664,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 )
                 .await?,
             );
+            tracker.next();
+            results.business_limit.push(
+                runs::business_limit(
+                    &w,
+                    sizes.pipeline_employees,
+                    edits,
+                    business_clients(&sizes),
+                    rep,
+                    Track::Top,
+                    &work,
+                )
+                .await?,
+            );
         }
         for &readers in sizes.pipeline_readers.iter().filter(|_| opts.runs(Part::Pipeline)) {
             tracker.next();
-            results.pipeline.push(pipeline::run(&w, &sizes, readers, None, rep).await?);
+            results.pipeline.push(pipeline::run(&w, &sizes, readers, None, rep, Track::Top).await?);
         }
         // The open loop: 4 readers, the edits paced at half the rate the planners made
         // them in this repetition's closed run with 4 readers.
@@ -639,14 +692,14 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         if let (true, Some(capacity)) = (opts.runs(Part::Pipeline), capacity) {
             tracker.next();
             let pace = Some(capacity / 2.0);
-            let run = pipeline::run(&w, &sizes, OPEN_LOOP_READERS, pace, rep).await?;
+            let run = pipeline::run(&w, &sizes, OPEN_LOOP_READERS, pace, rep, Track::Top).await?;
             results.pipeline.push(run);
         }
         if let (true, Ok((bin, _))) = (opts.runs(Part::Pipeline), &river) {
             tracker.next();
             // River's workers and pool as in the headline: the bench's connection budget.
             let (workers, pool) = (sizes.readers, peers::POOL);
-            let run = pipeline::river(&w, bin, sizes.pipeline_employees, (workers, pool), rep, &work).await;
+            let run = pipeline::river(&w, bin, sizes.pipeline_employees, (workers, pool), rep, &work, Track::Top).await;
             match run {
                 Ok(p) => results.pipeline.push(p),
                 Err(e) => {
@@ -668,6 +721,32 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
             tracker.next();
             results.engine_per_second.push(pipeline::engine_alone(Duration::from_secs_f64(sizes.engine_seconds))?);
         }
+    }
+    // The work per request, counted once: counts hold to a few percent between
+    // repetitions (unlike rates), so one run per contender says it, and the repetitions
+    // are not made longer by a run each. Repetition 1's roster and edits.
+    if opts.runs(Part::Pipeline) {
+        let mut counting = pipeline::Counting::default();
+        tracker.next();
+        counting.pipeline.push(pipeline::run(&w, &sizes, counting_readers(&sizes), None, 0, Track::All).await?);
+        if let Ok((bin, _)) = &river {
+            tracker.next();
+            let (workers, pool) = (sizes.readers, peers::POOL);
+            match pipeline::river(&w, bin, sizes.pipeline_employees, (workers, pool), 0, &work, Track::All).await {
+                Ok(p) => counting.pipeline.push(p),
+                Err(e) => {
+                    progress(&format!("River pipeline, counting: {e:#}"));
+                    results.notes.push(format!("River, pipeline, the counting run: {e:#}"));
+                }
+            }
+        }
+        tracker.next();
+        let edits = crate::demo::default_edits(sizes.pipeline_employees) as u64;
+        counting.business_limit = Some(
+            runs::business_limit(&w, sizes.pipeline_employees, edits, business_clients(&sizes), 0, Track::All, &work)
+                .await?,
+        );
+        results.counting = Some(counting);
     }
     debug_assert_eq!(tracker.started(), tracker.total(), "the plan and the loops took different steps");
     report::write(&opts.out, &results)?;

@@ -42,10 +42,13 @@ pub struct PipelineRun {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub verified: bool,
-    /// The statements that took the server's time, per request (pg_stat_statements).
+    /// The statements that took the server's time, per request (pg_stat_statements):
+    /// top-level ones only in a timed run, nested ones too in a counting run (and in the
+    /// timed runs of results from before the counting runs).
     pub statements: Vec<StatementTime>,
-    /// The run's work per request, counted (absent in older results and where
-    /// pg_stat_statements is not installed).
+    /// The run's work per request, counted: in a counting run and the split part (and in
+    /// the timed runs of results from before the counting runs); absent where
+    /// pg_stat_statements is not installed.
     #[serde(default)]
     pub work: Option<WorkPerRequest>,
 }
@@ -91,34 +94,90 @@ pub struct PipelineLimit {
     pub wal_bytes_per_edit: f64,
 }
 
+/// The pipeline's business limit in one repetition: pgbench doing per edit what every
+/// queue must do, with no queue (`bench_business_limit.pgbench`): the planner's edit,
+/// whose commit builds and logs the Vraag with the roster's own SQL; then the engine's
+/// answer for the key (computed once per key when the database is set up) stored by the
+/// collector's own function, latest wins; two transactions, durable commits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BusinessLimit {
+    pub repetition: usize,
+    /// The script's runs: edits tried (3 per employee, rounded up to whole rounds of its
+    /// clients).
+    pub edits: u64,
+    /// Requests the edits sent (an edit that changes no roster row sends none), each
+    /// answered and stored.
+    pub requests: u64,
+    /// pgbench's clients (the bench's connection budget).
+    pub clients: u32,
+    /// Requests answered and stored a second: the measure of the pipeline's edits/s.
+    pub per_second: f64,
+    pub commits_per_request: f64,
+    pub wal_bytes_per_request: f64,
+    /// The work per request, counted (the counting run only: the edits, without the
+    /// setup's import).
+    #[serde(default)]
+    pub work: Option<WorkPerRequest>,
+}
+
+/// The runs that count the work per request, with nested statements tracked
+/// (`pg_stat_statements.track = all`), once per bench after the timed repetitions: the
+/// rates and latencies come from the timed runs, which track top-level statements only.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Counting {
+    /// sbworker's pipeline (4 readers) and River's pipeline, each run once more.
+    pub pipeline: Vec<PipelineRun>,
+    /// The business limit, run once more.
+    #[serde(default)]
+    pub business_limit: Option<BusinessLimit>,
+}
+
+/// How a run's statements are tracked (`pg_stat_statements.track`, for the sessions
+/// that start after it is set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Track {
+    /// Top-level statements only: the timed runs. Tracking costs every statement it
+    /// tracks time, so tracking nested ones too would tax each contender by how many it
+    /// runs (sbworker's broker about three times as many as River's pipeline).
+    Top,
+    /// Nested statements too: the counting runs (their work per request, not their
+    /// rates, is what they are for), and the split part, whose two arms are both
+    /// sbworker's.
+    All,
+}
+
 /// The demo pipeline with `readers` calculation readers, on a new database; with
-/// `pace`, its edits sent at that rate by plan (an open loop).
+/// `pace`, its edits sent at that rate by plan (an open loop); with `Track::All`, a
+/// counting run.
 pub async fn run(
     world: &World,
     sizes: &super::Sizes,
     readers: u32,
     pace: Option<f64>,
     repetition: usize,
+    track: Track,
 ) -> anyhow::Result<PipelineRun> {
-    let name = match pace {
-        None => format!("bench_pipeline_{readers}_{repetition}"),
-        Some(_) => format!("bench_pipeline_open_{readers}_{repetition}"),
+    let name = match (pace, track) {
+        (_, Track::All) => format!("bench_pipeline_count_{readers}"),
+        (None, Track::Top) => format!("bench_pipeline_{readers}_{repetition}"),
+        (Some(_), Track::Top) => format!("bench_pipeline_open_{readers}_{repetition}"),
     };
     let employees = sizes.pipeline_employees;
     let url = world.cluster.create_database(&name).await?;
     let how = pace.map_or(String::new(), |p| format!(", edits paced at {p:.0}/s"));
-    super::progress(&format!("pipeline: {employees} employees, {readers} readers{how}"));
+    let counting = if track == Track::All { ", counting the work" } else { "" };
+    super::progress(&format!("pipeline: {employees} employees, {readers} readers{how}{counting}"));
     let mut opts = demo_options(employees, url, readers, repetition);
     opts.pace = pace;
     opts.groups_per_transaction = sizes.pipeline_groups_per_transaction;
     opts.dialog_reuse_idle_seconds = sizes.pipeline_dialog_reuse_idle_seconds;
-    measured(opts, None, repetition).await
+    measured(opts, None, repetition, track).await
 }
 
 /// The same pipeline worked by River (`bench/river`, `pipeline`): the roster's commit
 /// trigger inserts a River job per Vraag (`bench_river_pipeline.sql`), `workers` River
 /// workers on a pool of `pool` run sbworker's engine and store with the same
-/// latest-wins rule.
+/// latest-wins rule. With `Track::All`, a counting run.
 pub async fn river(
     world: &World,
     river: &Path,
@@ -126,12 +185,26 @@ pub async fn river(
     (workers, pool): (u32, u32),
     repetition: usize,
     dir: &Path,
+    track: Track,
 ) -> anyhow::Result<PipelineRun> {
-    let name = format!("bench_pipeline_river_{repetition}");
+    let which = match track {
+        Track::Top => repetition.to_string(),
+        Track::All => "count".to_owned(),
+    };
+    let name = format!("bench_pipeline_river_{which}");
     let url = world.cluster.create_database(&name).await?;
-    super::progress(&format!("pipeline: {employees} employees, River with {workers} workers"));
+    let counting = if track == Track::All { ", counting the work" } else { "" };
+    super::progress(&format!("pipeline: {employees} employees, River with {workers} workers{counting}"));
     super::runs::migrate_river(world, &name, river).await?;
-    let log = std::fs::File::create(dir.join(format!("pipeline-river-{repetition}.log")))?;
+    if track == Track::All {
+        // Before River's workers open their sessions: the setting holds for new ones only.
+        // (Set after them, as it was before the counting runs, it left the stores of the
+        // sessions River opened first uncounted: 47 nested statements a request against
+        // 61, at 200 employees.)
+        super::runs::statements_track_all(&url).await?;
+    }
+    let log_name = format!("pipeline-river-{which}.log");
+    let log = std::fs::File::create(dir.join(&log_name))?;
     let child = tokio::process::Command::new(river)
         .args(["pipeline", &super::runs::node_url(world, &name), &workers.to_string(), &pool.to_string()])
         .stdout(log.try_clone()?)
@@ -145,11 +218,11 @@ pub async fn river(
     // Workers that exit on their own would leave the demo waiting out its limit for a
     // drain that cannot come: that ends the run at once, with where their log is.
     let run = tokio::select! {
-        run = measured(opts, Some(RIVER.to_owned()), repetition) => run?,
+        run = measured(opts, Some(RIVER.to_owned()), repetition, track) => run?,
         status = process.exited() => anyhow::bail!(
             "River's pipeline workers exited ({}) before the pipeline drained: see {}",
             status.map_or_else(|e| e.to_string(), |s| s.to_string()),
-            dir.join(format!("pipeline-river-{repetition}.log")).display()
+            dir.join(&log_name).display()
         ),
     };
     process.terminate().await?;
@@ -219,14 +292,14 @@ pub async fn split_pair(
     let employees = sizes.pipeline_employees;
     super::progress(&format!("pipeline in one database: {employees} employees, {readers} readers"));
     let url = sw.roster.cluster.create_database(&format!("bench_split_single_{repetition}")).await?;
-    let single = measured(demo_options(employees, url, readers, repetition), None, repetition).await?;
+    let single = measured(demo_options(employees, url, readers, repetition), None, repetition, Track::All).await?;
     super::progress(&format!("pipeline split over two servers: {employees} employees, {readers} readers"));
     let roster = sw.roster.cluster.create_database(&format!("bench_split_roster_{repetition}")).await?;
     let calc = sw.calculation.cluster.create_database(&format!("bench_split_calc_{repetition}")).await?;
     let mut opts = demo_options(employees, roster, readers, repetition);
     opts.split = 1;
     opts.calculation = vec![calc];
-    let split = measured(opts.clone(), None, repetition).await?;
+    let split = measured(opts.clone(), None, repetition, Track::All).await?;
     unlink(opts.postgres.as_deref().unwrap_or_default(), &opts.calculation).await?;
     Ok(SplitPair { repetition, single, split })
 }
@@ -255,26 +328,34 @@ async fn unlink(roster: &str, calculation: &[String]) -> anyhow::Result<()> {
 }
 
 /// Runs the demo with `opts` on its database (and its calculation databases, when
-/// split), its statements counted on each.
-async fn measured(opts: crate::demo::Options, peer: Option<String>, repetition: usize) -> anyhow::Result<PipelineRun> {
+/// split), its statements counted on each: with `Track::All` nested ones too, and the
+/// work per request recorded; with `Track::Top` the top-level statements' times only.
+async fn measured(
+    opts: crate::demo::Options,
+    peer: Option<String>,
+    repetition: usize,
+    track: Track,
+) -> anyhow::Result<PipelineRun> {
     let url = opts.postgres.as_deref().expect("the bench gives the demo its database");
     let mut pgss = super::runs::statements_reset(url).await?;
     for calc in &opts.calculation {
         pgss &= super::runs::statements_reset(calc).await?;
     }
-    if pgss {
-        // Nested statements too, here (the demo's sessions start after this).
+    if pgss && track == Track::All {
+        // Nested statements too (the demo's sessions start after this).
         for u in std::iter::once(url).chain(opts.calculation.iter().map(String::as_str)) {
-            super::world::connect(u).await?.batch_execute(super::stmt::PGSS_TRACK_ALL.sql).await?;
+            super::runs::statements_track_all(u).await?;
         }
     }
     let report = crate::demo::run(&opts, &mut std::io::sink()).await?;
     let requests = (report.load.requests + report.burst.requests).max(1) as f64;
     let statements = super::runs::statements_top(url, pgss, requests).await?;
-    let mut work = super::runs::statements_work(url, pgss, requests).await?;
+    // The work needs the nested statements: a timed run records none.
+    let counted = pgss && track == Track::All;
+    let mut work = super::runs::statements_work(url, counted, requests).await?;
     // Split: the work of every server, added up.
     for calc in &opts.calculation {
-        if let (Some(w), Some(c)) = (work.as_mut(), super::runs::statements_work(calc, pgss, requests).await?) {
+        if let (Some(w), Some(c)) = (work.as_mut(), super::runs::statements_work(calc, counted, requests).await?) {
             w.sent += c.sent;
             w.nested += c.nested;
             w.buffers += c.buffers;

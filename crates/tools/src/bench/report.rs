@@ -329,9 +329,27 @@ fn limit_ratios<'a>(r: &Results, runs: impl Iterator<Item = &'a super::pipeline:
     .collect()
 }
 
+/// Per repetition, `runs`' edits/s over the business limit's requests/s.
+fn business_ratios<'a>(r: &Results, runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>) -> Vec<f64> {
+    runs.filter_map(|p| {
+        let limit = r.business_limit.iter().find(|l| l.repetition == p.repetition)?;
+        Some(p.edits_per_second / limit.per_second)
+    })
+    .collect()
+}
+
+/// The counting runs' sbworker pipeline and River's (none in results from before them).
+fn counted<'a>(r: &'a Results, peer: Option<&'a str>) -> Option<&'a super::pipeline::PipelineRun> {
+    r.counting.as_ref()?.pipeline.iter().find(|p| p.peer.as_deref() == peer)
+}
+
 /// Workload 5: the real pipeline by readers, with the server's statements per request.
 fn pipeline_section(out: &mut String, r: &Results) {
     let s = &r.sizes;
+    // The business limit's column, when it ran (results from before it have none).
+    let business = !r.business_limit.is_empty();
+    let to_business =
+        |ratios: Vec<f64>| if business { format!(" {} |", show(spread(&ratios), 2)) } else { String::new() };
     let _ = writeln!(
         out,
         "\n## The real pipeline\n\nRoster commits to stored results with the payroll engine ({} employees \
@@ -341,11 +359,12 @@ fn pipeline_section(out: &mut String, r: &Results) {
          limit: pgbench doing each edit's minimal durable work with {} clients (`bench_pipeline_limit.pgbench`: \
          the roster row and a request row; the worker's attempt row, the request taken and an answer written; \
          the answer taken and the result stored, latest wins; each client takes the rows it wrote), the ratio \
-         taken within each repetition.{}\n\n\
-         | readers | import requests/s | edits/s | ratio to the limit | p50 ms | p99 ms | verified |\n\
-         | --- | --- | --- | --- | --- | --- | --- |",
+         taken within each repetition.{}{}\n\n\
+         | readers | import requests/s | edits/s | ratio to the limit |{} p50 ms | p99 ms | verified |\n\
+         | --- | --- | --- | --- |{} --- | --- | --- |",
         s.pipeline_employees,
         r.pipeline_limit.first().map_or(s.connections, |l| l.clients),
+        business_text(r),
         [
             match s.pipeline_groups_per_transaction {
                 1 => String::new(),
@@ -362,6 +381,8 @@ fn pipeline_section(out: &mut String, r: &Results) {
             },
         ]
         .concat(),
+        if business { " ratio to the business limit |" } else { "" },
+        if business { " --- |" } else { "" },
     );
     for &readers in &s.pipeline_readers {
         let runs: Vec<_> = sbworker_pipeline(r, readers).collect();
@@ -371,10 +392,11 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&runs.iter().map(|p| g(p)).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "| {readers} | {} | {} | {} | {} | {} | {} |",
+            "| {readers} | {} | {} | {} |{} {} | {} | {} |",
             show(f(|p| p.import_per_second), 0),
             show(f(|p| p.edits_per_second), 0),
             show(spread(&pipeline_ratios(r, readers)), 2),
+            to_business(business_ratios(r, sbworker_pipeline(r, readers))),
             show(f(|p| p.p50_ms), 0),
             show(f(|p| p.p99_ms), 0),
             if runs.iter().all(|p| p.verified) { "yes" } else { "**no**" }
@@ -385,12 +407,13 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&open.iter().map(|p| g(p)).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "| {}, open loop: edits paced at {}/s (half the closed run's edit rate) | {} | {} | {} | {} | {} | {} |",
+            "| {}, open loop: edits paced at {}/s (half the closed run's edit rate) | {} | {} | {} |{} {} | {} | {} |",
             open[0].readers,
             show(f(|p| p.paced.unwrap_or(0.0)), 0),
             show(f(|p| p.import_per_second), 0),
             show(f(|p| p.edits_per_second), 0),
             show(spread(&limit_ratios(r, open.iter().copied())), 2),
+            to_business(business_ratios(r, open.iter().copied())),
             show(f(|p| p.p50_ms), 0),
             show(f(|p| p.p99_ms), 0),
             if open.iter().all(|p| p.verified) { "yes" } else { "**no**" }
@@ -401,13 +424,14 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let f = |g: fn(&super::pipeline::PipelineRun) -> f64| spread(&river.iter().map(|p| g(p)).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "| {}: {} workers, pool {} | {} | {} | {} | {} | {} | {} |",
+            "| {}: {} workers, pool {} | {} | {} | {} |{} {} | {} | {} |",
             super::pipeline::RIVER,
             river[0].readers,
             super::peers::POOL,
             show(f(|p| p.import_per_second), 0),
             show(f(|p| p.edits_per_second), 0),
             show(spread(&limit_ratios(r, river.iter().copied())), 2),
+            to_business(business_ratios(r, river.iter().copied())),
             show(f(|p| p.p50_ms), 0),
             show(f(|p| p.p99_ms), 0),
             if river.iter().all(|p| p.verified) { "yes" } else { "**no**" }
@@ -416,27 +440,81 @@ fn pipeline_section(out: &mut String, r: &Results) {
     if !r.pipeline_limit.is_empty() {
         let f =
             |g: fn(&super::pipeline::PipelineLimit) -> f64| spread(&r.pipeline_limit.iter().map(g).collect::<Vec<_>>());
+        // The limit against the business limit, within each repetition.
+        let ratio: Vec<f64> = r
+            .pipeline_limit
+            .iter()
+            .filter_map(|l| {
+                let b = r.business_limit.iter().find(|b| b.repetition == l.repetition)?;
+                Some(l.per_second / b.per_second)
+            })
+            .collect();
         let _ = writeln!(
             out,
-            "| limit: pgbench | – | {} | 1 | – | – | yes |\n\nThe limit per edit: {} commits, {} WAL bytes.",
+            "| limit: pgbench | – | {} | 1 |{} – | – | yes |",
             show(f(|l| l.per_second), 0),
+            to_business(ratio),
+        );
+    }
+    if business {
+        let f =
+            |g: fn(&super::pipeline::BusinessLimit) -> f64| spread(&r.business_limit.iter().map(g).collect::<Vec<_>>());
+        let ratio: Vec<f64> = r
+            .business_limit
+            .iter()
+            .filter_map(|b| {
+                let l = r.pipeline_limit.iter().find(|l| l.repetition == b.repetition)?;
+                Some(b.per_second / l.per_second)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| business limit: pgbench, no queue | – | {} | {} | 1 | – | – | yes |",
+            show(f(|b| b.per_second), 0),
+            show(spread(&ratio), 2),
+        );
+    }
+    if !r.pipeline_limit.is_empty() {
+        let f =
+            |g: fn(&super::pipeline::PipelineLimit) -> f64| spread(&r.pipeline_limit.iter().map(g).collect::<Vec<_>>());
+        let _ = writeln!(
+            out,
+            "\nThe limit per edit: {} commits, {} WAL bytes.",
             show(f(|l| l.commits_per_edit), 2),
             show(f(|l| l.wal_bytes_per_edit), 0),
         );
     }
-    work_table(out, r, &open, &river);
-    // Where the time goes: the server's statements per request, at the most readers.
-    if let Some(p) =
-        r.pipeline.iter().filter(|p| p.peer.is_none() && !p.statements.is_empty()).max_by_key(|p| p.readers)
-    {
+    if business {
+        let f =
+            |g: fn(&super::pipeline::BusinessLimit) -> f64| spread(&r.business_limit.iter().map(g).collect::<Vec<_>>());
         let _ = writeln!(
             out,
-            "\nWhere the server's time goes ({} readers, repetition {}; pg_stat_statements, nested statements \
-             included, so the times overlap; rows per call tells an empty RECEIVE from one that took \
-             messages):\n\n| statement | calls/request | rows/call | mean ms | ms/request | sent by |\n\
+            "\nThe business limit per request: {} commits, {} WAL bytes ({} requests from {} edits).",
+            show(f(|b| b.commits_per_request), 2),
+            show(f(|b| b.wal_bytes_per_request), 0),
+            show(f(|b| b.requests as f64), 0),
+            show(f(|b| b.edits as f64), 0),
+        );
+    }
+    work_table(out, r, &open, &river);
+    // Where the time goes: the server's statements per request, from the counting run
+    // (nested statements tracked); in results from before it, the timed run with the
+    // most readers.
+    let timed = || r.pipeline.iter().filter(|p| p.peer.is_none() && !p.statements.is_empty()).max_by_key(|p| p.readers);
+    let (which, p) = match counted(r, None) {
+        Some(p) if !p.statements.is_empty() => ("the counting run", Some(p)),
+        _ => ("", timed()),
+    };
+    if let Some(p) = p {
+        let which = if which.is_empty() { format!("repetition {}", p.repetition + 1) } else { which.to_owned() };
+        let _ = writeln!(
+            out,
+            "\nWhere the server's time goes ({} readers, {which}; pg_stat_statements, nested statements \
+             included, so the times overlap, and each tracked nested statement costs time of its own; rows per \
+             call tells an empty RECEIVE from one that took messages):\n\n\
+             | statement | calls/request | rows/call | mean ms | ms/request | sent by |\n\
              | --- | --- | --- | --- | --- | --- |",
             p.readers,
-            p.repetition + 1
         );
         for st in &p.statements {
             let _ = writeln!(
@@ -503,8 +581,37 @@ fn split_section(out: &mut String, r: &Results) {
     );
 }
 
+/// The business limit, and which run each figure comes from, said under the pipeline's
+/// heading (nothing for results from before them).
+fn business_text(r: &Results) -> String {
+    let mut t = String::new();
+    if let Some(b) = r.business_limit.first() {
+        let _ = write!(
+            t,
+            " The business limit: pgbench doing per edit what every queue must do, with no queue, with {} clients \
+             (`bench_business_limit.pgbench`, on the same roster): the planners' edits in their mix, whose commit \
+             builds and logs the Vraag by the roster's own triggers and `rekenserver.vraag`; then the engine's \
+             answer for the key (computed once per key from its imported Vraag) stored by the collector's own \
+             `rekenserver.sla_antwoord_op`, latest wins; two transactions, durable commits. Its rate counts the \
+             requests stored, as edits/s does; it leaves out the engine itself (25–50 µs of one core a request) \
+             and a client's decoding. What a queue adds is the rest.",
+            b.clients
+        );
+    }
+    if r.counting.is_some() {
+        t.push_str(
+            " Rates and latencies come from the timed runs, which track top-level statements only \
+             (`pg_stat_statements.track = top`); the work per request and where the server's time goes come from \
+             a counting run per contender (`track = all`), made once per bench with repetition 1's roster and \
+             edits.",
+        );
+    }
+    t
+}
+
 /// The pipeline's work per request, counted: what each run made the server do, beside the
-/// rates that the machine's spread moves.
+/// rates that the machine's spread moves. From the counting runs; in results from before
+/// them, from the timed runs.
 fn work_table(
     out: &mut String,
     r: &Results,
@@ -513,26 +620,46 @@ fn work_table(
 ) {
     let mut rows: Vec<(String, Vec<super::pipeline::WorkPerRequest>)> = Vec::new();
     let works = |runs: &[&super::pipeline::PipelineRun]| runs.iter().filter_map(|p| p.work).collect::<Vec<_>>();
-    for &readers in &r.sizes.pipeline_readers {
-        let runs: Vec<_> = sbworker_pipeline(r, readers).collect();
-        rows.push((format!("sbworker, {readers} readers"), works(&runs)));
-    }
-    if let Some(first) = open.first() {
-        rows.push((format!("sbworker, {} readers, open loop", first.readers), works(open)));
-    }
-    if let Some(first) = river.first() {
-        rows.push((format!("{}: {} workers", super::pipeline::RIVER, first.readers), works(river)));
+    let wrong = |p: &super::pipeline::PipelineRun| if p.verified { "" } else { " (**its end state was wrong**)" };
+    if let Some(c) = &r.counting {
+        for p in &c.pipeline {
+            let name = match &p.peer {
+                None => format!("sbworker, {} readers{}", p.readers, wrong(p)),
+                Some(peer) => format!("{peer}: {} workers{}", p.readers, wrong(p)),
+            };
+            rows.push((name, p.work.into_iter().collect()));
+        }
+        if let Some(b) = &c.business_limit {
+            rows.push(("business limit: pgbench, no queue (its edits alone)".to_owned(), b.work.into_iter().collect()));
+        }
+    } else {
+        for &readers in &r.sizes.pipeline_readers {
+            let runs: Vec<_> = sbworker_pipeline(r, readers).collect();
+            rows.push((format!("sbworker, {readers} readers"), works(&runs)));
+        }
+        if let Some(first) = open.first() {
+            rows.push((format!("sbworker, {} readers, open loop", first.readers), works(open)));
+        }
+        if let Some(first) = river.first() {
+            rows.push((format!("{}: {} workers", super::pipeline::RIVER, first.readers), works(river)));
+        }
     }
     rows.retain(|(_, w)| !w.is_empty());
     if rows.is_empty() {
         return;
     }
+    let which = if r.counting.is_some() {
+        "a counting run per contender, once per bench, with nested statements tracked; pg_stat_statements over \
+         the whole run: the import, the edits and the check of the end state (the business limit: its pgbench \
+         run, the edits alone)"
+    } else {
+        "pg_stat_statements over the whole run: the import, the edits and the check of the end state"
+    };
     let _ = writeln!(
         out,
-        "\nThe work per request, counted (pg_stat_statements over the whole run: the import, the edits and the \
-         check of the end state; counts do not move with the machine's speed): the statements the clients sent \
-         (each a round trip, BEGIN and COMMIT included), the statements run inside them by functions and \
-         triggers, and the shared buffers the sent statements touched.\n\n\
+        "\nThe work per request, counted ({which}; counts do not move with the machine's speed): the statements \
+         the clients sent (each a round trip, BEGIN and COMMIT included), the statements run inside them by \
+         functions and triggers, and the shared buffers the sent statements touched.\n\n\
          | run | statements sent | nested statements | buffers touched |\n| --- | --- | --- | --- |"
     );
     for (name, w) in rows {
@@ -717,6 +844,24 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
                 unverified(sbworker_pipeline(r, 4)),
             ),
         ));
+    }
+    // Against the business limit, within each repetition: the floor a queue adds to (no
+    // target is set for it; the ratio says how close each comes).
+    let against_business = [
+        ("sbworker with 4 readers".to_owned(), business_ratios(r, sbworker_pipeline(r, 4))),
+        (
+            format!("the {} pipeline", super::pipeline::RIVER),
+            business_ratios(r, peer_pipeline(r, super::pipeline::RIVER)),
+        ),
+    ];
+    for (who, ratios) in against_business {
+        if let Some(s) = spread(&ratios) {
+            t.push((
+                format!("pipeline against its business limit (the business work with no queue): {who}"),
+                format!("{:.2}× ({:.2}–{:.2}×)", s.median, s.min, s.max),
+                "reported: no target set".to_owned(),
+            ));
+        }
     }
     if let Some(s) = spread(&open_loop_pipeline(r).map(|p| p.p99_ms).collect::<Vec<_>>()) {
         t.push((
@@ -1043,6 +1188,111 @@ mod tests {
         );
         assert!(md.contains("| sbworker, 4 readers, open loop | 45.0 (40.0–50.0) |"), "{md}");
         assert!(md.contains("| River 0.5: 7 workers | 8.5 (8.0–9.0) | 85.0 (80.0–90.0) | 850 (800–900) |"), "{md}");
+    }
+
+    /// The business limit sets the pipeline and River's pipeline against the business work
+    /// with no queue, within each repetition; the work per request comes from the
+    /// counting runs, not from the timed ones; results from before both render as they did.
+    #[test]
+    fn the_pipeline_is_set_against_its_business_limit_and_counted_apart() {
+        use super::super::pipeline::{BusinessLimit, Counting, PipelineLimit, PipelineRun, WorkPerRequest};
+        let old: Results =
+            serde_json::from_str(include_str!("../../../../bench/results/2026-12-06-targets-results.json")).unwrap();
+        assert!(old.business_limit.is_empty() && old.counting.is_none(), "older results read as having neither");
+        let md = markdown(&old);
+        assert!(md.contains("| readers | import requests/s | edits/s | ratio to the limit | p50 ms |"), "{md}");
+        assert!(!md.contains("business limit"), "{md}");
+        assert!(md.contains("| sbworker, 4 readers | 25."), "the timed runs' counts still shown:\n{md}");
+        let run = |repetition, peer: Option<&str>, edits_per_second| PipelineRun {
+            peer: peer.map(str::to_owned),
+            readers: if peer.is_some() { 7 } else { 4 },
+            paced: None,
+            employees: 400,
+            repetition,
+            import_per_second: 500.0,
+            edits: 1200,
+            edits_per_second,
+            edit_rate: edits_per_second,
+            p50_ms: 10.0,
+            p99_ms: 20.0,
+            verified: true,
+            statements: Vec::new(),
+            work: None,
+        };
+        let river = Some(super::super::pipeline::RIVER);
+        let business = |repetition, per_second| BusinessLimit {
+            repetition,
+            edits: 1200,
+            requests: 1100,
+            clients: 8,
+            per_second,
+            commits_per_request: 2.2,
+            wal_bytes_per_request: 9000.0,
+            work: None,
+        };
+        let limit = |repetition, per_second| PipelineLimit {
+            repetition,
+            edits: 1200,
+            clients: 8,
+            per_second,
+            commits_per_edit: 4.0,
+            wal_bytes_per_edit: 3000.0,
+        };
+        let mut r = old.clone();
+        r.sizes.pipeline_readers = vec![4];
+        // sbworker 300 and 480/s, River 200 and 480/s, against 600 and 960/s: sbworker at
+        // 0.50× in both repetitions, River at 0.33× and 0.50×.
+        r.pipeline = vec![run(0, None, 300.0), run(1, None, 480.0), run(0, river, 200.0), run(1, river, 480.0)];
+        r.pipeline_limit = vec![limit(0, 1200.0), limit(1, 1920.0)];
+        r.business_limit = vec![business(0, 600.0), business(1, 960.0)];
+        assert_eq!(business_ratios(&r, sbworker_pipeline(&r, 4)), vec![0.5, 0.5]);
+        let md = markdown(&r);
+        assert!(md.contains("| 4 | 500 | 390 (300–480) | 0.25 | 0.50 | 10 | 20 | yes |"), "{md}");
+        assert!(
+            md.contains("| River 0.5: 7 workers, pool 8 | 500 | 340 (200–480) | 0.21 (0.17–0.25) | 0.42 (0.33–0.50) |"),
+            "{md}"
+        );
+        assert!(md.contains("| limit: pgbench | – | 1560 (1200–1920) | 1 | 2.00 | – | – | yes |"), "{md}");
+        assert!(
+            md.contains("| business limit: pgbench, no queue | – | 780 (600–960) | 0.50 | 1 | – | – | yes |"),
+            "{md}"
+        );
+        assert!(md.contains("The business limit per request: 2.20 commits, 9000 WAL bytes"), "{md}");
+        assert!(
+            md.contains(
+                "| pipeline against its business limit (the business work with no queue): sbworker with 4 readers | \
+                 0.50× (0.50–0.50×) | reported: no target set |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| pipeline against its business limit (the business work with no queue): the River 0.5 pipeline | \
+                 0.42× (0.33–0.50×) | reported: no target set |"
+            ),
+            "{md}"
+        );
+        // The work per request from the counting runs alone (a timed run's counts, which
+        // a timed run no longer makes, are not shown beside them).
+        assert!(!md.contains("The work per request, counted"), "{md}");
+        r.pipeline[0].work = Some(WorkPerRequest { sent: 99.0, nested: 999.0, buffers: 9999.0 });
+        let work = |n: f64| Some(WorkPerRequest { sent: n, nested: n * 10.0, buffers: n * 100.0 });
+        r.counting = Some(Counting {
+            pipeline: vec![
+                PipelineRun { work: work(20.0), ..run(0, None, 250.0) },
+                PipelineRun { work: work(8.0), ..run(0, river, 190.0) },
+            ],
+            business_limit: Some(BusinessLimit { work: work(4.0), ..business(0, 500.0) }),
+        });
+        let md = markdown(&r);
+        assert!(md.contains("a counting run per contender, once per bench"), "{md}");
+        assert!(md.contains("| sbworker, 4 readers | 20.0 | 200.0 | 2000 |"), "{md}");
+        assert!(md.contains("| River 0.5: 7 workers | 8.0 | 80.0 | 800 |"), "{md}");
+        assert!(md.contains("| business limit: pgbench, no queue (its edits alone) | 4.0 | 40.0 | 400 |"), "{md}");
+        assert!(!md.contains("| 99.0 |"), "{md}");
+        // The counting runs' rates are not the timed runs': the rows above are unchanged.
+        assert!(md.contains("| 4 | 500 | 390 (300–480) | 0.25 | 0.50 | 10 | 20 | yes |"), "{md}");
+        assert!(md.contains("Rates and latencies come from the timed runs"), "{md}");
     }
 
     /// The headline plot has a bar for each contender and mode that ran, none for the rest.

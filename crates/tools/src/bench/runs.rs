@@ -61,6 +61,17 @@ pub(super) async fn statements_reset(url: &str) -> anyhow::Result<bool> {
     Ok(available)
 }
 
+/// Nested statements tracked too in `url`'s database, for the sessions that start after
+/// this (a counting run); false when the cluster has no `pg_stat_statements`.
+pub(super) async fn statements_track_all(url: &str) -> anyhow::Result<bool> {
+    let c = world::connect(url).await?;
+    let available: bool = c.query_one(stmt::PGSS_AVAILABLE.sql, &[]).await?.get(0);
+    if available {
+        c.batch_execute(stmt::PGSS_TRACK_ALL.sql).await?;
+    }
+    Ok(available)
+}
+
 /// The statements of the run in `url`'s database that took the server's time, per
 /// message (empty when `pg_stat_statements` is not there).
 pub(super) async fn statements_top(

@@ -69,6 +69,46 @@ SELECT (SELECT count(*) FROM plimit_request),
          WHERE r.versie > 0 AND s.versie IS DISTINCT FROM r.versie),
        (SELECT coalesce(sum(versie), 0)::bigint FROM plimit_roster);
 
+-- The business limit (bench_business_limit.sql): the Vraags the roster's import logged,
+-- one per key, for the engine.
+-- name: blimit_vragen
+SELECT dienstverband_id, periode_id, vraag FROM rekenserver.berekening_log WHERE uitkomst IS NULL ORDER BY 1, 2;
+
+-- A key's answer, as the collector passes it to its store ($5 the values as text, $7
+-- the warnings as JSON text), or the Fout it records ($8, $9).
+-- name: blimit_antwoord
+INSERT INTO bench_antwoord (dienstverband_id, periode_id, kaart_soorten, codes, waarden, rekenversie, waarschuwingen,
+                            fout, herstelbaar)
+VALUES ($1, $2, $3, $4, $5::text[]::numeric[], $6, $7::text::jsonb, $8, $9);
+
+-- The import's answers stored by the collector's functions (or its Fouts recorded), so
+-- that every edit replaces a stored result, as in the pipeline after its import.
+-- name: blimit_store_import
+SELECT count(CASE WHEN a.fout IS NULL
+                  THEN rekenserver.sla_antwoord_op(l.dialog_handle, l.vraag_id, l.dienstverband_id, l.periode_id,
+                                                    l.versie, false, a.kaart_soorten, a.codes, a.waarden,
+                                                    a.rekenversie, a.waarschuwingen)
+                  ELSE rekenserver.noteer_fout(l.dialog_handle, a.fout, a.herstelbaar, true)::text END)
+  FROM rekenserver.berekening_log l JOIN bench_antwoord a USING (dienstverband_id, periode_id)
+ WHERE l.uitkomst IS NULL;
+
+-- Requests logged so far.
+-- name: blimit_requests
+SELECT count(*) FROM rekenserver.berekening_log;
+
+-- How the business limit's run ended: requests without an outcome, keys whose stored
+-- result is not their roster's latest version (the key the engine answers with a Fout
+-- has none), requests logged.
+-- name: blimit_verify
+SELECT (SELECT count(*) FROM rekenserver.berekening_log WHERE uitkomst IS NULL),
+       (SELECT count(*) FROM rekenserver.sleutel s
+          LEFT JOIN rekenserver.resultaat r USING (dienstverband_id, periode_id)
+         WHERE r.versie IS DISTINCT FROM s.versie
+           AND NOT EXISTS (SELECT 1 FROM bench_antwoord a
+                            WHERE a.dienstverband_id = s.dienstverband_id AND a.periode_id = s.periode_id
+                              AND a.fout IS NOT NULL)),
+       (SELECT count(*) FROM rekenserver.berekening_log);
+
 -- graphile-worker's world (after its own migration): the jobs, one per message, a named
 -- queue per group, in order; and the business rows.
 -- name: graphile_reset
@@ -94,7 +134,9 @@ SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_state
 -- name: pgss_install
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
--- The pipeline's database: nested statements tracked too (sessions that start after it).
+-- A counting run's database: nested statements tracked too (sessions that start after
+-- it). The timed runs keep the cluster's `top`: tracking a nested statement costs it
+-- time, more for a contender that runs more of them.
 -- name: pgss_track_all
 DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET pg_stat_statements.track = %L', current_database(), 'all'); END $$;
 
