@@ -192,8 +192,11 @@ BEGIN
     IF pg_catalog.to_regclass('sb.message_group') IS NULL THEN
         CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
     END IF;
-    IF pg_catalog.to_regclass('sb.message_handle') IS NULL THEN
-        CREATE INDEX IF NOT EXISTS message_handle ON sb.message (handle, seq);
+    -- (No index by handle: every reader by handle knows the endpoint and so the group,
+    -- a message's group being always its receiving endpoint's; it cost each message an
+    -- index entry. Installs from before drop it, once.)
+    IF pg_catalog.to_regclass('sb.message_handle') IS NOT NULL THEN
+        DROP INDEX sb.message_handle;
     END IF;
 END $$;
 
@@ -863,9 +866,11 @@ BEGIN
     -- target holds does not block the initiator ("Conversation group locks"). In handle
     -- order, as sb.lock_conversation takes them, so a send and an end wait for each
     -- other instead of deadlocking.
+    -- (A far side locked first is read as it is locked: its group and level, which
+    -- nothing changes while the lock is held.)
     SELECT far_handle INTO v_peek FROM sb.endpoint WHERE handle = p_handle;
     IF v_peek < p_handle THEN
-        PERFORM 1 FROM sb.endpoint WHERE handle = v_peek FOR KEY SHARE;
+        SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint WHERE handle = v_peek FOR KEY SHARE;
     END IF;
     SELECT * INTO e FROM sb.endpoint WHERE handle = p_handle FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -913,8 +918,11 @@ BEGIN
         UPDATE sb.endpoint SET far_handle = v_far, state = 'CO', send_seq = send_seq + 1
          WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     ELSE
-        SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint WHERE handle = e.far_handle FOR KEY SHARE;
-        IF NOT FOUND THEN
+        IF v_group IS NULL OR e.far_handle IS DISTINCT FROM v_peek THEN
+            SELECT group_id, priority INTO v_group, v_level FROM sb.endpoint
+             WHERE handle = e.far_handle FOR KEY SHARE;
+        END IF;
+        IF v_group IS NULL THEN
             -- The far side was removed WITH CLEANUP: nobody will receive this. (SQL
             -- Server keeps such a message in sys.transmission_queue for ever; here it is
             -- dropped.)
@@ -1064,6 +1072,87 @@ BEGIN
     END IF;
     PERFORM 1 FROM sb.group_ready WHERE group_id = v_group FOR UPDATE SKIP LOCKED;
     RETURN FOUND OR NOT EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = v_group);
+END $$;
+
+-- sb.ready_to_send and then the SEND, for the roster's send on a reused dialog, in one
+-- pass: each row locked once, in handle order (this side FOR NO KEY UPDATE, the other
+-- FOR KEY SHARE, then the other side's ready row if free), and read as it is locked.
+-- False, sending nothing, when the dialog cannot take it now: an end on either side,
+-- another contract, a LIFETIME ending before p_min_expiry, the other side's group held
+-- by a receiver. The body is the caller's own well-formed Vraag (not parsed again, as
+-- sb.send_as with p_trusted). A dialog over a route takes the two steps. Granted to no
+-- role (006_security.sql): rekenserver.stuur_vraag calls it.
+CREATE OR REPLACE FUNCTION sb.send_if_ready(p_handle uuid, p_message_type text, p_body bytea, p_contract text,
+    p_min_expiry timestamptz)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_void  text;
+    e       sb.endpoint;
+    f       sb.endpoint;
+    c       record;
+    v_far   uuid;
+    v_route text;
+    v_seq   bigint;
+BEGIN
+    SELECT far_handle, route INTO v_far, v_route FROM sb.endpoint WHERE handle = p_handle;
+    IF v_far IS NULL THEN
+        RETURN false;
+    END IF;
+    IF v_route IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM sb.endpoint WHERE handle = p_handle AND contract = p_contract
+                          AND (expires_at IS NULL OR expires_at > p_min_expiry))
+           OR NOT sb.ready_to_send(p_handle) THEN
+            RETURN false;
+        END IF;
+        v_void := sb.send_as(p_handle, p_message_type, p_body, true)::text;
+        RETURN true;
+    END IF;
+    IF v_far < p_handle THEN
+        SELECT * INTO f FROM sb.endpoint WHERE handle = v_far AND state IN ('SI', 'CO') FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    SELECT * INTO e FROM sb.endpoint
+     WHERE handle = p_handle AND state IN ('SO', 'CO') AND contract = p_contract
+       AND (expires_at IS NULL OR expires_at > p_min_expiry)
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_far > p_handle THEN
+        SELECT * INTO f FROM sb.endpoint WHERE handle = v_far AND state IN ('SI', 'CO') FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- The other side's group: its ready row locked if free; held by a receiver, not ready.
+    IF (SELECT x.present AND x.locked IS NULL
+          FROM (SELECT (SELECT true FROM sb.group_ready r WHERE r.group_id = f.group_id
+                         FOR UPDATE SKIP LOCKED) AS locked,
+                       EXISTS (SELECT 1 FROM sb.group_ready r WHERE r.group_id = f.group_id) AS present) x) THEN
+        RETURN false;
+    END IF;
+    -- The SEND (sb.send_as), on the rows locked above.
+    IF NOT sb.may('SEND', e.far_service) THEN
+        PERFORM sb.require_right('SEND', e.far_service);
+    END IF;
+    SELECT cm.sent_by, q.name AS queue, q.id AS queue_id
+      INTO c
+      FROM sb.service s JOIN sb.queue q ON q.name = s.queue
+      LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
+     WHERE s.name = e.far_service;
+    IF c.sent_by IS NULL THEN
+        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
+    END IF;
+    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
+        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
+            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
+    END IF;
+    UPDATE sb.endpoint SET state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
+     WHERE handle = e.handle RETURNING send_seq INTO v_seq;
+    v_void := sb.put_message(c.queue, c.queue_id, f.group_id, f.handle, v_seq, p_message_type, p_body, f.priority)::text;
+    RETURN true;
 END $$;
 
 -- Receiving -------------------------------------------------------------------------------
@@ -1325,7 +1414,7 @@ DECLARE
 BEGIN
     e := sb.lock_endpoint(p_handle);
     PERFORM sb.require_right('RECEIVE', (SELECT queue FROM sb.service WHERE name = e.service));
-    DELETE FROM sb.message WHERE handle = p_handle;
+    DELETE FROM sb.message WHERE group_id = e.group_id AND handle = p_handle;
     DELETE FROM sb.endpoint WHERE handle = p_handle;
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
         PERFORM sb.drop_ready_if_empty(e.group_id);
@@ -1366,7 +1455,7 @@ BEGIN
     END IF;
     -- Messages of this conversation not yet received here are discarded (and the
     -- group's ready row with them when they were its last).
-    DELETE FROM sb.message WHERE handle = p_handle;
+    DELETE FROM sb.message WHERE group_id = e.group_id AND handle = p_handle;
     IF FOUND THEN
         IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = e.group_id) THEN
             PERFORM sb.drop_ready_if_empty(e.group_id);
@@ -1461,7 +1550,8 @@ BEGIN
             -- anything the target sent it before it went.
             SELECT q.name, q.id INTO v_queue, v_qid
               FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
-            SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
+            SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message
+             WHERE group_id = (c.e).group_id AND handle = v_handle;
             PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body, (c.e).priority);
         END IF;
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
@@ -1492,7 +1582,8 @@ BEGIN
         END IF;
         SELECT q.name, q.id INTO v_queue, v_qid
           FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = (c.e).service;
-        SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message WHERE handle = v_handle;
+        SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sb.message
+         WHERE group_id = (c.e).group_id AND handle = v_handle;
         PERFORM sb.put_message(v_queue, v_qid, (c.e).group_id, v_handle, v_seq, v_type, v_body, (c.e).priority);
         UPDATE sb.endpoint SET state = 'ER' WHERE handle = v_handle;
         v_n := v_n + 1;
@@ -1555,7 +1646,7 @@ BEGIN
         PERFORM sb.fail('SB409', format('conversation group %s belongs to queue %s, not %s', p_group, v_gqueue, v_queue));
     END IF;
     UPDATE sb.endpoint SET group_id = p_group WHERE handle = p_handle;
-    UPDATE sb.message SET group_id = p_group WHERE handle = p_handle;
+    UPDATE sb.message SET group_id = p_group WHERE group_id = e.group_id AND handle = p_handle;
     -- Keep the ready rows of both groups right.
     SELECT min(m.id), max(x.priority) INTO v_first, v_level
       FROM sb.message m JOIN sb.endpoint x ON x.handle = m.handle WHERE m.group_id = e.group_id;

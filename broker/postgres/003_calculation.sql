@@ -591,7 +591,7 @@ BEGIN
            -- far side's answer, or by its LIFETIME.)
            AND i.route IS NULL
            AND NOT EXISTS (SELECT 1 FROM sb.endpoint t WHERE t.handle = i.far_handle)
-           AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.handle = i.handle)
+           AND NOT EXISTS (SELECT 1 FROM sb.message m WHERE m.group_id = i.group_id AND m.handle = i.handle)
            AND EXISTS (SELECT 1 FROM rekenserver.berekening_log l
                         WHERE l.dialog_handle = i.handle AND l.uitkomst IS NULL)
          ORDER BY i.handle

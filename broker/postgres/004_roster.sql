@@ -264,6 +264,7 @@ DECLARE
     v_reuse  uuid;
     v_idle   int;
     v_life   int;
+    v_verzonden boolean := false;
 BEGIN
     SELECT versie, group_id, dialog_handle INTO v_versie, v_group, v_reuse FROM rekenserver.sleutel
      WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
@@ -298,15 +299,15 @@ BEGIN
         -- Conversation reuse: the key's dialog, while neither side has ended it, it is not
         -- near its LIFETIME's end, and the calculation side does not hold its group (a
         -- send into a held group would wait for the calculation's transaction: a new
-        -- dialog is taken instead). Messages on one dialog arrive in order.
-        IF v_reuse IS NOT NULL AND EXISTS (
-                SELECT 1 FROM sb.endpoint
-                 WHERE handle = v_reuse AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract'
-                   AND (expires_at IS NULL OR expires_at > clock_timestamp()
-                        + make_interval(secs => least(600, v_life / 2)))) THEN
-            IF sb.ready_to_send(v_reuse) THEN
-                v_handle := v_reuse;
-            END IF;
+        -- dialog is taken instead). Messages on one dialog arrive in order. Checked and
+        -- sent in one pass (sb.send_if_ready).
+        v_tekst := v_vraag::text;
+        IF v_reuse IS NOT NULL
+           AND sb.send_if_ready(v_reuse, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'),
+                                '/Rekenserver/LoonfactorBerekening/SleutelContract',
+                                clock_timestamp() + make_interval(secs => least(600, v_life / 2))) THEN
+            v_handle := v_reuse;
+            v_verzonden := true;
         END IF;
     END IF;
     IF v_handle IS NULL THEN
@@ -317,9 +318,11 @@ BEGIN
          WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     END IF;
     -- The text once: sent as UTF-8, and kept in the log for the evidence.
-    v_tekst := v_vraag::text;
-    -- Built above by xmlelement: sent without parsing it again (sb.send_as).
-    PERFORM sb.send_as(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'), true);
+    IF NOT v_verzonden THEN
+        v_tekst := coalesce(v_tekst, v_vraag::text);
+        -- Built above by xmlelement: sent without parsing it again (sb.send_as).
+        PERFORM sb.send_as(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'), true);
+    END IF;
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
     DELETE FROM rekenserver.onverzendbaar WHERE dienstverband_id = p_dv AND periode_id = p_periode;

@@ -173,7 +173,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    DELETE FROM sb.message WHERE handle = p_handle;
+    DELETE FROM sb.message WHERE group_id = v_group AND handle = p_handle;
     IF NOT EXISTS (SELECT 1 FROM sb.message WHERE group_id = v_group) THEN
         PERFORM sb.drop_ready_if_empty(v_group);
     END IF;
