@@ -201,7 +201,8 @@ BEGIN
 END $$;
 
 -- A message's body compressed with lz4 where the server has it (faster than pglz; a
--- Vraag is about 7 KB), once: SET COMPRESSION takes the table for a moment.
+-- Vraag is about 7 KB), once: SET COMPRESSION takes the table (ACCESS EXCLUSIVE) until
+-- the install commits (docs/deployment.md: the upgrade to this release).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals))
@@ -666,8 +667,10 @@ END $$;
 -- one that begins holds the row (FOR KEY SHARE) before it adds its endpoint, or makes
 -- the row when it is gone; the one that ends locks the rows (FOR UPDATE) and only then,
 -- in a statement of its own and so with a snapshot that sees what it waited for,
--- deletes the groups nothing uses. Without the lock the first fails its foreign key
--- when the second deletes in between, or the second fails when the first commits.
+-- deletes the groups nothing uses. Without the lock the second could delete the row
+-- between the first's look and its endpoint (leaving an endpoint whose group, and so its
+-- queue for SB409, is forgotten), or the first could find the row gone and make it again
+-- while the second still deletes it.
 
 -- Holds group p_group until the transaction ends, making it in queue p_queue when it
 -- does not exist; returns the group's queue.
@@ -845,8 +848,11 @@ END $$;
 
 -- SEND, for the broker's own senders too: with p_trusted the body is not validated.
 -- Only rekenserver.stuur_vraag passes it, for the Vraag it has just built with
--- xmlelement (always one well-formed element: parsing it again cost 0.15-0.2 ms a
--- request). Granted to no role (006_security.sql): a client's SEND is always validated.
+-- xmlelement, when the Vraag's text holds no character XML forbids (xmlelement always
+-- makes one element with its text escaped, but passes control characters a roster text
+-- may hold through as they are: such a Vraag is validated, and refused, as before).
+-- Parsing it again cost 0.15-0.2 ms a request. Granted to no role (006_security.sql): a
+-- client's SEND is always validated.
 CREATE OR REPLACE FUNCTION sb.send_as(p_handle uuid, p_message_type text, p_body bytea, p_trusted boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -975,10 +981,9 @@ END $$;
 -- back with it). It does not wait on a receiver: a group a receiver holds, a timer
 -- another transaction holds (one setting it again, another receiver firing it) and an
 -- endpoint being ended or moved are left to the next look. (It can wait on a send into
--- the same group committing at that moment, as any send can; with conversation reuse a
--- timer fires only when its key has no request open, so none is expected.) The message has sequence number 0,
--- so a RECEIVE returns it before the conversation's other messages, as Service Broker
--- does ("Broker System Messages"). A timer of a side that has ended is dropped.
+-- the same group committing at that moment, as any send can.) The message has sequence
+-- number 0, so a RECEIVE returns it before the conversation's other messages, as Service
+-- Broker does ("Broker System Messages"). A timer of a side that has ended is dropped.
 CREATE OR REPLACE FUNCTION sb.fire_timers(p_queue text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1079,11 +1084,12 @@ END $$;
 -- FOR KEY SHARE, then the other side's ready row if free), and read as it is locked.
 -- False, sending nothing, when the dialog cannot take it now: an end on either side,
 -- another contract, a LIFETIME ending before p_min_expiry, the other side's group held
--- by a receiver. The body is the caller's own well-formed Vraag (not parsed again, as
--- sb.send_as with p_trusted). A dialog over a route takes the two steps. Granted to no
+-- by a receiver. With p_trusted the body is not validated (sb.send_as). A dialog over
+-- a route takes the two steps. Granted to no
 -- role (006_security.sql): rekenserver.stuur_vraag calls it.
+DROP FUNCTION IF EXISTS sb.send_if_ready(uuid, text, bytea, text, timestamptz);
 CREATE OR REPLACE FUNCTION sb.send_if_ready(p_handle uuid, p_message_type text, p_body bytea, p_contract text,
-    p_min_expiry timestamptz)
+    p_min_expiry timestamptz, p_trusted boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_void  text;
@@ -1104,7 +1110,7 @@ BEGIN
            OR NOT sb.ready_to_send(p_handle) THEN
             RETURN false;
         END IF;
-        v_void := sb.send_as(p_handle, p_message_type, p_body, true)::text;
+        v_void := sb.send_as(p_handle, p_message_type, p_body, p_trusted)::text;
         RETURN true;
     END IF;
     IF v_far < p_handle THEN
@@ -1137,10 +1143,11 @@ BEGIN
     IF NOT sb.may('SEND', e.far_service) THEN
         PERFORM sb.require_right('SEND', e.far_service);
     END IF;
-    SELECT cm.sent_by, q.name AS queue, q.id AS queue_id
+    SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
       INTO c
       FROM sb.service s JOIN sb.queue q ON q.name = s.queue
       LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
+      LEFT JOIN sb.message_type mt ON mt.name = p_message_type
      WHERE s.name = e.far_service;
     IF c.sent_by IS NULL THEN
         PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
@@ -1148,6 +1155,11 @@ BEGIN
     IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
         PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
             p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
+    END IF;
+    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
+        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
+    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
+        PERFORM sb.check_well_formed(p_body, p_message_type);
     END IF;
     UPDATE sb.endpoint SET state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
      WHERE handle = e.handle RETURNING send_seq INTO v_seq;
@@ -1182,8 +1194,12 @@ END $$;
 -- RECEIVE): one statement reads the queue, the right, the levels defined and whether a
 -- conversation timer is due; then the floor's probe (one look in 8), and one search per
 -- level until a group is found (one with no priority defined).
+-- (A name of its own, without defaults: an older release's install run after this one
+-- makes its sb.lock_group(text, uuid) again, and a second function of that name with
+-- defaults would make its callers' calls ambiguous, 42725.)
 DROP FUNCTION IF EXISTS sb.lock_group(text, uuid);
-CREATE OR REPLACE FUNCTION sb.lock_group(p_queue text, p_group uuid DEFAULT NULL, p_check_right boolean DEFAULT false)
+DROP FUNCTION IF EXISTS sb.lock_group(text, uuid, boolean);
+CREATE OR REPLACE FUNCTION sb.pick_group(p_queue text, p_group uuid, p_check_right boolean)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     q         record;
@@ -1254,9 +1270,12 @@ BEGIN
     -- the start (a row below the floor: see sb.floor_tick), the floor then put back to 0.
     FOREACH v_level IN ARRAY q.levels LOOP
         SELECT f.g, s.g INTO v_group, v_below
+          -- (OFFSET 0: f must stay a subquery of its own, evaluated once. Flattened, its
+          -- locking search would be copied into the CASE and run twice, and could lock
+          -- a second group, freed in between, that it does not return.)
           FROM (SELECT (SELECT r.group_id FROM sb.group_ready r
                          WHERE r.queue = p_queue AND r.priority = v_level AND r.first_id >= v_floor
-                         ORDER BY r.first_id LIMIT 1 FOR UPDATE SKIP LOCKED) AS g) f,
+                         ORDER BY r.first_id LIMIT 1 FOR UPDATE SKIP LOCKED) AS g OFFSET 0) f,
                LATERAL (SELECT CASE WHEN f.g IS NULL AND v_floor > 0 THEN
                             (SELECT r.group_id FROM sb.group_ready r
                               WHERE r.queue = p_queue AND r.priority = v_level
@@ -1277,7 +1296,7 @@ END $$;
 CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
 RETURNS uuid LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN sb.lock_group(p_queue, NULL, true);
+    RETURN sb.pick_group(p_queue, NULL, true);
 END $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
@@ -1309,7 +1328,7 @@ BEGIN
             PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
         END IF;
     END IF;
-    v_group := sb.lock_group(p_queue, v_group, p_handle IS NULL);
+    v_group := sb.pick_group(p_queue, v_group, p_handle IS NULL);
     IF v_group IS NULL THEN
         RETURN;
     END IF;

@@ -113,7 +113,8 @@ CREATE TABLE IF NOT EXISTS rekenserver.resultaat_factor (
 -- No foreign key to rekenserver.resultaat: the collector's store
 -- (rekenserver.sla_antwoord_op) is the only writer, and writes a key's result row and
 -- its factors in one transaction under the result row's lock, the row first; no role
--- may delete a result (006_security.sql). The check cost 17 statements and about 70
+-- may delete a result (006_security.sql) but through the self-test's clean-up of its
+-- scratch key, which deletes the factors first (005_housekeeping.sql). The check cost 17 statements and about 70
 -- buffers per stored answer (docs/benchmarks.md, "The work budget"). Installs from
 -- before drop it, once.
 DO $$
@@ -335,8 +336,9 @@ END $$;
 -- with no new index entry (a HOT update): the calculation's version claim, and the
 -- stored result (its indexed columns mostly keep their values). The Vraag's copies
 -- compressed with lz4 where the server has it, faster than PostgreSQL's own pglz; the
--- rows already written keep theirs. Each once: SET COMPRESSION takes the table for a
--- moment (fillfactor does not stop reads or writes).
+-- rows already written keep theirs. Each once: SET COMPRESSION takes the table (ACCESS
+-- EXCLUSIVE) until the install commits (docs/deployment.md: the upgrade to this
+-- release); fillfactor does not stop reads or writes.
 DO $$
 BEGIN
     IF NOT 'fillfactor=80' = ANY (coalesce((SELECT reloptions FROM pg_catalog.pg_class
@@ -524,11 +526,11 @@ END $$;
 
 -- A reused dialog's idle timer has fired (the collector received its DialogTimer): true
 -- when the key has been idle on it for the idle time (no request open, no answer since;
--- the dialog is then no longer the key's, and the collector ends it); false when not,
--- and its timer is set again: the idle time after the last answer, or after now while a
--- request is open (its answer leaves the timer as it is). So the dialog ends when it
--- would have had its timer been set after every answer, a DialogTimer at most later per
--- idle window. Under the key's row lock, which rekenserver.stuur_vraag holds while it
+-- the dialog is then no longer the key's, and the collector ends it); false when not.
+-- With a request open the timer stays unset: the answer sets it (sla_antwoord_op). With
+-- none open but an answer within the idle time, it is set again, to the idle time after
+-- that answer. So the dialog ends when it would have had its timer been set after every
+-- answer, with at most one DialogTimer more per idle window. Under the key's row lock, which rekenserver.stuur_vraag holds while it
 -- chooses the dialog and sends, so that a request is never sent on a dialog being ended.
 CREATE OR REPLACE FUNCTION rekenserver.dialoog_stil(p_handle uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -545,9 +547,12 @@ BEGIN
         PERFORM 1 FROM rekenserver.sleutel WHERE dienstverband_id = v_dv AND periode_id = v_periode FOR UPDATE;
         SELECT bool_or(uitkomst IS NULL), max(beantwoord_op) INTO v_open, v_laatste
           FROM rekenserver.berekening_log WHERE dialog_handle = p_handle;
-        IF v_open OR v_laatste > clock_timestamp() - make_interval(secs => v_stil) THEN
-            PERFORM sb.begin_conversation_timer(p_handle, CASE WHEN v_open THEN v_stil
-                ELSE ceil(extract(epoch FROM v_laatste + make_interval(secs => v_stil) - clock_timestamp()))::int END);
+        IF v_open THEN
+            RETURN false;
+        END IF;
+        IF v_laatste > clock_timestamp() - make_interval(secs => v_stil) THEN
+            PERFORM sb.begin_conversation_timer(p_handle,
+                ceil(extract(epoch FROM v_laatste + make_interval(secs => v_stil) - clock_timestamp()))::int);
             RETURN false;
         END IF;
         UPDATE rekenserver.sleutel SET dialog_handle = NULL

@@ -265,6 +265,7 @@ DECLARE
     v_idle   int;
     v_life   int;
     v_verzonden boolean := false;
+    v_schoon boolean;
 BEGIN
     SELECT versie, group_id, dialog_handle INTO v_versie, v_group, v_reuse FROM rekenserver.sleutel
      WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
@@ -288,6 +289,12 @@ BEGIN
             SET versie = EXCLUDED.versie, reden = EXCLUDED.reden, sinds = clock_timestamp();
         RETURN NULL;
     END IF;
+    -- The text once: sent as UTF-8, and kept in the log for the evidence. Built by
+    -- xmlelement, it is well-formed unless a roster text brought a character XML
+    -- forbids (xmlelement passes control characters through): only then is it parsed
+    -- again at SEND, and refused there (sb.send_as).
+    v_tekst := v_vraag::text;
+    v_schoon := v_tekst !~ E'[\\x01-\\x08\\x0B\\x0C\\x0E-\\x1F\\uFFFE\\uFFFF]';
     IF p_herberekening OR p_dv < 0 OR v_idle = 0 THEN
         -- A dialog per request. A recompute's Vraag goes on its own contract, at its
         -- lower priority; the self-test's scratch key (negative ids) is not reused.
@@ -301,11 +308,10 @@ BEGIN
         -- send into a held group would wait for the calculation's transaction: a new
         -- dialog is taken instead). Messages on one dialog arrive in order. Checked and
         -- sent in one pass (sb.send_if_ready).
-        v_tekst := v_vraag::text;
         IF v_reuse IS NOT NULL
            AND sb.send_if_ready(v_reuse, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'),
                                 '/Rekenserver/LoonfactorBerekening/SleutelContract',
-                                clock_timestamp() + make_interval(secs => least(600, v_life / 2))) THEN
+                                clock_timestamp() + make_interval(secs => least(600, v_life / 2)), v_schoon) THEN
             v_handle := v_reuse;
             v_verzonden := true;
         END IF;
@@ -317,11 +323,9 @@ BEGIN
         UPDATE rekenserver.sleutel SET dialog_handle = v_handle
          WHERE dienstverband_id = p_dv AND periode_id = p_periode;
     END IF;
-    -- The text once: sent as UTF-8, and kept in the log for the evidence.
     IF NOT v_verzonden THEN
-        v_tekst := coalesce(v_tekst, v_vraag::text);
-        -- Built above by xmlelement: sent without parsing it again (sb.send_as).
-        PERFORM sb.send_as(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'), true);
+        PERFORM sb.send_as(v_handle, '/Rekenserver/LoonfactorBerekening/Vraag', convert_to(v_tekst, 'UTF8'),
+                           v_schoon);
     END IF;
     INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, vraag)
     VALUES (v_handle, v_id, p_dv, p_periode, v_versie, v_tekst);
