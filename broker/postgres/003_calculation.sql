@@ -468,6 +468,12 @@ BEGIN
                 WHERE handle = p_handle AND contract = '/Rekenserver/LoonfactorBerekening/SleutelContract')
        AND NOT EXISTS (SELECT 1 FROM rekenserver.berekening_log WHERE dialog_handle = p_handle AND uitkomst IS NULL)
        AND NOT EXISTS (SELECT 1 FROM sb.conversation_timer WHERE handle = p_handle) THEN
+        -- The key's row first, then the dialog's endpoint (the timer locks it): the order
+        -- the roster's send takes them in (rekenserver.stuur_vraag, then sb.send_if_ready)
+        -- and rekenserver.dialoog_stil too. Taken the other way round, a collector arming
+        -- the timer of a key's new dialog and firing one of its old dialog in the same
+        -- transaction could deadlock with a planner sending on the new one.
+        PERFORM 1 FROM rekenserver.sleutel WHERE dienstverband_id = p_dv AND periode_id = p_periode FOR UPDATE;
         PERFORM sb.begin_conversation_timer(p_handle, greatest(rekenserver.dialoog_hergebruik(), 1));
     END IF;
     RETURN v_uitkomst;
