@@ -835,6 +835,45 @@ EXCEPTION WHEN OTHERS THEN
     PERFORM sb.fail('SB615', format('a message of type %s failed XML validation: %s', p_message_type, SQLERRM));
 END $$;
 
+-- What a SEND checks on this side's endpoint `e` (locked by the caller) before it puts
+-- the message: the right to SEND on the far service, the endpoint's state, the message
+-- type's place in the contract and the body's validation (none with p_trusted); the far
+-- queue, from the same look at the catalogue. For sb.send_as and sb.send_if_ready, which
+-- call it in an assignment (no query of its own).
+CREATE OR REPLACE FUNCTION sb.send_checks(e sb.endpoint, p_message_type text, p_body bytea, p_trusted boolean,
+    OUT queue text, OUT queue_id int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    IF NOT sb.may('SEND', e.far_service) THEN
+        PERFORM sb.require_right('SEND', e.far_service);
+    END IF;
+    SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
+      INTO c
+      FROM sb.service s JOIN sb.queue q ON q.name = s.queue
+      LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
+      LEFT JOIN sb.message_type mt ON mt.name = p_message_type
+     WHERE s.name = e.far_service;
+    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
+        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', e.handle, e.state));
+    END IF;
+    IF c.sent_by IS NULL THEN
+        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
+    END IF;
+    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
+        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
+            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
+    END IF;
+    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
+        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
+    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
+        PERFORM sb.check_well_formed(p_body, p_message_type);
+    END IF;
+    queue := c.queue;
+    queue_id := c.queue_id;
+END $$;
+
 -- SEND ON CONVERSATION. One look at the catalogue (the right, the message type's place
 -- in the contract, its validation, the far queue) and one write of this endpoint.
 CREATE OR REPLACE FUNCTION sb.send(p_handle uuid, p_message_type text, p_body bytea DEFAULT NULL)
@@ -886,30 +925,7 @@ BEGIN
         PERFORM sb.send_remote(e, p_message_type, p_body);
         RETURN;
     END IF;
-    IF NOT sb.may('SEND', e.far_service) THEN
-        PERFORM sb.require_right('SEND', e.far_service);
-    END IF;
-    SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
-      INTO c
-      FROM sb.service s JOIN sb.queue q ON q.name = s.queue
-      LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
-      LEFT JOIN sb.message_type mt ON mt.name = p_message_type
-     WHERE s.name = e.far_service;
-    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
-        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', p_handle, e.state));
-    END IF;
-    IF c.sent_by IS NULL THEN
-        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
-    END IF;
-    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
-        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
-            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
-    END IF;
-    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
-        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
-    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
-        PERFORM sb.check_well_formed(p_body, p_message_type);
-    END IF;
+    c := sb.send_checks(e, p_message_type, p_body, p_trusted);
     IF e.far_handle IS NULL THEN
         -- First message of the dialog: the target endpoint appears, in a new group of
         -- the target's own (groups are local to each side).
@@ -1140,27 +1156,7 @@ BEGIN
         RETURN false;
     END IF;
     -- The SEND (sb.send_as), on the rows locked above.
-    IF NOT sb.may('SEND', e.far_service) THEN
-        PERFORM sb.require_right('SEND', e.far_service);
-    END IF;
-    SELECT cm.sent_by, mt.validation, q.name AS queue, q.id AS queue_id
-      INTO c
-      FROM sb.service s JOIN sb.queue q ON q.name = s.queue
-      LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
-      LEFT JOIN sb.message_type mt ON mt.name = p_message_type
-     WHERE s.name = e.far_service;
-    IF c.sent_by IS NULL THEN
-        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
-    END IF;
-    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
-        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
-            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
-    END IF;
-    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
-        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
-    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
-        PERFORM sb.check_well_formed(p_body, p_message_type);
-    END IF;
+    c := sb.send_checks(e, p_message_type, p_body, p_trusted);
     UPDATE sb.endpoint SET state = CASE WHEN state = 'SO' THEN 'CO' ELSE state END, send_seq = send_seq + 1
      WHERE handle = e.handle RETURNING send_seq INTO v_seq;
     v_void := sb.put_message(c.queue, c.queue_id, f.group_id, f.handle, v_seq, p_message_type, p_body, f.priority)::text;
