@@ -322,20 +322,32 @@ fn pipeline_ratios(r: &Results, readers: u32) -> Vec<f64> {
 
 /// Per repetition, `runs`' edits/s over the pipeline limit's.
 fn limit_ratios<'a>(r: &Results, runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>) -> Vec<f64> {
-    runs.filter_map(|p| {
-        let limit = r.pipeline_limit.iter().find(|l| l.repetition == p.repetition)?;
-        Some(p.edits_per_second / limit.per_second)
-    })
-    .collect()
+    ratios_to(runs, |rep| r.pipeline_limit.iter().find(|l| l.repetition == rep).map(|l| l.per_second))
 }
 
 /// Per repetition, `runs`' edits/s over the business limit's requests/s.
 fn business_ratios<'a>(r: &Results, runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>) -> Vec<f64> {
-    runs.filter_map(|p| {
-        let limit = r.business_limit.iter().find(|l| l.repetition == p.repetition)?;
-        Some(p.edits_per_second / limit.per_second)
-    })
-    .collect()
+    ratios_to(runs, |rep| r.business_limit.iter().find(|l| l.repetition == rep).map(|l| l.per_second))
+}
+
+/// Per repetition, `runs`' edits/s over `limit` of that repetition (where it ran).
+fn ratios_to<'a>(
+    runs: impl Iterator<Item = &'a super::pipeline::PipelineRun>,
+    limit: impl Fn(usize) -> Option<f64>,
+) -> Vec<f64> {
+    runs.filter_map(|p| Some(p.edits_per_second / limit(p.repetition)?)).collect()
+}
+
+/// Per repetition in which both ran: the pipeline limit's edits/s and the business
+/// limit's requests/s.
+fn both_limits(r: &Results) -> Vec<(f64, f64)> {
+    r.pipeline_limit
+        .iter()
+        .filter_map(|l| {
+            let b = r.business_limit.iter().find(|b| b.repetition == l.repetition)?;
+            Some((l.per_second, b.per_second))
+        })
+        .collect()
 }
 
 /// The counting runs' sbworker pipeline and River's (none in results from before them).
@@ -441,14 +453,7 @@ fn pipeline_section(out: &mut String, r: &Results) {
         let f =
             |g: fn(&super::pipeline::PipelineLimit) -> f64| spread(&r.pipeline_limit.iter().map(g).collect::<Vec<_>>());
         // The limit against the business limit, within each repetition.
-        let ratio: Vec<f64> = r
-            .pipeline_limit
-            .iter()
-            .filter_map(|l| {
-                let b = r.business_limit.iter().find(|b| b.repetition == l.repetition)?;
-                Some(l.per_second / b.per_second)
-            })
-            .collect();
+        let ratio: Vec<f64> = both_limits(r).iter().map(|(l, b)| l / b).collect();
         let _ = writeln!(
             out,
             "| limit: pgbench | – | {} | 1 |{} – | – | yes |",
@@ -459,14 +464,7 @@ fn pipeline_section(out: &mut String, r: &Results) {
     if business {
         let f =
             |g: fn(&super::pipeline::BusinessLimit) -> f64| spread(&r.business_limit.iter().map(g).collect::<Vec<_>>());
-        let ratio: Vec<f64> = r
-            .business_limit
-            .iter()
-            .filter_map(|b| {
-                let l = r.pipeline_limit.iter().find(|l| l.repetition == b.repetition)?;
-                Some(b.per_second / l.per_second)
-            })
-            .collect();
+        let ratio: Vec<f64> = both_limits(r).iter().map(|(l, b)| b / l).collect();
         let _ = writeln!(
             out,
             "| business limit: pgbench, no queue | – | {} | {} | 1 | – | – | yes |",
