@@ -1190,13 +1190,18 @@ END $$;
 -- RECEIVE): one statement reads the queue, the right, the levels defined and whether a
 -- conversation timer is due; then the floor's probe (one look in 8), and one search per
 -- level until a group is found (one with no priority defined).
+-- p_mark folds a receiver's waiting mark into the look (see sb.begin_wait): 1 drops the
+-- session's mark first (sb.end_wait), 2 takes it after the look and before the search
+-- (sb.begin_wait), o_gate_free then saying whether no send was in flight; 0 neither.
 -- (A name of its own, without defaults: an older release's install run after this one
 -- makes its sb.lock_group(text, uuid) again, and a second function of that name with
 -- defaults would make its callers' calls ambiguous, 42725.)
 DROP FUNCTION IF EXISTS sb.lock_group(text, uuid);
 DROP FUNCTION IF EXISTS sb.lock_group(text, uuid, boolean);
-CREATE OR REPLACE FUNCTION sb.pick_group(p_queue text, p_group uuid, p_check_right boolean)
-RETURNS uuid LANGUAGE plpgsql AS $$
+DROP FUNCTION IF EXISTS sb.pick_group(text, uuid, boolean);
+CREATE OR REPLACE FUNCTION sb.pick_group(p_queue text, p_group uuid, p_check_right boolean, p_mark smallint,
+    OUT o_group uuid, OUT o_gate_free boolean, OUT o_queue_id int)
+LANGUAGE plpgsql AS $$
 DECLARE
     q         record;
     v_group   uuid;
@@ -1232,10 +1237,19 @@ BEGIN
     IF NOT q.enabled THEN
         PERFORM sb.fail('SB617', format('the service queue %s is currently disabled', p_queue));
     END IF;
+    o_queue_id := q.id;
+    -- The waiting mark (session-level advisory locks: not undone by a rollback), taken
+    -- before the search's statement, whose snapshot is then taken after it.
+    IF p_mark = 1 THEN
+        v_void := pg_advisory_unlock_shared(1396834305, q.id)::text;
+    ELSIF p_mark = 2 THEN
+        v_void := pg_advisory_lock_shared(1396834305, q.id)::text;
+        o_gate_free := sb.lock_is_free(1396834306, q.id);
+    END IF;
     IF p_group IS NOT NULL THEN
-        SELECT group_id INTO v_group FROM sb.group_ready
+        SELECT group_id INTO o_group FROM sb.group_ready
          WHERE group_id = p_group AND queue = p_queue FOR UPDATE SKIP LOCKED;
-        RETURN v_group;
+        RETURN;
     END IF;
     -- Conversation timers that are due become DialogTimer messages first.
     IF q.timer_due THEN
@@ -1280,19 +1294,20 @@ BEGIN
             IF v_seq IS NOT NULL THEN
                 v_void := setval(v_seq, 0)::text;
             END IF;
-            RETURN v_below;
+            o_group := v_below;
+            RETURN;
         END IF;
         IF v_group IS NOT NULL THEN
-            RETURN v_group;
+            o_group := v_group;
+            RETURN;
         END IF;
     END LOOP;
-    RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION sb.get_conversation_group(p_queue text)
 RETURNS uuid LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN sb.pick_group(p_queue, NULL, true);
+    RETURN (sb.pick_group(p_queue, NULL, true, 0::smallint)).o_group;
 END $$;
 
 -- RECEIVE: the messages of exactly one conversation group, in conversation and sequence
@@ -1304,16 +1319,29 @@ END $$;
 -- becomes free then), unless p_wake is false: a receiver that comes straight back for
 -- more (sbworker's readers) serves the group itself, and the wake-up would cost every
 -- listening session a transaction for nothing (measured: 4 per message with 4 readers).
+-- sb.receive is made below, over sb.receive_marking, which does the work; sbworker's
+-- transport calls that directly, with its waiting mark folded in.
 DROP FUNCTION IF EXISTS sb.receive(text, int, uuid);
 DROP FUNCTION IF EXISTS sb.receive(text, int, uuid, uuid);
-CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL,
-    p_handle uuid DEFAULT NULL, p_wake boolean DEFAULT true)
+
+-- sb.receive with the receiver's waiting mark in the same statement (a statement sent
+-- less each time a receiver begins or ends a wait; the protocol is at sb.wake): p_mark 1
+-- drops the session's mark before it looks (sb.end_wait), 2 takes it before it looks
+-- (sb.begin_wait) and drops it again when messages are found. With 2 and nothing found
+-- the mark stays and one row comes back with no message (message_id NULL) and
+-- gate_free, sb.begin_wait's answer; gate_free is NULL on every other row. With 0 it is
+-- sb.receive. Every mark is also dropped when the session ends.
+-- (No defaults: the transport passes every argument.)
+CREATE OR REPLACE FUNCTION sb.receive_marking(p_queue text, p_max int, p_group uuid, p_handle uuid,
+    p_wake boolean, p_mark smallint)
 RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handle uuid,
                message_sequence_number bigint, message_type_name text, message_body bytea,
-               service_name text, service_contract_name text)
+               service_name text, service_contract_name text, gate_free boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_group uuid := p_group;
+    v_pick  record;
+    v_void  text;
 BEGIN
     IF p_handle IS NOT NULL THEN
         IF NOT sb.may('RECEIVE', p_queue) THEN
@@ -1324,8 +1352,13 @@ BEGIN
             PERFORM sb.fail('SB426', format('the conversation handle %s is not found', p_handle));
         END IF;
     END IF;
-    v_group := sb.pick_group(p_queue, v_group, p_handle IS NULL);
+    v_pick := sb.pick_group(p_queue, v_group, p_handle IS NULL, p_mark);
+    v_group := v_pick.o_group;
     IF v_group IS NULL THEN
+        IF p_mark = 2 THEN
+            gate_free := v_pick.o_gate_free;
+            RETURN NEXT;
+        END IF;
         RETURN;
     END IF;
     -- One statement takes the messages and puts the group right: a target endpoint
@@ -1361,18 +1394,40 @@ BEGIN
     ), unready AS (
         DELETE FROM sb.group_ready r WHERE r.group_id = v_group AND NOT EXISTS (SELECT 1 FROM nxt)
     )
-    SELECT g.id, g.group_id, g.handle, g.seq, g.message_type, g.body, e.service, e.contract
+    SELECT g.id, g.group_id, g.handle, g.seq, g.message_type, g.body, e.service, e.contract, NULL::boolean
       FROM gone g JOIN sb.endpoint e ON e.handle = g.handle
      ORDER BY min(g.id) OVER (PARTITION BY g.handle), g.handle,
               g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer',
               g.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', g.seq;
+    -- (A group locked with nothing to take, which the ready rows should not allow,
+    -- answers as nothing found: the mark stays.)
+    IF p_mark = 2 THEN
+        IF FOUND THEN
+            v_void := pg_advisory_unlock_shared(1396834305, v_pick.o_queue_id)::text;
+        ELSE
+            gate_free := v_pick.o_gate_free;
+            RETURN NEXT;
+        END IF;
+    END IF;
     -- Messages are left: wake another reader once this transaction ends.
     IF p_wake THEN
         IF EXISTS (SELECT 1 FROM sb.group_ready WHERE group_id = v_group) THEN
-            PERFORM sb.wake(p_queue);
+            v_void := sb.wake_id(v_pick.o_queue_id)::text;
         END IF;
     END IF;
 END $$;
+
+-- (After sb.receive_marking: a SQL function's body is checked when it is made.)
+CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL,
+    p_handle uuid DEFAULT NULL, p_wake boolean DEFAULT true)
+RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handle uuid,
+               message_sequence_number bigint, message_type_name text, message_body bytea,
+               service_name text, service_contract_name text)
+LANGUAGE sql AS $$
+    SELECT m.message_id, m.conversation_group_id, m.conversation_handle, m.message_sequence_number,
+           m.message_type_name, m.message_body, m.service_name, m.service_contract_name
+      FROM sb.receive_marking(p_queue, p_max, p_group, p_handle, p_wake, 0::smallint) m
+$$;
 
 -- Poison detection. PostgreSQL has no autonomous transactions, so a count written by
 -- the receiving transaction would roll back with it: the transport calls this, in a

@@ -473,12 +473,20 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- The deferred trigger: at COMMIT, once per key the transaction touched.
+-- The deferred trigger: at COMMIT, once per key the transaction touched. One statement
+-- drops the note and sends (a trigger fired at COMMIT runs its statements as top-level
+-- ones: each is a statement of the planner's commit). The note's DELETE, not referenced,
+-- runs to completion whatever the send returns; rekenserver.verstuur_vraag does not
+-- read the notes.
 CREATE OR REPLACE FUNCTION rekenserver.bij_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_vraag uuid;
 BEGIN
-    DELETE FROM rekenserver.te_berekenen
-     WHERE xid = NEW.xid AND dienstverband_id = NEW.dienstverband_id AND periode_id = NEW.periode_id;
-    PERFORM rekenserver.verstuur_vraag(NEW.dienstverband_id, NEW.periode_id);
+    WITH weg AS (
+        DELETE FROM rekenserver.te_berekenen
+         WHERE xid = NEW.xid AND dienstverband_id = NEW.dienstverband_id AND periode_id = NEW.periode_id
+    )
+    SELECT rekenserver.verstuur_vraag(NEW.dienstverband_id, NEW.periode_id) INTO v_vraag;
     RETURN NULL;
 END $$;
 

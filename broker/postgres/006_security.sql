@@ -54,6 +54,7 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_worker', 'sb', 'begin_wait'),
     ('sbworker_worker', 'sb', 'end_wait'),
     ('sbworker_worker', 'sb', 'receive'),
+    ('sbworker_worker', 'sb', 'receive_marking'),
     ('sbworker_worker', 'sb', 'get_conversation_group'),
     ('sbworker_worker', 'sb', 'send'),
     ('sbworker_worker', 'sb', 'end_conversation'),

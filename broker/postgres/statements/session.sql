@@ -9,6 +9,13 @@ SELECT message_id, conversation_group_id, conversation_handle, message_sequence_
        message_type_name, message_body, service_name, service_contract_name
   FROM sb.receive($1, $2, $3, $4, $5);
 
+-- The same with the receiver's waiting mark folded in ($6: 0 none, 1 drop it first, 2
+-- take it first); with 2 and nothing found, one row with no message and gate_free.
+-- name: receive_marking
+SELECT message_id, conversation_group_id, conversation_handle, message_sequence_number,
+       message_type_name, message_body, service_name, service_contract_name, gate_free
+  FROM sb.receive_marking($1, $2, $3, $4, $5, $6);
+
 -- name: get_conversation_group
 SELECT sb.get_conversation_group($1);
 
@@ -132,7 +139,9 @@ SELECT rekenserver.sla_antwoord_op($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]::n
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
                 WHERE n.nspname = 'rekenserver' AND p.proname = 'sla_antwoord_op' AND p.pronargs >= 11),
        EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-                WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs >= 8);
+                WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs >= 8),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'sb' AND p.proname = 'receive_marking');
 
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);

@@ -34,6 +34,17 @@ pub use install::{
 pub use side::Side;
 use side::Wakeups;
 
+/// What the installed functions take (`Session::installed_arities`).
+#[derive(Debug, Clone, Copy)]
+struct Arities {
+    /// `rekenserver.sla_antwoord_op` takes the engine's warnings.
+    store_warnings: bool,
+    /// `sbworker.heartbeat` takes the contract version.
+    heartbeat_contract: bool,
+    /// `sb.receive_marking` exists (the waiting mark folded into RECEIVE).
+    receive_marking: bool,
+}
+
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
 use crate::sql::statements::postgres_operations as O;
 use crate::sql::statements::postgres_session as S;
@@ -59,6 +70,17 @@ async fn prepared(
     let s = client.prepare(named.sql).await.map_err(error_of)?;
     cache.insert(named.name, s.clone());
     Ok(s)
+}
+
+/// `sb.receive_marking`'s answer to a mark taken (`MARK_TAKE`) with nothing found: its
+/// one row with no message, taken out of `rows`; whether no send was in flight. None:
+/// `rows` are messages (or none: the mark was dropped).
+fn gate_row(rows: &mut Vec<Row>) -> Option<bool> {
+    if rows.len() == 1 && rows[0].get::<_, Option<i64>>(0).is_none() {
+        let gate_free = rows.pop().and_then(|r| r.get::<_, Option<bool>>(8));
+        return Some(gate_free.unwrap_or(false));
+    }
+    None
 }
 
 /// Resolves a connection string once (parsed here rather than by
@@ -109,10 +131,11 @@ pub struct Session {
     /// (`sb.receive`'s p_wake): yes for a T-SQL client, no for a worker's reader.
     wake_others: bool,
     /// What the installed functions take: (the store takes warnings, the heartbeat the
-    /// contract version); read once, before the first use. An install of the release
-    /// before takes neither: workers are upgraded first, and must work against it. Read
-    /// again after a minute (an install replaces them while workers run).
-    arities: Option<((bool, bool), std::time::Instant)>,
+    /// contract version, RECEIVE takes the waiting mark); read once, before the first
+    /// use. An install of a release before takes none of these: workers are upgraded
+    /// first, and must work against it. Read again after a minute (an install replaces
+    /// them while workers run).
+    arities: Option<(Arities, std::time::Instant)>,
 }
 
 impl Session {
@@ -198,7 +221,7 @@ impl Session {
     ) -> Result<(), BrokerError> {
         let params: [&(dyn ToSql + Sync); 8] =
             [&b.instance, &b.host, &b.pid, &version, &b.started_unix, &queues, &b.interval_ms, &b.contract_versie];
-        if self.installed_arities().await?.1 {
+        if self.installed_arities().await?.heartbeat_contract {
             self.side.watch(self.side.client.query(O::HEARTBEAT.sql, &params).await.map_err(error_of))?;
         } else {
             // The install before records no contract version: it goes in the version
@@ -217,7 +240,7 @@ impl Session {
 
     /// What the installed functions take (see `arities`), read on the side connection
     /// (outside any transaction) the first time.
-    async fn installed_arities(&mut self) -> Result<(bool, bool), BrokerError> {
+    async fn installed_arities(&mut self) -> Result<Arities, BrokerError> {
         if let Some((a, at)) = self.arities
             && at.elapsed() < std::time::Duration::from_secs(60)
         {
@@ -225,7 +248,7 @@ impl Session {
         }
         let rows = self.side.watch(self.side.client.query(S::INSTALLED_ARITIES.sql, &[]).await.map_err(error_of))?;
         let row = single(rows, S::INSTALLED_ARITIES.name)?;
-        let a = (row.get(0), row.get(1));
+        let a = Arities { store_warnings: row.get(0), heartbeat_contract: row.get(1), receive_marking: row.get(2) };
         self.arities = Some((a, std::time::Instant::now()));
         Ok(a)
     }
@@ -304,7 +327,8 @@ impl Session {
         let wake = self.wake_others;
         let handle: Option<Uuid> = None;
         let params: [&(dyn ToSql + Sync); 5] = [&queue, &max, &group, &handle, &wake];
-        let rows = self.wait_for(queue, wait, group.is_some(), S::RECEIVE, &params, |r| !r.is_empty()).await?;
+        let marking = self.installed_arities().await?.receive_marking.then_some(S::RECEIVE_MARKING);
+        let rows = self.wait_for(queue, wait, group.is_some(), S::RECEIVE, marking, &params, |r| !r.is_empty()).await?;
         Ok(self.messages(&rows))
     }
 
@@ -314,7 +338,7 @@ impl Session {
     pub async fn wait_for_work(&mut self, queue: &str, wait: Duration) -> Result<bool, BrokerError> {
         let params: [&(dyn ToSql + Sync); 1] = [&queue];
         let has = |rows: &[Row]| rows.first().is_some_and(|r| r.get::<_, bool>(0));
-        let rows = self.wait_for(queue, wait, true, S::QUEUE_HAS_WORK, &params, has).await?;
+        let rows = self.wait_for(queue, wait, true, S::QUEUE_HAS_WORK, None, &params, has).await?;
         Ok(has(&rows))
     }
 
@@ -327,22 +351,37 @@ impl Session {
     /// trusting the notification alone. When its last wait found the queue idle, it marks
     /// itself before its first look, so an idle queue costs one empty attempt, not two.
     ///
+    /// With `marking` (the attempt's form that takes the mark, `sb.receive_marking`, when
+    /// installed), the mark is taken, or dropped, by the attempt itself: one statement
+    /// where two were, and a mark taken by an attempt that finds something is dropped
+    /// by it too.
+    ///
     /// It registers for the queue's wake-ups before each attempt, so a send that commits
     /// during it still wakes it; a wake-up meant for one session that it no longer needs
     /// (it found something) passes to another waiting session when it is dropped
     /// (tokio's `Notified`). A `restricted` attempt (one group or conversation) is woken
     /// by every notification of the queue instead.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_for(
         &mut self,
         queue: &str,
         wait: Duration,
         restricted: bool,
         name: Named,
+        marking: Option<Named>,
         params: &[&(dyn ToSql + Sync)],
         found: fn(&[Row]) -> bool,
     ) -> Result<Vec<Row>, BrokerError> {
         const FIRST_LOOK: Duration = Duration::from_millis(1);
         const LAST_LOOK: Duration = Duration::from_millis(64);
+        const MARK_NONE: i16 = 0;
+        const MARK_DROP: i16 = 1;
+        const MARK_TAKE: i16 = 2;
+        let with_mark = |mark: &'static i16| -> Vec<&(dyn ToSql + Sync)> {
+            let mut p = params.to_vec();
+            p.push(mark);
+            p
+        };
         let queue_waiters = self.listen(queue).await?;
         let waiters = if restricted { &queue_waiters.restricted } else { &queue_waiters.any };
         let deadline = tokio::time::Instant::now() + wait;
@@ -353,8 +392,17 @@ impl Session {
             tokio::pin!(woken);
             woken.as_mut().enable();
             if !mark_first {
-                let rows = match self.waiting.take() {
-                    Some(marked) => {
+                let rows = match (self.waiting.take(), marking) {
+                    (Some(marked), Some(m)) => {
+                        let rows = self.work(m, &with_mark(&MARK_DROP)).await;
+                        if rows.is_err() {
+                            // Perhaps still marked: dropped next time (a mark not held
+                            // is dropped as a no-op).
+                            self.waiting = Some(marked);
+                        }
+                        rows?
+                    }
+                    (Some(marked), None) => {
                         let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
                         if ended.is_err() {
                             // Still marked: drop the mark next time.
@@ -362,7 +410,8 @@ impl Session {
                         }
                         rows?
                     }
-                    None => self.work(name, params).await?,
+                    (None, Some(m)) => self.work(m, &with_mark(&MARK_NONE)).await?,
+                    (None, None) => self.work(name, params).await?,
                 };
                 if found(&rows) {
                     return Ok(rows);
@@ -374,18 +423,38 @@ impl Session {
             // About to wait: mark, and look (once more) after the mark is in place.
             mark_first = false;
             self.waiting = Some(queue.to_owned());
-            let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
-            let rows = self.unmarked_on_error(rows).await?;
-            if found(&rows) {
-                self.idle = false;
-                // What it found is returned even if the mark cannot be dropped now (the
-                // caller must know what it received); the mark is then dropped by the
-                // next wait or the rollback.
-                let _ = self.end_wait().await;
-                return Ok(rows);
-            }
+            let (no_send_in_flight, rows) = match marking {
+                Some(m) => {
+                    let rows = self.work(m, &with_mark(&MARK_TAKE)).await;
+                    let mut rows = self.unmarked_on_error(rows).await?;
+                    match gate_row(&mut rows) {
+                        Some(gate_free) => (gate_free, rows),
+                        None => {
+                            // Found: the attempt dropped its mark.
+                            self.waiting = None;
+                            self.idle = false;
+                            if found(&rows) {
+                                return Ok(rows);
+                            }
+                            continue;
+                        }
+                    }
+                }
+                None => {
+                    let (mark, rows) = self.work_pair(S::BEGIN_WAIT, &[&queue], name, params).await;
+                    let rows = self.unmarked_on_error(rows).await?;
+                    if found(&rows) {
+                        self.idle = false;
+                        // What it found is returned even if the mark cannot be dropped now
+                        // (the caller must know what it received); the mark is then
+                        // dropped by the next wait or the rollback.
+                        let _ = self.end_wait().await;
+                        return Ok(rows);
+                    }
+                    (single(mark?, "begin_wait")?.get::<_, bool>(0), rows)
+                }
+            };
             self.idle = true;
-            let no_send_in_flight = single(mark?, "begin_wait")?.get::<_, bool>(0);
             let until = if no_send_in_flight {
                 look = FIRST_LOOK;
                 deadline
@@ -488,7 +557,7 @@ impl Session {
     /// `[WAITFOR (] GET CONVERSATION GROUP @g FROM queue [), TIMEOUT wait]`.
     pub async fn get_conversation_group(&mut self, queue: &str, wait: Duration) -> Result<Option<Uuid>, BrokerError> {
         let rows = self
-            .wait_for(queue, wait, false, S::GET_CONVERSATION_GROUP, &[&queue], |r| {
+            .wait_for(queue, wait, false, S::GET_CONVERSATION_GROUP, None, &[&queue], |r| {
                 r.first().is_some_and(|r| r.get::<_, Option<Uuid>>(0).is_some())
             })
             .await?;
@@ -803,7 +872,7 @@ impl transport::PayrollStore for Session {
             &warnings,
         ];
         // Against an install of the release before (workers first): without warnings.
-        let rows = if self.installed_arities().await?.0 {
+        let rows = if self.installed_arities().await?.store_warnings {
             self.work(S::STORE_ANTWOORD, &params).await?
         } else {
             self.work(S::STORE_ANTWOORD_V1, &params[..10]).await?
