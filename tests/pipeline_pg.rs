@@ -691,9 +691,9 @@ async fn the_install_refuses_to_replace_the_sender_while_an_older_worker_is_live
 }
 
 /// Workers first: this release's worker against an install of the release before, whose
-/// collector store takes no warnings and whose heartbeat no contract version (simulated
-/// by putting functions of the older shapes in their place). The worker stores every
-/// result and beats all the same.
+/// collector store takes no warnings, whose heartbeat no contract version and whose
+/// RECEIVE no waiting mark (simulated by putting functions of the older shapes in their
+/// place). The worker receives, stores every result and beats all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_of_this_release_works_against_the_install_before() {
     let (url, mut c) = fresh_roster_db().await;
@@ -711,7 +711,17 @@ async fn a_worker_of_this_release_works_against_the_install_before() {
              p_started_unix bigint, p_queues jsonb, p_interval_ms int)
          RETURNS void LANGUAGE sql AS $$
              SELECT sbworker.heartbeat_nu(p_instance, p_host, p_pid, p_version, p_started_unix, p_queues,
-                                          p_interval_ms, NULL) $$;",
+                                          p_interval_ms, NULL) $$;
+         ALTER FUNCTION sb.receive_marking(text, int, uuid, uuid, boolean, smallint) RENAME TO receive_marking_nu;
+         CREATE OR REPLACE FUNCTION sb.receive(p_queue text, p_max int DEFAULT 1000000, p_group uuid DEFAULT NULL,
+             p_handle uuid DEFAULT NULL, p_wake boolean DEFAULT true)
+         RETURNS TABLE (message_id bigint, conversation_group_id uuid, conversation_handle uuid,
+                        message_sequence_number bigint, message_type_name text, message_body bytea,
+                        service_name text, service_contract_name text)
+         LANGUAGE sql AS $$
+             SELECT m.message_id, m.conversation_group_id, m.conversation_handle, m.message_sequence_number,
+                    m.message_type_name, m.message_body, m.service_name, m.service_contract_name
+               FROM sb.receive_marking_nu(p_queue, p_max, p_group, p_handle, p_wake, 0::smallint) m $$;",
     )
     .await
     .unwrap();
