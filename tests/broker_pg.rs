@@ -143,6 +143,51 @@ async fn rollback_returns_the_messages() {
     s.commit().await.unwrap();
 }
 
+/// The messages' key: an install from before keyed them by id, with a second index by
+/// (group, id). The install makes (group, id) the key and drops the second index, the
+/// messages waiting kept; and a worker of a release before, rolling back by ids alone,
+/// still counts its rollbacks.
+#[tokio::test]
+async fn an_install_from_before_is_keyed_by_group_and_id_and_its_messages_kept() {
+    let (url, mut s) = world().await;
+    dialog(&mut s, &["<a/>", "<b/>"]).await;
+    s.client()
+        .batch_execute(
+            "ALTER TABLE sb.message DROP CONSTRAINT message_pkey, ADD CONSTRAINT message_pkey PRIMARY KEY (id);
+             CREATE INDEX message_group ON sb.message (group_id, id);",
+        )
+        .await
+        .unwrap();
+    let shape = "SELECT pg_get_constraintdef(c.oid),
+                        (SELECT count(*) FROM pg_indexes WHERE schemaname = 'sb' AND tablename = 'message')
+                   FROM pg_constraint c WHERE c.conrelid = 'sb.message'::regclass AND c.contype = 'p'";
+    let (key, indexes): (String, i64) = s.client().query_one(shape, &[]).await.map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!((key.as_str(), indexes), ("PRIMARY KEY (id)", 2));
+    install(&url).await.unwrap();
+    let (key, indexes): (String, i64) = s.client().query_one(shape, &[]).await.map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!((key.as_str(), indexes), ("PRIMARY KEY (group_id, id)", 1));
+    // By ids alone (a release before's call): counted all the same.
+    s.begin().await.unwrap();
+    let got = s.receive("tq", 10, None, NOW).await.unwrap();
+    assert_eq!(bodies(&got), ["<a/>", "<b/>"]);
+    s.client().batch_execute("ROLLBACK").await.unwrap();
+    let ids: Vec<i64> = got.iter().map(|m| m.id).collect();
+    let disabled: bool = s.client().query_one("SELECT sb.note_rollback($1)", &[&ids]).await.unwrap().get(0);
+    assert!(!disabled);
+    let rollbacks: Vec<i32> = s
+        .client()
+        .query("SELECT rollbacks FROM sb.message ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rollbacks, [1, 1]);
+    s.begin().await.unwrap();
+    assert_eq!(bodies(&s.receive("tq", 10, None, NOW).await.unwrap()), ["<a/>", "<b/>"]);
+    s.commit().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_send_is_invisible_until_commit() {
     let (url, mut sender) = world().await;

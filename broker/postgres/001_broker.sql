@@ -173,9 +173,12 @@ END $$;
 -- Messages waiting on a queue. Delivered messages are deleted (RETENTION OFF): the
 -- table only ever holds the backlog. Vacuumed eagerly: dead rows at the head of a
 -- DELETE-heavy queue are what slows such queues down.
+-- One index: the key is (group_id, id), the order in which a group's messages are read;
+-- every reader of messages knows their group (a message's group is always its receiving
+-- endpoint's). An id alone is unique by its sequence.
 CREATE SEQUENCE IF NOT EXISTS sb.message_id;
 CREATE TABLE IF NOT EXISTS sb.message (
-    id           bigint PRIMARY KEY DEFAULT nextval('sb.message_id'),
+    id           bigint NOT NULL DEFAULT nextval('sb.message_id'),
     queue        text NOT NULL,
     group_id     uuid NOT NULL,
     handle       uuid NOT NULL,   -- the receiving endpoint
@@ -184,13 +187,26 @@ CREATE TABLE IF NOT EXISTS sb.message (
     body         bytea,
     -- Rolled-back receives of this message in a row (see sb.note_rollback).
     rollbacks    int NOT NULL DEFAULT 0,
-    enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+    enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT message_pkey PRIMARY KEY (group_id, id)
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
         autovacuum_vacuum_cost_delay = 0);
 DO $$
 BEGIN
-    IF pg_catalog.to_regclass('sb.message_group') IS NULL THEN
-        CREATE INDEX IF NOT EXISTS message_group ON sb.message (group_id, id);
+    -- Installs from before keyed the messages by id, with a second index by (group_id,
+    -- id): the key becomes (group_id, id) and the second index goes, once. (The key is
+    -- built again: the table is taken, ACCESS EXCLUSIVE, until the install commits;
+    -- docs/deployment.md, the upgrade to this release.)
+    IF (SELECT array_agg(a.attname::text ORDER BY k.n)
+          FROM pg_catalog.pg_constraint c
+          CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
+          JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+         WHERE c.conrelid = 'sb.message'::regclass AND c.contype = 'p') = ARRAY['id'] THEN
+        ALTER TABLE sb.message DROP CONSTRAINT message_pkey,
+            ADD CONSTRAINT message_pkey PRIMARY KEY (group_id, id);
+    END IF;
+    IF pg_catalog.to_regclass('sb.message_group') IS NOT NULL THEN
+        DROP INDEX sb.message_group;
     END IF;
     -- (No index by handle: every reader by handle knows the endpoint and so the group,
     -- a message's group being always its receiving endpoint's; it cost each message an
@@ -1376,7 +1392,7 @@ BEGIN
                   m.message_type <> 'http://schemas.microsoft.com/SQL/ServiceBroker/Error', m.seq
          LIMIT p_max
     ), gone AS (
-        DELETE FROM sb.message m USING picked WHERE m.id = picked.id
+        DELETE FROM sb.message m USING picked WHERE m.group_id = v_group AND m.id = picked.id
         RETURNING m.id, m.group_id, m.handle, m.seq, m.message_type, m.body
     ), conversing AS (
         UPDATE sb.endpoint SET state = 'CO' WHERE group_id = v_group AND state = 'SI'
@@ -1432,20 +1448,24 @@ $$;
 -- Poison detection. PostgreSQL has no autonomous transactions, so a count written by
 -- the receiving transaction would roll back with it: the transport calls this, in a
 -- transaction of its own, after rolling back a transaction that had received these
--- messages. Five rollbacks in a row of one message disable its queue when the queue's
--- poison-message handling is on (SQL Server's rule). Returns true when it disabled it.
-CREATE OR REPLACE FUNCTION sb.note_rollback(p_message_ids bigint[])
+-- messages (by group and id, pairwise: the messages' key). Five rollbacks in a row of
+-- one message disable its queue when the queue's poison-message handling is on (SQL
+-- Server's rule). Returns true when it disabled it.
+CREATE OR REPLACE FUNCTION sb.note_rollback(p_groups uuid[], p_message_ids bigint[])
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_queue text;
     v_disabled boolean := false;
 BEGIN
     PERFORM sb.require_right('RECEIVE', q)
-       FROM (SELECT DISTINCT queue AS q FROM sb.message WHERE id = ANY (p_message_ids)) s;
+       FROM (SELECT DISTINCT m.queue AS q FROM sb.message m
+               JOIN unnest(p_groups, p_message_ids) AS k(g, id) ON m.group_id = k.g AND m.id = k.id) s;
     FOR v_queue IN
         WITH bumped AS (
-            UPDATE sb.message SET rollbacks = rollbacks + 1 WHERE id = ANY (p_message_ids)
-            RETURNING queue, rollbacks
+            UPDATE sb.message m SET rollbacks = m.rollbacks + 1
+              FROM unnest(p_groups, p_message_ids) AS k(g, id)
+             WHERE m.group_id = k.g AND m.id = k.id
+            RETURNING m.queue, m.rollbacks
         )
         SELECT DISTINCT b.queue FROM bumped b WHERE b.rollbacks >= 5
     LOOP
@@ -1453,9 +1473,20 @@ BEGIN
         v_disabled := v_disabled OR FOUND;
     END LOOP;
     -- The messages are available again: wake waiting readers.
-    PERFORM pg_notify(sb.channel(q), '') FROM (SELECT DISTINCT queue AS q FROM sb.message WHERE id = ANY (p_message_ids)) s;
+    PERFORM pg_notify(sb.channel(q), '')
+       FROM (SELECT DISTINCT m.queue AS q FROM sb.message m
+               JOIN unnest(p_groups, p_message_ids) AS k(g, id) ON m.group_id = k.g AND m.id = k.id) s;
     RETURN v_disabled;
 END $$;
+
+-- The same by ids alone, as workers of the releases before call it (upgraded first,
+-- they run against this install for a while): their groups are looked up by a scan of
+-- the messages, a rollback's price only.
+CREATE OR REPLACE FUNCTION sb.note_rollback(p_message_ids bigint[])
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT coalesce(sb.note_rollback(array_agg(m.group_id), array_agg(m.id)), false)
+      FROM sb.message m WHERE m.id = ANY (p_message_ids)
+$$;
 
 -- Ending ----------------------------------------------------------------------------------
 

@@ -43,7 +43,12 @@ SELECT sb.move_conversation($1, $2);
 -- name: begin_conversation_timer
 SELECT sb.begin_conversation_timer($1, $2);
 
+-- The messages of a rolled-back transaction, by group ($1) and id ($2), pairwise.
 -- name: note_rollback
+SELECT sb.note_rollback($1, $2);
+
+-- The same against an install of a release before, by ids alone.
+-- name: note_rollback_v1
 SELECT sb.note_rollback($1);
 
 -- The worker's bookkeeping (broker/postgres/002_worker.sql). ---------------------------
@@ -141,7 +146,9 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n
        EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
                 WHERE n.nspname = 'sbworker' AND p.proname = 'heartbeat' AND p.pronargs >= 8),
        EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-                WHERE n.nspname = 'sb' AND p.proname = 'receive_marking');
+                WHERE n.nspname = 'sb' AND p.proname = 'receive_marking'),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'sb' AND p.proname = 'note_rollback' AND p.pronargs = 2);
 
 -- name: record_fout
 SELECT rekenserver.noteer_fout($1, $2, $3);

@@ -43,6 +43,8 @@ struct Arities {
     heartbeat_contract: bool,
     /// `sb.receive_marking` exists (the waiting mark folded into RECEIVE).
     receive_marking: bool,
+    /// `sb.note_rollback` takes the messages by group and id (the messages' key).
+    rollback_by_key: bool,
 }
 
 /// The statements this transport sends (`broker/postgres/statements/session.sql`).
@@ -121,8 +123,8 @@ pub struct Session {
     /// next one marks itself waiting before its first look (one RECEIVE instead of two
     /// when the queue is still idle).
     idle: bool,
-    /// Ids of messages received in the open transaction (for poison counting).
-    received: Vec<i64>,
+    /// Groups and ids of messages received in the open transaction (for poison counting).
+    received: Vec<(Uuid, i64)>,
     /// Prepared statements of the working connection.
     client_stmts: HashMap<&'static str, Statement>,
     /// The queue this session is marked as waiting on (`sb.begin_wait`), if any.
@@ -248,7 +250,12 @@ impl Session {
         }
         let rows = self.side.watch(self.side.client.query(S::INSTALLED_ARITIES.sql, &[]).await.map_err(error_of))?;
         let row = single(rows, S::INSTALLED_ARITIES.name)?;
-        let a = Arities { store_warnings: row.get(0), heartbeat_contract: row.get(1), receive_marking: row.get(2) };
+        let a = Arities {
+            store_warnings: row.get(0),
+            heartbeat_contract: row.get(1),
+            receive_marking: row.get(2),
+            rollback_by_key: row.get(3),
+        };
         self.arities = Some((a, std::time::Instant::now()));
         Ok(a)
     }
@@ -284,11 +291,17 @@ impl Session {
         if self.waiting.is_some() {
             let _ = self.end_wait().await;
         }
-        let ids = std::mem::take(&mut self.received);
-        if ids.is_empty() {
+        let received = std::mem::take(&mut self.received);
+        if received.is_empty() {
             return Ok(false);
         }
-        Ok(single(self.work(S::NOTE_ROLLBACK, &[&ids]).await?, "note_rollback")?.get(0))
+        let (groups, ids): (Vec<Uuid>, Vec<i64>) = received.into_iter().unzip();
+        let rows = if self.installed_arities().await?.rollback_by_key {
+            self.work(S::NOTE_ROLLBACK, &[&groups, &ids]).await?
+        } else {
+            self.work(S::NOTE_ROLLBACK_V1, &[&ids]).await?
+        };
+        Ok(single(rows, "note_rollback")?.get(0))
     }
 
     /// LISTENs for `queue`'s wake-ups on the side connection (once per side); its waiters.
@@ -520,7 +533,7 @@ impl Session {
                 contract: r.get(7),
             })
             .collect();
-        self.received.extend(msgs.iter().map(|m| m.id));
+        self.received.extend(msgs.iter().map(|m| (m.conversation_group_id, m.id)));
         msgs
     }
 
