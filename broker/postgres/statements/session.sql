@@ -75,7 +75,8 @@ UPDATE sbworker.message_attempt a
   FROM unnest($1::uuid[], $2::bigint[]) AS k(h, s)
  WHERE a.conversation_handle = k.h AND a.message_sequence_number = k.s;
 
--- Inside the receiving transaction: the messages are done, forget their attempts.
+-- Inside the receiving transaction (sent with its COMMIT): the messages are done,
+-- forget their attempts.
 -- name: forget_attempts
 DELETE FROM sbworker.message_attempt a
  USING unnest($1::uuid[], $2::bigint[]) AS k(h, s)

@@ -125,6 +125,9 @@ pub struct Session {
     idle: bool,
     /// Groups and ids of messages received in the open transaction (for poison counting).
     received: Vec<(Uuid, i64)>,
+    /// Messages the open transaction is done with: their attempts are forgotten by a
+    /// statement sent with its COMMIT (see `forget_attempts`).
+    forget: Vec<MessageKey>,
     /// Prepared statements of the working connection.
     client_stmts: HashMap<&'static str, Statement>,
     /// The queue this session is marked as waiting on (`sb.begin_wait`), if any.
@@ -163,6 +166,7 @@ impl Session {
             idle: false,
             side,
             received: Vec::new(),
+            forget: Vec::new(),
             client_stmts: HashMap::new(),
             waiting: None,
             wake_others: true,
@@ -273,18 +277,31 @@ impl Session {
 
     pub async fn begin(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
+        self.forget.clear();
         self.client.batch_execute("BEGIN").await.map_err(error_of)
     }
 
+    /// Commits; the attempts the transaction forgot are deleted by a statement sent
+    /// together with the COMMIT (one round trip). When that statement fails, the COMMIT
+    /// finds the transaction aborted and rolls it back: its error is returned.
     pub async fn commit(&mut self) -> Result<(), BrokerError> {
         self.received.clear();
-        self.client.batch_execute("COMMIT").await.map_err(error_of)
+        if self.forget.is_empty() {
+            return self.client.batch_execute("COMMIT").await.map_err(error_of);
+        }
+        let (handles, seqs) = key_arrays(&std::mem::take(&mut self.forget));
+        let st = prepared(&self.client, &mut self.client_stmts, S::FORGET_ATTEMPTS).await?;
+        let params: [&(dyn ToSql + Sync); 2] = [&handles, &seqs];
+        let (forgot, committed) = tokio::join!(self.client.query(&st, &params), self.client.batch_execute("COMMIT"));
+        forgot.map_err(error_of)?;
+        committed.map_err(error_of)
     }
 
     /// Rolls back; when the transaction had received messages, reports the rollback to
     /// the broker in a transaction of its own (poison detection). Returns whether that
     /// disabled the queue.
     pub async fn rollback(&mut self) -> Result<bool, BrokerError> {
+        self.forget.clear();
         self.client.batch_execute("ROLLBACK").await.map_err(error_of)?;
         // A wait whose statement failed in the transaction could not drop its mark there
         // (if this fails too, the next wait drops it, or the session's end).
@@ -772,9 +789,10 @@ impl transport::Session for Session {
         Ok(())
     }
 
+    /// Kept, and sent with the COMMIT in the same round trip, inside the transaction
+    /// still (`Session::commit`): a rollback forgets nothing.
     async fn forget_attempts(&mut self, keys: &[MessageKey]) -> Result<(), BrokerError> {
-        let (handles, seqs) = key_arrays(keys);
-        self.work(S::FORGET_ATTEMPTS, &[&handles, &seqs]).await?;
+        self.forget.extend_from_slice(keys);
         Ok(())
     }
 
