@@ -1541,16 +1541,26 @@ DECLARE
     e       sb.endpoint;
     v_far   sb.endpoint;
     c       record;
+    v_own   text;
     v_queue text;
     v_qid   int;
     v_seq   bigint;
     v_type  text;
     v_body  bytea;
+    v_state text;
 BEGIN
-    SELECT * INTO c FROM sb.lock_conversation(p_handle);
+    -- (Assignments, not queries, where a value is all that is wanted; and the two
+    -- sides' queues in one look: END runs twice a dialog.)
+    c := sb.lock_conversation(p_handle);
     e := c.e;
     v_far := c.far;
-    PERFORM sb.require_right('RECEIVE', (SELECT queue FROM sb.service WHERE name = e.service));
+    SELECT own.queue, q.name, q.id INTO v_own, v_queue, v_qid
+      FROM sb.service own
+      LEFT JOIN (sb.service s JOIN sb.queue q ON q.name = s.queue) ON s.name = v_far.service
+     WHERE own.name = e.service;
+    IF NOT sb.may('RECEIVE', v_own) THEN
+        PERFORM sb.require_right('RECEIVE', v_own);
+    END IF;
     IF e.state IN ('DO', 'CD') THEN
         PERFORM sb.fail('SB429', format('the conversation endpoint %s is already ended (state %s)', p_handle, e.state));
     END IF;
@@ -1580,16 +1590,23 @@ BEGIN
     END IF;
     IF p_error_code IS NULL THEN
         v_type := 'http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog';
-        UPDATE sb.endpoint SET state = 'DI' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
+        v_state := 'DI';
     ELSE
         v_type := 'http://schemas.microsoft.com/SQL/ServiceBroker/Error';
         v_body := sb.error_body(p_error_code, p_description);
-        UPDATE sb.endpoint SET state = 'ER' WHERE handle = e.far_handle AND state IN ('SI', 'CO');
+        v_state := 'ER';
     END IF;
-    -- This side is disconnected outbound, and the message counts in its sequence.
-    UPDATE sb.endpoint SET state = 'DO', send_seq = send_seq + 1 WHERE handle = e.handle RETURNING send_seq INTO v_seq;
-    SELECT q.name, q.id INTO v_queue, v_qid
-      FROM sb.service s JOIN sb.queue q ON q.name = s.queue WHERE s.name = v_far.service;
+    -- In one statement: the far side disconnected inbound (DI), or errored (ER), if it
+    -- was still conversing; this side disconnected outbound, and the message counts in
+    -- its sequence.
+    WITH ended AS (
+        UPDATE sb.endpoint
+           SET state = CASE WHEN handle = e.handle THEN 'DO' ELSE v_state END,
+               send_seq = send_seq + CASE WHEN handle = e.handle THEN 1 ELSE 0 END
+         WHERE handle = e.handle OR handle = e.far_handle AND state IN ('SI', 'CO')
+        RETURNING handle, send_seq
+    )
+    SELECT send_seq INTO v_seq FROM ended WHERE handle = e.handle;
     v_void := sb.put_message(v_queue, v_qid, v_far.group_id, v_far.handle, v_seq, v_type, v_body, v_far.priority)::text;
 END $$;
 
