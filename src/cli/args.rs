@@ -425,8 +425,9 @@ pub struct BenchArgs {
     /// Seconds the bloat workload runs with xmin pinned (default 180).
     #[arg(long, value_name = "SECONDS")]
     pub bloat_seconds: Option<f64>,
-    /// The pipeline's sbworker readers take up to this many conversation groups per
-    /// transaction (the queues' `groups_per_transaction`; default 1): an A/B of it.
+    /// The pipeline's sbworker calculation readers take up to this many conversation
+    /// groups per transaction (the calculation queue's `groups_per_transaction`; default
+    /// 1): an A/B of it. The collector's readers take up to 4 either way.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub groups_per_transaction: Option<u32>,
     /// The pipeline with conversation reuse: a key's dialog carries its next

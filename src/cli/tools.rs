@@ -18,6 +18,7 @@ pub fn demo(a: DemoArgs) -> super::Outcome {
         external_setup: None,
         pace: None,
         groups_per_transaction: 1,
+        collector_groups_per_transaction: crate::demo::COLLECTOR_GROUPS_PER_TRANSACTION,
         dialog_reuse_idle_seconds: a.dialog_reuse_idle_seconds,
         split: a.split.unwrap_or(0),
         calculation: Vec::new(),

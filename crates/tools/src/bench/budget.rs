@@ -84,6 +84,7 @@ pub async fn pipeline(
         external_setup: None,
         pace: None,
         groups_per_transaction: 1,
+        collector_groups_per_transaction: crate::demo::COLLECTOR_GROUPS_PER_TRANSACTION,
         dialog_reuse_idle_seconds: Some(reuse_idle_seconds),
         split: 0,
         calculation: Vec::new(),

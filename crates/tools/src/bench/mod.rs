@@ -250,6 +250,10 @@ pub struct Sizes {
     /// results: 1).
     #[serde(default = "one")]
     pub pipeline_groups_per_transaction: u32,
+    /// The pipeline's collector readers: groups per transaction (absent from older
+    /// results: 1).
+    #[serde(default = "one")]
+    pub pipeline_collector_groups_per_transaction: u32,
     /// The pipeline with conversation reuse: its idle time in seconds (absent: off).
     #[serde(default)]
     pub pipeline_dialog_reuse_idle_seconds: Option<u32>,
@@ -290,6 +294,7 @@ impl Sizes {
             bloat_per_group,
             bloat_seconds,
             pipeline_groups_per_transaction: o.groups_per_transaction.unwrap_or(1),
+            pipeline_collector_groups_per_transaction: crate::demo::COLLECTOR_GROUPS_PER_TRANSACTION,
             pipeline_dialog_reuse_idle_seconds: o.dialog_reuse_idle_seconds,
         }
     }

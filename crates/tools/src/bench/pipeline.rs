@@ -170,6 +170,7 @@ pub async fn run(
     let mut opts = demo_options(employees, url, readers, repetition);
     opts.pace = pace;
     opts.groups_per_transaction = sizes.pipeline_groups_per_transaction;
+    opts.collector_groups_per_transaction = sizes.pipeline_collector_groups_per_transaction;
     opts.dialog_reuse_idle_seconds = sizes.pipeline_dialog_reuse_idle_seconds;
     measured(opts, None, repetition, track).await
 }
@@ -246,6 +247,7 @@ fn demo_options(employees: usize, url: String, readers: u32, repetition: usize) 
         external_setup: None,
         pace: None,
         groups_per_transaction: 1,
+        collector_groups_per_transaction: crate::demo::COLLECTOR_GROUPS_PER_TRANSACTION,
         dialog_reuse_idle_seconds: None,
         split: 0,
         calculation: Vec::new(),

@@ -381,8 +381,12 @@ fn pipeline_section(out: &mut String, r: &Results) {
             match s.pipeline_groups_per_transaction {
                 1 => String::new(),
                 n => format!(
-                    " sbworker's readers took up to {n} conversation groups per transaction (`--groups-per-transaction`)."
+                    " sbworker's calculation readers took up to {n} conversation groups per transaction (`--groups-per-transaction`)."
                 ),
+            },
+            match s.pipeline_collector_groups_per_transaction {
+                1 => String::new(),
+                n => format!(" sbworker's collector readers took up to {n} conversation groups per transaction."),
             },
             match s.pipeline_dialog_reuse_idle_seconds {
                 None => String::new(),
