@@ -391,6 +391,24 @@ async fn a_wait_whose_first_look_fails_leaves_no_mark() {
     assert_eq!(marks, 0, "the failed wait's mark is dropped");
 }
 
+/// A wait given up while marked (its future dropped: a client's attention, a timeout)
+/// leaves the session marked on that queue; the session's next RECEIVE, on another
+/// queue, drops that mark, not one of its own queue's (found by a second read: the mark
+/// folded into the RECEIVE dropped the mark of the queue it looked at).
+#[tokio::test]
+async fn a_mark_left_on_one_queue_is_dropped_by_a_receive_on_another() {
+    let (url, s) = world().await;
+    let mut r = Session::open(&url).await.unwrap();
+    r.begin().await.unwrap();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), r.receive("tq", 10, None, Duration::from_secs(60))).await;
+    assert!(gave_up.is_err(), "the wait was given up while it waited");
+    assert_eq!(crate::common::calc::count(&s, MARKS).await, 1, "marked on tq");
+    assert!(r.receive("iq", 10, None, NOW).await.unwrap().is_empty());
+    assert_eq!(crate::common::calc::count(&s, MARKS).await, 0, "tq's mark dropped by the RECEIVE on iq");
+    r.commit().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_receiver_marking_itself_while_a_send_is_in_flight_is_told_to_look_again() {
     let (url, mut sender) = world().await;
@@ -602,6 +620,15 @@ async fn a_worker_sessions_count_and_mark_end_with_its_transaction() {
     };
     assert!(e.message.contains("lock"), "{e:?}");
     w.rollback().await.unwrap();
+    // The rollback was counted (poison detection), as when the delete ran alone.
+    assert_eq!(
+        crate::common::calc::count(
+            &watcher,
+            "SELECT coalesce(sum(rollbacks), 0)::bigint FROM sb.message WHERE queue = 'tq'"
+        )
+        .await,
+        1
+    );
     holder.client().batch_execute("COMMIT").await.unwrap();
     w.client().batch_execute("RESET lock_timeout").await.unwrap();
     w.begin().await.unwrap();

@@ -1554,10 +1554,10 @@ BEGIN
     c := sb.lock_conversation(p_handle);
     e := c.e;
     v_far := c.far;
-    SELECT own.queue, q.name, q.id INTO v_own, v_queue, v_qid
-      FROM sb.service own
-      LEFT JOIN (sb.service s JOIN sb.queue q ON q.name = s.queue) ON s.name = v_far.service
-     WHERE own.name = e.service;
+    SELECT (SELECT own.queue FROM sb.service own WHERE own.name = e.service), q.name, q.id
+      INTO v_own, v_queue, v_qid
+      FROM (SELECT) one
+      LEFT JOIN (sb.service s JOIN sb.queue q ON q.name = s.queue) ON s.name = v_far.service;
     IF NOT sb.may('RECEIVE', v_own) THEN
         PERFORM sb.require_right('RECEIVE', v_own);
     END IF;

@@ -285,7 +285,7 @@ impl Session {
     /// together with the COMMIT (one round trip). When that statement fails, the COMMIT
     /// finds the transaction aborted and rolls it back: its error is returned.
     pub async fn commit(&mut self) -> Result<(), BrokerError> {
-        self.received.clear();
+        let received = std::mem::take(&mut self.received);
         if self.forget.is_empty() {
             return self.client.batch_execute("COMMIT").await.map_err(error_of);
         }
@@ -293,7 +293,12 @@ impl Session {
         let st = prepared(&self.client, &mut self.client_stmts, S::FORGET_ATTEMPTS).await?;
         let params: [&(dyn ToSql + Sync); 2] = [&handles, &seqs];
         let (forgot, committed) = tokio::join!(self.client.query(&st, &params), self.client.batch_execute("COMMIT"));
-        forgot.map_err(error_of)?;
+        if let Err(e) = forgot {
+            // The COMMIT found the transaction aborted and rolled it back: what it
+            // received is back in the queue, and the caller's rollback counts it.
+            self.received = received;
+            return Err(error_of(e));
+        }
         committed.map_err(error_of)
     }
 
@@ -423,7 +428,9 @@ impl Session {
             woken.as_mut().enable();
             if !mark_first {
                 let rows = match (self.waiting.take(), marking) {
-                    (Some(marked), Some(m)) => {
+                    // (The mark folded in only when it is this queue's: RECEIVE drops the
+                    // mark of the queue it looks at.)
+                    (Some(marked), Some(m)) if marked == queue => {
                         let rows = self.work(m, &with_mark(&MARK_DROP)).await;
                         if rows.is_err() {
                             // Perhaps still marked: dropped next time (a mark not held
@@ -432,7 +439,7 @@ impl Session {
                         }
                         rows?
                     }
-                    (Some(marked), None) => {
+                    (Some(marked), _) => {
                         let (ended, rows) = self.work_pair(S::END_WAIT, &[&marked], name, params).await;
                         if ended.is_err() {
                             // Still marked: drop the mark next time.
