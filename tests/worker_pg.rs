@@ -126,12 +126,45 @@ async fn metrics_and_health_are_served_over_http() {
 }
 
 async fn http_get(port: u16, path: &str) -> String {
+    http_curl(port, path, &[]).await
+}
+
+/// `curl -i` (a client we did not write): the status line, the headers and the body.
+async fn http_curl(port: u16, path: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-i", "--max-time", "20"])
+        .args(args)
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .await
+        .expect("curl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The endpoint's refusals: another method, a head larger than 8 KiB, and a client that
+/// never finishes its head (dropped, not kept for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_endpoint_refuses_other_methods_large_heads_and_unfinished_heads() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    c.read_to_string(&mut out).await.unwrap();
-    out
+    let (url, _s) = calc_world().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = config(&url, &format!("[http]\nlisten = \"127.0.0.1:{port}\""));
+    let w = InProcess::start(&url, cfg, calc_handlers());
+    wait_until("serving", || async { http_get(port, "/healthz").await.starts_with("HTTP/1.1 200") }).await;
+    let posted = http_curl(port, "/metrics", &["-X", "POST"]).await;
+    assert!(posted.starts_with("HTTP/1.1 405"), "{posted}");
+    let big = format!("X-Big: {}", "x".repeat(9000));
+    let refused = http_curl(port, "/metrics", &["-H", &big]).await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+    // A head never finished: the server closes the connection (its head timeout), so
+    // the read ends; the deadline only bounds the test.
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(60), slow.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the slow client's connection is closed by the server");
+    assert!(!String::from_utf8_lossy(&rest).contains("sbworker_"), "no metrics for an unfinished head");
+    assert_eq!(w.shutdown().await, RunOutcome::Drained);
 }
 
 /// Never finishes a group (its transaction stays open until the worker gives up on it).

@@ -1,20 +1,58 @@
-//! A small HTTP/1.1 endpoint for operations: `GET /metrics` (Prometheus text),
-//! `/healthz` (the process is alive) and `/readyz` (every queue is being served). One
-//! request per connection; anything else gets 404 or 405. Requests larger than 8 KiB
-//! or slower than 5 s are dropped.
+//! The operations endpoint over HTTP/1.1: `GET /metrics` (OpenMetrics text), `/healthz`
+//! (the process is alive) and `/readyz` (every queue is being served); anything else
+//! gets 404, another method on these paths 405. axum routes, hyper serves each
+//! connection: request heads larger than 8 KiB are refused, a head slower than 5 s is
+//! dropped, and a connection lasts at most 30 s.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
 use tracing::debug;
 
 use super::Stop;
 use super::metrics::Metrics;
 
-/// Serves until `stop` fires.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, mut stop: Stop) {
+/// How long a client may take to send a request's head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may last, requests and responses included.
+const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
+/// The largest request head read (hyper's smallest buffer).
+const HEAD_LIMIT: usize = 8192;
+
+/// The routes, on `metrics`.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(openmetrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
+        .with_state(metrics)
+}
+
+async fn openmetrics(State(metrics): State<Arc<Metrics>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics.encode())
+        .into_response()
+}
+
+async fn readyz(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.readiness() {
+        Ok(()) => "ready\n".into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{why}\n")).into_response(),
+    }
+}
+
+/// Serves `router` on `listener` until `stop` fires.
+pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT).max_buf_size(HEAD_LIMIT);
     loop {
         let accepted = tokio::select! {
             _ = stop.stopped() => return,
@@ -22,10 +60,13 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, mut stop: Stop)
         };
         match accepted {
             Ok((stream, _)) => {
-                let metrics = metrics.clone();
+                let service = TowerToHyperService::new(router.clone());
+                let connection = http.serve_connection(TokioIo::new(stream), service);
                 tokio::spawn(async move {
-                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), respond(stream, &metrics)).await {
-                        debug!("http request timed out: {e}");
+                    match tokio::time::timeout(CONNECTION_LIMIT, connection).await {
+                        Ok(Err(e)) => debug!("http connection ended: {e}"),
+                        Err(_) => debug!("http connection closed after {} s", CONNECTION_LIMIT.as_secs()),
+                        Ok(Ok(())) => {}
                     }
                 });
             }
@@ -34,36 +75,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, mut stop: Stop)
     }
 }
 
-async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || buf.len() + n > 8192 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let head = String::from_utf8_lossy(&buf);
-    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => {
-            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.encode())
-        }
-        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_owned()),
-        ("GET", "/readyz") => match metrics.readiness() {
-            Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
-            Err(why) => ("503 Service Unavailable", "text/plain", format!("not ready\n{why}\n")),
-        },
-        (_, "/metrics" | "/healthz" | "/readyz") => ("405 Method Not Allowed", "text/plain", "GET only\n".to_owned()),
-        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+/// Serves the operations endpoints until `stop` fires.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: Stop) {
+    serve_router(listener, router(metrics), stop).await;
 }
