@@ -47,6 +47,7 @@ fn try_main(command: Command) -> Outcome {
         Command::Link(a) => cli::install::main_link(a),
         Command::Selftest(a) => cli::selftest::main(a),
         Command::Status(a) => cli::ops::main_status(a),
+        Command::Web(a) => cli::ops::main_web(a),
         Command::DeadLetter(a) => cli::ops::main_dead_letter(a),
         #[cfg(feature = "tools")]
         Command::BenchWorker(a) => cli::run::main_bench_worker(a),

@@ -412,3 +412,54 @@ async fn status_without_workers_needs_attention_and_parses_into_the_documented_t
         "{needs:?}"
     );
 }
+
+/// `sbworker web` on the PostgreSQL broker: the overview (queues, the attention line of
+/// `status`), its document, read-only (another method refused), never the connection's
+/// password, and it stops on SIGTERM with 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_overview_shows_the_queues_read_only_and_never_the_password() {
+    let (url, _c) = fresh_roster_db().await;
+    let dir = TempDir::new("web");
+    // The cluster trusts local logins: the password is never checked, only carried.
+    let secret = "geheim-Wachtwoord-9137";
+    let config = dir.0.join("sbworker.toml");
+    std::fs::write(&config, demo::worker_config_text(&format!("{url} password={secret}"), 1)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let web = tokio::process::Command::new(BIN)
+        .arg("web")
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--silent-seconds", "30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let curl = |path: &'static str, extra: &'static [&'static str]| async move {
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", "-i", "--max-time", "20"])
+            .args(extra)
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .await
+            .expect("curl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until("the page is served", || async { curl("/", &[]).await.starts_with("HTTP/1.1 200") }).await;
+    let page = curl("/", &[]).await;
+    assert!(page.contains("text/html"), "{page}");
+    assert!(page.contains(REKEN_QUEUE) && page.contains(DATA_QUEUE), "{page}");
+    assert!(page.contains("no worker alive"), "the attention line of status: {page}");
+    assert!(!page.contains(secret), "no password on the page");
+    let doc = curl("/status.json", &[]).await;
+    assert!(doc.starts_with("HTTP/1.1 200") && doc.contains("\"queues\""), "{doc}");
+    assert!(!doc.contains(secret));
+    assert!(curl("/", &["-X", "POST"]).await.starts_with("HTTP/1.1 405"), "read-only");
+    assert!(curl("/nope", &[]).await.starts_with("HTTP/1.1 404"));
+    let pid = web.id().unwrap() as i32;
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = within(60, "sbworker web stops", web.wait_with_output()).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(secret), "no password in its output");
+}

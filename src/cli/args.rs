@@ -183,6 +183,17 @@ pub enum Command {
         Exit status: 0 all is well; 1 something needs attention (a disabled queue, no worker\n\
         alive, stale keys); 69 the broker could not be asked; 78 a bad configuration.")]
     Status(StatusArgs),
+    /// A web page for the operator: the overview of `status` (queues, workers,
+    /// conversations, stale keys, sweeps, the last export), served on localhost, read-only.
+    #[command(after_help = "Examples:\n  \
+        sbworker web --config /etc/sbworker/sbworker.toml\n  \
+        sbworker web --config sbworker.toml --listen 127.0.0.1:8081 --refresh-seconds 5\n\n\
+        Open http://127.0.0.1:8080/ (the overview) or /status.json (its document). It runs no\n\
+        action and listens on localhost unless told otherwise. The login needs a role that\n\
+        may read the status (as for `sbworker status`).\n\n\
+        Exit status: 0 stopped by a signal; 69 the broker could not be reached at start or\n\
+        the address not bound; 78 a bad configuration.")]
+    Web(WebArgs),
     /// The messages the worker set aside after failed attempts: list them, show one,
     /// send them again, or purge old ones.
     #[command(after_help = "Examples:\n  \
@@ -605,6 +616,28 @@ pub struct StatusArgs {
     pub silent_seconds: Option<u64>,
 }
 
+/// The flags of `sbworker web`.
+#[derive(clap::Args)]
+pub struct WebArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+    /// The address to listen on (localhost by default: the page has no login yet).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// The overview reloads itself every SECONDS.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub refresh_seconds: u32,
+    /// As `sbworker status --stale-minutes`.
+    #[arg(long, value_name = "MINUTES", default_value_t = 60)]
+    pub stale_minutes: i32,
+    /// As `sbworker status --recent-minutes`.
+    #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+    pub recent_minutes: i32,
+    /// As `sbworker status --silent-seconds`.
+    #[arg(long, value_name = "SECONDS")]
+    pub silent_seconds: Option<u64>,
+}
+
 /// The flags of `sbworker dead-letter`.
 #[derive(clap::Args)]
 pub struct DeadLetterArgs {
@@ -640,6 +673,7 @@ impl Command {
             Command::Link(_) => "link",
             Command::Selftest(_) => "selftest",
             Command::Status(_) => "status",
+            Command::Web(_) => "web",
             Command::DeadLetter(_) => "dead-letter",
             #[cfg(feature = "tools")]
             Command::BenchWorker(_) => "bench-worker",

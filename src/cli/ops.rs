@@ -298,3 +298,51 @@ pub fn main_dead_letter(a: crate::cli::args::DeadLetterArgs) -> super::Outcome {
     };
     Ok(dead_letters(&config, a.action))
 }
+
+/// `sbworker web`: the overview page, until SIGINT or SIGTERM.
+pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
+    let config = match a.flags.load(super::run::HANDLERS) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let t = Thresholds { worker_silent_seconds: a.silent_seconds.map(|s| s as f64), stale_minutes: a.stale_minutes };
+    let rt = match super::runtime::runtime(false) {
+        Ok(rt) => rt,
+        Err(e) => return Ok(fail(e)),
+    };
+    Ok(rt.block_on(async {
+        let db = match Db::connect(&config.broker, None).await {
+            Ok(db) => db,
+            Err(e) => return fail(e.into()),
+        };
+        let listener = match tokio::net::TcpListener::bind(a.listen).await {
+            Ok(l) => l,
+            Err(e) => return fail(anyhow::anyhow!("cannot listen on {}: {e}", a.listen)),
+        };
+        let site = std::sync::Arc::new(crate::ops::page::Site {
+            db: tokio::sync::Mutex::new(db),
+            thresholds: t,
+            recent_minutes: a.recent_minutes,
+            refresh_seconds: a.refresh_seconds,
+        });
+        let (stop_tx, stop) = crate::shutdown::Stop::new();
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let terminated = async {
+                match term.as_mut() {
+                    Some(t) => t.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminated => {}
+            }
+            let _ = stop_tx.send(true);
+        });
+        let at = listener.local_addr().map_or(a.listen.to_string(), |l| l.to_string());
+        println!("sbworker web: the overview on http://{at}/ (read-only; Ctrl-C stops)");
+        crate::worker::http::serve_router(listener, crate::ops::page::router(site), stop).await;
+        ExitCode::SUCCESS
+    }))
+}

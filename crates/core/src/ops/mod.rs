@@ -1,5 +1,6 @@
 //! What an operator runs against a live installation, on either back end:
-//! `sbworker status` ([`status`]) and `sbworker dead-letter` ([`dead_letter`]), through
+//! `sbworker status` ([`status`]), `sbworker dead-letter` ([`dead_letter`]) and the web
+//! page's overview ([`page`]), through
 //! one seam, [`Backend`]: [`postgres`] implements it with the PostgreSQL broker's
 //! functions (`007_operations.sql`), [`mssql`] with SQL Server's procedures
 //! (`broker/mssql/06_operations.sql`), which return the same shapes, and
@@ -7,6 +8,7 @@
 
 pub mod dead_letter;
 pub mod mssql;
+pub mod page;
 pub mod postgres;
 pub mod status;
 

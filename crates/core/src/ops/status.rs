@@ -318,7 +318,7 @@ pub fn attention(s: &Status, t: Thresholds) -> Vec<String> {
     out
 }
 
-fn seconds(s: Option<f64>) -> String {
+pub(crate) fn seconds(s: Option<f64>) -> String {
     match s {
         None => "-".into(),
         Some(s) if s < 120.0 => format!("{s:.0} s"),

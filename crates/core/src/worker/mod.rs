@@ -14,7 +14,7 @@
 
 pub mod handler;
 mod heartbeat;
-mod http;
+pub mod http;
 pub mod metrics;
 mod queue;
 mod reader;
