@@ -35,6 +35,7 @@ mod routes_pg; // the split install on PostgreSQL: sides on servers of their own
 mod secrets; // no secret is ever printed
 mod selftest; // `sbworker selftest`
 mod transient_faults; // aimed transient faults: retried, never counted, never diverted
+mod web_browser; // `sbworker web` in a real browser (Chromium through ChromeDriver)
 mod work_budget; // the work per request of a fixed pipeline and headline load, against its budget (slow)
 mod worker_pg; // the worker runtime in process against the PostgreSQL broker
 mod worker_process; // the worker as a real process
