@@ -456,6 +456,10 @@ async fn the_web_overview_shows_the_queues_read_only_and_never_the_password() {
     assert!(!doc.contains(secret));
     assert!(curl("/", &["-X", "POST"]).await.starts_with("HTTP/1.1 405"), "read-only");
     assert!(curl("/nope", &[]).await.starts_with("HTTP/1.1 404"));
+    // Another host's name (a site rebinding its name to 127.0.0.1): refused.
+    let rebound = curl("/status.json", &["-H", "Host: rebound.example:80"]).await;
+    assert!(rebound.starts_with("HTTP/1.1 421") && !rebound.contains("\"queues\""), "{rebound}");
+    assert!(page.contains("content-security-policy: default-src 'none'"), "{page}");
     let pid = web.id().unwrap() as i32;
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(pid, libc::SIGTERM) };

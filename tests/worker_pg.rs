@@ -156,8 +156,9 @@ async fn the_http_endpoint_refuses_other_methods_large_heads_and_unfinished_head
     let big = format!("X-Big: {}", "x".repeat(9000));
     let refused = http_curl(port, "/metrics", &["-H", &big]).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
-    // A head never finished: the server closes the connection (its head timeout), so
-    // the read ends; the deadline only bounds the test.
+    // A head never finished: the server closes the connection (its 5 s head timeout, or
+    // at the latest its 30 s limit a connection: this does not tell them apart), so the
+    // read ends; the deadline only bounds the test.
     let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").await.unwrap();
     let mut rest = Vec::new();

@@ -191,8 +191,8 @@ pub enum Command {
         Open http://127.0.0.1:8080/ (the overview) or /status.json (its document). It runs no\n\
         action and listens on localhost unless told otherwise. The login needs a role that\n\
         may read the status (as for `sbworker status`).\n\n\
-        Exit status: 0 stopped by a signal; 69 the broker could not be reached at start or\n\
-        the address not bound; 78 a bad configuration.")]
+        Exit status: 0 stopped by a signal; 69 the broker could not be asked at start (or the\n\
+        login may not read the status) or the address not bound; 78 a bad configuration.")]
     Web(WebArgs),
     /// The messages the worker set aside after failed attempts: list them, show one,
     /// send them again, or purge old ones.

@@ -311,36 +311,38 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
         Err(e) => return Ok(fail(e)),
     };
     Ok(rt.block_on(async {
-        let db = match Db::connect(&config.broker, None).await {
-            Ok(db) => db,
-            Err(e) => return fail(e.into()),
+        // The signals first: one that comes while it connects stops it as well.
+        let (stop_tx, stop) = crate::shutdown::Stop::new();
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(e) => return fail(anyhow::anyhow!("cannot listen for SIGTERM: {e}")),
         };
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            let _ = stop_tx.send(true);
+        });
         let listener = match tokio::net::TcpListener::bind(a.listen).await {
             Ok(l) => l,
             Err(e) => return fail(anyhow::anyhow!("cannot listen on {}: {e}", a.listen)),
         };
+        let at = listener.local_addr().unwrap_or(a.listen);
         let site = std::sync::Arc::new(crate::ops::page::Site {
-            db: tokio::sync::Mutex::new(db),
+            broker: config.broker.clone(),
+            db: tokio::sync::Mutex::new(None),
             thresholds: t,
             recent_minutes: a.recent_minutes,
             refresh_seconds: a.refresh_seconds,
+            hosts: crate::ops::page::Site::hosts_for(at),
         });
-        let (stop_tx, stop) = crate::shutdown::Stop::new();
-        tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let terminated = async {
-                match term.as_mut() {
-                    Some(t) => t.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminated => {}
-            }
-            let _ = stop_tx.send(true);
-        });
-        let at = listener.local_addr().map_or(a.listen.to_string(), |l| l.to_string());
+        // Asked once before it serves: a login that may not read the status is said now.
+        if let Err(why) = site.document().await {
+            return fail(anyhow::anyhow!(
+                "asking the broker for its status: {why} (the login needs a role that may read it, as for `sbworker status`)"
+            ));
+        }
         println!("sbworker web: the overview on http://{at}/ (read-only; Ctrl-C stops)");
         crate::worker::http::serve_router(listener, crate::ops::page::router(site), stop).await;
         ExitCode::SUCCESS

@@ -1,14 +1,19 @@
 //! The operator's web page (`sbworker web`), its first part: the overview, rendered on
 //! the server from the status document ([`super::status`], either back end), with no
 //! script and no asset from outside the binary. Read-only: it runs no action. Every
-//! text from the database is escaped; the document holds no connection string.
+//! text from the database is escaped; the document holds no connection string. A
+//! request whose `Host` is not the page's own address is refused (a site the operator
+//! visits cannot read the page by rebinding its name to 127.0.0.1), and every response
+//! forbids scripts and outside content (`Content-Security-Policy`).
 
 use std::fmt::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::Mutex;
@@ -16,14 +21,61 @@ use tokio::sync::Mutex;
 use super::Backend;
 use super::status::{self, Status, Thresholds, alive, seconds, worker_queue};
 use crate::broker::Database;
+use crate::config::BrokerConfig;
+use crate::transport::ErrorKind;
 
-/// What the page's routes share: one connection (a page asks one question at a time),
-/// the thresholds of `sbworker status`, and how often the overview reloads itself.
+/// How long one question to the broker may take before the page says it could not ask.
+const ASK_LIMIT: Duration = Duration::from_secs(10);
+
+/// What the page's routes share: one connection (a page asks one question at a time;
+/// opened again after it breaks), the thresholds of `sbworker status`, how often the
+/// overview reloads itself, and the `Host` values the page answers to.
 pub struct Site {
-    pub db: Mutex<Database>,
+    pub broker: BrokerConfig,
+    pub db: Mutex<Option<Database>>,
     pub thresholds: Thresholds,
     pub recent_minutes: i32,
     pub refresh_seconds: u32,
+    pub hosts: Vec<String>,
+}
+
+impl Site {
+    /// The `Host` values a page on `addr` answers to: the address itself, and
+    /// `localhost` with its port on a loopback address.
+    pub fn hosts_for(addr: std::net::SocketAddr) -> Vec<String> {
+        let mut hosts = vec![addr.to_string()];
+        if addr.ip().is_loopback() {
+            hosts.push(format!("localhost:{}", addr.port()));
+        }
+        hosts
+    }
+
+    /// The status document, on the open connection or a new one; a connection that
+    /// broke, or a question that took longer than [`ASK_LIMIT`], is dropped.
+    pub async fn document(&self) -> Result<String, String> {
+        let mut held = self.db.lock().await;
+        let asked = tokio::time::timeout(ASK_LIMIT, async {
+            if held.is_none() {
+                *held = Some(Database::connect(&self.broker, None).await?);
+            }
+            let db = held.as_mut().expect("connected above");
+            db.status_json(self.recent_minutes, self.thresholds.stale_minutes).await
+        })
+        .await;
+        match asked {
+            Ok(Ok(text)) => Ok(text),
+            Ok(Err(e)) => {
+                if e.kind == ErrorKind::Connection {
+                    *held = None;
+                }
+                Err(e.message)
+            }
+            Err(_) => {
+                *held = None;
+                Err(format!("no answer within {} s", ASK_LIMIT.as_secs()))
+            }
+        }
+    }
 }
 
 /// The page's routes: `/` the overview, `/status.json` its document.
@@ -32,13 +84,34 @@ pub fn router(site: Arc<Site>) -> Router {
         .route("/", get(overview_page))
         .route("/status.json", get(status_json))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
+        .layer(middleware::from_fn_with_state(site.clone(), guard))
         .with_state(site)
 }
 
+/// Refuses a request for another host (421); marks every response: no script, no
+/// outside content, no framing.
+async fn guard(State(site): State<Arc<Site>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !site.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+        return (StatusCode::MISDIRECTED_REQUEST, "this page answers to its own address only\n").into_response();
+    }
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    response
+}
+
 async fn document(site: &Site) -> Result<String, Response> {
-    let mut db = site.db.lock().await;
-    db.status_json(site.recent_minutes, site.thresholds.stale_minutes).await.map_err(|e| {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("the broker could not be asked: {}\n", e.message)).into_response()
+    site.document().await.map_err(|why| {
+        let page = format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"{}\">\
+             <title>sbworker: overzicht</title></head><body><p>The broker could not be asked: {}</p></body></html>\n",
+            site.refresh_seconds,
+            escape(&why)
+        );
+        (StatusCode::SERVICE_UNAVAILABLE, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
     })
 }
 
@@ -91,7 +164,7 @@ pub fn overview(s: &Status, t: Thresholds, refresh_seconds: u32) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
-        "<!doctype html><html lang=\"nl\"><head><meta charset=\"utf-8\">\
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{refresh_seconds}\">\
          <title>sbworker: overzicht</title><style>{STYLE}</style></head><body>\
          <h1>sbworker: overzicht</h1><p>{} · {}</p>",

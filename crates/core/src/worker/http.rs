@@ -70,7 +70,11 @@ pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop)
                     }
                 });
             }
-            Err(e) => debug!("http accept failed: {e}"),
+            Err(e) => {
+                // (Out of file descriptors, say: a pause, not a loop at full speed.)
+                debug!("http accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
 }
