@@ -51,7 +51,7 @@ impl Site {
     }
 
     /// The status document, on the open connection or a new one; a connection that
-    /// broke, or a question that took longer than [`ASK_LIMIT`], is dropped.
+    /// broke, or a question that took longer than `ASK_LIMIT` (10 s), is dropped.
     pub async fn document(&self) -> Result<String, String> {
         let mut held = self.db.lock().await;
         let asked = tokio::time::timeout(ASK_LIMIT, async {
