@@ -851,6 +851,31 @@ EXCEPTION WHEN OTHERS THEN
     PERFORM sb.fail('SB615', format('a message of type %s failed XML validation: %s', p_message_type, SQLERRM));
 END $$;
 
+-- The rules of a SEND that need no look of their own, for sb.send_checks here and
+-- sb.send_remote (008_routes.sql): the endpoint's state, the message type's place in the
+-- contract (p_sent_by, NULL when it has none) and the body's validation (p_validation;
+-- none with p_trusted). Called in an assignment (no query of its own).
+CREATE OR REPLACE FUNCTION sb.check_send(e sb.endpoint, p_message_type text, p_body bytea, p_sent_by text,
+    p_validation text, p_trusted boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
+        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', e.handle, e.state));
+    END IF;
+    IF p_sent_by IS NULL THEN
+        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
+    END IF;
+    IF p_sent_by <> 'ANY' AND p_sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
+        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
+            p_message_type, lower(p_sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
+    END IF;
+    IF p_validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
+        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
+    ELSIF p_validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
+        PERFORM sb.check_well_formed(p_body, p_message_type);
+    END IF;
+END $$;
+
 -- What a SEND checks on this side's endpoint `e` (locked by the caller) before it puts
 -- the message: the right to SEND on the far service, the endpoint's state, the message
 -- type's place in the contract and the body's validation (none with p_trusted); the far
@@ -860,7 +885,8 @@ CREATE OR REPLACE FUNCTION sb.send_checks(e sb.endpoint, p_message_type text, p_
     OUT queue text, OUT queue_id int)
 LANGUAGE plpgsql AS $$
 DECLARE
-    c record;
+    c      record;
+    v_void text;
 BEGIN
     IF NOT sb.may('SEND', e.far_service) THEN
         PERFORM sb.require_right('SEND', e.far_service);
@@ -871,21 +897,7 @@ BEGIN
       LEFT JOIN sb.contract_message cm ON cm.contract = e.contract AND cm.message_type = p_message_type
       LEFT JOIN sb.message_type mt ON mt.name = p_message_type
      WHERE s.name = e.far_service;
-    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
-        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', e.handle, e.state));
-    END IF;
-    IF c.sent_by IS NULL THEN
-        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
-    END IF;
-    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
-        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
-            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
-    END IF;
-    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
-        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
-    ELSIF c.validation = 'WELL_FORMED_XML' AND NOT p_trusted THEN
-        PERFORM sb.check_well_formed(p_body, p_message_type);
-    END IF;
+    v_void := sb.check_send(e, p_message_type, p_body, c.sent_by, c.validation, p_trusted)::text;
     queue := c.queue;
     queue_id := c.queue_id;
 END $$;

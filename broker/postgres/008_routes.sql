@@ -134,21 +134,7 @@ BEGIN
     SELECT cm.sent_by, mt.validation INTO c
       FROM sb.contract_message cm JOIN sb.message_type mt ON mt.name = cm.message_type
      WHERE cm.contract = e.contract AND cm.message_type = p_message_type;
-    IF e.state NOT IN ('SO', 'SI', 'CO') THEN
-        PERFORM sb.fail('SB429', format('the conversation endpoint %s is in state %s, not valid for SEND', e.handle, e.state));
-    END IF;
-    IF c.sent_by IS NULL THEN
-        PERFORM sb.fail('SB431', format('the message type %s is not part of contract %s', p_message_type, e.contract));
-    END IF;
-    IF c.sent_by <> 'ANY' AND c.sent_by <> (CASE WHEN e.is_initiator THEN 'INITIATOR' ELSE 'TARGET' END) THEN
-        PERFORM sb.fail('SB432', format('the message type %s is sent by %s only in contract %s; this side is the %s',
-            p_message_type, lower(c.sent_by), e.contract, CASE WHEN e.is_initiator THEN 'initiator' ELSE 'target' END));
-    END IF;
-    IF c.validation = 'EMPTY' AND length(coalesce(p_body, '')) > 0 THEN
-        PERFORM sb.fail('SB615', format('a message of type %s must be empty', p_message_type));
-    ELSIF c.validation = 'WELL_FORMED_XML' THEN
-        PERFORM sb.check_well_formed(p_body, p_message_type);
-    END IF;
+    PERFORM sb.check_send(e, p_message_type, p_body, c.sent_by, c.validation, false);
     IF e.far_handle IS NULL THEN
         -- The first message: until this transaction's commit is visible here, an answer
         -- may already arrive (a commit is in WAL, and so carried, a moment before other
