@@ -603,6 +603,13 @@ pub struct StatusArgs {
     /// Show the status again every SECONDS until interrupted.
     #[arg(long, value_name = "SECONDS")]
     pub watch: Option<u64>,
+    #[command(flatten)]
+    pub thresholds: ThresholdFlags,
+}
+
+/// What the status counts as stale, recent and silent (`sbworker status`, `sbworker web`).
+#[derive(clap::Args, Clone, Copy)]
+pub struct ThresholdFlags {
     /// A key is stale when its roster changed more than this many minutes ago and its
     /// stored result is older.
     #[arg(long, value_name = "MINUTES", default_value_t = 60)]
@@ -616,6 +623,16 @@ pub struct StatusArgs {
     pub silent_seconds: Option<u64>,
 }
 
+impl ThresholdFlags {
+    /// The thresholds of what needs attention.
+    pub fn thresholds(&self) -> crate::ops::status::Thresholds {
+        crate::ops::status::Thresholds {
+            worker_silent_seconds: self.silent_seconds.map(|s| s as f64),
+            stale_minutes: self.stale_minutes,
+        }
+    }
+}
+
 /// The flags of `sbworker web`.
 #[derive(clap::Args)]
 pub struct WebArgs {
@@ -627,15 +644,8 @@ pub struct WebArgs {
     /// The overview reloads itself every SECONDS.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub refresh_seconds: u32,
-    /// As `sbworker status --stale-minutes`.
-    #[arg(long, value_name = "MINUTES", default_value_t = 60)]
-    pub stale_minutes: i32,
-    /// As `sbworker status --recent-minutes`.
-    #[arg(long, value_name = "MINUTES", default_value_t = 10)]
-    pub recent_minutes: i32,
-    /// As `sbworker status --silent-seconds`.
-    #[arg(long, value_name = "SECONDS")]
-    pub silent_seconds: Option<u64>,
+    #[command(flatten)]
+    pub thresholds: ThresholdFlags,
 }
 
 /// The flags of `sbworker dead-letter`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::broker::Database as Db;
-use crate::cli::args::DeadLetterAction;
+use crate::cli::args::{DeadLetterAction, ThresholdFlags};
 use crate::config::Config;
 use crate::ops::status::{self, Status, Thresholds};
 use crate::ops::{Backend as _, dead_letter};
@@ -20,9 +20,7 @@ pub const EXIT_UNREACHABLE: u8 = 69;
 pub struct StatusOptions {
     pub json: bool,
     pub watch: Option<u64>,
-    pub stale_minutes: i32,
-    pub recent_minutes: i32,
-    pub silent_seconds: Option<u64>,
+    pub thresholds: ThresholdFlags,
 }
 
 fn fail(e: anyhow::Error) -> ExitCode {
@@ -33,7 +31,7 @@ fn fail(e: anyhow::Error) -> ExitCode {
 /// One status; its text (or JSON) and whether it needs attention.
 async fn one_status(db: &mut Db, o: &StatusOptions, t: Thresholds, colour: bool) -> anyhow::Result<(String, bool)> {
     let text = db
-        .status_json(o.recent_minutes, o.stale_minutes)
+        .status_json(o.thresholds.recent_minutes, o.thresholds.stale_minutes)
         .await
         .context("asking the broker for its status (the login needs the housekeeping role)")?;
     let s: Status = serde_json::from_str(&text).context("the broker's status document")?;
@@ -54,7 +52,7 @@ async fn one_status(db: &mut Db, o: &StatusOptions, t: Thresholds, colour: bool)
 pub fn status(config: &Config, o: StatusOptions) -> ExitCode {
     // (The configuration gives the broker; each worker's own heartbeat interval, in its
     // heartbeat, says when it counts as silent.)
-    let t = Thresholds { worker_silent_seconds: o.silent_seconds.map(|s| s as f64), stale_minutes: o.stale_minutes };
+    let t = o.thresholds.thresholds();
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     on_database(config, async |db| {
         loop {
@@ -280,13 +278,7 @@ pub fn main_status(a: crate::cli::args::StatusArgs) -> super::Outcome {
         Ok(c) => c,
         Err(code) => return Ok(code),
     };
-    let o = StatusOptions {
-        json: a.json,
-        watch: a.watch,
-        stale_minutes: a.stale_minutes,
-        recent_minutes: a.recent_minutes,
-        silent_seconds: a.silent_seconds,
-    };
+    let o = StatusOptions { json: a.json, watch: a.watch, thresholds: a.thresholds };
     Ok(status(&config, o))
 }
 
@@ -305,7 +297,7 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
         Ok(c) => c,
         Err(code) => return Ok(code),
     };
-    let t = Thresholds { worker_silent_seconds: a.silent_seconds.map(|s| s as f64), stale_minutes: a.stale_minutes };
+    let t = a.thresholds.thresholds();
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => return Ok(fail(e)),
@@ -333,7 +325,7 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
             broker: config.broker.clone(),
             db: tokio::sync::Mutex::new(None),
             thresholds: t,
-            recent_minutes: a.recent_minutes,
+            recent_minutes: a.thresholds.recent_minutes,
             refresh_seconds: a.refresh_seconds,
             hosts: crate::ops::page::Site::hosts_for(at),
         });

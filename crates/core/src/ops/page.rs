@@ -19,7 +19,7 @@ use axum::routing::get;
 use tokio::sync::Mutex;
 
 use super::Backend;
-use super::status::{self, Status, Thresholds, alive, seconds, worker_queue};
+use super::status::{self, Status, Thresholds, alive, seconds};
 use crate::broker::Database;
 use crate::config::BrokerConfig;
 use crate::transport::ErrorKind;
@@ -186,12 +186,7 @@ pub fn overview(s: &Status, t: Thresholds, refresh_seconds: u32) -> String {
          <th>oldest</th><th>readers busy</th><th>reader cap</th><th>retried recently</th><th>dead letters (not replayed)</th></tr>",
     );
     for q in &s.queues {
-        let busy: i64 = s
-            .workers
-            .iter()
-            .filter(|w| alive(w, t))
-            .filter_map(|w| worker_queue(w, &q.queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
-            .sum();
+        let busy = status::busy(s, &q.queue, t);
         let state = if q.enabled { "<span class=\"ok\">enabled</span>" } else { "<span class=\"bad\">DISABLED</span>" };
         let _ = write!(
             o,

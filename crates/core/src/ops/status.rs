@@ -327,6 +327,15 @@ pub(crate) fn seconds(s: Option<f64>) -> String {
     }
 }
 
+/// The readers busy on `queue` now, over the workers alive.
+pub fn busy(s: &Status, queue: &str, t: Thresholds) -> i64 {
+    s.workers
+        .iter()
+        .filter(|w| alive(w, t))
+        .filter_map(|w| worker_queue(w, queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
+        .sum()
+}
+
 /// The status as text for a terminal; `colour` marks what needs attention in red.
 pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
     let red = |x: &str| if colour { format!("\x1b[31m{x}\x1b[0m") } else { x.to_string() };
@@ -339,12 +348,7 @@ pub fn render(s: &Status, t: Thresholds, colour: bool) -> String {
         "QUEUE", "STATE", "MESSAGES", "GROUPS", "OLDEST", "BUSY", "RETRIED", "DEAD(NEW)"
     );
     for q in &s.queues {
-        let busy: i64 = s
-            .workers
-            .iter()
-            .filter(|w| alive(w, t))
-            .filter_map(|w| worker_queue(w, &q.queue).and_then(|v| v.get("busy")).and_then(|b| b.as_i64()))
-            .sum();
+        let busy = busy(s, &q.queue, t);
         let state = if q.enabled { green("enabled") } else { red("DISABLED") };
         let pad = if colour { 9 + 9 } else { 9 };
         let _ = writeln!(
