@@ -435,16 +435,7 @@ async fn the_web_overview_shows_the_queues_read_only_and_never_the_password() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let curl = |path: &'static str, extra: &'static [&'static str]| async move {
-        let out = tokio::process::Command::new("curl")
-            .args(["-s", "-i", "--max-time", "20"])
-            .args(extra)
-            .arg(format!("http://127.0.0.1:{port}{path}"))
-            .output()
-            .await
-            .expect("curl runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let curl = |path: &'static str, extra: &'static [&'static str]| crate::common::calc::curl(port, path, extra);
     wait_until("the page is served", || async { curl("/", &[]).await.starts_with("HTTP/1.1 200") }).await;
     let page = curl("/", &[]).await;
     assert!(page.contains("text/html"), "{page}");

@@ -37,22 +37,14 @@ async fn browser() -> (tokio::process::Child, fantoccini::Client) {
         }
     }))
     .unwrap();
+    wait_until("ChromeDriver listens", || async { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
+        .await;
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    let client = loop {
-        let mut builder = ClientBuilder::new(connector.clone());
-        builder.capabilities(caps.clone());
-        match tokio::time::timeout_at(deadline, builder.connect(&url)).await {
-            Ok(Ok(c)) => break c,
-            Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
-                // ChromeDriver not listening yet: again in a moment.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            Ok(Err(e)) => panic!("no WebDriver session within 60 s: {e}"),
-            Err(_) => panic!("no WebDriver session within 60 s"),
-        }
-    };
+    let mut builder = ClientBuilder::new(connector);
+    builder.capabilities(caps);
+    let client = within(60, "a WebDriver session", builder.connect(&format!("http://127.0.0.1:{port}")))
+        .await
+        .expect("a WebDriver session of headless Chromium");
     (driver, client)
 }
 

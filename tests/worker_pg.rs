@@ -126,19 +126,7 @@ async fn metrics_and_health_are_served_over_http() {
 }
 
 async fn http_get(port: u16, path: &str) -> String {
-    http_curl(port, path, &[]).await
-}
-
-/// `curl -i` (a client we did not write): the status line, the headers and the body.
-async fn http_curl(port: u16, path: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "-i", "--max-time", "20"])
-        .args(args)
-        .arg(format!("http://127.0.0.1:{port}{path}"))
-        .output()
-        .await
-        .expect("curl runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    crate::common::calc::curl(port, path, &[]).await
 }
 
 /// The endpoint's refusals: another method, a head larger than 8 KiB, and a client that
@@ -151,10 +139,10 @@ async fn the_http_endpoint_refuses_other_methods_large_heads_and_unfinished_head
     let cfg = config(&url, &format!("[http]\nlisten = \"127.0.0.1:{port}\""));
     let w = InProcess::start(&url, cfg, calc_handlers());
     wait_until("serving", || async { http_get(port, "/healthz").await.starts_with("HTTP/1.1 200") }).await;
-    let posted = http_curl(port, "/metrics", &["-X", "POST"]).await;
+    let posted = crate::common::calc::curl(port, "/metrics", &["-X", "POST"]).await;
     assert!(posted.starts_with("HTTP/1.1 405"), "{posted}");
     let big = format!("X-Big: {}", "x".repeat(9000));
-    let refused = http_curl(port, "/metrics", &["-H", &big]).await;
+    let refused = crate::common::calc::curl(port, "/metrics", &["-H", &big]).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     // A head never finished: the server closes the connection (its 5 s head timeout, or
     // at the latest its 30 s limit a connection: this does not tell them apart), so the

@@ -78,6 +78,19 @@ pub async fn end_all(s: &mut Session, handles: impl IntoIterator<Item = Uuid>) {
     s.commit().await.unwrap();
 }
 
+/// `curl -i ARGS http://127.0.0.1:PORT/PATH` (a client we did not write): the status
+/// line, the headers and the body.
+pub async fn curl(port: u16, path: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-i", "--max-time", "20"])
+        .args(args)
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .await
+        .expect("curl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Checks `cond` every 20 ms until it holds; panics with `what` after 60 s. For states
 /// that no message announces (an endpoint removed, a gauge lowered).
 pub async fn wait_until<F, Fut>(what: &str, mut cond: F)
