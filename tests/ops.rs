@@ -458,3 +458,190 @@ async fn the_web_overview_shows_the_queues_read_only_and_never_the_password() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains(secret), "no password in its output");
 }
+
+/// Starts `sbworker web` with `config` on a free port (`extra` flags after it); the
+/// child and its port, once it serves.
+async fn web(config: &std::path::Path, extra: &[&str]) -> (tokio::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = tokio::process::Command::new(BIN)
+        .arg("web")
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--silent-seconds", "30", "--refresh-seconds", "3600"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until("the page is served", || async {
+        crate::common::calc::curl(port, "/status.json", &[]).await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    (child, port)
+}
+
+/// The value of the first form field `name` on `page`.
+fn field(page: &str, name: &str) -> String {
+    let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap_or_else(|| panic!("no field {name}: {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+/// Plants a dead letter (an answer set aside on the data side) with `reason`; its id.
+async fn plant(c: &Client, reason: &str) -> i64 {
+    c.query_one(
+        "INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id, \
+         conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason) \
+         VALUES ($1, '/Rekenserver/LoonfactorBerekening/DataService', '/Rekenserver/LoonfactorBerekening/DataContract', \
+         gen_random_uuid(), gen_random_uuid(), 1, '/Rekenserver/LoonfactorBerekening/Antwoord', '\\x3c612f3e', 3, $2) \
+         RETURNING id",
+        &[&DATA_QUEUE, &reason],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// The web page's actions on the PostgreSQL broker, driven with curl: refused (and
+/// nothing changed) on a read-only page, without a person signed in, without the form's
+/// token or with another, and for a login whose role may not; a purge by filter takes
+/// exactly the confirmed set (not a letter diverted after the confirmation) or, when the
+/// set changed, nothing; each action is in the action log with the login that did it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_the_confirmed_set() {
+    let (url, c) = fresh_roster_db().await;
+    let dir = TempDir::new("web-actions");
+    let tag = &Uuid::new_v4().simple().to_string()[..8];
+    let (clerk, payer, monitor) = (format!("clerk_{tag}"), format!("payer_{tag}"), format!("mon_{tag}"));
+    c.batch_execute(&format!(
+        "CREATE ROLE {clerk} LOGIN; GRANT sbworker_housekeeping TO {clerk}; \
+         CREATE ROLE {payer} LOGIN; GRANT sbworker_payroll TO {payer}; \
+         CREATE ROLE {monitor} LOGIN; GRANT sbworker_monitor TO {monitor};"
+    ))
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        plant(&c, "planted: purge me").await;
+    }
+    for _ in 0..2 {
+        plant(&c, "planted: keep me").await;
+    }
+    let letters = || count(&c, "SELECT count(*) FROM sbworker.dead_letter");
+    // The page's own login: the monitor's (the status, not the dead letters); a password
+    // the cluster (trusting local logins) carries and never checks.
+    let secret = "geheim-Wachtwoord-7731";
+    let config = dir.0.join("web.toml");
+    let u = url.replace("user=postgres", &format!("user={monitor} password={secret}"));
+    assert_ne!(u, url);
+    std::fs::write(&config, demo::worker_config_text(&u, 1)).unwrap();
+    let curl = |port: u16, path: &str, args: &[&str]| {
+        let (path, args): (String, Vec<String>) = (path.into(), args.iter().map(|s| s.to_string()).collect());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            crate::common::calc::curl(port, &path, &args).await
+        }
+    };
+
+    // Read-only: no sign-in, every action refused.
+    let (ro, port) = web(&config, &[]).await;
+    assert!(curl(port, "/signin", &[]).await.starts_with("HTTP/1.1 404"));
+    let r = curl(port, "/letters/purge", &["-d", "reason=purge&upto=999&expected=3&csrf=x"]).await;
+    assert!(r.starts_with("HTTP/1.1 403") && r.contains("read-only"), "{r}");
+    drop(ro);
+
+    let (page, port) = web(&config, &["--actions"]).await;
+    let jar = dir.0.join("cookies");
+    let jar = jar.to_str().unwrap();
+    let session = |extra: &[&str]| {
+        let mut a = vec!["-b", jar, "-c", jar];
+        a.extend_from_slice(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let with = |port: u16, path: &str, extra: &[&str]| {
+        let a = session(extra);
+        let path = path.to_owned();
+        async move {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            crate::common::calc::curl(port, &path, &a).await
+        }
+    };
+    // No one signed in: refused.
+    let r = curl(port, "/letters/purge", &["-d", "reason=purge&upto=999&expected=3&csrf=x"]).await;
+    assert!(r.starts_with("HTTP/1.1 401") && r.contains("Sign in first"), "{r}");
+    // The page's own login may not read the dead letters: the database says so.
+    let r = curl(port, "/letters", &[]).await;
+    assert!(r.contains("permission denied"), "{r}");
+    // A login the database does not know is refused.
+    let form = with(port, "/signin", &[]).await;
+    let t = field(&form, "csrf");
+    let r = with(port, "/signin", &["-d", &format!("login=nobody_{tag}&password=x&csrf={t}")]).await;
+    assert!(r.starts_with("HTTP/1.1 401") && r.contains("refused this login"), "{r}");
+    // The sign-in form's token is needed too.
+    let r = with(port, "/signin", &["-d", &format!("login={clerk}&password=x&csrf=wrong")]).await;
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+
+    // The clerk signs in (housekeeping): sees the letters and may act.
+    let form = with(port, "/signin", &[]).await;
+    let t = field(&form, "csrf");
+    let r = with(port, "/signin", &["-d", &format!("login={clerk}&password=x&csrf={t}")]).await;
+    assert!(r.starts_with("HTTP/1.1 303"), "{r}");
+    let list = with(port, "/letters?reason=purge+me", &[]).await;
+    assert!(list.contains("3 dead letters: reason holds"), "{list}");
+    assert!(list.contains(&format!("signed in as <b id=\"who\">{clerk}</b>")), "{list}");
+    let token = field(&list, "csrf");
+    let confirm = with(port, "/letters/confirm?action=purge&reason=purge+me", &[]).await;
+    assert!(confirm.contains("This will purge <b>3</b> dead letters"), "{confirm}");
+    let (upto, expected) = (field(&confirm, "upto"), field(&confirm, "expected"));
+    assert_eq!(expected, "3");
+    let purge = |csrf: String| {
+        let body = format!("reason=purge+me&replayed=&queue=&upto={upto}&expected={expected}&csrf={csrf}");
+        with(port, "/letters/purge", &["-d", &body])
+    };
+    // Without the token, or with another: refused, nothing deleted.
+    let r = with(port, "/letters/purge", &["-d", &format!("reason=purge+me&upto={upto}&expected=3")]).await;
+    assert!(r.starts_with("HTTP/1.1 403") && r.contains("token"), "{r}");
+    let r = purge("0".repeat(64)).await;
+    assert!(r.starts_with("HTTP/1.1 403") && r.contains("token"), "{r}");
+    assert_eq!(letters().await, 5);
+    // A letter diverted after the confirmation is not taken; the confirmed 3 are.
+    let late = plant(&c, "planted: purge me too").await;
+    let r = purge(token.clone()).await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("Purged 3 dead letters"), "{r}");
+    assert_eq!(letters().await, 3);
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM sbworker.dead_letter WHERE id = {late}")).await, 1);
+    // A set that changed since its confirmation: nothing is deleted.
+    let body = format!("reason=keep+me&upto={late}&expected=5&csrf={token}");
+    let r = with(port, "/letters/purge", &["-d", &body]).await;
+    assert!(r.starts_with("HTTP/1.1 409") && r.contains("picks 2 dead letters now, not the 5 confirmed"), "{r}");
+    assert_eq!(letters().await, 3);
+    // The action log names the clerk's login.
+    let log = with(port, "/actions", &[]).await;
+    assert!(log.contains(&format!("<td>{clerk}</td><td>purge</td>")), "{log}");
+    let who: String = c.query_one("SELECT who FROM sbworker.action_log", &[]).await.unwrap().get(0);
+    assert_eq!(who, clerk);
+    // Signed out, the token is worth nothing.
+    let r = with(port, "/signout", &["-d", &format!("csrf={token}")]).await;
+    assert!(r.starts_with("HTTP/1.1 303"), "{r}");
+    let r = purge(token.clone()).await;
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+
+    // The payroll login: the page has its rights, so no dead letters and no purge.
+    let form = with(port, "/signin", &[]).await;
+    let t = field(&form, "csrf");
+    let r = with(port, "/signin", &["-d", &format!("login={payer}&password=x&csrf={t}")]).await;
+    assert!(r.starts_with("HTTP/1.1 303"), "{r}");
+    let list = with(port, "/letters", &[]).await;
+    assert!(list.contains("permission denied"), "{list}");
+    let token = field(&list, "csrf");
+    let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
+    let r = with(port, "/letters/purge", &["-d", &body]).await;
+    assert!(r.contains("permission denied"), "{r}");
+    assert_eq!(letters().await, 3);
+
+    // No page said the page's password.
+    for p in ["/", "/letters", "/actions", "/signin"] {
+        assert!(!with(port, p, &[]).await.contains(secret), "{p}");
+    }
+    drop(page);
+}

@@ -304,6 +304,115 @@ BEGIN
 END;
 GO
 
+-- What a person did from the web page (`sbworker web`), as sbworker.action_log on
+-- PostgreSQL: the login that did it (ORIGINAL_LOGIN(): the page runs each action on the
+-- login the person signed in with), the filter or id, how many letters it touched.
+IF OBJECT_ID(N'sbworker.action_log', N'U') IS NULL
+    CREATE TABLE sbworker.action_log (
+        id      bigint IDENTITY PRIMARY KEY,
+        at      datetime2(3) NOT NULL CONSTRAINT df_action_log_at DEFAULT SYSUTCDATETIME(),
+        who     nvarchar(256) NOT NULL CONSTRAINT df_action_log_who DEFAULT ORIGINAL_LOGIN(),
+        action  nvarchar(40) NOT NULL,
+        detail  nvarchar(2000) NOT NULL,
+        letters bigint NOT NULL);
+GO
+
+-- The dead letters a filter picks, newest first, at most @limit, none above @upto (the
+-- page's cursor). A NULL filter value picks all: @queue the queue, @reason a text the
+-- reason holds (CHARINDEX under the column's collation: no LIKE wildcards to escape),
+-- @replayed whether the letter was sent again.
+CREATE OR ALTER PROCEDURE sbworker.dead_letter_page
+    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint = NULL,
+    @limit int = 50
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
+    SELECT TOP (@limit) d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body,
+           d.attempts, d.reason, CONVERT(nvarchar(30), d.dead_lettered_at, 127) + N'Z' AS dead_lettered_at,
+           d.replays, CONVERT(nvarchar(30), d.replayed_at, 127) + N'Z' AS replayed_at, d.replayed_by,
+           d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE (@queue IS NULL OR d.queue = @queue)
+       AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
+       AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
+       AND (@upto IS NULL OR d.id <= @upto)
+     ORDER BY d.id DESC;
+END;
+GO
+
+-- How many dead letters the filter picks, and the highest id among them (one row).
+CREATE OR ALTER PROCEDURE sbworker.dead_letter_count
+    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT COUNT_BIG(*) AS letters, MAX(d.id) AS last_id
+      FROM sbworker.dead_letter d
+     WHERE (@queue IS NULL OR d.queue = @queue)
+       AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
+       AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
+       AND (@upto IS NULL OR d.id <= @upto);
+END;
+GO
+
+-- Deletes exactly the set a person confirmed: the letters the filter picks at or below
+-- @upto, which must still be @expected letters (otherwise nothing is deleted: THROW
+-- 50120). Written to sbworker.action_log with @detail. One row: how many.
+CREATE OR ALTER PROCEDURE sbworker.purge_dead_letters_matching
+    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint,
+    @expected bigint, @detail nvarchar(2000)
+AS
+BEGIN
+    SET NOCOUNT ON; SET XACT_ABORT ON;
+    IF @upto IS NULL OR @expected IS NULL
+        THROW 50121, N'a purge by filter needs the highest id and the count that were confirmed', 1;
+    DECLARE @ids TABLE (id bigint PRIMARY KEY);
+    DECLARE @n bigint, @text nvarchar(400);
+    BEGIN TRANSACTION;
+    INSERT INTO @ids (id)
+    SELECT d.id FROM sbworker.dead_letter d WITH (UPDLOCK, HOLDLOCK)
+     WHERE (@queue IS NULL OR d.queue = @queue)
+       AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
+       AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
+       AND d.id <= @upto;
+    SET @n = @@ROWCOUNT;
+    IF @n <> @expected
+    BEGIN
+        ROLLBACK TRANSACTION;
+        SET @text = REPLACE(CONCAT(N'the filter picks ', @n, N' dead letters now, not the ', @expected,
+                                   N' confirmed: nothing was deleted; look again and confirm the new count'),
+                            N'%', N'%%');   -- THROW reserves %
+        THROW 50120, @text, 1;
+    END;
+    DELETE d FROM sbworker.dead_letter d JOIN @ids i ON i.id = d.id;
+    INSERT INTO sbworker.action_log (action, detail, letters) VALUES (N'purge', @detail, @n);
+    COMMIT TRANSACTION;
+    SELECT @n AS deleted;
+END;
+GO
+
+-- Writes an action done through other procedures (a replay from the page) to
+-- sbworker.action_log, as the login that calls it.
+CREATE OR ALTER PROCEDURE sbworker.note_action @action nvarchar(40), @detail nvarchar(2000), @letters bigint
+AS
+BEGIN
+    SET NOCOUNT ON;
+    INSERT INTO sbworker.action_log (action, detail, letters) VALUES (@action, @detail, @letters);
+END;
+GO
+
+-- The newest actions of the web page, at most @limit.
+CREATE OR ALTER PROCEDURE sbworker.actions @limit int = 50
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SELECT TOP (@limit) a.id, CONVERT(nvarchar(30), a.at, 127) + N'Z' AS at, a.who, a.action, a.detail, a.letters
+      FROM sbworker.action_log a
+     ORDER BY a.id DESC;
+END;
+GO
+
 -- For `sbworker selftest --side` (a split deployment, docs/sqlserver.md "Two databases,
 -- two servers"): the routes this database has to other services (sys.routes, without
 -- the AutoCreatedLocal route of every database), then, a second result set, the messages

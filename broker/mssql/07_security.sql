@@ -50,6 +50,11 @@ GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_page TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_count TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters_matching TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.note_action TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_housekeeping_role;
 GO
 -- The operator's role: status and dead letters (06_operations.sql), nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_operator_role;
@@ -57,8 +62,14 @@ GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_page TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.dead_letter_count TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.purge_dead_letters_matching TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.note_action TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_operator_role;
 -- The monitor's role: the status, nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_monitor_role;
+GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_monitor_role;
 GO
 -- Which side the database holds (02_worker.sql): every role whose commands refuse the
 -- wrong side reads it.
@@ -118,7 +129,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+c66b2318a50d1449';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+866fce7a0c4dfbc0';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+c66b2318a50d1449';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+866fce7a0c4dfbc0';
 GO

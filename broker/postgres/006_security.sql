@@ -95,6 +95,12 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'sbworker', 'replay_dead_letter'),
     ('sbworker_housekeeping', 'sbworker', 'note_replayed'),
     ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters'),
+    ('sbworker_housekeeping', 'sbworker', 'dead_letter_page'),
+    ('sbworker_housekeeping', 'sbworker', 'dead_letter_count'),
+    ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters_matching'),
+    ('sbworker_housekeeping', 'sbworker', 'note_action'),
+    ('sbworker_housekeeping', 'sbworker', 'actions'),
+    ('sbworker_monitor', 'sbworker', 'actions'),
     ('sbworker_housekeeping', 'sbworker', 'status_report'),
     ('sbworker_monitor', 'sbworker', 'status_report');
 

@@ -279,6 +279,99 @@ BEGIN
     RETURN v_n;
 END $$;
 
+-- What a person did from the web page (`sbworker web`): one row per action, with the
+-- database login that did it (session_user: the page runs each action on the login the
+-- person signed in with), the filter or id it acted on, and how many letters it touched.
+-- Beside the dead letters, not in rekenserver.run_log: the calculation side of a split
+-- install has dead letters and no run log.
+CREATE TABLE IF NOT EXISTS sbworker.action_log (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    who     text NOT NULL DEFAULT session_user,
+    action  text NOT NULL,
+    detail  text NOT NULL,
+    letters bigint NOT NULL
+);
+
+-- The dead letters a filter picks, newest first, at most p_limit, none above p_upto (the
+-- page's cursor: the last id shown minus one). A NULL filter value picks all: p_queue
+-- the queue, p_reason a text the reason holds (any case), p_replayed whether the letter
+-- was sent again. The id's key serves the order and the cursor.
+CREATE OR REPLACE FUNCTION sbworker.dead_letter_page(p_queue text, p_reason text, p_replayed boolean,
+                                                     p_upto bigint, p_limit int)
+RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
+               message_body bytea, attempts int, reason text, dead_lettered_at timestamptz, replays int,
+               replayed_at timestamptz, replayed_by text, replay_handle uuid)
+LANGUAGE sql STABLE AS $$
+    SELECT d.id, d.queue, d.service_name, d.far_service, d.message_type_name, d.message_body, d.attempts,
+           d.reason, d.dead_lettered_at, d.replays, d.replayed_at, d.replayed_by, d.replay_handle
+      FROM sbworker.dead_letter d
+     WHERE (p_queue IS NULL OR d.queue = p_queue)
+       AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
+       AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
+       AND (p_upto IS NULL OR d.id <= p_upto)
+     ORDER BY d.id DESC
+     LIMIT p_limit
+$$;
+
+-- How many dead letters the filter picks (as sbworker.dead_letter_page), and the
+-- highest id among them: what a bulk action's confirmation shows and then acts on.
+CREATE OR REPLACE FUNCTION sbworker.dead_letter_count(p_queue text, p_reason text, p_replayed boolean,
+                                                      p_upto bigint, OUT letters bigint, OUT last_id bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT count(*), max(d.id)
+      FROM sbworker.dead_letter d
+     WHERE (p_queue IS NULL OR d.queue = p_queue)
+       AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
+       AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
+       AND (p_upto IS NULL OR d.id <= p_upto)
+$$;
+
+-- Deletes exactly the set a person confirmed: the letters the filter picks at or below
+-- p_upto, which must still be p_expected letters (otherwise nothing is deleted and the
+-- error says to look again: a letter replayed or diverted meanwhile changed the set).
+-- Written to sbworker.action_log with p_detail (the filter as the page showed it).
+-- Returns how many were deleted.
+CREATE OR REPLACE FUNCTION sbworker.purge_dead_letters_matching(p_queue text, p_reason text, p_replayed boolean,
+                                                                p_upto bigint, p_expected bigint, p_detail text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    IF p_upto IS NULL OR p_expected IS NULL THEN
+        PERFORM sb.fail('22023', 'a purge by filter needs the highest id and the count that were confirmed');
+    END IF;
+    SELECT coalesce(array_agg(d.id), '{}') INTO v_ids
+      FROM (SELECT d.id FROM sbworker.dead_letter d
+             WHERE (p_queue IS NULL OR d.queue = p_queue)
+               AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
+               AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
+               AND d.id <= p_upto
+             FOR UPDATE) d;
+    IF cardinality(v_ids) <> p_expected THEN
+        PERFORM sb.fail('55000', format('the filter picks %s dead letters now, not the %s confirmed: nothing was '
+            'deleted; look again and confirm the new count', cardinality(v_ids), p_expected));
+    END IF;
+    DELETE FROM sbworker.dead_letter WHERE id = ANY (v_ids);
+    INSERT INTO sbworker.action_log (action, detail, letters) VALUES ('purge', p_detail, cardinality(v_ids));
+    RETURN cardinality(v_ids);
+END $$;
+
+-- Writes an action done through other functions (a replay from the page: the letters
+-- carry who replayed them; this row says what the person asked for) to
+-- sbworker.action_log, as the login that calls it.
+CREATE OR REPLACE FUNCTION sbworker.note_action(p_action text, p_detail text, p_letters bigint)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO sbworker.action_log (action, detail, letters) VALUES (p_action, p_detail, p_letters)
+$$;
+
+-- The newest actions of the web page, at most p_limit.
+CREATE OR REPLACE FUNCTION sbworker.actions(p_limit int)
+RETURNS TABLE (id bigint, at timestamptz, who text, action text, detail text, letters bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT a.id, a.at, a.who, a.action, a.detail, a.letters FROM sbworker.action_log a ORDER BY a.id DESC LIMIT p_limit
+$$;
+
 -- A time as the status document writes it: ISO 8601 in UTC with milliseconds.
 CREATE OR REPLACE FUNCTION sbworker.utc_text(p_at timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$

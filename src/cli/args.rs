@@ -644,6 +644,11 @@ pub struct WebArgs {
     /// The overview reloads itself every SECONDS.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub refresh_seconds: u32,
+    /// Let a person signed in with a database login of their own replay and purge dead
+    /// letters (with that login's rights; each action is written to the action log).
+    /// Without it the page is read-only.
+    #[arg(long)]
+    pub actions: bool,
     #[command(flatten)]
     pub thresholds: ThresholdFlags,
 }

@@ -328,6 +328,8 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
             recent_minutes: a.thresholds.recent_minutes,
             refresh_seconds: a.refresh_seconds,
             hosts: crate::ops::page::Site::hosts_for(at),
+            actions: a.actions,
+            sessions: crate::ops::page::signin::Sessions::default(),
         });
         // Asked once before it serves: a login that may not read the status is said now.
         if let Err(why) = site.document().await {

@@ -21,3 +21,25 @@ EXEC sbworker.replay_dead_letter @id = @P1, @by = @P2, @unless_replayed = @P3
 -- @P1 diverted before, @P2 batch size; one row: how many were deleted.
 -- name: purge
 EXEC sbworker.purge_dead_letters @before = @P1, @batch = @P2
+
+-- A page of dead letters: @P1 queue, @P2 text in the reason, @P3 replayed (each NULL:
+-- any), @P4 no id above (NULL: none), @P5 at most this many.
+-- name: dead_letter_page
+EXEC sbworker.dead_letter_page @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @limit = @P5
+
+-- How many the filter picks and the highest id: @P1..@P4 as dead_letter_page.
+-- name: dead_letter_count
+EXEC sbworker.dead_letter_count @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4
+
+-- The confirmed set deleted: @P1..@P4 as dead_letter_page, @P5 the count confirmed,
+-- @P6 the filter as shown (for the action log); one row: how many.
+-- name: purge_matching
+EXEC sbworker.purge_dead_letters_matching @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @expected = @P5, @detail = @P6
+
+-- @P1 the action, @P2 what it acted on, @P3 how many letters.
+-- name: note_action
+EXEC sbworker.note_action @action = @P1, @detail = @P2, @letters = @P3
+
+-- @P1 at most this many.
+-- name: actions
+EXEC sbworker.actions @limit = @P1

@@ -38,6 +38,32 @@ SELECT rekenserver.stuur_vraag($1, $2);
 -- name: purge
 SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
 
+-- A page of dead letters: $1 queue, $2 text in the reason, $3 replayed (each NULL: any),
+-- $4 no id above (NULL: none), $5 at most this many.
+-- name: dead_letter_page
+SELECT id, queue, service_name, far_service, message_type_name, message_body, attempts, reason,
+       to_char(dead_lettered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replays,
+       to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
+  FROM sbworker.dead_letter_page($1, $2, $3, $4, $5);
+
+-- How many the filter picks and the highest id: $1..$4 as dead_letter_page.
+-- name: dead_letter_count
+SELECT letters, last_id FROM sbworker.dead_letter_count($1, $2, $3, $4);
+
+-- The confirmed set deleted: $1..$4 as dead_letter_page, $5 the count confirmed, $6 the
+-- filter as shown (for the action log); how many.
+-- name: purge_matching
+SELECT sbworker.purge_dead_letters_matching($1, $2, $3, $4, $5, $6);
+
+-- $1 the action, $2 what it acted on, $3 how many letters.
+-- name: note_action
+SELECT sbworker.note_action($1, $2, $3);
+
+-- $1 at most this many.
+-- name: actions
+SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), who, action, detail, letters
+  FROM sbworker.actions($1);
+
 -- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text), $7 interval (ms).
 -- name: heartbeat
 SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7, $8);

@@ -200,6 +200,64 @@ fn skip_while(it: &mut Peekable<CharIndices<'_>>, f: impl Fn(char) -> bool) {
     }
 }
 
+/// `s` signed in as another login: `user` and `password` written after everything
+/// else in `s`'s own form, so they are the ones the drivers take (the last of a key
+/// wins); the rest (host, database, TLS) as it was. The web page's sign-in: a person's
+/// own login on the page's database.
+pub fn with_login(s: &str, user: &str, password: &str) -> Result<String, ParseError> {
+    let c = parse(s)?;
+    let out = match c.form {
+        Form::KeyValue => format!("{} user={} password={}", s.trim_end(), libpq_quoted(user), libpq_quoted(password)),
+        Form::Url => {
+            let s = s.trim_end();
+            let join = if s.contains('?') { '&' } else { '?' };
+            format!("{s}{join}user={}&password={}", percent_encoded(user), percent_encoded(password))
+        }
+        Form::AdoNet => {
+            let s = s.trim_end();
+            let join = if s.is_empty() || s.ends_with(';') { "" } else { ";" };
+            format!("{s}{join}User ID={};Password={}", ado_quoted(user), ado_quoted(password))
+        }
+    };
+    let again = parse(&out)?;
+    if again.get("user").or_else(|| again.get("user id")) != Some(user) || again.get("password") != Some(password) {
+        return Err(ParseError { problem: "the login could not be written into the connection string".into(), at: None });
+    }
+    Ok(out)
+}
+
+/// A libpq key=value value: in single quotes, `\` and `'` escaped with a backslash.
+fn libpq_quoted(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('\'');
+    for ch in v.chars() {
+        if ch == '\\' || ch == '\'' {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out.push('\'');
+    out
+}
+
+/// An ADO.NET value: in double quotes, a `"` doubled.
+fn ado_quoted(v: &str) -> String {
+    format!("\"{}\"", v.replace('"', "\"\""))
+}
+
+/// Every byte but the URL's unreserved ones written as `%XX`.
+fn percent_encoded(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() * 3);
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,5 +406,25 @@ mod tests {
         let c = parse("host=db password=s3cret").unwrap();
         let printed = format!("{c:?}");
         assert!(printed.contains("db") && !printed.contains("s3cret"), "{printed}");
+    }
+
+    #[test]
+    fn a_login_is_written_into_each_form_and_read_back_as_the_drivers_take_it() {
+        let (user, password) = ("klerk o'brien", "p w'd\\;\"@?&%");
+        let kv = with_login("host=db user=pay password=old dbname=x", user, password).unwrap();
+        let config = postgres_config(&kv).unwrap();
+        assert_eq!(config.get_user(), Some(user));
+        assert_eq!(config.get_password(), Some(password.as_bytes()));
+        assert_eq!(config.get_dbname(), Some("x"));
+        let url = with_login("postgresql://pay:old@db/x?sslmode=disable", user, password).unwrap();
+        let config = postgres_config(&url).unwrap();
+        assert_eq!(config.get_user(), Some(user));
+        assert_eq!(config.get_password(), Some(password.as_bytes()));
+        let ado = with_login("Server=tcp:db,1433;Database=x;User Id=pay;Password=old", user, password).unwrap();
+        let pairs = ado_pairs(&ado).unwrap();
+        let last = |k: &str| pairs.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        assert_eq!(last("user id").as_deref(), Some(user));
+        assert_eq!(last("password").as_deref(), Some(password));
+        assert!(!mask(&ado).contains("p w"), "the new password is masked too: {}", mask(&ado));
     }
 }

@@ -56,6 +56,49 @@ pub struct RequestKey {
     pub versie: i64,
 }
 
+/// Which dead letters a page lists or a bulk action takes: each `None` picks all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LetterFilter {
+    /// The queue, as the letter names it.
+    pub queue: Option<String>,
+    /// A text the reason holds (PostgreSQL: in any case; SQL Server: as the column's
+    /// collation compares).
+    pub reason: Option<String>,
+    /// Whether the letter was sent again.
+    pub replayed: Option<bool>,
+}
+
+impl LetterFilter {
+    /// The filter in words, for a confirmation and the action log.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(q) = &self.queue {
+            parts.push(format!("queue {q}"));
+        }
+        if let Some(r) = &self.reason {
+            parts.push(format!("reason holds \"{r}\""));
+        }
+        match self.replayed {
+            Some(true) => parts.push("replayed".into()),
+            Some(false) => parts.push("not replayed".into()),
+            None => {}
+        }
+        if parts.is_empty() { "every dead letter".into() } else { parts.join(", ") }
+    }
+}
+
+/// One row of the action log (`sbworker.action_log`): what a person did from the page.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Action {
+    pub id: i64,
+    pub at: String,
+    /// The database login that did it.
+    pub who: String,
+    pub action: String,
+    pub detail: String,
+    pub letters: i64,
+}
+
 /// What `status` and `dead-letter` need of a back end.
 #[allow(async_fn_in_trait)]
 pub trait Backend {
@@ -71,6 +114,21 @@ pub trait Backend {
     async fn replay(&mut self, id: i64, by: &str, unless_replayed: bool) -> Result<Option<Uuid>, BrokerError>;
     /// Deletes one batch of letters diverted before `before` (ISO 8601); how many.
     async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError>;
+    /// The letters `filter` picks, newest first, none above `upto`, at most `limit`.
+    async fn letter_page(&mut self, filter: &LetterFilter, upto: Option<i64>, limit: i32)
+    -> Result<Vec<Letter>, BrokerError>;
+    /// How many letters `filter` picks at or below `upto`, and the highest id of them.
+    async fn letter_count(&mut self, filter: &LetterFilter, upto: Option<i64>)
+    -> Result<(i64, Option<i64>), BrokerError>;
+    /// Deletes the letters `filter` picks at or below `upto`, when they are still
+    /// `expected` letters (otherwise an error, and nothing deleted); written to the
+    /// action log with `detail`. How many.
+    async fn purge_matching(&mut self, filter: &LetterFilter, upto: i64, expected: i64, detail: &str)
+    -> Result<i64, BrokerError>;
+    /// Writes an action to the action log, as this connection's login.
+    async fn note_action(&mut self, action: &str, detail: &str, letters: i64) -> Result<(), BrokerError>;
+    /// The newest actions, at most `limit`.
+    async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError>;
 }
 
 impl Backend for Database {
@@ -88,6 +146,36 @@ impl Backend for Database {
     }
     async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError> {
         on_database!(self, b => b.purge_batch(before, batch).await)
+    }
+    async fn letter_page(
+        &mut self,
+        filter: &LetterFilter,
+        upto: Option<i64>,
+        limit: i32,
+    ) -> Result<Vec<Letter>, BrokerError> {
+        on_database!(self, b => b.letter_page(filter, upto, limit).await)
+    }
+    async fn letter_count(
+        &mut self,
+        filter: &LetterFilter,
+        upto: Option<i64>,
+    ) -> Result<(i64, Option<i64>), BrokerError> {
+        on_database!(self, b => b.letter_count(filter, upto).await)
+    }
+    async fn purge_matching(
+        &mut self,
+        filter: &LetterFilter,
+        upto: i64,
+        expected: i64,
+        detail: &str,
+    ) -> Result<i64, BrokerError> {
+        on_database!(self, b => b.purge_matching(filter, upto, expected, detail).await)
+    }
+    async fn note_action(&mut self, action: &str, detail: &str, letters: i64) -> Result<(), BrokerError> {
+        on_database!(self, b => b.note_action(action, detail, letters).await)
+    }
+    async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError> {
+        on_database!(self, b => b.actions(limit).await)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::{Letter, other};
+use super::{Action, Letter, LetterFilter, other};
 use crate::broker::mssql::{Tds, error_of};
 use crate::sql::statements::mssql_operations as ms;
 use crate::transport::BrokerError;
@@ -36,6 +36,59 @@ impl super::Backend for Tds {
     async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError> {
         let rows = rows(self, ms::PURGE.sql, &[&before, &batch]).await?;
         Ok(rows.first().and_then(|r| r.get::<i32, _>(0)).map_or(0, i64::from))
+    }
+
+    async fn letter_page(
+        &mut self,
+        f: &LetterFilter,
+        upto: Option<i64>,
+        limit: i32,
+    ) -> Result<Vec<Letter>, BrokerError> {
+        let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
+        rows(self, ms::DEAD_LETTER_PAGE.sql, &[&q, &r, &f.replayed, &upto, &limit]).await?.iter().map(letter).collect()
+    }
+
+    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
+        let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
+        let rows = rows(self, ms::DEAD_LETTER_COUNT.sql, &[&q, &r, &f.replayed, &upto]).await?;
+        let row = rows.first().ok_or_else(|| other("sbworker.dead_letter_count returned no row"))?;
+        Ok((row.get::<i64, _>(0).unwrap_or(0), row.get::<i64, _>(1)))
+    }
+
+    async fn purge_matching(
+        &mut self,
+        f: &LetterFilter,
+        upto: i64,
+        expected: i64,
+        detail: &str,
+    ) -> Result<i64, BrokerError> {
+        let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
+        let rows = rows(self, ms::PURGE_MATCHING.sql, &[&q, &r, &f.replayed, &upto, &expected, &detail]).await?;
+        rows.first()
+            .and_then(|r| r.get::<i64, _>(0))
+            .ok_or_else(|| other("sbworker.purge_dead_letters_matching returned no count"))
+    }
+
+    async fn note_action(&mut self, action: &str, detail: &str, letters: i64) -> Result<(), BrokerError> {
+        self.execute(ms::NOTE_ACTION.sql, &[&action, &detail, &letters]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError> {
+        let rows = rows(self, ms::ACTIONS.sql, &[&limit]).await?;
+        rows.iter()
+            .map(|r| {
+                let text = |i: usize| r.get::<&str, _>(i).map(str::to_owned).unwrap_or_default();
+                Ok(Action {
+                    id: r.get::<i64, _>(0).ok_or_else(|| other("action without id"))?,
+                    at: text(1),
+                    who: text(2),
+                    action: text(3),
+                    detail: text(4),
+                    letters: r.get::<i64, _>(5).unwrap_or(0),
+                })
+            })
+            .collect()
     }
 }
 

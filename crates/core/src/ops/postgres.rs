@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use super::{Letter, dead_letter, other};
+use super::{Action, Letter, LetterFilter, dead_letter, other};
 use crate::broker::postgres::error_of;
 use crate::sql::statements::postgres_operations as pg;
 use crate::transport::{BrokerError, ErrorKind};
@@ -32,6 +32,59 @@ impl super::Backend for Client {
     async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError> {
         let row = self.query_one(pg::PURGE.sql, &[&before, &batch]).await.map_err(error_of)?;
         Ok(i64::from(row.get::<_, i32>(0)))
+    }
+
+    async fn letter_page(
+        &mut self,
+        f: &LetterFilter,
+        upto: Option<i64>,
+        limit: i32,
+    ) -> Result<Vec<Letter>, BrokerError> {
+        let rows = self
+            .query(pg::DEAD_LETTER_PAGE.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &limit])
+            .await
+            .map_err(error_of)?;
+        Ok(rows.iter().map(letter).collect())
+    }
+
+    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
+        let row =
+            self.query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto]).await.map_err(error_of)?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    async fn purge_matching(
+        &mut self,
+        f: &LetterFilter,
+        upto: i64,
+        expected: i64,
+        detail: &str,
+    ) -> Result<i64, BrokerError> {
+        let row = self
+            .query_one(pg::PURGE_MATCHING.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &expected, &detail])
+            .await
+            .map_err(error_of)?;
+        Ok(row.get(0))
+    }
+
+    async fn note_action(&mut self, action: &str, detail: &str, letters: i64) -> Result<(), BrokerError> {
+        self.execute(pg::NOTE_ACTION.sql, &[&action, &detail, &letters]).await.map_err(error_of)?;
+        Ok(())
+    }
+
+    async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError> {
+        let rows = self.query(pg::ACTIONS.sql, &[&limit]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| Action {
+                id: r.get(0),
+                at: r.get(1),
+                who: r.get(2),
+                action: r.get(3),
+                detail: r.get(4),
+                letters: r.get(5),
+            })
+            .collect())
     }
 }
 

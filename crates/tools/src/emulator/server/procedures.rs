@@ -210,6 +210,76 @@ pub(super) async fn call(
             let row = s.client().query_one(ops::PURGE.sql, &[&before, &batch]).await.map_err(pg)?;
             Ok(result_set(t, &[("deleted", ColType::Int)], &[vec![Sql::Int(row.get(0))]]))
         }
+        // The web page's dead letters and actions (06_operations.sql), as the same
+        // PostgreSQL functions.
+        "sbworker.dead_letter_page" => {
+            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s
+                .client()
+                .query(ops::DEAD_LETTER_PAGE.sql, &[&queue, &reason, &replayed, &upto, &limit])
+                .await
+                .map_err(pg)?;
+            Ok(letters(t, &rows))
+        }
+        "sbworker.dead_letter_count" => {
+            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let row = s
+                .client()
+                .query_one(ops::DEAD_LETTER_COUNT.sql, &[&queue, &reason, &replayed, &upto])
+                .await
+                .map_err(pg)?;
+            let last = row.get::<_, Option<i64>>(1).map_or(Sql::Null, Sql::BigInt);
+            Ok(result_set(
+                t,
+                &[("letters", ColType::BigInt), ("last_id", ColType::BigInt)],
+                &[vec![Sql::BigInt(row.get(0)), last]],
+            ))
+        }
+        "sbworker.purge_dead_letters_matching" => {
+            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let expected = as_i64(arg("@expected")?)?;
+            let detail = as_text(arg("@detail")?)?;
+            let row = s
+                .client()
+                .query_one(ops::PURGE_MATCHING.sql, &[&queue, &reason, &replayed, &upto, &expected, &detail])
+                .await
+                .map_err(pg)?;
+            Ok(result_set(t, &[("deleted", ColType::BigInt)], &[vec![Sql::BigInt(row.get(0))]]))
+        }
+        "sbworker.note_action" => {
+            let action = as_text(arg("@action")?)?;
+            let detail = as_text(arg("@detail")?)?;
+            let letters = as_i64(arg("@letters")?)?;
+            s.client().execute(ops::NOTE_ACTION.sql, &[&action, &detail, &letters]).await.map_err(pg)?;
+            Ok(None)
+        }
+        "sbworker.actions" => {
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s.client().query(ops::ACTIONS.sql, &[&limit]).await.map_err(pg)?;
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        Sql::BigInt(r.get(0)),
+                        Sql::NVarChar(r.get(1)),
+                        Sql::NVarChar(r.get(2)),
+                        Sql::NVarChar(r.get(3)),
+                        Sql::NVarChar(r.get(4)),
+                        Sql::BigInt(r.get(5)),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("id", ColType::BigInt),
+                ("at", ColType::NVarChar),
+                ("who", ColType::NVarChar),
+                ("action", ColType::NVarChar),
+                ("detail", ColType::NVarChar),
+                ("letters", ColType::BigInt),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
         // `sbworker export --mssql` and `sbworker sweep --mssql` (05_handoff.sql): the
         // PostgreSQL hand-off's statements and sweep, the same shapes.
         "rekenserver.export_claim" => {
@@ -564,6 +634,26 @@ fn optional_bit(v: Option<Sql>) -> Result<bool, Failure> {
         Some(Sql::Bit(b)) => b,
         Some(v) => as_i64(v)? != 0,
     })
+}
+
+/// The filter of the dead-letter procedures: `@queue`, `@reason`, `@replayed`, `@upto`
+/// (each NULL or left out: any).
+type LetterArgs = (Option<String>, Option<String>, Option<bool>, Option<i64>);
+
+fn letter_filter(arg: &mut impl FnMut(&str) -> Result<Sql, Failure>) -> Result<LetterArgs, Failure> {
+    let mut given = |n: &str| arg(n).unwrap_or(Sql::Null);
+    let queue = optional_text(given("@queue"))?;
+    let reason = optional_text(given("@reason"))?;
+    let replayed = match given("@replayed") {
+        Sql::Null => None,
+        Sql::Bit(b) => Some(b),
+        v => Some(as_i64(v)? != 0),
+    };
+    let upto = match given("@upto") {
+        Sql::Null => None,
+        v => Some(as_i64(v)?),
+    };
+    Ok((queue, reason, replayed, upto))
 }
 
 fn optional_text(v: Sql) -> Result<Option<String>, Failure> {

@@ -1,0 +1,274 @@
+//! Who may act on the web page. Decided: the database's own login. A person signs in with
+//! a login and password of their own; the page opens a connection with them (the host,
+//! database and TLS of the page's own connection string) and keeps that connection, not
+//! the password, for the session. Every question and action of theirs then runs on it,
+//! so the page has exactly the rights of that login's role (a payroll login is refused
+//! the dead letters by the database itself), and the action log names the login the
+//! database saw. No separate list of users or tokens to keep.
+//!
+//! A session is a random id (244 random bits, from two version-4 UUIDs) in a cookie that
+//! scripts cannot read (`HttpOnly`) and other sites' requests do not carry
+//! (`SameSite=Strict`); each session has its own form token (CSRF), checked on every
+//! POST. The sign-in form has a token of its own, in a cookie of its own. A session ends
+//! after `IDLE` without a request, at sign-out, or when its connection breaks; at most
+//! `MAX_SESSIONS` are kept (the oldest goes).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Form;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Mutex;
+
+use super::{Site, frame, problem};
+use crate::broker::Database;
+use crate::config::BrokerConfig;
+
+/// How long a session lasts without a request.
+pub const IDLE: Duration = Duration::from_secs(30 * 60);
+/// The most sessions kept at once (each holds a database connection).
+pub const MAX_SESSIONS: usize = 32;
+
+const SESSION_COOKIE: &str = "sbworker_session";
+const SIGNIN_COOKIE: &str = "sbworker_signin";
+
+/// A signed-in person: the login, the session's form token and its connection.
+pub struct Signed {
+    pub login: String,
+    pub csrf: String,
+    pub db: Mutex<Option<Database>>,
+    id: String,
+    last: std::sync::Mutex<Instant>,
+}
+
+/// The sessions of the page.
+#[derive(Default)]
+pub struct Sessions {
+    map: std::sync::Mutex<HashMap<String, Arc<Signed>>>,
+}
+
+impl Sessions {
+    /// The session the request's cookie names, if it is still alive (and kept alive).
+    pub fn find(&self, headers: &HeaderMap) -> Option<Arc<Signed>> {
+        let id = cookie(headers, SESSION_COOKIE)?;
+        let mut map = self.map.lock().expect("sessions");
+        let now = Instant::now();
+        map.retain(|_, s| now.duration_since(*s.last.lock().expect("session")) < IDLE);
+        let s = map.get(id)?.clone();
+        *s.last.lock().expect("session") = now;
+        Some(s)
+    }
+
+    fn add(&self, login: String, db: Database) -> Arc<Signed> {
+        let s = Arc::new(Signed {
+            login,
+            csrf: token(),
+            db: Mutex::new(Some(db)),
+            id: token(),
+            last: std::sync::Mutex::new(Instant::now()),
+        });
+        let mut map = self.map.lock().expect("sessions");
+        while map.len() >= MAX_SESSIONS {
+            let oldest = map.iter().min_by_key(|(_, s)| *s.last.lock().expect("session")).map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => map.remove(&k),
+                None => break,
+            };
+        }
+        map.insert(s.id.clone(), s.clone());
+        s
+    }
+
+    fn remove(&self, id: &str) {
+        self.map.lock().expect("sessions").remove(id);
+    }
+}
+
+/// 64 hex digits, 244 of their bits random (the operating system's generator, through
+/// `uuid`'s version 4).
+fn token() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// The value of cookie `name` in the request.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Whether two tokens are equal, compared in time that does not depend on where they
+/// differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && !a.is_empty() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The person a POST may act for: refused (and nothing done) when the page is
+/// read-only (403), when no one is signed in (401), or when the form's token is missing
+/// or not the session's (403).
+#[allow(clippy::result_large_err)]
+pub(super) fn acting(site: &Site, headers: &HeaderMap, csrf: &str) -> Result<Arc<Signed>, Response> {
+    if !site.actions {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::FORBIDDEN,
+            "refused",
+            "This page is read-only: it was started without --actions, so nothing was done.",
+        ));
+    }
+    let Some(who) = site.sessions.find(headers) else {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::UNAUTHORIZED,
+            "refused",
+            "Sign in first: an action needs a person signed in with a database login. Nothing was done.",
+        ));
+    };
+    if !same(csrf, &who.csrf) {
+        return Err(problem(
+            site,
+            Some(&who),
+            StatusCode::FORBIDDEN,
+            "refused",
+            "The form's token is missing or is not this session's (a form from another page or an old session?). \
+             Nothing was done.",
+        ));
+    }
+    Ok(who)
+}
+
+/// `GET /signin`: the form, with a token of its own in a cookie of its own.
+pub(super) async fn form(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
+    if !site.actions {
+        return problem(&site, None, StatusCode::NOT_FOUND, "sign in", "This page is read-only: there is nothing to sign in for.");
+    }
+    let who = site.sessions.find(&headers);
+    let t = token();
+    let body = format!(
+        "<p>Sign in with your own database login: the page then acts with exactly its rights, and the action log \
+         names it.</p><form method=\"post\" action=\"/signin\" id=\"signin-form\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{t}\">\
+         <p><label>login <input name=\"login\" autocomplete=\"username\" required></label></p>\
+         <p><label>password <input name=\"password\" type=\"password\" autocomplete=\"current-password\"></label></p>\
+         <p><button id=\"signin-button\">sign in</button></p></form>"
+    );
+    let mut r = super::html(StatusCode::OK, frame(&site, who.as_deref(), "sign in", None, &body));
+    set_cookie(&mut r, &format!("{SIGNIN_COOKIE}={t}; HttpOnly; SameSite=Strict; Path=/signin"));
+    r
+}
+
+/// The sign-in form's fields (each may be missing: the handler says what is wrong).
+#[derive(serde::Deserialize)]
+pub(super) struct SignIn {
+    #[serde(default)]
+    login: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /signin`: connects as the login; a session on success.
+pub(super) async fn sign_in(State(site): State<Arc<Site>>, headers: HeaderMap, Form(f): Form<SignIn>) -> Response {
+    if !site.actions {
+        return problem(&site, None, StatusCode::FORBIDDEN, "refused", "This page is read-only: nothing to sign in for.");
+    }
+    let expected = cookie(&headers, SIGNIN_COOKIE).unwrap_or("");
+    if !same(&f.csrf, expected) {
+        return problem(
+            &site,
+            None,
+            StatusCode::FORBIDDEN,
+            "refused",
+            "The sign-in form's token is missing or stale: open the sign-in page again.",
+        );
+    }
+    if f.login.trim().is_empty() {
+        return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", "Give a login.");
+    }
+    let connection = match crate::connstr::with_login(&site.broker.connection, &f.login, &f.password) {
+        Ok(c) => c,
+        Err(e) => return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", &format!("That login cannot be used: {e}")),
+    };
+    let broker = BrokerConfig { kind: site.broker.kind, connection };
+    let db = match tokio::time::timeout(super::ASK_LIMIT, Database::connect(&broker, None)).await {
+        Ok(Ok(db)) => db,
+        Ok(Err(e)) => {
+            // The reason goes to the log only: it can name the host and the database.
+            tracing::info!(login = %f.login, error = %e.message, "web: a sign-in was refused");
+            return problem(
+                &site,
+                None,
+                StatusCode::UNAUTHORIZED,
+                "sign in",
+                "The database refused this login and password (or could not be reached).",
+            );
+        }
+        Err(_) => return problem(&site, None, StatusCode::UNAUTHORIZED, "sign in", "The database did not answer in time."),
+    };
+    let s = site.sessions.add(f.login.clone(), db);
+    tracing::info!(login = %s.login, "web: signed in");
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    set_cookie(&mut r, &format!("{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", s.id));
+    set_cookie(&mut r, &format!("{SIGNIN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/signin; Max-Age=0"));
+    r
+}
+
+/// A form that carries only its token.
+#[derive(serde::Deserialize)]
+pub(super) struct TokenForm {
+    #[serde(default)]
+    pub(super) csrf: String,
+}
+
+/// `POST /signout`.
+pub(super) async fn sign_out(State(site): State<Arc<Site>>, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+    let who = match acting(&site, &headers, &f.csrf) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    site.sessions.remove(&who.id);
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    set_cookie(&mut r, &format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
+    r
+}
+
+fn set_cookie(r: &mut Response, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cookie_is_found_by_its_name_only() {
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_static("a=1; sbworker_session=abc; sbworker_sessionx=zzz"));
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, "b"), None);
+    }
+
+    #[test]
+    fn tokens_are_compared_whole_and_an_empty_one_never_matches() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+        assert!(!same("", ""));
+        let (a, b) = (token(), token());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+    }
+}
