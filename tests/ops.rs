@@ -8,53 +8,23 @@
 use std::process::Output;
 use std::sync::Arc;
 
-use sbworker::broker::Message;
 use sbworker::broker::mssql::MssqlTransport;
 use sbworker::broker::postgres::PostgresTransport;
-use sbworker::contract::Limits;
 use sbworker::demo::check;
 use sbworker::demo::roster::{FIRST_ID, PERIODE_ID, Roster};
 use sbworker::demo::{self, DATA_QUEUE, REKEN_QUEUE};
 use sbworker::engine::Tables;
-use sbworker::handlers::{calculation, collector};
 use sbworker::ops::Backend as _;
-use sbworker::transport::PayrollStore;
-use sbworker::worker::Handlers;
-use sbworker::worker::handler::{BoxFuture, Handled, Handler, HandlerError};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use crate::common::calc::{InProcess, TempDir, calculation_handler, spawn_worker, stop_worker, wait_until};
+use crate::common::calc::{InProcess, TempDir, spawn_worker, stop_worker, wait_until};
+use crate::common::letters::{handlers, plant};
 use crate::common::pg::fresh_roster_db;
 use crate::common::tds::emulator_with;
 use crate::common::within;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sbworker");
-
-/// The calculation, except that every request of one dienstverband fails.
-struct FailsFor(i32);
-
-impl<S: PayrollStore> Handler<S> for FailsFor {
-    fn handle<'a>(&'a self, s: &'a mut S, msgs: &'a [Message]) -> BoxFuture<'a, Result<Handled, HandlerError>> {
-        Box::pin(async move {
-            let marker = format!("<Dienstverband Id=\"{}\">", self.0);
-            if msgs.iter().any(|m| String::from_utf8_lossy(&m.body).contains(&marker)) {
-                return Err(HandlerError::Failed(format!("the calculation choked on dienstverband {}", self.0)));
-            }
-            Handler::<S>::handle(&*calculation_handler(), s, msgs).await
-        })
-    }
-
-    fn divert_reply(&self, m: &Message, reason: &str) -> Option<(&'static str, Vec<u8>)> {
-        Handler::<S>::divert_reply(&*calculation_handler(), m, reason)
-    }
-}
-
-fn handlers<S: PayrollStore>(fails_for: i32) -> Handlers<S> {
-    Handlers::default()
-        .with(calculation::NAME, Arc::new(FailsFor(fails_for)))
-        .with(collector::NAME, Arc::new(collector::Collector::new(Limits::default())))
-}
 
 async fn count(c: &Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).await.unwrap().get(0)
@@ -488,21 +458,6 @@ fn field(page: &str, name: &str) -> String {
     rest[..rest.find('"').unwrap()].to_owned()
 }
 
-/// Plants a dead letter (an answer set aside on the data side) with `reason`; its id.
-async fn plant(c: &Client, reason: &str) -> i64 {
-    c.query_one(
-        "INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id, \
-         conversation_handle, message_sequence_number, message_type_name, message_body, attempts, reason) \
-         VALUES ($1, '/Rekenserver/LoonfactorBerekening/DataService', '/Rekenserver/LoonfactorBerekening/DataContract', \
-         gen_random_uuid(), gen_random_uuid(), 1, '/Rekenserver/LoonfactorBerekening/Antwoord', '\\x3c612f3e', 3, $2) \
-         RETURNING id",
-        &[&DATA_QUEUE, &reason],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
-
 /// The web page's actions on the PostgreSQL broker, driven with curl: refused (and
 /// nothing changed) on a read-only page, without a person signed in, without the form's
 /// token or with another, and for a login whose role may not; a purge by filter takes
@@ -548,7 +503,15 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     assert!(curl(port, "/signin", &[]).await.starts_with("HTTP/1.1 404"));
     let r = curl(port, "/letters/purge", &["-d", "reason=purge&upto=999&expected=3&csrf=x"]).await;
     assert!(r.starts_with("HTTP/1.1 403") && r.contains("read-only"), "{r}");
+    // Read-only, the dead letters are asked on the page's own login, which may not
+    // read them: the database says so.
+    let r = curl(port, "/letters", &[]).await;
+    assert!(r.contains("permission denied"), "{r}");
     drop(ro);
+    // Actions on a non-loopback address: refused at start.
+    let o = sbworker(&config, &["web", "--actions", "--listen", "0.0.0.0:0"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--actions needs a loopback --listen address"), "{}", text(&o));
 
     let (page, port) = web(&config, &["--actions"]).await;
     let jar = dir.0.join("cookies");
@@ -569,15 +532,19 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     // No one signed in: refused.
     let r = curl(port, "/letters/purge", &["-d", "reason=purge&upto=999&expected=3&csrf=x"]).await;
     assert!(r.starts_with("HTTP/1.1 401") && r.contains("Sign in first"), "{r}");
-    // The page's own login may not read the dead letters: the database says so.
-    let r = curl(port, "/letters", &[]).await;
-    assert!(r.contains("permission denied"), "{r}");
+    // With actions on, the dead letters and the action log are for signed-in people.
+    for p in ["/letters", "/letters/1", "/actions"] {
+        let r = curl(port, p, &[]).await;
+        assert!(r.starts_with("HTTP/1.1 401") && r.contains("Sign in to see this"), "{p}: {r}");
+    }
     // A login the database does not know is refused.
     let form = with(port, "/signin", &[]).await;
     let t = field(&form, "csrf");
     let r = with(port, "/signin", &["-d", &format!("login=nobody_{tag}&password=x&csrf={t}")]).await;
     assert!(r.starts_with("HTTP/1.1 401") && r.contains("refused this login"), "{r}");
-    // The sign-in form's token is needed too.
+    // A password is needed, and the sign-in form's token.
+    let r = with(port, "/signin", &["-d", &format!("login={clerk}&password=&csrf={t}")]).await;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
     let r = with(port, "/signin", &["-d", &format!("login={clerk}&password=x&csrf=wrong")]).await;
     assert!(r.starts_with("HTTP/1.1 403"), "{r}");
 
@@ -620,11 +587,26 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     assert!(log.contains(&format!("<td>{clerk}</td><td>purge</td>")), "{log}");
     let who: String = c.query_one("SELECT who FROM sbworker.action_log", &[]).await.unwrap().get(0);
     assert_eq!(who, clerk);
-    // Signed out, the token is worth nothing.
+    // A replay by filter: the two left are answers, which cannot begin a dialog again;
+    // each is said, nothing is sent, and the action is logged.
+    let confirm = with(port, "/letters/confirm?action=replay&reason=keep+me", &[]).await;
+    assert!(confirm.contains("This will replay <b>2</b> dead letters"), "{confirm}");
+    let body = format!("reason=keep+me&upto={}&expected=2&csrf={token}", field(&confirm, "upto"));
+    let r = with(port, "/letters/replay", &["-d", &body]).await;
+    assert!(r.contains("Replayed 0 dead letters") && r.contains("2 could not be sent"), "{r}");
+    assert!(r.contains("only requests can be sent again"), "{r}");
+    assert_eq!(count(&c, "SELECT count(*) FROM sbworker.action_log WHERE action = 'replay'").await, 1);
+    // Signed out, the session's cookie and token are worth nothing (the cookie sent
+    // again by hand: curl drops it when told to).
+    let jar_text = std::fs::read_to_string(jar).unwrap();
+    let cookie = jar_text.lines().find(|l| l.contains("sbworker_session")).unwrap().split('\t').next_back().unwrap();
+    let cookie = format!("Cookie: sbworker_session={cookie}");
     let r = with(port, "/signout", &["-d", &format!("csrf={token}")]).await;
     assert!(r.starts_with("HTTP/1.1 303"), "{r}");
-    let r = purge(token.clone()).await;
+    let body = format!("reason=purge+me&upto={late}&expected=1&csrf={token}");
+    let r = curl(port, "/letters/purge", &["-H", &cookie, "-d", &body]).await;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    assert_eq!(letters().await, 3);
 
     // The payroll login: the page has its rights, so no dead letters and no purge.
     let form = with(port, "/signin", &[]).await;
@@ -634,6 +616,8 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let list = with(port, "/letters", &[]).await;
     assert!(list.contains("permission denied"), "{list}");
     let token = field(&list, "csrf");
+    let r = with(port, "/actions", &[]).await;
+    assert!(r.contains("permission denied"), "{r}");
     let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.contains("permission denied"), "{r}");

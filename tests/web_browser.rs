@@ -63,12 +63,14 @@ enum Kind {
     Tds,
 }
 
-/// The overview in Chromium, on the PostgreSQL broker or over TDS through the emulator:
-/// the queues' table holds both queues, the attention list says no worker is alive, the
-/// page carries no script and not the connection's password, and its screenshot is a
+/// The pages in Chromium, on the PostgreSQL broker or over TDS through the emulator:
+/// the overview's queues' table holds both queues, the attention list says no worker is
+/// alive, both plots are drawn; the dead letters, one letter and the action log open; no
+/// page carries a script or the connection's password; the overview's screenshot is a
 /// PNG.
 async fn the_overview_loads_in_chromium(kind: Kind) {
-    let (url, _c) = fresh_roster_db().await;
+    let (url, c) = fresh_roster_db().await;
+    let letter = crate::common::letters::plant(&c, "planted: shown on the page").await;
     let dir = TempDir::new("web-browser");
     let (text, secret, _emulator) = match kind {
         Kind::Postgres => {
@@ -116,14 +118,29 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
         let queues = within(60, "the queues", async { client.find(Locator::Id("queues")).await?.text().await }).await?;
         let attention =
             within(60, "the attention", async { client.find(Locator::Id("attention")).await?.text().await }).await?;
-        let source = within(60, "the source", client.source()).await?;
+        let mut source = within(60, "the source", client.source()).await?;
+        let plots = client.find_all(Locator::Css("svg#plot-throughput, svg#plot-latency")).await?.len();
         let name = if kind == Kind::Postgres { "overview-postgresql" } else { "overview-sqlserver-emulator" };
         let shot = screenshot(&client, name).await;
-        Ok::<_, fantoccini::error::CmdError>((title, queues, attention, source, shot))
+        // The other pages, read-only: the dead letters (one planted), one letter, the
+        // action log.
+        let mut texts = Vec::new();
+        for (path, id) in
+            [("letters", "letters"), (&format!("letters/{letter}") as &str, "letter"), ("actions", "actions")]
+        {
+            within(60, "a page opens", client.goto(&format!("{page}{path}"))).await?;
+            texts.push(text_of(&client, id).await?);
+            source.push_str(&client.source().await?);
+        }
+        Ok::<_, fantoccini::error::CmdError>((title, queues, attention, source, shot, plots, texts))
     }
     .await;
     let _ = within(60, "the session closes", client.close()).await;
-    let (title, queues, attention, source, shot) = checked.unwrap();
+    let (title, queues, attention, source, shot, plots, texts) = checked.unwrap();
+    assert_eq!(plots, 2, "both plots are drawn (empty)");
+    assert!(texts[0].contains("planted: shown on the page"), "{}", texts[0]);
+    assert!(texts[1].contains("planted: shown on the page"), "{}", texts[1]);
+    assert!(texts[2].contains("who"), "the action log's table: {}", texts[2]);
     assert_eq!(title, "sbworker: overzicht");
     assert!(queues.contains(REKEN_QUEUE) && queues.contains(DATA_QUEUE), "{queues}");
     assert!(attention.contains("no worker alive"), "{attention}");
@@ -141,4 +158,156 @@ async fn the_overview_loads_in_chromium_on_postgresql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_loads_in_chromium_over_tds() {
     the_overview_loads_in_chromium(Kind::Tds).await;
+}
+
+/// The text of the element with `id` on the page open in `client`.
+async fn text_of(client: &fantoccini::Client, id: &str) -> Result<String, fantoccini::error::CmdError> {
+    within(60, "an element's text", async { client.find(Locator::Id(id)).await?.text().await }).await
+}
+
+/// A clerk (a login with the housekeeping role) in Chromium, on the PostgreSQL broker:
+/// signs in with the database login, opens the dead letter of a request the
+/// calculation kept failing on, reads its body and reason, replays it from the page (its
+/// key then ends on its latest result, with the real worker running); a form posted
+/// without the session's token is refused and deletes nothing; a purge by filter asks
+/// first, saying how many, and deletes exactly that set; the action log names the
+/// clerk. Every page is photographed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
+    use sbworker::broker::postgres::PostgresTransport;
+    use sbworker::demo::roster::{FIRST_ID, PERIODE_ID, Roster};
+
+    use crate::common::calc::{InProcess, spawn_worker, stop_worker};
+
+    let (url, mut c) = fresh_roster_db().await;
+    let keys = 4;
+    let bad = FIRST_ID + 2;
+    Roster::generate(keys, 5, false).load(&mut c).await.unwrap();
+    let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let clerk = format!("klerk_{tag}");
+    c.batch_execute(&format!("CREATE ROLE {clerk} LOGIN; GRANT sbworker_housekeeping TO {clerk};")).await.unwrap();
+    let count = |sql: String| {
+        let c = &c;
+        async move { c.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    // A worker whose calculation fails one key's requests: that Vraag is diverted.
+    let dir = TempDir::new("web-clerk");
+    let worker_cfg = demo::worker_config_text(&url, 2);
+    let config = sbworker::config::from_str(&worker_cfg, &Vec::new()).unwrap();
+    let w = InProcess::start_on(PostgresTransport::new(&url), config, crate::common::letters::handlers(bad));
+    wait_until("the failing request is diverted", || async {
+        count("SELECT count(*) FROM sbworker.dead_letter".into()).await == 1
+            && count("SELECT count(*) FROM rekenserver.resultaat".into()).await == keys as i64 - 1
+    })
+    .await;
+    w.finish().await;
+    let vraag: i64 = count("SELECT id FROM sbworker.dead_letter".into()).await;
+    for _ in 0..3 {
+        crate::common::letters::plant(&c, "planted: purge me").await;
+    }
+    crate::common::letters::plant(&c, "planted: keep me").await;
+    // The real worker, as a process, and the page with actions on.
+    let worker = spawn_worker(&dir, &worker_cfg);
+    let web_cfg = dir.0.join("web.toml");
+    std::fs::write(&web_cfg, &worker_cfg).unwrap();
+    let port = free_port();
+    let _web = tokio::process::Command::new(BIN)
+        .arg("web")
+        .arg("--config")
+        .arg(&web_cfg)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--silent-seconds", "30", "--refresh-seconds", "3600"])
+        .arg("--actions")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until("the page is served", || async { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
+        .await;
+    let at = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let (_driver, client) = browser().await;
+    let checked = async {
+        // Sign in with the database login.
+        within(60, "the sign-in page", client.goto(&at("/signin"))).await?;
+        client.find(Locator::Css("input[name=login]")).await?.send_keys(&clerk).await?;
+        client.find(Locator::Css("input[name=password]")).await?.send_keys("any").await?;
+        screenshot(&client, "signin").await;
+        client.find(Locator::Id("signin-button")).await?.click().await?;
+        let who = text_of(&client, "who").await?;
+        // The list, then the diverted request: its key, reason and body.
+        within(60, "the dead letters", client.goto(&at("/letters"))).await?;
+        let listed = text_of(&client, "letters").await?;
+        screenshot(&client, "dead-letters").await;
+        client.find(Locator::LinkText(&vraag.to_string())).await?.click().await?;
+        let key = text_of(&client, "key").await?;
+        let reason = text_of(&client, "reason").await?;
+        let body = text_of(&client, "body").await?;
+        screenshot(&client, "dead-letter").await;
+        client.find(Locator::Id("replay-button")).await?.click().await?;
+        let replayed = text_of(&client, "done").await?;
+        // A form without the session's token (made by a script in the page, as another
+        // page's form would be): refused.
+        within(60, "the list again", client.goto(&at("/letters"))).await?;
+        client
+            .execute(
+                "const f = document.createElement('form'); f.method = 'post'; f.action = '/letters/purge'; \
+                 for (const [k, v] of [['reason', 'purge me'], ['upto', '999999'], ['expected', '3']]) { \
+                   const i = document.createElement('input'); i.name = k; i.value = v; f.appendChild(i); } \
+                 document.body.appendChild(f); f.submit();",
+                vec![],
+            )
+            .await?;
+        let forged = text_of(&client, "problem").await?;
+        // The purge by filter: asked first, with the count.
+        within(60, "the filtered list", client.goto(&at("/letters?reason=purge+me"))).await?;
+        let counted = text_of(&client, "count").await?;
+        client.find(Locator::Id("purge-all")).await?.click().await?;
+        let asked = text_of(&client, "confirm-count").await?;
+        screenshot(&client, "purge-confirm").await;
+        client.find(Locator::Id("confirm-button")).await?.click().await?;
+        let purged = text_of(&client, "done").await?;
+        within(60, "the action log", client.goto(&at("/actions"))).await?;
+        let log = text_of(&client, "actions").await?;
+        screenshot(&client, "actions").await;
+        let source = client.source().await?;
+        // The overview's plots, with the hour's answers in them.
+        within(60, "the overview", client.goto(&at("/"))).await?;
+        let bars = client.find_all(Locator::Css("#plot-throughput rect.bar")).await?.len();
+        let points = client.find_all(Locator::Css("#plot-latency circle.p95")).await?.len();
+        screenshot(&client, "overview").await;
+        Ok::<_, fantoccini::error::CmdError>((
+            who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points,
+        ))
+    }
+    .await;
+    let _ = within(60, "the session closes", client.close()).await;
+    let (who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points) =
+        checked.unwrap();
+    assert!(bars >= 1 && points >= 1, "the plots have data: {bars} bars, {points} points");
+    assert_eq!(who, clerk);
+    assert!(listed.contains(&format!("{bad}/{PERIODE_ID} v1")), "{listed}");
+    assert_eq!(key, format!("{bad}/{PERIODE_ID} v1"));
+    assert!(reason.contains(&format!("choked on dienstverband {bad}")), "{reason}");
+    assert!(body.contains(&format!("<Dienstverband Id=\"{bad}\">")), "decoded and indented: {body}");
+    assert!(replayed.contains("was sent again, on dialog"), "{replayed}");
+    assert!(forged.contains("token"), "{forged}");
+    assert!(counted.starts_with("3 dead letters"), "{counted}");
+    assert!(asked.contains("This will purge 3 dead letters"), "{asked}");
+    assert!(purged.contains("Purged 3 dead letters"), "{purged}");
+    assert!(log.contains(&format!("{clerk} purge")) && log.contains(&format!("{clerk} replay")), "{log}");
+    assert!(!source.contains("<script"), "no script");
+    // The replayed key ends on its latest result; the purge took exactly the three.
+    wait_until("the replayed key is stored", || async {
+        count(format!(
+            "SELECT count(*) FROM rekenserver.resultaat r JOIN rekenserver.sleutel s USING (dienstverband_id, periode_id) \
+             WHERE r.dienstverband_id = {bad} AND r.versie = s.versie"
+        ))
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(count("SELECT count(*) FROM sbworker.dead_letter".into()).await, 2);
+    assert_eq!(count("SELECT count(*) FROM sbworker.dead_letter WHERE reason LIKE '%keep me'".into()).await, 1);
+    assert_eq!(count(format!("SELECT replays::bigint FROM sbworker.dead_letter WHERE id = {vraag}")).await, 1);
+    assert_eq!(stop_worker(worker).await, Some(0));
 }

@@ -413,6 +413,46 @@ BEGIN
 END;
 GO
 
+-- Requests answered per minute over the last @minutes (the web page's plots), as
+-- sbworker.rates on PostgreSQL: per minute back from now (0: the current one), how many
+-- were answered, how many with a Fout, and the time from the Vraag sent to its answer,
+-- median and 95th percentile in whole ms (PERCENTILE_CONT is a window function here, hence
+-- the two steps). Read through ix_berekening_log_uitkomst (outcome, answered). No rows
+-- where there is no calculation log (Side calc); read only where it is (deferred name
+-- resolution), as the owner.
+CREATE OR ALTER PROCEDURE sbworker.rates @minutes int = 60
+WITH EXECUTE AS OWNER
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @now datetime2(3) = SYSUTCDATETIME();
+    DECLARE @r TABLE (minutes_ago int NOT NULL, answered bigint NOT NULL, failed bigint NOT NULL,
+                      p50_ms bigint NULL, p95_ms bigint NULL);
+    IF OBJECT_ID(N'Rekenserver.berekening_log', N'U') IS NOT NULL
+    BEGIN
+        WITH answered AS (
+            SELECT CAST(DATEDIFF_BIG(MILLISECOND, l.beantwoord_op, @now) / 60000 AS int) AS minutes_ago,
+                   CASE WHEN l.uitkomst = 'fout' THEN 1 ELSE 0 END AS failed,
+                   CAST(DATEDIFF_BIG(MILLISECOND, l.verzonden_op, l.beantwoord_op) AS float) AS ms
+              FROM Rekenserver.berekening_log l
+             WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
+               AND l.beantwoord_op >= DATEADD(MINUTE, -@minutes, @now)
+        ), ranked AS (
+            SELECT a.minutes_ago, a.failed,
+                   PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY a.ms) OVER (PARTITION BY a.minutes_ago) AS p50_ms,
+                   PERCENTILE_CONT(0.95) WITHIN GROUP (ORDER BY a.ms) OVER (PARTITION BY a.minutes_ago) AS p95_ms
+              FROM answered a
+        )
+        INSERT INTO @r (minutes_ago, answered, failed, p50_ms, p95_ms)
+        SELECT r.minutes_ago, COUNT_BIG(*), SUM(CAST(r.failed AS bigint)), CAST(ROUND(MIN(r.p50_ms), 0) AS bigint),
+               CAST(ROUND(MIN(r.p95_ms), 0) AS bigint)
+          FROM ranked r
+         GROUP BY r.minutes_ago;
+    END;
+    SELECT minutes_ago, answered, failed, p50_ms, p95_ms FROM @r ORDER BY minutes_ago;
+END;
+GO
+
 -- For `sbworker selftest --side` (a split deployment, docs/sqlserver.md "Two databases,
 -- two servers"): the routes this database has to other services (sys.routes, without
 -- the AutoCreatedLocal route of every database), then, a second result set, the messages

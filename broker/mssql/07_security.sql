@@ -46,6 +46,7 @@ GO
 -- The housekeeping: status and dead letters (on the roster side, below, also the sweep,
 -- the keys the triggers never saw, recompute and explain).
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::sbworker.rates TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_housekeeping_role;
@@ -58,6 +59,7 @@ GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_housekeeping_role;
 GO
 -- The operator's role: status and dead letters (06_operations.sql), nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_operator_role;
+GRANT EXECUTE ON OBJECT::sbworker.rates TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letters TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.dead_letter_show TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.replay_dead_letter TO sbworker_operator_role;
@@ -69,6 +71,7 @@ GRANT EXECUTE ON OBJECT::sbworker.note_action TO sbworker_operator_role;
 GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_operator_role;
 -- The monitor's role: the status, nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_monitor_role;
+GRANT EXECUTE ON OBJECT::sbworker.rates TO sbworker_monitor_role;
 GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_monitor_role;
 GO
 -- Which side the database holds (02_worker.sql): every role whose commands refuse the
@@ -129,7 +132,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+866fce7a0c4dfbc0';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8ea32b5b877e397b';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+866fce7a0c4dfbc0';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8ea32b5b877e397b';
 GO

@@ -372,6 +372,30 @@ LANGUAGE sql STABLE AS $$
     SELECT a.id, a.at, a.who, a.action, a.detail, a.letters FROM sbworker.action_log a ORDER BY a.id DESC LIMIT p_limit
 $$;
 
+-- Requests answered per minute over the last p_minutes (the web page's plots): per
+-- minute back from now (0: the current one), how many were answered, how many of them
+-- with a Fout, and the time from the Vraag sent (at the roster's commit, or by a sweep or
+-- a replay) to its answer, median and 95th percentile in whole ms. Read through the index of
+-- the sweep's retention (outcome, answered), one range per outcome. No rows where there
+-- is no calculation log.
+CREATE OR REPLACE FUNCTION sbworker.rates(p_minutes int)
+RETURNS TABLE (minutes_ago int, answered bigint, failed bigint, p50_ms bigint, p95_ms bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF pg_catalog.to_regclass('rekenserver.berekening_log') IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE $q$
+        SELECT floor(extract(epoch FROM (now() - l.beantwoord_op)) / 60)::int,
+               count(*), count(*) FILTER (WHERE l.uitkomst = 'fout'),
+               round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000))::bigint,
+               round(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000))::bigint
+          FROM rekenserver.berekening_log l
+         WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
+           AND l.beantwoord_op >= now() - make_interval(mins => $1)
+         GROUP BY 1 ORDER BY 1 $q$ USING p_minutes;
+END $$;
+
 -- A time as the status document writes it: ISO 8601 in UTC with milliseconds.
 CREATE OR REPLACE FUNCTION sbworker.utc_text(p_at timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$

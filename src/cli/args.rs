@@ -183,16 +183,22 @@ pub enum Command {
         Exit status: 0 all is well; 1 something needs attention (a disabled queue, no worker\n\
         alive, stale keys); 69 the broker could not be asked; 78 a bad configuration.")]
     Status(StatusArgs),
-    /// A web page for the operator: the overview of `status` (queues, workers,
-    /// conversations, stale keys, sweeps, the last export), served on localhost, read-only.
+    /// A web page for the operator and the payroll office: the overview of `status` with
+    /// the last hour's throughput and latency, the dead letters (filtered, paged, shown
+    /// decoded), the action log; with --actions, replay and purge after signing in.
     #[command(after_help = "Examples:\n  \
         sbworker web --config /etc/sbworker/sbworker.toml\n  \
-        sbworker web --config sbworker.toml --listen 127.0.0.1:8081 --refresh-seconds 5\n\n\
-        Open http://127.0.0.1:8080/ (the overview) or /status.json (its document). It runs no\n\
-        action and listens on localhost unless told otherwise. The login needs a role that\n\
-        may read the status (as for `sbworker status`).\n\n\
-        Exit status: 0 stopped by a signal; 69 the broker could not be asked at start (or the\n\
-        login may not read the status) or the address not bound; 78 a bad configuration.")]
+        sbworker web --config sbworker.toml --listen 127.0.0.1:8081 --refresh-seconds 5\n  \
+        sbworker web --config sbworker.toml --actions\n\n\
+        Open http://127.0.0.1:8080/ (the overview), /letters (the dead letters), /actions (the\n\
+        action log) or /status.json. Read-only unless --actions: then a person signs in with a\n\
+        database login of their own and acts with exactly its rights (housekeeping may replay\n\
+        and purge); every action is written to the action log with that login. With --actions\n\
+        the dead letters are shown to signed-in people only, and the page listens on a\n\
+        loopback address only. The configuration's login needs a role that may read the status.\n\n\
+        Exit status: 0 stopped by a signal; 2 --actions on an address that is not loopback;\n\
+        69 the broker could not be asked at start (or the login may not read the status) or\n\
+        the address not bound; 78 a bad configuration.")]
     Web(WebArgs),
     /// The messages the worker set aside after failed attempts: list them, show one,
     /// send them again, or purge old ones.
@@ -638,7 +644,8 @@ impl ThresholdFlags {
 pub struct WebArgs {
     #[command(flatten)]
     pub flags: ConfigFlags,
-    /// The address to listen on (localhost by default: the page has no login yet).
+    /// The address to listen on (localhost by default; with --actions a loopback
+    /// address only: the page serves plain HTTP).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: std::net::SocketAddr,
     /// The overview reloads itself every SECONDS.

@@ -291,8 +291,16 @@ pub fn main_dead_letter(a: crate::cli::args::DeadLetterArgs) -> super::Outcome {
     Ok(dead_letters(&config, a.action))
 }
 
-/// `sbworker web`: the overview page, until SIGINT or SIGTERM.
+/// `sbworker web`: the page, until SIGINT or SIGTERM.
 pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
+    // The page serves plain HTTP: with actions on, passwords and session cookies must
+    // not cross a network.
+    if a.actions && !a.listen.ip().is_loopback() {
+        return Err(super::Failure::usage(anyhow::anyhow!(
+            "--actions needs a loopback --listen address (127.0.0.1 or [::1]): the page serves plain HTTP, and with \
+             actions on it carries passwords and session cookies; reach it from elsewhere through an SSH tunnel"
+        )));
+    }
     let config = match a.flags.load(super::run::HANDLERS) {
         Ok(c) => c,
         Err(code) => return Ok(code),
@@ -337,7 +345,12 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
                 "asking the broker for its status: {why} (the login needs a role that may read it, as for `sbworker status`)"
             ));
         }
-        println!("sbworker web: the overview on http://{at}/ (read-only; Ctrl-C stops)");
+        let mode = if a.actions {
+            "actions on: a person signs in with a database login of their own"
+        } else {
+            "read-only"
+        };
+        println!("sbworker web: the page on http://{at}/ ({mode}; Ctrl-C stops)");
         crate::worker::http::serve_router(listener, crate::ops::page::router(site), stop).await;
         ExitCode::SUCCESS
     }))

@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod calc;
 pub mod faults;
+pub mod letters;
 pub mod mssql_real;
 pub mod pg;
 pub mod process;

@@ -43,3 +43,7 @@ EXEC sbworker.note_action @action = @P1, @detail = @P2, @letters = @P3
 -- @P1 at most this many.
 -- name: actions
 EXEC sbworker.actions @limit = @P1
+
+-- @P1 minutes back from now.
+-- name: rates
+EXEC sbworker.rates @minutes = @P1

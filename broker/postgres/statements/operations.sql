@@ -64,6 +64,10 @@ SELECT sbworker.note_action($1, $2, $3);
 SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), who, action, detail, letters
   FROM sbworker.actions($1);
 
+-- $1 minutes back from now.
+-- name: rates
+SELECT minutes_ago, answered, failed, p50_ms, p95_ms FROM sbworker.rates($1);
+
 -- $1 instance, $2 host, $3 pid, $4 version, $5 started, $6 queues (JSON text), $7 interval (ms).
 -- name: heartbeat
 SELECT sbworker.heartbeat($1, $2, $3, $4, $5, $6::text::jsonb, $7, $8);

@@ -87,6 +87,14 @@ pub struct BrokerConfig {
     pub connection: String,
 }
 
+impl BrokerConfig {
+    /// The same database, signed in as another login (`user`, `password`): the web
+    /// page's sign-in, see [`crate::connstr::with_login`].
+    pub fn signed_in_as(&self, user: &str, password: &str) -> Result<BrokerConfig, crate::connstr::ParseError> {
+        Ok(BrokerConfig { kind: self.kind, connection: crate::connstr::with_login(&self.connection, user, password)? })
+    }
+}
+
 /// Debug output shows the connection string masked, like every other output.
 impl std::fmt::Debug for BrokerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -219,9 +219,20 @@ pub fn with_login(s: &str, user: &str, password: &str) -> Result<String, ParseEr
             format!("{s}{join}User ID={};Password={}", ado_quoted(user), ado_quoted(password))
         }
     };
+    // Read back as the drivers take it: the last of the keys each reads for the login
+    // and the password (ADO.NET has three names for the one, two for the other).
     let again = parse(&out)?;
-    if again.get("user").or_else(|| again.get("user id")) != Some(user) || again.get("password") != Some(password) {
-        return Err(ParseError { problem: "the login could not be written into the connection string".into(), at: None });
+    let (users, passwords): (&[&str], &[&str]) = match c.form {
+        Form::AdoNet => (&["user id", "uid", "user"], &["password", "pwd"]),
+        Form::KeyValue | Form::Url => (&["user"], &["password"]),
+    };
+    let last =
+        |keys: &[&str]| again.entries.iter().rev().find(|e| keys.contains(&e.key.as_str())).map(|e| e.value.as_str());
+    if last(users) != Some(user) || last(passwords) != Some(password) {
+        return Err(ParseError {
+            problem: "the login could not be written into the connection string".into(),
+            at: None,
+        });
     }
     Ok(out)
 }
@@ -420,7 +431,7 @@ mod tests {
         let config = postgres_config(&url).unwrap();
         assert_eq!(config.get_user(), Some(user));
         assert_eq!(config.get_password(), Some(password.as_bytes()));
-        let ado = with_login("Server=tcp:db,1433;Database=x;User Id=pay;Password=old", user, password).unwrap();
+        let ado = with_login("Server=tcp:db,1433;Database=x;User=pay;Pwd=old", user, password).unwrap();
         let pairs = ado_pairs(&ado).unwrap();
         let last = |k: &str| pairs.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.clone());
         assert_eq!(last("user id").as_deref(), Some(user));

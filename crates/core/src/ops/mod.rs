@@ -99,6 +99,20 @@ pub struct Action {
     pub letters: i64,
 }
 
+/// Requests answered in one minute (the web page's plots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Rate {
+    /// Minutes back from now: 0 is the current minute.
+    pub minutes_ago: i32,
+    pub answered: i64,
+    /// Of them, answered with a Fout.
+    pub failed: i64,
+    /// From the Vraag sent (the roster's commit) to its answer, median and 95th
+    /// percentile, in ms.
+    pub p50_ms: Option<i64>,
+    pub p95_ms: Option<i64>,
+}
+
 /// What `status` and `dead-letter` need of a back end.
 #[allow(async_fn_in_trait)]
 pub trait Backend {
@@ -115,20 +129,34 @@ pub trait Backend {
     /// Deletes one batch of letters diverted before `before` (ISO 8601); how many.
     async fn purge_batch(&mut self, before: &str, batch: i32) -> Result<i64, BrokerError>;
     /// The letters `filter` picks, newest first, none above `upto`, at most `limit`.
-    async fn letter_page(&mut self, filter: &LetterFilter, upto: Option<i64>, limit: i32)
-    -> Result<Vec<Letter>, BrokerError>;
+    async fn letter_page(
+        &mut self,
+        filter: &LetterFilter,
+        upto: Option<i64>,
+        limit: i32,
+    ) -> Result<Vec<Letter>, BrokerError>;
     /// How many letters `filter` picks at or below `upto`, and the highest id of them.
-    async fn letter_count(&mut self, filter: &LetterFilter, upto: Option<i64>)
-    -> Result<(i64, Option<i64>), BrokerError>;
+    async fn letter_count(
+        &mut self,
+        filter: &LetterFilter,
+        upto: Option<i64>,
+    ) -> Result<(i64, Option<i64>), BrokerError>;
     /// Deletes the letters `filter` picks at or below `upto`, when they are still
     /// `expected` letters (otherwise an error, and nothing deleted); written to the
     /// action log with `detail`. How many.
-    async fn purge_matching(&mut self, filter: &LetterFilter, upto: i64, expected: i64, detail: &str)
-    -> Result<i64, BrokerError>;
+    async fn purge_matching(
+        &mut self,
+        filter: &LetterFilter,
+        upto: i64,
+        expected: i64,
+        detail: &str,
+    ) -> Result<i64, BrokerError>;
     /// Writes an action to the action log, as this connection's login.
     async fn note_action(&mut self, action: &str, detail: &str, letters: i64) -> Result<(), BrokerError>;
     /// The newest actions, at most `limit`.
     async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError>;
+    /// Requests answered per minute over the last `minutes`, minutes without any left out.
+    async fn rates(&mut self, minutes: i32) -> Result<Vec<Rate>, BrokerError>;
 }
 
 impl Backend for Database {
@@ -176,6 +204,9 @@ impl Backend for Database {
     }
     async fn actions(&mut self, limit: i32) -> Result<Vec<Action>, BrokerError> {
         on_database!(self, b => b.actions(limit).await)
+    }
+    async fn rates(&mut self, minutes: i32) -> Result<Vec<Rate>, BrokerError> {
+        on_database!(self, b => b.rates(minutes).await)
     }
 }
 

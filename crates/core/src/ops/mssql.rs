@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::{Action, Letter, LetterFilter, other};
+use super::{Action, Letter, LetterFilter, Rate, other};
 use crate::broker::mssql::{Tds, error_of};
 use crate::sql::statements::mssql_operations as ms;
 use crate::transport::BrokerError;
@@ -89,6 +89,20 @@ impl super::Backend for Tds {
                 })
             })
             .collect()
+    }
+
+    async fn rates(&mut self, minutes: i32) -> Result<Vec<Rate>, BrokerError> {
+        let rows = rows(self, ms::RATES.sql, &[&minutes]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| Rate {
+                minutes_ago: r.get::<i32, _>(0).unwrap_or(0),
+                answered: r.get::<i64, _>(1).unwrap_or(0),
+                failed: r.get::<i64, _>(2).unwrap_or(0),
+                p50_ms: r.get::<i64, _>(3),
+                p95_ms: r.get::<i64, _>(4),
+            })
+            .collect())
     }
 }
 

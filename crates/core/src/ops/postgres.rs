@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use super::{Action, Letter, LetterFilter, dead_letter, other};
+use super::{Action, Letter, LetterFilter, Rate, dead_letter, other};
 use crate::broker::postgres::error_of;
 use crate::sql::statements::postgres_operations as pg;
 use crate::transport::{BrokerError, ErrorKind};
@@ -48,8 +48,10 @@ impl super::Backend for Client {
     }
 
     async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
-        let row =
-            self.query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto]).await.map_err(error_of)?;
+        let row = self
+            .query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto])
+            .await
+            .map_err(error_of)?;
         Ok((row.get(0), row.get(1)))
     }
 
@@ -83,6 +85,20 @@ impl super::Backend for Client {
                 action: r.get(3),
                 detail: r.get(4),
                 letters: r.get(5),
+            })
+            .collect())
+    }
+
+    async fn rates(&mut self, minutes: i32) -> Result<Vec<Rate>, BrokerError> {
+        let rows = self.query(pg::RATES.sql, &[&minutes]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| Rate {
+                minutes_ago: r.get(0),
+                answered: r.get(1),
+                failed: r.get(2),
+                p50_ms: r.get(3),
+                p95_ms: r.get(4),
             })
             .collect())
     }

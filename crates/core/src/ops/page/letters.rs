@@ -15,8 +15,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::signin::{TokenForm, acting};
-use super::{ACT_LIMIT, ASK_LIMIT, Site, escape, frame, html, problem};
+use super::signin::{Signed, TokenForm, acting};
+use super::{ASK_LIMIT, Site, escape, frame, html, problem};
 use crate::ops::dead_letter::{key_text, pretty};
 use crate::ops::{Action, Backend, Letter, LetterFilter};
 
@@ -102,9 +102,32 @@ fn url_text(v: &str) -> String {
         .collect()
 }
 
+/// With actions on, the dead letters and the action log are shown to a signed-in person
+/// only (on their login, with its rights), never on the page's own login to whoever
+/// opens the page; read-only, they are shown on the page's own login, which the operator
+/// who started it chose.
+#[allow(clippy::result_large_err)]
+fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
+    let who = site.sessions.find(headers);
+    if site.actions && who.is_none() {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::UNAUTHORIZED,
+            title,
+            "Sign in to see this: with actions on, the page shows it only to a person signed in with a login of \
+             their own, with that login's rights.",
+        ));
+    }
+    Ok(who)
+}
+
 /// `GET /letters`: the filter form, how many the filter picks, one page of them.
 pub(super) async fn list(State(site): State<Arc<Site>>, headers: HeaderMap, Query(f): Query<Filter>) -> Response {
-    let who = site.sessions.find(&headers);
+    let who = match reader(&site, &headers, "dead letters") {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let filter = f.letters();
     let (lf, upto) = (filter.clone(), f.upto);
     let asked = site
@@ -114,16 +137,18 @@ pub(super) async fn list(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
             Box::new(move |db| {
                 Box::pin(async move {
                     let count = db.letter_count(&lf, None).await?;
-                    let page = db.letter_page(&lf, upto, PAGE).await?;
+                    let page = db.letter_page(&lf, upto, PAGE + 1).await?;
                     Ok((count, page))
                 })
             }),
         )
         .await;
-    let ((count, _last), page) = match asked {
+    let ((count, _last), mut page) = match asked {
         Ok(a) => a,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "dead letters", &why),
     };
+    let more = page.len() > PAGE as usize;
+    page.truncate(PAGE as usize);
     let mut o = String::new();
     let selected = |v: &str| if f.replayed == v { " selected" } else { "" };
     let _ = write!(
@@ -171,12 +196,11 @@ pub(super) async fn list(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
         );
     }
     o.push_str("</table>");
-    if page.len() == PAGE as usize
-        && let Some(last) = page.last()
-    {
+    if more && let Some(last) = page.last() {
         let q = f.query();
         let amp = if q.is_empty() { "" } else { "&" };
-        let _ = write!(o, "<p><a href=\"/letters?upto={}{amp}{}\" id=\"older\">older →</a></p>", last.id - 1, escape(&q));
+        let _ =
+            write!(o, "<p><a href=\"/letters?upto={}{amp}{}\" id=\"older\">older →</a></p>", last.id - 1, escape(&q));
     }
     html(StatusCode::OK, frame(&site, who.as_deref(), "dead letters", None, &o))
 }
@@ -202,11 +226,20 @@ fn shortened(text: &str, chars: usize) -> String {
 
 /// `GET /letters/{id}`: one letter, its request, its body decoded.
 pub(super) async fn show(State(site): State<Arc<Site>>, headers: HeaderMap, Path(id): Path<i64>) -> Response {
-    let who = site.sessions.find(&headers);
+    let who = match reader(&site, &headers, "dead letter") {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let letter = match site.ask(who.as_deref(), ASK_LIMIT, Box::new(move |db| Box::pin(db.dead_letter(id)))).await {
         Ok(Some(l)) => l,
         Ok(None) => {
-            return problem(&site, who.as_deref(), StatusCode::NOT_FOUND, "dead letter", &format!("No dead letter {id}."));
+            return problem(
+                &site,
+                who.as_deref(),
+                StatusCode::NOT_FOUND,
+                "dead letter",
+                &format!("No dead letter {id}."),
+            );
         }
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "dead letter", &why),
     };
@@ -263,7 +296,8 @@ pub(super) async fn confirm(State(site): State<Arc<Site>>, headers: HeaderMap, Q
         _ => return problem(&site, who.as_deref(), StatusCode::BAD_REQUEST, "confirm", "No such action."),
     };
     let lf = f.letters();
-    let counted = site.ask(Some(s), ASK_LIMIT, Box::new(move |db| Box::pin(async move { db.letter_count(&lf, None).await })));
+    let counted =
+        site.ask(Some(s), ASK_LIMIT, Box::new(move |db| Box::pin(async move { db.letter_count(&lf, None).await })));
     let (count, last) = match counted.await {
         Ok(c) => c,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "confirm", &why),
@@ -272,7 +306,10 @@ pub(super) async fn confirm(State(site): State<Arc<Site>>, headers: HeaderMap, Q
     let describe = escape(&f.letters().describe());
     match last {
         None => {
-            let _ = write!(o, "<p id=\"confirm-count\">The filter ({describe}) picks no dead letter: nothing to {verb}.</p>");
+            let _ = write!(
+                o,
+                "<p id=\"confirm-count\">The filter ({describe}) picks no dead letter: nothing to {verb}.</p>"
+            );
         }
         Some(last) => {
             let what = if verb == "purge" {
@@ -341,15 +378,11 @@ pub(super) async fn purge(State(site): State<Arc<Site>>, headers: HeaderMap, For
     let detail = format!("{}, ids up to {upto}", lf.describe());
     let d = detail.clone();
     let asked = site
-        .ask(
-            Some(&who),
-            ACT_LIMIT,
-            Box::new(move |db| Box::pin(async move { db.purge_matching(&lf, upto, expected, &d).await })),
-        )
+        .act(&who, Box::new(move |db| Box::pin(async move { db.purge_matching(&lf, upto, expected, &d).await })))
         .await;
     match asked {
         Ok(n) => {
-            tracing::info!(login = %who.login, letters = n, filter = %detail, "web: dead letters purged");
+            tracing::info!(login = ?who.login, letters = n, filter = ?detail, "web: dead letters purged");
             let body = format!(
                 "<p class=\"ok\" id=\"done\">Purged {n} dead letters ({}).</p><p><a href=\"/letters\">the dead letters</a></p>",
                 escape(&detail)
@@ -373,9 +406,8 @@ pub(super) async fn replay_many(State(site): State<Arc<Site>>, headers: HeaderMa
     let detail = format!("{}, ids up to {upto}", lf.describe());
     let (login, d) = (who.login.clone(), detail.clone());
     let asked = site
-        .ask(
-            Some(&who),
-            ACT_LIMIT,
+        .act(
+            &who,
             Box::new(move |db| {
                 Box::pin(async move {
                     let (now, _) = db.letter_count(&lf, Some(upto)).await?;
@@ -411,8 +443,8 @@ pub(super) async fn replay_many(State(site): State<Arc<Site>>, headers: HeaderMa
         Ok(Err(why)) => return problem(&site, Some(&who), StatusCode::CONFLICT, "replay refused", &why),
         Err(why) => return problem(&site, Some(&who), StatusCode::FORBIDDEN, "replay", &why),
     };
-    tracing::info!(login = %who.login, sent = done.sent, skipped = done.skipped, failed = done.failed.len(),
-                   filter = %detail, "web: dead letters replayed");
+    tracing::info!(login = ?who.login, sent = done.sent, skipped = done.skipped, failed = done.failed.len(),
+                   filter = ?detail, "web: dead letters replayed");
     let mut o = format!(
         "<p class=\"ok\" id=\"done\">Replayed {} dead letters ({}); {} were replayed already and left alone; {} could not be \
          sent.</p>",
@@ -452,35 +484,45 @@ pub(super) async fn replay_one(
     };
     let login = who.login.clone();
     let asked = site
-        .ask(
-            Some(&who),
-            ACT_LIMIT,
+        .act(
+            &who,
             Box::new(move |db| {
                 Box::pin(async move {
                     let handle = db.replay(id, &login, true).await?;
-                    if handle.is_some() {
-                        db.note_action("replay", &format!("dead letter {id}"), 1).await?;
-                    }
-                    Ok(handle)
+                    // The replay is done (committed): a log row that cannot be written
+                    // is said beside it, not as a refused replay.
+                    let logged = match handle {
+                        Some(_) => db.note_action("replay", &format!("dead letter {id}"), 1).await.err(),
+                        None => None,
+                    };
+                    Ok((handle, logged))
                 })
             }),
         )
         .await;
     let body = match asked {
-        Ok(Some(h)) => {
-            tracing::info!(login = %who.login, id, "web: a dead letter replayed");
-            format!("<p class=\"ok\" id=\"done\">Dead letter {id} was sent again, on dialog {h}.</p>")
+        Ok((Some(h), logged)) => {
+            tracing::info!(login = ?who.login, id, "web: a dead letter replayed");
+            let note = logged.map_or(String::new(), |e| {
+                format!(" <span class=\"bad\">It could not be written to the action log: {}</span>", escape(&e.message))
+            });
+            format!("<p class=\"ok\" id=\"done\">Dead letter {id} was sent again, on dialog {h}.{note}</p>")
         }
-        Ok(None) => format!("<p id=\"done\">Dead letter {id} was replayed already: left alone.</p>"),
+        Ok((None, _)) => format!("<p id=\"done\">Dead letter {id} was replayed already: left alone.</p>"),
         Err(why) => return problem(&site, Some(&who), StatusCode::CONFLICT, "replay refused", &why),
     };
-    let body = format!("{body}<p><a href=\"/letters/{id}\">dead letter {id}</a> · <a href=\"/letters\">the dead letters</a></p>");
+    let body = format!(
+        "{body}<p><a href=\"/letters/{id}\">dead letter {id}</a> · <a href=\"/letters\">the dead letters</a></p>"
+    );
     html(StatusCode::OK, frame(&site, Some(&who), "replayed", None, &body))
 }
 
 /// `GET /actions`: the action log, newest first.
 pub(super) async fn actions(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
-    let who = site.sessions.find(&headers);
+    let who = match reader(&site, &headers, "acties") {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let rows: Vec<Action> = match site.ask(who.as_deref(), ASK_LIMIT, Box::new(|db| Box::pin(db.actions(100)))).await {
         Ok(r) => r,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "acties", &why),

@@ -1,7 +1,8 @@
 //! The operator's web page (`sbworker web`): server-rendered HTML with no script and no
 //! asset from outside the binary, on either back end ([`crate::ops::Backend`]).
 //!
-//! - [`overview`]: `/`, the status document as tables;
+//! - [`overview`]: `/`, the status document as tables, and [`plot`]: the last hour's
+//!   throughput and latency drawn as inline SVG;
 //! - [`letters`]: `/letters`, the dead letters paged and filtered, one shown decoded,
 //!   replayed or purged one by one or by filter after a confirmation that says how many;
 //!   `/actions`, the action log;
@@ -18,6 +19,7 @@
 
 pub mod letters;
 pub mod overview;
+pub mod plot;
 pub mod signin;
 
 use std::sync::Arc;
@@ -84,41 +86,63 @@ impl Site {
     }
 
     /// Asks `q` on the signed-in person's connection, or the page's own (opened again
-    /// when it broke). A connection that broke, or a question that took longer than
-    /// `limit`, is dropped; a person's is not opened again (the page keeps no password):
-    /// they sign in again.
+    /// when it broke). The connection is taken out while the question runs and put back
+    /// only when it was answered: a question cut off (its request dropped) or taking
+    /// longer than `limit` drops the connection with it, never leaving one in the middle
+    /// of an answer. A person's connection is not opened again (the page keeps no
+    /// password): when it breaks, the session ends and they sign in again.
     async fn ask<T>(&self, who: Option<&Signed>, limit: Duration, q: Question<'_, T>) -> Result<T, String> {
         let mut held = match who {
             Some(s) => s.db.lock().await,
             None => self.db.lock().await,
         };
         let asked = tokio::time::timeout(limit, async {
-            if held.is_none() {
-                if who.is_some() {
-                    return Err(BrokerError {
-                        kind: ErrorKind::Connection,
-                        number: 0,
-                        message: "your connection was lost: sign in again".into(),
-                    });
+            let mut db = match held.take() {
+                Some(db) => db,
+                None if who.is_some() => {
+                    return (
+                        None,
+                        Err(BrokerError {
+                            kind: ErrorKind::Connection,
+                            number: 0,
+                            message: "your connection was lost: sign in again".into(),
+                        }),
+                    );
                 }
-                *held = Some(Database::connect(&self.broker, None).await?);
-            }
-            q(held.as_mut().expect("connected above")).await
+                None => match Database::connect(&self.broker, None).await {
+                    Ok(db) => db,
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            let answer = q(&mut db).await;
+            (Some(db), answer)
         })
         .await;
         match asked {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                if e.kind == ErrorKind::Connection {
-                    *held = None;
+            Ok((db, Ok(v))) => {
+                *held = db;
+                Ok(v)
+            }
+            Ok((db, Err(e))) => {
+                if e.kind != ErrorKind::Connection {
+                    *held = db;
+                } else if let Some(s) = who {
+                    self.sessions.end(s);
                 }
                 Err(e.message)
             }
-            Err(_) => {
-                *held = None;
-                Err(format!("no answer within {} s", limit.as_secs()))
-            }
+            Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
         }
+    }
+
+    /// [`Site::ask`] for an action, on a task of its own: a person who leaves the page
+    /// (or a connection the server closes) does not cut an action off halfway, so it
+    /// always ends with its row in the action log.
+    async fn act<T: Send + 'static>(self: &Arc<Self>, who: &Arc<Signed>, q: Question<'static, T>) -> Result<T, String> {
+        let (site, who) = (self.clone(), who.clone());
+        tokio::spawn(async move { site.ask(Some(&who), ACT_LIMIT, q).await })
+            .await
+            .unwrap_or_else(|e| Err(format!("the action stopped: {e}")))
     }
 }
 
@@ -209,9 +233,11 @@ async fn status_json(State(site): State<Arc<Site>>) -> Response {
 }
 
 /// The overview: asked on the signed-in person's connection (a login that may not read
-/// the status is told so), the page's own otherwise.
+/// the status is told so), the page's own otherwise; the plots' numbers asked after the
+/// document (a login or an install without them gets the overview without plots).
 async fn overview_page(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     let who = site.sessions.find(&headers);
+    let rates = site.ask(who.as_deref(), ASK_LIMIT, Box::new(|db| Box::pin(db.rates(plot::MINUTES))));
     let text = match who.as_deref() {
         None => match document(&site).await {
             Ok(t) => t,
@@ -225,10 +251,18 @@ async fn overview_page(State(site): State<Arc<Site>>, headers: HeaderMap) -> Res
             }
         }
     };
+    let rates = rates.await;
+    let rates = rates.as_deref().map_err(String::as_str);
     match serde_json::from_str::<Status>(&text) {
         Ok(s) => html(
             StatusCode::OK,
-            frame(&site, who.as_deref(), "overzicht", Some(site.refresh_seconds), &overview(&s, site.thresholds)),
+            frame(
+                &site,
+                who.as_deref(),
+                "overzicht",
+                Some(site.refresh_seconds),
+                &overview(&s, site.thresholds, rates),
+            ),
         ),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("the broker's status document: {e}\n")).into_response(),
     }

@@ -4,12 +4,14 @@
 
 use std::fmt::Write;
 
-use super::escape;
+use super::{escape, plot};
+use crate::ops::Rate;
 use crate::ops::status::{self, Status, Thresholds, alive, seconds};
 
-/// The overview's body: what needs attention, the queues, the workers, the
-/// conversations, the stale keys, the sweeps and the last export.
-pub fn overview(s: &Status, t: Thresholds) -> String {
+/// The overview's body: what needs attention, the last hour's plots (or why there are
+/// none), the queues, the workers, the conversations, the stale keys, the sweeps and
+/// the last export.
+pub fn overview(s: &Status, t: Thresholds, rates: Result<&[Rate], &str>) -> String {
     let mut o = String::new();
     let _ = write!(o, "<p>{} · {}</p>", escape(&s.backend), escape(&s.at));
     let attention = status::attention(s, t);
@@ -21,6 +23,15 @@ pub fn overview(s: &Status, t: Thresholds) -> String {
             let _ = write!(o, "<li>{}</li>", escape(a));
         }
         o.push_str("</ul>");
+    }
+    o.push_str("<h2>The last hour</h2>");
+    match rates {
+        Ok(r) => {
+            let _ = write!(o, "<div class=\"plots\">{}{}</div>", plot::throughput(r), plot::latency(r));
+        }
+        Err(why) => {
+            let _ = write!(o, "<p id=\"plots-missing\">No plots: {}</p>", escape(why));
+        }
     }
     o.push_str(
         "<h2>Queues</h2><table id=\"queues\"><tr><th>queue</th><th>state</th><th>messages</th><th>groups waiting</th>\
@@ -115,4 +126,3 @@ pub fn overview(s: &Status, t: Thresholds) -> String {
     }
     o
 }
-

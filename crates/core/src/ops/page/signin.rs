@@ -10,8 +10,13 @@
 //! scripts cannot read (`HttpOnly`) and other sites' requests do not carry
 //! (`SameSite=Strict`); each session has its own form token (CSRF), checked on every
 //! POST. The sign-in form has a token of its own, in a cookie of its own. A session ends
-//! after `IDLE` without a request, at sign-out, or when its connection breaks; at most
-//! `MAX_SESSIONS` are kept (the oldest goes).
+//! after `IDLE` without a request, `MAX_AGE` after it began, at sign-out, at a new
+//! sign-in from the same browser, or when its connection breaks; at most `MAX_SESSIONS`
+//! are kept (the least recently used goes). Sign-ins are tried one at a time, and a
+//! refused one holds the next back for `REFUSED_PAUSE`, so the page is no faster a way
+//! to guess passwords than the database itself. An empty password is refused. The page
+//! serves plain HTTP, so with actions on it listens on a loopback address only (the
+//! command refuses another).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,12 +30,15 @@ use tokio::sync::Mutex;
 
 use super::{Site, frame, problem};
 use crate::broker::Database;
-use crate::config::BrokerConfig;
 
 /// How long a session lasts without a request.
 pub const IDLE: Duration = Duration::from_secs(30 * 60);
+/// How long a session lasts at most (the overview reloads itself, which keeps one busy).
+pub const MAX_AGE: Duration = Duration::from_secs(8 * 60 * 60);
 /// The most sessions kept at once (each holds a database connection).
 pub const MAX_SESSIONS: usize = 32;
+/// How long a refused sign-in holds the next one back.
+pub const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 
 const SESSION_COOKIE: &str = "sbworker_session";
 const SIGNIN_COOKIE: &str = "sbworker_signin";
@@ -41,6 +49,7 @@ pub struct Signed {
     pub csrf: String,
     pub db: Mutex<Option<Database>>,
     id: String,
+    started: Instant,
     last: std::sync::Mutex<Instant>,
 }
 
@@ -48,6 +57,8 @@ pub struct Signed {
 #[derive(Default)]
 pub struct Sessions {
     map: std::sync::Mutex<HashMap<String, Arc<Signed>>>,
+    /// Held while a sign-in is tried (and for `REFUSED_PAUSE` after a refused one).
+    signing: Mutex<()>,
 }
 
 impl Sessions {
@@ -56,7 +67,9 @@ impl Sessions {
         let id = cookie(headers, SESSION_COOKIE)?;
         let mut map = self.map.lock().expect("sessions");
         let now = Instant::now();
-        map.retain(|_, s| now.duration_since(*s.last.lock().expect("session")) < IDLE);
+        map.retain(|_, s| {
+            now.duration_since(*s.last.lock().expect("session")) < IDLE && now.duration_since(s.started) < MAX_AGE
+        });
         let s = map.get(id)?.clone();
         *s.last.lock().expect("session") = now;
         Some(s)
@@ -68,6 +81,7 @@ impl Sessions {
             csrf: token(),
             db: Mutex::new(Some(db)),
             id: token(),
+            started: Instant::now(),
             last: std::sync::Mutex::new(Instant::now()),
         });
         let mut map = self.map.lock().expect("sessions");
@@ -82,8 +96,9 @@ impl Sessions {
         s
     }
 
-    fn remove(&self, id: &str) {
-        self.map.lock().expect("sessions").remove(id);
+    /// Ends a session (its connection closes when its last question is done).
+    pub fn end(&self, s: &Signed) {
+        self.map.lock().expect("sessions").remove(&s.id);
     }
 }
 
@@ -150,7 +165,13 @@ pub(super) fn acting(site: &Site, headers: &HeaderMap, csrf: &str) -> Result<Arc
 /// `GET /signin`: the form, with a token of its own in a cookie of its own.
 pub(super) async fn form(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     if !site.actions {
-        return problem(&site, None, StatusCode::NOT_FOUND, "sign in", "This page is read-only: there is nothing to sign in for.");
+        return problem(
+            &site,
+            None,
+            StatusCode::NOT_FOUND,
+            "sign in",
+            "This page is read-only: there is nothing to sign in for.",
+        );
     }
     let who = site.sessions.find(&headers);
     let t = token();
@@ -181,7 +202,13 @@ pub(super) struct SignIn {
 /// `POST /signin`: connects as the login; a session on success.
 pub(super) async fn sign_in(State(site): State<Arc<Site>>, headers: HeaderMap, Form(f): Form<SignIn>) -> Response {
     if !site.actions {
-        return problem(&site, None, StatusCode::FORBIDDEN, "refused", "This page is read-only: nothing to sign in for.");
+        return problem(
+            &site,
+            None,
+            StatusCode::FORBIDDEN,
+            "refused",
+            "This page is read-only: nothing to sign in for.",
+        );
     }
     let expected = cookie(&headers, SIGNIN_COOKIE).unwrap_or("");
     if !same(&f.csrf, expected) {
@@ -193,19 +220,33 @@ pub(super) async fn sign_in(State(site): State<Arc<Site>>, headers: HeaderMap, F
             "The sign-in form's token is missing or stale: open the sign-in page again.",
         );
     }
-    if f.login.trim().is_empty() {
-        return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", "Give a login.");
+    if f.login.trim().is_empty() || f.password.is_empty() {
+        return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", "Give a login and its password.");
     }
-    let connection = match crate::connstr::with_login(&site.broker.connection, &f.login, &f.password) {
-        Ok(c) => c,
-        Err(e) => return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", &format!("That login cannot be used: {e}")),
+    let broker = match site.broker.signed_in_as(&f.login, &f.password) {
+        Ok(b) => b,
+        Err(e) => {
+            let why = format!("That login cannot be used: {e}");
+            return problem(&site, None, StatusCode::BAD_REQUEST, "sign in", &why);
+        }
     };
-    let broker = BrokerConfig { kind: site.broker.kind, connection };
+    // A new sign-in from this browser ends the session it had.
+    if let Some(old) = site.sessions.find(&headers) {
+        site.sessions.end(&old);
+    }
+    let turn = site.sessions.signing.lock().await;
     let db = match tokio::time::timeout(super::ASK_LIMIT, Database::connect(&broker, None)).await {
         Ok(Ok(db)) => db,
-        Ok(Err(e)) => {
-            // The reason goes to the log only: it can name the host and the database.
-            tracing::info!(login = %f.login, error = %e.message, "web: a sign-in was refused");
+        refused => {
+            // The reason goes to the log only (it can name the host and the database);
+            // not the login typed, which may be a password typed in the wrong field.
+            let why = match refused {
+                Ok(Err(e)) => e.message,
+                _ => "no answer in time".into(),
+            };
+            tracing::info!(error = %why, "web: a sign-in was refused");
+            tokio::time::sleep(REFUSED_PAUSE).await;
+            drop(turn);
             return problem(
                 &site,
                 None,
@@ -214,10 +255,10 @@ pub(super) async fn sign_in(State(site): State<Arc<Site>>, headers: HeaderMap, F
                 "The database refused this login and password (or could not be reached).",
             );
         }
-        Err(_) => return problem(&site, None, StatusCode::UNAUTHORIZED, "sign in", "The database did not answer in time."),
     };
+    drop(turn);
     let s = site.sessions.add(f.login.clone(), db);
-    tracing::info!(login = %s.login, "web: signed in");
+    tracing::info!(login = ?s.login, "web: signed in");
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
     set_cookie(&mut r, &format!("{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", s.id));
     set_cookie(&mut r, &format!("{SIGNIN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/signin; Max-Age=0"));
@@ -237,7 +278,7 @@ pub(super) async fn sign_out(State(site): State<Arc<Site>>, headers: HeaderMap, 
         Ok(w) => w,
         Err(r) => return r,
     };
-    site.sessions.remove(&who.id);
+    site.sessions.end(&who);
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
     set_cookie(&mut r, &format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
     r

@@ -254,6 +254,25 @@ pub(super) async fn call(
             s.client().execute(ops::NOTE_ACTION.sql, &[&action, &detail, &letters]).await.map_err(pg)?;
             Ok(None)
         }
+        "sbworker.rates" => {
+            let minutes = int32(arg("@minutes")?, "@minutes")?;
+            let rows = s.client().query(ops::RATES.sql, &[&minutes]).await.map_err(pg)?;
+            let ms = |v: Option<i64>| v.map_or(Sql::Null, Sql::BigInt);
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    vec![Sql::Int(r.get(0)), Sql::BigInt(r.get(1)), Sql::BigInt(r.get(2)), ms(r.get(3)), ms(r.get(4))]
+                })
+                .collect();
+            let cols = [
+                ("minutes_ago", ColType::Int),
+                ("answered", ColType::BigInt),
+                ("failed", ColType::BigInt),
+                ("p50_ms", ColType::BigInt),
+                ("p95_ms", ColType::BigInt),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
         "sbworker.actions" => {
             let limit = int32(arg("@limit")?, "@limit")?;
             let rows = s.client().query(ops::ACTIONS.sql, &[&limit]).await.map_err(pg)?;
