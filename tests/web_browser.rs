@@ -123,11 +123,16 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
         let name = if kind == Kind::Postgres { "overview-postgresql" } else { "overview-sqlserver-emulator" };
         let shot = screenshot(&client, name).await;
         // The other pages, read-only: the dead letters (one planted), one letter, the
-        // action log.
+        // action log, a key without results.
         let mut texts = Vec::new();
-        for (path, id) in
-            [("letters", "letters"), (&format!("letters/{letter}") as &str, "letter"), ("actions", "actions")]
-        {
+        let one = format!("letters/{letter}");
+        let pages = [
+            ("letters", "letters"),
+            (one.as_str(), "letter"),
+            ("actions", "actions"),
+            ("sleutel?dienstverband=1&periode=1", "geen"),
+        ];
+        for (path, id) in pages {
             within(60, "a page opens", client.goto(&format!("{page}{path}"))).await?;
             texts.push(text_of(&client, id).await?);
             source.push_str(&client.source().await?);
@@ -141,6 +146,7 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
     assert!(texts[0].contains("planted: shown on the page"), "{}", texts[0]);
     assert!(texts[1].contains("planted: shown on the page"), "{}", texts[1]);
     assert!(texts[2].contains("who"), "the action log's table: {}", texts[2]);
+    assert!(texts[3].contains("No stored version of dienstverband 1, periode 1"), "{}", texts[3]);
     assert_eq!(title, "sbworker: overzicht");
     assert!(queues.contains(REKEN_QUEUE) && queues.contains(DATA_QUEUE), "{queues}");
     assert!(attention.contains("no worker alive"), "{attention}");
@@ -160,9 +166,11 @@ async fn the_overview_loads_in_chromium_over_tds() {
     the_overview_loads_in_chromium(Kind::Tds).await;
 }
 
-/// The text of the element with `id` on the page open in `client`.
+/// The text of the element with `id` on the page open in `client`, waited for (a click
+/// that submits a form may return before the next page is there).
 async fn text_of(client: &fantoccini::Client, id: &str) -> Result<String, fantoccini::error::CmdError> {
-    within(60, "an element's text", async { client.find(Locator::Id(id)).await?.text().await }).await
+    let waited = client.wait().at_most(std::time::Duration::from_secs(30)).for_element(Locator::Id(id));
+    within(60, "an element's text", async { waited.await?.text().await }).await
 }
 
 /// A clerk (a login with the housekeeping role) in Chromium, on the PostgreSQL broker:
@@ -224,6 +232,19 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         .unwrap();
     wait_until("the page is served", || async { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
         .await;
+    // A planner removes a duty of the first key: its version 2 is stored beside version 1.
+    c.execute(
+        &format!("DELETE FROM rooster.dienst WHERE id = (SELECT min(id) FROM rooster.dienst WHERE dienstverband_id = {FIRST_ID})"),
+        &[],
+    )
+    .await
+    .unwrap();
+    wait_until("the edited key's version 2 is stored", || async {
+        count(format!("SELECT count(*) FROM rekenserver.resultaat WHERE dienstverband_id = {FIRST_ID} AND versie = 2"))
+            .await
+            == 1
+    })
+    .await;
     let at = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let (_driver, client) = browser().await;
     let checked = async {
@@ -270,19 +291,49 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         let log = text_of(&client, "actions").await?;
         screenshot(&client, "actions").await;
         let source = client.source().await?;
+        // The edited key, looked up by the payroll office: its versions, what changed
+        // since version 1, the Vraag explained.
+        within(60, "the key page", client.goto(&at("/sleutel"))).await?;
+        client.find(Locator::Css("input[name=dienstverband]")).await?.send_keys(&FIRST_ID.to_string()).await?;
+        client.find(Locator::Css("input[name=periode]")).await?.send_keys(&PERIODE_ID.to_string()).await?;
+        client.find(Locator::Id("zoek-knop")).await?.click().await?;
+        let versies = text_of(&client, "versies").await?;
+        let changed = text_of(&client, "verschillen").await?;
+        let explained = text_of(&client, "uitleg").await?;
+        screenshot(&client, "sleutel").await;
         // The overview's plots, with the hour's answers in them.
         within(60, "the overview", client.goto(&at("/"))).await?;
         let bars = client.find_all(Locator::Css("#plot-throughput rect.bar")).await?.len();
         let points = client.find_all(Locator::Css("#plot-latency circle.p95")).await?.len();
         screenshot(&client, "overview").await;
         Ok::<_, fantoccini::error::CmdError>((
-            who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points,
+            who,
+            listed,
+            key,
+            reason,
+            body,
+            replayed,
+            forged,
+            counted,
+            asked,
+            purged,
+            log,
+            source,
+            bars,
+            points,
+            (versies, changed, explained),
         ))
     }
     .await;
     let _ = within(60, "the session closes", client.close()).await;
-    let (who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points) =
+    let (who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points, sleutel) =
         checked.unwrap();
+    let (versies, changed, explained) = sleutel;
+    assert!(versies.lines().count() >= 3, "the header and versions 2 and 1: {versies}");
+    assert!(versies.lines().nth(1).unwrap().starts_with("2 "), "the newest first: {versies}");
+    assert!(changed.contains("versie 1") && changed.contains("versie 2"), "what changed since version 1: {changed}");
+    assert!(changed.lines().count() >= 2, "at least one loonfactor changed: {changed}");
+    assert!(!explained.trim().is_empty(), "the engine's explanation");
     assert!(bars >= 1 && points >= 1, "the plots have data: {bars} bars, {points} points");
     assert_eq!(who, clerk);
     assert!(listed.contains(&format!("{bad}/{PERIODE_ID} v1")), "{listed}");

@@ -190,8 +190,8 @@ pub enum Command {
         sbworker web --config /etc/sbworker/sbworker.toml\n  \
         sbworker web --config sbworker.toml --listen 127.0.0.1:8081 --refresh-seconds 5\n  \
         sbworker web --config sbworker.toml --actions\n\n\
-        Open http://127.0.0.1:8080/ (the overview), /letters (the dead letters), /actions (the\n\
-        action log) or /status.json. Read-only unless --actions: then a person signs in with a\n\
+        Open http://127.0.0.1:8080/ (the overview), /letters (the dead letters), /sleutel (a key's\n\
+        versions explained), /actions (the action log) or /status.json. Read-only unless --actions: then a person signs in with a\n\
         database login of their own and acts with exactly its rights (housekeeping may replay\n\
         and purge); every action is written to the action log with that login. With --actions\n\
         the dead letters are shown to signed-in people only, and the page listens on a\n\
@@ -651,6 +651,9 @@ pub struct WebArgs {
     /// The overview reloads itself every SECONDS.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub refresh_seconds: u32,
+    /// Rate tables to explain a key's versions with (TOML) instead of the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub tables: Option<std::path::PathBuf>,
     /// Let a person signed in with a database login of their own replay and purge dead
     /// letters (with that login's rights; each action is written to the action log).
     /// Without it the page is read-only.

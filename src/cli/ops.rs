@@ -306,6 +306,13 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
         Err(code) => return Ok(code),
     };
     let t = a.thresholds.thresholds();
+    let tables = match &a.tables {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| Ok(crate::engine::Tables::from_toml(&text)?))
+            .map_err(|e| super::Failure { code: 78, error: e.context(format!("--tables {}", p.display())) })?,
+        None => crate::engine::Tables::built_in()?,
+    };
     let rt = match super::runtime::runtime(false) {
         Ok(rt) => rt,
         Err(e) => return Ok(fail(e)),
@@ -338,6 +345,7 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
             hosts: crate::ops::page::Site::hosts_for(at),
             actions: a.actions,
             sessions: crate::ops::page::signin::Sessions::default(),
+            tables,
         });
         // Asked once before it serves: a login that may not read the status is said now.
         if let Err(why) = site.document().await {

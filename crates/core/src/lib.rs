@@ -27,7 +27,7 @@
 //! | `handoff` | the payroll export, the sweep, recompute and the stored results' evidence (explained with the engine) | `sql`, `config`, `broker`, `contract`, `engine` |
 //! | `worker` | the runtime: readers, retries, scaling, shutdown, metrics | `transport`, `config`, `shutdown` |
 //! | `handlers` | the calculation and the collector | `worker`, `transport`, `contract`, `engine` |
-//! | `ops` | `sbworker status` and `sbworker dead-letter` on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls` |
+//! | `ops` | `sbworker status`, `sbworker dead-letter` and the web page on either back end | `broker`, `transport`, `contract`, `config`, `sql`, `pg_tls`, `handoff`, `engine` |
 //! | `selftest` | `sbworker selftest` on either back end | `handlers`, `handoff`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `connstr`, `pg_tls` |
 
 pub mod broker;

@@ -17,7 +17,7 @@ use axum::response::Response;
 
 use super::signin::{Signed, TokenForm, acting};
 use super::{ASK_LIMIT, Site, escape, frame, html, problem};
-use crate::ops::dead_letter::{key_text, pretty};
+use crate::ops::dead_letter::{key_text, pretty, request_key};
 use crate::ops::{Action, Backend, Letter, LetterFilter};
 
 /// Letters per page.
@@ -107,7 +107,7 @@ fn url_text(v: &str) -> String {
 /// opens the page; read-only, they are shown on the page's own login, which the operator
 /// who started it chose.
 #[allow(clippy::result_large_err)]
-fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
+pub(super) fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
     let who = site.sessions.find(headers);
     if site.actions && who.is_none() {
         return Err(problem(
@@ -257,7 +257,15 @@ pub(super) async fn show(State(site): State<Arc<Site>>, headers: HeaderMap, Path
         escape(&letter.service),
         escape(letter.far_service.as_deref().unwrap_or("-")),
         escape(&letter.message_type),
-        escape(&key_text(&letter)),
+        match request_key(&letter) {
+            Some(k) => format!(
+                "<a href=\"/sleutel?dienstverband={}&amp;periode={}\">{}</a>",
+                k.dienstverband_id,
+                k.periode_id,
+                escape(&key_text(&letter))
+            ),
+            None => escape(&key_text(&letter)),
+        },
         letter.attempts,
         escape(&letter.reason),
         replayed_text(&letter),

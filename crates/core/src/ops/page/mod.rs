@@ -6,6 +6,9 @@
 //! - [`letters`]: `/letters`, the dead letters paged and filtered, one shown decoded,
 //!   replayed or purged one by one or by filter after a confirmation that says how many;
 //!   `/actions`, the action log;
+//! - [`sleutel`]: `/sleutel`, a key's stored versions, one explained as `sbworker
+//!   explain` explains it (its diff against the version before, the drift warning), in
+//!   the payroll office's words;
 //! - [`signin`]: who may act. Read-only unless the page was started with `--actions`;
 //!   then a person signs in with a database login of their own, and every question and
 //!   action of theirs runs on that login's connection, so the page has exactly the
@@ -21,6 +24,7 @@ pub mod letters;
 pub mod overview;
 pub mod plot;
 pub mod signin;
+pub mod sleutel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +67,8 @@ pub struct Site {
     /// Whether a signed-in person may act (`--actions`); read-only otherwise.
     pub actions: bool,
     pub sessions: Sessions,
+    /// The rate tables a key's stored Vraag is explained with (as `sbworker explain`).
+    pub tables: crate::engine::Tables,
 }
 
 /// A question for the broker, on whichever connection it is asked.
@@ -158,6 +164,7 @@ pub fn router(site: Arc<Site>) -> Router {
         .route("/letters/{id}", get(letters::show))
         .route("/letters/{id}/replay", post(letters::replay_one))
         .route("/actions", get(letters::actions))
+        .route("/sleutel", get(sleutel::page))
         .route("/signin", get(signin::form).post(signin::sign_in))
         .route("/signout", post(signin::sign_out))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
@@ -202,7 +209,7 @@ fn frame(site: &Site, who: Option<&Signed>, title: &str, refresh: Option<u32>, b
     format!(
         "<!doctype html><html lang=\"nl\"><head><meta charset=\"utf-8\">{refresh}<title>sbworker: {}</title>\
          <style>{STYLE}</style></head><body><nav><a href=\"/\">Overzicht</a> <a href=\"/letters\">Dead letters</a> \
-         <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
+         <a href=\"/sleutel\">Sleutels</a> <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
         escape(title),
         escape(title)
     )
