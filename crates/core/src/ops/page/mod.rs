@@ -1,7 +1,7 @@
 //! The operator's web page (`sbworker web`): server-rendered HTML with no script and no
 //! asset from outside the binary, on either back end ([`crate::ops::Backend`]).
 //!
-//! - [`overview`]: `/`, the status document as tables, and [`plot`]: the last hour's
+//! - [`mod@overview`]: `/`, the status document as tables, and [`plot`]: the last hour's
 //!   throughput and latency drawn as inline SVG;
 //! - [`letters`]: `/letters`, the dead letters paged and filtered, one shown decoded,
 //!   replayed or purged one by one or by filter after a confirmation that says how many;
