@@ -123,7 +123,7 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
         let name = if kind == Kind::Postgres { "overview-postgresql" } else { "overview-sqlserver-emulator" };
         let shot = screenshot(&client, name).await;
         // The other pages, read-only: the dead letters (one planted), one letter, the
-        // action log, a key without results.
+        // action log, a key without results, a search that finds none.
         let mut texts = Vec::new();
         let one = format!("letters/{letter}");
         let pages = [
@@ -131,6 +131,7 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
             (one.as_str(), "letter"),
             ("actions", "actions"),
             ("sleutel?dienstverband=1&periode=1", "geen"),
+            ("sleutels?staat=fout&cao=X", "geen"),
         ];
         for (path, id) in pages {
             within(60, "a page opens", client.goto(&format!("{page}{path}"))).await?;
@@ -147,6 +148,7 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
     assert!(texts[1].contains("planted: shown on the page"), "{}", texts[1]);
     assert!(texts[2].contains("who"), "the action log's table: {}", texts[2]);
     assert!(texts[3].contains("No stored version of dienstverband 1, periode 1"), "{}", texts[3]);
+    assert!(texts[4].contains("No key found"), "{}", texts[4]);
     assert_eq!(title, "sbworker: overzicht");
     assert!(queues.contains(REKEN_QUEUE) && queues.contains(DATA_QUEUE), "{queues}");
     assert!(attention.contains("no worker alive"), "{attention}");
@@ -255,6 +257,10 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         screenshot(&client, "signin").await;
         client.find(Locator::Id("signin-button")).await?.click().await?;
         let who = text_of(&client, "who").await?;
+        // The keys whose current version got a Fout that says why.
+        within(60, "the keys in Fout", client.goto(&at("/sleutels?staat=fout&reden=CHOKED"))).await?;
+        let in_fout = text_of(&client, "sleutels").await?;
+        screenshot(&client, "sleutels").await;
         // The list, then the diverted request: its key, reason and body.
         within(60, "the dead letters", client.goto(&at("/letters"))).await?;
         let listed = text_of(&client, "letters").await?;
@@ -293,11 +299,13 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         let source = client.source().await?;
         // The edited key, looked up by the payroll office: its versions, what changed
         // since version 1, the Vraag explained.
-        within(60, "the key page", client.goto(&at("/sleutel"))).await?;
+        within(60, "the key search", client.goto(&at("/sleutels"))).await?;
         client.find(Locator::Css("input[name=dienstverband]")).await?.send_keys(&FIRST_ID.to_string()).await?;
-        client.find(Locator::Css("input[name=periode]")).await?.send_keys(&PERIODE_ID.to_string()).await?;
         client.find(Locator::Id("zoek-knop")).await?.click().await?;
+        let found = text_of(&client, "sleutels").await?;
+        client.find(Locator::LinkText(&format!("{FIRST_ID}/{PERIODE_ID}"))).await?.click().await?;
         let versies = text_of(&client, "versies").await?;
+        let sent = text_of(&client, "tijdlijn").await?;
         let changed = text_of(&client, "verschillen").await?;
         let explained = text_of(&client, "uitleg").await?;
         screenshot(&client, "sleutel").await;
@@ -321,14 +329,19 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
             source,
             bars,
             points,
-            (versies, changed, explained),
+            (in_fout, found, versies, sent, changed, explained),
         ))
     }
     .await;
     let _ = within(60, "the session closes", client.close()).await;
     let (who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points, sleutel) =
         checked.unwrap();
-    let (versies, changed, explained) = sleutel;
+    let (in_fout, found, versies, sent, changed, explained) = sleutel;
+    assert!(in_fout.contains(&format!("{bad}/{PERIODE_ID}")) && in_fout.contains("choked"), "{in_fout}");
+    assert_eq!(in_fout.lines().count(), 2, "only the key in Fout: {in_fout}");
+    assert_eq!(found.lines().count(), 2, "one key of that dienstverband: {found}");
+    assert!(found.contains(&format!("{FIRST_ID}/{PERIODE_ID}")), "{found}");
+    assert_eq!(sent.matches("opgeslagen").count(), 2, "both versions sent and stored: {sent}");
     assert!(versies.lines().count() >= 3, "the header and versions 2 and 1: {versies}");
     assert!(versies.lines().nth(1).unwrap().starts_with("2 "), "the newest first: {versies}");
     assert!(changed.contains("versie 1") && changed.contains("versie 2"), "what changed since version 1: {changed}");

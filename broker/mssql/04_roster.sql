@@ -544,5 +544,65 @@ BEGIN
 END;
 GO
 
+-- The keys a search picks, for the web page (`sbworker web`, /sleutels), as
+-- rekenserver.sleutels_zoek on PostgreSQL: in key order, after (@na_dv, @na_periode),
+-- at most @aantal, each with its CAO, roster version, stored result and export, and the
+-- Fout that answered its current version if no result of it was stored after. A NULL filter picks all (@staat: 'opgeslagen',
+-- 'wacht' or 'fout'; @reden: a text that Fout holds, by CHARINDEX under the column's
+-- collation). OPTION (RECOMPILE): each call is planned for its own filters, so a search
+-- by one dienstverband seeks pk_sleutel.
+CREATE OR ALTER PROCEDURE Rekenserver.sleutels_zoek
+    @dv int = NULL, @periode int = NULL, @cao varchar(10) = NULL, @staat varchar(12) = NULL,
+    @reden nvarchar(3000) = NULL, @na_dv int = NULL, @na_periode int = NULL, @aantal int = 50
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
+    WITH fouten AS (
+        SELECT l.dienstverband_id, l.periode_id, l.versie, l.foutmelding,
+               ROW_NUMBER() OVER (PARTITION BY l.dienstverband_id, l.periode_id
+                                  ORDER BY l.versie DESC, l.beantwoord_op DESC) AS n
+          FROM Rekenserver.berekening_log l
+         WHERE l.uitkomst = 'fout'
+    )
+    SELECT TOP (@aantal) s.dienstverband_id, s.periode_id, c.code AS cao, s.versie,
+           CONVERT(nvarchar(33), s.gewijzigd_op, 126) + N'Z' AS gewijzigd_op, r.versie AS opgeslagen_versie,
+           CONVERT(nvarchar(33), r.opgeslagen_op, 126) + N'Z' AS opgeslagen_op,
+           CAST(r.export_status AS int) AS export_status, f.foutmelding AS fout
+      FROM Rekenserver.sleutel s
+      LEFT JOIN Rooster.dienstverband dv ON dv.id = s.dienstverband_id
+      LEFT JOIN Rooster.cao c ON c.id = dv.cao_id
+      LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+      LEFT JOIN fouten f ON f.dienstverband_id = s.dienstverband_id AND f.periode_id = s.periode_id AND f.n = 1
+                        AND f.versie = s.versie AND ISNULL(r.versie, 0) < s.versie
+     WHERE (@dv IS NULL OR s.dienstverband_id = @dv)
+       AND (@periode IS NULL OR s.periode_id = @periode)
+       AND (@cao IS NULL OR c.code = @cao)
+       AND (@staat IS NULL
+            OR (@staat = 'opgeslagen' AND r.versie = s.versie)
+            OR (@staat = 'wacht' AND s.versie > ISNULL(r.versie, 0) AND f.foutmelding IS NULL)
+            OR (@staat = 'fout' AND f.foutmelding IS NOT NULL))
+       AND (@reden IS NULL OR CHARINDEX(@reden, f.foutmelding) > 0)
+       AND (@na_dv IS NULL OR s.dienstverband_id > @na_dv OR (s.dienstverband_id = @na_dv AND s.periode_id > @na_periode))
+     ORDER BY s.dienstverband_id, s.periode_id
+    OPTION (RECOMPILE);
+END;
+GO
+
+-- Every Vraag sent for a key that the calculation log still holds, oldest first, with
+-- its outcome (through ix_berekening_log_key).
+CREATE OR ALTER PROCEDURE Rekenserver.sleutel_tijdlijn @dv int, @periode int
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
+    SELECT l.versie, CONVERT(nvarchar(33), l.verzonden_op, 126) + N'Z' AS verzonden_op,
+           CONVERT(nvarchar(33), l.beantwoord_op, 126) + N'Z' AS beantwoord_op, l.uitkomst, l.foutmelding
+      FROM Rekenserver.berekening_log l
+     WHERE l.dienstverband_id = @dv AND l.periode_id = @periode
+     ORDER BY l.verzonden_op, l.versie;
+END;
+GO
+
 SET NOEXEC OFF;
 GO

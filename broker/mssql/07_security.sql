@@ -125,6 +125,10 @@ GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_begin TO sbworker_housekeepin
 GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_einde TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_payroll_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.sleutels_zoek TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.sleutels_zoek TO sbworker_payroll_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.sleutel_tijdlijn TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.sleutel_tijdlijn TO sbworker_payroll_role;
 GO
 SET NOEXEC OFF;
 GO
@@ -132,7 +136,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8ea32b5b877e397b';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b0890fdde8eee611';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+8ea32b5b877e397b';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b0890fdde8eee611';
 GO

@@ -465,6 +465,61 @@ BEGIN
      ORDER BY h.versie, h.id;
 END $$;
 
+-- The keys a search picks, for the web page (`sbworker web`, /sleutels): in key order,
+-- after (p_na_dv, p_na_periode), at most p_aantal, each with its CAO, its roster version,
+-- its stored result and export, and the Fout that answered its current version if no
+-- result of that version was stored after it (a replay, a sweep). A NULL
+-- filter picks all: p_dv, p_periode, p_cao (its code), p_staat ('opgeslagen': the
+-- result is of the current version; 'wacht': the roster is newer and no Fout answered
+-- it; 'fout': the current version was answered with a Fout), p_reden (a text that Fout
+-- holds, in any case). The keys are read by their primary key; the Fouts through the
+-- index of the sweep's retention (outcome, answered), so only Fout rows are read.
+CREATE OR REPLACE FUNCTION rekenserver.sleutels_zoek(p_dv int, p_periode int, p_cao text, p_staat text,
+    p_reden text, p_na_dv int, p_na_periode int, p_aantal int)
+RETURNS TABLE (dienstverband_id int, periode_id int, cao text, versie bigint, gewijzigd_op timestamptz,
+               opgeslagen_versie bigint, opgeslagen_op timestamptz, export_status int, fout text)
+LANGUAGE sql STABLE AS $$
+    WITH fouten AS (
+        SELECT DISTINCT ON (l.dienstverband_id, l.periode_id) l.dienstverband_id, l.periode_id, l.versie, l.foutmelding
+          FROM rekenserver.berekening_log l
+         WHERE l.uitkomst = 'fout'
+         ORDER BY l.dienstverband_id, l.periode_id, l.versie DESC, l.beantwoord_op DESC
+    )
+    SELECT s.dienstverband_id, s.periode_id, c.code, s.versie, s.gewijzigd_op, r.versie, r.opgeslagen_op,
+           r.export_status::int, f.foutmelding
+      FROM rekenserver.sleutel s
+      LEFT JOIN rooster.dienstverband dv ON dv.id = s.dienstverband_id
+      LEFT JOIN rooster.cao c ON c.id = dv.cao_id
+      LEFT JOIN rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+      LEFT JOIN fouten f ON f.dienstverband_id = s.dienstverband_id AND f.periode_id = s.periode_id
+                        AND f.versie = s.versie AND coalesce(r.versie, 0) < s.versie
+     WHERE (p_dv IS NULL OR s.dienstverband_id = p_dv)
+       AND (p_periode IS NULL OR s.periode_id = p_periode)
+       AND (p_cao IS NULL OR c.code = p_cao)
+       AND (p_staat IS NULL
+            OR (p_staat = 'opgeslagen' AND r.versie = s.versie)
+            OR (p_staat = 'wacht' AND s.versie > coalesce(r.versie, 0) AND f.foutmelding IS NULL)
+            OR (p_staat = 'fout' AND f.foutmelding IS NOT NULL))
+       AND (p_reden IS NULL OR strpos(lower(f.foutmelding), lower(p_reden)) > 0)
+       AND (p_na_dv IS NULL OR (s.dienstverband_id, s.periode_id) > (p_na_dv, p_na_periode))
+     ORDER BY s.dienstverband_id, s.periode_id
+     LIMIT p_aantal
+$$;
+
+-- Every Vraag sent for a key that the calculation log still holds (the sweep's
+-- retention keeps it bounded), oldest first, with its outcome. No index of the log leads
+-- with the key but the one of requests in flight: one on every row would cost each
+-- request sent and answered, for a page an operator opens now and then (the log is read
+-- whole for one key; docs/operations.md gives the time at size).
+CREATE OR REPLACE FUNCTION rekenserver.sleutel_tijdlijn(p_dv int, p_periode int)
+RETURNS TABLE (versie bigint, verzonden_op timestamptz, beantwoord_op timestamptz, uitkomst text, foutmelding text)
+LANGUAGE sql STABLE AS $$
+    SELECT l.versie, l.verzonden_op, l.beantwoord_op, l.uitkomst, l.foutmelding
+      FROM rekenserver.berekening_log l
+     WHERE l.dienstverband_id = p_dv AND l.periode_id = p_periode
+     ORDER BY l.verzonden_op, l.versie
+$$;
+
 -- TRUNCATE fires no DELETE trigger: a TRUNCATE of the duties or their blocks raises the
 -- version of every key known (in rekenserver.sleutel), to be sent by the sweep.
 CREATE OR REPLACE FUNCTION rooster.noteer_truncate() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -52,3 +52,12 @@ EXEC Rekenserver.herbereken @sleutels = @P1
 -- array of {"c", "w"}), rekenversie, geexporteerd_op.
 -- name: evidence
 EXEC Rekenserver.bewijs @dv = @P1, @periode = @P2
+
+-- The keys a search picks (the web page): @P1 dienstverband, @P2 periode, @P3 CAO code,
+-- @P4 state, @P5 a text in the Fout (each NULL: any), after key (@P6, @P7), at most @P8.
+-- name: key_search
+EXEC Rekenserver.sleutels_zoek @dv = @P1, @periode = @P2, @cao = @P3, @staat = @P4, @reden = @P5, @na_dv = @P6, @na_periode = @P7, @aantal = @P8
+
+-- Every Vraag sent for key (@P1 dienstverband, @P2 periode) the log holds, oldest first.
+-- name: key_timeline
+EXEC Rekenserver.sleutel_tijdlijn @dv = @P1, @periode = @P2

@@ -165,3 +165,17 @@ SELECT count(*) FROM gone;
 -- LIFETIME ended (the rest of the sweep is the roster side's); how many.
 -- name: expire_only
 SELECT rekenserver.verlopen_dialogen();
+
+-- The keys a search picks (the web page): $1 dienstverband, $2 periode, $3 CAO code,
+-- $4 state, $5 a text in the Fout (each NULL: any), after key ($6, $7), at most $8.
+-- name: key_search
+SELECT dienstverband_id, periode_id, cao, versie,
+       to_char(gewijzigd_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), opgeslagen_versie,
+       to_char(opgeslagen_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), export_status, fout
+  FROM rekenserver.sleutels_zoek($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- Every Vraag sent for key ($1 dienstverband, $2 periode) the log holds, oldest first.
+-- name: key_timeline
+SELECT versie, to_char(verzonden_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+       to_char(beantwoord_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), uitkomst, foutmelding
+  FROM rekenserver.sleutel_tijdlijn($1, $2);

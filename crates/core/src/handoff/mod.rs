@@ -3,7 +3,8 @@
 //! once: at-most-once; mode lease: at-least-once with confirmation), and [`sweep`]
 //! sends the keys whose roster is newer than their result, under a lock, a fuse and a
 //! run log with retention, and [`recompute`] computes chosen keys again after a change no
-//! roster edit makes, and [`evidence`] explains a stored result from what it kept.
+//! roster edit makes, and [`evidence`] explains a stored result from what it kept;
+//! [`keys`] finds keys and reads a key's calculation log for the web page.
 //!
 //! The commands reach a back end through one seam, [`Backend`]: [`postgres`] implements
 //! it for a PostgreSQL client (`broker/postgres/statements/handoff.sql`), [`mssql`] for a
@@ -15,6 +16,7 @@
 
 pub mod evidence;
 pub mod export;
+pub mod keys;
 pub mod mssql;
 pub mod postgres;
 pub mod recompute;
@@ -49,6 +51,15 @@ pub trait Backend: recompute::Backend<Error = BrokerError> {
     async fn expire_only(&mut self) -> Result<i64, BrokerError>;
     /// A key's stored versions with their evidence, oldest first.
     async fn versions(&mut self, dv: i32, periode: i32) -> Result<Vec<evidence::Version>, BrokerError>;
+    /// The keys `search` picks, in key order, after the key `after`, at most `limit`.
+    async fn search_keys(
+        &mut self,
+        search: &keys::KeySearch,
+        after: Option<(i32, i32)>,
+        limit: i32,
+    ) -> Result<Vec<keys::KeyRow>, BrokerError>;
+    /// Every Vraag sent for a key that the calculation log still holds, oldest first.
+    async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<keys::Sent>, BrokerError>;
 }
 
 impl Backend for Database {
@@ -72,6 +83,17 @@ impl Backend for Database {
     }
     async fn versions(&mut self, dv: i32, periode: i32) -> Result<Vec<evidence::Version>, BrokerError> {
         on_database!(self, b => b.versions(dv, periode).await)
+    }
+    async fn search_keys(
+        &mut self,
+        search: &keys::KeySearch,
+        after: Option<(i32, i32)>,
+        limit: i32,
+    ) -> Result<Vec<keys::KeyRow>, BrokerError> {
+        on_database!(self, b => b.search_keys(search, after, limit).await)
+    }
+    async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<keys::Sent>, BrokerError> {
+        on_database!(self, b => b.timeline(dv, periode).await)
     }
 }
 

@@ -11,6 +11,7 @@ use tiberius::Row as TdsRow;
 use uuid::Uuid;
 
 use super::export::{Batch, Mode, Row};
+use super::keys::{KeyRow, KeySearch, Sent};
 use super::sweep::{Options, Outcome};
 use crate::broker::BrokerError;
 use crate::broker::mssql::{Tds, error_of};
@@ -303,4 +304,66 @@ impl super::Backend for Tds {
     async fn versions(&mut self, dv: i32, periode: i32) -> Result<Vec<super::evidence::Version>, BrokerError> {
         versions(self, dv, periode).await
     }
+
+    async fn search_keys(
+        &mut self,
+        k: &KeySearch,
+        after: Option<(i32, i32)>,
+        limit: i32,
+    ) -> Result<Vec<KeyRow>, BrokerError> {
+        let (na_dv, na_periode) = (after.map(|a| a.0), after.map(|a| a.1));
+        let (cao, staat, reden) = (k.cao.as_deref(), k.staat.map(|s| s.word()), k.reden.as_deref());
+        let rows = self
+            .query(
+                stmt::KEY_SEARCH.sql,
+                &[&k.dienstverband, &k.periode, &cao, &staat, &reden, &na_dv, &na_periode, &limit],
+            )
+            .await
+            .map_err(error_of)?
+            .into_first_result()
+            .await
+            .map_err(error_of)?;
+        let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
+        rows.iter()
+            .map(|r| {
+                Ok(KeyRow {
+                    dienstverband: r.get::<i32, _>(0).ok_or_else(|| missing("dienstverband_id"))?,
+                    periode: r.get::<i32, _>(1).ok_or_else(|| missing("periode_id"))?,
+                    cao: text(r, 2),
+                    versie: r.get::<i64, _>(3).ok_or_else(|| missing("versie"))?,
+                    gewijzigd_op: text(r, 4).unwrap_or_default(),
+                    opgeslagen_versie: r.get::<i64, _>(5),
+                    opgeslagen_op: text(r, 6),
+                    export_status: r.get::<i32, _>(7),
+                    fout: text(r, 8),
+                })
+            })
+            .collect()
+    }
+
+    async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<Sent>, BrokerError> {
+        let rows = self
+            .query(stmt::KEY_TIMELINE.sql, &[&dv, &periode])
+            .await
+            .map_err(error_of)?
+            .into_first_result()
+            .await
+            .map_err(error_of)?;
+        let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
+        rows.iter()
+            .map(|r| {
+                Ok(Sent {
+                    versie: r.get::<i64, _>(0).ok_or_else(|| missing("versie"))?,
+                    verzonden_op: text(r, 1).unwrap_or_default(),
+                    beantwoord_op: text(r, 2),
+                    uitkomst: text(r, 3),
+                    foutmelding: text(r, 4),
+                })
+            })
+            .collect()
+    }
+}
+
+fn missing(col: &str) -> BrokerError {
+    BrokerError { kind: crate::broker::ErrorKind::Other, number: 0, message: format!("a key without {col}") }
 }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::evidence::{self, Version};
 use super::export::{self, Batch, Mode};
+use super::keys::{KeyRow, KeySearch, Sent};
 use super::recompute::{Backend as RecomputeBackend, Selection};
 use super::{stmt, sweep};
 use crate::broker::BrokerError;
@@ -54,6 +55,51 @@ impl super::Backend for Client {
 
     async fn versions(&mut self, dv: i32, periode: i32) -> Result<Vec<Version>, BrokerError> {
         evidence::versions(self, dv, periode).await.map_err(error_of)
+    }
+
+    async fn search_keys(
+        &mut self,
+        k: &KeySearch,
+        after: Option<(i32, i32)>,
+        limit: i32,
+    ) -> Result<Vec<KeyRow>, BrokerError> {
+        let (na_dv, na_periode) = (after.map(|a| a.0), after.map(|a| a.1));
+        let staat = k.staat.map(|s| s.word());
+        let rows = self
+            .query(
+                stmt::KEY_SEARCH.sql,
+                &[&k.dienstverband, &k.periode, &k.cao, &staat, &k.reden, &na_dv, &na_periode, &limit],
+            )
+            .await
+            .map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| KeyRow {
+                dienstverband: r.get(0),
+                periode: r.get(1),
+                cao: r.get(2),
+                versie: r.get(3),
+                gewijzigd_op: r.get(4),
+                opgeslagen_versie: r.get(5),
+                opgeslagen_op: r.get(6),
+                export_status: r.get(7),
+                fout: r.get(8),
+            })
+            .collect())
+    }
+
+    async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<Sent>, BrokerError> {
+        let rows = self.query(stmt::KEY_TIMELINE.sql, &[&dv, &periode]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| Sent {
+                versie: r.get(0),
+                verzonden_op: r.get(1),
+                beantwoord_op: r.get(2),
+                uitkomst: r.get(3),
+                foutmelding: r.get(4),
+            })
+            .collect())
     }
 }
 

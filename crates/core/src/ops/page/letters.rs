@@ -90,7 +90,7 @@ impl Filter {
 }
 
 /// A value for a query string: every byte but the unreserved ones as `%XX`.
-fn url_text(v: &str) -> String {
+pub(super) fn url_text(v: &str) -> String {
     v.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {

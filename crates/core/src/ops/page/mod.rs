@@ -164,6 +164,7 @@ pub fn router(site: Arc<Site>) -> Router {
         .route("/letters/{id}", get(letters::show))
         .route("/letters/{id}/replay", post(letters::replay_one))
         .route("/actions", get(letters::actions))
+        .route("/sleutels", get(sleutel::search))
         .route("/sleutel", get(sleutel::page))
         .route("/signin", get(signin::form).post(signin::sign_in))
         .route("/signout", post(signin::sign_out))
@@ -209,7 +210,7 @@ fn frame(site: &Site, who: Option<&Signed>, title: &str, refresh: Option<u32>, b
     format!(
         "<!doctype html><html lang=\"nl\"><head><meta charset=\"utf-8\">{refresh}<title>sbworker: {}</title>\
          <style>{STYLE}</style></head><body><nav><a href=\"/\">Overzicht</a> <a href=\"/letters\">Dead letters</a> \
-         <a href=\"/sleutel\">Sleutels</a> <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
+         <a href=\"/sleutels\">Sleutels</a> <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
         escape(title),
         escape(title)
     )

@@ -1,6 +1,8 @@
-//! A key on the web page, for the payroll office, in its words (`/sleutel`): a
-//! dienstverband and periode looked up, its stored versions (when each was stored and
-//! exported, what computed it), and one version explained as `sbworker explain`
+//! Keys on the web page, for the payroll office, in its words. `/sleutels` searches them
+//! (by dienstverband, periode, CAO, state, a text in the Fout), paged on the server by
+//! key. `/sleutel` shows one: every Vraag sent for it with its outcome (the calculation
+//! log), its stored versions (when each was stored and exported, what computed it), and
+//! one version explained as `sbworker explain`
 //! explains it: its factors, what changed against the version stored before it, the
 //! drift warning when today's engine or rate tables compute something else for the kept
 //! Vraag, and the engine's explanation of that Vraag. Read from the roster side's
@@ -16,6 +18,177 @@ use axum::response::Response;
 use super::{ASK_LIMIT, Site, escape, frame, html, problem};
 use crate::handoff::Backend as _;
 use crate::handoff::evidence::{self, Difference, Version};
+use crate::handoff::keys::{KeyRow, KeySearch, Sent, Staat};
+
+/// Keys per page.
+pub const PAGE: i32 = 50;
+
+/// The search form's fields (an empty one: any), and the page's cursor (the last key
+/// shown).
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct Search {
+    #[serde(default)]
+    dienstverband: String,
+    #[serde(default)]
+    periode: String,
+    #[serde(default)]
+    cao: String,
+    #[serde(default)]
+    staat: String,
+    #[serde(default)]
+    reden: String,
+    #[serde(default)]
+    na_dv: Option<i32>,
+    #[serde(default)]
+    na_periode: Option<i32>,
+}
+
+impl Search {
+    /// The search, or what is wrong with a field.
+    fn read(&self) -> Result<KeySearch, String> {
+        let number = |v: &str, name: &str| -> Result<Option<i32>, String> {
+            let v = v.trim();
+            if v.is_empty() {
+                return Ok(None);
+            }
+            v.parse().map(Some).map_err(|_| format!("{name} is a number: not {v:?}"))
+        };
+        let text = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+        let staat = match self.staat.trim() {
+            "" => None,
+            w => Some(Staat::from_word(w).ok_or_else(|| format!("no state {w:?}"))?),
+        };
+        Ok(KeySearch {
+            dienstverband: number(&self.dienstverband, "dienstverband")?,
+            periode: number(&self.periode, "periode")?,
+            cao: text(&self.cao),
+            staat,
+            reden: text(&self.reden),
+        })
+    }
+
+    /// The search as a query string (without the cursor), HTML-escaped.
+    fn query(&self) -> String {
+        let pairs = [
+            ("dienstverband", &self.dienstverband),
+            ("periode", &self.periode),
+            ("cao", &self.cao),
+            ("staat", &self.staat),
+            ("reden", &self.reden),
+        ];
+        let q: Vec<String> = pairs
+            .iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, v)| format!("{k}={}", super::letters::url_text(v.trim())))
+            .collect();
+        escape(&q.join("&"))
+    }
+}
+
+fn export_word(status: Option<i32>) -> &'static str {
+    match status {
+        Some(0) => "wacht op export",
+        Some(1) => "geclaimd",
+        Some(2) => "geëxporteerd",
+        _ => "-",
+    }
+}
+
+/// `GET /sleutels`: the search form and one page of the keys it picks.
+pub(super) async fn search(State(site): State<Arc<Site>>, headers: HeaderMap, Query(q): Query<Search>) -> Response {
+    let who = match super::letters::reader(&site, &headers, "sleutels") {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let selected = |w: &str| if q.staat.trim() == w { " selected" } else { "" };
+    let mut o = format!(
+        "<form method=\"get\" action=\"/sleutels\" id=\"zoek\">\
+         <label>dienstverband <input name=\"dienstverband\" inputmode=\"numeric\" value=\"{}\"></label> \
+         <label>periode <input name=\"periode\" inputmode=\"numeric\" value=\"{}\"></label> \
+         <label>CAO <input name=\"cao\" value=\"{}\"></label> \
+         <label>staat <select name=\"staat\"><option value=\"\">alle</option>\
+         <option value=\"opgeslagen\"{}>opgeslagen</option><option value=\"wacht\"{}>wacht</option>\
+         <option value=\"fout\"{}>fout</option></select></label> \
+         <label>Fout bevat <input name=\"reden\" value=\"{}\"></label> \
+         <button id=\"zoek-knop\">zoek</button></form>",
+        escape(q.dienstverband.trim()),
+        escape(q.periode.trim()),
+        escape(q.cao.trim()),
+        selected("opgeslagen"),
+        selected("wacht"),
+        selected("fout"),
+        escape(q.reden.trim()),
+    );
+    let k = match q.read() {
+        Ok(k) => k,
+        Err(why) => return problem(&site, who.as_deref(), StatusCode::BAD_REQUEST, "sleutels", &why),
+    };
+    let after = q.na_dv.zip(q.na_periode);
+    let asked = site.ask(
+        who.as_deref(),
+        ASK_LIMIT,
+        Box::new(move |db| Box::pin(async move { db.search_keys(&k, after, PAGE + 1).await })),
+    );
+    let mut rows: Vec<KeyRow> = match asked.await {
+        Ok(r) => r,
+        Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "sleutels", &why),
+    };
+    let more = rows.len() > PAGE as usize;
+    rows.truncate(PAGE as usize);
+    o.push_str(
+        "<table id=\"sleutels\"><tr><th>dienstverband/periode</th><th>CAO</th><th>roosterversie</th><th>gewijzigd op</th>\
+         <th>opgeslagen versie</th><th>opgeslagen op</th><th>export</th><th>Fout</th></tr>",
+    );
+    for r in &rows {
+        let _ = write!(
+            o,
+            "<tr><td><a href=\"/sleutel?dienstverband={dv}&amp;periode={p}\">{dv}/{p}</a></td><td>{}</td>\
+             <td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"bad\">{}</td></tr>",
+            escape(r.cao.as_deref().unwrap_or("-")),
+            r.versie,
+            escape(&r.gewijzigd_op),
+            r.opgeslagen_versie.map_or("-".into(), |v| v.to_string()),
+            escape(r.opgeslagen_op.as_deref().unwrap_or("-")),
+            export_word(r.export_status),
+            escape(r.fout.as_deref().unwrap_or("")),
+            dv = r.dienstverband,
+            p = r.periode,
+        );
+    }
+    o.push_str("</table>");
+    if rows.is_empty() {
+        o.push_str("<p id=\"geen\">No key found.</p>");
+    }
+    if more && let Some(last) = rows.last() {
+        let q = q.query();
+        let amp = if q.is_empty() { "" } else { "&amp;" };
+        let _ = write!(
+            o,
+            "<p><a id=\"volgende\" href=\"/sleutels?na_dv={}&amp;na_periode={}{amp}{q}\">volgende →</a></p>",
+            last.dienstverband, last.periode
+        );
+    }
+    html(StatusCode::OK, frame(&site, who.as_deref(), "sleutels", None, &o))
+}
+
+fn timeline(o: &mut String, sent: &[Sent]) {
+    o.push_str(
+        "<h3>Tijdlijn: elke Vraag verstuurd</h3><table id=\"tijdlijn\"><tr><th>versie</th><th>verstuurd op</th>\
+         <th>beantwoord op</th><th>uitkomst</th><th>Fout</th></tr>",
+    );
+    for v in sent {
+        let _ = write!(
+            o,
+            "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            v.versie,
+            escape(&v.verzonden_op),
+            escape(v.beantwoord_op.as_deref().unwrap_or("-")),
+            escape(v.uitkomst.as_deref().unwrap_or("onderweg")),
+            escape(v.foutmelding.as_deref().unwrap_or("")),
+        );
+    }
+    o.push_str("</table>");
+}
 
 /// The form's fields: the key, and the version to explain (the latest when absent).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -64,8 +237,20 @@ pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
         o.push_str("<p>Give a dienstverband and a periode to see the key's stored versions, explained.</p>");
         return html(StatusCode::OK, frame(&site, who.as_deref(), "sleutel", None, &o));
     };
-    let asked = site.ask(who.as_deref(), ASK_LIMIT, Box::new(move |db| Box::pin(db.versions(dv, periode)))).await;
-    let versions: Vec<Version> = match asked {
+    let asked = site
+        .ask(
+            who.as_deref(),
+            ASK_LIMIT,
+            Box::new(move |db| {
+                Box::pin(async move {
+                    let versions = db.versions(dv, periode).await?;
+                    let sent = db.timeline(dv, periode).await?;
+                    Ok((versions, sent))
+                })
+            }),
+        )
+        .await;
+    let (versions, sent): (Vec<Version>, Vec<Sent>) = match asked {
         Ok(v) => v,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "sleutel", &why),
     };
@@ -75,6 +260,9 @@ pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
             "<p id=\"geen\">No stored version of dienstverband {dv}, periode {periode} (no such key, or no result \
              stored yet).</p>"
         );
+        if !sent.is_empty() {
+            timeline(&mut o, &sent);
+        }
         return html(StatusCode::NOT_FOUND, frame(&site, who.as_deref(), "sleutel", None, &o));
     }
     let e = match evidence::explain(&versions, k.versie, &site.tables) {
@@ -99,6 +287,7 @@ pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
         );
     }
     o.push_str("</table>");
+    timeline(&mut o, &sent);
     let _ = write!(o, "<h2 id=\"versie\">Versie {}</h2>", e.version.versie);
     match &e.version.rekenversie {
         Some(r) if *r == e.rekenversie_now => {

@@ -488,6 +488,76 @@ pub(super) async fn call(
             let n: i32 = s.client().query_one(handoff::RECOMPUTE_BATCH.sql, &[&dvs, &ps]).await.map_err(pg)?.get(0);
             Ok(result_set(t, &[("verzonden", ColType::Int)], &[vec![Sql::Int(n)]]))
         }
+        // The web page's keys (04_roster.sql): the PostgreSQL functions.
+        "rekenserver.sleutels_zoek" => {
+            let mut given = |n: &str| arg(n).unwrap_or(Sql::Null);
+            let int = |v: Sql, n: &str| match v {
+                Sql::Null => Ok(None),
+                v => int32(v, n).map(Some),
+            };
+            let dv = int(given("@dv"), "@dv")?;
+            let periode = int(given("@periode"), "@periode")?;
+            let cao = optional_text(given("@cao"))?;
+            let staat = optional_text(given("@staat"))?;
+            let reden = optional_text(given("@reden"))?;
+            let na_dv = int(given("@na_dv"), "@na_dv")?;
+            let na_periode = int(given("@na_periode"), "@na_periode")?;
+            let aantal = int(given("@aantal"), "@aantal")?.unwrap_or(50);
+            let rows = s
+                .client()
+                .query(handoff::KEY_SEARCH.sql, &[&dv, &periode, &cao, &staat, &reden, &na_dv, &na_periode, &aantal])
+                .await
+                .map_err(pg)?;
+            let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        Sql::Int(r.get(0)),
+                        Sql::Int(r.get(1)),
+                        text(r.get(2)),
+                        Sql::BigInt(r.get(3)),
+                        Sql::NVarChar(r.get(4)),
+                        r.get::<_, Option<i64>>(5).map_or(Sql::Null, Sql::BigInt),
+                        text(r.get(6)),
+                        r.get::<_, Option<i32>>(7).map_or(Sql::Null, Sql::Int),
+                        text(r.get(8)),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("dienstverband_id", ColType::Int),
+                ("periode_id", ColType::Int),
+                ("cao", ColType::NVarChar),
+                ("versie", ColType::BigInt),
+                ("gewijzigd_op", ColType::NVarChar),
+                ("opgeslagen_versie", ColType::BigInt),
+                ("opgeslagen_op", ColType::NVarChar),
+                ("export_status", ColType::Int),
+                ("fout", ColType::NVarCharMax),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
+        "rekenserver.sleutel_tijdlijn" => {
+            let dv = int32(arg("@dv")?, "@dv")?;
+            let periode = int32(arg("@periode")?, "@periode")?;
+            let rows = s.client().query(handoff::KEY_TIMELINE.sql, &[&dv, &periode]).await.map_err(pg)?;
+            let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    vec![Sql::BigInt(r.get(0)), Sql::NVarChar(r.get(1)), text(r.get(2)), text(r.get(3)), text(r.get(4))]
+                })
+                .collect();
+            let cols = [
+                ("versie", ColType::BigInt),
+                ("verzonden_op", ColType::NVarChar),
+                ("beantwoord_op", ColType::NVarChar),
+                ("uitkomst", ColType::NVarChar),
+                ("foutmelding", ColType::NVarCharMax),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
         "rekenserver.bewijs" => {
             let dv = int32(arg("@dv")?, "@dv")?;
             let periode = int32(arg("@periode")?, "@periode")?;
