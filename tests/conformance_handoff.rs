@@ -6,7 +6,8 @@
 //! behind them: the T-SQL bodies are checked by the script tests and the doc review).
 //! Scenarios: a once claim rolled back marks nothing and committed is never given again;
 //! a lease confirmed once; a sweep skipped while another holds its lock, and one stopped
-//! by its fuse; a recompute's dry run and a named key; every stored version explained; a
+//! by its fuse; a recompute's dry run and a named key; a recompute's progress, the runs,
+//! the keys searched and a key's log (the web page's); every stored version explained; a
 //! dead letter listed, shown, replayed once and purged; the side and the status; the
 //! roster side's commands refusing the calculation side.
 
@@ -197,6 +198,103 @@ async fn a_recompute_counts_in_a_dry_run_and_sends_a_named_key(kind: Kind) {
     assert_eq!(w.count("SELECT count(*) FROM rekenserver.run_log WHERE stap = 'herberekening' AND eind IS NOT NULL AND fout IS NULL").await, 1);
 }
 
+/// The recompute's back end, watched: before each batch after the first, the run's row
+/// (read with a plain client) shows the progress so far, with no end yet.
+struct Watched<'w> {
+    db: Database,
+    c: &'w Client,
+    run: Option<i64>,
+    seen: Vec<(Option<i32>, Option<i32>, bool)>,
+}
+
+impl recompute::Backend for Watched<'_> {
+    type Error = sbworker::broker::BrokerError;
+    async fn begin(&mut self) -> Result<Option<i64>, Self::Error> {
+        self.run = recompute::Backend::begin(&mut self.db).await?;
+        Ok(self.run)
+    }
+    async fn progress(&mut self, run: i64, keys: i64, sent: i64) -> Result<(), Self::Error> {
+        self.db.progress(run, keys, sent).await
+    }
+    async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error> {
+        self.db.end(run, keys, sent, text).await
+    }
+    async fn page(
+        &mut self,
+        sel: &Selection,
+        after: Option<(i32, i32)>,
+        n: i64,
+    ) -> Result<Vec<(i32, i32)>, Self::Error> {
+        self.db.page(sel, after, n).await
+    }
+    async fn batch(&mut self, keys: &[(i32, i32)]) -> Result<i64, Self::Error> {
+        let row = self
+            .c
+            .query_one(
+                "SELECT kandidaten, verzonden, eind IS NULL FROM rekenserver.run_log WHERE id = $1",
+                &[&self.run],
+            )
+            .await
+            .unwrap();
+        self.seen.push((row.get(0), row.get(1), row.get(2)));
+        recompute::Backend::batch(&mut self.db, keys).await
+    }
+    fn transient(&self, e: &Self::Error) -> bool {
+        self.db.transient(e)
+    }
+    fn message(e: &Self::Error) -> String {
+        Database::message(e)
+    }
+}
+
+/// What the web page reads of the hand-off: a recompute's progress on its run row while
+/// it runs, the runs newest first, the keys searched and paged (by dienstverband, by
+/// state), and a key's calculation log.
+async fn a_recompute_shows_its_progress_and_the_keys_are_searched_paged_and_timed(kind: Kind) {
+    use sbworker::handoff::keys::{KeySearch, Staat};
+    let w = World::new(kind).await;
+    let keys = w.bulk_import(5).await;
+    let mut watched = Watched { db: w.db().await, c: &w.c, run: None, seen: Vec::new() };
+    let all = Selection { periodes: vec![P], ..Selection::default() };
+    let ran =
+        recompute::run(&mut watched, &all, recompute::Options { batch: 2, fuse: 1000, dry_run: false }, |_, _| {})
+            .await
+            .unwrap();
+    assert!(matches!(ran, recompute::Outcome::Ran { batches: 3, .. }), "{ran:?}");
+    assert_eq!(
+        watched.seen,
+        [(None, None, true), (Some(2), Some(2), true), (Some(4), Some(4), true)],
+        "the progress of the batches before, on a row not ended yet"
+    );
+    let mut db = w.db().await;
+    let runs = db.runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!((runs[0].stap.as_str(), runs[0].kandidaten, runs[0].eind.is_some()), ("herberekening", Some(5), true));
+    assert!(db.export_batches(10).await.unwrap().is_empty(), "nothing exported");
+
+    // Every key, paged by two; then one dienstverband; then by state.
+    let every = KeySearch::default();
+    let first = db.search_keys(&every, None, 2).await.unwrap();
+    let last = first.last().map(|k| (k.dienstverband, k.periode));
+    let second = db.search_keys(&every, last, 10).await.unwrap();
+    assert_eq!(first.len() + second.len(), keys as usize);
+    assert!(second.iter().all(|k| (k.dienstverband, k.periode) > last.unwrap()), "after the cursor");
+    let one = &first[0];
+    assert!(one.cao.is_some() && one.opgeslagen_versie.is_none() && one.fout.is_none(), "{one:?}");
+    let by_dv = KeySearch { dienstverband: Some(one.dienstverband), ..KeySearch::default() };
+    assert_eq!(db.search_keys(&by_dv, None, 10).await.unwrap().len(), 1);
+    let waiting = KeySearch { staat: Some(Staat::Wacht), ..KeySearch::default() };
+    assert_eq!(db.search_keys(&waiting, None, 10).await.unwrap().len(), keys as usize, "none stored");
+    let stored = KeySearch { staat: Some(Staat::Opgeslagen), ..KeySearch::default() };
+    assert!(db.search_keys(&stored, None, 10).await.unwrap().is_empty());
+    let cao = KeySearch { cao: Some("no-such-cao".into()), ..KeySearch::default() };
+    assert!(db.search_keys(&cao, None, 10).await.unwrap().is_empty());
+    // The key's log: its recompute's Vraag, in flight.
+    let sent = db.timeline(one.dienstverband, one.periode).await.unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!((sent[0].versie, sent[0].uitkomst.as_deref()), (one.versie, None));
+}
+
 async fn every_stored_version_is_read_back_with_its_factors(kind: Kind) {
     let w = World::new(kind).await;
     assert_eq!(store_version(&w.c, (7, P), 1, "8", "10.00").await, "opgeslagen");
@@ -309,6 +407,7 @@ async fn the_roster_commands_refuse_the_calculation_side(kind: Kind) {
 }
 
 on_every_back_end!(
+    a_recompute_shows_its_progress_and_the_keys_are_searched_paged_and_timed,
     a_once_claim_rolled_back_marks_nothing_and_committed_is_never_given_again,
     a_lease_is_confirmed_once_and_an_unknown_batch_confirms_nothing,
     a_sweep_is_skipped_while_another_holds_its_lock_and_stopped_by_its_fuse,

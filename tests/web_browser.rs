@@ -132,6 +132,7 @@ async fn the_overview_loads_in_chromium(kind: Kind) {
             ("actions", "actions"),
             ("sleutel?dienstverband=1&periode=1", "geen"),
             ("sleutels?staat=fout&cao=X", "geen"),
+            ("runs", "exports"),
         ];
         for (path, id) in pages {
             within(60, "a page opens", client.goto(&format!("{page}{path}"))).await?;
@@ -309,6 +310,12 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         let changed = text_of(&client, "verschillen").await?;
         let explained = text_of(&client, "uitleg").await?;
         screenshot(&client, "sleutel").await;
+        // The runs: a recompute running (its row planted, as one mid-way leaves it).
+        let planted = "INSERT INTO rekenserver.run_log (stap, kandidaten, verzonden) VALUES ('herberekening', 7, 5)";
+        c.execute(planted, &[]).await.unwrap();
+        within(60, "the runs", client.goto(&at("/runs"))).await?;
+        let runs = text_of(&client, "runs").await?;
+        screenshot(&client, "runs").await;
         // The overview's plots, with the hour's answers in them.
         within(60, "the overview", client.goto(&at("/"))).await?;
         let bars = client.find_all(Locator::Css("#plot-throughput rect.bar")).await?.len();
@@ -330,12 +337,30 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
             bars,
             points,
             (in_fout, found, versies, sent, changed, explained),
+            runs,
         ))
     }
     .await;
     let _ = within(60, "the session closes", client.close()).await;
-    let (who, listed, key, reason, body, replayed, forged, counted, asked, purged, log, source, bars, points, sleutel) =
-        checked.unwrap();
+    let (
+        who,
+        listed,
+        key,
+        reason,
+        body,
+        replayed,
+        forged,
+        counted,
+        asked,
+        purged,
+        log,
+        source,
+        bars,
+        points,
+        sleutel,
+        runs,
+    ) = checked.unwrap();
+    assert!(runs.contains("loopt: 7 keys, 5 Vraags so far"), "{runs}");
     let (in_fout, found, versies, sent, changed, explained) = sleutel;
     assert!(in_fout.contains(&format!("{bad}/{PERIODE_ID}")) && in_fout.contains("choked"), "{in_fout}");
     assert_eq!(in_fout.lines().count(), 2, "only the key in Fout: {in_fout}");

@@ -552,5 +552,49 @@ BEGIN
 END;
 GO
 
+-- A recompute's progress on its run-log row (`sbworker recompute`, after every batch):
+-- the keys recomputed and the Vraags sent so far, for the web page's runs.
+CREATE OR ALTER PROCEDURE Rekenserver.herberekening_voortgang @run bigint, @kandidaten int, @verzonden int
+AS
+BEGIN
+    SET NOCOUNT ON;
+    UPDATE Rekenserver.run_log SET kandidaten = @kandidaten, verzonden = @verzonden WHERE id = @run;
+END;
+GO
+
+-- The newest runs of the run log (a sweep's run row, a recompute's row; their steps left
+-- out), at most @limit, as rekenserver.runs on PostgreSQL: a recompute still running has
+-- no end yet, and its counts are its progress.
+CREATE OR ALTER PROCEDURE Rekenserver.runs @limit int = 20
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
+    SELECT TOP (@limit) r.id, CAST(r.stap AS nvarchar(40)) AS stap,
+           CONVERT(nvarchar(33), r.start, 126) + N'Z' AS start, CONVERT(nvarchar(33), r.eind, 126) + N'Z' AS eind,
+           r.ms, r.kandidaten, r.verzonden, r.verwijderd, r.fout
+      FROM Rekenserver.run_log r
+     WHERE r.run_id IS NULL
+     ORDER BY r.id DESC;
+END;
+GO
+
+-- The newest export batches the stored results were last claimed in, at most @limit:
+-- the period, when claimed, how many results, how many confirmed.
+CREATE OR ALTER PROCEDURE Rekenserver.export_batches @limit int = 20
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
+    SELECT TOP (@limit) r.export_batch, MIN(r.periode_id) AS periode_id,
+           CONVERT(nvarchar(33), MAX(r.geclaimd_op), 126) + N'Z' AS claimed_at, COUNT_BIG(*) AS results,
+           COUNT_BIG(CASE WHEN r.export_status = 2 THEN 1 END) AS confirmed
+      FROM Rekenserver.resultaat r
+     WHERE r.export_batch IS NOT NULL
+     GROUP BY r.export_batch
+     ORDER BY MAX(r.geclaimd_op) DESC;
+END;
+GO
+
 SET NOEXEC OFF;
 GO

@@ -123,6 +123,10 @@ GRANT EXECUTE ON OBJECT::Rekenserver.herbereken_sleutels TO sbworker_housekeepin
 GRANT EXECUTE ON OBJECT::Rekenserver.herbereken TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_begin TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_einde TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.herberekening_voortgang TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.runs TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.export_batches TO sbworker_housekeeping_role;
+GRANT EXECUTE ON OBJECT::Rekenserver.export_batches TO sbworker_payroll_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_housekeeping_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.bewijs TO sbworker_payroll_role;
 GRANT EXECUTE ON OBJECT::Rekenserver.sleutels_zoek TO sbworker_housekeeping_role;
@@ -136,7 +140,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b0890fdde8eee611';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+be09aae88feae246';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+b0890fdde8eee611';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+be09aae88feae246';
 GO

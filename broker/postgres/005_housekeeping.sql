@@ -197,4 +197,31 @@ BEGIN
     DELETE FROM sbworker.answered_version WHERE dienstverband_id = -1000001;
 END $$;
 
+-- The newest runs of the run log (a sweep's run row, a recompute's row; their steps
+-- left out), at most p_limit, for the web page's runs. A recompute still running has no
+-- end yet, and its counts are its progress (written after every batch).
+CREATE OR REPLACE FUNCTION rekenserver.runs(p_limit int)
+RETURNS TABLE (id bigint, stap text, start timestamptz, eind timestamptz, ms int, kandidaten int, verzonden int,
+               verwijderd int, fout text)
+LANGUAGE sql STABLE AS $$
+    SELECT r.id, r.stap, r.start, r.eind, r.ms, r.kandidaten, r.verzonden, r.verwijderd, r.fout
+      FROM rekenserver.run_log r
+     WHERE r.run_id IS NULL
+     ORDER BY r.id DESC
+     LIMIT p_limit
+$$;
+
+-- The newest export batches the stored results were last claimed in (sbworker export),
+-- at most p_limit: the period, when claimed, how many results, how many confirmed.
+CREATE OR REPLACE FUNCTION rekenserver.export_batches(p_limit int)
+RETURNS TABLE (export_batch uuid, periode_id int, claimed_at timestamptz, results bigint, confirmed bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT r.export_batch, min(r.periode_id), max(r.geclaimd_op), count(*), count(*) FILTER (WHERE r.export_status = 2)
+      FROM rekenserver.resultaat r
+     WHERE r.export_batch IS NOT NULL
+     GROUP BY r.export_batch
+     ORDER BY max(r.geclaimd_op) DESC
+     LIMIT p_limit
+$$;
+
 INSERT INTO sb.migration (version) VALUES (5) ON CONFLICT DO NOTHING;

@@ -34,6 +34,10 @@ EXEC Rekenserver.sweep @fuse = @P1, @batch = @P2, @retention_days = @P3, @delete
 -- name: recompute_begin
 EXEC Rekenserver.herberekening_begin
 
+-- A running recompute's progress: @P1 run id, @P2 keys, @P3 sent so far.
+-- name: recompute_progress
+EXEC Rekenserver.herberekening_voortgang @run = @P1, @kandidaten = @P2, @verzonden = @P3
+
 -- @P1 run id, @P2 keys, @P3 sent, @P4 error or warning text.
 -- name: recompute_end
 EXEC Rekenserver.herberekening_einde @run = @P1, @kandidaten = @P2, @verzonden = @P3, @fout = @P4
@@ -61,3 +65,11 @@ EXEC Rekenserver.sleutels_zoek @dv = @P1, @periode = @P2, @cao = @P3, @staat = @
 -- Every Vraag sent for key (@P1 dienstverband, @P2 periode) the log holds, oldest first.
 -- name: key_timeline
 EXEC Rekenserver.sleutel_tijdlijn @dv = @P1, @periode = @P2
+
+-- The newest runs (sweeps and recomputes), at most @P1.
+-- name: runs
+EXEC Rekenserver.runs @limit = @P1
+
+-- The newest export batches, at most @P1.
+-- name: export_batches
+EXEC Rekenserver.export_batches @limit = @P1

@@ -76,6 +76,10 @@ SELECT pg_advisory_unlock(hashtext('rekenserver.sweep'));
 -- name: log_start
 INSERT INTO rekenserver.run_log (run_id, stap) VALUES ($1, $2) RETURNING id;
 
+-- A recompute's progress on its row ($1): $2 keys recomputed, $3 Vraags sent so far.
+-- name: log_progress
+UPDATE rekenserver.run_log SET kandidaten = $2, verzonden = $3 WHERE id = $1;
+
 -- Completes a row: $2 candidates, $3 sent, $4 deleted, $5 error or warning text.
 -- name: log_end
 UPDATE rekenserver.run_log
@@ -179,3 +183,15 @@ SELECT dienstverband_id, periode_id, cao, versie,
 SELECT versie, to_char(verzonden_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
        to_char(beantwoord_op AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), uitkomst, foutmelding
   FROM rekenserver.sleutel_tijdlijn($1, $2);
+
+-- The newest runs (sweeps and recomputes), at most $1.
+-- name: runs
+SELECT id, stap, to_char(start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+       to_char(eind AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), ms, kandidaten, verzonden, verwijderd, fout
+  FROM rekenserver.runs($1);
+
+-- The newest export batches, at most $1.
+-- name: export_batches
+SELECT export_batch::text, periode_id, to_char(claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+       results, confirmed
+  FROM rekenserver.export_batches($1);

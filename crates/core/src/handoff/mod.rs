@@ -4,7 +4,8 @@
 //! sends the keys whose roster is newer than their result, under a lock, a fuse and a
 //! run log with retention, and [`recompute`] computes chosen keys again after a change no
 //! roster edit makes, and [`evidence`] explains a stored result from what it kept;
-//! [`keys`] finds keys and reads a key's calculation log for the web page.
+//! [`keys`] finds keys and reads a key's calculation log, and [`runs`] the run log and
+//! the export batches, for the web page.
 //!
 //! The commands reach a back end through one seam, [`Backend`]: [`postgres`] implements
 //! it for a PostgreSQL client (`broker/postgres/statements/handoff.sql`), [`mssql`] for a
@@ -20,6 +21,7 @@ pub mod keys;
 pub mod mssql;
 pub mod postgres;
 pub mod recompute;
+pub mod runs;
 pub mod sweep;
 
 use uuid::Uuid;
@@ -60,6 +62,10 @@ pub trait Backend: recompute::Backend<Error = BrokerError> {
     ) -> Result<Vec<keys::KeyRow>, BrokerError>;
     /// Every Vraag sent for a key that the calculation log still holds, oldest first.
     async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<keys::Sent>, BrokerError>;
+    /// The newest sweeps and recomputes, at most `limit`.
+    async fn runs(&mut self, limit: i32) -> Result<Vec<runs::Run>, BrokerError>;
+    /// The newest export batches, at most `limit`.
+    async fn export_batches(&mut self, limit: i32) -> Result<Vec<runs::ExportBatch>, BrokerError>;
 }
 
 impl Backend for Database {
@@ -95,6 +101,12 @@ impl Backend for Database {
     async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<keys::Sent>, BrokerError> {
         on_database!(self, b => b.timeline(dv, periode).await)
     }
+    async fn runs(&mut self, limit: i32) -> Result<Vec<runs::Run>, BrokerError> {
+        on_database!(self, b => b.runs(limit).await)
+    }
+    async fn export_batches(&mut self, limit: i32) -> Result<Vec<runs::ExportBatch>, BrokerError> {
+        on_database!(self, b => b.export_batches(limit).await)
+    }
 }
 
 impl recompute::Backend for Database {
@@ -102,6 +114,9 @@ impl recompute::Backend for Database {
 
     async fn begin(&mut self) -> Result<Option<i64>, BrokerError> {
         on_database!(self, b => recompute::Backend::begin(b).await)
+    }
+    async fn progress(&mut self, run: i64, keys: i64, sent: i64) -> Result<(), BrokerError> {
+        on_database!(self, b => b.progress(run, keys, sent).await)
     }
     async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), BrokerError> {
         on_database!(self, b => b.end(run, keys, sent, text).await)

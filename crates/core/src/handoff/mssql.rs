@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::export::{Batch, Mode, Row};
 use super::keys::{KeyRow, KeySearch, Sent};
+use super::runs::{ExportBatch, Run};
 use super::sweep::{Options, Outcome};
 use crate::broker::BrokerError;
 use crate::broker::mssql::{Tds, error_of};
@@ -143,6 +144,12 @@ impl super::recompute::Backend for Tds {
         let row =
             self.query(stmt::RECOMPUTE_BEGIN.sql, &[]).await.map_err(error_of)?.into_row().await.map_err(error_of)?;
         Ok(row.and_then(|r| r.try_get::<i64, _>(0).ok().flatten()))
+    }
+
+    async fn progress(&mut self, run: i64, keys: i64, sent: i64) -> Result<(), BrokerError> {
+        let clamp = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
+        self.execute(stmt::RECOMPUTE_PROGRESS.sql, &[&run, &clamp(keys), &clamp(sent)]).await.map_err(error_of)?;
+        Ok(())
     }
 
     async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), BrokerError> {
@@ -336,6 +343,53 @@ impl super::Backend for Tds {
                     opgeslagen_op: text(r, 6),
                     export_status: r.get::<i32, _>(7),
                     fout: text(r, 8),
+                })
+            })
+            .collect()
+    }
+
+    async fn runs(&mut self, limit: i32) -> Result<Vec<Run>, BrokerError> {
+        let rows = self
+            .query(stmt::RUNS.sql, &[&limit])
+            .await
+            .map_err(error_of)?
+            .into_first_result()
+            .await
+            .map_err(error_of)?;
+        let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
+        rows.iter()
+            .map(|r| {
+                Ok(Run {
+                    id: r.get::<i64, _>(0).ok_or_else(|| missing("id"))?,
+                    stap: text(r, 1).unwrap_or_default(),
+                    start: text(r, 2).unwrap_or_default(),
+                    eind: text(r, 3),
+                    ms: r.get::<i32, _>(4),
+                    kandidaten: r.get::<i32, _>(5),
+                    verzonden: r.get::<i32, _>(6),
+                    verwijderd: r.get::<i32, _>(7),
+                    fout: text(r, 8),
+                })
+            })
+            .collect()
+    }
+
+    async fn export_batches(&mut self, limit: i32) -> Result<Vec<ExportBatch>, BrokerError> {
+        let rows = self
+            .query(stmt::EXPORT_BATCHES.sql, &[&limit])
+            .await
+            .map_err(error_of)?
+            .into_first_result()
+            .await
+            .map_err(error_of)?;
+        rows.iter()
+            .map(|r| {
+                Ok(ExportBatch {
+                    batch: r.get::<Uuid, _>(0).ok_or_else(|| missing("export_batch"))?.to_string(),
+                    periode: r.get::<i32, _>(1).unwrap_or(0),
+                    claimed_at: r.get::<&str, _>(2).map(str::to_owned),
+                    results: r.get::<i64, _>(3).unwrap_or(0),
+                    confirmed: r.get::<i64, _>(4).unwrap_or(0),
                 })
             })
             .collect()

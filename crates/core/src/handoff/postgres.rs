@@ -12,6 +12,7 @@ use super::evidence::{self, Version};
 use super::export::{self, Batch, Mode};
 use super::keys::{KeyRow, KeySearch, Sent};
 use super::recompute::{Backend as RecomputeBackend, Selection};
+use super::runs::{ExportBatch, Run};
 use super::{stmt, sweep};
 use crate::broker::BrokerError;
 use crate::broker::ErrorKind;
@@ -88,6 +89,38 @@ impl super::Backend for Client {
             .collect())
     }
 
+    async fn runs(&mut self, limit: i32) -> Result<Vec<Run>, BrokerError> {
+        let rows = self.query(stmt::RUNS.sql, &[&limit]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| Run {
+                id: r.get(0),
+                stap: r.get(1),
+                start: r.get(2),
+                eind: r.get(3),
+                ms: r.get(4),
+                kandidaten: r.get(5),
+                verzonden: r.get(6),
+                verwijderd: r.get(7),
+                fout: r.get(8),
+            })
+            .collect())
+    }
+
+    async fn export_batches(&mut self, limit: i32) -> Result<Vec<ExportBatch>, BrokerError> {
+        let rows = self.query(stmt::EXPORT_BATCHES.sql, &[&limit]).await.map_err(error_of)?;
+        Ok(rows
+            .iter()
+            .map(|r| ExportBatch {
+                batch: r.get(0),
+                periode: r.get(1),
+                claimed_at: r.get(2),
+                results: r.get(3),
+                confirmed: r.get(4),
+            })
+            .collect())
+    }
+
     async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<Sent>, BrokerError> {
         let rows = self.query(stmt::KEY_TIMELINE.sql, &[&dv, &periode]).await.map_err(error_of)?;
         Ok(rows
@@ -120,6 +153,12 @@ impl RecomputeBackend for Client {
                 Err(error_of(e))
             }
         }
+    }
+
+    async fn progress(&mut self, run: i64, keys: i64, sent: i64) -> Result<(), Self::Error> {
+        let clamp = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
+        self.execute(stmt::LOG_PROGRESS.sql, &[&run, &clamp(keys), &clamp(sent)]).await.map_err(error_of)?;
+        Ok(())
     }
 
     async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error> {

@@ -86,6 +86,9 @@ pub trait Backend {
     /// Takes the one-recompute lock without waiting and opens the run-log row: its id,
     /// or `None` when another recompute holds the lock.
     async fn begin(&mut self) -> Result<Option<i64>, Self::Error>;
+    /// Writes the progress so far to the run-log row (keys recomputed, Vraags sent), for
+    /// the web page's runs.
+    async fn progress(&mut self, run: i64, keys: i64, sent: i64) -> Result<(), Self::Error>;
     /// Completes the run-log row and releases the lock.
     async fn end(&mut self, run: i64, keys: i64, sent: i64, text: Option<String>) -> Result<(), Self::Error>;
     /// The next page of keys after `after`, at most `n`.
@@ -179,6 +182,10 @@ pub async fn run<B: Backend>(
                 sent += n;
                 batches += 1;
                 progress(keys, sent);
+                // Best effort: an install of the release before has no progress
+                // statement (commands are upgraded first), and a recompute does not stop
+                // for its progress line.
+                let _ = db.progress(run_id, keys, sent).await;
             }
             Err(e) => {
                 failure = Some(("recompute", e));

@@ -9,6 +9,8 @@
 //! - [`sleutel`]: `/sleutel`, a key's stored versions, one explained as `sbworker
 //!   explain` explains it (its diff against the version before, the drift warning), in
 //!   the payroll office's words;
+//! - [`runs`]: `/runs`, the sweeps and recomputes (a running one with its progress) and
+//!   the export batches;
 //! - [`signin`]: who may act. Read-only unless the page was started with `--actions`;
 //!   then a person signs in with a database login of their own, and every question and
 //!   action of theirs runs on that login's connection, so the page has exactly the
@@ -23,6 +25,7 @@
 pub mod letters;
 pub mod overview;
 pub mod plot;
+pub mod runs;
 pub mod signin;
 pub mod sleutel;
 
@@ -166,6 +169,7 @@ pub fn router(site: Arc<Site>) -> Router {
         .route("/actions", get(letters::actions))
         .route("/sleutels", get(sleutel::search))
         .route("/sleutel", get(sleutel::page))
+        .route("/runs", get(runs::page))
         .route("/signin", get(signin::form).post(signin::sign_in))
         .route("/signout", post(signin::sign_out))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
@@ -210,7 +214,7 @@ fn frame(site: &Site, who: Option<&Signed>, title: &str, refresh: Option<u32>, b
     format!(
         "<!doctype html><html lang=\"nl\"><head><meta charset=\"utf-8\">{refresh}<title>sbworker: {}</title>\
          <style>{STYLE}</style></head><body><nav><a href=\"/\">Overzicht</a> <a href=\"/letters\">Dead letters</a> \
-         <a href=\"/sleutels\">Sleutels</a> <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
+         <a href=\"/sleutels\">Sleutels</a> <a href=\"/runs\">Runs</a> <a href=\"/actions\">Acties</a><span class=\"who\">{person}</span></nav><h1>{}</h1>{body}</body></html>\n",
         escape(title),
         escape(title)
     )

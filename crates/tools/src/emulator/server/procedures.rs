@@ -456,6 +456,73 @@ pub(super) async fn call(
             s.client_mut().end(run, keys, sent, text).await.map_err(Failure::from)?;
             Ok(None)
         }
+        "rekenserver.herberekening_voortgang" => {
+            use crate::handoff::recompute::Backend;
+            let run = as_i64(arg("@run")?)?;
+            let keys = as_i64(arg("@kandidaten")?)?;
+            let sent = as_i64(arg("@verzonden")?)?;
+            s.client_mut().progress(run, keys, sent).await.map_err(Failure::from)?;
+            Ok(None)
+        }
+        // The web page's runs (05_handoff.sql): the PostgreSQL functions.
+        "rekenserver.runs" => {
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s.client().query(handoff::RUNS.sql, &[&limit]).await.map_err(pg)?;
+            let text = |v: Option<String>| v.map_or(Sql::Null, Sql::NVarChar);
+            let int = |v: Option<i32>| v.map_or(Sql::Null, Sql::Int);
+            let out: Vec<Vec<Sql>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        Sql::BigInt(r.get(0)),
+                        Sql::NVarChar(r.get(1)),
+                        Sql::NVarChar(r.get(2)),
+                        text(r.get(3)),
+                        int(r.get(4)),
+                        int(r.get(5)),
+                        int(r.get(6)),
+                        int(r.get(7)),
+                        text(r.get(8)),
+                    ]
+                })
+                .collect();
+            let cols = [
+                ("id", ColType::BigInt),
+                ("stap", ColType::NVarChar),
+                ("start", ColType::NVarChar),
+                ("eind", ColType::NVarChar),
+                ("ms", ColType::Int),
+                ("kandidaten", ColType::Int),
+                ("verzonden", ColType::Int),
+                ("verwijderd", ColType::Int),
+                ("fout", ColType::NVarChar),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
+        "rekenserver.export_batches" => {
+            let limit = int32(arg("@limit")?, "@limit")?;
+            let rows = s.client().query(handoff::EXPORT_BATCHES.sql, &[&limit]).await.map_err(pg)?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let batch: String = r.get(0);
+                let batch = batch.parse::<Uuid>().map_err(|e| fail(format!("export batch: {e}")))?;
+                out.push(vec![
+                    Sql::Guid(batch),
+                    Sql::Int(r.get(1)),
+                    r.get::<_, Option<String>>(2).map_or(Sql::Null, Sql::NVarChar),
+                    Sql::BigInt(r.get(3)),
+                    Sql::BigInt(r.get(4)),
+                ]);
+            }
+            let cols = [
+                ("export_batch", ColType::Guid),
+                ("periode_id", ColType::Int),
+                ("claimed_at", ColType::NVarChar),
+                ("results", ColType::BigInt),
+                ("confirmed", ColType::BigInt),
+            ];
+            Ok(result_set(t, &cols, &out))
+        }
         "rekenserver.herbereken_sleutels" => {
             use crate::handoff::recompute::{Backend, Selection};
             let mut opt = |n: &str| a.remove(n).filter(|v| !matches!(v, Sql::Null));
