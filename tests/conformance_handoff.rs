@@ -293,6 +293,30 @@ async fn a_recompute_shows_its_progress_and_the_keys_are_searched_paged_and_time
     let sent = db.timeline(one.dienstverband, one.periode).await.unwrap();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!((sent[0].versie, sent[0].uitkomst.as_deref()), (one.versie, None));
+    // The plots' numbers: none answered yet; then two answered this minute, 120 and
+    // 200 ms after they were sent, one of them a Fout, and one found lost (counted, not
+    // timed).
+    assert!(db.rates(60).await.unwrap().is_empty());
+    w.c.batch_execute(
+        "WITH k AS (SELECT dialog_handle, row_number() OVER (ORDER BY dienstverband_id) AS n \
+                      FROM rekenserver.berekening_log) \
+         UPDATE rekenserver.berekening_log l \
+            SET uitkomst = CASE k.n WHEN 1 THEN 'opgeslagen' ELSE 'fout' END, \
+                beantwoord_op = clock_timestamp(), \
+                verzonden_op = clock_timestamp() - CASE k.n WHEN 1 THEN interval '120 ms' WHEN 2 THEN interval '200 ms' \
+                                                   ELSE interval '3 hours' END, \
+                foutmelding = CASE k.n WHEN 1 THEN NULL WHEN 2 THEN 'the calculation refused it' \
+                                  ELSE 'lost: the dialog no longer exists' END \
+           FROM k WHERE k.dialog_handle = l.dialog_handle AND k.n <= 3",
+    )
+    .await
+    .unwrap();
+    let rates = db.rates(60).await.unwrap();
+    assert_eq!(rates.len(), 1, "{rates:?}");
+    let r = rates[0];
+    assert_eq!((r.minutes_ago, r.answered, r.failed), (0, 3, 2), "{r:?}");
+    let (p50, p95) = (r.p50_ms.unwrap(), r.p95_ms.unwrap());
+    assert!((159..=161).contains(&p50) && (195..=197).contains(&p95), "median of 120 and 200, and its 95th: {r:?}");
 }
 
 async fn every_stored_version_is_read_back_with_its_factors(kind: Kind) {

@@ -508,10 +508,38 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let r = curl(port, "/letters", &[]).await;
     assert!(r.contains("permission denied"), "{r}");
     drop(ro);
-    // Actions on a non-loopback address: refused at start.
+    // Actions on a non-loopback address: refused at start; so is every address without
+    // the names it is reached by.
     let o = sbworker(&config, &["web", "--actions", "--listen", "0.0.0.0:0"]).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--actions needs a loopback --listen address"), "{}", text(&o));
+    let o = sbworker(&config, &["web", "--listen", "0.0.0.0:0"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--host NAME:PORT"), "{}", text(&o));
+    // Beyond this machine, read-only: the overview, and nothing of payroll.
+    let wide = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let host = format!("payroll-box:{wide}");
+    let _beyond = tokio::process::Command::new(BIN)
+        .arg("web")
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", &format!("0.0.0.0:{wide}"), "--host", &host, "--silent-seconds", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let h = format!("Host: {host}");
+    wait_until("the page beyond this machine is served", || async {
+        curl(wide, "/status.json", &["-H", &h]).await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    assert!(curl(wide, "/", &["-H", &h]).await.starts_with("HTTP/1.1 200"));
+    assert!(curl(wide, "/", &[]).await.starts_with("HTTP/1.1 421"), "another Host is refused");
+    for p in ["/letters", "/sleutels", "/runs", "/actions"] {
+        let r = curl(wide, p, &["-H", &h]).await;
+        assert!(r.starts_with("HTTP/1.1 403") && r.contains("Not served on this address"), "{p}: {r}");
+    }
 
     let (page, port) = web(&config, &["--actions"]).await;
     let jar = dir.0.join("cookies");
@@ -533,7 +561,7 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let r = curl(port, "/letters/purge", &["-d", "reason=purge&upto=999&expected=3&csrf=x"]).await;
     assert!(r.starts_with("HTTP/1.1 401") && r.contains("Sign in first"), "{r}");
     // With actions on, the dead letters and the action log are for signed-in people.
-    for p in ["/letters", "/letters/1", "/actions"] {
+    for p in ["/letters", "/letters/1", "/actions", "/sleutels", "/sleutel?dienstverband=1&periode=1", "/runs"] {
         let r = curl(port, p, &[]).await;
         assert!(r.starts_with("HTTP/1.1 401") && r.contains("Sign in to see this"), "{p}: {r}");
     }

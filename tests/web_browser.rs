@@ -212,6 +212,15 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
     })
     .await;
     w.finish().await;
+    // (The Fout sent back for it is recorded by the collector, in its own time.)
+    wait_until("the Fout is in the calculation log", || async {
+        count(format!(
+            "SELECT count(*) FROM rekenserver.berekening_log WHERE dienstverband_id = {bad} AND uitkomst = 'fout'"
+        ))
+        .await
+            >= 1
+    })
+    .await;
     let vraag: i64 = count("SELECT id FROM sbworker.dead_letter".into()).await;
     for _ in 0..3 {
         crate::common::letters::plant(&c, "planted: purge me").await;
@@ -303,6 +312,10 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         within(60, "the key search", client.goto(&at("/sleutels"))).await?;
         client.find(Locator::Css("input[name=dienstverband]")).await?.send_keys(&FIRST_ID.to_string()).await?;
         client.find(Locator::Id("zoek-knop")).await?.click().await?;
+        // (The form's page has a table of the same id: the answer is waited for by its
+        // form, whose field's attribute, not only its typed value, holds the number.)
+        let answered = format!("input[name=dienstverband][value=\"{FIRST_ID}\"]");
+        client.wait().at_most(std::time::Duration::from_secs(30)).for_element(Locator::Css(&answered)).await?;
         let found = text_of(&client, "sleutels").await?;
         client.find(Locator::LinkText(&format!("{FIRST_ID}/{PERIODE_ID}"))).await?.click().await?;
         let versies = text_of(&client, "versies").await?;

@@ -547,24 +547,19 @@ GO
 -- The keys a search picks, for the web page (`sbworker web`, /sleutels), as
 -- rekenserver.sleutels_zoek on PostgreSQL: in key order, after (@na_dv, @na_periode),
 -- at most @aantal, each with its CAO, roster version, stored result and export, and the
--- Fout that answered its current version if no result of it was stored after. A NULL filter picks all (@staat: 'opgeslagen',
--- 'wacht' or 'fout'; @reden: a text that Fout holds, by CHARINDEX under the column's
--- collation). OPTION (RECOMPILE): each call is planned for its own filters, so a search
--- by one dienstverband seeks pk_sleutel.
+-- Fout that answered its current version if no result of it was stored after. A NULL
+-- filter picks all (@staat: 'opgeslagen', 'wacht' or 'fout'; @reden: a text that Fout
+-- holds, by CHARINDEX under the column's collation). Keys in the order of pk_sleutel,
+-- each key's Fout through ix_berekening_log_key (OUTER APPLY ... TOP (1)). OPTION
+-- (RECOMPILE): each call is planned for its own filters, so a search by one
+-- dienstverband seeks pk_sleutel.
 CREATE OR ALTER PROCEDURE Rekenserver.sleutels_zoek
-    @dv int = NULL, @periode int = NULL, @cao varchar(10) = NULL, @staat varchar(12) = NULL,
+    @dv int = NULL, @periode int = NULL, @cao nvarchar(20) = NULL, @staat varchar(12) = NULL,
     @reden nvarchar(3000) = NULL, @na_dv int = NULL, @na_periode int = NULL, @aantal int = 50
 AS
 BEGIN
     SET NOCOUNT ON;
     SET CONCAT_NULL_YIELDS_NULL ON;   -- a NULL time + N'Z' stays NULL
-    WITH fouten AS (
-        SELECT l.dienstverband_id, l.periode_id, l.versie, l.foutmelding,
-               ROW_NUMBER() OVER (PARTITION BY l.dienstverband_id, l.periode_id
-                                  ORDER BY l.versie DESC, l.beantwoord_op DESC) AS n
-          FROM Rekenserver.berekening_log l
-         WHERE l.uitkomst = 'fout'
-    )
     SELECT TOP (@aantal) s.dienstverband_id, s.periode_id, c.code AS cao, s.versie,
            CONVERT(nvarchar(33), s.gewijzigd_op, 126) + N'Z' AS gewijzigd_op, r.versie AS opgeslagen_versie,
            CONVERT(nvarchar(33), r.opgeslagen_op, 126) + N'Z' AS opgeslagen_op,
@@ -573,8 +568,10 @@ BEGIN
       LEFT JOIN Rooster.dienstverband dv ON dv.id = s.dienstverband_id
       LEFT JOIN Rooster.cao c ON c.id = dv.cao_id
       LEFT JOIN Rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
-      LEFT JOIN fouten f ON f.dienstverband_id = s.dienstverband_id AND f.periode_id = s.periode_id AND f.n = 1
-                        AND f.versie = s.versie AND ISNULL(r.versie, 0) < s.versie
+      OUTER APPLY (SELECT TOP (1) l.foutmelding FROM Rekenserver.berekening_log l
+                    WHERE l.dienstverband_id = s.dienstverband_id AND l.periode_id = s.periode_id
+                      AND l.versie = s.versie AND l.uitkomst = 'fout' AND ISNULL(r.versie, 0) < s.versie
+                    ORDER BY l.beantwoord_op DESC) f
      WHERE (@dv IS NULL OR s.dienstverband_id = @dv)
        AND (@periode IS NULL OR s.periode_id = @periode)
        AND (@cao IS NULL OR c.code = @cao)

@@ -417,7 +417,9 @@ GO
 -- sbworker.rates on PostgreSQL: per minute back from now (0: the current one), how many
 -- were answered, how many with a Fout, and the time from the Vraag sent to its answer,
 -- median and 95th percentile in whole ms (PERCENTILE_CONT is a window function here, hence
--- the two steps). Read through ix_berekening_log_uitkomst (outcome, answered). No rows
+-- the two steps; it leaves out the NULL times of requests the sweep found lost).
+-- OPTION (RECOMPILE): @now is known to the plan, so the hour is a seek of
+-- ix_berekening_log_uitkomst, not a guess that scans the log. Read through ix_berekening_log_uitkomst (outcome, answered). No rows
 -- where there is no calculation log (Side calc); read only where it is (deferred name
 -- resolution), as the owner.
 CREATE OR ALTER PROCEDURE sbworker.rates @minutes int = 60
@@ -433,7 +435,8 @@ BEGIN
         WITH answered AS (
             SELECT CAST(DATEDIFF_BIG(MILLISECOND, l.beantwoord_op, @now) / 60000 AS int) AS minutes_ago,
                    CASE WHEN l.uitkomst = 'fout' THEN 1 ELSE 0 END AS failed,
-                   CAST(DATEDIFF_BIG(MILLISECOND, l.verzonden_op, l.beantwoord_op) AS float) AS ms
+                   CASE WHEN l.foutmelding LIKE N'lost:%' THEN NULL
+                        ELSE CAST(DATEDIFF_BIG(MILLISECOND, l.verzonden_op, l.beantwoord_op) AS float) END AS ms
               FROM Rekenserver.berekening_log l
              WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
                AND l.beantwoord_op >= DATEADD(MINUTE, -@minutes, @now)
@@ -447,7 +450,8 @@ BEGIN
         SELECT r.minutes_ago, COUNT_BIG(*), SUM(CAST(r.failed AS bigint)), CAST(ROUND(MIN(r.p50_ms), 0) AS bigint),
                CAST(ROUND(MIN(r.p95_ms), 0) AS bigint)
           FROM ranked r
-         GROUP BY r.minutes_ago;
+         GROUP BY r.minutes_ago
+        OPTION (RECOMPILE);
     END;
     SELECT minutes_ago, answered, failed, p50_ms, p95_ms FROM @r ORDER BY minutes_ago;
 END;

@@ -167,6 +167,13 @@ BEGIN
         CREATE INDEX IF NOT EXISTS berekening_log_open ON rekenserver.berekening_log (dienstverband_id, periode_id)
             WHERE uitkomst IS NULL;
     END IF;
+    -- The Fouts by key (the web page's search and a key's Fout): partial, so a request
+    -- answered with anything else writes no entry (the column the predicate reads is in
+    -- the index below already, so no update of a row became less HOT by it).
+    IF pg_catalog.to_regclass('rekenserver.berekening_log_fout') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS berekening_log_fout ON rekenserver.berekening_log (dienstverband_id, periode_id, versie)
+            WHERE uitkomst = 'fout';
+    END IF;
     -- The sweep's retention of answered requests (`[sweep] retention_days`): by outcome,
     -- then when it came, so requests in flight are never read, and of the rows it keeps
     -- only each key's current Fouts are read again on each run.

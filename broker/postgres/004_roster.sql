@@ -468,43 +468,71 @@ END $$;
 -- The keys a search picks, for the web page (`sbworker web`, /sleutels): in key order,
 -- after (p_na_dv, p_na_periode), at most p_aantal, each with its CAO, its roster version,
 -- its stored result and export, and the Fout that answered its current version if no
--- result of that version was stored after it (a replay, a sweep). A NULL
--- filter picks all: p_dv, p_periode, p_cao (its code), p_staat ('opgeslagen': the
--- result is of the current version; 'wacht': the roster is newer and no Fout answered
--- it; 'fout': the current version was answered with a Fout), p_reden (a text that Fout
--- holds, in any case). The keys are read by their primary key; the Fouts through the
--- index of the sweep's retention (outcome, answered), so only Fout rows are read.
+-- result of that version was stored after it (a replay, a sweep). A NULL filter picks
+-- all: p_dv, p_periode, p_cao (its code), p_staat ('opgeslagen': the result is of the
+-- current version; 'wacht': the roster is newer and no Fout answered it; 'fout': the
+-- current version was answered with a Fout), p_reden (a text that Fout holds, in any
+-- case). Keys are read in the order of their primary key, each key's Fout through the
+-- log's index of Fouts (berekening_log_fout, 003_calculation.sql); a search for keys in
+-- Fout is driven by that index, so only keys with a Fout are read.
 CREATE OR REPLACE FUNCTION rekenserver.sleutels_zoek(p_dv int, p_periode int, p_cao text, p_staat text,
     p_reden text, p_na_dv int, p_na_periode int, p_aantal int)
 RETURNS TABLE (dienstverband_id int, periode_id int, cao text, versie bigint, gewijzigd_op timestamptz,
                opgeslagen_versie bigint, opgeslagen_op timestamptz, export_status int, fout text)
-LANGUAGE sql STABLE AS $$
-    WITH fouten AS (
-        SELECT DISTINCT ON (l.dienstverband_id, l.periode_id) l.dienstverband_id, l.periode_id, l.versie, l.foutmelding
-          FROM rekenserver.berekening_log l
-         WHERE l.uitkomst = 'fout'
-         ORDER BY l.dienstverband_id, l.periode_id, l.versie DESC, l.beantwoord_op DESC
-    )
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- EXECUTE: planned for each call's own filters (a NULL filter drops out; a cached
+    -- generic plan would read every key to sort them). A text in the Fout picks keys in
+    -- Fout only, which are neither stored nor waiting.
+    IF p_reden IS NOT NULL AND p_staat IN ('opgeslagen', 'wacht') THEN
+        RETURN;
+    END IF;
+    IF p_staat = 'fout' OR p_reden IS NOT NULL THEN
+        RETURN QUERY EXECUTE $q$
+        SELECT s.dienstverband_id, s.periode_id, c.code, s.versie, s.gewijzigd_op, r.versie, r.opgeslagen_op,
+               r.export_status::int, f.foutmelding
+          FROM (SELECT DISTINCT l.dienstverband_id, l.periode_id FROM rekenserver.berekening_log l
+                 WHERE l.uitkomst = 'fout'
+                   AND ($1 IS NULL OR l.dienstverband_id = $1)
+                   AND ($6 IS NULL OR (l.dienstverband_id, l.periode_id) > ($6, $7))) k
+          JOIN rekenserver.sleutel s ON s.dienstverband_id = k.dienstverband_id AND s.periode_id = k.periode_id
+          LEFT JOIN rooster.dienstverband dv ON dv.id = s.dienstverband_id
+          LEFT JOIN rooster.cao c ON c.id = dv.cao_id
+          LEFT JOIN rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
+          JOIN LATERAL (SELECT l.foutmelding FROM rekenserver.berekening_log l
+                         WHERE l.uitkomst = 'fout' AND l.dienstverband_id = s.dienstverband_id
+                           AND l.periode_id = s.periode_id AND l.versie = s.versie
+                         ORDER BY l.beantwoord_op DESC LIMIT 1) f ON coalesce(r.versie, 0) < s.versie
+         WHERE ($2 IS NULL OR s.periode_id = $2)
+           AND ($3 IS NULL OR c.code = $3)
+           AND ($5 IS NULL OR strpos(lower(f.foutmelding), lower($5)) > 0)
+         ORDER BY k.dienstverband_id, k.periode_id
+         LIMIT $8$q$
+        USING p_dv, p_periode, p_cao, p_staat, p_reden, p_na_dv, p_na_periode, p_aantal;
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE $q$
     SELECT s.dienstverband_id, s.periode_id, c.code, s.versie, s.gewijzigd_op, r.versie, r.opgeslagen_op,
            r.export_status::int, f.foutmelding
       FROM rekenserver.sleutel s
       LEFT JOIN rooster.dienstverband dv ON dv.id = s.dienstverband_id
       LEFT JOIN rooster.cao c ON c.id = dv.cao_id
       LEFT JOIN rekenserver.resultaat r ON r.dienstverband_id = s.dienstverband_id AND r.periode_id = s.periode_id
-      LEFT JOIN fouten f ON f.dienstverband_id = s.dienstverband_id AND f.periode_id = s.periode_id
-                        AND f.versie = s.versie AND coalesce(r.versie, 0) < s.versie
-     WHERE (p_dv IS NULL OR s.dienstverband_id = p_dv)
-       AND (p_periode IS NULL OR s.periode_id = p_periode)
-       AND (p_cao IS NULL OR c.code = p_cao)
-       AND (p_staat IS NULL
-            OR (p_staat = 'opgeslagen' AND r.versie = s.versie)
-            OR (p_staat = 'wacht' AND s.versie > coalesce(r.versie, 0) AND f.foutmelding IS NULL)
-            OR (p_staat = 'fout' AND f.foutmelding IS NOT NULL))
-       AND (p_reden IS NULL OR strpos(lower(f.foutmelding), lower(p_reden)) > 0)
-       AND (p_na_dv IS NULL OR (s.dienstverband_id, s.periode_id) > (p_na_dv, p_na_periode))
+      LEFT JOIN LATERAL (SELECT l.foutmelding FROM rekenserver.berekening_log l
+                          WHERE l.uitkomst = 'fout' AND l.dienstverband_id = s.dienstverband_id
+                            AND l.periode_id = s.periode_id AND l.versie = s.versie
+                          ORDER BY l.beantwoord_op DESC LIMIT 1) f ON coalesce(r.versie, 0) < s.versie
+     WHERE ($1 IS NULL OR s.dienstverband_id = $1)
+       AND ($2 IS NULL OR s.periode_id = $2)
+       AND ($3 IS NULL OR c.code = $3)
+       AND ($4 IS NULL
+            OR ($4 = 'opgeslagen' AND r.versie = s.versie)
+            OR ($4 = 'wacht' AND s.versie > coalesce(r.versie, 0) AND f.foutmelding IS NULL))
+       AND ($6 IS NULL OR (s.dienstverband_id, s.periode_id) > ($6, $7))
      ORDER BY s.dienstverband_id, s.periode_id
-     LIMIT p_aantal
-$$;
+     LIMIT $8$q$
+    USING p_dv, p_periode, p_cao, p_staat, p_reden, p_na_dv, p_na_periode, p_aantal;
+END $$;
 
 -- Every Vraag sent for a key that the calculation log still holds (the sweep's
 -- retention keeps it bounded), oldest first, with its outcome. No index of the log leads

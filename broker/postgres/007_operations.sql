@@ -375,7 +375,10 @@ $$;
 -- Requests answered per minute over the last p_minutes (the web page's plots): per
 -- minute back from now (0: the current one), how many were answered, how many of them
 -- with a Fout, and the time from the Vraag sent (at the roster's commit, or by a sweep or
--- a replay) to its answer, median and 95th percentile in whole ms. Read through the index of
+-- a replay) to its answer, median and 95th percentile in whole ms (a request the sweep
+-- found lost, "lost: …", counts as answered but not in the times: its answer time is
+-- when the loss was noticed). A row answered after this statement began counts in the
+-- current minute. Read through the index of
 -- the sweep's retention (outcome, answered), one range per outcome. No rows where there
 -- is no calculation log.
 CREATE OR REPLACE FUNCTION sbworker.rates(p_minutes int)
@@ -386,10 +389,12 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY EXECUTE $q$
-        SELECT floor(extract(epoch FROM (now() - l.beantwoord_op)) / 60)::int,
+        SELECT greatest(0, floor(extract(epoch FROM (now() - l.beantwoord_op)) / 60))::int,
                count(*), count(*) FILTER (WHERE l.uitkomst = 'fout'),
-               round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000))::bigint,
-               round(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000))::bigint
+               round(percentile_cont(0.5) WITHIN GROUP (ORDER BY CASE WHEN l.foutmelding LIKE 'lost:%' THEN NULL
+                   ELSE extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000 END))::bigint,
+               round(percentile_cont(0.95) WITHIN GROUP (ORDER BY CASE WHEN l.foutmelding LIKE 'lost:%' THEN NULL
+                   ELSE extract(epoch FROM (l.beantwoord_op - l.verzonden_op)) * 1000 END))::bigint
           FROM rekenserver.berekening_log l
          WHERE l.uitkomst IN ('opgeslagen', 'verouderd', 'vervangen', 'fout')
            AND l.beantwoord_op >= now() - make_interval(mins => $1)

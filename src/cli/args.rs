@@ -651,6 +651,11 @@ pub struct WebArgs {
     /// The overview reloads itself every SECONDS.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub refresh_seconds: u32,
+    /// A `Host` the page answers to besides its listen address (NAME:PORT as the browser
+    /// writes it, e.g. payroll-box:8080); repeatable. Needed with an unspecified listen
+    /// address (0.0.0.0, [::]): every other `Host` is refused, against DNS rebinding.
+    #[arg(long = "host", value_name = "NAME:PORT")]
+    pub hosts: Vec<String>,
     /// Rate tables to explain a key's versions with (TOML) instead of the built-in ones.
     #[arg(long, value_name = "FILE")]
     pub tables: Option<std::path::PathBuf>,

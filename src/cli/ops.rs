@@ -301,6 +301,13 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
              actions on it carries passwords and session cookies; reach it from elsewhere through an SSH tunnel"
         )));
     }
+    if a.listen.ip().is_unspecified() && a.hosts.is_empty() {
+        return Err(super::Failure::usage(anyhow::anyhow!(
+            "--listen {} answers on every address: name the Host values the page is reached by with --host \
+             NAME:PORT (every other Host is refused, against DNS rebinding)",
+            a.listen
+        )));
+    }
     let config = match a.flags.load(super::run::HANDLERS) {
         Ok(c) => c,
         Err(code) => return Ok(code),
@@ -342,7 +349,8 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
             thresholds: t,
             recent_minutes: a.thresholds.recent_minutes,
             refresh_seconds: a.refresh_seconds,
-            hosts: crate::ops::page::Site::hosts_for(at),
+            hosts: crate::ops::page::Site::hosts_for(at).into_iter().chain(a.hosts.iter().cloned()).collect(),
+            loopback: at.ip().is_loopback(),
             actions: a.actions,
             sessions: crate::ops::page::signin::Sessions::default(),
             tables,

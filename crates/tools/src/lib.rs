@@ -16,7 +16,7 @@
 //! | `pg_cluster` | a throwaway PostgreSQL cluster (tests, benchmarks, demo) | `sql` |
 //! | `emulator` | a TDS front end over the PostgreSQL broker | `broker`, `transport`, `contract`, `sql`, `shutdown`, `handoff` |
 //! | `demo` | `sbworker demo`, the whole pipeline on a throwaway cluster | `emulator`, `handlers`, `broker`, `transport`, `worker`, `config`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
-//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls` |
+//! | `bench` | `sbworker bench`, side-by-side measurements | `demo`, `handlers`, `broker`, `transport`, `worker`, `contract`, `engine`, `sql`, `pg_cluster`, `pg_tls`, `ops`, `config`, `shutdown` |
 
 pub mod bench;
 pub mod demo;
@@ -24,7 +24,7 @@ pub mod emulator;
 pub mod pg_cluster;
 
 pub(crate) use sbworker_core::{
-    broker, config, contract, engine, handlers, handoff, pg_tls, shutdown, sql, transport, worker,
+    broker, config, contract, engine, handlers, handoff, ops, pg_tls, shutdown, sql, transport, worker,
 };
 
 /// The tools' own named statements (`crates/tools/sql/*/statements/*.sql`), generated

@@ -22,7 +22,8 @@ use super::metrics::Metrics;
 
 /// How long a client may take to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one connection may last, requests and responses included.
+/// How long one connection may last, its request and response included (one request per
+/// connection: no keep-alive, so the bound is never a kept-alive connection's age).
 const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
 /// The largest request head read (hyper's smallest buffer).
 const HEAD_LIMIT: usize = 8192;
@@ -52,7 +53,7 @@ async fn readyz(State(metrics): State<Arc<Metrics>>) -> Response {
 /// Serves `router` on `listener` until `stop` fires.
 pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT).max_buf_size(HEAD_LIMIT);
+    http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT).max_buf_size(HEAD_LIMIT).keep_alive(false);
     loop {
         let accepted = tokio::select! {
             _ = stop.stopped() => return,

@@ -16,7 +16,8 @@
 //! anything is measured), [`peers`] (graphile-worker, River and pgmq in every workload),
 //! [`poison`] (workload 4: poison and bloat), [`pipeline`] (workload 5, the split
 //! topology, the engine), [`plan`] (the steps and the time left), [`report`];
-//! [`budget`] (the pipeline and the headline at fixed sizes, counted for the work budget).
+//! [`budget`] (the pipeline and the headline at fixed sizes, counted for the work budget);
+//! [`web`] (the web page's pages at 100,000 keys and 10,000 dead letters).
 
 pub mod budget;
 pub mod effect;
@@ -29,6 +30,7 @@ pub mod plan;
 pub mod poison;
 pub mod report;
 pub mod runs;
+pub mod web;
 pub mod world;
 
 use std::io::{IsTerminal, Write};
@@ -151,10 +153,11 @@ pub enum Part {
     Pipeline,
     Split,
     Engine,
+    Web,
 }
 
 impl Part {
-    pub const ALL: [Part; 8] = [
+    pub const ALL: [Part; 9] = [
         Part::Headline,
         Part::BurnDown,
         Part::Poison,
@@ -163,6 +166,7 @@ impl Part {
         Part::Pipeline,
         Part::Split,
         Part::Engine,
+        Part::Web,
     ];
 
     pub fn key(self) -> &'static str {
@@ -175,6 +179,7 @@ impl Part {
             Part::Pipeline => "pipeline",
             Part::Split => "split",
             Part::Engine => "engine",
+            Part::Web => "web",
         }
     }
 
@@ -257,6 +262,11 @@ pub struct Sizes {
     /// The pipeline with conversation reuse: its idle time in seconds (absent: off).
     #[serde(default)]
     pub pipeline_dialog_reuse_idle_seconds: Option<u32>,
+    /// The web page's database: keys and dead letters (absent from older results: 0).
+    #[serde(default)]
+    pub web_keys: usize,
+    #[serde(default)]
+    pub web_letters: usize,
 }
 
 fn one() -> u32 {
@@ -296,6 +306,8 @@ impl Sizes {
             pipeline_groups_per_transaction: o.groups_per_transaction.unwrap_or(1),
             pipeline_collector_groups_per_transaction: crate::demo::COLLECTOR_GROUPS_PER_TRANSACTION,
             pipeline_dialog_reuse_idle_seconds: o.dialog_reuse_idle_seconds,
+            web_keys: if o.quick { 10_000 } else { 100_000 },
+            web_letters: if o.quick { 1_000 } else { 10_000 },
         }
     }
 }
@@ -354,6 +366,9 @@ pub struct Results {
     pub open_loop: Vec<runs::OpenLoop>,
     pub poison: Vec<poison::PoisonRun>,
     pub bloat: Vec<poison::BloatRun>,
+    /// The web page's pages at size, once per bench (absent from older results).
+    #[serde(default)]
+    pub web: Vec<web::PageTimes>,
     /// What was left out, and why.
     pub notes: Vec<String>,
 }
@@ -453,6 +468,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
         open_loop: Vec::new(),
         poison: Vec::new(),
         bloat: Vec::new(),
+        web: Vec::new(),
         notes: peers_notes,
     };
     let left_out: Vec<&str> = Part::ALL.into_iter().filter(|&p| !opts.runs(p)).map(Part::key).collect();
@@ -554,6 +570,12 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
             steps.push(plan::Step::open("pipeline", "pipeline: River, counting the work".to_owned()));
         }
         steps.push(plan::Step::open("pipeline", "pipeline business limit: pgbench, counting the work".to_owned()));
+    }
+    if opts.runs(Part::Web) {
+        steps.push(plan::Step::open(
+            "web",
+            format!("the web page at {} keys and {} dead letters", sizes.web_keys, sizes.web_letters),
+        ));
     }
     let mut tracker = plan::Tracker::new(steps);
     for rep in 0..sizes.reps {
@@ -752,6 +774,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Results> {
                 .await?,
         );
         results.counting = Some(counting);
+    }
+    // The web page, once: its times are of queries at size, not of rates.
+    if opts.runs(Part::Web) {
+        tracker.next();
+        results.web = web::measure(&w, sizes.web_keys, sizes.web_letters).await?;
     }
     debug_assert_eq!(tracker.started(), tracker.total(), "the plan and the loops took different steps");
     report::write(&opts.out, &results)?;

@@ -177,6 +177,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.split.is_empty() {
         split_section(&mut out, r);
     }
+    if !r.web.is_empty() {
+        web_section(&mut out, r);
+    }
     if !r.engine_per_second.is_empty() {
         let _ = writeln!(
             out,
@@ -534,6 +537,29 @@ fn pipeline_section(out: &mut String, r: &Results) {
 }
 
 /// The cost of the route: the pipeline in one database, and split over two servers.
+/// The web page's pages at size: median and 95th percentile per page, against the limit.
+fn web_section(out: &mut String, r: &Results) {
+    let (keys, letters) = r.web.first().map_or((0, 0), |p| (p.keys, p.letters));
+    let _ = writeln!(
+        out,
+        "\n## The web page at size\n\n{keys} keys (with their results and two requests each in the calculation log) \
+         and {letters} dead letters; each page asked over TCP one at a time, after a warm-up. Limit: {} ms \
+         (median).\n\n| page | path | median | p95 | of the limit |\n| --- | --- | --- | --- | --- |",
+        super::web::LIMIT_MS
+    );
+    for p in &r.web {
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {:.1} ms | {:.1} ms | {:.2} |",
+            p.page,
+            p.path,
+            p.median_ms,
+            p.p95_ms,
+            p.median_ms / super::web::LIMIT_MS
+        );
+    }
+}
+
 fn split_section(out: &mut String, r: &Results) {
     let pairs = &r.split;
     let readers = pairs[0].single.readers;
@@ -917,6 +943,21 @@ fn targets(r: &Results) -> Vec<(String, String, String)> {
                 verdict(s.median <= limit, format!("{:.1}× over", s.median / limit)),
             ));
         }
+    }
+    if let Some(worst) = r.web.iter().max_by(|a, b| a.median_ms.total_cmp(&b.median_ms)) {
+        t.push((
+            format!(
+                "web page: every page within {} ms (median) at {} keys and {} dead letters",
+                super::web::LIMIT_MS,
+                worst.keys,
+                worst.letters
+            ),
+            format!("slowest: {} at {:.1} ms", worst.page, worst.median_ms),
+            verdict(
+                worst.median_ms <= super::web::LIMIT_MS,
+                format!("{:.1}× over", worst.median_ms / super::web::LIMIT_MS),
+            ),
+        ));
     }
     if let Some(s) = spread(&r.engine_per_second) {
         t.push((

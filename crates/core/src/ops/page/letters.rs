@@ -102,13 +102,25 @@ pub(super) fn url_text(v: &str) -> String {
         .collect()
 }
 
-/// With actions on, the dead letters and the action log are shown to a signed-in person
-/// only (on their login, with its rights), never on the page's own login to whoever
-/// opens the page; read-only, they are shown on the page's own login, which the operator
-/// who started it chose.
+/// The dead letters, the keys, the runs and the action log: with actions on, shown to a
+/// signed-in person only (on their login, with its rights), never on the page's own
+/// login to whoever opens the page; read-only, shown on the page's own login (which the
+/// operator who started it chose) on a loopback address only: on another, whoever
+/// reaches the page would read payroll data.
 #[allow(clippy::result_large_err)]
 pub(super) fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
     let who = site.sessions.find(headers);
+    if !site.actions && !site.loopback {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::FORBIDDEN,
+            title,
+            "Not served on this address: the page listens beyond this machine and is read-only, so it shows the \
+             overview only. The dead letters, the keys and the runs are served on a loopback address (reach it \
+             through an SSH tunnel).",
+        ));
+    }
     if site.actions && who.is_none() {
         return Err(problem(
             site,
@@ -132,7 +144,7 @@ pub(super) async fn list(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
     let (lf, upto) = (filter.clone(), f.upto);
     let asked = site
         .ask(
-            who.as_deref(),
+            who.as_ref(),
             ASK_LIMIT,
             Box::new(move |db| {
                 Box::pin(async move {
@@ -230,7 +242,7 @@ pub(super) async fn show(State(site): State<Arc<Site>>, headers: HeaderMap, Path
         Ok(w) => w,
         Err(r) => return r,
     };
-    let letter = match site.ask(who.as_deref(), ASK_LIMIT, Box::new(move |db| Box::pin(db.dead_letter(id)))).await {
+    let letter = match site.ask(who.as_ref(), ASK_LIMIT, Box::new(move |db| Box::pin(db.dead_letter(id)))).await {
         Ok(Some(l)) => l,
         Ok(None) => {
             return problem(
@@ -289,7 +301,7 @@ pub(super) async fn show(State(site): State<Arc<Site>>, headers: HeaderMap, Path
 /// the form that does it (the count and the highest id go with it).
 pub(super) async fn confirm(State(site): State<Arc<Site>>, headers: HeaderMap, Query(f): Query<Filter>) -> Response {
     let who = site.sessions.find(&headers);
-    let Some(s) = who.as_deref().filter(|_| site.actions) else {
+    let Some(s) = who.as_ref().filter(|_| site.actions) else {
         return problem(
             &site,
             who.as_deref(),
@@ -435,7 +447,13 @@ pub(super) async fn replay_many(State(site): State<Arc<Site>>, headers: HeaderMa
                             match db.replay(l.id, &login, true).await {
                                 Ok(Some(_)) => done.sent += 1,
                                 Ok(None) => done.skipped += 1,
-                                Err(e) if e.kind == crate::transport::ErrorKind::Connection => return Err(e),
+                                Err(e) if e.kind == crate::transport::ErrorKind::Connection => {
+                                    // The log row cannot be written on a lost connection:
+                                    // what was done is said here.
+                                    tracing::warn!(login = ?login, sent = done.sent, skipped = done.skipped,
+                                                   filter = ?d, "web: a replay by filter lost its connection");
+                                    return Err(e);
+                                }
                                 Err(e) => done.failed.push((l.id, e.message)),
                             }
                         }
@@ -531,7 +549,7 @@ pub(super) async fn actions(State(site): State<Arc<Site>>, headers: HeaderMap) -
         Ok(w) => w,
         Err(r) => return r,
     };
-    let rows: Vec<Action> = match site.ask(who.as_deref(), ASK_LIMIT, Box::new(|db| Box::pin(db.actions(100)))).await {
+    let rows: Vec<Action> = match site.ask(who.as_ref(), ASK_LIMIT, Box::new(|db| Box::pin(db.actions(100)))).await {
         Ok(r) => r,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "acties", &why),
     };

@@ -67,6 +67,9 @@ pub struct Site {
     pub recent_minutes: i32,
     pub refresh_seconds: u32,
     pub hosts: Vec<String>,
+    /// Whether the page listens on a loopback address. On another, the payroll pages and
+    /// the dead letters are not served read-only (to whoever reaches the page).
+    pub loopback: bool,
     /// Whether a signed-in person may act (`--actions`); read-only otherwise.
     pub actions: bool,
     pub sessions: Sessions,
@@ -89,69 +92,76 @@ impl Site {
     }
 
     /// The status document, on the page's own connection.
-    pub async fn document(&self) -> Result<String, String> {
+    pub async fn document(self: &Arc<Self>) -> Result<String, String> {
         let (recent, stale) = (self.recent_minutes, self.thresholds.stale_minutes);
         self.ask(None, ASK_LIMIT, Box::new(move |db| Box::pin(db.status_json(recent, stale)))).await
     }
 
-    /// Asks `q` on the signed-in person's connection, or the page's own (opened again
-    /// when it broke). The connection is taken out while the question runs and put back
-    /// only when it was answered: a question cut off (its request dropped) or taking
-    /// longer than `limit` drops the connection with it, never leaving one in the middle
-    /// of an answer. A person's connection is not opened again (the page keeps no
-    /// password): when it breaks, the session ends and they sign in again.
-    async fn ask<T>(&self, who: Option<&Signed>, limit: Duration, q: Question<'_, T>) -> Result<T, String> {
-        let mut held = match who {
-            Some(s) => s.db.lock().await,
-            None => self.db.lock().await,
-        };
+    /// Asks `q` on the signed-in person's connection, or the page's own, on a task of
+    /// its own: a request cut off (a person who clicks on, a connection the server
+    /// closes) never cuts a question off halfway, so a connection is never left in the
+    /// middle of an answer, and an action always runs to its end.
+    async fn ask<T: Send + 'static>(
+        self: &Arc<Self>,
+        who: Option<&Arc<Signed>>,
+        limit: Duration,
+        q: Question<'static, T>,
+    ) -> Result<T, String> {
+        let (site, who) = (self.clone(), who.cloned());
+        tokio::spawn(async move { site.ask_here(who.as_deref(), limit, q).await })
+            .await
+            .unwrap_or_else(|e| Err(format!("the question stopped: {e}")))
+    }
+
+    /// [`Site::ask`] for an action: its time limit is `ACT_LIMIT`.
+    async fn act<T: Send + 'static>(self: &Arc<Self>, who: &Arc<Signed>, q: Question<'static, T>) -> Result<T, String> {
+        self.ask(Some(who), ACT_LIMIT, q).await
+    }
+
+    /// Asks `q` here, on the person's connection or the page's own (opened again when
+    /// it broke). The connection is taken out while the question runs and put back only
+    /// when it was answered; one that takes longer than `limit` (the wait for the
+    /// connection included) is dropped. A person's connection is not opened again (the
+    /// page keeps no password): when it breaks, the session ends and they sign in again.
+    async fn ask_here<T>(&self, who: Option<&Signed>, limit: Duration, q: Question<'_, T>) -> Result<T, String> {
         let asked = tokio::time::timeout(limit, async {
+            let mut held = match who {
+                Some(s) => s.db.lock().await,
+                None => self.db.lock().await,
+            };
             let mut db = match held.take() {
                 Some(db) => db,
                 None if who.is_some() => {
-                    return (
-                        None,
-                        Err(BrokerError {
-                            kind: ErrorKind::Connection,
-                            number: 0,
-                            message: "your connection was lost: sign in again".into(),
-                        }),
-                    );
+                    return Err(BrokerError {
+                        kind: ErrorKind::Connection,
+                        number: 0,
+                        message: "your connection was lost: sign in again".into(),
+                    });
                 }
-                None => match Database::connect(&self.broker, None).await {
-                    Ok(db) => db,
-                    Err(e) => return (None, Err(e)),
-                },
+                None => Database::connect(&self.broker, None).await?,
             };
             let answer = q(&mut db).await;
-            (Some(db), answer)
+            if !matches!(&answer, Err(e) if e.kind == ErrorKind::Connection) {
+                *held = Some(db);
+            }
+            answer
         })
         .await;
         match asked {
-            Ok((db, Ok(v))) => {
-                *held = db;
-                Ok(v)
-            }
-            Ok((db, Err(e))) => {
-                if e.kind != ErrorKind::Connection {
-                    *held = db;
-                } else if let Some(s) = who {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if let (ErrorKind::Connection, Some(s)) = (e.kind, who) {
                     self.sessions.end(s);
                 }
                 Err(e.message)
             }
-            Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+            Err(_) => {
+                if let Some(s) = who {
+                    self.sessions.end(s);
+                }
+                Err(format!("no answer within {} s", limit.as_secs()))
+            }
         }
-    }
-
-    /// [`Site::ask`] for an action, on a task of its own: a person who leaves the page
-    /// (or a connection the server closes) does not cut an action off halfway, so it
-    /// always ends with its row in the action log.
-    async fn act<T: Send + 'static>(self: &Arc<Self>, who: &Arc<Signed>, q: Question<'static, T>) -> Result<T, String> {
-        let (site, who) = (self.clone(), who.clone());
-        tokio::spawn(async move { site.ask(Some(&who), ACT_LIMIT, q).await })
-            .await
-            .unwrap_or_else(|e| Err(format!("the action stopped: {e}")))
     }
 }
 
@@ -230,7 +240,7 @@ fn problem(site: &Site, who: Option<&Signed>, status: StatusCode, title: &str, w
     html(status, frame(site, who, title, None, &format!("<p class=\"bad\" id=\"problem\">{}</p>", escape(why))))
 }
 
-async fn document(site: &Site) -> Result<String, Response> {
+async fn document(site: &Arc<Site>) -> Result<String, Response> {
     site.document().await.map_err(|why| {
         let body = format!("<p class=\"bad\">The broker could not be asked: {}</p>", escape(&why));
         html(StatusCode::SERVICE_UNAVAILABLE, frame(site, None, "overzicht", Some(site.refresh_seconds), &body))
@@ -244,38 +254,46 @@ async fn status_json(State(site): State<Arc<Site>>) -> Response {
     }
 }
 
-/// The overview: asked on the signed-in person's connection (a login that may not read
-/// the status is told so), the page's own otherwise; the plots' numbers asked after the
-/// document (a login or an install without them gets the overview without plots).
+/// The overview: asked on the signed-in person's connection, the page's own otherwise;
+/// a login that may not read the status (payroll) is told so and sees the page's own
+/// overview. The plots' numbers are asked on the same connection after the document
+/// (an install or a login without them gets the overview without plots).
 async fn overview_page(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     let who = site.sessions.find(&headers);
-    let rates = site.ask(who.as_deref(), ASK_LIMIT, Box::new(|db| Box::pin(db.rates(plot::MINUTES))));
-    let text = match who.as_deref() {
+    let (recent, stale) = (site.recent_minutes, site.thresholds.stale_minutes);
+    let mut asker = who.clone();
+    let mut note = String::new();
+    let text = match who.as_ref() {
+        None => None,
+        Some(s) => {
+            match site.ask(Some(s), ASK_LIMIT, Box::new(move |db| Box::pin(db.status_json(recent, stale)))).await {
+                Ok(t) => Some(t),
+                Err(why) => {
+                    note = format!(
+                        "<p class=\"bad\" id=\"not-yours\">Your login may not read the status ({}): this is the page's own \
+                     overview.</p>",
+                        escape(&why)
+                    );
+                    asker = None;
+                    None
+                }
+            }
+        }
+    };
+    let text = match text {
+        Some(t) => t,
         None => match document(&site).await {
             Ok(t) => t,
             Err(r) => return r,
         },
-        Some(s) => {
-            let (recent, stale) = (site.recent_minutes, site.thresholds.stale_minutes);
-            match site.ask(Some(s), ASK_LIMIT, Box::new(move |db| Box::pin(db.status_json(recent, stale)))).await {
-                Ok(t) => t,
-                Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "overzicht", &why),
-            }
-        }
     };
-    let rates = rates.await;
+    let rates = site.ask(asker.as_ref(), ASK_LIMIT, Box::new(|db| Box::pin(db.rates(plot::MINUTES)))).await;
     let rates = rates.as_deref().map_err(String::as_str);
     match serde_json::from_str::<Status>(&text) {
-        Ok(s) => html(
-            StatusCode::OK,
-            frame(
-                &site,
-                who.as_deref(),
-                "overzicht",
-                Some(site.refresh_seconds),
-                &overview(&s, site.thresholds, rates),
-            ),
-        ),
+        Ok(s) => {
+            let body = format!("{note}{}", overview(&s, site.thresholds, rates));
+            html(StatusCode::OK, frame(&site, who.as_deref(), "overzicht", Some(site.refresh_seconds), &body))
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("the broker's status document: {e}\n")).into_response(),
     }
 }

@@ -37,7 +37,7 @@ pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap) -> R
     };
     let asked = site
         .ask(
-            who.as_deref(),
+            who.as_ref(),
             ASK_LIMIT,
             Box::new(|db| {
                 Box::pin(async move {

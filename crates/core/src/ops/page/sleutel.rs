@@ -125,7 +125,7 @@ pub(super) async fn search(State(site): State<Arc<Site>>, headers: HeaderMap, Qu
     };
     let after = q.na_dv.zip(q.na_periode);
     let asked = site.ask(
-        who.as_deref(),
+        who.as_ref(),
         ASK_LIMIT,
         Box::new(move |db| Box::pin(async move { db.search_keys(&k, after, PAGE + 1).await })),
     );
@@ -239,7 +239,7 @@ pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
     };
     let asked = site
         .ask(
-            who.as_deref(),
+            who.as_ref(),
             ASK_LIMIT,
             Box::new(move |db| {
                 Box::pin(async move {

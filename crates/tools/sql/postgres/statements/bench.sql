@@ -374,3 +374,46 @@ SELECT pg_catalog.pg_drop_replication_slot(slot_name)
 
 -- name: split_slots_left
 SELECT count(*) FROM pg_catalog.pg_replication_slots WHERE database = current_database();
+
+-- The web page at size (`bench --parts web`): $1 keys (one period each, dienstverband
+-- 1..$1) of a CAO of their own, their results for every other key, two requests in the
+-- calculation log per key (the second a Fout for one key in 100), and $2 dead letters,
+-- one in 50 replayed. Written directly: the page reads these tables, not the roster.
+-- name: web_world
+WITH cao AS (
+    INSERT INTO rooster.cao (id, code, is_vier_weken, naam, werkweek_uren)
+    VALUES (900, 'BENCH', false, 'bench', 36) ON CONFLICT (id) DO NOTHING RETURNING id
+), dv AS (
+    INSERT INTO rooster.dienstverband (id, cao_id, dagen_per_week, datum_in_dienst, soort, functiegroep)
+    SELECT g, 900, 5, date '2020-01-01', 'FT', 40 FROM generate_series(1, $1::int) g, (SELECT 1 FROM cao UNION SELECT 1) c
+    RETURNING id
+), keys AS (
+    INSERT INTO rekenserver.sleutel (dienstverband_id, periode_id, versie, group_id)
+    SELECT id, 202601, 2, gen_random_uuid() FROM dv RETURNING dienstverband_id
+), results AS (
+    INSERT INTO rekenserver.resultaat (dienstverband_id, periode_id, versie, vraag_id, dialog_handle)
+    SELECT dienstverband_id, 202601, 2, gen_random_uuid(), gen_random_uuid() FROM keys WHERE dienstverband_id % 2 = 0
+    RETURNING 1
+), log AS (
+    INSERT INTO rekenserver.berekening_log (dialog_handle, vraag_id, dienstverband_id, periode_id, versie, verzonden_op,
+                                            beantwoord_op, uitkomst, foutmelding)
+    SELECT gen_random_uuid(), gen_random_uuid(), k.dienstverband_id, 202601, v, now() - interval '2 hours',
+           now() - interval '2 hours' + interval '40 ms',
+           CASE WHEN v = 2 AND k.dienstverband_id % 100 = 1 THEN 'fout' ELSE 'opgeslagen' END,
+           CASE WHEN v = 2 AND k.dienstverband_id % 100 = 1 THEN 'the calculation refused the roster' END
+      FROM keys k, generate_series(1, 2) v
+    RETURNING 1
+)
+INSERT INTO sbworker.dead_letter (queue, service_name, service_contract_name, conversation_group_id,
+                                  conversation_handle, message_sequence_number, message_type_name, message_body,
+                                  attempts, reason, replays)
+SELECT 'loonfactorberekening_reken', '/Rekenserver/LoonfactorBerekening/RekenService',
+       '/Rekenserver/LoonfactorBerekening/Contract', gen_random_uuid(), gen_random_uuid(), 1,
+       '/Rekenserver/LoonfactorBerekening/Vraag', convert_to('<not-a-vraag/>', 'UTF8'), 3,
+       CASE WHEN g % 10 = 0 THEN 'planted: deadlock victim' ELSE 'planted: the calculation failed' END,
+       CASE WHEN g % 50 = 0 THEN 1 ELSE 0 END
+  FROM generate_series(1, $2::int) g, (SELECT count(*) FROM results) r, (SELECT count(*) FROM log) l;
+
+-- name: web_analyze
+ANALYZE rooster.dienstverband, rekenserver.sleutel, rekenserver.resultaat, rekenserver.berekening_log,
+        sbworker.dead_letter;
