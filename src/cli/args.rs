@@ -185,20 +185,25 @@ pub enum Command {
     Status(StatusArgs),
     /// A web page for the operator and the payroll office: the overview of `status` with
     /// the last hour's throughput and latency, the dead letters (filtered, paged, shown
-    /// decoded), the action log; with --actions, replay and purge after signing in.
+    /// decoded), the keys (searched, a key's log and versions explained), the runs and
+    /// the action log; with --actions, replay and purge after signing in.
     #[command(after_help = "Examples:\n  \
         sbworker web --config /etc/sbworker/sbworker.toml\n  \
         sbworker web --config sbworker.toml --listen 127.0.0.1:8081 --refresh-seconds 5\n  \
         sbworker web --config sbworker.toml --actions\n\n\
-        Open http://127.0.0.1:8080/ (the overview), /letters (the dead letters), /sleutel (a key's\n\
-        versions explained), /actions (the action log) or /status.json. Read-only unless --actions: then a person signs in with a\n\
-        database login of their own and acts with exactly its rights (housekeeping may replay\n\
-        and purge); every action is written to the action log with that login. With --actions\n\
-        the dead letters are shown to signed-in people only, and the page listens on a\n\
-        loopback address only. The configuration's login needs a role that may read the status.\n\n\
-        Exit status: 0 stopped by a signal; 2 --actions on an address that is not loopback;\n\
-        69 the broker could not be asked at start (or the login may not read the status) or\n\
-        the address not bound; 78 a bad configuration.")]
+        Open http://127.0.0.1:8080/: the overview (with the last hour's plots), /letters (the\n\
+        dead letters), /sleutels and /sleutel (keys searched; a key's log and versions\n\
+        explained), /runs (sweeps, recomputes, exports), /actions (the action log),\n\
+        /status.json. Read-only unless --actions: then a person signs in with a database login\n\
+        of their own and acts with exactly its rights (housekeeping may replay and purge);\n\
+        every action is written to the action log with that login. With --actions every page\n\
+        but the overview is for signed-in people, and the page listens on a loopback address\n\
+        only. Read-only beyond this machine (--listen 0.0.0.0:8080 --host NAME:8080) it serves\n\
+        the overview only. The configuration's login needs a role that may read the status.\n\n\
+        Exit status: 0 stopped by a signal; 2 --actions on an address that is not loopback,\n\
+        or an unspecified address without --host; 69 the broker could not be asked at start\n\
+        (or the login may not read the status) or the address not bound; 78 a bad\n\
+        configuration.")]
     Web(WebArgs),
     /// The messages the worker set aside after failed attempts: list them, show one,
     /// send them again, or purge old ones.
