@@ -317,6 +317,22 @@ async fn a_recompute_shows_its_progress_and_the_keys_are_searched_paged_and_time
     assert_eq!((r.minutes_ago, r.answered, r.failed), (0, 3, 2), "{r:?}");
     let (p50, p95) = (r.p50_ms.unwrap(), r.p95_ms.unwrap());
     assert!((159..=161).contains(&p50) && (195..=197).contains(&p95), "median of 120 and 200, and its 95th: {r:?}");
+    // Two keys are in Fout now (their current version), found, paged and by their text.
+    let in_fout = KeySearch { staat: Some(Staat::Fout), ..KeySearch::default() };
+    let both = db.search_keys(&in_fout, None, 10).await.unwrap();
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(both.iter().all(|k| k.fout.is_some()), "{both:?}");
+    let first = db.search_keys(&in_fout, None, 1).await.unwrap();
+    let cursor = first.last().map(|k| (k.dienstverband, k.periode));
+    let next = db.search_keys(&in_fout, cursor, 10).await.unwrap();
+    assert_eq!((first.len(), next.len()), (1, 1));
+    assert!((next[0].dienstverband, next[0].periode) > cursor.unwrap());
+    let refused = KeySearch { reden: Some("REFUSED".into()), ..KeySearch::default() };
+    let found = db.search_keys(&refused, None, 10).await.unwrap();
+    assert_eq!(found.len(), 1, "the text in either case: {found:?}");
+    assert_eq!(found[0].fout.as_deref(), Some("the calculation refused it"));
+    let waiting = KeySearch { staat: Some(Staat::Wacht), ..KeySearch::default() };
+    assert_eq!(db.search_keys(&waiting, None, 10).await.unwrap().len(), keys as usize - 2);
 }
 
 async fn every_stored_version_is_read_back_with_its_factors(kind: Kind) {

@@ -646,6 +646,15 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let token = field(&list, "csrf");
     let r = with(port, "/actions", &[]).await;
     assert!(r.contains("permission denied"), "{r}");
+    // It may not read the status: the overview is the page's own, and says so.
+    let r = with(port, "/", &[]).await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("id=\"not-yours\""), "{r}");
+    // It reads the keys and the exports (not the runs).
+    let r = with(port, "/sleutels", &[]).await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("id=\"sleutels\""), "{r}");
+    let r = with(port, "/runs", &[]).await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("The runs could not be read"), "{r}");
+    assert!(r.contains("No export claimed yet"), "{r}");
     let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.contains("permission denied"), "{r}");

@@ -169,7 +169,9 @@ BEGIN
     END IF;
     -- The Fouts by key (the web page's search and a key's Fout): partial, so a request
     -- answered with anything else writes no entry (the column the predicate reads is in
-    -- the index below already, so no update of a row became less HOT by it).
+    -- the index below already, so no update of a row became less HOT by it). A plain
+    -- CREATE INDEX: on a large log, upgrade in a quiet hour (the collector's writes wait
+    -- while it builds).
     IF pg_catalog.to_regclass('rekenserver.berekening_log_fout') IS NULL THEN
         CREATE INDEX IF NOT EXISTS berekening_log_fout ON rekenserver.berekening_log (dienstverband_id, periode_id, versie)
             WHERE uitkomst = 'fout';

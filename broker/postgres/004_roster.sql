@@ -479,7 +479,7 @@ CREATE OR REPLACE FUNCTION rekenserver.sleutels_zoek(p_dv int, p_periode int, p_
     p_reden text, p_na_dv int, p_na_periode int, p_aantal int)
 RETURNS TABLE (dienstverband_id int, periode_id int, cao text, versie bigint, gewijzigd_op timestamptz,
                opgeslagen_versie bigint, opgeslagen_op timestamptz, export_status int, fout text)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET jit = off AS $$
 BEGIN
     -- EXECUTE: planned for each call's own filters (a NULL filter drops out; a cached
     -- generic plan would read every key to sort them). A text in the Fout picks keys in
@@ -503,7 +503,8 @@ BEGIN
                          WHERE l.uitkomst = 'fout' AND l.dienstverband_id = s.dienstverband_id
                            AND l.periode_id = s.periode_id AND l.versie = s.versie
                          ORDER BY l.beantwoord_op DESC LIMIT 1) f ON coalesce(r.versie, 0) < s.versie
-         WHERE ($2 IS NULL OR s.periode_id = $2)
+         WHERE f.foutmelding IS NOT NULL
+           AND ($2 IS NULL OR s.periode_id = $2)
            AND ($3 IS NULL OR c.code = $3)
            AND ($5 IS NULL OR strpos(lower(f.foutmelding), lower($5)) > 0)
          ORDER BY k.dienstverband_id, k.periode_id
@@ -541,7 +542,7 @@ END $$;
 -- whole for one key; docs/operations.md gives the time at size).
 CREATE OR REPLACE FUNCTION rekenserver.sleutel_tijdlijn(p_dv int, p_periode int)
 RETURNS TABLE (versie bigint, verzonden_op timestamptz, beantwoord_op timestamptz, uitkomst text, foutmelding text)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET jit = off AS $$
     SELECT l.versie, l.verzonden_op, l.beantwoord_op, l.uitkomst, l.foutmelding
       FROM rekenserver.berekening_log l
      WHERE l.dienstverband_id = p_dv AND l.periode_id = p_periode

@@ -203,7 +203,7 @@ END $$;
 CREATE OR REPLACE FUNCTION rekenserver.runs(p_limit int)
 RETURNS TABLE (id bigint, stap text, start timestamptz, eind timestamptz, ms int, kandidaten int, verzonden int,
                verwijderd int, fout text)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET jit = off AS $$
     SELECT r.id, r.stap, r.start, r.eind, r.ms, r.kandidaten, r.verzonden, r.verwijderd, r.fout
       FROM rekenserver.run_log r
      WHERE r.run_id IS NULL
@@ -215,7 +215,7 @@ $$;
 -- at most p_limit: the period, when claimed, how many results, how many confirmed.
 CREATE OR REPLACE FUNCTION rekenserver.export_batches(p_limit int)
 RETURNS TABLE (export_batch uuid, periode_id int, claimed_at timestamptz, results bigint, confirmed bigint)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET jit = off AS $$
     SELECT r.export_batch, min(r.periode_id), max(r.geclaimd_op), count(*), count(*) FILTER (WHERE r.export_status = 2)
       FROM rekenserver.resultaat r
      WHERE r.export_batch IS NOT NULL

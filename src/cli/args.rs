@@ -197,7 +197,7 @@ pub enum Command {
         /status.json. Read-only unless --actions: then a person signs in with a database login\n\
         of their own and acts with exactly its rights (housekeeping may replay and purge);\n\
         every action is written to the action log with that login. With --actions every page\n\
-        but the overview is for signed-in people, and the page listens on a loopback address\n\
+        but the overview and /status.json is for signed-in people, and the page listens on a loopback address\n\
         only. Read-only beyond this machine (--listen 0.0.0.0:8080 --host NAME:8080) it serves\n\
         the overview only. The configuration's login needs a role that may read the status.\n\n\
         Exit status: 0 stopped by a signal; 2 --actions on an address that is not loopback,\n\
@@ -658,7 +658,7 @@ pub struct WebArgs {
     pub refresh_seconds: u32,
     /// A `Host` the page answers to besides its listen address (NAME:PORT as the browser
     /// writes it, e.g. payroll-box:8080); repeatable. Needed with an unspecified listen
-    /// address (0.0.0.0, [::]): every other `Host` is refused, against DNS rebinding.
+    /// address (`0.0.0.0`, `[::]`): every other `Host` is refused, against DNS rebinding.
     #[arg(long = "host", value_name = "NAME:PORT")]
     pub hosts: Vec<String>,
     /// Rate tables to explain a key's versions with (TOML) instead of the built-in ones.

@@ -301,6 +301,13 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
              actions on it carries passwords and session cookies; reach it from elsewhere through an SSH tunnel"
         )));
     }
+    if let Some(h) =
+        a.hosts.iter().find(|h| h.rsplit_once(':').is_none_or(|(n, p)| n.is_empty() || p.parse::<u16>().is_err()))
+    {
+        return Err(super::Failure::usage(anyhow::anyhow!(
+            "--host {h}: give NAME:PORT as the browser writes it in the address (payroll-box:8080)"
+        )));
+    }
     if a.listen.ip().is_unspecified() && a.hosts.is_empty() {
         return Err(super::Failure::usage(anyhow::anyhow!(
             "--listen {} answers on every address: name the Host values the page is reached by with --host \
@@ -367,7 +374,8 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
             "read-only"
         };
         println!("sbworker web: the page on http://{at}/ ({mode}; Ctrl-C stops)");
-        crate::worker::http::serve_router(listener, crate::ops::page::router(site), stop).await;
+        let limit = crate::ops::page::CONNECTION_LIMIT;
+        crate::worker::http::serve_router(listener, crate::ops::page::router(site), limit, stop).await;
         ExitCode::SUCCESS
     }))
 }

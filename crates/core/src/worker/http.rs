@@ -22,9 +22,10 @@ use super::metrics::Metrics;
 
 /// How long a client may take to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one connection may last, its request and response included (one request per
-/// connection: no keep-alive, so the bound is never a kept-alive connection's age).
-const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
+/// How long one connection of the worker's endpoints may last, its request and response
+/// included (one request per connection: no keep-alive, so the bound is never a
+/// kept-alive connection's age). The web page gives its own (an action may take long).
+pub const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
 /// The largest request head read (hyper's smallest buffer).
 const HEAD_LIMIT: usize = 8192;
 
@@ -50,8 +51,9 @@ async fn readyz(State(metrics): State<Arc<Metrics>>) -> Response {
     }
 }
 
-/// Serves `router` on `listener` until `stop` fires.
-pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop) {
+/// Serves `router` on `listener` until `stop` fires, each connection for at most
+/// `connection_limit`.
+pub async fn serve_router(listener: TcpListener, router: Router, connection_limit: Duration, mut stop: Stop) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT).max_buf_size(HEAD_LIMIT).keep_alive(false);
     loop {
@@ -64,9 +66,9 @@ pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop)
                 let service = TowerToHyperService::new(router.clone());
                 let connection = http.serve_connection(TokioIo::new(stream), service);
                 tokio::spawn(async move {
-                    match tokio::time::timeout(CONNECTION_LIMIT, connection).await {
+                    match tokio::time::timeout(connection_limit, connection).await {
                         Ok(Err(e)) => debug!("http connection ended: {e}"),
-                        Err(_) => debug!("http connection closed after {} s", CONNECTION_LIMIT.as_secs()),
+                        Err(_) => debug!("http connection closed after {} s", connection_limit.as_secs()),
                         Ok(Ok(())) => {}
                     }
                 });
@@ -82,5 +84,5 @@ pub async fn serve_router(listener: TcpListener, router: Router, mut stop: Stop)
 
 /// Serves the operations endpoints until `stop` fires.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: Stop) {
-    serve_router(listener, router(metrics), stop).await;
+    serve_router(listener, router(metrics), CONNECTION_LIMIT, stop).await;
 }

@@ -536,7 +536,6 @@ fn pipeline_section(out: &mut String, r: &Results) {
     }
 }
 
-/// The cost of the route: the pipeline in one database, and split over two servers.
 /// The web page's pages at size: median and 95th percentile per page, against the limit.
 fn web_section(out: &mut String, r: &Results) {
     let (keys, letters) = r.web.first().map_or((0, 0), |p| (p.keys, p.letters));
@@ -560,6 +559,7 @@ fn web_section(out: &mut String, r: &Results) {
     }
 }
 
+/// The cost of the route: the pipeline in one database, and split over two servers.
 fn split_section(out: &mut String, r: &Results) {
     let pairs = &r.split;
     let readers = pairs[0].single.readers;

@@ -74,7 +74,12 @@ pub async fn measure(w: &World, keys: usize, letters: usize) -> anyhow::Result<V
     });
     let port = at.port();
     let (stop_tx, stop) = crate::shutdown::Stop::new();
-    let served = tokio::spawn(crate::worker::http::serve_router(listener, router(site), stop));
+    let served = tokio::spawn(crate::worker::http::serve_router(
+        listener,
+        router(site),
+        crate::ops::page::CONNECTION_LIMIT,
+        stop,
+    ));
     let last_letter: i64 = c.query_one("SELECT max(id) FROM sbworker.dead_letter", &[]).await?.get(0);
     let middle = keys / 2 + 1;
     let pages = [

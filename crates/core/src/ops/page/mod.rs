@@ -56,6 +56,10 @@ const ASK_LIMIT: Duration = Duration::from_secs(10);
 /// How long an action (a replay or purge by filter: one call per letter) may take.
 const ACT_LIMIT: Duration = Duration::from_secs(600);
 
+/// How long one HTTP connection of the page may last: an action's page is answered when
+/// the action is done. (Its head still has 5 s, and one connection serves one request.)
+pub const CONNECTION_LIMIT: Duration = Duration::from_secs(ACT_LIMIT.as_secs() + 15);
+
 /// What the page's routes share: the page's own connection (a page asks one question at
 /// a time; opened again after it breaks), the thresholds of `sbworker status`, how often
 /// the overview reloads itself, the `Host` values the page answers to, whether actions
@@ -82,11 +86,17 @@ type Question<'q, T> = Box<dyn for<'a> FnOnce(&'a mut Database) -> BoxFuture<'a,
 
 impl Site {
     /// The `Host` values a page on `addr` answers to: the address itself, and
-    /// `localhost` with its port on a loopback address.
+    /// `localhost` with its port on a loopback address (on port 80 also without the
+    /// port, as a browser writes it there).
     pub fn hosts_for(addr: std::net::SocketAddr) -> Vec<String> {
         let mut hosts = vec![addr.to_string()];
         if addr.ip().is_loopback() {
             hosts.push(format!("localhost:{}", addr.port()));
+        }
+        if addr.port() == 80 {
+            let bare: Vec<String> =
+                hosts.iter().filter_map(|h| h.rsplit_once(':').map(|(n, _)| n.to_owned())).collect();
+            hosts.extend(bare);
         }
         hosts
     }
@@ -120,37 +130,48 @@ impl Site {
 
     /// Asks `q` here, on the person's connection or the page's own (opened again when
     /// it broke). The connection is taken out while the question runs and put back only
-    /// when it was answered; one that takes longer than `limit` (the wait for the
-    /// connection included) is dropped. A person's connection is not opened again (the
-    /// page keeps no password): when it breaks, the session ends and they sign in again.
+    /// when it was answered. A connection busy with another question (an action of the
+    /// same person) is waited for up to `limit`, and then the question is not asked: the
+    /// session stays. A question that takes longer than `limit` drops its connection (it
+    /// may have been in the middle of an answer); a person's connection is not opened
+    /// again (the page keeps no password), so that session ends: they sign in again.
     async fn ask_here<T>(&self, who: Option<&Signed>, limit: Duration, q: Question<'_, T>) -> Result<T, String> {
-        let asked = tokio::time::timeout(limit, async {
-            let mut held = match who {
+        let lock = async {
+            match who {
                 Some(s) => s.db.lock().await,
                 None => self.db.lock().await,
-            };
-            let mut db = match held.take() {
-                Some(db) => db,
-                None if who.is_some() => {
-                    return Err(BrokerError {
-                        kind: ErrorKind::Connection,
-                        number: 0,
-                        message: "your connection was lost: sign in again".into(),
-                    });
-                }
-                None => Database::connect(&self.broker, None).await?,
-            };
-            let answer = q(&mut db).await;
-            if !matches!(&answer, Err(e) if e.kind == ErrorKind::Connection) {
-                *held = Some(db);
             }
-            answer
-        })
-        .await;
-        match asked {
-            Ok(Ok(v)) => Ok(v),
+        };
+        let Ok(mut held) = tokio::time::timeout(limit, lock).await else {
+            return Err(format!(
+                "the connection is busy with another question (an action?) for more than {} s: try again when it is \
+                 done",
+                limit.as_secs()
+            ));
+        };
+        let mut db = match held.take() {
+            Some(db) => db,
+            None if who.is_some() => {
+                if let Some(s) = who {
+                    self.sessions.end(s);
+                }
+                return Err("your connection was lost: sign in again".into());
+            }
+            None => match tokio::time::timeout(limit, Database::connect(&self.broker, None)).await {
+                Ok(Ok(db)) => db,
+                Ok(Err(e)) => return Err(e.message),
+                Err(_) => return Err(format!("no connection within {} s", limit.as_secs())),
+            },
+        };
+        match tokio::time::timeout(limit, q(&mut db)).await {
+            Ok(Ok(v)) => {
+                *held = Some(db);
+                Ok(v)
+            }
             Ok(Err(e)) => {
-                if let (ErrorKind::Connection, Some(s)) = (e.kind, who) {
+                if e.kind != ErrorKind::Connection {
+                    *held = Some(db);
+                } else if let Some(s) = who {
                     self.sessions.end(s);
                 }
                 Err(e.message)
@@ -326,6 +347,15 @@ ul.attention{background:#fff4f4;border-left:4px solid #b00020;padding:.5rem 1.5r
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_answers_to_its_own_address_as_browsers_write_it() {
+        let at = |a: &str| Site::hosts_for(a.parse().unwrap());
+        assert_eq!(at("127.0.0.1:8080"), ["127.0.0.1:8080", "localhost:8080"]);
+        assert_eq!(at("[::1]:8080"), ["[::1]:8080", "localhost:8080"]);
+        assert_eq!(at("127.0.0.1:80"), ["127.0.0.1:80", "localhost:80", "127.0.0.1", "localhost"]);
+        assert_eq!(at("10.1.2.3:8080"), ["10.1.2.3:8080"]);
+    }
 
     #[test]
     fn text_from_the_database_is_escaped() {

@@ -63,13 +63,14 @@ pub struct Sessions {
 
 impl Sessions {
     /// The session the request's cookie names, if it is still alive (and kept alive).
+    /// Every request ends the sessions that are over (and so closes their connections).
     pub fn find(&self, headers: &HeaderMap) -> Option<Arc<Signed>> {
-        let id = cookie(headers, SESSION_COOKIE)?;
         let mut map = self.map.lock().expect("sessions");
         let now = Instant::now();
         map.retain(|_, s| {
             now.duration_since(*s.last.lock().expect("session")) < IDLE && now.duration_since(s.started) < MAX_AGE
         });
+        let id = cookie(headers, SESSION_COOKIE)?;
         let s = map.get(id)?.clone();
         *s.last.lock().expect("session") = now;
         Some(s)
@@ -235,7 +236,8 @@ pub(super) async fn sign_in(State(site): State<Arc<Site>>, headers: HeaderMap, F
         site.sessions.end(&old);
     }
     let turn = site.sessions.signing.lock().await;
-    let db = match tokio::time::timeout(super::ASK_LIMIT, Database::connect(&broker, None)).await {
+    // (On SQL Server a statement may take as long as an action may: a purge by filter.)
+    let db = match tokio::time::timeout(super::ASK_LIMIT, Database::connect(&broker, Some(super::ACT_LIMIT))).await {
         Ok(Ok(db)) => db,
         refused => {
             // The reason goes to the log only (it can name the host and the database);
