@@ -624,6 +624,16 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     assert!(r.contains("Replayed 0 dead letters") && r.contains("2 could not be sent"), "{r}");
     assert!(r.contains("only requests can be sent again"), "{r}");
     assert_eq!(count(&c, "SELECT count(*) FROM sbworker.action_log WHERE action = 'replay'").await, 1);
+    // One letter purged from its own page: asked first, then that letter alone.
+    let page_of = with(port, &format!("/letters/{late}"), &[]).await;
+    assert!(page_of.contains(&format!("/letters/confirm?action=purge&amp;id={late}")), "{page_of}");
+    let confirm = with(port, &format!("/letters/confirm?action=purge&id={late}"), &[]).await;
+    assert!(confirm.contains("This will purge <b>1</b> dead letters: dead letter"), "{confirm}");
+    let body = format!("id={late}&upto={}&expected=1&csrf={token}", field(&confirm, "upto"));
+    let r = with(port, "/letters/purge", &["-d", &body]).await;
+    assert!(r.contains("Purged 1 dead letters"), "{r}");
+    assert_eq!(letters().await, 2);
+    assert_eq!(count(&c, &format!("SELECT count(*) FROM sbworker.dead_letter WHERE id = {late}")).await, 0);
     // Signed out, the session's cookie and token are worth nothing (the cookie sent
     // again by hand: curl drops it when told to).
     let jar_text = std::fs::read_to_string(jar).unwrap();
@@ -631,10 +641,10 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let cookie = format!("Cookie: sbworker_session={cookie}");
     let r = with(port, "/signout", &["-d", &format!("csrf={token}")]).await;
     assert!(r.starts_with("HTTP/1.1 303"), "{r}");
-    let body = format!("reason=purge+me&upto={late}&expected=1&csrf={token}");
+    let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
     let r = curl(port, "/letters/purge", &["-H", &cookie, "-d", &body]).await;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
-    assert_eq!(letters().await, 3);
+    assert_eq!(letters().await, 2);
 
     // The payroll login: the page has its rights, so no dead letters and no purge.
     let form = with(port, "/signin", &[]).await;
@@ -658,7 +668,7 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.contains("permission denied"), "{r}");
-    assert_eq!(letters().await, 3);
+    assert_eq!(letters().await, 2);
 
     // No page said the page's password.
     for p in ["/", "/letters", "/actions", "/signin"] {

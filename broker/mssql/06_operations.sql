@@ -320,10 +320,10 @@ GO
 -- The dead letters a filter picks, newest first, at most @limit, none above @upto (the
 -- page's cursor). A NULL filter value picks all: @queue the queue, @reason a text the
 -- reason holds (CHARINDEX under the column's collation: no LIKE wildcards to escape),
--- @replayed whether the letter was sent again.
+-- @replayed whether the letter was sent again, @id one letter.
 CREATE OR ALTER PROCEDURE sbworker.dead_letter_page
-    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint = NULL,
-    @limit int = 50
+    @queue sysname = NULL, @reason nvarchar(3000) = NULL, @replayed bit = NULL, @upto bigint = NULL,
+    @limit int = 50, @id bigint = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -337,13 +337,15 @@ BEGIN
        AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
        AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
        AND (@upto IS NULL OR d.id <= @upto)
+       AND (@id IS NULL OR d.id = @id)
      ORDER BY d.id DESC;
 END;
 GO
 
 -- How many dead letters the filter picks, and the highest id among them (one row).
 CREATE OR ALTER PROCEDURE sbworker.dead_letter_count
-    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint = NULL
+    @queue sysname = NULL, @reason nvarchar(3000) = NULL, @replayed bit = NULL, @upto bigint = NULL,
+    @id bigint = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
@@ -352,7 +354,8 @@ BEGIN
      WHERE (@queue IS NULL OR d.queue = @queue)
        AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
        AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
-       AND (@upto IS NULL OR d.id <= @upto);
+       AND (@upto IS NULL OR d.id <= @upto)
+       AND (@id IS NULL OR d.id = @id);
 END;
 GO
 
@@ -360,8 +363,8 @@ GO
 -- @upto, which must still be @expected letters (otherwise nothing is deleted: THROW
 -- 50120). Written to sbworker.action_log with @detail. One row: how many.
 CREATE OR ALTER PROCEDURE sbworker.purge_dead_letters_matching
-    @queue sysname = NULL, @reason nvarchar(400) = NULL, @replayed bit = NULL, @upto bigint,
-    @expected bigint, @detail nvarchar(2000)
+    @queue sysname = NULL, @reason nvarchar(3000) = NULL, @replayed bit = NULL, @upto bigint,
+    @expected bigint, @detail nvarchar(2000), @id bigint = NULL
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
@@ -375,7 +378,8 @@ BEGIN
      WHERE (@queue IS NULL OR d.queue = @queue)
        AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
        AND (@replayed IS NULL OR (@replayed = 1 AND d.replays > 0) OR (@replayed = 0 AND d.replays = 0))
-       AND d.id <= @upto;
+       AND d.id <= @upto
+       AND (@id IS NULL OR d.id = @id);
     SET @n = @@ROWCOUNT;
     IF @n <> @expected
     BEGIN

@@ -72,7 +72,6 @@ GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_operator_role;
 -- The monitor's role: the status, nothing else.
 GRANT EXECUTE ON OBJECT::sbworker.status_report TO sbworker_monitor_role;
 GRANT EXECUTE ON OBJECT::sbworker.rates TO sbworker_monitor_role;
-GRANT EXECUTE ON OBJECT::sbworker.actions TO sbworker_monitor_role;
 GO
 -- Which side the database holds (02_worker.sql): every role whose commands refuse the
 -- wrong side reads it.
@@ -140,7 +139,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+0d9acc132adba8c1';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7cfe66f8c73e3a55';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+0d9acc132adba8c1';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7cfe66f8c73e3a55';
 GO

@@ -107,7 +107,6 @@ INSERT INTO sbworker_callable VALUES
     ('sbworker_housekeeping', 'sbworker', 'purge_dead_letters_matching'),
     ('sbworker_housekeeping', 'sbworker', 'note_action'),
     ('sbworker_housekeeping', 'sbworker', 'actions'),
-    ('sbworker_monitor', 'sbworker', 'actions'),
     ('sbworker_housekeeping', 'sbworker', 'rates'),
     ('sbworker_monitor', 'sbworker', 'rates'),
     ('sbworker_housekeeping', 'sbworker', 'status_report'),

@@ -296,9 +296,12 @@ CREATE TABLE IF NOT EXISTS sbworker.action_log (
 -- The dead letters a filter picks, newest first, at most p_limit, none above p_upto (the
 -- page's cursor: the last id shown minus one). A NULL filter value picks all: p_queue
 -- the queue, p_reason a text the reason holds (any case), p_replayed whether the letter
--- was sent again. The id's key serves the order and the cursor.
+-- was sent again, p_id one letter. The id's key serves the order and the cursor.
+DROP FUNCTION IF EXISTS sbworker.dead_letter_page(text, text, boolean, bigint, int);
+DROP FUNCTION IF EXISTS sbworker.dead_letter_count(text, text, boolean, bigint);
+DROP FUNCTION IF EXISTS sbworker.purge_dead_letters_matching(text, text, boolean, bigint, bigint, text);
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_page(p_queue text, p_reason text, p_replayed boolean,
-                                                     p_upto bigint, p_limit int)
+                                                     p_upto bigint, p_limit int, p_id bigint)
 RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
                message_body bytea, attempts int, reason text, dead_lettered_at timestamptz, replays int,
                replayed_at timestamptz, replayed_by text, replay_handle uuid)
@@ -310,6 +313,7 @@ LANGUAGE sql STABLE SET jit = off AS $$
        AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
        AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
        AND (p_upto IS NULL OR d.id <= p_upto)
+       AND (p_id IS NULL OR d.id = p_id)
      ORDER BY d.id DESC
      LIMIT p_limit
 $$;
@@ -317,7 +321,8 @@ $$;
 -- How many dead letters the filter picks (as sbworker.dead_letter_page), and the
 -- highest id among them: what a bulk action's confirmation shows and then acts on.
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_count(p_queue text, p_reason text, p_replayed boolean,
-                                                      p_upto bigint, OUT letters bigint, OUT last_id bigint)
+                                                      p_upto bigint, p_id bigint, OUT letters bigint,
+                                                      OUT last_id bigint)
 LANGUAGE sql STABLE SET jit = off AS $$
     SELECT count(*), max(d.id)
       FROM sbworker.dead_letter d
@@ -325,6 +330,7 @@ LANGUAGE sql STABLE SET jit = off AS $$
        AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
        AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
        AND (p_upto IS NULL OR d.id <= p_upto)
+       AND (p_id IS NULL OR d.id = p_id)
 $$;
 
 -- Deletes exactly the set a person confirmed: the letters the filter picks at or below
@@ -333,7 +339,8 @@ $$;
 -- Written to sbworker.action_log with p_detail (the filter as the page showed it).
 -- Returns how many were deleted.
 CREATE OR REPLACE FUNCTION sbworker.purge_dead_letters_matching(p_queue text, p_reason text, p_replayed boolean,
-                                                                p_upto bigint, p_expected bigint, p_detail text)
+                                                                p_upto bigint, p_expected bigint, p_detail text,
+                                                                p_id bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_ids bigint[];
@@ -347,6 +354,8 @@ BEGIN
                AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
                AND (p_replayed IS NULL OR (d.replays > 0) = p_replayed)
                AND d.id <= p_upto
+               AND (p_id IS NULL OR d.id = p_id)
+             ORDER BY d.id
              FOR UPDATE) d;
     IF cardinality(v_ids) <> p_expected THEN
         PERFORM sb.fail('55000', format('the filter picks %s dead letters now, not the %s confirmed: nothing was '

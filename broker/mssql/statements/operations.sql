@@ -23,18 +23,19 @@ EXEC sbworker.replay_dead_letter @id = @P1, @by = @P2, @unless_replayed = @P3
 EXEC sbworker.purge_dead_letters @before = @P1, @batch = @P2
 
 -- A page of dead letters: @P1 queue, @P2 text in the reason, @P3 replayed (each NULL:
--- any), @P4 no id above (NULL: none), @P5 at most this many.
+-- any), @P4 no id above (NULL: none), @P5 at most this many, @P6 this letter only (NULL:
+-- any).
 -- name: dead_letter_page
-EXEC sbworker.dead_letter_page @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @limit = @P5
+EXEC sbworker.dead_letter_page @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @limit = @P5, @id = @P6
 
--- How many the filter picks and the highest id: @P1..@P4 as dead_letter_page.
+-- How many the filter picks and the highest id: @P1..@P4 as dead_letter_page, @P5 as its @P6.
 -- name: dead_letter_count
-EXEC sbworker.dead_letter_count @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4
+EXEC sbworker.dead_letter_count @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @id = @P5
 
 -- The confirmed set deleted: @P1..@P4 as dead_letter_page, @P5 the count confirmed,
--- @P6 the filter as shown (for the action log); one row: how many.
+-- @P6 the filter as shown (for the action log), @P7 this letter only; one row: how many.
 -- name: purge_matching
-EXEC sbworker.purge_dead_letters_matching @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @expected = @P5, @detail = @P6
+EXEC sbworker.purge_dead_letters_matching @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @expected = @P5, @detail = @P6, @id = @P7
 
 -- @P1 the action, @P2 what it acted on, @P3 how many letters.
 -- name: note_action

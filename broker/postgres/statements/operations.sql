@@ -39,21 +39,21 @@ SELECT rekenserver.stuur_vraag($1, $2);
 SELECT sbworker.purge_dead_letters($1::text::timestamptz, $2);
 
 -- A page of dead letters: $1 queue, $2 text in the reason, $3 replayed (each NULL: any),
--- $4 no id above (NULL: none), $5 at most this many.
+-- $4 no id above (NULL: none), $5 at most this many, $6 this letter only (NULL: any).
 -- name: dead_letter_page
 SELECT id, queue, service_name, far_service, message_type_name, message_body, attempts, reason,
        to_char(dead_lettered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replays,
        to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
-  FROM sbworker.dead_letter_page($1, $2, $3, $4, $5);
+  FROM sbworker.dead_letter_page($1, $2, $3, $4, $5, $6);
 
--- How many the filter picks and the highest id: $1..$4 as dead_letter_page.
+-- How many the filter picks and the highest id: $1..$4 as dead_letter_page, $5 as its $6.
 -- name: dead_letter_count
-SELECT letters, last_id FROM sbworker.dead_letter_count($1, $2, $3, $4);
+SELECT letters, last_id FROM sbworker.dead_letter_count($1, $2, $3, $4, $5);
 
 -- The confirmed set deleted: $1..$4 as dead_letter_page, $5 the count confirmed, $6 the
--- filter as shown (for the action log); how many.
+-- filter as shown (for the action log), $7 this letter only; how many.
 -- name: purge_matching
-SELECT sbworker.purge_dead_letters_matching($1, $2, $3, $4, $5, $6);
+SELECT sbworker.purge_dead_letters_matching($1, $2, $3, $4, $5, $6, $7);
 
 -- $1 the action, $2 what it acted on, $3 how many letters.
 -- name: note_action

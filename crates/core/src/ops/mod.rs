@@ -66,12 +66,17 @@ pub struct LetterFilter {
     pub reason: Option<String>,
     /// Whether the letter was sent again.
     pub replayed: Option<bool>,
+    /// One letter, by its id.
+    pub id: Option<i64>,
 }
 
 impl LetterFilter {
     /// The filter in words, for a confirmation and the action log.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
+        if let Some(id) = self.id {
+            parts.push(format!("dead letter {id}"));
+        }
         if let Some(q) = &self.queue {
             parts.push(format!("queue {q}"));
         }

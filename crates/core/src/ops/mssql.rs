@@ -45,12 +45,16 @@ impl super::Backend for Tds {
         limit: i32,
     ) -> Result<Vec<Letter>, BrokerError> {
         let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
-        rows(self, ms::DEAD_LETTER_PAGE.sql, &[&q, &r, &f.replayed, &upto, &limit]).await?.iter().map(letter).collect()
+        rows(self, ms::DEAD_LETTER_PAGE.sql, &[&q, &r, &f.replayed, &upto, &limit, &f.id])
+            .await?
+            .iter()
+            .map(letter)
+            .collect()
     }
 
     async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
         let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
-        let rows = rows(self, ms::DEAD_LETTER_COUNT.sql, &[&q, &r, &f.replayed, &upto]).await?;
+        let rows = rows(self, ms::DEAD_LETTER_COUNT.sql, &[&q, &r, &f.replayed, &upto, &f.id]).await?;
         let row = rows.first().ok_or_else(|| other("sbworker.dead_letter_count returned no row"))?;
         Ok((row.get::<i64, _>(0).unwrap_or(0), row.get::<i64, _>(1)))
     }
@@ -63,7 +67,7 @@ impl super::Backend for Tds {
         detail: &str,
     ) -> Result<i64, BrokerError> {
         let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
-        let rows = rows(self, ms::PURGE_MATCHING.sql, &[&q, &r, &f.replayed, &upto, &expected, &detail]).await?;
+        let rows = rows(self, ms::PURGE_MATCHING.sql, &[&q, &r, &f.replayed, &upto, &expected, &detail, &f.id]).await?;
         rows.first()
             .and_then(|r| r.get::<i64, _>(0))
             .ok_or_else(|| other("sbworker.purge_dead_letters_matching returned no count"))

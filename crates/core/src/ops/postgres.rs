@@ -41,7 +41,7 @@ impl super::Backend for Client {
         limit: i32,
     ) -> Result<Vec<Letter>, BrokerError> {
         let rows = self
-            .query(pg::DEAD_LETTER_PAGE.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &limit])
+            .query(pg::DEAD_LETTER_PAGE.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &limit, &f.id])
             .await
             .map_err(error_of)?;
         Ok(rows.iter().map(letter).collect())
@@ -49,7 +49,7 @@ impl super::Backend for Client {
 
     async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
         let row = self
-            .query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto])
+            .query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &f.id])
             .await
             .map_err(error_of)?;
         Ok((row.get(0), row.get(1)))
@@ -63,7 +63,7 @@ impl super::Backend for Client {
         detail: &str,
     ) -> Result<i64, BrokerError> {
         let row = self
-            .query_one(pg::PURGE_MATCHING.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &expected, &detail])
+            .query_one(pg::PURGE_MATCHING.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &expected, &detail, &f.id])
             .await
             .map_err(error_of)?;
         Ok(row.get(0))

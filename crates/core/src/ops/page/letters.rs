@@ -43,6 +43,9 @@ pub(super) struct Filter {
     /// What a confirmation is for: `purge` or `replay`.
     #[serde(default)]
     action: String,
+    /// One letter (a confirmation for it alone).
+    #[serde(default)]
+    id: Option<i64>,
 }
 
 impl Filter {
@@ -56,6 +59,7 @@ impl Filter {
                 "no" => Some(false),
                 _ => None,
             },
+            id: self.id,
         }
     }
 
@@ -74,6 +78,9 @@ impl Filter {
             Some(false) => q.push("replayed=no".into()),
             None => {}
         }
+        if let Some(id) = f.id {
+            q.push(format!("id={id}"));
+        }
         q.join("&")
     }
 
@@ -81,10 +88,11 @@ impl Filter {
     fn hidden(&self) -> String {
         format!(
             "<input type=\"hidden\" name=\"queue\" value=\"{}\"><input type=\"hidden\" name=\"reason\" value=\"{}\">\
-             <input type=\"hidden\" name=\"replayed\" value=\"{}\">",
+             <input type=\"hidden\" name=\"replayed\" value=\"{}\">{}",
             escape(self.queue.trim()),
             escape(self.reason.trim()),
-            escape(&self.replayed)
+            escape(&self.replayed),
+            self.id.map_or(String::new(), |id| format!("<input type=\"hidden\" name=\"id\" value=\"{id}\">")),
         )
     }
 }
@@ -287,9 +295,11 @@ pub(super) async fn show(State(site): State<Arc<Site>>, headers: HeaderMap, Path
             o,
             "<form method=\"post\" action=\"/letters/{}/replay\" id=\"replay-one\">\
              <input type=\"hidden\" name=\"csrf\" value=\"{}\"><button id=\"replay-button\">replay this letter</button> \
-             (sent again on a new dialog; a letter replayed already is left alone)</form>",
+             (sent again on a new dialog; a letter replayed already is left alone) · \
+             <a href=\"/letters/confirm?action=purge&amp;id={}\" id=\"purge-one\">purge this letter…</a></form>",
             letter.id,
-            escape(&s.csrf)
+            escape(&s.csrf),
+            letter.id
         );
     }
     let body = letter.body.as_deref().map_or_else(|| "(no body)".into(), pretty);
@@ -368,6 +378,8 @@ pub(super) struct Bulk {
     #[serde(default)]
     upto: Option<i64>,
     #[serde(default)]
+    id: Option<i64>,
+    #[serde(default)]
     expected: Option<i64>,
     #[serde(default)]
     csrf: String,
@@ -381,6 +393,7 @@ impl Bulk {
             replayed: self.replayed.clone(),
             upto: self.upto,
             action: String::new(),
+            id: self.id,
         }
     }
 }
@@ -579,6 +592,10 @@ mod tests {
     #[test]
     fn a_filter_travels_as_query_and_hidden_fields_escaped() {
         let f = Filter { queue: " q1 ".into(), reason: "a&b <x>".into(), replayed: "no".into(), ..Filter::default() };
+        let one = Filter { id: Some(7), ..Filter::default() };
+        assert_eq!(one.query(), "id=7");
+        assert!(one.hidden().contains("name=\"id\" value=\"7\""));
+        assert_eq!(one.letters().describe(), "dead letter 7");
         assert_eq!(f.query(), "queue=q1&reason=a%26b%20%3Cx%3E&replayed=no");
         assert!(f.hidden().contains("value=\"a&amp;b &lt;x&gt;\""));
         assert_eq!(f.letters().describe(), "queue q1, reason holds \"a&b <x>\", not replayed");

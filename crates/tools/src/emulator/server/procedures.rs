@@ -213,20 +213,20 @@ pub(super) async fn call(
         // The web page's dead letters and actions (06_operations.sql), as the same
         // PostgreSQL functions.
         "sbworker.dead_letter_page" => {
-            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let (queue, reason, replayed, upto, id) = letter_filter(&mut arg)?;
             let limit = int32(arg("@limit")?, "@limit")?;
             let rows = s
                 .client()
-                .query(ops::DEAD_LETTER_PAGE.sql, &[&queue, &reason, &replayed, &upto, &limit])
+                .query(ops::DEAD_LETTER_PAGE.sql, &[&queue, &reason, &replayed, &upto, &limit, &id])
                 .await
                 .map_err(pg)?;
             Ok(letters(t, &rows))
         }
         "sbworker.dead_letter_count" => {
-            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let (queue, reason, replayed, upto, id) = letter_filter(&mut arg)?;
             let row = s
                 .client()
-                .query_one(ops::DEAD_LETTER_COUNT.sql, &[&queue, &reason, &replayed, &upto])
+                .query_one(ops::DEAD_LETTER_COUNT.sql, &[&queue, &reason, &replayed, &upto, &id])
                 .await
                 .map_err(pg)?;
             let last = row.get::<_, Option<i64>>(1).map_or(Sql::Null, Sql::BigInt);
@@ -237,12 +237,12 @@ pub(super) async fn call(
             ))
         }
         "sbworker.purge_dead_letters_matching" => {
-            let (queue, reason, replayed, upto) = letter_filter(&mut arg)?;
+            let (queue, reason, replayed, upto, id) = letter_filter(&mut arg)?;
             let expected = as_i64(arg("@expected")?)?;
             let detail = as_text(arg("@detail")?)?;
             let row = s
                 .client()
-                .query_one(ops::PURGE_MATCHING.sql, &[&queue, &reason, &replayed, &upto, &expected, &detail])
+                .query_one(ops::PURGE_MATCHING.sql, &[&queue, &reason, &replayed, &upto, &expected, &detail, &id])
                 .await
                 .map_err(pg)?;
             Ok(result_set(t, &[("deleted", ColType::BigInt)], &[vec![Sql::BigInt(row.get(0))]]))
@@ -792,9 +792,9 @@ fn optional_bit(v: Option<Sql>) -> Result<bool, Failure> {
     })
 }
 
-/// The filter of the dead-letter procedures: `@queue`, `@reason`, `@replayed`, `@upto`
-/// (each NULL or left out: any).
-type LetterArgs = (Option<String>, Option<String>, Option<bool>, Option<i64>);
+/// The filter of the dead-letter procedures: `@queue`, `@reason`, `@replayed`, `@upto`,
+/// `@id` (each NULL or left out: any).
+type LetterArgs = (Option<String>, Option<String>, Option<bool>, Option<i64>, Option<i64>);
 
 fn letter_filter(arg: &mut impl FnMut(&str) -> Result<Sql, Failure>) -> Result<LetterArgs, Failure> {
     let mut given = |n: &str| arg(n).unwrap_or(Sql::Null);
@@ -805,11 +805,13 @@ fn letter_filter(arg: &mut impl FnMut(&str) -> Result<Sql, Failure>) -> Result<L
         Sql::Bit(b) => Some(b),
         v => Some(as_i64(v)? != 0),
     };
-    let upto = match given("@upto") {
-        Sql::Null => None,
-        v => Some(as_i64(v)?),
+    let mut number = |n: &str| match given(n) {
+        Sql::Null => Ok(None),
+        v => as_i64(v).map(Some),
     };
-    Ok((queue, reason, replayed, upto))
+    let upto = number("@upto")?;
+    let id = number("@id")?;
+    Ok((queue, reason, replayed, upto, id))
 }
 
 fn optional_text(v: Sql) -> Result<Option<String>, Failure> {
