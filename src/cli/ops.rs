@@ -319,6 +319,11 @@ pub fn main_web(a: crate::cli::args::WebArgs) -> super::Outcome {
         Ok(c) => c,
         Err(code) => return Ok(code),
     };
+    // The page's log (sign-ins, actions, refusals) as the worker's: `[log]`, to stderr.
+    super::runtime::logging(
+        super::runtime::Filter { filter: &config.log.level, origin: "log.level" },
+        config.log.format,
+    )?;
     let t = a.thresholds.thresholds();
     let tables = match &a.tables {
         Some(p) => std::fs::read_to_string(p)
