@@ -587,10 +587,10 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let token = field(&list, "csrf");
     let confirm = with(port, "/letters/confirm?action=purge&reason=purge+me", &[]).await;
     assert!(confirm.contains("This will purge <b>3</b> dead letters"), "{confirm}");
-    let (upto, expected) = (field(&confirm, "upto"), field(&confirm, "expected"));
+    let (upto, expected, sum) = (field(&confirm, "upto"), field(&confirm, "expected"), field(&confirm, "sum"));
     assert_eq!(expected, "3");
     let purge = |csrf: String| {
-        let body = format!("reason=purge+me&replayed=&queue=&upto={upto}&expected={expected}&csrf={csrf}");
+        let body = format!("reason=purge+me&replayed=&queue=&upto={upto}&expected={expected}&sum={sum}&csrf={csrf}");
         with(port, "/letters/purge", &["-d", &body])
     };
     // Without the token, or with another: refused, nothing deleted.
@@ -605,11 +605,31 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     assert!(r.starts_with("HTTP/1.1 200") && r.contains("Purged 3 dead letters"), "{r}");
     assert_eq!(letters().await, 3);
     assert_eq!(count(&c, &format!("SELECT count(*) FROM sbworker.dead_letter WHERE id = {late}")).await, 1);
-    // A set that changed since its confirmation: nothing is deleted.
-    let body = format!("reason=keep+me&upto={late}&expected=5&csrf={token}");
+    // A set that changed since its confirmation: nothing is deleted. By its count; and
+    // with the same count but another letter (one gone, and one committed late with an
+    // id below the confirmed bound, as a diverting transaction that began earlier does).
+    let body = format!("reason=keep+me&upto={late}&expected=5&sum=0&csrf={token}");
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.starts_with("HTTP/1.1 409") && r.contains("picks 2 dead letters now, not the 5 confirmed"), "{r}");
     assert_eq!(letters().await, 3);
+    let confirm = with(port, "/letters/confirm?action=purge&reason=keep+me", &[]).await;
+    let (keep_upto, keep_sum) = (field(&confirm, "upto"), field(&confirm, "sum"));
+    let gone: i64 = count(&c, "SELECT min(id) FROM sbworker.dead_letter WHERE reason = 'planted: keep me'").await;
+    c.execute("DELETE FROM sbworker.dead_letter WHERE id = $1", &[&gone]).await.unwrap();
+    c.execute(
+        "INSERT INTO sbworker.dead_letter (id, queue, service_name, service_contract_name, conversation_group_id, \
+         conversation_handle, message_sequence_number, message_type_name, attempts, reason) OVERRIDING SYSTEM VALUE \
+         VALUES (1, 'q', 's', 'c', gen_random_uuid(), gen_random_uuid(), 1, 't', 3, 'planted: keep me, late')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let body = format!("reason=keep+me&upto={keep_upto}&expected=2&sum={keep_sum}&csrf={token}");
+    let r = with(port, "/letters/purge", &["-d", &body]).await;
+    assert!(r.starts_with("HTTP/1.1 409") && r.contains("not the same ones"), "the same count, not the same set: {r}");
+    assert_eq!(letters().await, 3);
+    c.execute("DELETE FROM sbworker.dead_letter WHERE id = 1", &[]).await.unwrap();
+    plant(&c, "planted: keep me").await;
     // The action log names the clerk's login.
     let log = with(port, "/actions", &[]).await;
     assert!(log.contains(&format!("<td>{clerk}</td><td>purge</td>")), "{log}");
@@ -619,7 +639,11 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     // each is said, nothing is sent, and the action is logged.
     let confirm = with(port, "/letters/confirm?action=replay&reason=keep+me", &[]).await;
     assert!(confirm.contains("This will replay <b>2</b> dead letters"), "{confirm}");
-    let body = format!("reason=keep+me&upto={}&expected=2&csrf={token}", field(&confirm, "upto"));
+    let body = format!(
+        "reason=keep+me&upto={}&expected=2&sum={}&csrf={token}",
+        field(&confirm, "upto"),
+        field(&confirm, "sum")
+    );
     let r = with(port, "/letters/replay", &["-d", &body]).await;
     assert!(r.contains("Replayed 0 dead letters") && r.contains("2 could not be sent"), "{r}");
     assert!(r.contains("only requests can be sent again"), "{r}");
@@ -629,7 +653,7 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     assert!(page_of.contains(&format!("/letters/confirm?action=purge&amp;id={late}")), "{page_of}");
     let confirm = with(port, &format!("/letters/confirm?action=purge&id={late}"), &[]).await;
     assert!(confirm.contains("This will purge <b>1</b> dead letters: dead letter"), "{confirm}");
-    let body = format!("id={late}&upto={}&expected=1&csrf={token}", field(&confirm, "upto"));
+    let body = format!("id={late}&upto={}&expected=1&sum={late}&csrf={token}", field(&confirm, "upto"));
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.contains("Purged 1 dead letters"), "{r}");
     assert_eq!(letters().await, 2);
@@ -641,7 +665,7 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let cookie = format!("Cookie: sbworker_session={cookie}");
     let r = with(port, "/signout", &["-d", &format!("csrf={token}")]).await;
     assert!(r.starts_with("HTTP/1.1 303"), "{r}");
-    let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
+    let body = format!("reason=keep+me&upto={late}&expected=2&sum=0&csrf={token}");
     let r = curl(port, "/letters/purge", &["-H", &cookie, "-d", &body]).await;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
     assert_eq!(letters().await, 2);
@@ -665,7 +689,7 @@ async fn web_actions_need_a_signed_in_login_its_token_and_its_rights_and_purge_t
     let r = with(port, "/runs", &[]).await;
     assert!(r.starts_with("HTTP/1.1 200") && r.contains("The runs could not be read"), "{r}");
     assert!(r.contains("No export claimed yet"), "{r}");
-    let body = format!("reason=keep+me&upto={late}&expected=2&csrf={token}");
+    let body = format!("reason=keep+me&upto={late}&expected=2&sum=0&csrf={token}");
     let r = with(port, "/letters/purge", &["-d", &body]).await;
     assert!(r.contains("permission denied"), "{r}");
     assert_eq!(letters().await, 2);

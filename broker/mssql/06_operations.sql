@@ -342,14 +342,15 @@ BEGIN
 END;
 GO
 
--- How many dead letters the filter picks, and the highest id among them (one row).
+-- How many dead letters the filter picks, the highest id among them and the sum of their
+-- ids (one row).
 CREATE OR ALTER PROCEDURE sbworker.dead_letter_count
     @queue sysname = NULL, @reason nvarchar(3000) = NULL, @replayed bit = NULL, @upto bigint = NULL,
     @id bigint = NULL
 AS
 BEGIN
     SET NOCOUNT ON;
-    SELECT COUNT_BIG(*) AS letters, MAX(d.id) AS last_id
+    SELECT COUNT_BIG(*) AS letters, MAX(d.id) AS last_id, ISNULL(SUM(d.id), 0) AS id_sum
       FROM sbworker.dead_letter d
      WHERE (@queue IS NULL OR d.queue = @queue)
        AND (@reason IS NULL OR CHARINDEX(@reason, d.reason) > 0)
@@ -360,11 +361,12 @@ END;
 GO
 
 -- Deletes exactly the set a person confirmed: the letters the filter picks at or below
--- @upto, which must still be @expected letters (otherwise nothing is deleted: THROW
--- 50120). Written to sbworker.action_log with @detail. One row: how many.
+-- @upto, which must still be @expected letters whose ids add up to @expected_sum
+-- (otherwise nothing is deleted: THROW 50120). Written to sbworker.action_log with
+-- @detail. One row: how many.
 CREATE OR ALTER PROCEDURE sbworker.purge_dead_letters_matching
     @queue sysname = NULL, @reason nvarchar(3000) = NULL, @replayed bit = NULL, @upto bigint,
-    @expected bigint, @detail nvarchar(2000), @id bigint = NULL
+    @expected bigint, @detail nvarchar(2000), @id bigint = NULL, @expected_sum bigint = NULL
 AS
 BEGIN
     SET NOCOUNT ON; SET XACT_ABORT ON;
@@ -381,11 +383,12 @@ BEGIN
        AND d.id <= @upto
        AND (@id IS NULL OR d.id = @id);
     SET @n = @@ROWCOUNT;
-    IF @n <> @expected
+    IF @n <> @expected OR (SELECT ISNULL(SUM(id), 0) FROM @ids) <> ISNULL(@expected_sum, -1)
     BEGIN
         ROLLBACK TRANSACTION;
         SET @text = REPLACE(CONCAT(N'the filter picks ', @n, N' dead letters now, not the ', @expected,
-                                   N' confirmed: nothing was deleted; look again and confirm the new count'),
+                                   N' confirmed (or not the same ones): nothing was deleted; look again and ',
+                                   N'confirm anew'),
                             N'%', N'%%');   -- THROW reserves %
         THROW 50120, @text, 1;
     END;

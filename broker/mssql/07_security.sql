@@ -139,7 +139,7 @@ GO
 -- The version of these scripts, for `sbworker selftest` (an extended property of the
 -- database: the crate's version and a hash of the scripts; a test keeps it current).
 IF NOT EXISTS (SELECT 1 FROM sys.extended_properties WHERE class = 0 AND name = N'sbworker_version')
-    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7cfe66f8c73e3a55';
+    EXEC sys.sp_addextendedproperty @name = N'sbworker_version', @value = N'0.1.0+14288db1d87b5e7f';
 ELSE
-    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+7cfe66f8c73e3a55';
+    EXEC sys.sp_updateextendedproperty @name = N'sbworker_version', @value = N'0.1.0+14288db1d87b5e7f';
 GO

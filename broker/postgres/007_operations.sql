@@ -300,6 +300,7 @@ CREATE TABLE IF NOT EXISTS sbworker.action_log (
 DROP FUNCTION IF EXISTS sbworker.dead_letter_page(text, text, boolean, bigint, int);
 DROP FUNCTION IF EXISTS sbworker.dead_letter_count(text, text, boolean, bigint);
 DROP FUNCTION IF EXISTS sbworker.purge_dead_letters_matching(text, text, boolean, bigint, bigint, text);
+DROP FUNCTION IF EXISTS sbworker.purge_dead_letters_matching(text, text, boolean, bigint, bigint, text, bigint);
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_page(p_queue text, p_reason text, p_replayed boolean,
                                                      p_upto bigint, p_limit int, p_id bigint)
 RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
@@ -318,13 +319,15 @@ LANGUAGE sql STABLE SET jit = off AS $$
      LIMIT p_limit
 $$;
 
--- How many dead letters the filter picks (as sbworker.dead_letter_page), and the
--- highest id among them: what a bulk action's confirmation shows and then acts on.
+-- How many dead letters the filter picks (as sbworker.dead_letter_page), the highest id
+-- among them and the sum of their ids: what a bulk action's confirmation shows and then
+-- acts on (the sum tells the confirmed set from another of the same count).
+DROP FUNCTION IF EXISTS sbworker.dead_letter_count(text, text, boolean, bigint, bigint);
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_count(p_queue text, p_reason text, p_replayed boolean,
                                                       p_upto bigint, p_id bigint, OUT letters bigint,
-                                                      OUT last_id bigint)
+                                                      OUT last_id bigint, OUT id_sum bigint)
 LANGUAGE sql STABLE SET jit = off AS $$
-    SELECT count(*), max(d.id)
+    SELECT count(*), max(d.id), coalesce(sum(d.id), 0)::bigint
       FROM sbworker.dead_letter d
      WHERE (p_queue IS NULL OR d.queue = p_queue)
        AND (p_reason IS NULL OR strpos(lower(d.reason), lower(p_reason)) > 0)
@@ -334,13 +337,14 @@ LANGUAGE sql STABLE SET jit = off AS $$
 $$;
 
 -- Deletes exactly the set a person confirmed: the letters the filter picks at or below
--- p_upto, which must still be p_expected letters (otherwise nothing is deleted and the
--- error says to look again: a letter replayed or diverted meanwhile changed the set).
+-- p_upto, which must still be p_expected letters whose ids add up to p_expected_sum
+-- (otherwise nothing is deleted and the error says to look again: a letter replayed, or
+-- diverted by a transaction that committed late, changed the set).
 -- Written to sbworker.action_log with p_detail (the filter as the page showed it).
 -- Returns how many were deleted.
 CREATE OR REPLACE FUNCTION sbworker.purge_dead_letters_matching(p_queue text, p_reason text, p_replayed boolean,
                                                                 p_upto bigint, p_expected bigint, p_detail text,
-                                                                p_id bigint)
+                                                                p_id bigint, p_expected_sum bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_ids bigint[];
@@ -357,9 +361,10 @@ BEGIN
                AND (p_id IS NULL OR d.id = p_id)
              ORDER BY d.id
              FOR UPDATE) d;
-    IF cardinality(v_ids) <> p_expected THEN
-        PERFORM sb.fail('55000', format('the filter picks %s dead letters now, not the %s confirmed: nothing was '
-            'deleted; look again and confirm the new count', cardinality(v_ids), p_expected));
+    IF cardinality(v_ids) <> p_expected
+       OR (SELECT coalesce(sum(i), 0) FROM unnest(v_ids) i) <> coalesce(p_expected_sum, -1) THEN
+        PERFORM sb.fail('55000', format('the filter picks %s dead letters now, not the %s confirmed (or not the same '
+            'ones): nothing was deleted; look again and confirm anew', cardinality(v_ids), p_expected));
     END IF;
     DELETE FROM sbworker.dead_letter WHERE id = ANY (v_ids);
     INSERT INTO sbworker.action_log (action, detail, letters) VALUES ('purge', p_detail, cardinality(v_ids));

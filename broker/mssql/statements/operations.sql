@@ -28,14 +28,16 @@ EXEC sbworker.purge_dead_letters @before = @P1, @batch = @P2
 -- name: dead_letter_page
 EXEC sbworker.dead_letter_page @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @limit = @P5, @id = @P6
 
--- How many the filter picks and the highest id: @P1..@P4 as dead_letter_page, @P5 as its @P6.
+-- How many the filter picks, the highest id and the ids' sum: @P1..@P4 as
+-- dead_letter_page, @P5 as its @P6.
 -- name: dead_letter_count
 EXEC sbworker.dead_letter_count @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @id = @P5
 
 -- The confirmed set deleted: @P1..@P4 as dead_letter_page, @P5 the count confirmed,
--- @P6 the filter as shown (for the action log), @P7 this letter only; one row: how many.
+-- @P6 the filter as shown (for the action log), @P7 this letter only, @P8 the sum of the
+-- ids confirmed; one row: how many.
 -- name: purge_matching
-EXEC sbworker.purge_dead_letters_matching @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @expected = @P5, @detail = @P6, @id = @P7
+EXEC sbworker.purge_dead_letters_matching @queue = @P1, @reason = @P2, @replayed = @P3, @upto = @P4, @expected = @P5, @detail = @P6, @id = @P7, @expected_sum = @P8
 
 -- @P1 the action, @P2 what it acted on, @P3 how many letters.
 -- name: note_action

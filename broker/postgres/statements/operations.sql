@@ -46,14 +46,16 @@ SELECT id, queue, service_name, far_service, message_type_name, message_body, at
        to_char(replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), replayed_by, replay_handle
   FROM sbworker.dead_letter_page($1, $2, $3, $4, $5, $6);
 
--- How many the filter picks and the highest id: $1..$4 as dead_letter_page, $5 as its $6.
+-- How many the filter picks, the highest id and the ids' sum: $1..$4 as dead_letter_page,
+-- $5 as its $6.
 -- name: dead_letter_count
-SELECT letters, last_id FROM sbworker.dead_letter_count($1, $2, $3, $4, $5);
+SELECT letters, last_id, id_sum FROM sbworker.dead_letter_count($1, $2, $3, $4, $5);
 
 -- The confirmed set deleted: $1..$4 as dead_letter_page, $5 the count confirmed, $6 the
--- filter as shown (for the action log), $7 this letter only; how many.
+-- filter as shown (for the action log), $7 this letter only, $8 the sum of the ids
+-- confirmed; how many.
 -- name: purge_matching
-SELECT sbworker.purge_dead_letters_matching($1, $2, $3, $4, $5, $6, $7);
+SELECT sbworker.purge_dead_letters_matching($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- $1 the action, $2 what it acted on, $3 how many letters.
 -- name: note_action

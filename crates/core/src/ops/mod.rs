@@ -92,6 +92,15 @@ impl LetterFilter {
     }
 }
 
+/// What a filter picks: how many letters, the highest id, and the sum of the ids (which
+/// tells the confirmed set from another of the same count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub letters: i64,
+    pub last_id: Option<i64>,
+    pub id_sum: i64,
+}
+
 /// One row of the action log (`sbworker.action_log`): what a person did from the page.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Action {
@@ -140,20 +149,16 @@ pub trait Backend {
         upto: Option<i64>,
         limit: i32,
     ) -> Result<Vec<Letter>, BrokerError>;
-    /// How many letters `filter` picks at or below `upto`, and the highest id of them.
-    async fn letter_count(
-        &mut self,
-        filter: &LetterFilter,
-        upto: Option<i64>,
-    ) -> Result<(i64, Option<i64>), BrokerError>;
-    /// Deletes the letters `filter` picks at or below `upto`, when they are still
-    /// `expected` letters (otherwise an error, and nothing deleted); written to the
-    /// action log with `detail`. How many.
+    /// What `filter` picks at or below `upto`.
+    async fn letter_count(&mut self, filter: &LetterFilter, upto: Option<i64>) -> Result<Tally, BrokerError>;
+    /// Deletes the letters `filter` picks at or below `upto`, when they are still the
+    /// `expected` letters (their count and the sum of their ids; otherwise an error, and
+    /// nothing deleted); written to the action log with `detail`. How many.
     async fn purge_matching(
         &mut self,
         filter: &LetterFilter,
         upto: i64,
-        expected: i64,
+        expected: Tally,
         detail: &str,
     ) -> Result<i64, BrokerError>;
     /// Writes an action to the action log, as this connection's login.
@@ -188,18 +193,14 @@ impl Backend for Database {
     ) -> Result<Vec<Letter>, BrokerError> {
         on_database!(self, b => b.letter_page(filter, upto, limit).await)
     }
-    async fn letter_count(
-        &mut self,
-        filter: &LetterFilter,
-        upto: Option<i64>,
-    ) -> Result<(i64, Option<i64>), BrokerError> {
+    async fn letter_count(&mut self, filter: &LetterFilter, upto: Option<i64>) -> Result<Tally, BrokerError> {
         on_database!(self, b => b.letter_count(filter, upto).await)
     }
     async fn purge_matching(
         &mut self,
         filter: &LetterFilter,
         upto: i64,
-        expected: i64,
+        expected: Tally,
         detail: &str,
     ) -> Result<i64, BrokerError> {
         on_database!(self, b => b.purge_matching(filter, upto, expected, detail).await)

@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::{Action, Letter, LetterFilter, Rate, other};
+use super::{Action, Letter, LetterFilter, Rate, Tally, other};
 use crate::broker::mssql::{Tds, error_of};
 use crate::sql::statements::mssql_operations as ms;
 use crate::transport::BrokerError;
@@ -52,22 +52,28 @@ impl super::Backend for Tds {
             .collect()
     }
 
-    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
+    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<Tally, BrokerError> {
         let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
         let rows = rows(self, ms::DEAD_LETTER_COUNT.sql, &[&q, &r, &f.replayed, &upto, &f.id]).await?;
         let row = rows.first().ok_or_else(|| other("sbworker.dead_letter_count returned no row"))?;
-        Ok((row.get::<i64, _>(0).unwrap_or(0), row.get::<i64, _>(1)))
+        Ok(Tally {
+            letters: row.get::<i64, _>(0).unwrap_or(0),
+            last_id: row.get::<i64, _>(1),
+            id_sum: row.get::<i64, _>(2).unwrap_or(0),
+        })
     }
 
     async fn purge_matching(
         &mut self,
         f: &LetterFilter,
         upto: i64,
-        expected: i64,
+        expected: Tally,
         detail: &str,
     ) -> Result<i64, BrokerError> {
         let (q, r) = (f.queue.as_deref(), f.reason.as_deref());
-        let rows = rows(self, ms::PURGE_MATCHING.sql, &[&q, &r, &f.replayed, &upto, &expected, &detail, &f.id]).await?;
+        let (n, sum) = (expected.letters, expected.id_sum);
+        let params: [&dyn tiberius::ToSql; 8] = [&q, &r, &f.replayed, &upto, &n, &detail, &f.id, &sum];
+        let rows = rows(self, ms::PURGE_MATCHING.sql, &params).await?;
         rows.first()
             .and_then(|r| r.get::<i64, _>(0))
             .ok_or_else(|| other("sbworker.purge_dead_letters_matching returned no count"))

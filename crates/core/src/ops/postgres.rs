@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use super::{Action, Letter, LetterFilter, Rate, dead_letter, other};
+use super::{Action, Letter, LetterFilter, Rate, Tally, dead_letter, other};
 use crate::broker::postgres::error_of;
 use crate::sql::statements::postgres_operations as pg;
 use crate::transport::{BrokerError, ErrorKind};
@@ -47,23 +47,24 @@ impl super::Backend for Client {
         Ok(rows.iter().map(letter).collect())
     }
 
-    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<(i64, Option<i64>), BrokerError> {
+    async fn letter_count(&mut self, f: &LetterFilter, upto: Option<i64>) -> Result<Tally, BrokerError> {
         let row = self
             .query_one(pg::DEAD_LETTER_COUNT.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &f.id])
             .await
             .map_err(error_of)?;
-        Ok((row.get(0), row.get(1)))
+        Ok(Tally { letters: row.get(0), last_id: row.get(1), id_sum: row.get(2) })
     }
 
     async fn purge_matching(
         &mut self,
         f: &LetterFilter,
         upto: i64,
-        expected: i64,
+        expected: Tally,
         detail: &str,
     ) -> Result<i64, BrokerError> {
+        let (n, sum) = (expected.letters, expected.id_sum);
         let row = self
-            .query_one(pg::PURGE_MATCHING.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &expected, &detail, &f.id])
+            .query_one(pg::PURGE_MATCHING.sql, &[&f.queue, &f.reason, &f.replayed, &upto, &n, &detail, &f.id, &sum])
             .await
             .map_err(error_of)?;
         Ok(row.get(0))

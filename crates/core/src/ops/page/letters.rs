@@ -18,7 +18,7 @@ use axum::response::Response;
 use super::signin::{Signed, TokenForm, acting};
 use super::{ASK_LIMIT, Site, escape, frame, html, problem};
 use crate::ops::dead_letter::{key_text, pretty, request_key};
-use crate::ops::{Action, Backend, Letter, LetterFilter};
+use crate::ops::{Action, Backend, Letter, LetterFilter, Tally};
 
 /// Letters per page.
 pub const PAGE: i32 = 50;
@@ -163,7 +163,7 @@ pub(super) async fn list(State(site): State<Arc<Site>>, headers: HeaderMap, Quer
             }),
         )
         .await;
-    let ((count, _last), mut page) = match asked {
+    let (Tally { letters: count, .. }, mut page) = match asked {
         Ok(a) => a,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "dead letters", &why),
     };
@@ -328,7 +328,7 @@ pub(super) async fn confirm(State(site): State<Arc<Site>>, headers: HeaderMap, Q
     let lf = f.letters();
     let counted =
         site.ask(Some(s), ASK_LIMIT, Box::new(move |db| Box::pin(async move { db.letter_count(&lf, None).await })));
-    let (count, last) = match counted.await {
+    let Tally { letters: count, last_id: last, id_sum } = match counted.await {
         Ok(c) => c,
         Err(why) => return problem(&site, who.as_deref(), StatusCode::FORBIDDEN, "confirm", &why),
     };
@@ -353,6 +353,7 @@ pub(super) async fn confirm(State(site): State<Arc<Site>>, headers: HeaderMap, Q
                  ids up to {last}. It {what}. Letters diverted after this page was made are not taken.</p>\
                  <form method=\"post\" action=\"{path}\" id=\"confirm-form\">{}\
                  <input type=\"hidden\" name=\"upto\" value=\"{last}\"><input type=\"hidden\" name=\"expected\" value=\"{count}\">\
+                 <input type=\"hidden\" name=\"sum\" value=\"{id_sum}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
                  <button id=\"confirm-button\">{verb} {count} dead letters</button></form></div>",
                 f.hidden(),
@@ -381,6 +382,9 @@ pub(super) struct Bulk {
     id: Option<i64>,
     #[serde(default)]
     expected: Option<i64>,
+    /// The sum of the confirmed letters' ids.
+    #[serde(default)]
+    sum: Option<i64>,
     #[serde(default)]
     csrf: String,
 }
@@ -404,9 +408,10 @@ pub(super) async fn purge(State(site): State<Arc<Site>>, headers: HeaderMap, For
         Ok(w) => w,
         Err(r) => return r,
     };
-    let (Some(upto), Some(expected)) = (b.upto, b.expected) else {
+    let (Some(upto), Some(letters), Some(id_sum)) = (b.upto, b.expected, b.sum) else {
         return problem(&site, Some(&who), StatusCode::BAD_REQUEST, "purge", "The form lacks the confirmed count.");
     };
+    let expected = Tally { letters, last_id: Some(upto), id_sum };
     let lf = b.filter().letters();
     let detail = format!("{}, ids up to {upto}", lf.describe());
     let d = detail.clone();
@@ -432,7 +437,7 @@ pub(super) async fn replay_many(State(site): State<Arc<Site>>, headers: HeaderMa
         Ok(w) => w,
         Err(r) => return r,
     };
-    let (Some(upto), Some(expected)) = (b.upto, b.expected) else {
+    let (Some(upto), Some(expected), Some(expected_sum)) = (b.upto, b.expected, b.sum) else {
         return problem(&site, Some(&who), StatusCode::BAD_REQUEST, "replay", "The form lacks the confirmed count.");
     };
     let lf = b.filter().letters();
@@ -443,11 +448,12 @@ pub(super) async fn replay_many(State(site): State<Arc<Site>>, headers: HeaderMa
             &who,
             Box::new(move |db| {
                 Box::pin(async move {
-                    let (now, _) = db.letter_count(&lf, Some(upto)).await?;
-                    if now != expected {
+                    let now = db.letter_count(&lf, Some(upto)).await?;
+                    if (now.letters, now.id_sum) != (expected, expected_sum) {
                         return Ok(Err(format!(
-                            "The filter picks {now} dead letters now, not the {expected} confirmed: nothing was replayed; \
-                             look again and confirm the new count."
+                            "The filter picks {} dead letters now, not the {expected} confirmed (or not the same ones): \
+                             nothing was replayed; look again and confirm anew.",
+                            now.letters
                         )));
                     }
                     let mut done = Replayed::default();

@@ -232,17 +232,21 @@ pub(super) async fn call(
             let last = row.get::<_, Option<i64>>(1).map_or(Sql::Null, Sql::BigInt);
             Ok(result_set(
                 t,
-                &[("letters", ColType::BigInt), ("last_id", ColType::BigInt)],
-                &[vec![Sql::BigInt(row.get(0)), last]],
+                &[("letters", ColType::BigInt), ("last_id", ColType::BigInt), ("id_sum", ColType::BigInt)],
+                &[vec![Sql::BigInt(row.get(0)), last, Sql::BigInt(row.get(2))]],
             ))
         }
         "sbworker.purge_dead_letters_matching" => {
             let (queue, reason, replayed, upto, id) = letter_filter(&mut arg)?;
             let expected = as_i64(arg("@expected")?)?;
             let detail = as_text(arg("@detail")?)?;
+            let sum = match arg("@expected_sum") {
+                Ok(Sql::Null) | Err(_) => None,
+                Ok(v) => Some(as_i64(v)?),
+            };
             let row = s
                 .client()
-                .query_one(ops::PURGE_MATCHING.sql, &[&queue, &reason, &replayed, &upto, &expected, &detail, &id])
+                .query_one(ops::PURGE_MATCHING.sql, &[&queue, &reason, &replayed, &upto, &expected, &detail, &id, &sum])
                 .await
                 .map_err(pg)?;
             Ok(result_set(t, &[("deleted", ColType::BigInt)], &[vec![Sql::BigInt(row.get(0))]]))
