@@ -297,10 +297,6 @@ CREATE TABLE IF NOT EXISTS sbworker.action_log (
 -- page's cursor: the last id shown minus one). A NULL filter value picks all: p_queue
 -- the queue, p_reason a text the reason holds (any case), p_replayed whether the letter
 -- was sent again, p_id one letter. The id's key serves the order and the cursor.
-DROP FUNCTION IF EXISTS sbworker.dead_letter_page(text, text, boolean, bigint, int);
-DROP FUNCTION IF EXISTS sbworker.dead_letter_count(text, text, boolean, bigint);
-DROP FUNCTION IF EXISTS sbworker.purge_dead_letters_matching(text, text, boolean, bigint, bigint, text);
-DROP FUNCTION IF EXISTS sbworker.purge_dead_letters_matching(text, text, boolean, bigint, bigint, text, bigint);
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_page(p_queue text, p_reason text, p_replayed boolean,
                                                      p_upto bigint, p_limit int, p_id bigint)
 RETURNS TABLE (id bigint, queue text, service_name text, far_service text, message_type_name text,
@@ -322,7 +318,6 @@ $$;
 -- How many dead letters the filter picks (as sbworker.dead_letter_page), the highest id
 -- among them and the sum of their ids: what a bulk action's confirmation shows and then
 -- acts on (the sum tells the confirmed set from another of the same count).
-DROP FUNCTION IF EXISTS sbworker.dead_letter_count(text, text, boolean, bigint, bigint);
 CREATE OR REPLACE FUNCTION sbworker.dead_letter_count(p_queue text, p_reason text, p_replayed boolean,
                                                       p_upto bigint, p_id bigint, OUT letters bigint,
                                                       OUT last_id bigint, OUT id_sum bigint)
