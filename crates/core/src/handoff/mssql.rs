@@ -38,6 +38,11 @@ pub async fn rollback(c: &mut Tds) -> Result<(), BrokerError> {
     batch(c, stmt::ROLLBACK.sql).await
 }
 
+/// The first result set of `sql`.
+async fn first_result(c: &mut Tds, sql: &str, params: &[&dyn tiberius::ToSql]) -> Result<Vec<TdsRow>, BrokerError> {
+    c.query(sql, params).await.map_err(error_of)?.into_first_result().await.map_err(error_of)
+}
+
 fn column<'a, T: tiberius::FromSql<'a>>(row: &'a TdsRow, i: usize, name: &str) -> Result<T, BrokerError> {
     row.try_get::<T, _>(i).map_err(error_of)?.ok_or_else(|| BrokerError {
         kind: crate::broker::ErrorKind::Other,
@@ -54,13 +59,7 @@ pub async fn claim(c: &mut Tds, periode: i32, mode: Mode) -> Result<Batch, Broke
         Mode::Once => 15,
         Mode::Lease { seconds } => (seconds / 60.0).ceil().clamp(1.0, f64::from(i32::MAX)) as i32,
     };
-    let found = c
-        .query(stmt::CLAIM.sql, &[&periode, &mode.name(), &minutes, &id])
-        .await
-        .map_err(error_of)?
-        .into_first_result()
-        .await
-        .map_err(error_of)?;
+    let found = first_result(c, stmt::CLAIM.sql, &[&periode, &mode.name(), &minutes, &id]).await?;
     let mut rows = Vec::with_capacity(found.len());
     for r in &found {
         rows.push(Row {
@@ -171,25 +170,21 @@ impl super::recompute::Backend for Tds {
     ) -> Result<Vec<(i32, i32)>, BrokerError> {
         let periodes = (!sel.periodes.is_empty()).then(|| serde_json::to_string(&sel.periodes).unwrap_or_default());
         let named = (!sel.keys.is_empty()).then(|| keys_json(&sel.keys));
-        let rows = self
-            .query(
-                stmt::RECOMPUTE_KEYS.sql,
-                &[
-                    &periodes.as_deref(),
-                    &sel.cao.as_deref(),
-                    &sel.dienstverband_from,
-                    &sel.dienstverband_to,
-                    &after.map(|a| a.0),
-                    &after.map(|a| a.1),
-                    &i32::try_from(n).unwrap_or(i32::MAX),
-                    &named.as_deref(),
-                ],
-            )
-            .await
-            .map_err(error_of)?
-            .into_first_result()
-            .await
-            .map_err(error_of)?;
+        let rows = first_result(
+            self,
+            stmt::RECOMPUTE_KEYS.sql,
+            &[
+                &periodes.as_deref(),
+                &sel.cao.as_deref(),
+                &sel.dienstverband_from,
+                &sel.dienstverband_to,
+                &after.map(|a| a.0),
+                &after.map(|a| a.1),
+                &i32::try_from(n).unwrap_or(i32::MAX),
+                &named.as_deref(),
+            ],
+        )
+        .await?;
         rows.iter()
             .map(|r| Ok((column::<i32>(r, 0, "dienstverband_id")?, column::<i32>(r, 1, "periode_id")?)))
             .collect()
@@ -241,13 +236,7 @@ pub async fn versions(c: &mut Tds, dv: i32, periode: i32) -> Result<Vec<super::e
         c: String,
         w: String,
     }
-    let rows = c
-        .query(stmt::EVIDENCE.sql, &[&dv, &periode])
-        .await
-        .map_err(error_of)?
-        .into_first_result()
-        .await
-        .map_err(error_of)?;
+    let rows = first_result(c, stmt::EVIDENCE.sql, &[&dv, &periode]).await?;
     let text = |r: &TdsRow, i: usize| r.try_get::<&str, _>(i).ok().flatten().map(str::to_owned);
     rows.iter()
         .map(|r| {
@@ -320,24 +309,20 @@ impl super::Backend for Tds {
     ) -> Result<Vec<KeyRow>, BrokerError> {
         let (na_dv, na_periode) = (after.map(|a| a.0), after.map(|a| a.1));
         let (cao, staat, reden) = (k.cao.as_deref(), k.staat.map(|s| s.word()), k.reden.as_deref());
-        let rows = self
-            .query(
-                stmt::KEY_SEARCH.sql,
-                &[&k.dienstverband, &k.periode, &cao, &staat, &reden, &na_dv, &na_periode, &limit],
-            )
-            .await
-            .map_err(error_of)?
-            .into_first_result()
-            .await
-            .map_err(error_of)?;
+        let rows = first_result(
+            self,
+            stmt::KEY_SEARCH.sql,
+            &[&k.dienstverband, &k.periode, &cao, &staat, &reden, &na_dv, &na_periode, &limit],
+        )
+        .await?;
         let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
         rows.iter()
             .map(|r| {
                 Ok(KeyRow {
-                    dienstverband: r.get::<i32, _>(0).ok_or_else(|| missing("dienstverband_id"))?,
-                    periode: r.get::<i32, _>(1).ok_or_else(|| missing("periode_id"))?,
+                    dienstverband: column::<i32>(r, 0, "dienstverband_id")?,
+                    periode: column::<i32>(r, 1, "periode_id")?,
                     cao: text(r, 2),
-                    versie: r.get::<i64, _>(3).ok_or_else(|| missing("versie"))?,
+                    versie: column::<i64>(r, 3, "versie")?,
                     gewijzigd_op: text(r, 4).unwrap_or_default(),
                     opgeslagen_versie: r.get::<i64, _>(5),
                     opgeslagen_op: text(r, 6),
@@ -349,18 +334,12 @@ impl super::Backend for Tds {
     }
 
     async fn runs(&mut self, limit: i32) -> Result<Vec<Run>, BrokerError> {
-        let rows = self
-            .query(stmt::RUNS.sql, &[&limit])
-            .await
-            .map_err(error_of)?
-            .into_first_result()
-            .await
-            .map_err(error_of)?;
+        let rows = first_result(self, stmt::RUNS.sql, &[&limit]).await?;
         let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
         rows.iter()
             .map(|r| {
                 Ok(Run {
-                    id: r.get::<i64, _>(0).ok_or_else(|| missing("id"))?,
+                    id: column::<i64>(r, 0, "id")?,
                     stap: text(r, 1).unwrap_or_default(),
                     start: text(r, 2).unwrap_or_default(),
                     eind: text(r, 3),
@@ -375,17 +354,11 @@ impl super::Backend for Tds {
     }
 
     async fn export_batches(&mut self, limit: i32) -> Result<Vec<ExportBatch>, BrokerError> {
-        let rows = self
-            .query(stmt::EXPORT_BATCHES.sql, &[&limit])
-            .await
-            .map_err(error_of)?
-            .into_first_result()
-            .await
-            .map_err(error_of)?;
+        let rows = first_result(self, stmt::EXPORT_BATCHES.sql, &[&limit]).await?;
         rows.iter()
             .map(|r| {
                 Ok(ExportBatch {
-                    batch: r.get::<Uuid, _>(0).ok_or_else(|| missing("export_batch"))?.to_string(),
+                    batch: column::<Uuid>(r, 0, "export_batch")?.to_string(),
                     periode: r.get::<i32, _>(1).unwrap_or(0),
                     claimed_at: r.get::<&str, _>(2).map(str::to_owned),
                     results: r.get::<i64, _>(3).unwrap_or(0),
@@ -396,18 +369,12 @@ impl super::Backend for Tds {
     }
 
     async fn timeline(&mut self, dv: i32, periode: i32) -> Result<Vec<Sent>, BrokerError> {
-        let rows = self
-            .query(stmt::KEY_TIMELINE.sql, &[&dv, &periode])
-            .await
-            .map_err(error_of)?
-            .into_first_result()
-            .await
-            .map_err(error_of)?;
+        let rows = first_result(self, stmt::KEY_TIMELINE.sql, &[&dv, &periode]).await?;
         let text = |r: &TdsRow, i: usize| r.get::<&str, _>(i).map(str::to_owned);
         rows.iter()
             .map(|r| {
                 Ok(Sent {
-                    versie: r.get::<i64, _>(0).ok_or_else(|| missing("versie"))?,
+                    versie: column::<i64>(r, 0, "versie")?,
                     verzonden_op: text(r, 1).unwrap_or_default(),
                     beantwoord_op: text(r, 2),
                     uitkomst: text(r, 3),
@@ -416,8 +383,4 @@ impl super::Backend for Tds {
             })
             .collect()
     }
-}
-
-fn missing(col: &str) -> BrokerError {
-    BrokerError { kind: crate::broker::ErrorKind::Other, number: 0, message: format!("a key without {col}") }
 }
