@@ -15,7 +15,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::signin::{Signed, TokenForm, acting};
+use super::signin::{TokenForm, acting, reader};
 use super::{ASK_LIMIT, Site, escape, frame, html, problem};
 use crate::ops::dead_letter::{key_text, pretty, request_key};
 use crate::ops::{Action, Backend, Letter, LetterFilter, Tally};
@@ -108,38 +108,6 @@ pub(super) fn url_text(v: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The dead letters, the keys, the runs and the action log: with actions on, shown to a
-/// signed-in person only (on their login, with its rights), never on the page's own
-/// login to whoever opens the page; read-only, shown on the page's own login (which the
-/// operator who started it chose) on a loopback address only: on another, whoever
-/// reaches the page would read payroll data.
-#[allow(clippy::result_large_err)]
-pub(super) fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
-    let who = site.sessions.find(headers);
-    if !site.actions && !site.loopback {
-        return Err(problem(
-            site,
-            None,
-            StatusCode::FORBIDDEN,
-            title,
-            "Not served on this address: the page listens beyond this machine and is read-only, so it shows the \
-             overview only. The dead letters, the keys and the runs are served on a loopback address (reach it \
-             through an SSH tunnel).",
-        ));
-    }
-    if site.actions && who.is_none() {
-        return Err(problem(
-            site,
-            None,
-            StatusCode::UNAUTHORIZED,
-            title,
-            "Sign in to see this: with actions on, the page shows it only to a person signed in with a login of \
-             their own, with that login's rights.",
-        ));
-    }
-    Ok(who)
 }
 
 /// `GET /letters`: the filter form, how many the filter picks, one page of them.

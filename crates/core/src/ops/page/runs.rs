@@ -30,7 +30,7 @@ fn kind(stap: &str) -> &str {
 
 /// `GET /runs`.
 pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
-    let who = match super::letters::reader(&site, &headers, "runs") {
+    let who = match super::signin::reader(&site, &headers, "runs") {
         Ok(w) => w,
         Err(r) => return r,
     };

@@ -163,6 +163,38 @@ pub(super) fn acting(site: &Site, headers: &HeaderMap, csrf: &str) -> Result<Arc
     Ok(who)
 }
 
+/// The dead letters, the keys, the runs and the action log: with actions on, shown to a
+/// signed-in person only (on their login, with its rights), never on the page's own
+/// login to whoever opens the page; read-only, shown on the page's own login (which the
+/// operator who started it chose) on a loopback address only: on another, whoever
+/// reaches the page would read payroll data.
+#[allow(clippy::result_large_err)]
+pub(super) fn reader(site: &Site, headers: &HeaderMap, title: &str) -> Result<Option<Arc<Signed>>, Response> {
+    let who = site.sessions.find(headers);
+    if !site.actions && !site.loopback {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::FORBIDDEN,
+            title,
+            "Not served on this address: the page listens beyond this machine and is read-only, so it shows the \
+             overview only. The dead letters, the keys and the runs are served on a loopback address (reach it \
+             through an SSH tunnel).",
+        ));
+    }
+    if site.actions && who.is_none() {
+        return Err(problem(
+            site,
+            None,
+            StatusCode::UNAUTHORIZED,
+            title,
+            "Sign in to see this: with actions on, the page shows it only to a person signed in with a login of \
+             their own, with that login's rights.",
+        ));
+    }
+    Ok(who)
+}
+
 /// `GET /signin`: the form, with a token of its own in a cookie of its own.
 pub(super) async fn form(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     if !site.actions {

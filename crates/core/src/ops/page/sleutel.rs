@@ -96,7 +96,7 @@ fn export_word(status: Option<i32>) -> &'static str {
 
 /// `GET /sleutels`: the search form and one page of the keys it picks.
 pub(super) async fn search(State(site): State<Arc<Site>>, headers: HeaderMap, Query(q): Query<Search>) -> Response {
-    let who = match super::letters::reader(&site, &headers, "sleutels") {
+    let who = match super::signin::reader(&site, &headers, "sleutels") {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -221,7 +221,7 @@ fn differences(o: &mut String, id: &str, ds: &[Difference], before: &str, after:
 
 /// `GET /sleutel?dienstverband=…&periode=…[&versie=…]`.
 pub(super) async fn page(State(site): State<Arc<Site>>, headers: HeaderMap, Query(k): Query<Key>) -> Response {
-    let who = match super::letters::reader(&site, &headers, "sleutel") {
+    let who = match super::signin::reader(&site, &headers, "sleutel") {
         Ok(w) => w,
         Err(r) => return r,
     };
