@@ -176,6 +176,32 @@ async fn text_of(client: &fantoccini::Client, id: &str) -> Result<String, fantoc
     within(60, "an element's text", async { waited.await?.text().await }).await
 }
 
+/// What the clerk's session read from the pages, checked after the browser is closed.
+#[derive(Default)]
+struct Seen {
+    who: String,
+    listed: String,
+    key: String,
+    reason: String,
+    body: String,
+    replayed: String,
+    forged: String,
+    counted: String,
+    asked: String,
+    purged: String,
+    log: String,
+    source: String,
+    in_fout: String,
+    found: String,
+    versies: String,
+    sent: String,
+    changed: String,
+    explained: String,
+    runs: String,
+    bars: usize,
+    points: usize,
+}
+
 /// A clerk (a login with the housekeeping role) in Chromium, on the PostgreSQL broker:
 /// signs in with the database login, opens the dead letter of a request the
 /// calculation kept failing on, reads its body and reason, replays it from the page (its
@@ -260,28 +286,29 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
     let at = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let (_driver, client) = browser().await;
     let checked = async {
+        let mut seen = Seen::default();
         // Sign in with the database login.
         within(60, "the sign-in page", client.goto(&at("/signin"))).await?;
         client.find(Locator::Css("input[name=login]")).await?.send_keys(&clerk).await?;
         client.find(Locator::Css("input[name=password]")).await?.send_keys("any").await?;
         screenshot(&client, "signin").await;
         client.find(Locator::Id("signin-button")).await?.click().await?;
-        let who = text_of(&client, "who").await?;
+        seen.who = text_of(&client, "who").await?;
         // The keys whose current version got a Fout that says why.
         within(60, "the keys in Fout", client.goto(&at("/sleutels?staat=fout&reden=CHOKED"))).await?;
-        let in_fout = text_of(&client, "sleutels").await?;
+        seen.in_fout = text_of(&client, "sleutels").await?;
         screenshot(&client, "sleutels").await;
         // The list, then the diverted request: its key, reason and body.
         within(60, "the dead letters", client.goto(&at("/letters"))).await?;
-        let listed = text_of(&client, "letters").await?;
+        seen.listed = text_of(&client, "letters").await?;
         screenshot(&client, "dead-letters").await;
         client.find(Locator::LinkText(&vraag.to_string())).await?.click().await?;
-        let key = text_of(&client, "key").await?;
-        let reason = text_of(&client, "reason").await?;
-        let body = text_of(&client, "body").await?;
+        seen.key = text_of(&client, "key").await?;
+        seen.reason = text_of(&client, "reason").await?;
+        seen.body = text_of(&client, "body").await?;
         screenshot(&client, "dead-letter").await;
         client.find(Locator::Id("replay-button")).await?.click().await?;
-        let replayed = text_of(&client, "done").await?;
+        seen.replayed = text_of(&client, "done").await?;
         // A form without the session's token (made by a script in the page, as another
         // page's form would be): refused.
         within(60, "the list again", client.goto(&at("/letters"))).await?;
@@ -294,19 +321,19 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
                 vec![],
             )
             .await?;
-        let forged = text_of(&client, "problem").await?;
+        seen.forged = text_of(&client, "problem").await?;
         // The purge by filter: asked first, with the count.
         within(60, "the filtered list", client.goto(&at("/letters?reason=purge+me"))).await?;
-        let counted = text_of(&client, "count").await?;
+        seen.counted = text_of(&client, "count").await?;
         client.find(Locator::Id("purge-all")).await?.click().await?;
-        let asked = text_of(&client, "confirm-count").await?;
+        seen.asked = text_of(&client, "confirm-count").await?;
         screenshot(&client, "purge-confirm").await;
         client.find(Locator::Id("confirm-button")).await?.click().await?;
-        let purged = text_of(&client, "done").await?;
+        seen.purged = text_of(&client, "done").await?;
         within(60, "the action log", client.goto(&at("/actions"))).await?;
-        let log = text_of(&client, "actions").await?;
+        seen.log = text_of(&client, "actions").await?;
         screenshot(&client, "actions").await;
-        let source = client.source().await?;
+        seen.source = client.source().await?;
         // The edited key, looked up by the payroll office: its versions, what changed
         // since version 1, the Vraag explained.
         within(60, "the key search", client.goto(&at("/sleutels"))).await?;
@@ -316,46 +343,29 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         // form, whose field's attribute, not only its typed value, holds the number.)
         let answered = format!("input[name=dienstverband][value=\"{FIRST_ID}\"]");
         client.wait().at_most(std::time::Duration::from_secs(30)).for_element(Locator::Css(&answered)).await?;
-        let found = text_of(&client, "sleutels").await?;
+        seen.found = text_of(&client, "sleutels").await?;
         client.find(Locator::LinkText(&format!("{FIRST_ID}/{PERIODE_ID}"))).await?.click().await?;
-        let versies = text_of(&client, "versies").await?;
-        let sent = text_of(&client, "tijdlijn").await?;
-        let changed = text_of(&client, "verschillen").await?;
-        let explained = text_of(&client, "uitleg").await?;
+        seen.versies = text_of(&client, "versies").await?;
+        seen.sent = text_of(&client, "tijdlijn").await?;
+        seen.changed = text_of(&client, "verschillen").await?;
+        seen.explained = text_of(&client, "uitleg").await?;
         screenshot(&client, "sleutel").await;
         // The runs: a recompute running (its row planted, as one mid-way leaves it).
         let planted = "INSERT INTO rekenserver.run_log (stap, kandidaten, verzonden) VALUES ('herberekening', 7, 5)";
         c.execute(planted, &[]).await.unwrap();
         within(60, "the runs", client.goto(&at("/runs"))).await?;
-        let runs = text_of(&client, "runs").await?;
+        seen.runs = text_of(&client, "runs").await?;
         screenshot(&client, "runs").await;
         // The overview's plots, with the hour's answers in them.
         within(60, "the overview", client.goto(&at("/"))).await?;
-        let bars = client.find_all(Locator::Css("#plot-throughput rect.bar")).await?.len();
-        let points = client.find_all(Locator::Css("#plot-latency circle.p95")).await?.len();
+        seen.bars = client.find_all(Locator::Css("#plot-throughput rect.bar")).await?.len();
+        seen.points = client.find_all(Locator::Css("#plot-latency circle.p95")).await?.len();
         screenshot(&client, "overview").await;
-        Ok::<_, fantoccini::error::CmdError>((
-            who,
-            listed,
-            key,
-            reason,
-            body,
-            replayed,
-            forged,
-            counted,
-            asked,
-            purged,
-            log,
-            source,
-            bars,
-            points,
-            (in_fout, found, versies, sent, changed, explained),
-            runs,
-        ))
+        Ok::<_, fantoccini::error::CmdError>(seen)
     }
     .await;
     let _ = within(60, "the session closes", client.close()).await;
-    let (
+    let Seen {
         who,
         listed,
         key,
@@ -368,13 +378,17 @@ async fn a_clerk_replays_a_dead_letter_and_purges_by_filter_in_chromium() {
         purged,
         log,
         source,
+        in_fout,
+        found,
+        versies,
+        sent,
+        changed,
+        explained,
+        runs,
         bars,
         points,
-        sleutel,
-        runs,
-    ) = checked.unwrap();
+    } = checked.unwrap();
     assert!(runs.contains("loopt: 7 keys, 5 Vraags so far"), "{runs}");
-    let (in_fout, found, versies, sent, changed, explained) = sleutel;
     assert!(in_fout.contains(&format!("{bad}/{PERIODE_ID}")) && in_fout.contains("choked"), "{in_fout}");
     assert_eq!(in_fout.lines().count(), 2, "only the key in Fout: {in_fout}");
     assert_eq!(found.lines().count(), 2, "one key of that dienstverband: {found}");
